@@ -1,0 +1,62 @@
+"""Sphinx configuration for gpuguide.
+
+Every example under ``examples/`` is executed by sphinx-gallery during the
+build; its printed output and figures are embedded in its page.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if (ROOT / "src" / "gpuguide").is_dir():
+    # Import the helpers from this checkout even when they are not installed.
+    sys.path.insert(0, str(ROOT / "src"))
+
+import gpuguide
+
+project = "gpuguide"
+author = "the gpuguide authors"
+copyright = f"2026, {author}"
+release = version = gpuguide.__version__
+
+extensions = [
+    "myst_parser",
+    "sphinx_copybutton",
+    "sphinx_gallery.gen_gallery",
+]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "README.md"]
+myst_heading_anchors = 3
+myst_enable_extensions = ["colon_fence", "deflist"]
+
+html_theme = "pydata_sphinx_theme"
+html_title = "gpuguide"
+html_theme_options = {
+    "navigation_with_keys": False,
+    "show_toc_level": 2,
+    "footer_start": ["copyright"],
+    "footer_end": ["sphinx-version"],
+}
+html_show_sourcelink = False
+
+sphinx_gallery_conf = {
+    "examples_dirs": ["../examples"],
+    "gallery_dirs": ["auto_examples"],
+    # Execute every example whose file name starts with plot_.
+    "filename_pattern": r"/plot_",
+    "within_subsection_order": "gpuguide._gallery.ChapterOrder",
+    # Torch's global state (TF32 flags, dtype, threads, seeds, caches) is reset
+    # before and after every example; warnings become errors inside examples.
+    "reset_modules": ("matplotlib", "gpuguide._gallery.reset_torch_state"),
+    "reset_modules_order": "both",
+    "remove_config_comments": True,
+    "download_all_examples": True,
+    "min_reported_time": 0,
+    "show_memory": False,
+    "first_notebook_cell": (
+        "# This notebook needs the small gpuguide helper package:\n"
+        "# pip install . from a clone of the guide's repository."
+    ),
+}

@@ -1,0 +1,194 @@
+"""
+Device basics
+=============
+
+PyTorch runs an operation on the device that holds its inputs. This page shows how to
+write code that runs unchanged on a CPU or a GPU: choose the device once, create
+tensors with ``device=``, move modules with ``.to(device)``, and keep every operand of
+an operation on the same device.
+
+It then measures what creating a tensor on the CPU and moving it costs compared with
+creating it on the device directly. A popular notebook timed this as one step and
+credited the whole difference to the transfer; here the CPU random number generator
+and the copy are timed separately, so you can see which of the two dominates.
+"""
+
+# %%
+# Pick the device once
+# --------------------
+# :func:`gpuguide.pick_device` returns CUDA when there is a GPU, then MPS, then the
+# CPU (set ``GPUGUIDE_DEVICE=cpu`` to override). Everything below takes ``device`` as
+# a parameter, so nothing else in the script names a device.
+import matplotlib.pyplot as plt
+import torch
+
+import gpuguide
+
+device = gpuguide.pick_device()
+print(gpuguide.provenance(device))
+cpu = torch.device("cpu")
+bench = {"warmup_ms": 5.0, "rep_ms": 20.0} if gpuguide.small_mode() else {}
+
+# %%
+# Write device-agnostic code
+# --------------------------
+# Factory functions (``torch.randn``, ``torch.zeros``, ``torch.arange`` ...) take
+# ``device=`` and allocate the tensor there. ``*_like`` functions and ``Tensor.new_*``
+# inherit the device of their argument. A module moves its parameters *in place* with
+# ``.to(device)``, but ``Tensor.to`` returns a new tensor and leaves the original
+# where it was: forgetting to assign the result is a classic bug.
+model = torch.nn.Linear(256, 64).to(device)
+x = torch.randn(32, 256, device=device)
+y = model(x)
+print(f"input on {x.device}, weights on {model.weight.device}, output on {y.device}")
+print(f"zeros_like(y) is on {torch.zeros_like(y).device}")
+
+t = torch.zeros(3)
+t.to(device)  # result thrown away: t itself does not move
+print(f"after t.to(device) without assignment, t is still on {t.device}")
+t = t.to(device)
+print(f"after t = t.to(device), t is on {t.device}")
+
+# Results go back to the host for NumPy or printing with .cpu().
+print(f"y.cpu().numpy() has shape {y.detach().cpu().numpy().shape}")
+
+# %%
+# Every operand on the same device
+# --------------------------------
+# An operation whose tensor operands live on different devices raises a
+# ``RuntimeError`` rather than copying data behind your back. The one exception is a
+# 0-dimensional CPU tensor, which PyTorch treats like a Python number.
+a = torch.ones(4, 4, device=device)
+if device.type == "cpu":
+    print(
+        "Mixing CPU and GPU tensors needs a GPU; a 'meta' tensor (shape and dtype, "
+        "no data) stands in for the second device here."
+    )
+    b = torch.ones(4, 4, device="meta")
+else:
+    b = torch.ones(4, 4)  # on the CPU
+try:
+    a + b
+except RuntimeError as err:
+    print(f"RuntimeError: {err}")
+
+print(f"a * torch.tensor(2.0) works: result on {(a * torch.tensor(2.0)).device}")
+print(
+    f"a + b_host.to(device) works: result on {(a + torch.ones(4, 4).to(device)).device}"
+)
+
+# %%
+# Choose a size
+# -------------
+# The size comes from the device's budget: a square float32 matrix whose CPU random
+# number generation takes a few tens of milliseconds at most. The CPU generates
+# normal random numbers far below its copy bandwidth (``efficiency=0.05`` is a rough
+# planning figure), so the estimate uses the CPU's peaks even on a GPU run.
+budget = gpuguide.size_budget(device)
+host_peaks = gpuguide.device_peaks(cpu)
+sizes = gpuguide.sweep(
+    256,
+    4096,
+    budget=budget,
+    bytes_at=lambda n: 2 * 4 * n * n,
+    seconds_at=lambda n: gpuguide.estimate_seconds(
+        nbytes=4 * n * n, peaks=host_peaks, efficiency=0.05
+    ),
+    multiple_of=256,
+)
+n = sizes[-1]
+nbytes = 4 * n * n
+print(f"matrix: {n} x {n} float32 = {gpuguide.format_bytes(nbytes)}")
+
+# %%
+# Time creation and transfer separately
+# -------------------------------------
+# Three measurements, each of a single step:
+#
+# (a) ``torch.randn(..., device=device)``: the device's own generator fills memory
+# on the device.
+# (b) ``torch.randn(...)`` on the CPU: the host's generator.
+# (c) ``x_host.to(device)`` of a CPU tensor made beforehand: the copy alone.
+#
+# "Create on the CPU, then move" costs (b) + (c). Timing it as one call, (d), checks
+# that the parts add up.
+x_host = torch.randn(n, n)
+m_dev = gpuguide.benchmark(
+    torch.randn,
+    args=(n, n),
+    kwargs={"device": device},
+    device=device,
+    label=f"(a) randn on {device.type}",
+    **bench,
+)
+m_host = gpuguide.benchmark(
+    torch.randn, args=(n, n), device=cpu, label="(b) randn on cpu", **bench
+)
+m_copy = gpuguide.benchmark(
+    x_host.to, args=(device,), device=device, label="(c) .to(device)", **bench
+)
+
+
+def create_then_move():
+    return torch.randn(n, n).to(device)
+
+
+m_both = gpuguide.benchmark(
+    create_then_move, device=device, label="(d) randn on cpu + .to", **bench
+)
+for m in (m_dev, m_host, m_copy, m_both):
+    print(m)
+
+# %%
+# What the numbers say
+# --------------------
+# On a GPU, expect (a) to be tens to thousands of times faster than (b): the GPU
+# generates random numbers at close to its memory bandwidth. The copy (c) runs over
+# the host link (PCIe or similar) from pageable memory, typically at a few to a few
+# tens of GB/s. Which of (b) and (c) dominates depends on the CPU and the link, and
+# that is exactly what the single-step comparison hid. On a CPU, ``.to(device)`` of a
+# tensor already on that device returns the *same* tensor, so (c) costs almost
+# nothing, and (a) and (b) are the same operation.
+parts_s = m_host.median_s + m_copy.median_s
+print(f"x_host.to(device) is x_host: {x_host.to(device) is x_host}")
+print(
+    f"(b) + (c) = {gpuguide.format_time(parts_s)}, measured as one call (d): "
+    f"{gpuguide.format_time(m_both.median_s)}"
+)
+print(
+    f"create-then-move is {gpuguide.format_ratio(m_both.median_s / m_dev.median_s)} "
+    f"the time of creating on {device.type}; the CPU generator is "
+    f"{m_host.median_s / parts_s:.0%} of it, the copy {m_copy.median_s / parts_s:.0%}"
+)
+if device.type != "cpu":
+    copy_rate = gpuguide.bytes_per_s(nbytes, m_copy.median_s)
+    print(
+        f"host-to-device copy from pageable memory: {gpuguide.format_rate(copy_rate, 'B/s')}"
+    )
+
+# %%
+# Plot
+# ----
+# Each bar is a median with its IQR; the labels give the ratio to (a).
+if device.type == "cpu":
+    title = "On the CPU, .to(device) returns the same tensor: moving is free"
+else:
+    title = (
+        f"Create-then-move: {m_host.median_s / parts_s:.0%} CPU random numbers, "
+        f"{m_copy.median_s / parts_s:.0%} copy"
+    )
+fig, ax = plt.subplots()
+gpuguide.plot_bars(
+    ax,
+    {
+        f"(a) randn\ndevice={device.type}": m_dev,
+        "(b) randn\non the CPU": m_host,
+        "(c) .to(device)": m_copy,
+        "(b) + (c)": parts_s * 1e3,  # a float is plotted as given: ms
+        "(d) one call:\nrandn + .to": m_both,
+    },
+    ylabel="time (ms)",
+    title=title,
+    device=device,
+)
+plt.show()

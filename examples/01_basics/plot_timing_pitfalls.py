@@ -1,0 +1,265 @@
+"""
+Timing pitfalls
+===============
+
+A timing is only as good as what it actually measures. This page times one matrix
+multiplication several wrong ways and one right way, and shows how far off each
+wrong way is, as a ratio to the median from :func:`gpuguide.benchmark`.
+
+On a GPU the largest error comes from asynchronous execution: a host clock read
+right after a CUDA call measures the launch, not the work. Three pitfalls apply to
+every device and are measured on the CPU as well: the cost of the first call, the
+spread between single calls, and creating the inputs inside the timed region.
+Finally ``torch.utils.benchmark.Timer`` is used as an independent check, with a
+look at its default of one CPU thread.
+"""
+
+# %%
+# Setup
+# -----
+# The matrix size is chosen so that one multiplication takes a few milliseconds on
+# this device: long enough to time, short enough to repeat many times.
+import math
+import subprocess
+import sys
+import time
+
+import matplotlib.pyplot as plt
+import torch
+from torch.utils import benchmark as torch_benchmark
+
+import gpuguide
+
+device = gpuguide.pick_device()
+print(gpuguide.provenance(device))
+small = gpuguide.small_mode()
+bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if small else {}
+reps = 5 if small else 30
+
+peaks = gpuguide.device_peaks(device)
+sizes = gpuguide.sweep(
+    64,
+    16384,
+    budget=gpuguide.size_budget(device, call_s=0.005),
+    bytes_at=lambda n: 12 * n * n,
+    seconds_at=lambda n: gpuguide.estimate_seconds(
+        flop=gpuguide.matmul_flop(n, n, n), nbytes=12 * n * n, peaks=peaks
+    ),
+    multiple_of=64,
+)
+n = sizes[-1]
+a, b, out = (torch.randn(n, n, device=device) for _ in range(3))
+print(f"float32 matmul, n = {n}")
+
+# %%
+# The reference
+# -------------
+# :func:`gpuguide.benchmark` warms up, then times each call on its own (CUDA events
+# on a GPU, a monotonic clock on the CPU) and reports the median and the IQR. Every
+# ratio below is relative to this median.
+ref = gpuguide.benchmark(
+    torch.matmul, args=(a, b), kwargs={"out": out}, label="reference", **bench
+)
+print(ref)
+
+
+def sync():
+    """Wait for the device; a no-op on the CPU, where work finishes in the call."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def as_measurement(label, times_s, method):
+    return gpuguide.Measurement(label, tuple(times_s), str(device), method)
+
+
+# %%
+# Pitfall 1: a host clock that does not wait
+# ------------------------------------------
+# This is the obvious way to time a call. On a CPU it is right, because the matmul
+# is done when the call returns. On a GPU the call only queues a kernel and returns,
+# typically after 5-50 us whatever the size, so the clock measures the launch.
+samples = []
+for _ in range(reps):
+    t0 = time.perf_counter()
+    torch.matmul(a, b, out=out)
+    samples.append(time.perf_counter() - t0)
+sync()  # drain the queue before anything else is timed
+no_sync = as_measurement("host clock, no sync", samples, "wall-clock")
+print(no_sync)
+
+# %%
+# The fixes: synchronize, or use CUDA events
+# ------------------------------------------
+# ``torch.cuda.synchronize()`` before starting and before stopping the clock makes
+# the host wait for the GPU; it adds the synchronization latency (a few to tens of
+# microseconds) to each sample. CUDA events are timestamps recorded on the GPU's
+# stream, so they time what the GPU did, without host overhead.
+gpu_only = {}
+if device.type == "cuda":
+    samples = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        torch.matmul(a, b, out=out)
+        torch.cuda.synchronize()
+        samples.append(time.perf_counter() - t0)
+    gpu_only["host clock + sync"] = as_measurement(
+        "host clock + sync", samples, "wall-clock+sync"
+    )
+
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for start, end in zip(starts, ends, strict=True):
+        start.record()
+        torch.matmul(a, b, out=out)
+        end.record()
+    torch.cuda.synchronize()
+    ms = [start.elapsed_time(end) for start, end in zip(starts, ends, strict=True)]
+    gpu_only["CUDA events"] = as_measurement(
+        "CUDA events", [t / 1e3 for t in ms], "cuda-events"
+    )
+    for m in gpu_only.values():
+        print(m)
+else:
+    print(
+        "Asynchronous execution (no-sync clock, synchronize, CUDA events) needs a "
+        "CUDA GPU; on this device the plain clock above is already correct."
+    )
+
+# %%
+# Pitfall 2: the first call
+# -------------------------
+# The first matmul in a process pays one-time costs: on a GPU, creating the cuBLAS
+# handle and workspace and loading kernels; on a CPU, starting the thread pool.
+# Earlier pages of this gallery ran in the same process and already paid them, so
+# the first call is timed in a fresh Python process. Inputs are made (and the
+# device initialized) before the clock starts.
+FIRST_CALLS = """
+import sys, time, torch
+device, n = torch.device(sys.argv[1]), int(sys.argv[2])
+sync = getattr(torch, device.type).synchronize  # torch.cuda / mps / cpu
+a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+for _ in range(3):
+    sync()
+    t0 = time.perf_counter()
+    torch.matmul(a, b)
+    sync()
+    print(time.perf_counter() - t0)
+"""
+run = subprocess.run(
+    [sys.executable, "-c", FIRST_CALLS, str(device), str(n)],
+    capture_output=True,
+    text=True,
+    check=True,
+)
+first, second, third = (float(s) for s in run.stdout.split())
+cold = as_measurement("first call", [first], "wall-clock+sync")
+print(
+    f"fresh process: first call {gpuguide.format_time(first)}, then "
+    f"{gpuguide.format_time(second)} and {gpuguide.format_time(third)}; "
+    f"the first is {gpuguide.format_ratio(first / ref.median_s)} the reference"
+)
+
+# %%
+# Pitfall 3: trusting one sample
+# ------------------------------
+# Even warm, single calls differ: other processes, clock changes, page faults, the
+# GPU's power state. The reference kept every call; plotted in order they show the
+# spread that a one-shot timing draws from. Expect a few percent on a quiet GPU and
+# much more on a shared CPU.
+times_ms = [t * 1e3 for t in ref.times_s]
+print(
+    f"{ref.n} single calls: min {gpuguide.format_time(ref.min_s)}, median "
+    f"{gpuguide.format_time(ref.median_s)}, max {gpuguide.format_time(ref.max_s)} "
+    f"({gpuguide.format_ratio(ref.max_s / ref.median_s)} the median)"
+)
+fig, ax = plt.subplots()
+gpuguide.plot_sweep(
+    ax,
+    list(range(1, ref.n + 1)),
+    {"one call": times_ms, "median": [ref.median_ms] * ref.n},
+    xlabel="call (index)",
+    ylabel="time (ms)",
+    title=f"Single calls vary: the slowest is "
+    f"{gpuguide.format_ratio(ref.max_s / ref.median_s)} the median",
+    device=device,
+    logx=False,
+    logy=False,
+)
+plt.show()
+
+# %%
+# Pitfall 4: creating the inputs inside the timed call
+# ----------------------------------------------------
+# A popular notebook timed functions that first call ``torch.randn`` for their
+# inputs, so each timing included the random number generator and the allocator.
+# The bigger the operation relative to its inputs, the smaller the error: for a
+# large matmul on a GPU it may be a few percent, for a cheap operation or on a CPU
+# it can be several times the real cost.
+
+
+def matmul_with_fresh_inputs():
+    x = torch.randn(n, n, device=device)
+    y = torch.randn(n, n, device=device)
+    return torch.matmul(x, y)
+
+
+inside = gpuguide.benchmark(
+    matmul_with_fresh_inputs, device=device, label="randn inside", **bench
+)
+print(inside)
+
+# %%
+# A second opinion: ``torch.utils.benchmark.Timer``
+# -------------------------------------------------
+# ``Timer`` synchronizes CUDA and reports block medians, so it should agree with the
+# reference within the noise. It runs with one thread unless told otherwise, which
+# matters on a CPU (expect up to the core count slower) and hardly on a GPU.
+min_run_time = 0.02 if small else 0.2
+timer_stats = {}
+threads = {"Timer, all threads": torch.get_num_threads(), "Timer, 1 thread": 1}
+for label, num_threads in threads.items():
+    timer = torch_benchmark.Timer(
+        "torch.matmul(a, b, out=out)",
+        globals={"torch": torch, "a": a, "b": b, "out": out},
+        num_threads=num_threads,
+    )
+    result = timer.blocked_autorange(min_run_time=min_run_time)
+    method = "wall-clock" if device.type == "cpu" else "wall-clock+sync"
+    timer_stats[label] = as_measurement(label, result.times, method)
+    print(
+        f"{timer_stats[label]} ({len(result.times)} blocks of {result.number_per_run})"
+    )
+
+# %%
+# How wrong is each method?
+# -------------------------
+# Ratios to the reference median: 1.00x is right, below 1 underestimates, above 1
+# overestimates. The y axis is logarithmic because the no-sync clock on a GPU can
+# be off by orders of magnitude.
+methods = {
+    "reference": ref,
+    "host clock,\nno sync": no_sync,
+    **gpu_only,
+    "first call": cold,
+    "randn inside": inside,
+    **timer_stats,
+}
+for label, m in methods.items():
+    ratio = gpuguide.format_ratio(m.median_s / ref.median_s)
+    print(f"{label.replace(chr(10), ' ')}: {ratio} the reference")
+worst = max(methods, key=lambda k: abs(math.log(methods[k].median_s / ref.median_s)))
+fig, ax = plt.subplots()
+gpuguide.plot_bars(
+    ax,
+    methods,
+    ylabel="median time (ms)",
+    title=f"Worst method here: {worst.replace(chr(10), ' ')}, "
+    f"{gpuguide.format_ratio(methods[worst].median_s / ref.median_s)} the real time",
+    device=device,
+)
+ax.set_yscale("log")
+plt.show()

@@ -1,0 +1,180 @@
+"""Sessions for gpuguide: ``nox -s tests`` (default), ``nox -s docs``, ``nox -s lint``.
+
+Environments are kept between runs and reinstalled only when ``pyproject.toml``
+or this file changes. On a Linux machine with no NVIDIA GPU the sessions
+install a CPU build of torch instead of the multi-GB CUDA one; on a GPU
+machine they install the normal build. With ``nox --no-venv`` the sessions
+install nothing and use the packages of the interpreter that runs nox (a GPU
+machine that reaches no package registry).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2025.2.9"
+nox.options.sessions = ["tests"]
+nox.options.reuse_venv = "yes"
+# pip, not uv: pip honours a machine's pip configuration (local wheel folders).
+nox.options.default_venv_backend = "virtualenv"
+
+ROOT = Path(__file__).resolve().parent
+DOCS = ROOT / "docs"
+BUILD = DOCS / "_build"
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+
+# The CPU build tried first on a machine without an NVIDIA GPU (a wheel that
+# pip can find locally), then PyTorch's own CPU-only index.
+CPU_TORCH = os.environ.get("GPUGUIDE_CPU_TORCH", "torch==2.13.0")
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def _has_nvidia_gpu() -> bool:
+    if Path("/proc/driver/nvidia/version").exists():
+        return True
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+def _wants_cpu_torch() -> bool:
+    # Only Linux wheels on PyPI bundle CUDA; macOS and Windows ones are CPU builds.
+    return sys.platform.startswith("linux") and not _has_nvidia_gpu()
+
+
+def _no_venv(session: nox.Session) -> bool:
+    return session.venv_backend == "none"
+
+
+def _installed_torch(session: nox.Session) -> str:
+    """The torch version in the session's environment, or "" when none."""
+    code = "import importlib.metadata as m; print('torch', m.version('torch'))"
+    out = session.run_install("python", "-c", code, silent=True, success_codes=[0, 1])
+    words = (out or "").split()
+    return words[-1] if words[-2:-1] == ["torch"] else ""
+
+
+def _install_torch(session: nox.Session) -> None:
+    if not _wants_cpu_torch():
+        return  # the project's own dependency pulls the normal (CUDA) build
+    if "+cpu" in _installed_torch(session):
+        return
+    session.log("No NVIDIA GPU here: installing a CPU build of torch.")
+    # A CPU wheel that pip finds without an index (a local wheel folder) ...
+    session.run_install(
+        "python", "-m", "pip", "install", "--no-index", "--no-deps", CPU_TORCH,
+        success_codes=[0, 1],
+    )  # fmt: skip
+    if not _installed_torch(session):
+        # ... else PyTorch's CPU-only index, which also mirrors torch's needs.
+        session.install(CPU_TORCH.split("==")[0], "--index-url", CPU_TORCH_INDEX)
+
+
+def _install(session: nox.Session, *groups: str) -> None:
+    """Install torch, the dependency groups and the package, once per change."""
+    if _no_venv(session):
+        session.log("--no-venv: using the packages this interpreter already has.")
+        return
+    key = hashlib.sha256(
+        (ROOT / "pyproject.toml").read_bytes()
+        + Path(__file__).read_bytes()
+        + repr(groups).encode()
+    ).hexdigest()
+    stamp = Path(session.virtualenv.location) / ".gpuguide-installed"
+    if stamp.exists() and stamp.read_text() == key:
+        session.log("Environment up to date; nothing to install.")
+        return
+    _install_torch(session)
+    session.install(*nox.project.dependency_groups(PYPROJECT, *groups))
+    session.install("-e", ".")
+    stamp.write_text(key)
+
+
+def _env(session: nox.Session) -> dict[str, str]:
+    env = {"MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}
+    if _no_venv(session):  # make the checkout's package importable without installing
+        src = str(ROOT / "src")
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (src, os.environ.get("PYTHONPATH", "")) if p
+        )
+    return env
+
+
+def _has_module(session: nox.Session, name: str) -> bool:
+    code = (
+        f"import importlib.util; print(importlib.util.find_spec({name!r}) is not None)"
+    )
+    return (session.run("python", "-c", code, silent=True) or "").strip() == "True"
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the test suite with coverage of src/gpuguide (posargs go to pytest)."""
+    _install(session, "test")
+    args = ["-m", "pytest"]
+    if _has_module(session, "pytest_cov"):
+        args += ["--cov=gpuguide", "--cov-report=term-missing", "--cov-fail-under=90"]
+    else:
+        session.log("pytest-cov is not installed here: running without coverage.")
+    session.run("python", *args, *session.posargs, env=_env(session))
+
+
+def _docs_args(posargs: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="nox -s docs --", add_help=False)
+    parser.add_argument("--no-exec", action="store_true")
+    parser.add_argument("--example")
+    parser.add_argument("--clean", action="store_true")
+    return parser.parse_known_args(posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the site into docs/_build/html (--no-exec, --example NAME, --clean)."""
+    _install(session, "docs")
+    opts, sphinx_args = _docs_args(session.posargs)
+    if opts.clean:
+        for path in (BUILD, DOCS / "auto_examples", DOCS / "sg_execution_times.rst"):
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+    out = BUILD / "html"
+    if opts.no_exec:
+        # A separate output folder, so the executed pages are kept.
+        sphinx_args = ["-D", "plot_gallery=0", *sphinx_args]
+        out = BUILD / "html-noexec"
+    if opts.example:
+        pattern = opts.example.removesuffix(".py")
+        sphinx_args = [
+            "-D",
+            f"sphinx_gallery_conf.filename_pattern={pattern}",
+            *sphinx_args,
+        ]
+    session.run(
+        "python", "-m", "sphinx", "-b", "html", "-W", "--keep-going",
+        "-d", str(BUILD / "doctrees" / out.name), str(DOCS), str(out), *sphinx_args,
+        env=_env(session),
+    )  # fmt: skip
+    session.log(f"Open {out / 'index.html'} in a browser.")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Check style and formatting with ruff (posargs go to ``ruff check``)."""
+    if not _no_venv(session):
+        session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
+    session.run("ruff", "check", *session.posargs)
+    session.run("ruff", "format", "--check")

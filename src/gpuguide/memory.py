@@ -1,0 +1,457 @@
+"""Measure how much memory a block of code uses, on CUDA, MPS or the CPU.
+
+:func:`track_memory` is a context manager. On CUDA it reads PyTorch's caching
+allocator counters (``torch.cuda.memory_allocated`` and friends), which count the
+bytes held by tensors. On the CPU there is no tensor-level counter, so it reads the
+resident set size (RSS) of the whole process: that includes Python objects, library
+code and memory that the C allocator keeps after a tensor is freed. Each
+:class:`MemoryReport` says in its ``note`` which of these it measured.
+
+Examples
+--------
+>>> import torch
+>>> from gpuguide.memory import track_memory
+>>> with track_memory("cpu") as tracker:
+...     x = torch.ones(1024, 1024)
+>>> tracker.report.method
+'process-rss'
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["MemoryReport", "MemoryTracker", "rss_bytes", "track_memory"]
+
+# Linux files read for the CPU path; module-level so tests can point them elsewhere.
+_STATM = "/proc/self/statm"
+_STATUS = "/proc/self/status"
+_CLEAR_REFS = "/proc/self/clear_refs"
+
+#: Period of the fallback sampling thread, in seconds.
+_SAMPLE_PERIOD_S = 0.001
+
+_CUDA_NOTE = (
+    "PyTorch CUDA caching allocator: bytes held by tensors on this device. "
+    "Excludes the CUDA context, cuBLAS/cuDNN workspaces outside the allocator and "
+    "other processes; the reserved peak includes memory the allocator caches."
+)
+_MPS_NOTE = (
+    "PyTorch MPS allocator: bytes held by tensors at the start and end of the block; "
+    "MPS keeps no peak counter, so the peak is unknown."
+)
+_RSS_NOTE = (
+    "Whole-process resident memory (RSS), not just tensors: it includes Python "
+    "objects, libraries and allocator caches, and memory freed inside the block may "
+    "stay with the C allocator and still count."
+)
+_PEAK_HWM_NOTE = (
+    " Peak from the kernel's high-water mark (VmHWM), reset at block start."
+)
+_PEAK_SAMPLED_NOTE = (
+    " Peak sampled every ~1 ms by a background thread (the kernel high-water mark "
+    "could not be reset), so short spikes can be missed."
+)
+_RSS_FALLBACK_NOTE = (
+    " /proc is unavailable here: start and end are the process's peak RSS so far "
+    "(getrusage), so the net change is only an upper-bound estimate."
+)
+
+
+class _CudaMemoryAPI(Protocol):
+    """The part of ``torch.cuda`` that :class:`MemoryTracker` uses (injectable)."""
+
+    def current_device(self) -> int: ...
+    def synchronize(self, device: Any = None) -> None: ...
+    def reset_peak_memory_stats(self, device: Any = None) -> None: ...
+    def memory_allocated(self, device: Any = None) -> int: ...
+    def max_memory_allocated(self, device: Any = None) -> int: ...
+    def max_memory_reserved(self, device: Any = None) -> int: ...
+
+
+class _MPSMemoryAPI(Protocol):
+    """The part of ``torch.mps`` that :class:`MemoryTracker` uses (injectable)."""
+
+    def synchronize(self) -> None: ...
+    def current_allocated_memory(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """Memory used by a block of code.
+
+    Attributes
+    ----------
+    device : str
+        ``"cpu"``, ``"cuda:0"`` or ``"mps"``.
+    method : str
+        ``"cuda-allocator"``, ``"mps-allocator"`` or ``"process-rss"``.
+    start_bytes, end_bytes : int
+        Memory in use when the block started and when it ended, in bytes.
+    peak_bytes : int or None
+        Absolute high-water mark during the block, in bytes (None where unknown).
+    reserved_peak_bytes : int or None
+        CUDA only: peak bytes reserved by the caching allocator.
+    note : str
+        What the numbers can and cannot see.
+    """
+
+    device: str
+    method: str
+    start_bytes: int
+    end_bytes: int
+    peak_bytes: int | None
+    reserved_peak_bytes: int | None
+    note: str
+
+    @property
+    def net_bytes(self) -> int:
+        """Memory still held after the block: ``end_bytes - start_bytes``."""
+        return self.end_bytes - self.start_bytes
+
+    @property
+    def peak_increase_bytes(self) -> int | None:
+        """Peak above the start, ``peak_bytes - start_bytes`` (None if unknown)."""
+        if self.peak_bytes is None:
+            return None
+        return self.peak_bytes - self.start_bytes
+
+    def __str__(self) -> str:
+        from gpuguide.units import format_bytes
+
+        def signed(n: int) -> str:
+            return ("+" if n >= 0 else "") + format_bytes(n)
+
+        parts = [
+            f"{self.device} ({self.method}): start {format_bytes(self.start_bytes)}, "
+            f"end {format_bytes(self.end_bytes)} (net {signed(self.net_bytes)})"
+        ]
+        increase = self.peak_increase_bytes
+        if self.peak_bytes is None or increase is None:
+            parts.append("peak unknown")
+        else:
+            parts.append(f"peak {format_bytes(self.peak_bytes)} ({signed(increase)})")
+        if self.reserved_peak_bytes is not None:
+            parts.append(f"reserved peak {format_bytes(self.reserved_peak_bytes)}")
+        return ", ".join(parts)
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _statm_rss_bytes(text: str) -> int:
+    """Resident bytes from the text of ``/proc/self/statm`` (pages, 2nd field)."""
+    return int(text.split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _status_field_bytes(text: str, field: str) -> int | None:
+    """A ``kB`` field such as ``VmHWM`` from the text of ``/proc/self/status``."""
+    match = re.search(rf"^{field}:\s+(\d+)\s+kB", text, flags=re.MULTILINE)
+    return int(match.group(1)) * 1024 if match else None
+
+
+def _maxrss_bytes() -> int:
+    """Peak RSS of the process from ``getrusage`` (KiB on Linux, bytes on macOS)."""
+    import resource
+    import sys
+
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(maxrss) if sys.platform == "darwin" else int(maxrss) * 1024
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process, in bytes.
+
+    Reads ``/proc/self/statm`` on Linux. Where ``/proc`` is unavailable (macOS),
+    returns the process's peak RSS so far from ``getrusage``, the closest figure
+    the standard library offers.
+
+    Returns
+    -------
+    int
+        Bytes of physical memory the whole process holds.
+    """
+    text = _read_text(_STATM)
+    if text is not None:
+        return _statm_rss_bytes(text)
+    return _maxrss_bytes()
+
+
+def _hwm_bytes() -> int | None:
+    text = _read_text(_STATUS)
+    return None if text is None else _status_field_bytes(text, "VmHWM")
+
+
+def _reset_hwm() -> bool:
+    """Reset the kernel's RSS high-water mark (Linux >= 4.0); False if refused."""
+    if _hwm_bytes() is None:
+        return False
+    try:
+        with open(_CLEAR_REFS, "w", encoding="ascii") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
+
+
+class _Sampler:
+    """Background thread that records the largest RSS it sees."""
+
+    def __init__(self, period_s: float = _SAMPLE_PERIOD_S) -> None:
+        self.period_s = period_s
+        self.peak = rss_bytes()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="gpuguide-rss-sampler", daemon=True
+        )
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self.peak = max(self.peak, rss_bytes())
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_bytes())
+        return self.peak
+
+
+# Trackers whose block is running. Starting a tracker resets a process-wide peak
+# counter (VmHWM or the CUDA allocator's), so it first hands the current peak to
+# the trackers already running: nested blocks then still see their own peak.
+_active: list[MemoryTracker] = []
+_active_lock = threading.Lock()
+
+
+def _resolve_device(device: torch.device | str | None) -> torch.device:
+    import torch
+
+    if device is None:
+        from gpuguide.device import pick_device
+
+        return pick_device()
+    return torch.device(device)
+
+
+class MemoryTracker:
+    """Tracks memory over a ``with`` block; :attr:`report` is set when it exits.
+
+    Usually made by :func:`track_memory`. The tracker is its own context manager.
+
+    Parameters
+    ----------
+    device : torch.device or str or None
+        Device to watch; None picks the default (:func:`gpuguide.device.pick_device`).
+    backend : object, optional
+        For tests: replaces ``torch.cuda`` (CUDA devices) or ``torch.mps`` (MPS)
+        with an object offering the same memory functions.
+
+    Attributes
+    ----------
+    device : str
+        The device as a string (``"cuda:0"``, ``"mps"``, ``"cpu"``).
+    method : str
+        How memory is measured (see :class:`MemoryReport`).
+    report : MemoryReport or None
+        None until the block exits, then the measurement (also when it raised).
+    """
+
+    report: MemoryReport | None
+
+    def __init__(
+        self, device: torch.device | str | None = None, *, backend: Any = None
+    ) -> None:
+        dev = _resolve_device(device)
+        self._type = dev.type
+        self._backend = backend
+        self._index: int | None = None
+        if dev.type == "cuda":
+            cuda = self._cuda()
+            self._index = dev.index if dev.index is not None else cuda.current_device()
+            self.device = f"cuda:{self._index}"
+            self.method = "cuda-allocator"
+        elif dev.type == "mps":
+            self.device = "mps"
+            self.method = "mps-allocator"
+        elif dev.type == "cpu":
+            self.device = "cpu"
+            self.method = "process-rss"
+        else:
+            msg = f"track_memory supports cpu, cuda and mps devices, not {dev.type!r}"
+            raise ValueError(msg)
+        self.report = None
+        self._start = 0
+        self._carried_peak = 0
+        self._carried_reserved = 0
+        self._sampler: _Sampler | None = None
+        self._uses_hwm = False
+
+    def __repr__(self) -> str:
+        state = "running or not started" if self.report is None else str(self.report)
+        return f"<MemoryTracker {self.device} ({self.method}): {state}>"
+
+    # -- backends ---------------------------------------------------------------
+    def _cuda(self) -> _CudaMemoryAPI:
+        if self._backend is not None:
+            return self._backend
+        import torch
+
+        return torch.cuda
+
+    def _mps(self) -> _MPSMemoryAPI:
+        if self._backend is not None:
+            return self._backend
+        import torch
+
+        return torch.mps
+
+    def _current_peak(self) -> tuple[int, int]:
+        """The process-wide peak counters this tracker resets: (peak, reserved)."""
+        if self._type == "cuda":
+            cuda = self._cuda()
+            return (
+                int(cuda.max_memory_allocated(self._index)),
+                int(cuda.max_memory_reserved(self._index)),
+            )
+        hwm = (_hwm_bytes() or 0) if self._uses_hwm else 0
+        return hwm, 0
+
+    def _hand_over_peaks(self) -> None:
+        """Before resetting a shared counter, let running trackers keep its value."""
+        for other in _active:
+            if other._type == self._type and other._index == self._index:
+                peak, reserved = other._current_peak()
+                other._carried_peak = max(other._carried_peak, peak)
+                other._carried_reserved = max(other._carried_reserved, reserved)
+
+    # -- context manager -------------------------------------------------------
+    def __enter__(self) -> MemoryTracker:
+        self.report = None
+        self._carried_peak = self._carried_reserved = 0
+        with _active_lock:
+            if self._type == "cuda":
+                cuda = self._cuda()
+                cuda.synchronize(self._index)
+                self._hand_over_peaks()
+                cuda.reset_peak_memory_stats(self._index)
+                self._start = int(cuda.memory_allocated(self._index))
+            elif self._type == "mps":
+                mps = self._mps()
+                mps.synchronize()
+                self._start = int(mps.current_allocated_memory())
+            else:
+                self._hand_over_peaks()
+                self._uses_hwm = _reset_hwm()
+                self._start = rss_bytes()
+                if not self._uses_hwm:
+                    self._sampler = _Sampler()
+                    self._sampler.start()
+            _active.append(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        with _active_lock:
+            if self in _active:
+                _active.remove(self)
+            self.report = self._finish()
+
+    def _finish(self) -> MemoryReport:
+        if self._type == "cuda":
+            cuda = self._cuda()
+            cuda.synchronize(self._index)
+            end = int(cuda.memory_allocated(self._index))
+            peak, reserved = self._current_peak()
+            return MemoryReport(
+                device=self.device,
+                method=self.method,
+                start_bytes=self._start,
+                end_bytes=end,
+                peak_bytes=max(peak, self._carried_peak, end),
+                reserved_peak_bytes=max(reserved, self._carried_reserved),
+                note=_CUDA_NOTE,
+            )
+        if self._type == "mps":
+            mps = self._mps()
+            mps.synchronize()
+            end = int(mps.current_allocated_memory())
+            return MemoryReport(
+                device=self.device,
+                method=self.method,
+                start_bytes=self._start,
+                end_bytes=end,
+                peak_bytes=None,
+                reserved_peak_bytes=None,
+                note=_MPS_NOTE,
+            )
+        end = rss_bytes()
+        note = _RSS_NOTE
+        if self._uses_hwm:
+            peak = max(self._current_peak()[0], self._carried_peak, self._start, end)
+            note += _PEAK_HWM_NOTE
+        else:
+            assert self._sampler is not None
+            peak = max(self._sampler.stop(), self._start, end)
+            self._sampler = None
+            note += _PEAK_SAMPLED_NOTE
+        if _read_text(_STATM) is None:
+            note += _RSS_FALLBACK_NOTE
+        return MemoryReport(
+            device=self.device,
+            method=self.method,
+            start_bytes=self._start,
+            end_bytes=end,
+            peak_bytes=peak,
+            reserved_peak_bytes=None,
+            note=note,
+        )
+
+
+def track_memory(device: torch.device | str | None = None) -> MemoryTracker:
+    """Measure the memory a ``with`` block uses.
+
+    Parameters
+    ----------
+    device : torch.device or str or None
+        Device to watch; None picks the default device
+        (:func:`gpuguide.device.pick_device`).
+
+    Returns
+    -------
+    MemoryTracker
+        A context manager that yields itself; its ``report`` is a
+        :class:`MemoryReport` once the block exits (also when the block raises;
+        the exception propagates).
+
+    Notes
+    -----
+    * CUDA: synchronizes, resets the allocator's peak statistics, then reads
+      ``memory_allocated``, ``max_memory_allocated`` and ``max_memory_reserved``.
+    * MPS: ``torch.mps.current_allocated_memory`` at start and end; no peak.
+    * CPU: the resident memory of the whole process. The peak comes from the
+      Linux high-water mark (``/proc/self/clear_refs`` + ``VmHWM``) where the
+      kernel allows resetting it, else from a thread sampling every ~1 ms.
+
+    Examples
+    --------
+    >>> import torch
+    >>> with track_memory("cpu") as t:
+    ...     x = torch.ones(256, 1024, 1024, dtype=torch.uint8)
+    >>> t.report.net_bytes > 200 * 2**20
+    True
+    """
+    return MemoryTracker(device)

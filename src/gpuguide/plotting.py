@@ -1,0 +1,374 @@
+"""One look for every figure of the guide: sweeps, bar charts and the device label.
+
+The helpers draw on an ``Axes`` the example made with ``plt.subplots()``, so the
+example keeps control of its figure. Every axis label must name its unit in
+parentheses (``"time (ms)"``), and every figure says which device it was measured
+on.
+
+Examples
+--------
+>>> import matplotlib.pyplot as plt
+>>> from gpuguide.plotting import plot_sweep
+>>> fig, ax = plt.subplots()
+>>> plot_sweep(ax, [256, 512], {"copy": [1.5, 2.9]}, xlabel="size (elements)",
+...            ylabel="time (ms)", title="Copy time grows with size", device="cpu")
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import matplotlib as mpl
+from cycler import cycler
+
+from gpuguide.timing import Measurement
+from gpuguide.units import format_ratio
+
+if TYPE_CHECKING:
+    import torch
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure, SubFigure
+
+    from gpuguide.device import DeviceInfo
+
+__all__ = ["apply_style", "label_device", "plot_bars", "plot_sweep", "require_unit"]
+
+#: Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
+COLORS = (
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#D55E00",
+    "#CC79A7",
+    "#56B4E9",
+    "#000000",
+    "#F0E442",
+)
+
+_STYLE: dict[str, Any] = {
+    "figure.figsize": (7.0, 4.5),
+    "figure.dpi": 100,
+    "savefig.dpi": 100,
+    "figure.constrained_layout.use": True,
+    "axes.grid": True,
+    "axes.grid.which": "major",
+    "grid.alpha": 0.35,
+    "grid.linewidth": 0.6,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.prop_cycle": cycler(color=list(COLORS)),
+    "axes.titlesize": "medium",
+    "axes.titleweight": "bold",
+    "lines.linewidth": 1.8,
+    "lines.markersize": 5,
+    "legend.frameon": False,
+    "legend.fontsize": "small",
+}
+
+_DEVICE_LABEL_GID = "gpuguide-device-label"
+_UNIT = re.compile(r"\(\s*[^()\s][^()]*\)")
+
+
+def apply_style() -> None:
+    """Set matplotlib's rcParams to the guide's style.
+
+    Grid, a 7 x 4.5 inch figure at 100 dpi, constrained layout and a
+    colour-blind-safe colour cycle. Figures created afterwards get all of it;
+    the plot helpers also restyle the ``Axes`` they are given (grid, spines,
+    colours, layout), so calling this before ``plt.subplots()`` only adds the
+    figure size.
+    """
+    mpl.rcParams.update(_STYLE)
+
+
+def _style_axes(ax: Axes) -> None:
+    apply_style()
+    ax.grid(True, which="major", alpha=_STYLE["grid.alpha"])
+    ax.spines["top"].set_visible(False)
+    ax.spines["right"].set_visible(False)
+    if not (ax.lines or ax.patches or ax.collections):
+        ax.set_prop_cycle(_STYLE["axes.prop_cycle"])
+    fig = _root_figure(ax)
+    if fig.get_layout_engine() is None:
+        fig.set_layout_engine("constrained")
+
+
+def _root_figure(ax: Axes) -> Figure:
+    """The top-level figure of ``ax`` (also when it sits in a subfigure)."""
+    try:
+        return ax.get_figure(root=True)  # matplotlib >= 3.10
+    except TypeError:  # pragma: no cover - older matplotlib
+        fig = ax.figure
+        return getattr(fig, "figure", fig)
+
+
+def require_unit(label: str) -> str:
+    """Return ``label`` if it names a unit in parentheses, else raise.
+
+    Parameters
+    ----------
+    label : str
+        An axis label such as ``"time (ms)"`` or ``"size (elements)"``.
+
+    Returns
+    -------
+    str
+        The label, unchanged.
+
+    Raises
+    ------
+    ValueError
+        If the label has no non-empty ``(...)`` part.
+    """
+    if not isinstance(label, str) or not _UNIT.search(label):
+        msg = (
+            f"axis label {label!r} names no unit; put it in parentheses, "
+            'e.g. "time (ms)" or "bandwidth (GB/s)"'
+        )
+        raise ValueError(msg)
+    return label
+
+
+def _short_name(device: torch.device | str | DeviceInfo | None) -> str:
+    if hasattr(device, "short_name"):
+        return str(device.short_name)  # type: ignore[union-attr]
+    from gpuguide.device import describe_device, pick_device
+
+    if device is None:
+        device = pick_device()
+    return describe_device(device).short_name
+
+
+def label_device(
+    fig: Figure | SubFigure, device: torch.device | str | DeviceInfo | None
+) -> None:
+    """Write ``"measured on <device>"`` in the lower right corner of a figure.
+
+    Calling it again replaces the label rather than adding a second one.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure to label.
+    device : torch.device or str or DeviceInfo or None
+        The device measured; None describes the default device
+        (:func:`gpuguide.device.pick_device`). Its
+        :attr:`~gpuguide.device.DeviceInfo.short_name` is shown.
+    """
+    text = f"measured on {_short_name(device)}"
+    for artist in fig.texts:
+        if artist.get_gid() == _DEVICE_LABEL_GID:
+            artist.set_text(text)
+            return
+    fig.text(
+        0.995,
+        0.005,
+        text,
+        ha="right",
+        va="bottom",
+        fontsize="x-small",
+        color="0.45",
+        gid=_DEVICE_LABEL_GID,
+    )
+
+
+def _ms(seconds: float) -> float:
+    return seconds * 1e3
+
+
+def _point(
+    y: Measurement | float, value: Callable[[float], float]
+) -> tuple[float, float | None, float | None]:
+    """(y, band low, band high) of one point in the plotted unit."""
+    if isinstance(y, Measurement):
+        q25, q75 = value(y.q25_s), value(y.q75_s)
+        return value(y.median_s), min(q25, q75), max(q25, q75)
+    return float(y), None, None
+
+
+def _all_integers(xs: Sequence[float]) -> bool:
+    return all(float(v).is_integer() for v in xs)
+
+
+def _usable(v: float | None, log: bool) -> bool:
+    return v is not None and math.isfinite(v) and (v > 0 or not log)
+
+
+def plot_sweep(
+    ax: Axes,
+    x: Sequence[float],
+    series: Mapping[str, Sequence[Measurement | float | None]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    device: torch.device | str | DeviceInfo | None,
+    value: Callable[[float], float] | None = None,
+    logx: bool = True,
+    logy: bool = True,
+) -> None:
+    """Plot one line per series against a size sweep.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+        Where to draw.
+    x : sequence of float
+        The sizes, shared by every series.
+    series : mapping of str to sequence
+        Label -> one value per size. A :class:`~gpuguide.timing.Measurement`
+        is drawn at ``value(median_s)`` with its interquartile range as a band;
+        a float is drawn as given (already in the y unit); None is skipped.
+    xlabel, ylabel : str
+        Axis labels with units in parentheses (see :func:`require_unit`).
+    title : str
+        States the finding.
+    device : torch.device or str or DeviceInfo or None
+        Labelled on the figure with :func:`label_device`.
+    value : callable, optional
+        Converts seconds to the y unit; default milliseconds. A decreasing
+        conversion (``lambda s: n / s`` for a throughput) is fine: the band
+        spans the smaller and larger converted quartile.
+    logx, logy : bool
+        Logarithmic axes (default). The x axis uses base 2 when every size is
+        a whole number. Points that a log axis cannot show (<= 0, or not
+        finite) are left out.
+
+    Raises
+    ------
+    ValueError
+        For a label without a unit, or a series whose length differs from ``x``.
+    """
+    require_unit(xlabel)
+    require_unit(ylabel)
+    convert = value if value is not None else _ms
+    xs = [float(v) for v in x]
+    for name, ys in series.items():
+        if len(ys) != len(xs):
+            msg = f"series {name!r} has {len(ys)} values for {len(xs)} sizes"
+            raise ValueError(msg)
+    _style_axes(ax)
+    for name, ys in series.items():
+        line_x, line_y, band_x, band_lo, band_hi = [], [], [], [], []
+        for xv, raw in zip(xs, ys, strict=True):
+            if raw is None or not _usable(xv, logx):
+                continue
+            y, lo, hi = _point(raw, convert)
+            if not _usable(y, logy):
+                continue
+            line_x.append(xv)
+            line_y.append(y)
+            if _usable(lo, logy) and _usable(hi, logy):
+                band_x.append(xv)
+                band_lo.append(lo)
+                band_hi.append(hi)
+        if not line_x:
+            continue
+        (line,) = ax.plot(line_x, line_y, marker="o", label=name)
+        if band_x:
+            ax.fill_between(
+                band_x, band_lo, band_hi, color=line.get_color(), alpha=0.2, lw=0
+            )
+    if logx:
+        base = 2 if xs and _all_integers(xs) else 10
+        ax.set_xscale("log", base=base)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    label_device(ax.figure, device)
+
+
+def plot_bars(
+    ax: Axes,
+    values: Mapping[str, Measurement | float],
+    *,
+    ylabel: str,
+    title: str,
+    device: torch.device | str | DeviceInfo | None,
+    baseline: str | None = None,
+    value: Callable[[float], float] | None = None,
+) -> None:
+    """One bar per entry, each labelled with its ratio to a baseline.
+
+    The label on each bar is ``format_ratio(bar / baseline)`` in the plotted
+    unit: the baseline reads ``"1.00x"``. For times a ratio above 1 means
+    slower than the baseline; for throughputs it means faster.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+        Where to draw.
+    values : mapping of str to Measurement or float
+        Label -> value. A :class:`~gpuguide.timing.Measurement` is drawn at
+        ``value(median_s)`` with its interquartile range as an error bar; a
+        float is drawn as given (already in the y unit).
+    ylabel : str
+        Axis label with its unit in parentheses.
+    title : str
+        States the finding.
+    device : torch.device or str or DeviceInfo or None
+        Labelled on the figure with :func:`label_device`.
+    baseline : str, optional
+        The entry the ratios are relative to; default the first.
+    value : callable, optional
+        Converts seconds to the y unit; default milliseconds.
+
+    Raises
+    ------
+    ValueError
+        For a label without a unit, no values, or an unknown baseline.
+    """
+    require_unit(ylabel)
+    if not values:
+        msg = "plot_bars needs at least one value"
+        raise ValueError(msg)
+    names = list(values)
+    if baseline is None:
+        baseline = names[0]
+    if baseline not in values:
+        msg = f"baseline {baseline!r} is not one of {names}"
+        raise ValueError(msg)
+    convert = value if value is not None else _ms
+    points = [_point(values[name], convert) for name in names]
+    heights = [y for y, _, _ in points]
+    err_lo = [y - lo if lo is not None else 0.0 for y, lo, _ in points]
+    err_hi = [hi - y if hi is not None else 0.0 for y, _, hi in points]
+    has_err = any(lo is not None for _, lo, _ in points)
+    _style_axes(ax)
+    colors = [COLORS[i % len(COLORS)] for i in range(len(names))]
+    bars = ax.bar(
+        names,
+        heights,
+        yerr=[err_lo, err_hi] if has_err else None,
+        capsize=4 if has_err else 0,
+        color=colors,
+    )
+    base = heights[names.index(baseline)]
+    for bar, (y, _, hi) in zip(bars, points, strict=True):
+        ratio = y / base if base and math.isfinite(base) else None
+        top = max(y, hi) if hi is not None else y
+        ax.annotate(
+            format_ratio(ratio),
+            xy=(bar.get_x() + bar.get_width() / 2, top),
+            xytext=(0, 3),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize="small",
+        )
+    ax.margins(y=0.12)
+    ax.grid(False, axis="x")
+    if max(len(n) for n in names) > 12:
+        for tick in ax.get_xticklabels():
+            tick.set_rotation(20)
+            tick.set_horizontalalignment("right")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    label_device(ax.figure, device)

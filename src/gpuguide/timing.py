@@ -1,0 +1,625 @@
+"""Time a callable on CPU, CUDA or MPS and report the median with its spread.
+
+:func:`benchmark` follows ``triton.testing.do_bench``: warm-up and repetitions
+are time budgets in milliseconds, and on CUDA every call is timed by its own
+pair of CUDA events, with an optional L2 flush queued *before* the start event
+so that it is outside the timed pair, and a single synchronize at the end. On
+the CPU every call is timed on its own with a monotonic host clock; on MPS the
+host clock brackets each call followed by ``torch.mps.synchronize()``.
+
+Unlike ``torch.utils.benchmark.Timer``, which times blocks of several calls and
+reports a per-call *block mean*, every entry of :attr:`Measurement.times_s` is
+one call, so the quartiles describe the spread of single calls. For calls of a
+few microseconds or less on the CPU, the clock's own overhead (tens of ns)
+matters; use ``torch.utils.benchmark.Timer`` there.
+
+Examples
+--------
+>>> import torch
+>>> a = torch.randn(256, 256)
+>>> m = benchmark(torch.mm, args=(a, a), label="fp32 matmul 256")
+>>> flops_per_s(matmul_flop(256, 256, 256), m.median_s)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import operator
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from gpuguide.units import _sig, _time_unit, format_time
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "NOISY_RELATIVE_IQR",
+    "Measurement",
+    "benchmark",
+    "bytes_per_s",
+    "flops_per_s",
+    "matmul_flop",
+]
+
+#: A measurement whose IQR is more than this fraction of its median is noisy.
+NOISY_RELATIVE_IQR = 0.10
+
+#: Size of the buffer zeroed before each CUDA call when ``flush_l2=True``: larger
+#: than the L2 cache of any current GPU (50 MB on H100, 60 MB on H200), as in
+#: ``triton.testing.do_bench``.
+_L2_FLUSH_BYTES = 256 * 1024 * 1024
+
+#: Safety stop for the warm-up loop, should the clock not advance.
+_MAX_WARMUP_CALLS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Times of repeated calls of one operation, with named statistics.
+
+    Parameters
+    ----------
+    label : str
+        What was timed, e.g. ``"fp32 matmul 1024"``.
+    times_s : tuple of float
+        The time of each timed call, in seconds (at least one, each finite
+        and non-negative). A list is accepted and stored as a tuple.
+    device : str
+        Where it ran: ``"cpu"``, ``"cuda:0"`` or ``"mps"``.
+    method : str
+        How it was timed: ``"cuda-events"``, ``"wall-clock"`` or
+        ``"wall-clock+sync"``.
+    warmup_calls : int, optional
+        How many untimed calls ran before the timed ones.
+
+    Notes
+    -----
+    Quantiles use linear interpolation between the sorted times (position
+    ``q * (n - 1)``), which is numpy's default ``np.quantile(..., method=
+    "linear")`` and ``statistics.quantiles(..., method="inclusive")``.
+    """
+
+    label: str
+    times_s: tuple[float, ...]
+    device: str
+    method: str
+    warmup_calls: int = 0
+
+    def __post_init__(self) -> None:
+        times = tuple(float(t) for t in self.times_s)
+        if not times:
+            raise ValueError("Measurement.times_s must hold at least one time")
+        if not all(math.isfinite(t) and t >= 0 for t in times):
+            raise ValueError(
+                "Measurement.times_s must be finite, non-negative seconds; "
+                f"got {times!r}"
+            )
+        if self.warmup_calls < 0:
+            raise ValueError(
+                f"Measurement.warmup_calls must be >= 0, got {self.warmup_calls}"
+            )
+        object.__setattr__(self, "times_s", times)
+
+    @cached_property
+    def _sorted(self) -> tuple[float, ...]:
+        return tuple(sorted(self.times_s))
+
+    def quantile(self, q: float) -> float:
+        """The ``q`` quantile of the times, in seconds (linear interpolation).
+
+        Parameters
+        ----------
+        q : float
+            Between 0 (the minimum) and 1 (the maximum).
+        """
+        if not 0 <= q <= 1:
+            raise ValueError(f"quantile q must be between 0 and 1, got {q!r}")
+        data = self._sorted
+        position = q * (len(data) - 1)
+        lower = math.floor(position)
+        upper = min(lower + 1, len(data) - 1)
+        fraction = position - lower
+        return data[lower] + (data[upper] - data[lower]) * fraction
+
+    @property
+    def n(self) -> int:
+        """Number of timed calls."""
+        return len(self.times_s)
+
+    @property
+    def median_s(self) -> float:
+        """Median time per call, in seconds."""
+        return self.quantile(0.5)
+
+    @property
+    def mean_s(self) -> float:
+        """Mean time per call, in seconds."""
+        return math.fsum(self.times_s) / len(self.times_s)
+
+    @property
+    def min_s(self) -> float:
+        """Fastest call, in seconds."""
+        return self._sorted[0]
+
+    @property
+    def max_s(self) -> float:
+        """Slowest call, in seconds."""
+        return self._sorted[-1]
+
+    @property
+    def q25_s(self) -> float:
+        """First quartile, in seconds."""
+        return self.quantile(0.25)
+
+    @property
+    def q75_s(self) -> float:
+        """Third quartile, in seconds."""
+        return self.quantile(0.75)
+
+    @property
+    def iqr_s(self) -> float:
+        """Interquartile range ``q75_s - q25_s``, in seconds."""
+        return self.q75_s - self.q25_s
+
+    @property
+    def relative_iqr(self) -> float:
+        """IQR as a fraction of the median (0.017 is 1.7 %).
+
+        ``inf`` when the median is zero but the IQR is not, 0 when both are.
+        """
+        median, iqr = self.median_s, self.iqr_s
+        if median == 0:
+            return math.inf if iqr > 0 else 0.0
+        return iqr / median
+
+    @property
+    def median_ms(self) -> float:
+        """Median time per call, in milliseconds."""
+        return self.median_s * 1e3
+
+    @property
+    def median_us(self) -> float:
+        """Median time per call, in microseconds."""
+        return self.median_s * 1e6
+
+    @property
+    def is_noisy(self) -> bool:
+        """Whether the IQR is more than ``NOISY_RELATIVE_IQR`` of the median."""
+        return self.relative_iqr > NOISY_RELATIVE_IQR
+
+    def __repr__(self) -> str:
+        median = self.median_s
+        scale, unit = _time_unit(median)
+        runs = "1 run" if self.n == 1 else f"{self.n} runs"
+        relative = self.relative_iqr
+        percent = "inf" if math.isinf(relative) else _sig(relative * 100, 2)
+        text = (
+            f"<Measurement {self.label!r} on {self.device}: "
+            f"median {format_time(median)}, "
+            f"IQR {_sig(self.iqr_s / scale, 2)} {unit} ({percent}%), "
+            f"{runs}, {self.method}"
+        )
+        if self.is_noisy:
+            limit = _sig(NOISY_RELATIVE_IQR * 100, 2)
+            text += f", NOISY (IQR > {limit}% of median)"
+        return text + ">"
+
+
+def flops_per_s(flop: float, seconds: float) -> float:
+    """Compute rate in FLOP/s from an operation count and a time.
+
+    Parameters
+    ----------
+    flop : float
+        Floating-point operations performed (>= 0), e.g. :func:`matmul_flop`.
+    seconds : float
+        Time taken, in seconds (> 0), e.g. ``Measurement.median_s``.
+    """
+    return _rate(flop, seconds, "flop")
+
+
+def bytes_per_s(nbytes: float, seconds: float) -> float:
+    """Bandwidth in bytes/s from a byte count and a time.
+
+    Parameters
+    ----------
+    nbytes : float
+        Bytes moved (>= 0); for a copy, count bytes read plus bytes written.
+    seconds : float
+        Time taken, in seconds (> 0).
+    """
+    return _rate(nbytes, seconds, "nbytes")
+
+
+def _rate(amount: float, seconds: float, name: str) -> float:
+    amount, seconds = float(amount), float(seconds)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"seconds must be finite and > 0, got {seconds!r}")
+    if not (math.isfinite(amount) and amount >= 0):
+        raise ValueError(f"{name} must be finite and >= 0, got {amount!r}")
+    return amount / seconds
+
+
+def matmul_flop(m: int, n: int, k: int, batch: int = 1) -> int:
+    """FLOP of a (batched) matmul ``(m x k) @ (k x n)``: ``2 * m * n * k * batch``.
+
+    One multiply and one add per inner-product term.
+    """
+    sizes = {"m": m, "n": n, "k": k, "batch": batch}
+    for name, value in sizes.items():
+        try:
+            value = operator.index(value)
+        except TypeError:
+            raise TypeError(
+                f"matmul_flop: {name} must be an integer, got {value!r}"
+            ) from None
+        if value < 0:
+            raise ValueError(f"matmul_flop: {name} must be >= 0, got {value}")
+        sizes[name] = value
+    return 2 * sizes["m"] * sizes["n"] * sizes["k"] * sizes["batch"]
+
+
+def benchmark(
+    fn: Callable[..., Any],
+    *,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    label: str | None = None,
+    device: str | torch.device | None = None,
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    min_reps: int = 5,
+    max_reps: int = 1000,
+    flush_l2: bool = False,
+    clock: Callable[[], float] | None = None,
+) -> Measurement:
+    """Time ``fn(*args, **kwargs)`` and return every call's time.
+
+    ``fn`` runs repeatedly until ``warmup_ms`` have passed (at least once);
+    the warm-up gives an estimate of one call's time, from which the number
+    of timed calls is ``ceil(rep_ms / estimate)``, clamped to
+    ``[min_reps, max_reps]``. Build the inputs before calling: only ``fn`` is
+    timed.
+
+    Parameters
+    ----------
+    fn : callable
+        The operation to time.
+    args, kwargs
+        Arguments passed to every call of ``fn``.
+    label : str, optional
+        Name for the result; defaults to ``fn``'s qualified name.
+    device : str or torch.device, optional
+        Where the work runs, which decides how it is timed. An explicit
+        device wins; otherwise it is inferred from the tensors in ``args``
+        and ``kwargs`` (the first tensor not on the CPU, else ``"cpu"``),
+        else ``"cpu"``. Pass it when ``fn`` captures its GPU tensors.
+    warmup_ms : float
+        Warm-up budget, in milliseconds (> 0).
+    rep_ms : float
+        Budget for the timed calls, in milliseconds (> 0).
+    min_reps, max_reps : int
+        Bounds on the number of timed calls (``1 <= min_reps <= max_reps``).
+    flush_l2 : bool
+        CUDA only: zero a 256 MiB buffer before each call, outside the timed
+        event pair, so that every call starts with a cold L2 cache. Ignored on
+        the CPU and MPS.
+    clock : callable, optional
+        Zero-argument callable returning seconds, used instead of
+        ``time.perf_counter`` on the CPU and MPS (tests inject a fake one).
+        Not allowed on CUDA, where CUDA events do the timing.
+
+    Returns
+    -------
+    Measurement
+        With ``method`` ``"cuda-events"`` (CUDA), ``"wall-clock"`` (CPU) or
+        ``"wall-clock+sync"`` (MPS).
+
+    Raises
+    ------
+    TypeError
+        If ``fn`` or ``clock`` is not callable, or the repetition bounds are
+        not integers.
+    ValueError
+        For non-positive or non-finite budgets, ``min_reps < 1``,
+        ``max_reps < min_reps``, an unsupported device, or a ``clock`` with a
+        CUDA device.
+    RuntimeError
+        If the requested device is not available.
+    """
+    if not callable(fn):
+        raise TypeError(f"benchmark: fn must be callable, got {fn!r}")
+    if clock is not None and not callable(clock):
+        raise TypeError(f"benchmark: clock must be callable, got {clock!r}")
+    warmup_s = _budget_s(warmup_ms, "warmup_ms")
+    rep_s = _budget_s(rep_ms, "rep_ms")
+    min_reps = _integer(min_reps, "min_reps")
+    max_reps = _integer(max_reps, "max_reps")
+    if min_reps < 1:
+        raise ValueError(f"benchmark: min_reps must be >= 1, got {min_reps}")
+    if max_reps < min_reps:
+        raise ValueError(
+            f"benchmark: max_reps ({max_reps}) must be >= min_reps ({min_reps})"
+        )
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(
+            f"benchmark: args must be a tuple or list of arguments, got "
+            f"{type(args).__name__} (write args=(x,) for a single argument)"
+        )
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise TypeError(
+            f"benchmark: kwargs must be a mapping, got {type(kwargs).__name__}"
+        )
+    args = tuple(args)
+    kwargs = dict(kwargs or {})
+    if label is None:
+        label = _default_label(fn)
+
+    def call() -> None:
+        fn(*args, **kwargs)
+
+    device_type, device_name = _resolve_device(device, args, kwargs)
+
+    if device_type == "cuda":
+        if clock is not None:
+            raise ValueError(
+                "benchmark: clock cannot be used with a CUDA device: a host "
+                "clock does not see when GPU work ends; CUDA events time it"
+            )
+        import torch
+
+        with torch.cuda.device(device_name):
+            torch.cuda.synchronize()
+            calls, estimate = _warmup(
+                call, warmup_s, time.perf_counter, torch.cuda.synchronize
+            )
+            n = _rep_count(estimate, rep_s, min_reps, max_reps)
+            times = _cuda_times(call, n, flush=flush_l2)
+        method = "cuda-events"
+    else:
+        clock = time.perf_counter if clock is None else clock
+        synchronize = None
+        method = "wall-clock"
+        if device_type == "mps":
+            import torch
+
+            synchronize = torch.mps.synchronize
+            synchronize()
+            method = "wall-clock+sync"
+        calls, estimate = _warmup(call, warmup_s, clock, synchronize)
+        n = _rep_count(estimate, rep_s, min_reps, max_reps)
+        times = _host_times(call, n, clock, synchronize)
+
+    return Measurement(
+        label=label,
+        times_s=tuple(times),
+        device=device_name,
+        method=method,
+        warmup_calls=calls,
+    )
+
+
+def _budget_s(value: float, name: str) -> float:
+    """A time budget in ms, validated and converted to seconds."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"benchmark: {name} must be a number of milliseconds, got {value!r}"
+        ) from None
+    if not math.isfinite(value):
+        raise ValueError(f"benchmark: {name} must be finite, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"benchmark: {name} must be > 0, got {value!r}")
+    return value / 1e3
+
+
+def _integer(value: int, name: str) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"benchmark: {name} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(
+            f"benchmark: {name} must be an integer, got {value!r}"
+        ) from None
+
+
+def _default_label(fn: Callable[..., Any]) -> str:
+    """``fn``'s qualified name; the plain name when that passes a private class.
+
+    ``torch.mm`` has the qualified name ``_VariableFunctionsClass.mm``: "mm".
+    """
+    qualname = getattr(fn, "__qualname__", None)
+    name = getattr(fn, "__name__", None)
+    if isinstance(qualname, str) and not any(
+        part.startswith("_") for part in qualname.split(".")[:-1]
+    ):
+        return qualname
+    if isinstance(name, str):
+        return name
+    text = repr(fn)
+    # A module's repr lists every layer: keep the class name for long ones.
+    return text if len(text) <= 60 and "\n" not in text else type(fn).__name__
+
+
+def _tensor_device(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> torch.device | None:
+    """The device of the first non-CPU tensor in the arguments, else of any.
+
+    Looks at the arguments and into lists, tuples and dict values in them,
+    up to three levels deep, in order. ``None`` when there is no tensor.
+    """
+    import torch
+
+    found = None
+    queue = [(value, 0) for value in (*args, *kwargs.values())]
+    while queue:
+        value, level = queue.pop(0)
+        if isinstance(value, torch.Tensor):
+            if value.device.type != "cpu":
+                return value.device
+            if found is None:
+                found = value.device
+        elif level < 3 and isinstance(value, (list, tuple)):
+            queue.extend((item, level + 1) for item in value)
+        elif level < 3 and isinstance(value, dict):
+            queue.extend((item, level + 1) for item in value.values())
+    return found
+
+
+def _resolve_device(
+    device: str | torch.device | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> tuple[str, str]:
+    """``(type, name)`` of the device to time on, e.g. ``("cuda", "cuda:0")``."""
+    import torch
+
+    if device is None:
+        resolved = _tensor_device(args, kwargs)
+        if resolved is None:
+            return "cpu", "cpu"
+    else:
+        try:
+            resolved = torch.device(device)
+        except (RuntimeError, TypeError):
+            raise ValueError(f"benchmark: unknown device {device!r}") from None
+
+    if resolved.type == "cpu":
+        return "cpu", "cpu"
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                f"benchmark: device {str(resolved)!r} was requested, but CUDA is "
+                "not available (torch.cuda.is_available() is False)"
+            )
+        index = (
+            torch.cuda.current_device() if resolved.index is None else resolved.index
+        )
+        return "cuda", f"cuda:{index}"
+    if resolved.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise RuntimeError(
+                "benchmark: device 'mps' was requested, but MPS is not available"
+            )
+        return "mps", "mps"
+    raise ValueError(
+        f"benchmark: unsupported device type {resolved.type!r}; "
+        "use 'cpu', 'cuda' or 'mps'"
+    )
+
+
+def _warmup(
+    call: Callable[[], None],
+    warmup_s: float,
+    clock: Callable[[], float],
+    synchronize: Callable[[], None] | None,
+) -> tuple[int, float]:
+    """Call until ``warmup_s`` has passed (at least once).
+
+    Returns
+    -------
+    calls, estimate_s
+        Number of warm-up calls and the mean time per call, in seconds.
+    """
+    calls = 0
+    start = clock()
+    while True:
+        call()
+        if synchronize is not None:
+            synchronize()
+        calls += 1
+        elapsed = clock() - start
+        if elapsed >= warmup_s or calls >= _MAX_WARMUP_CALLS:
+            break
+    return calls, max(elapsed, 0.0) / calls
+
+
+def _rep_count(estimate_s: float, rep_s: float, min_reps: int, max_reps: int) -> int:
+    """``ceil(rep_s / estimate_s)`` clamped to ``[min_reps, max_reps]``."""
+    if estimate_s <= 0:
+        return max_reps
+    # The tolerance keeps an exact ratio (100 ms / 1 ms) from rounding up to 101.
+    wanted = math.ceil(rep_s / estimate_s - 1e-9)
+    return min(max(wanted, min_reps), max_reps)
+
+
+def _host_times(
+    call: Callable[[], None],
+    n: int,
+    clock: Callable[[], float],
+    synchronize: Callable[[], None] | None = None,
+) -> list[float]:
+    """Time ``n`` calls one by one with a host clock, in seconds.
+
+    The garbage collector is paused while timing, as ``timeit`` does.
+    """
+    times = []
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(n):
+            t0 = clock()
+            call()
+            if synchronize is not None:
+                synchronize()
+            t1 = clock()
+            times.append(t1 - t0)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return times
+
+
+def _l2_flush_buffer() -> Any:
+    """A 256 MiB int32 buffer on the current CUDA device, zeroed to flush L2."""
+    import torch
+
+    return torch.empty(_L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+
+
+def _cuda_times(
+    call: Callable[[], None],
+    n: int,
+    *,
+    flush: bool = False,
+    event_factory: Callable[..., Any] | None = None,
+    synchronize: Callable[[], None] | None = None,
+    flush_buffer: Any = None,
+) -> list[float]:
+    """Time ``n`` calls with one CUDA event pair each, in seconds.
+
+    Per call: optional ``flush_buffer.zero_()`` (queued before the start event,
+    so outside the timed pair), ``start.record()``, the call, ``end.record()``.
+    One ``synchronize()`` after all calls, then the elapsed times are read
+    (milliseconds, converted to seconds). The keyword arguments default to
+    ``torch.cuda.Event``, ``torch.cuda.synchronize`` and a 256 MiB buffer on the
+    current device; tests pass fakes.
+    """
+    if event_factory is None or synchronize is None:
+        import torch
+
+        event_factory = event_factory or torch.cuda.Event
+        synchronize = synchronize or torch.cuda.synchronize
+    if flush and flush_buffer is None:
+        flush_buffer = _l2_flush_buffer()
+    pairs = [
+        (event_factory(enable_timing=True), event_factory(enable_timing=True))
+        for _ in range(n)
+    ]
+    for start, end in pairs:
+        if flush:
+            flush_buffer.zero_()
+        start.record()
+        call()
+        end.record()
+    synchronize()
+    return [start.elapsed_time(end) / 1e3 for start, end in pairs]

@@ -1,0 +1,200 @@
+"""Human-readable formatting of times, sizes, rates and ratios.
+
+One unit per quantity across the package: times are seconds, sizes are bytes,
+compute rates are FLOP/s and bandwidths are bytes/s. These helpers turn those
+numbers into short strings for printed output, reprs and figure labels, always
+with three significant digits (at most three for ratios).
+
+Examples
+--------
+>>> format_time(0.00123)
+'1.23 ms'
+>>> format_bytes(3 * 2**20)
+'3.00 MiB'
+>>> format_rate(1.2e12, "FLOP/s")
+'1.20 TFLOP/s'
+>>> format_ratio(3.2)
+'3.2x'
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["format_bytes", "format_rate", "format_ratio", "format_time"]
+
+#: Time units from the largest down, as (seconds per unit, name). ASCII "us".
+_TIME_UNITS: tuple[tuple[float, str], ...] = (
+    (1.0, "s"),
+    (1e-3, "ms"),
+    (1e-6, "us"),
+    (1e-9, "ns"),
+)
+
+_BYTE_UNITS: tuple[str, ...] = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+_SI_PREFIXES: tuple[str, ...] = ("", "k", "M", "G", "T", "P", "E")
+
+
+def _round_sig(value: float, digits: int) -> tuple[float, int]:
+    """Round ``value`` to ``digits`` significant digits.
+
+    Returns
+    -------
+    rounded, decimals
+        The rounded value and how many decimals show exactly ``digits``
+        significant digits (0 when the value has more integer digits).
+    """
+    if value == 0:
+        return 0.0, max(digits - 1, 0)
+    exponent = math.floor(math.log10(abs(value)))
+    decimals = max(digits - 1 - exponent, 0)
+    rounded = round(value, decimals)
+    # Rounding can carry into the next decade (9.996 -> 10.00): one digit fewer.
+    if rounded != 0 and math.floor(math.log10(abs(rounded))) > exponent:
+        decimals = max(decimals - 1, 0)
+        rounded = round(value, decimals)
+    return rounded, decimals
+
+
+def _sig(value: float, digits: int = 3) -> str:
+    """``value`` in fixed-point notation with ``digits`` significant digits."""
+    rounded, decimals = _round_sig(value, digits)
+    return f"{rounded:.{decimals}f}"
+
+
+def _time_unit(seconds: float) -> tuple[float, str]:
+    """The unit that :func:`format_time` uses for ``seconds``.
+
+    Returns
+    -------
+    scale, name
+        Seconds per unit and the unit's name, e.g. ``(1e-3, "ms")``.
+    """
+    magnitude = abs(seconds)
+    if not math.isfinite(magnitude) or magnitude == 0:
+        return 1.0, "s"
+    for scale, name in _TIME_UNITS:
+        # Compare the *rounded* value so 0.9996 ms reads "1.00 ms", not "1000 us".
+        if abs(_round_sig(magnitude / scale, 3)[0]) >= 1:
+            return scale, name
+    return _TIME_UNITS[-1]
+
+
+def format_time(seconds: float) -> str:
+    """Format a duration in seconds with three significant digits.
+
+    Parameters
+    ----------
+    seconds : float
+        The duration, in seconds. Negative durations keep their sign.
+
+    Returns
+    -------
+    str
+        ``"812 ns"``, ``"12.3 us"``, ``"1.23 ms"`` or ``"2.50 s"`` (ASCII
+        ``us`` for microseconds). Zero reads ``"0 s"``; durations below a
+        nanosecond stay in ns (``"0.500 ns"``); non-finite values read
+        ``"nan s"``/``"inf s"``.
+    """
+    seconds = float(seconds)
+    if math.isnan(seconds) or math.isinf(seconds):
+        return f"{seconds} s"
+    if seconds == 0:
+        return "0 s"
+    scale, name = _time_unit(seconds)
+    return f"{_sig(seconds / scale)} {name}"
+
+
+def format_bytes(n: float) -> str:
+    """Format a size in bytes with binary (1024-based) units.
+
+    Parameters
+    ----------
+    n : float
+        The size, in bytes. Negative sizes (a memory decrease) keep their sign.
+
+    Returns
+    -------
+    str
+        ``"512 B"`` (whole bytes), ``"1.50 KiB"``, ``"3.00 MiB"``,
+        ``"79.1 GiB"``: three significant digits above 1 KiB.
+    """
+    n = float(n)
+    if math.isnan(n) or math.isinf(n):
+        return f"{n} B"
+    sign = "-" if n < 0 else ""
+    magnitude = abs(n)
+    if round(magnitude) < 1024:
+        return f"{sign}{magnitude:.0f} B"
+    index = 0
+    value = magnitude
+    # Move up while the next unit would show at least "1.00" (1023.9 KiB -> 1.00 MiB).
+    while index < len(_BYTE_UNITS) - 1 and _round_sig(value / 1024, 3)[0] >= 1:
+        value /= 1024
+        index += 1
+    return f"{sign}{_sig(value)} {_BYTE_UNITS[index]}"
+
+
+def format_rate(value: float | None, unit: str) -> str:
+    """Format a rate with an SI prefix and three significant digits.
+
+    Parameters
+    ----------
+    value : float or None
+        The rate in base units per second, e.g. FLOP/s or bytes/s. ``None``
+        (an unknown rate, such as the peak of an unknown GPU) reads ``"n/a"``.
+    unit : str
+        The base unit, e.g. ``"FLOP/s"`` or ``"B/s"``.
+
+    Returns
+    -------
+    str
+        ``"1.20 TFLOP/s"`` for ``(1.2e12, "FLOP/s")``, ``"50.0 GB/s"`` for
+        ``(5e10, "B/s")``. Decimal (1000-based) prefixes up to exa.
+    """
+    if value is None:
+        return "n/a"
+    value = float(value)
+    if math.isnan(value) or math.isinf(value):
+        return f"{value} {unit}"
+    sign = "-" if value < 0 else ""
+    magnitude = abs(value)
+    index = 0
+    while index < len(_SI_PREFIXES) - 1 and _round_sig(magnitude / 1000, 3)[0] >= 1:
+        magnitude /= 1000
+        index += 1
+    return f"{sign}{_sig(magnitude)} {_SI_PREFIXES[index]}{unit}"
+
+
+def format_ratio(x: float | None) -> str:
+    """Format a speed-up or ratio as ``"3.2x"``.
+
+    At most three significant digits, trailing zeros dropped (``"3.2x"``,
+    ``"0.031x"``), except that a whole number keeps three digits so that a
+    baseline reads ``"1.00x"`` (and ``2.0`` reads ``"2.00x"``). Values of 1000
+    and more are shown whole (``"1234x"``).
+
+    Parameters
+    ----------
+    x : float or None
+        The ratio. ``None`` reads ``"n/a"``.
+
+    Returns
+    -------
+    str
+        The ratio followed by ``"x"``.
+    """
+    if x is None:
+        return "n/a"
+    x = float(x)
+    if math.isnan(x) or math.isinf(x):
+        return f"{x}x"
+    rounded, decimals = _round_sig(x, 3)
+    text = f"{rounded:.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    if rounded == int(rounded) and abs(rounded) < 1000:
+        # A whole number: keep its three significant digits ("1.00x").
+        text = f"{rounded:.{decimals}f}"
+    return f"{text}x"

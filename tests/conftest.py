@@ -1,0 +1,25 @@
+"""Shared test set-up: the ``gpu`` marker and the repository's paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*/plot_*.py"))
+
+
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Skip tests marked ``gpu`` cleanly when CUDA is not available."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(
+        reason="needs a CUDA GPU (torch.cuda.is_available() is False)"
+    )
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

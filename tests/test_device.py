@@ -1,0 +1,510 @@
+"""Tests for gpuguide.device: fake GPU properties, sample /proc texts, fixed clocks."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from gpuguide import device as device_mod
+from gpuguide.device import DeviceInfo, describe_device, pick_device, provenance
+
+NOW = datetime(2026, 11, 21, 10, 42, 37, tzinfo=timezone.utc)
+
+# Two sockets x 2 cores x 2 hyper-threads: 8 logical CPUs, 4 physical cores.
+CPUINFO_X86 = "\n\n".join(
+    f"processor\t: {cpu}\n"
+    "vendor_id\t: GenuineIntel\n"
+    "model name\t: Intel(R) Xeon(R)   Platinum 8375C CPU @ 2.90GHz\n"
+    f"physical id\t: {cpu // 4}\n"
+    f"core id\t\t: {cpu % 2}\n"
+    "cpu cores\t: 2"
+    for cpu in range(8)
+)
+CPUINFO_ARM = (
+    "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n\n"
+    "processor\t: 1\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n\n"
+)
+CPUINFO_PI = "processor\t: 0\nmodel name\t: ARMv7 Processor rev 3 (v7l)\n\nHardware\t: BCM2835\nModel\t: Raspberry Pi 4\n"
+CPUINFO_PPC = "processor\t: 0\ncpu\t\t: POWER9, altivec supported\nclock\t\t: 2.3GHz\n"
+
+PROC_DRIVER = (
+    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Wed Jan  8 "
+    "01:26:05 UTC 2025\nGCC version:  gcc version 12.3.0\n"
+)
+PROC_DRIVER_OPEN = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release "
+    "Build  (dvs-builder@U16-T02-35-3)  Tue Mar  5 22:15:33 UTC 2024\n"
+)
+
+
+def props(name: str, sms: int, memory: int, major: int = 9, minor: int = 0):
+    """A stand-in for torch.cuda.get_device_properties(i)."""
+    return SimpleNamespace(
+        name=name,
+        multi_processor_count=sms,
+        total_memory=memory,
+        major=major,
+        minor=minor,
+    )
+
+
+H100 = props("NVIDIA H100 80GB HBM3", 132, 85_045_379_072)
+
+
+def cuda_info(p=H100, *, cuda="12.8", driver="570.86.15") -> DeviceInfo:
+    return device_mod._describe_cuda(
+        0,
+        p,
+        torch_version="2.13.0",
+        cuda_version=cuda,
+        driver_version=driver,
+        cpuinfo_text=CPUINFO_X86,
+    )
+
+
+def cpu_info(**changes) -> DeviceInfo:
+    info = device_mod._describe_host("cpu", CPUINFO_X86)
+    fields = {
+        "torch_version": "2.13.0+cpu",
+        "cuda_version": None,
+        "cpu_threads": 2,
+        "torch_threads": 2,
+    }
+    fields.update(changes)
+    return dataclasses.replace(info, **fields)
+
+
+@pytest.fixture
+def no_accelerator(monkeypatch):
+    """A machine with neither CUDA nor MPS, and no GPUGUIDE_DEVICE."""
+    monkeypatch.delenv("GPUGUIDE_DEVICE", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(device_mod, "_mps_available", lambda: False)
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """Two fake CUDA devices (an H100 and an unknown GPU), current device 0."""
+    monkeypatch.delenv("GPUGUIDE_DEVICE", raising=False)
+    devices = [H100, props("NVIDIA Foo 9000", 99, 10 * 2**30, 12, 1)]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(devices))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(
+        torch.cuda,
+        "get_device_properties",
+        lambda d: devices[d.index if isinstance(d, torch.device) else d],
+    )
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(device_mod, "_driver_version", lambda: "570.86.15")
+    return devices
+
+
+# --------------------------------------------------------------------------------------
+# pick_device
+# --------------------------------------------------------------------------------------
+
+
+def test_pick_device_falls_back_to_cpu(no_accelerator):
+    assert pick_device() == torch.device("cpu")
+
+
+def test_pick_device_prefers_cuda_then_mps(monkeypatch, fake_cuda):
+    assert pick_device() == torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(device_mod, "_mps_available", lambda: True)
+    assert pick_device() == torch.device("mps")
+
+
+def test_pick_device_prefer_wins_over_env_and_cuda(monkeypatch, fake_cuda):
+    monkeypatch.setenv("GPUGUIDE_DEVICE", "cuda:1")
+    assert pick_device("cpu") == torch.device("cpu")
+    assert pick_device(torch.device("cpu")) == torch.device("cpu")
+    assert pick_device() == torch.device("cuda", 1)
+
+
+def test_pick_device_env_var(monkeypatch, no_accelerator):
+    monkeypatch.setenv("GPUGUIDE_DEVICE", " cpu ")
+    assert pick_device() == torch.device("cpu")
+    monkeypatch.setenv("GPUGUIDE_DEVICE", "")  # empty means unset
+    assert pick_device() == torch.device("cpu")
+
+
+def test_pick_device_cuda_without_index_gets_current(monkeypatch, fake_cuda):
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert pick_device("cuda") == torch.device("cuda", 1)
+
+
+@pytest.mark.parametrize("choice", ["cuda", "cuda:0", torch.device("cuda")])
+def test_pick_device_unavailable_cuda_raises(no_accelerator, choice):
+    with pytest.raises(RuntimeError, match="CUDA is not available"):
+        pick_device(choice)
+
+
+def test_pick_device_unavailable_from_env_raises(monkeypatch, no_accelerator):
+    monkeypatch.setenv("GPUGUIDE_DEVICE", "cuda")
+    with pytest.raises(RuntimeError, match="GPUGUIDE_DEVICE"):
+        pick_device()
+
+
+def test_pick_device_bad_cuda_index_raises(fake_cuda):
+    with pytest.raises(RuntimeError, match="only 2 CUDA device"):
+        pick_device("cuda:5")
+
+
+def test_pick_device_unavailable_mps_raises(no_accelerator):
+    with pytest.raises(RuntimeError, match="MPS backend is not available"):
+        pick_device("mps")
+
+
+@pytest.mark.parametrize("choice", ["banana", "meta"])
+def test_pick_device_rejects_unknown_devices(no_accelerator, choice):
+    with pytest.raises(ValueError, match="device"):
+        pick_device(choice)
+
+
+def test_mps_available_matches_torch():
+    expected = bool(torch.backends.mps.is_available())
+    assert device_mod._mps_available() is expected
+
+
+# --------------------------------------------------------------------------------------
+# /proc parsing and the driver version
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "model"),
+    [
+        (CPUINFO_X86, "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz"),
+        (CPUINFO_PI, "ARMv7 Processor rev 3 (v7l)"),
+        (CPUINFO_PPC, "POWER9, altivec supported"),
+        (CPUINFO_ARM, None),
+        ("", None),
+    ],
+)
+def test_parse_cpu_model(text, model):
+    assert device_mod._parse_cpu_model(text) == model
+
+
+def test_parse_cpu_model_falls_back_to_hardware():
+    text = "processor\t: 0\nBogoMIPS\t: 38.40\n\nHardware\t: BCM2835\n"
+    assert device_mod._parse_cpu_model(text) == "BCM2835"
+
+
+@pytest.mark.parametrize(
+    ("text", "cores"),
+    [
+        (CPUINFO_X86, 4),
+        # One processor block without ids: the count cannot be derived.
+        (CPUINFO_X86 + "\n\nprocessor\t: 8\nmodel name\t: x\n", None),
+        (CPUINFO_ARM, None),
+        ("", None),
+        ("model name\t: no processor lines\n", None),
+    ],
+)
+def test_parse_physical_cores(text, cores):
+    assert device_mod._parse_physical_cores(text) == cores
+
+
+def test_cpu_model_falls_back_to_platform(monkeypatch):
+    monkeypatch.setattr(device_mod, "_darwin_cpu_model", lambda: None)
+    monkeypatch.setattr(device_mod.platform, "processor", lambda: "")
+    monkeypatch.setattr(device_mod.platform, "machine", lambda: "x86_64")
+    assert device_mod._cpu_model(None) == "x86_64"
+    assert device_mod._cpu_model(CPUINFO_ARM) == "x86_64"
+    monkeypatch.setattr(device_mod.platform, "machine", lambda: "")
+    assert device_mod._cpu_model(None) == "unknown CPU"
+    assert device_mod._cpu_model(CPUINFO_X86).startswith("Intel(R) Xeon(R) Platinum")
+
+
+def test_darwin_cpu_model(monkeypatch):
+    monkeypatch.setattr(device_mod.platform, "system", lambda: "Linux")
+    assert device_mod._darwin_cpu_model() is None
+
+    monkeypatch.setattr(device_mod.platform, "system", lambda: "Darwin")
+    seen = []
+
+    def fake_run(cmd, **kwargs):
+        seen.append(cmd)
+        return SimpleNamespace(returncode=0, stdout="Apple M2 Pro\n")
+
+    monkeypatch.setattr(device_mod.subprocess, "run", fake_run)
+    assert device_mod._darwin_cpu_model() == "Apple M2 Pro"
+    assert seen == [["sysctl", "-n", "machdep.cpu.brand_string"]]
+
+    def missing(cmd, **kwargs):
+        raise FileNotFoundError(cmd[0])
+
+    monkeypatch.setattr(device_mod.subprocess, "run", missing)
+    assert device_mod._darwin_cpu_model() is None
+
+
+def test_usable_threads_matches_affinity():
+    threads = device_mod._usable_threads()
+    assert threads >= 1
+    assert threads == len(device_mod.os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [
+        (PROC_DRIVER, "570.86.15"),
+        (PROC_DRIVER_OPEN, "550.54.15"),
+        ("NVRM version: NVIDIA UNIX Kernel Module 535.104", "535.104"),
+        ("nothing to see", None),
+        ("", None),
+    ],
+)
+def test_parse_driver_version(text, version):
+    assert device_mod._parse_driver_version(text) == version
+
+
+def smi_run(stdout="570.86.15\n", returncode=0):
+    calls = []
+
+    def run(cmd, **kwargs):
+        calls.append((cmd, kwargs))
+        return SimpleNamespace(returncode=returncode, stdout=stdout)
+
+    run.calls = calls
+    return run
+
+
+def test_driver_version_from_smi_parses_output():
+    run = smi_run("570.86.15\n570.86.15\n")
+    version = device_mod._driver_version_from_smi(run=run, which=lambda _: "/bin/smi")
+    assert version == "570.86.15"
+    ((cmd, kwargs),) = run.calls
+    assert cmd == ["/bin/smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+    assert 0 < kwargs["timeout"] <= 10
+
+
+def test_driver_version_from_smi_never_raises():
+    def which(_):
+        return "/bin/smi"
+
+    assert (
+        device_mod._driver_version_from_smi(run=smi_run(), which=lambda _: None) is None
+    )
+    assert (
+        device_mod._driver_version_from_smi(run=smi_run(returncode=9), which=which)
+        is None
+    )
+    garbage = smi_run("NVIDIA-SMI has failed because it couldn't communicate\n")
+    assert device_mod._driver_version_from_smi(run=garbage, which=which) is None
+
+    def timeout(cmd, **kwargs):
+        raise subprocess.TimeoutExpired(cmd, kwargs["timeout"])
+
+    def missing(cmd, **kwargs):
+        raise FileNotFoundError(cmd[0])
+
+    assert device_mod._driver_version_from_smi(run=timeout, which=which) is None
+    assert device_mod._driver_version_from_smi(run=missing, which=which) is None
+
+
+def test_query_driver_version_prefers_proc(tmp_path):
+    proc = tmp_path / "version"
+    proc.write_text(PROC_DRIVER)
+    run = smi_run("999.1\n")
+    assert (
+        device_mod._query_driver_version(str(proc), run=run, which=lambda _: "smi")
+        == "570.86.15"
+    )
+    assert run.calls == []  # nvidia-smi is not needed
+
+
+def test_query_driver_version_falls_back_to_smi(tmp_path):
+    missing = str(tmp_path / "absent")
+    run = smi_run("560.35.03\n")
+    assert (
+        device_mod._query_driver_version(missing, run=run, which=lambda _: "smi")
+        == "560.35.03"
+    )
+    assert device_mod._query_driver_version(missing, which=lambda _: None) is None
+
+
+def test_driver_version_is_cached():
+    device_mod._driver_version.cache_clear()
+    first = device_mod._driver_version()
+    assert device_mod._driver_version() == first
+    assert device_mod._driver_version.cache_info().hits >= 1
+
+
+# --------------------------------------------------------------------------------------
+# describe_device and DeviceInfo
+# --------------------------------------------------------------------------------------
+
+GPUS = [
+    # (name, SMs, total_memory as torch reports it, major, minor, variant)
+    ("NVIDIA H100 80GB HBM3", 132, 85_045_379_072, 9, 0, "H100 SXM5"),
+    ("NVIDIA H200", 132, 150_021_488_640, 9, 0, "H200 SXM"),
+    ("NVIDIA H100 PCIe", 114, 85_031_714_816, 9, 0, "H100 PCIe"),
+    ("NVIDIA H100 NVL", 132, 100_485_038_080, 9, 0, "H100 NVL"),
+    ("NVIDIA A100-SXM4-80GB", 108, 85_198_045_184, 8, 0, "A100 SXM4 80GB"),
+    ("NVIDIA A100-SXM4-40GB", 108, 42_505_273_344, 8, 0, "A100 SXM4 40GB"),
+    ("NVIDIA A100-PCIE-40GB", 108, 42_314_694_656, 8, 0, "A100 PCIe 40GB"),
+    ("NVIDIA A100 80GB PCIe", 108, 85_100_068_864, 8, 0, "A100 PCIe 80GB"),
+    ("NVIDIA A10G", 80, 23_609_475_072, 8, 6, "A10G"),
+    ("NVIDIA L4", 58, 23_580_639_232, 8, 9, "L4"),
+    ("Tesla T4", 40, 15_835_660_288, 7, 5, "T4"),
+    ("NVIDIA GeForce RTX 4090", 128, 25_393_692_672, 8, 9, "RTX 4090"),
+    ("NVIDIA Foo 9000", 200, 200 * 2**30, 12, 0, None),
+]
+
+
+@pytest.mark.parametrize(("name", "sms", "memory", "major", "minor", "variant"), GPUS)
+def test_describe_cuda_from_properties(name, sms, memory, major, minor, variant):
+    info = cuda_info(props(name, sms, memory, major, minor))
+    assert info.type == "cuda"
+    assert info.name == name
+    assert info.variant == variant
+    assert info.index == 0
+    assert info.sm_count == sms
+    assert info.total_memory_bytes == memory
+    assert info.compute_capability == (major, minor)
+    assert (info.torch_version, info.cuda_version, info.driver_version) == (
+        "2.13.0",
+        "12.8",
+        "570.86.15",
+    )
+    assert info.cpu_cores == 4
+    assert info.short_name == (variant or name)
+
+
+def test_device_info_is_frozen():
+    info = cuda_info()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        info.name = "other"  # type: ignore[misc]
+
+
+def test_describe_device_cpu(no_accelerator):
+    info = describe_device()
+    assert info.type == "cpu"
+    assert info.variant is None
+    assert info.sm_count is info.total_memory_bytes is info.compute_capability is None
+    assert info.name == info.cpu_model
+    assert info.torch_version == torch.__version__
+    assert info.cuda_version == torch.version.cuda
+    assert info.cpu_threads >= 1
+    assert info.torch_threads == torch.get_num_threads()
+    assert info.cpu_cores is None or info.cpu_cores >= 1
+    assert info.short_name == f"CPU: {info.cpu_model}, " + (
+        "1 thread" if info.cpu_threads == 1 else f"{info.cpu_threads} threads"
+    )
+
+
+def test_describe_device_cuda_uses_device_properties(fake_cuda):
+    info = describe_device("cuda:0")
+    assert (info.name, info.variant, info.sm_count) == (
+        "NVIDIA H100 80GB HBM3",
+        "H100 SXM5",
+        132,
+    )
+    assert info.driver_version == "570.86.15"
+    assert info.cuda_version == "12.8"
+    other = describe_device("cuda:1")
+    assert other.index == 1
+    assert other.variant is None
+    assert other.compute_capability == (12, 1)
+
+
+def test_describe_device_mps(monkeypatch, no_accelerator):
+    monkeypatch.setattr(device_mod, "_mps_available", lambda: True)
+    info = describe_device("mps")
+    assert info.type == "mps"
+    assert info.name.endswith("GPU (MPS)")
+    assert info.short_name == info.name
+    apple = device_mod._describe_host(
+        "mps", "processor\t: 0\nmodel name\t: Apple M2 Pro\n"
+    )
+    assert apple.name == "Apple M2 Pro GPU (MPS)"
+
+
+# --------------------------------------------------------------------------------------
+# provenance
+# --------------------------------------------------------------------------------------
+
+
+def test_provenance_cuda_line():
+    line = provenance(cuda_info(), now=NOW)
+    assert line == (
+        "Measured on NVIDIA H100 80GB HBM3 [H100 SXM5] (132 SMs, 79.2 GiB, compute "
+        "capability 9.0) | torch 2.13.0 | CUDA 12.8 | driver 570.86.15 | "
+        "2026-11-21 10:42 UTC"
+    )
+
+
+def test_provenance_unknown_gpu_and_missing_versions():
+    info = cuda_info(
+        props("NVIDIA Foo 9000", 200, 3 * 2**30, 12, 0), cuda=None, driver=None
+    )
+    line = provenance(info, now=NOW)
+    assert line.startswith("Measured on NVIDIA Foo 9000 (200 SMs, 3.00 GiB, ")
+    assert "[" not in line
+    assert "| CUDA: unknown | driver unknown |" in line
+
+
+def test_provenance_cpu_lines():
+    assert provenance(cpu_info(), now=NOW) == (
+        "Measured on CPU Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz (4 cores, 2 "
+        "threads; torch uses 2 threads) | torch 2.13.0+cpu | CUDA: none (CPU-only "
+        "run) | 2026-11-21 10:42 UTC"
+    )
+    line = provenance(
+        cpu_info(cuda_version="12.8", cpu_cores=None, torch_threads=1), now=NOW
+    )
+    assert "(2 threads; torch uses 1 thread)" in line
+    assert "| CUDA 12.8 build, not used |" in line
+
+
+def test_provenance_mps_line():
+    info = dataclasses.replace(cpu_info(), type="mps", name="Apple M2 GPU (MPS)")
+    line = provenance(info, now=NOW)
+    assert line.startswith(
+        "Measured on Apple M2 GPU (MPS) (host CPU: 4 cores, 2 threads;"
+    )
+    assert "CUDA: none (MPS run)" in line
+
+
+def test_provenance_converts_time_to_utc():
+    paris = timezone(timedelta(hours=1))
+    local = datetime(2026, 11, 21, 11, 42, tzinfo=paris)
+    assert provenance(cpu_info(), now=local).endswith("| 2026-11-21 10:42 UTC")
+    naive = datetime(2026, 1, 2, 3, 4)
+    assert provenance(cpu_info(), now=naive).endswith("| 2026-01-02 03:04 UTC")
+
+
+def test_provenance_default_is_current_cpu_and_time(no_accelerator):
+    before = datetime.now(timezone.utc).replace(second=0, microsecond=0)
+    line = provenance()
+    after = datetime.now(timezone.utc)
+    assert line.startswith("Measured on CPU ")
+    assert "\n" not in line
+    assert f"| torch {torch.__version__} |" in line
+    stamp = datetime.strptime(line.rsplit("| ", 1)[1], "%Y-%m-%d %H:%M UTC")
+    assert before <= stamp.replace(tzinfo=timezone.utc) <= after
+
+
+def test_provenance_is_one_line_even_with_odd_names():
+    info = cuda_info(props("NVIDIA\nWeird   GPU", 1, 2**30))
+    line = provenance(info, now=NOW)
+    assert "\n" not in line
+    assert line.startswith("Measured on NVIDIA Weird GPU (1 SM, ")
+
+
+@pytest.mark.gpu
+def test_describe_real_cuda_device():
+    info = describe_device("cuda")
+    props_ = torch.cuda.get_device_properties(info.index)
+    assert info.name == props_.name
+    assert info.sm_count == props_.multi_processor_count
+    line = provenance("cuda")
+    assert line.startswith(f"Measured on {info.name}")
+    assert f"CUDA {torch.version.cuda}" in line

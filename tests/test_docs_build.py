@@ -1,0 +1,94 @@
+"""Build the whole site once, at small sizes, and check the generated HTML.
+
+The build runs in a copy of ``docs/`` and ``examples/`` so the reader's own
+build (``docs/auto_examples``, ``docs/_build``) is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import EXAMPLES, ROOT
+
+bs4 = pytest.importorskip("bs4")
+pytest.importorskip("sphinx_gallery")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    work = tmp_path_factory.mktemp("site")
+    shutil.copytree(
+        ROOT / "docs",
+        work / "docs",
+        ignore=shutil.ignore_patterns(
+            "_build", "auto_examples", "sg_execution_times.rst"
+        ),
+    )
+    shutil.copytree(ROOT / "examples", work / "examples")
+    shutil.copytree(ROOT / "src", work / "src")
+    out = work / "html"
+    env = {**os.environ, "GPUGUIDE_SMALL": "1", "MPLBACKEND": "Agg"}
+    result = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q",
+         str(work / "docs"), str(out)],
+        env=env, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    return out, result
+
+
+def _page(out, script):
+    chapter = script.parent.name
+    return out / "auto_examples" / chapter / f"{script.stem}.html"
+
+
+def test_build_has_no_warnings(site):
+    _, result = site
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert "WARNING" not in result.stderr, result.stderr[-5000:]
+
+
+def test_landing_and_method_pages_exist(site):
+    out, _ = site
+    index = (out / "index.html").read_text()
+    assert "auto_examples/index.html" in index
+    measuring = bs4.BeautifulSoup((out / "measuring.html").read_text(), "html.parser")
+    assert "measures" in measuring.title.get_text()
+
+
+@pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.stem)
+def test_example_page_has_figures_output_and_provenance(site, script):
+    out, _ = site
+    page = _page(out, script)
+    assert page.exists(), f"no page for {script.name}"
+    soup = bs4.BeautifulSoup(page.read_text(), "html.parser")
+
+    figures = soup.select("img.sphx-glr-single-img, img.sphx-glr-multi-img")
+    assert figures, "no figure on the page"
+    for img in figures:
+        assert (page.parent / img["src"]).is_file(), img["src"]
+
+    outputs = "\n".join(
+        b.get_text() for b in soup.select("div.sphx-glr-script-out pre")
+    )
+    assert re.search(r"\d+(\.\d+)?\s*(ns|us|ms|s|GB/s|GFLOP/s|TFLOP/s|x|%)\b", outputs)
+    assert re.search(r"Measured on .+\| torch \S+ \|.+\d{4}-\d{2}-\d{2}", outputs)
+    assert "Traceback" not in outputs
+
+    # The reader can take the script (and a notebook) away.
+    downloads = {a["href"].rsplit("/", 1)[-1] for a in soup.select("a.download")}
+    assert f"{script.stem}.py" in downloads
+    assert f"{script.stem}.ipynb" in downloads
+
+
+def test_gallery_lists_every_example(site):
+    out, _ = site
+    gallery = (out / "auto_examples" / "index.html").read_text()
+    for script in EXAMPLES:
+        assert f"{script.stem}.html" in gallery

@@ -1,0 +1,60 @@
+"""Every gallery example runs as a plain script, at small sizes.
+
+This is how a reader runs a downloaded example: ``python plot_x.py``. The
+scripts run in a fresh interpreter with warnings turned into errors, as the
+docs build runs them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import EXAMPLES, ROOT
+
+NUMBER = re.compile(r"\d+(\.\d+)?\s*(ns|us|ms|s|GB/s|GFLOP/s|TFLOP/s|MiB|GiB|x|%)\b")
+
+
+def _run(script, tmp_path, **extra_env):
+    env = {
+        **os.environ,
+        "GPUGUIDE_SMALL": "1",
+        "MPLBACKEND": "Agg",
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p
+        ),
+        **extra_env,
+    }
+    return subprocess.run(
+        [sys.executable, "-W", "error", str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_there_are_examples():
+    assert len(EXAMPLES) >= 3
+
+
+@pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.stem)
+def test_example_runs_as_a_script(script, tmp_path):
+    result = _run(script, tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    assert re.search(r"^Measured on .+\| torch \S+", out, re.MULTILINE), out[:2000]
+    assert NUMBER.search(out), "no measured number with a unit in the output"
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.stem)
+def test_example_runs_on_cuda(script, tmp_path):
+    result = _run(script, tmp_path, GPUGUIDE_DEVICE="cuda")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert re.search(r"^Measured on .*CUDA", result.stdout, re.MULTILINE)

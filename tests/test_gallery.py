@@ -1,0 +1,151 @@
+"""The hooks that isolate sphinx-gallery examples from each other."""
+
+from __future__ import annotations
+
+import random
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from gpuguide import _gallery
+from gpuguide._gallery import ChapterOrder, reset_torch_state
+
+
+@pytest.fixture
+def restore_torch():
+    """Leave torch as the test found it, whatever the test changed."""
+    threads = torch.get_num_threads()
+    yield
+    reset_torch_state(when="after")
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.usefixtures("restore_torch")
+def test_reset_restores_every_global_flag():
+    reset_torch_state(when="after")  # records the defaults
+    threads = torch.get_num_threads()
+
+    torch.set_float32_matmul_precision("medium")
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.deterministic = True
+    torch.set_default_dtype(torch.float64)
+    torch.set_default_device("meta")
+    torch.set_num_threads(1 if threads > 1 else 2)
+    torch.use_deterministic_algorithms(True)
+
+    reset_torch_state(when="after")
+
+    assert torch.get_float32_matmul_precision() == "highest"
+    assert torch.backends.cuda.matmul.allow_tf32 is False  # readable: no API mix-up
+    assert torch.backends.cudnn.allow_tf32 is True
+    assert torch.backends.cudnn.benchmark is False
+    assert torch.backends.cudnn.deterministic is False
+    assert torch.are_deterministic_algorithms_enabled() is False
+    assert torch.get_default_dtype() is torch.float32
+    assert torch.empty(1).device.type == "cpu"
+    assert torch.get_num_threads() == threads
+
+
+@pytest.mark.usefixtures("restore_torch")
+def test_reset_reseeds_every_generator():
+    reset_torch_state(when="after")
+    first = (random.random(), np.random.rand(), torch.rand(3))  # noqa: NPY002
+    reset_torch_state(when="after")
+    second = (random.random(), np.random.rand(), torch.rand(3))  # noqa: NPY002
+    assert first[0] == second[0]
+    assert first[1] == second[1]
+    assert torch.equal(first[2], second[2])
+
+
+@pytest.mark.usefixtures("restore_torch")
+def test_reset_clears_dynamo_caches():
+    pytest.importorskip("torch._dynamo")
+    import torch._dynamo
+
+    calls = []
+
+    def backend(gm, example_inputs):
+        calls.append(1)
+        return gm.forward
+
+    fn = torch.compile(lambda x: x * 2 + 1, backend=backend)
+    fn(torch.ones(3))
+    fn(torch.ones(3))
+    assert len(calls) == 1  # cached after the first call
+    reset_torch_state(when="after")
+    fn(torch.ones(3))
+    assert len(calls) == 2  # the cache was dropped, so it compiled again
+
+
+@pytest.mark.usefixtures("restore_torch")
+def test_warnings_are_errors_inside_an_example_only():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reset_torch_state(when="before")
+        with pytest.raises(UserWarning, match="uncaught"):
+            warnings.warn("uncaught", UserWarning, stacklevel=1)
+        # Agg's complaint about plt.show() is not the example's fault.
+        warnings.warn(
+            "FigureCanvasAgg is non-interactive, and thus cannot be shown",
+            UserWarning,
+            stacklevel=1,
+        )
+        # An example that catches a warning on purpose still can.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            warnings.warn("on purpose", DeprecationWarning, stacklevel=1)
+        assert [str(w.message) for w in caught] == ["on purpose"]
+        reset_torch_state(when="after")
+        warnings.warn("after the example", UserWarning, stacklevel=1)  # ignored again
+
+
+def test_reset_rejects_an_unknown_phase():
+    with pytest.raises(ValueError, match="before"):
+        reset_torch_state(when="during")
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("restore_torch")
+def test_reset_clears_cuda_peak_memory():
+    x = torch.empty(64 * 2**20, dtype=torch.uint8, device="cuda")
+    del x
+    assert torch.cuda.max_memory_allocated() >= 64 * 2**20
+    reset_torch_state(when="after")
+    assert torch.cuda.max_memory_allocated() < 64 * 2**20
+
+
+def test_chapter_order_follows_order_txt(tmp_path):
+    (tmp_path / "order.txt").write_text("# pages\nplot_b.py\nplot_a.py  # second\n")
+    key = ChapterOrder(tmp_path)
+    names = ["plot_z.py", "plot_a.py", "plot_c.py", "plot_b.py"]
+    assert sorted(names, key=key) == [
+        "plot_b.py",
+        "plot_a.py",
+        "plot_c.py",
+        "plot_z.py",
+    ]
+    assert "ChapterOrder" in repr(key)
+
+
+def test_chapter_order_without_listing_is_alphabetical(tmp_path):
+    key = ChapterOrder(tmp_path)
+    assert sorted(["plot_b.py", "plot_a.py"], key=key) == ["plot_a.py", "plot_b.py"]
+
+
+def test_every_chapter_lists_all_its_examples():
+    from conftest import EXAMPLES
+
+    for chapter in {path.parent for path in EXAMPLES}:
+        listed = set(ChapterOrder(chapter).order)
+        present = {path.name for path in chapter.glob("plot_*.py")}
+        assert listed == present, f"{chapter / 'order.txt'} is out of date"
+
+
+def test_state_module_keeps_one_warning_context():
+    reset_torch_state(when="before")
+    reset_torch_state(when="before")  # a failed example never ran its "after"
+    reset_torch_state(when="after")
+    assert "warnings" not in _gallery._state

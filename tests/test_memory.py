@@ -1,0 +1,315 @@
+"""Tests for gpuguide.memory: a fake CUDA/MPS allocator, and real CPU allocations."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from gpuguide import memory
+from gpuguide.memory import MemoryReport, MemoryTracker, rss_bytes, track_memory
+
+MiB = 2**20
+# 200 MB of float32, written (torch.ones) so that the pages are resident.
+BIG_NUMEL = 50_000_000
+
+
+class FakeCuda:
+    """Mimics the torch.cuda memory functions with a counter per device."""
+
+    def __init__(self, allocated: int = 0, current: int = 0) -> None:
+        self.current = current
+        self.allocated: dict[int, int] = {}
+        self.peak: dict[int, int] = {}
+        self.reserved_peak: dict[int, int] = {}
+        self.calls: list[tuple[str, int]] = []
+        self.alloc(allocated, current)
+
+    def alloc(self, nbytes: int, device: int = 0) -> None:
+        now = self.allocated.get(device, 0) + nbytes
+        self.allocated[device] = now
+        self.peak[device] = max(self.peak.get(device, 0), now)
+        # The caching allocator reserves in larger blocks and keeps them.
+        self.reserved_peak[device] = max(self.reserved_peak.get(device, 0), 2 * now)
+
+    def free(self, nbytes: int, device: int = 0) -> None:
+        self.allocated[device] -= nbytes
+
+    def current_device(self) -> int:
+        return self.current
+
+    def synchronize(self, device: int | None = None) -> None:
+        self.calls.append(("synchronize", device))
+
+    def reset_peak_memory_stats(self, device: int | None = None) -> None:
+        self.calls.append(("reset_peak_memory_stats", device))
+        self.peak[device] = self.allocated.get(device, 0)
+        self.reserved_peak[device] = self.allocated.get(device, 0)
+
+    def memory_allocated(self, device: int | None = None) -> int:
+        return self.allocated.get(device, 0)
+
+    def max_memory_allocated(self, device: int | None = None) -> int:
+        return self.peak.get(device, 0)
+
+    def max_memory_reserved(self, device: int | None = None) -> int:
+        return self.reserved_peak.get(device, 0)
+
+
+class FakeMPS:
+    def __init__(self, allocated: int = 0) -> None:
+        self.allocated = allocated
+        self.synchronized = 0
+
+    def synchronize(self) -> None:
+        self.synchronized += 1
+
+    def current_allocated_memory(self) -> int:
+        return self.allocated
+
+
+# -- CUDA logic with a fake allocator ------------------------------------------
+
+
+def test_cuda_report_from_allocator_counters() -> None:
+    fake = FakeCuda(allocated=100 * MiB)
+    with MemoryTracker("cuda", backend=fake) as tracker:
+        assert tracker.report is None
+        fake.alloc(300 * MiB)
+        fake.free(200 * MiB)
+    report = tracker.report
+    assert report is not None
+    assert report.device == "cuda:0"
+    assert report.method == "cuda-allocator"
+    assert report.start_bytes == 100 * MiB
+    assert report.end_bytes == 200 * MiB
+    assert report.net_bytes == 100 * MiB
+    assert report.peak_bytes == 400 * MiB
+    assert report.peak_increase_bytes == 300 * MiB
+    assert report.reserved_peak_bytes == 800 * MiB
+    assert "tensors" in report.note
+    # Synchronized before reading at both ends; peak reset at the start.
+    names = [name for name, _ in fake.calls]
+    assert names == ["synchronize", "reset_peak_memory_stats", "synchronize"]
+
+
+def test_cuda_explicit_index_is_passed_through() -> None:
+    fake = FakeCuda(current=0)
+    with MemoryTracker(torch.device("cuda", 1), backend=fake) as tracker:
+        fake.alloc(10 * MiB, device=1)
+    assert tracker.device == "cuda:1"
+    assert {device for _, device in fake.calls} == {1}
+    assert tracker.report is not None
+    assert tracker.report.peak_increase_bytes == 10 * MiB
+
+
+def test_cuda_default_index_is_the_current_device() -> None:
+    fake = FakeCuda(current=2)
+    tracker = MemoryTracker("cuda", backend=fake)
+    assert tracker.device == "cuda:2"
+
+
+def test_nested_cuda_trackers_keep_the_outer_peak() -> None:
+    fake = FakeCuda()
+    with MemoryTracker("cuda:0", backend=fake) as outer:
+        fake.alloc(500 * MiB)
+        fake.free(500 * MiB)
+        # The inner tracker resets the device-wide peak counter.
+        with MemoryTracker("cuda:0", backend=fake) as inner:
+            fake.alloc(10 * MiB)
+    assert inner.report is not None
+    assert outer.report is not None
+    assert inner.report.peak_increase_bytes == 10 * MiB
+    assert outer.report.peak_bytes == 500 * MiB
+    assert outer.report.reserved_peak_bytes == 1000 * MiB
+
+
+def test_report_is_set_when_the_block_raises() -> None:
+    fake = FakeCuda()
+    tracker = MemoryTracker("cuda:0", backend=fake)
+    assert tracker.report is None
+
+    def run_block() -> None:
+        with tracker:
+            fake.alloc(64 * MiB)
+            raise RuntimeError("CUDA out of memory")
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        run_block()
+    assert tracker.report is not None
+    assert tracker.report.end_bytes == 64 * MiB
+    assert memory._active == []
+
+
+def test_mps_report_has_no_peak() -> None:
+    fake = FakeMPS(allocated=8 * MiB)
+    with MemoryTracker("mps", backend=fake) as tracker:
+        fake.allocated += 32 * MiB
+    report = tracker.report
+    assert report is not None
+    assert (report.device, report.method) == ("mps", "mps-allocator")
+    assert report.net_bytes == 32 * MiB
+    assert report.peak_bytes is None
+    assert report.peak_increase_bytes is None
+    assert report.reserved_peak_bytes is None
+    assert fake.synchronized == 2
+    assert "peak unknown" in str(report)
+
+
+def test_real_backends_are_the_default() -> None:
+    assert MemoryTracker("cuda:0")._cuda() is torch.cuda
+    assert MemoryTracker("mps")._mps() is torch.mps
+
+
+def test_unsupported_device_type() -> None:
+    with pytest.raises(ValueError, match="meta"):
+        MemoryTracker("meta")
+
+
+# -- MemoryReport --------------------------------------------------------------
+
+
+def test_report_properties_and_str() -> None:
+    report = MemoryReport(
+        device="cuda:0",
+        method="cuda-allocator",
+        start_bytes=1 * MiB,
+        end_bytes=4 * MiB,
+        peak_bytes=9 * MiB,
+        reserved_peak_bytes=16 * MiB,
+        note="test",
+    )
+    assert report.net_bytes == 3 * MiB
+    assert report.peak_increase_bytes == 8 * MiB
+    text = str(report)
+    assert text.startswith("cuda:0 (cuda-allocator)")
+    assert "net +3.00 MiB" in text
+    assert "peak 9.00 MiB (+8.00 MiB)" in text
+    assert "reserved peak 16.0 MiB" in text
+    shrink = MemoryReport("cpu", "process-rss", 4 * MiB, 1 * MiB, 4 * MiB, None, "")
+    assert shrink.net_bytes == -3 * MiB
+    assert "net -3.00 MiB" in str(shrink)
+    with pytest.raises(AttributeError):
+        report.start_bytes = 0  # type: ignore[misc]
+
+
+# -- CPU: real allocations -----------------------------------------------------
+
+
+def test_rss_bytes_sees_a_resident_tensor() -> None:
+    before = rss_bytes()
+    x = torch.ones(BIG_NUMEL)
+    after = rss_bytes()
+    assert after - before >= 150 * MiB
+    del x
+
+
+def test_cpu_kept_tensor_shows_net_and_peak() -> None:
+    with track_memory("cpu") as tracker:
+        x = torch.ones(BIG_NUMEL)
+    report = tracker.report
+    assert report is not None
+    assert (report.device, report.method) == ("cpu", "process-rss")
+    assert report.net_bytes >= 150 * MiB
+    assert report.peak_increase_bytes is not None
+    assert report.peak_increase_bytes >= 150 * MiB
+    assert "whole-process" in report.note.lower()
+    del x
+
+
+def test_cpu_freed_tensor_shows_peak_but_little_net() -> None:
+    with track_memory("cpu") as tracker:
+        x = torch.ones(BIG_NUMEL)
+        del x
+    report = tracker.report
+    assert report is not None
+    assert report.peak_increase_bytes is not None
+    assert report.peak_increase_bytes >= 150 * MiB
+    assert report.net_bytes < 50 * MiB
+    assert "VmHWM" in report.note or "sampled" in report.note
+
+
+def test_nested_cpu_trackers_keep_the_outer_peak() -> None:
+    with track_memory("cpu") as outer:
+        x = torch.ones(BIG_NUMEL)
+        del x
+        with track_memory("cpu") as inner:
+            y = torch.ones(1000)
+        del y
+    assert outer.report is not None
+    assert inner.report is not None
+    assert outer.report.peak_increase_bytes is not None
+    assert inner.report.peak_increase_bytes is not None
+    assert outer.report.peak_increase_bytes >= 150 * MiB
+    assert inner.report.peak_increase_bytes < 50 * MiB
+
+
+def test_cpu_sampling_fallback(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    # Resetting the high-water mark is refused: a thread samples RSS instead.
+    monkeypatch.setattr(memory, "_CLEAR_REFS", str(tmp_path / "missing" / "x"))
+    with track_memory("cpu") as tracker:
+        x = torch.ones(BIG_NUMEL)
+        time.sleep(0.02)
+        del x
+    report = tracker.report
+    assert report is not None
+    assert "sampled" in report.note
+    assert report.peak_increase_bytes is not None
+    assert report.peak_increase_bytes >= 150 * MiB
+    assert report.net_bytes < 50 * MiB
+
+
+def test_cpu_without_proc(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    missing = str(tmp_path / "missing")
+    monkeypatch.setattr(memory, "_STATM", missing)
+    monkeypatch.setattr(memory, "_STATUS", missing)
+    assert rss_bytes() == memory._maxrss_bytes() > 0
+    assert memory._reset_hwm() is False
+    with track_memory("cpu") as tracker:
+        pass
+    report = tracker.report
+    assert report is not None
+    assert "getrusage" in report.note
+    assert "sampled" in report.note
+    assert report.peak_bytes is not None
+    assert report.peak_bytes >= report.start_bytes
+
+
+def test_status_parsing() -> None:
+    text = "Name:\tpython\nVmPeak:\t  3060 kB\nVmHWM:\t  1620 kB\nVmRSS:\t 1620 kB\n"
+    assert memory._status_field_bytes(text, "VmHWM") == 1620 * 1024
+    assert memory._status_field_bytes(text, "VmSwap") is None
+
+
+def test_default_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUGUIDE_DEVICE", "cpu")
+    with track_memory() as tracker:
+        pass
+    assert tracker.device == "cpu"
+    assert tracker.report is not None
+    assert "cpu (process-rss)" in repr(tracker)
+
+
+# -- real CUDA -----------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_cuda_real_allocations() -> None:
+    nbytes = 256 * MiB
+    with track_memory("cuda") as kept:
+        x = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    with track_memory("cuda") as freed:
+        y = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        del y
+    for tracker in (kept, freed):
+        assert tracker.report is not None
+        assert tracker.report.peak_increase_bytes is not None
+        assert tracker.report.peak_increase_bytes >= nbytes
+        assert tracker.report.reserved_peak_bytes is not None
+        assert tracker.report.reserved_peak_bytes >= nbytes
+    assert kept.report is not None
+    assert freed.report is not None
+    assert kept.report.net_bytes >= nbytes
+    assert freed.report.net_bytes == 0
+    del x

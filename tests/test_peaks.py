@@ -1,0 +1,503 @@
+"""Tests for gpuguide.peaks: datasheet lookups from fake properties, a fake benchmark."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from gpuguide import device as device_mod
+from gpuguide import peaks as peaks_mod
+from gpuguide.peaks import (
+    GPU_PEAKS,
+    Peaks,
+    device_peaks,
+    gpu_peaks,
+    identify_gpu,
+    measure_cpu_peaks,
+    percent_of_peak,
+)
+
+GiB = 2**30
+T = 1e12
+
+# (name as CUDA reports it, SMs, total_memory as torch reports it, expected key)
+KNOWN_GPUS = [
+    ("NVIDIA H100 80GB HBM3", 132, 85_045_379_072, "H100 SXM5"),
+    ("NVIDIA H100 PCIe", 114, 85_031_714_816, "H100 PCIe"),
+    ("NVIDIA H100 NVL", 132, 100_485_038_080, "H100 NVL"),
+    ("NVIDIA H200", 132, 150_021_488_640, "H200 SXM"),
+    ("NVIDIA H200 NVL", 132, 150_000_000_000, "H200 NVL"),
+    ("NVIDIA A100-SXM4-80GB", 108, 85_198_045_184, "A100 SXM4 80GB"),
+    ("NVIDIA A100-SXM4-40GB", 108, 42_505_273_344, "A100 SXM4 40GB"),
+    ("NVIDIA A100-PCIE-40GB", 108, 42_314_694_656, "A100 PCIe 40GB"),
+    ("NVIDIA A100 80GB PCIe", 108, 85_100_068_864, "A100 PCIe 80GB"),
+    ("NVIDIA A10G", 80, 23_609_475_072, "A10G"),
+    ("NVIDIA A10", 72, 23_827_824_640, "A10"),
+    ("NVIDIA L4", 58, 23_580_639_232, "L4"),
+    ("Tesla T4", 40, 15_835_660_288, "T4"),
+    ("NVIDIA GeForce RTX 4090", 128, 25_393_692_672, "RTX 4090"),
+]
+
+REQUIRED_KEYS = {
+    "H100 SXM5",
+    "H100 PCIe",
+    "H100 NVL",
+    "H200 SXM",
+    "H200 NVL",
+    "A100 SXM4 80GB",
+    "A100 SXM4 40GB",
+    "A100 PCIe 80GB",
+    "A100 PCIe 40GB",
+    "A10G",
+    "L4",
+    "T4",
+    "RTX 4090",
+}
+
+
+# --------------------------------------------------------------------------------------
+# identify_gpu and gpu_peaks
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "sms", "memory", "key"), KNOWN_GPUS)
+def test_identify_known_gpus(name, sms, memory, key):
+    assert identify_gpu(name, sms, memory) == key
+    # The name alone is enough when the properties are not reported.
+    assert identify_gpu(name, None, None) == key
+    assert gpu_peaks(name, sms, memory) is GPU_PEAKS[key]
+
+
+@pytest.mark.parametrize(
+    ("name", "sms", "memory"),
+    [
+        ("NVIDIA Foo 9000", 132, 80 * GiB),
+        # Names that contain a known one but are other GPUs.
+        ("NVIDIA A10", 80, 23_609_475_072),  # an A10's name with an A10G's SMs
+        ("NVIDIA A10G", 72, 23_609_475_072),
+        ("NVIDIA A100", 108, 85_198_045_184),
+        ("NVIDIA A1000", 18, 8 * GiB),
+        ("NVIDIA H20", 78, 96 * GiB),
+        ("NVIDIA H800", 132, 80 * GiB),
+        ("NVIDIA GH200 480GB", 132, 95 * GiB),
+        ("NVIDIA H100 NVL", 132, 79 * GiB),  # an NVL's name with 80 GB: contradicts
+        ("NVIDIA H200 NVL", 114, 140 * GiB),
+        ("NVIDIA H100 80GB HBM3", 114, 85_045_379_072),
+        ("NVIDIA L40S", 142, 44 * GiB),
+        ("NVIDIA L40", 142, 44 * GiB),
+        ("NVIDIA GeForce RTX 4090 D", 114, 23 * GiB),
+        ("NVIDIA GeForce RTX 4090 Laptop GPU", 76, 16 * GiB),
+        ("Tesla T4G", 40, 15 * GiB),
+        # A MIG slice reports its own name, SMs and memory: not the whole GPU.
+        ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", 16, 10 * GiB),
+        ("NVIDIA A100-SXM4-40GB", 14, 4 * GiB),
+        ("", None, None),
+    ],
+)
+def test_identify_never_guesses(name, sms, memory):
+    assert identify_gpu(name, sms, memory) is None
+    peaks = gpu_peaks(name, sms, memory)
+    assert peaks.known is False
+    assert all(value is None for value in peaks.flops.values())
+    assert peaks.memory_bandwidth_bytes_per_s is None
+    assert peaks.host_link_bytes_per_s is None
+
+
+def test_bare_h100_name_needs_matching_details():
+    assert identify_gpu("NVIDIA H100", 132, 85_045_379_072) == "H100 SXM5"
+    assert identify_gpu("NVIDIA H100", None, None) is None
+    assert identify_gpu("NVIDIA H100", 132, None) is None
+    assert identify_gpu("NVIDIA H100", 114, 85_045_379_072) is None
+    assert identify_gpu("NVIDIA H100", 132, 94 * GiB) is None
+
+
+def test_identify_is_case_and_separator_insensitive():
+    assert identify_gpu("nvidia a100_sxm4_80gb", 108, None) == "A100 SXM4 80GB"
+    assert identify_gpu("  NVIDIA   H100  NVL ", None, None) == "H100 NVL"
+
+
+def test_unknown_gpu_peaks():
+    peaks = gpu_peaks("NVIDIA Foo 9000", 200, 200 * GiB)
+    assert peaks.name == "unknown GPU (NVIDIA Foo 9000)"
+    assert peaks.known is False
+    assert dict(peaks.flops) == dict.fromkeys(peaks_mod.FLOPS_KEYS)
+    assert peaks.flops_for(torch.bfloat16) is None
+    assert "unknown" in peaks.source
+    assert "UNKNOWN" in repr(peaks)
+
+
+# --------------------------------------------------------------------------------------
+# The datasheet table
+# --------------------------------------------------------------------------------------
+
+
+def test_table_has_the_required_gpus():
+    assert set(GPU_PEAKS) >= REQUIRED_KEYS
+    for key, peaks in GPU_PEAKS.items():
+        assert peaks.name == key
+        assert peaks.known is True
+        assert peaks.source
+        assert peaks.memory_bandwidth_bytes_per_s is not None
+        assert peaks.host_link_bytes_per_s is not None
+        assert peaks.flops["fp32"] is not None
+
+
+def test_every_variant_is_identifiable():
+    identified = {key for *_, key in KNOWN_GPUS}
+    assert identified == set(GPU_PEAKS)
+
+
+def test_table_is_internally_consistent():
+    for peaks in GPU_PEAKS.values():
+        flops = peaks.flops
+        for low, high in (("fp64", "fp32"), ("fp32", "tf32"), ("tf32", "fp16")):
+            if flops[low] is not None and flops[high] is not None:
+                assert flops[low] <= flops[high], (peaks.name, low, high)
+        if flops["bf16"] is not None:
+            assert flops["bf16"] == flops["fp16"]
+
+
+@pytest.mark.parametrize(
+    ("key", "fp64", "fp32", "tf32", "bf16", "memory", "link"),
+    [
+        ("H100 SXM5", 34, 67, 494.5, 989.5, 3.35e12, 64e9),
+        ("H100 PCIe", 26, 51, 378, 756, 2.0e12, 64e9),
+        ("H100 NVL", 30, 60, 417.5, 835.5, 3.9e12, 64e9),
+        ("H200 SXM", 34, 67, 494.5, 989.5, 4.8e12, 64e9),
+        ("H200 NVL", 30, 60, 417.5, 835.5, 4.8e12, 64e9),
+        ("A100 SXM4 80GB", 9.7, 19.5, 156, 312, 2.039e12, 32e9),
+        ("A100 SXM4 40GB", 9.7, 19.5, 156, 312, 1.555e12, 32e9),
+        ("A100 PCIe 80GB", 9.7, 19.5, 156, 312, 1.935e12, 32e9),
+        ("A100 PCIe 40GB", 9.7, 19.5, 156, 312, 1.555e12, 32e9),
+        ("L4", None, 30.3, 60, 121, 300e9, 32e9),
+        ("T4", 0.25, 8.1, None, None, 320e9, 16e9),
+        ("RTX 4090", None, 82.6, 82.6, 165.2, 1008e9, 32e9),
+    ],
+)
+def test_datasheet_figures(key, fp64, fp32, tf32, bf16, memory, link):
+    peaks = GPU_PEAKS[key]
+
+    def tflops(value):
+        return None if value is None else pytest.approx(value * T)
+
+    assert peaks.flops["fp64"] == tflops(fp64)
+    assert peaks.flops["fp32"] == tflops(fp32)
+    assert peaks.flops["tf32"] == tflops(tf32)
+    assert peaks.flops["bf16"] == tflops(bf16)
+    assert peaks.memory_bandwidth_bytes_per_s == pytest.approx(memory)
+    assert peaks.host_link_bytes_per_s == pytest.approx(link)
+    assert "datasheet" in peaks.source or "whitepaper" in peaks.source
+
+
+def test_t4_has_fp16_but_no_bf16_or_tf32():
+    t4 = GPU_PEAKS["T4"]
+    assert t4.flops_for(torch.float16) == pytest.approx(65 * T)
+    assert t4.flops_for(torch.bfloat16) is None
+    assert t4.flops_for(torch.float32, tf32=True) is None
+
+
+def test_a10g_leaves_uncertain_figures_unknown():
+    a10g = GPU_PEAKS["A10G"]
+    assert a10g.memory_bandwidth_bytes_per_s == pytest.approx(600e9)
+    assert a10g.flops_for("bf16") is None
+    assert a10g.flops_for("tf32") is None
+    assert "no NVIDIA datasheet" in a10g.source
+
+
+def test_h200_differs_from_h100_only_in_memory():
+    h100, h200 = GPU_PEAKS["H100 SXM5"], GPU_PEAKS["H200 SXM"]
+    assert dict(h100.flops) == dict(h200.flops)
+    ratio = h200.memory_bandwidth_bytes_per_s / h100.memory_bandwidth_bytes_per_s
+    assert ratio == pytest.approx(4.8 / 3.35)
+
+
+# --------------------------------------------------------------------------------------
+# The Peaks object
+# --------------------------------------------------------------------------------------
+
+
+def test_peaks_is_frozen_and_flops_read_only():
+    peaks = GPU_PEAKS["H100 SXM5"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        peaks.name = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        peaks.flops["fp32"] = 1.0  # type: ignore[index]
+    assert tuple(peaks.flops) == peaks_mod.FLOPS_KEYS
+
+
+def test_peaks_fills_missing_precisions_and_copies_input():
+    source = {"fp32": 1e12}
+    peaks = Peaks(name="x", flops=source, source="test")
+    source["fp32"] = 5.0
+    assert peaks.flops["fp32"] == 1e12
+    assert peaks.flops["bf16"] is None
+    assert peaks.known is True
+
+
+def test_peaks_equality_and_hash():
+    a = Peaks(name="x", flops={"fp32": 1e12}, memory_bandwidth_bytes_per_s=1e11)
+    b = Peaks(
+        name="x", flops={"fp32": 1e12, "fp16": None}, memory_bandwidth_bytes_per_s=1e11
+    )
+    c = Peaks(name="x", flops={"fp32": 2e12}, memory_bandwidth_bytes_per_s=1e11)
+    assert a == b
+    assert hash(a) == hash(b)
+    assert a != c
+    assert len({a, b, c}) == 2
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"flops": {"fp8": 1e15}},
+        {"flops": {"fp32": -1.0}},
+        {"flops": {"fp32": 0.0}},
+        {"flops": {"fp32": math.nan}},
+        {"flops": {}, "memory_bandwidth_bytes_per_s": math.inf},
+        {"flops": {}, "host_link_bytes_per_s": -5.0},
+    ],
+)
+def test_peaks_rejects_bad_figures(kwargs):
+    with pytest.raises(ValueError, match=r"fp8|positive"):
+        Peaks(name="bad", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "tf32", "expected"),
+    [
+        (torch.float64, False, 34),
+        (torch.float32, False, 67),
+        (torch.float32, True, 494.5),
+        (torch.float16, False, 989.5),
+        (torch.bfloat16, False, 989.5),
+        (torch.bfloat16, True, 989.5),  # tf32 only concerns fp32
+        ("fp64", False, 34),
+        ("fp32", False, 67),
+        ("fp32", True, 494.5),
+        ("tf32", False, 494.5),
+        ("fp16", False, 989.5),
+        ("BF16", False, 989.5),
+        ("float32", False, 67),
+        ("torch.bfloat16", False, 989.5),
+        ("half", False, 989.5),
+    ],
+)
+def test_flops_for(dtype, tf32, expected):
+    assert GPU_PEAKS["H100 SXM5"].flops_for(dtype, tf32=tf32) == pytest.approx(
+        expected * T
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.complex64, "fp8", "int32", 3])
+def test_flops_for_unknown_dtype(dtype):
+    with pytest.raises(ValueError, match="no peak figure"):
+        GPU_PEAKS["H100 SXM5"].flops_for(dtype)
+
+
+def test_peaks_repr_is_readable():
+    text = repr(GPU_PEAKS["H100 SXM5"])
+    assert text.startswith("<Peaks 'H100 SXM5': ")
+    assert "bf16 990 TFLOP/s" in text
+    assert "memory 3.35 TB/s" in text
+    assert "host link 64.0 GB/s" in text
+    assert "datasheet" in text
+    assert "compute n/a" in repr(Peaks(name="empty", flops={}))
+
+
+# --------------------------------------------------------------------------------------
+# percent_of_peak
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "peak", "expected"),
+    [
+        (798e12, 989.5e12, 80.64679),
+        (50.0, 100.0, 50.0),
+        (0.0, 10.0, 0.0),
+        (150.0, 100.0, 150.0),
+        (1.0, None, None),
+        (None, 10.0, None),
+        (1.0, 0.0, None),
+        (1.0, -3.0, None),
+        (1.0, math.nan, None),
+        (1.0, math.inf, None),
+    ],
+)
+def test_percent_of_peak(value, peak, expected):
+    result = percent_of_peak(value, peak)
+    if expected is None:
+        assert result is None
+    else:
+        assert result == pytest.approx(expected, rel=1e-6)
+
+
+# --------------------------------------------------------------------------------------
+# Measured CPU peaks
+# --------------------------------------------------------------------------------------
+
+
+class FakeBench:
+    """Stands in for gpuguide.timing.benchmark: runs fn once, reports fixed times."""
+
+    def __init__(self, times_s):
+        self.times_s = list(times_s)
+        self.calls = []
+
+    def __call__(self, fn, *, args=(), label=None, **kwargs):
+        result = fn(*args)
+        self.calls.append({"label": label, "args": args, "result": result, **kwargs})
+        return SimpleNamespace(min_s=self.times_s.pop(0))
+
+
+def test_measure_cpu_peaks_computes_rates_from_best_times():
+    bench = FakeBench([0.5, 2.0, 0.01])
+    peaks = peaks_mod._measure_cpu_peaks(True, bench=bench, name="CPU: test")
+    size, copy_bytes, *_ = peaks_mod._CPU_SIZES[True]
+    assert peaks.name == "CPU: test"
+    assert peaks.flops["fp32"] == pytest.approx(2 * size**3 / 0.5)
+    assert peaks.flops["fp64"] == pytest.approx(2 * size**3 / 2.0)
+    assert peaks.memory_bandwidth_bytes_per_s == pytest.approx(2 * copy_bytes / 0.01)
+    assert peaks.flops["tf32"] is peaks.flops["fp16"] is peaks.flops["bf16"] is None
+    assert peaks.host_link_bytes_per_s is None
+    assert peaks.known is True
+    assert "measured" in peaks.source
+    assert "datasheet" in peaks.source  # "... not a datasheet"
+
+    fp32, fp64, copy = bench.calls
+    assert [call["device"] for call in bench.calls] == ["cpu"] * 3
+    assert fp32["result"].shape == (size, size)
+    assert fp32["result"].dtype == torch.float32
+    assert fp64["result"].dtype == torch.float64
+    a, b = fp32["args"]
+    torch.testing.assert_close(fp32["result"], a @ b)
+    (src,) = copy["args"]
+    assert src.numel() * src.element_size() == copy_bytes
+    assert torch.equal(copy["result"], src)  # the copy really happened
+
+
+def test_measure_cpu_peaks_small_mode_is_smaller():
+    small_size, small_copy, *_ = peaks_mod._CPU_SIZES[True]
+    size, copy, *_ = peaks_mod._CPU_SIZES[False]
+    assert small_size < size
+    assert small_copy < copy
+    assert 512 <= size <= 1024
+    assert 64 * 2**20 <= 2 * copy <= 256 * 2**20  # bytes read + written
+
+
+def test_measure_cpu_peaks_rejects_bad_times():
+    with pytest.raises(RuntimeError, match="non-positive"):
+        peaks_mod._measure_cpu_peaks(True, bench=FakeBench([0.0, 1.0, 1.0]), name="x")
+
+
+def test_measure_cpu_peaks_is_cached(monkeypatch):
+    calls = []
+
+    def fake(small, bench=None, name=None):
+        calls.append(small)
+        return Peaks(name=f"fake {small}", flops={"fp32": 1e9}, source="measured")
+
+    monkeypatch.setattr(peaks_mod, "_measure_cpu_peaks", fake)
+    peaks_mod._measure_cpu_peaks_cached.cache_clear()
+    try:
+        monkeypatch.setenv("GPUGUIDE_SMALL", "1")
+        first = measure_cpu_peaks()
+        assert measure_cpu_peaks() is first
+        assert measure_cpu_peaks(small=True) is first
+        assert calls == [True]
+        monkeypatch.setenv("GPUGUIDE_SMALL", "0")
+        assert measure_cpu_peaks().name == "fake False"
+        assert calls == [True, False]
+    finally:
+        peaks_mod._measure_cpu_peaks_cached.cache_clear()
+
+
+def test_measure_cpu_peaks_really_measures(monkeypatch):
+    monkeypatch.setenv("GPUGUIDE_SMALL", "1")
+    peaks_mod._measure_cpu_peaks_cached.cache_clear()
+    peaks = measure_cpu_peaks()
+    for value in (
+        peaks.flops["fp32"],
+        peaks.flops["fp64"],
+        peaks.memory_bandwidth_bytes_per_s,
+    ):
+        assert value is not None
+        assert math.isfinite(value)
+        assert value > 1e6  # any CPU does a million FLOP (or bytes) per second
+    assert peaks.name.startswith("CPU: ")
+    assert peaks.source == "measured on this CPU (best achieved, not a datasheet)"
+    assert measure_cpu_peaks() is peaks
+
+
+# --------------------------------------------------------------------------------------
+# device_peaks
+# --------------------------------------------------------------------------------------
+
+
+def test_device_peaks_cpu_is_measured(monkeypatch):
+    sentinel = Peaks(name="CPU: fake", flops={"fp32": 1e9}, source="measured")
+    monkeypatch.setattr(peaks_mod, "measure_cpu_peaks", lambda: sentinel)
+    assert device_peaks("cpu") is sentinel
+    info = device_mod._describe_host("cpu", "")
+    assert device_peaks(info) is sentinel
+
+
+def test_device_peaks_default_device(monkeypatch):
+    monkeypatch.delenv("GPUGUIDE_DEVICE", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(device_mod, "_mps_available", lambda: False)
+    sentinel = Peaks(name="CPU: fake", flops={}, source="measured")
+    monkeypatch.setattr(peaks_mod, "measure_cpu_peaks", lambda: sentinel)
+    assert device_peaks() is sentinel
+
+
+def test_device_peaks_cuda_from_properties(monkeypatch):
+    props = SimpleNamespace(
+        name="NVIDIA H200", multi_processor_count=132, total_memory=150_021_488_640
+    )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    assert device_peaks("cuda") is GPU_PEAKS["H200 SXM"]
+
+
+def test_device_peaks_from_device_info():
+    props = SimpleNamespace(
+        name="NVIDIA A100-SXM4-80GB",
+        multi_processor_count=108,
+        total_memory=85_198_045_184,
+        major=8,
+        minor=0,
+    )
+    info = device_mod._describe_cuda(
+        0, props, torch_version="2.13.0", cuda_version="12.8", driver_version=None
+    )
+    assert device_peaks(info) is GPU_PEAKS["A100 SXM4 80GB"]
+    unknown = dataclasses.replace(info, name="NVIDIA Foo 9000", variant=None)
+    assert device_peaks(unknown).known is False
+
+
+def test_device_peaks_mps_is_unknown(monkeypatch):
+    monkeypatch.setattr(device_mod, "_mps_available", lambda: True)
+    peaks = device_peaks("mps")
+    assert peaks.known is False
+    assert peaks.name == "Apple GPU (MPS)"
+    assert all(value is None for value in peaks.flops.values())
+    info = dataclasses.replace(device_mod._describe_host("cpu", ""), type="mps")
+    assert device_peaks(info) == peaks
+
+
+@pytest.mark.gpu
+def test_device_peaks_real_cuda():
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    peaks = device_peaks("cuda")
+    expected = identify_gpu(props.name, props.multi_processor_count, props.total_memory)
+    if expected is None:
+        assert peaks.known is False
+    else:
+        assert peaks is GPU_PEAKS[expected]

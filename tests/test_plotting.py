@@ -1,0 +1,343 @@
+"""Tests for gpuguide.plotting, asserting on the matplotlib objects (Agg backend)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import matplotlib as mpl
+
+mpl.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+from matplotlib.collections import PolyCollection
+from matplotlib.container import BarContainer, ErrorbarContainer
+
+from gpuguide.device import describe_device
+from gpuguide.plotting import (
+    apply_style,
+    label_device,
+    plot_bars,
+    plot_sweep,
+    require_unit,
+)
+from gpuguide.timing import Measurement
+
+CPU = describe_device("cpu")
+GPU = dataclasses.replace(
+    CPU, type="cuda", name="NVIDIA H100 80GB HBM3", variant="H100 SXM5"
+)
+
+
+def meas(*times_s: float, label: str = "op") -> Measurement:
+    return Measurement(label=label, times_s=times_s, device="cpu", method="wall-clock")
+
+
+@pytest.fixture(autouse=True)
+def _clean_matplotlib() -> Iterator[None]:
+    with mpl.rc_context():
+        yield
+    plt.close("all")
+
+
+@pytest.fixture
+def ax() -> plt.Axes:
+    return plt.subplots()[1]
+
+
+def device_texts(fig: plt.Figure) -> list[str]:
+    return [t.get_text() for t in fig.texts if t.get_text().startswith("measured on ")]
+
+
+def band_limits(collection: PolyCollection) -> tuple[float, float]:
+    ys = np.concatenate([p.vertices[:, 1] for p in collection.get_paths()])
+    return float(ys.min()), float(ys.max())
+
+
+# -- require_unit --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("label", ["time (ms)", "bandwidth (GB/s)", "size (elements)"])
+def test_require_unit_accepts(label: str) -> None:
+    assert require_unit(label) == label
+
+
+@pytest.mark.parametrize("label", ["time", "time ()", "time ( )", "", "ms)"])
+def test_require_unit_rejects(label: str) -> None:
+    with pytest.raises(ValueError, match="names no unit"):
+        require_unit(label)
+
+
+def test_require_unit_rejects_non_strings() -> None:
+    with pytest.raises(ValueError, match="names no unit"):
+        require_unit(None)  # type: ignore[arg-type]
+
+
+# -- apply_style ---------------------------------------------------------------
+
+
+def test_apply_style_sets_rcparams() -> None:
+    apply_style()
+    assert mpl.rcParams["axes.grid"] is True
+    assert mpl.rcParams["figure.constrained_layout.use"] is True
+    assert tuple(mpl.rcParams["figure.figsize"]) == (7.0, 4.5)
+    assert 72 <= mpl.rcParams["figure.dpi"] <= 150
+    colors = mpl.rcParams["axes.prop_cycle"].by_key()["color"]
+    assert len(colors) >= 6
+    fig = plt.figure()
+    assert tuple(fig.get_size_inches()) == (7.0, 4.5)
+
+
+# -- label_device --------------------------------------------------------------
+
+
+def test_label_device_writes_once_in_lower_right() -> None:
+    fig = plt.figure()
+    label_device(fig, CPU)
+    label_device(fig, CPU)
+    assert device_texts(fig) == [f"measured on {CPU.short_name}"]
+    (text,) = [t for t in fig.texts if t.get_text().startswith("measured on")]
+    x, y = text.get_position()
+    assert x > 0.9
+    assert y < 0.1
+    assert text.get_horizontalalignment() == "right"
+
+
+def test_label_device_replaces_the_label() -> None:
+    fig = plt.figure()
+    label_device(fig, CPU)
+    label_device(fig, GPU)
+    assert device_texts(fig) == ["measured on H100 SXM5"]
+
+
+@pytest.mark.parametrize("device", ["cpu", torch.device("cpu")])
+def test_label_device_describes_devices(device: str | torch.device) -> None:
+    fig = plt.figure()
+    label_device(fig, device)
+    assert device_texts(fig) == [f"measured on {CPU.short_name}"]
+    assert CPU.short_name.startswith("CPU: ")
+
+
+def test_label_device_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUGUIDE_DEVICE", "cpu")
+    fig = plt.figure()
+    label_device(fig, None)
+    assert device_texts(fig) == [f"measured on {CPU.short_name}"]
+
+
+# -- plot_sweep ----------------------------------------------------------------
+
+
+def test_plot_sweep_measurements(ax: plt.Axes) -> None:
+    x = [256, 512, 1024, 2048]
+    fast = [meas(0.001, 0.002, 0.003) for _ in x]
+    slow = [meas(0.010, 0.020, 0.030) for _ in x]
+    plot_sweep(
+        ax,
+        x,
+        {"fast": fast, "slow": slow},
+        xlabel="size (elements)",
+        ylabel="time (ms)",
+        title="slow is 10x slower",
+        device=CPU,
+    )
+    ax.figure.canvas.draw()
+    assert ax.get_xscale() == "log"
+    assert ax.get_yscale() == "log"
+    assert ax.xaxis.get_transform().base == 2
+    assert ax.get_xlabel() == "size (elements)"
+    assert ax.get_ylabel() == "time (ms)"
+    assert ax.get_title() == "slow is 10x slower"
+    assert [line.get_label() for line in ax.lines] == ["fast", "slow"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["fast", "slow"]
+    # Medians in ms, with one IQR band per series in the line's colour.
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [2.0] * 4)
+    np.testing.assert_allclose(ax.lines[1].get_ydata(), [20.0] * 4)
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 2
+    assert band_limits(bands[0]) == pytest.approx((1.5, 2.5))
+    assert band_limits(bands[1]) == pytest.approx((15.0, 25.0))
+    np.testing.assert_allclose(
+        bands[0].get_facecolor()[0][:3], mpl.colors.to_rgb(ax.lines[0].get_color())
+    )
+    assert device_texts(ax.figure) == [f"measured on {CPU.short_name}"]
+    assert ax.figure.get_layout_engine() is not None
+    assert ax.xaxis.get_gridlines()[0].get_visible()
+
+
+def test_plot_sweep_floats_none_and_nonpositive(ax: plt.Axes) -> None:
+    x = [1, 2, 4, 8]
+    plot_sweep(
+        ax,
+        x,
+        {"throughput": [10.0, None, 0.0, 40.0], "empty": [None] * 4},
+        xlabel="batch (samples)",
+        ylabel="throughput (samples/s)",
+        title="t",
+        device=GPU,
+    )
+    ax.figure.canvas.draw()
+    # None and the non-positive point (no place on a log axis) are left out;
+    # a series without points draws nothing.
+    assert len(ax.lines) == 1
+    np.testing.assert_allclose(ax.lines[0].get_xdata(), [1, 8])
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [10.0, 40.0])
+    assert not [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert device_texts(ax.figure) == ["measured on H100 SXM5"]
+
+
+def test_plot_sweep_decreasing_value_transform(ax: plt.Axes) -> None:
+    work = 1e9
+    plot_sweep(
+        ax,
+        [1024, 2048],
+        {"copy": [meas(0.1, 0.2, 0.3), meas(0.2, 0.4, 0.6)]},
+        xlabel="size (MiB)",
+        ylabel="bandwidth (GB/s)",
+        title="t",
+        device=CPU,
+        value=lambda s: work / s / 1e9,
+    )
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [5.0, 2.5])
+    (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    lo, hi = band_limits(band)
+    # Quartiles 0.15 s and 0.25 s become 6.67 and 4 GB/s: the band keeps both.
+    assert lo == pytest.approx(1 / 0.5)
+    assert hi == pytest.approx(1 / 0.15)
+
+
+def test_plot_sweep_linear_axes_and_decimal_sizes(ax: plt.Axes) -> None:
+    plot_sweep(
+        ax,
+        [0.5, 1.5],
+        {"a": [-1.0, 2.0]},
+        xlabel="size (GB)",
+        ylabel="change (%)",
+        title="t",
+        device=CPU,
+        logx=False,
+        logy=False,
+    )
+    assert ax.get_xscale() == "linear"
+    assert ax.get_yscale() == "linear"
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [-1.0, 2.0])
+
+
+def test_plot_sweep_base_10_for_fractional_sizes(ax: plt.Axes) -> None:
+    plot_sweep(
+        ax,
+        [0.5, 1.5, 4.5],
+        {"a": [1.0, 2.0, 3.0]},
+        xlabel="size (GB)",
+        ylabel="time (ms)",
+        title="t",
+        device=CPU,
+    )
+    assert ax.xaxis.get_transform().base == 10
+
+
+def test_plot_sweep_validates_before_drawing(ax: plt.Axes) -> None:
+    with pytest.raises(ValueError, match="names no unit"):
+        plot_sweep(
+            ax,
+            [1],
+            {"a": [1.0]},
+            xlabel="size",
+            ylabel="time (ms)",
+            title="t",
+            device=CPU,
+        )
+    with pytest.raises(ValueError, match="names no unit"):
+        plot_sweep(
+            ax, [1], {"a": [1.0]}, xlabel="n (1)", ylabel="time", title="t", device=CPU
+        )
+    with pytest.raises(ValueError, match="2 values for 3 sizes"):
+        plot_sweep(
+            ax,
+            [1, 2, 3],
+            {"a": [1.0, 2.0]},
+            xlabel="n (1)",
+            ylabel="t (s)",
+            title="t",
+            device=CPU,
+        )
+    assert not ax.lines
+    assert not device_texts(ax.figure)
+
+
+# -- plot_bars -----------------------------------------------------------------
+
+
+def ratio_texts(ax: plt.Axes) -> list[str]:
+    return [t.get_text() for t in ax.texts]
+
+
+def test_plot_bars_ratios_and_error_bars(ax: plt.Axes) -> None:
+    values = {
+        "eager": meas(0.009, 0.010, 0.011),
+        "compiled": meas(0.0025, 0.0031, 0.0035),
+    }
+    plot_bars(ax, values, ylabel="time (ms)", title="compiled is 3x faster", device=CPU)
+    ax.figure.canvas.draw()
+    (bars,) = [c for c in ax.containers if isinstance(c, BarContainer)]
+    assert [b.get_height() for b in bars] == pytest.approx([10.0, 3.1])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["eager", "compiled"]
+    assert ratio_texts(ax) == ["1.00x", "0.31x"]
+    assert any(isinstance(c, ErrorbarContainer) for c in ax.containers)
+    assert ax.get_ylabel() == "time (ms)"
+    assert ax.get_title() == "compiled is 3x faster"
+    assert device_texts(ax.figure) == [f"measured on {CPU.short_name}"]
+    # Each ratio sits above its bar's error bar.
+    for text, top in zip(ax.texts, [10.5, 3.3], strict=True):
+        assert text.xy[1] == pytest.approx(top)
+
+
+def test_plot_bars_named_baseline_and_floats(ax: plt.Axes) -> None:
+    values = {"pageable": 12.0, "pinned": 24.0, "pinned + non_blocking": 36.0}
+    plot_bars(
+        ax,
+        values,
+        ylabel="bandwidth (GB/s)",
+        title="t",
+        device="cpu",
+        baseline="pinned",
+    )
+    assert ratio_texts(ax) == ["0.5x", "1.00x", "1.5x"]
+    assert not any(isinstance(c, ErrorbarContainer) for c in ax.containers)
+    # Long names are slanted so that they do not overlap.
+    assert ax.get_xticklabels()[0].get_rotation() == pytest.approx(20)
+
+
+def test_plot_bars_value_transform(ax: plt.Axes) -> None:
+    values = {"a": meas(0.002), "b": meas(0.001)}
+    plot_bars(
+        ax,
+        values,
+        ylabel="throughput (calls/s)",
+        title="t",
+        device=CPU,
+        value=lambda s: 1 / s,
+    )
+    (bars,) = [c for c in ax.containers if isinstance(c, BarContainer)]
+    assert [b.get_height() for b in bars] == pytest.approx([500.0, 1000.0])
+    assert ratio_texts(ax) == ["1.00x", "2.00x"]
+
+
+def test_plot_bars_zero_baseline(ax: plt.Axes) -> None:
+    plot_bars(ax, {"zero": 0.0, "one": 1.0}, ylabel="time (ms)", title="t", device=CPU)
+    assert ratio_texts(ax) == ["n/a", "n/a"]
+
+
+def test_plot_bars_rejects_bad_input(ax: plt.Axes) -> None:
+    with pytest.raises(ValueError, match="names no unit"):
+        plot_bars(ax, {"a": 1.0}, ylabel="time", title="t", device=CPU)
+    with pytest.raises(ValueError, match="at least one"):
+        plot_bars(ax, {}, ylabel="time (ms)", title="t", device=CPU)
+    with pytest.raises(ValueError, match="baseline 'c'"):
+        plot_bars(
+            ax, {"a": 1.0}, ylabel="time (ms)", title="t", device=CPU, baseline="c"
+        )
+    assert not ax.patches

@@ -1,0 +1,637 @@
+"""Tests for gpuguide.timing.
+
+The timing logic is tested deterministically on the CPU: a fake clock for the
+host path, fake CUDA events that record the order of operations for the CUDA
+path. A ``gpu``-marked test times a real CUDA matmul.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import gc
+import math
+import statistics
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from gpuguide import timing
+from gpuguide.timing import (
+    NOISY_RELATIVE_IQR,
+    Measurement,
+    _cuda_times,
+    _rep_count,
+    _tensor_device,
+    benchmark,
+    bytes_per_s,
+    flops_per_s,
+    matmul_flop,
+)
+
+# A step that is exact in binary floating point, so expected times are exact.
+STEP_S = 2.0**-10  # ~0.977 ms
+
+
+class StepClock:
+    """A clock that advances by ``step`` seconds every time it is read."""
+
+    def __init__(self, step: float = STEP_S) -> None:
+        self.step = step
+        self.reads = 0
+
+    def __call__(self) -> float:
+        now = self.reads * self.step
+        self.reads += 1
+        return now
+
+
+class CostClock:
+    """A clock that only advances when the timed function says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# ---------------------------------------------------------------------------
+# Measurement
+# ---------------------------------------------------------------------------
+
+
+def make(times, **kwargs):
+    fields = {"label": "op", "device": "cpu", "method": "wall-clock"}
+    fields.update(kwargs)
+    return Measurement(times_s=tuple(times), **fields)
+
+
+def test_measurement_statistics_match_numpy_linear_quantiles():
+    times = [0.005, 0.001, 0.004, 0.002, 0.010, 0.003, 0.0025]
+    m = make(times)
+    data = np.array(times)
+    assert m.n == 7
+    assert m.median_s == pytest.approx(np.median(data))
+    assert m.mean_s == pytest.approx(np.mean(data))
+    assert m.min_s == 0.001
+    assert m.max_s == 0.010
+    assert m.q25_s == pytest.approx(np.quantile(data, 0.25))
+    assert m.q75_s == pytest.approx(np.quantile(data, 0.75))
+    assert m.iqr_s == pytest.approx(np.quantile(data, 0.75) - np.quantile(data, 0.25))
+    assert m.relative_iqr == pytest.approx(m.iqr_s / np.median(data))
+    assert m.median_ms == pytest.approx(np.median(data) * 1e3)
+    assert m.median_us == pytest.approx(np.median(data) * 1e6)
+    for q in (0.0, 0.1, 0.33, 0.9, 1.0):
+        assert m.quantile(q) == pytest.approx(np.quantile(data, q))
+    # statistics.quantiles(method="inclusive") is the same definition.
+    quartiles = statistics.quantiles(times, n=4, method="inclusive")
+    assert [m.q25_s, m.median_s, m.q75_s] == pytest.approx(quartiles)
+
+
+def test_measurement_even_count_interpolates():
+    m = make([1.0, 2.0, 3.0, 4.0])
+    assert m.median_s == 2.5
+    assert m.q25_s == 1.75
+    assert m.q75_s == 3.25
+    assert m.iqr_s == 1.5
+
+
+def test_measurement_single_time():
+    m = make([0.002])
+    assert m.n == 1
+    assert m.median_s == m.min_s == m.max_s == m.q25_s == m.q75_s == 0.002
+    assert m.iqr_s == 0
+    assert not m.is_noisy
+    assert "1 run," in repr(m)
+
+
+def test_measurement_stores_tuple_and_is_frozen():
+    m = Measurement("op", [0.001, 0.002], "cpu", "wall-clock")
+    assert m.times_s == (0.001, 0.002)
+    assert isinstance(m.times_s, tuple)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.label = "other"
+    assert m == Measurement("op", (0.001, 0.002), "cpu", "wall-clock")
+
+
+@pytest.mark.parametrize(
+    ("times", "match"),
+    [
+        ((), "at least one time"),
+        ((0.001, -0.001), "non-negative"),
+        ((0.001, math.nan), "finite"),
+        ((math.inf,), "finite"),
+    ],
+)
+def test_measurement_rejects_bad_times(times, match):
+    with pytest.raises(ValueError, match=match):
+        make(times)
+
+
+def test_measurement_rejects_negative_warmup_calls():
+    with pytest.raises(ValueError, match="warmup_calls must be >= 0"):
+        make([0.001], warmup_calls=-1)
+
+
+@pytest.mark.parametrize("q", [-0.1, 1.5, math.nan])
+def test_quantile_out_of_range(q):
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        make([0.001, 0.002]).quantile(q)
+
+
+def test_relative_iqr_with_zero_median():
+    assert make([0.0, 0.0, 0.0]).relative_iqr == 0.0
+    spread = make([0.0, 0.0, 0.0, 1.0, 1.0])
+    assert spread.median_s == 0.0
+    assert spread.relative_iqr == math.inf
+    assert spread.is_noisy
+    assert "(inf%)" in repr(spread)
+
+
+def test_is_noisy_threshold():
+    assert NOISY_RELATIVE_IQR == 0.10
+    # median 10, IQR exactly 1: not noisy; a little more: noisy.
+    at_limit = make([9.0, 9.5, 10.0, 10.5, 11.0])
+    assert at_limit.relative_iqr == 0.1
+    assert not at_limit.is_noisy
+    assert "NOISY" not in repr(at_limit)
+    assert make([9.0, 9.5, 10.0, 10.5001, 11.0]).is_noisy
+
+
+def test_repr_format():
+    # The contract's example: quartiles 12.2 and 12.41 ms around 12.3 ms.
+    times = [0.0122] * 11 + [0.0123] * 19 + [0.01241] * 11
+    m = make(times, label="fp32 matmul 1024")
+    assert m.n == 41
+    assert repr(m) == (
+        "<Measurement 'fp32 matmul 1024' on cpu: median 12.3 ms, "
+        "IQR 0.21 ms (1.7%), 41 runs, wall-clock>"
+    )
+
+
+def test_repr_flags_noisy_measurements():
+    m = make([1e-6, 2e-6, 3e-6, 4e-6], device="cuda:0", method="cuda-events")
+    assert m.is_noisy
+    assert repr(m) == (
+        "<Measurement 'op' on cuda:0: median 2.50 us, IQR 1.5 us (60%), "
+        "4 runs, cuda-events, NOISY (IQR > 10% of median)>"
+    )
+
+
+# ---------------------------------------------------------------------------
+# Rates and FLOP counts
+# ---------------------------------------------------------------------------
+
+
+def test_rates():
+    assert flops_per_s(2e12, 0.5) == 4e12
+    assert bytes_per_s(1e9, 0.25) == 4e9
+    assert flops_per_s(0, 1.0) == 0.0
+
+
+@pytest.mark.parametrize("rate", [flops_per_s, bytes_per_s])
+@pytest.mark.parametrize("seconds", [0.0, -1.0, math.nan, math.inf])
+def test_rates_reject_bad_seconds(rate, seconds):
+    with pytest.raises(ValueError, match="seconds must be finite and > 0"):
+        rate(1.0, seconds)
+
+
+def test_rates_reject_negative_amounts():
+    with pytest.raises(ValueError, match="flop must be finite and >= 0"):
+        flops_per_s(-1.0, 1.0)
+    with pytest.raises(ValueError, match="nbytes must be finite and >= 0"):
+        bytes_per_s(math.nan, 1.0)
+
+
+def test_matmul_flop():
+    assert matmul_flop(2, 3, 4) == 48
+    assert matmul_flop(1024, 1024, 1024) == 2 * 1024**3
+    assert matmul_flop(8, 16, 32, batch=4) == 2 * 8 * 16 * 32 * 4
+    assert matmul_flop(np.int64(4), 4, 4) == 128
+    assert isinstance(matmul_flop(np.int64(4), 4, 4), int)
+    assert matmul_flop(0, 5, 5) == 0
+
+
+def test_matmul_flop_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="k must be >= 0"):
+        matmul_flop(2, 2, -1)
+    with pytest.raises(TypeError, match="n must be an integer"):
+        matmul_flop(2, 2.5, 2)
+
+
+# ---------------------------------------------------------------------------
+# benchmark on the host clock
+# ---------------------------------------------------------------------------
+
+
+def test_benchmark_with_step_clock_is_exact():
+    clock = StepClock()
+    calls = []
+    m = benchmark(
+        lambda: calls.append(1), label="noop", clock=clock, warmup_ms=25, rep_ms=100
+    )
+    # Warm-up: one read at the start and one after each call, so k calls take
+    # k steps; it stops at the first k with k * STEP_S >= 25 ms.
+    assert m.warmup_calls == math.ceil(0.025 / STEP_S) == 26
+    # Each warm-up call took one step, so n = ceil(100 ms / STEP_S).
+    assert m.n == math.ceil(0.100 / STEP_S) == 103
+    assert m.times_s == (STEP_S,) * 103
+    assert len(calls) == m.warmup_calls + m.n
+    assert clock.reads == 1 + m.warmup_calls + 2 * m.n
+    assert m.label == "noop"
+    assert m.device == "cpu"
+    assert m.method == "wall-clock"
+    assert m.median_s == STEP_S
+    assert m.relative_iqr == 0
+
+
+def test_benchmark_times_the_function_cost():
+    clock = CostClock()
+    costs = [0.001, 0.002, 0.003]
+    seen = []
+
+    def fn(x, *, scale):
+        seen.append((x, scale))
+        clock.now += costs[len(seen) % 3]
+
+    # Warm-up calls 1..4 cost 2, 3, 1, 2 ms: 8 ms >= 7 ms after 4 calls.
+    m = benchmark(
+        fn, args=(7,), kwargs={"scale": 2}, clock=clock, warmup_ms=7, rep_ms=6
+    )
+    assert m.warmup_calls == 4
+    # Estimate 2 ms per call: ceil(6 / 2) = 3 < min_reps, so 5 timed calls.
+    assert m.n == 5
+    # Calls 5..9 cost 3, 1, 2, 3, 1 ms.
+    assert m.times_s == pytest.approx((0.003, 0.001, 0.002, 0.003, 0.001))
+    assert m.median_s == pytest.approx(0.002)
+    assert set(seen) == {(7, 2)}
+    assert len(seen) == 9
+
+
+def test_benchmark_warms_up_at_least_once():
+    clock = StepClock(step=1.0)  # one call takes 1 s, far over the budget
+    m = benchmark(lambda: None, clock=clock, warmup_ms=1, rep_ms=1, min_reps=3)
+    assert m.warmup_calls == 1
+    assert m.n == 3
+    assert m.times_s == (1.0, 1.0, 1.0)
+
+
+def test_benchmark_clamps_to_max_reps():
+    clock = StepClock(step=1e-6)
+    m = benchmark(lambda: None, clock=clock, rep_ms=100, max_reps=50)
+    assert m.n == 50
+
+
+def test_benchmark_stops_warmup_when_clock_does_not_advance(monkeypatch):
+    monkeypatch.setattr(timing, "_MAX_WARMUP_CALLS", 40)
+    m = benchmark(lambda: None, clock=lambda: 0.0, max_reps=12)
+    assert m.warmup_calls == 40
+    assert m.n == 12  # no time estimate: as many reps as allowed
+    assert m.times_s == (0.0,) * 12
+
+
+@pytest.mark.parametrize(
+    ("estimate", "expected"),
+    [
+        (0.001, 100),  # exactly 100 ms / 1 ms, not 101
+        (0.0011, 91),
+        (0.1, 5),  # min_reps
+        (1e-7, 1000),  # max_reps
+        (0.0, 1000),
+    ],
+)
+def test_rep_count(estimate, expected):
+    assert _rep_count(estimate, 0.1, 5, 1000) == expected
+
+
+def test_benchmark_real_clock_measures_sleep():
+    m = benchmark(time.sleep, args=(0.002,), warmup_ms=5, rep_ms=20)
+    assert m.method == "wall-clock"
+    assert m.label == "sleep"
+    assert 5 <= m.n <= 10
+    assert m.min_s >= 0.002
+    assert m.median_s < 0.1
+
+
+def test_benchmark_default_label_and_device_for_tensors():
+    a = torch.ones(8, 8)
+    m = benchmark(torch.mm, args=(a, a), warmup_ms=1, rep_ms=1)
+    assert m.label == "mm"
+    assert m.device == "cpu"
+    assert m.method == "wall-clock"
+
+
+class _Private:
+    @staticmethod
+    def method():
+        return None
+
+
+def test_default_labels():
+    def local():
+        return None
+
+    assert benchmark(local, clock=StepClock(), rep_ms=1).label.endswith(
+        "test_default_labels.<locals>.local"
+    )
+    assert benchmark(_Private.method, clock=StepClock(), rep_ms=1).label == "method"
+    partial = functools.partial(max, 1)
+    assert benchmark(partial, args=(2,), clock=StepClock(), rep_ms=1).label == (
+        repr(partial)
+    )
+    big = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(3)])
+    assert benchmark(big, args=(torch.ones(2),), clock=StepClock(), rep_ms=1).label == (
+        "Sequential"
+    )
+
+
+def test_benchmark_pauses_gc_while_timing():
+    enabled = []
+    assert gc.isenabled()
+    benchmark(
+        lambda: enabled.append(gc.isenabled()),
+        clock=StepClock(),
+        warmup_ms=2,
+        rep_ms=5,
+    )
+    # The warm-up runs with the collector on, the timed calls with it off.
+    # 2 ms / STEP_S -> 3 warm-up calls; 5 ms / STEP_S -> 6 timed calls.
+    assert enabled == [True] * 3 + [False] * 6
+    assert gc.isenabled()
+
+
+def test_benchmark_restores_gc_when_fn_raises():
+    count = {"calls": 0}
+
+    def fail_when_timed():
+        count["calls"] += 1
+        if count["calls"] > 1:
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        benchmark(fail_when_timed, clock=StepClock(), warmup_ms=0.5)
+    assert gc.isenabled()
+
+
+# ---------------------------------------------------------------------------
+# benchmark argument checks
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"warmup_ms": 0}, ValueError, "warmup_ms must be > 0"),
+        ({"warmup_ms": -5}, ValueError, "warmup_ms must be > 0"),
+        ({"warmup_ms": math.inf}, ValueError, "warmup_ms must be finite"),
+        ({"rep_ms": 0.0}, ValueError, "rep_ms must be > 0"),
+        ({"rep_ms": math.nan}, ValueError, "rep_ms must be finite"),
+        ({"rep_ms": "fast"}, TypeError, "rep_ms must be a number"),
+        ({"min_reps": 0}, ValueError, "min_reps must be >= 1"),
+        ({"min_reps": 10, "max_reps": 9}, ValueError, r"max_reps \(9\) must be"),
+        ({"min_reps": 2.5}, TypeError, "min_reps must be an integer"),
+        ({"max_reps": True}, TypeError, "max_reps must be an integer"),
+        ({"args": torch.ones(2)}, TypeError, "args must be a tuple or list"),
+        ({"kwargs": [1]}, TypeError, "kwargs must be a mapping"),
+        ({"clock": 3.0}, TypeError, "clock must be callable"),
+        ({"device": "not-a-device"}, ValueError, "unknown device"),
+        ({"device": "meta"}, ValueError, "unsupported device type 'meta'"),
+    ],
+)
+def test_benchmark_rejects_bad_arguments(kwargs, error, match):
+    calls = []
+    with pytest.raises(error, match=match):
+        benchmark(lambda *a, **k: calls.append(1), **kwargs)
+    assert calls == []
+
+
+def test_benchmark_rejects_non_callable():
+    with pytest.raises(TypeError, match="fn must be callable"):
+        benchmark(42)
+
+
+# ---------------------------------------------------------------------------
+# Device inference
+# ---------------------------------------------------------------------------
+
+
+def test_tensor_device_inference():
+    cpu = torch.ones(1)
+    meta = torch.empty(1, device="meta")
+    assert _tensor_device((), {}) is None
+    assert _tensor_device((1, "x"), {"y": None}) is None
+    assert _tensor_device((cpu,), {}) == torch.device("cpu")
+    # A non-CPU tensor wins over CPU tensors, wherever it is.
+    assert _tensor_device((cpu, meta), {}) == torch.device("meta")
+    assert _tensor_device((cpu,), {"out": meta}) == torch.device("meta")
+    assert _tensor_device(([cpu, (meta,)],), {}) == torch.device("meta")
+    assert _tensor_device(({"w": meta},), {}) == torch.device("meta")
+    # Three levels deep at most.
+    assert _tensor_device(([[[[meta]]]],), {}) is None
+
+
+def test_benchmark_infers_device_from_arguments():
+    meta = torch.empty(2, device="meta")
+    with pytest.raises(ValueError, match="unsupported device type 'meta'"):
+        benchmark(lambda x, y: None, args=(torch.ones(2), meta))
+    with pytest.raises(ValueError, match="unsupported device type 'meta'"):
+        benchmark(lambda **k: None, kwargs={"x": [meta]})
+
+
+def test_explicit_device_wins_over_tensors():
+    meta = torch.empty(2, device="meta")
+    m = benchmark(lambda x: None, args=(meta,), device="cpu", warmup_ms=1, rep_ms=1)
+    assert m.device == "cpu"
+
+
+def test_cuda_device_without_cuda_raises(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="'cuda' was requested, but CUDA is not"):
+        benchmark(lambda: None, device="cuda")
+    with pytest.raises(RuntimeError, match="'cuda:1' was requested"):
+        benchmark(lambda: None, device=torch.device("cuda", 1))
+
+
+def test_mps_device_without_mps_raises(monkeypatch):
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="'mps' was requested, but MPS is not"):
+        benchmark(lambda: None, device="mps")
+
+
+# ---------------------------------------------------------------------------
+# The CUDA path, driven by fake events
+# ---------------------------------------------------------------------------
+
+
+class FakeEvents:
+    """Fake ``torch.cuda.Event``s that log record/elapsed_time calls in order."""
+
+    def __init__(self, elapsed_ms):
+        self.log = []
+        self.created = []
+        self.elapsed_ms = list(elapsed_ms)
+
+    def factory(self, **kwargs):
+        events = self
+
+        class Event:
+            def __init__(self, index):
+                self.index = index
+
+            def record(self):
+                role = "start" if self.index % 2 == 0 else "end"
+                events.log.append(f"{role}{self.index // 2}.record")
+
+            def elapsed_time(self, end):
+                assert end.index == self.index + 1
+                events.log.append(f"elapsed{self.index // 2}")
+                return events.elapsed_ms[self.index // 2]
+
+        self.created.append(kwargs)
+        return Event(len(self.created) - 1)
+
+    def synchronize(self):
+        self.log.append("sync")
+
+    def call(self):
+        self.log.append("fn")
+
+
+class FakeBuffer:
+    def __init__(self, log):
+        self.log = log
+
+    def zero_(self):
+        self.log.append("flush")
+
+
+def test_cuda_times_order_without_flush():
+    fake = FakeEvents([1.5, 2.0, 0.25])
+    times = _cuda_times(
+        fake.call, 3, event_factory=fake.factory, synchronize=fake.synchronize
+    )
+    assert fake.created == [{"enable_timing": True}] * 6  # one pair per call
+    assert fake.log == [
+        *("start0.record", "fn", "end0.record"),
+        *("start1.record", "fn", "end1.record"),
+        *("start2.record", "fn", "end2.record"),
+        "sync",  # exactly one, after all calls, before reading times
+        *("elapsed0", "elapsed1", "elapsed2"),
+    ]
+    assert times == [0.0015, 0.002, 0.00025]  # ms -> s
+
+
+def test_cuda_times_flushes_before_the_start_event():
+    fake = FakeEvents([3.0, 4.0])
+    times = _cuda_times(
+        fake.call,
+        2,
+        flush=True,
+        event_factory=fake.factory,
+        synchronize=fake.synchronize,
+        flush_buffer=FakeBuffer(fake.log),
+    )
+    assert fake.log == [
+        *("flush", "start0.record", "fn", "end0.record"),
+        *("flush", "start1.record", "fn", "end1.record"),
+        "sync",
+        *("elapsed0", "elapsed1"),
+    ]
+    assert times == [0.003, 0.004]
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """Pretend CUDA is available, with fake events that take 2 ms each."""
+    fake = FakeEvents([2.0] * 1000)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(
+        torch.cuda, "device", lambda device: contextlib.nullcontext(device)
+    )
+    monkeypatch.setattr(torch.cuda, "synchronize", fake.synchronize)
+    monkeypatch.setattr(torch.cuda, "Event", fake.factory)
+    monkeypatch.setattr(timing, "_l2_flush_buffer", lambda: FakeBuffer(fake.log))
+    return fake
+
+
+def test_benchmark_cuda_path(fake_cuda):
+    calls = []
+    m = benchmark(
+        lambda: calls.append(1), device="cuda", warmup_ms=0.1, rep_ms=10, max_reps=7
+    )
+    assert m.device == "cuda:0"
+    assert m.method == "cuda-events"
+    assert m.n == 7
+    assert m.times_s == (0.002,) * 7
+    assert len(calls) == m.warmup_calls + 7
+    # Synchronize first, after every warm-up call, then once after timing.
+    assert fake_cuda.log.count("sync") == 1 + m.warmup_calls + 1
+    assert fake_cuda.log[-8:] == ["sync"] + [f"elapsed{i}" for i in range(7)]
+
+
+def test_benchmark_cuda_path_with_flush(fake_cuda):
+    a = torch.ones(2)  # CPU tensor: the explicit device decides
+    m = benchmark(
+        lambda x: fake_cuda.call(),
+        args=(a,),
+        device=torch.device("cuda"),
+        flush_l2=True,
+        warmup_ms=0.1,
+        min_reps=2,
+        max_reps=2,
+    )
+    assert m.method == "cuda-events"
+    assert fake_cuda.log[-11:] == [
+        *("flush", "start0.record", "fn", "end0.record"),
+        *("flush", "start1.record", "fn", "end1.record"),
+        *("sync", "elapsed0", "elapsed1"),
+    ]
+    assert fake_cuda.log.count("flush") == 2  # not during the warm-up
+
+
+def test_benchmark_cuda_rejects_a_host_clock(fake_cuda):
+    with pytest.raises(ValueError, match="clock cannot be used with a CUDA device"):
+        benchmark(lambda: None, device="cuda:0", clock=StepClock())
+    assert fake_cuda.log == []
+
+
+def test_benchmark_mps_path(monkeypatch):
+    syncs = []
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: syncs.append(1))
+    m = benchmark(lambda: None, device="mps", clock=StepClock(), rep_ms=5)
+    assert m.device == "mps"
+    assert m.method == "wall-clock+sync"
+    assert len(syncs) == 1 + m.warmup_calls + m.n
+
+
+# ---------------------------------------------------------------------------
+# A real GPU
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_benchmark_cuda_matmul():
+    a = torch.randn(2048, 2048, device="cuda")
+    m = benchmark(torch.mm, args=(a, a), label="fp32 matmul 2048")
+    assert m.method == "cuda-events"
+    assert m.device == f"cuda:{torch.cuda.current_device()}"
+    assert 5 <= m.n <= 1000
+    assert m.median_s > 0
+    flushed = benchmark(torch.mm, args=(a, a), flush_l2=True, rep_ms=20)
+    assert flushed.method == "cuda-events"
+    # A cold L2 cannot make the matmul much faster.
+    assert flushed.median_s > 0.5 * m.median_s
+
+
+@pytest.mark.gpu
+def test_benchmark_cuda_times_gpu_work_not_the_launch():
+    # Spin the GPU for ~1e7 cycles (several ms at ~2 GHz); the launch takes us.
+    m = benchmark(torch.cuda._sleep, args=(10_000_000,), device="cuda", rep_ms=50)
+    assert m.method == "cuda-events"
+    assert m.median_s > 1e-3
