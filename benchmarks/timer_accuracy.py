@@ -7,15 +7,25 @@ with the same number of threads, and checks two bars:
 * the medians agree within 5 %;
 * gpuguide's IQR/median is below 5 % for operations of 1 ms or more.
 
-The two tools are run in alternating rounds (A B, B A, A B, ...) and each
-tool's times are pooled over the rounds, so slow drifts of the machine (clock
-frequency, other processes) affect both alike. A case that fails is measured
-again, up to ``--attempts`` times, and every attempt is printed: on a shared
-machine another process can take a core for a while, and no timer can hide that.
+How it measures
+---------------
+A *try* runs the two tools in alternating rounds (A B, B A, A B, ...), each
+round with gpuguide's default budgets (``warmup_ms=25, rep_ms=100``) and a
+``blocked_autorange`` of the same length, so slow drifts of the machine affect
+both tools alike. Each tool's times are pooled over the rounds for the medians.
+The IQR bar applies to what a user sees from one ``benchmark()`` call: the
+median, over the rounds, of each call's IQR/median. The IQR/median of the
+pooled times, which also holds the drift between rounds, is printed beside it.
 
-Run it as a script; it exits with status 1 if a bar fails::
+On a shared machine another process (or a neighbour on the host) can take a
+core for a while, and no timer can hide that. So before each try the script
+waits for other processes to go quiet, prints the CPU they used during the try
+("others", in cores), and tries a failing case again, up to ``--tries`` times;
+every try is printed.
 
-    python benchmarks/timer_accuracy.py [--rounds 6] [--round-ms 150] [--threads N]
+Run it as a script; it exits with status 1 if a bar fails on every try::
+
+    python benchmarks/timer_accuracy.py [--rounds 5] [--tries 5] [--threads N]
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
 from torch.utils.benchmark import Timer
@@ -32,17 +43,19 @@ from torch.utils.benchmark import Timer
 from gpuguide.timing import Measurement, benchmark
 from gpuguide.units import format_time
 
-#: Matmul sizes: ~0.3, ~1.5 and ~3 ms for fp32 on 2 cores of a recent x86 CPU.
+#: Matmul sizes: ~0.2, ~1.5 and ~3 ms in fp32 on 2 cores of a recent x86 CPU.
 SIZES = (256, 512, 640)
 MEDIAN_TOLERANCE = 0.05
 IQR_TOLERANCE = 0.05
 IQR_MIN_OP_S = 1e-3
+ROUND_MS = 100.0  # gpuguide's default rep_ms; the Timer gets the same time
 
 
 class OtherLoad:
-    """CPU time used by *other* processes, in cores, from Linux ``/proc``.
+    """CPU time used by *other* processes since construction, from ``/proc``.
 
-    ``None`` where ``/proc`` cannot be read (not Linux).
+    Counts all busy CPU time (steal included) minus this process's own.
+    ``cores()`` is ``None`` where ``/proc`` cannot be read (not Linux).
     """
 
     def __init__(self) -> None:
@@ -62,7 +75,7 @@ class OtherLoad:
         return time.monotonic(), busy, own_ticks
 
     def cores(self) -> float | None:
-        """Cores' worth of CPU used by other processes since construction."""
+        """Cores' worth of CPU used by other processes (1.0 = one full core)."""
         end = self._read()
         if self.start is None or end is None:
             return None
@@ -71,75 +84,97 @@ class OtherLoad:
         return max(others, 0.0) / os.sysconf("SC_CLK_TCK") / max(elapsed, 1e-9)
 
 
-def wait_until_quiet(max_wait_s: float, limit_cores: float = 0.1) -> float | None:
-    """Wait (up to ``max_wait_s``) until other processes use < ``limit_cores``.
-
-    Returns the load seen in the last 0.5 s window, in cores.
-    """
+def wait_until_quiet(max_wait_s: float, limit_cores: float = 0.1) -> None:
+    """Wait, up to ``max_wait_s``, for a 0.5 s window where others are quiet."""
     deadline = time.monotonic() + max_wait_s
-    while True:
+    while time.monotonic() < deadline:
         load = OtherLoad()
         time.sleep(0.5)
         cores = load.cores()
-        if cores is None or cores < limit_cores or time.monotonic() > deadline:
-            return cores
+        if cores is None or cores < limit_cores:
+            return
 
 
-def time_gpuguide(a: torch.Tensor, b: torch.Tensor, round_ms: float) -> list[float]:
-    """Per-call times (s) of ``torch.mm(a, b)`` from gpuguide.benchmark."""
-    m = benchmark(torch.mm, args=(a, b), warmup_ms=10, rep_ms=round_ms, min_reps=10)
-    return list(m.times_s)
+def time_gpuguide(a: torch.Tensor, b: torch.Tensor) -> Measurement:
+    """``torch.mm(a, b)`` timed by gpuguide.benchmark with default budgets."""
+    return benchmark(torch.mm, args=(a, b), rep_ms=ROUND_MS)
 
 
-def time_torch(
-    a: torch.Tensor, b: torch.Tensor, round_ms: float, threads: int
-) -> list[float]:
-    """Per-call times (s) of ``torch.mm(a, b)`` from torch.utils.benchmark.
+def time_torch(a: torch.Tensor, b: torch.Tensor, threads: int) -> list[float]:
+    """Times (s per call) of ``torch.mm(a, b)`` from torch.utils.benchmark.
 
     ``blocked_autorange`` times *blocks* of ``number_per_run`` calls and
     reports each block's mean per call, so its median is a median of block
     means, not of single calls: for a right-skewed distribution it sits a
-    little above the per-call median, and its IQR is narrower.
+    little above the per-call median, and its spread is narrower.
     """
     timer = Timer(
         "torch.mm(a, b)",
         globals={"torch": torch, "a": a, "b": b},
-        num_threads=threads,
+        num_threads=threads,  # Timer defaults to 1 thread; match torch's
     )
-    return list(timer.blocked_autorange(min_run_time=round_ms / 1e3).times)
+    return list(timer.blocked_autorange(min_run_time=ROUND_MS / 1e3).times)
 
 
-def measure(
-    size: int, rounds: int, round_ms: float, threads: int
-) -> tuple[Measurement, float]:
-    """Alternate the two tools for ``rounds`` rounds; pool each tool's times."""
+@dataclass(frozen=True)
+class Try:
+    """One try: both tools over alternating rounds."""
+
+    label: str
+    rounds: tuple[Measurement, ...]
+    torch_times_s: tuple[float, ...]
+    others_cores: float | None
+
+    @property
+    def pooled(self) -> Measurement:
+        times = tuple(t for m in self.rounds for t in m.times_s)
+        return Measurement(self.label, times, "cpu", "wall-clock")
+
+    @property
+    def median_s(self) -> float:
+        return self.pooled.median_s
+
+    @property
+    def torch_median_s(self) -> float:
+        return statistics.median(self.torch_times_s)
+
+    @property
+    def difference(self) -> float:
+        return self.median_s / self.torch_median_s - 1
+
+    @property
+    def call_relative_iqr(self) -> float:
+        """Median over rounds of one benchmark() call's IQR/median."""
+        return statistics.median(m.relative_iqr for m in self.rounds)
+
+    @property
+    def medians_agree(self) -> bool:
+        return abs(self.difference) <= MEDIAN_TOLERANCE
+
+    @property
+    def precise(self) -> bool | None:
+        """The IQR bar; None where it does not apply (ops under 1 ms)."""
+        if self.median_s < IQR_MIN_OP_S:
+            return None
+        return self.call_relative_iqr < IQR_TOLERANCE
+
+
+def measure(size: int, rounds: int, threads: int) -> Try:
+    """Alternate the two tools for ``rounds`` rounds on one fp32 matmul."""
     generator = torch.Generator().manual_seed(size)
     a = torch.randn(size, size, generator=generator)
     b = torch.randn(size, size, generator=generator)
-    ours: list[float] = []
+    ours: list[Measurement] = []
     theirs: list[float] = []
+    load = OtherLoad()
     for index in range(rounds):
         if index % 2 == 0:
-            ours += time_gpuguide(a, b, round_ms)
-            theirs += time_torch(a, b, round_ms, threads)
+            ours.append(time_gpuguide(a, b))
+            theirs += time_torch(a, b, threads)
         else:
-            theirs += time_torch(a, b, round_ms, threads)
-            ours += time_gpuguide(a, b, round_ms)
-    pooled = Measurement(
-        label=f"fp32 matmul {size}",
-        times_s=tuple(ours),
-        device="cpu",
-        method="wall-clock",
-    )
-    return pooled, statistics.median(theirs)
-
-
-def check(m: Measurement, torch_median_s: float) -> tuple[float, bool, bool | None]:
-    """Relative difference of the medians and the two bars (None: not applied)."""
-    difference = m.median_s / torch_median_s - 1
-    medians_agree = abs(difference) <= MEDIAN_TOLERANCE
-    precise = m.relative_iqr < IQR_TOLERANCE if m.median_s >= IQR_MIN_OP_S else None
-    return difference, medians_agree, precise
+            theirs += time_torch(a, b, threads)
+            ours.append(time_gpuguide(a, b))
+    return Try(f"fp32 matmul {size}", tuple(ours), tuple(theirs), load.cores())
 
 
 def verdict(ok: bool | None) -> str:
@@ -148,11 +183,8 @@ def verdict(ok: bool | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=4, help="alternating rounds")
-    parser.add_argument(
-        "--round-ms", type=float, default=100.0, help="budget per tool and round"
-    )
-    parser.add_argument("--attempts", type=int, default=5, help="tries per case")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per try")
+    parser.add_argument("--tries", type=int, default=5, help="tries per case")
     parser.add_argument(
         "--max-wait-s",
         type=float,
@@ -172,30 +204,31 @@ def main(argv: list[str] | None = None) -> int:
         f"bars: medians within {MEDIAN_TOLERANCE:.0%}; gpuguide IQR/median < "
         f"{IQR_TOLERANCE:.0%} for ops >= {format_time(IQR_MIN_OP_S)}"
     )
-    print("'others': CPU used by other processes during the try, in cores")
+    print(
+        "IQR/med: one benchmark() call's (median over rounds); pooled: all "
+        "rounds together; others: CPU used by other processes, in cores"
+    )
     header = (
-        f"{'op':<18} {'try':>3} {'gpuguide':>10} {'torch Timer':>11} "
-        f"{'diff':>7} {'IQR/med':>8} {'runs':>5} {'others':>6}  medians  IQR"
+        f"{'op':<16} {'try':>3} {'gpuguide':>9} {'Timer':>9} {'diff':>7} "
+        f"{'IQR/med':>8} {'pooled':>7} {'runs':>5} {'others':>6}  medians  IQR"
     )
     print(header)
     print("-" * len(header))
     failed = False
     for size in SIZES:
-        for attempt in range(1, options.attempts + 1):
+        for attempt in range(1, options.tries + 1):
             wait_until_quiet(options.max_wait_s)
-            load = OtherLoad()
-            m, torch_median = measure(size, options.rounds, options.round_ms, threads)
-            others = load.cores()
-            difference, medians_agree, precise = check(m, torch_median)
+            t = measure(size, options.rounds, threads)
+            others = "?" if t.others_cores is None else f"{t.others_cores:.2f}"
             print(
-                f"{m.label:<18} {attempt:>3} {format_time(m.median_s):>10} "
-                f"{format_time(torch_median):>11} {difference:>+7.1%} "
-                f"{m.relative_iqr:>8.1%} {m.n:>5} "
-                f"{'?' if others is None else f'{others:.2f}':>6}  "
-                f"{verdict(medians_agree)}     {verdict(precise)}",
+                f"{t.label:<16} {attempt:>3} {format_time(t.median_s):>9} "
+                f"{format_time(t.torch_median_s):>9} {t.difference:>+7.1%} "
+                f"{t.call_relative_iqr:>8.1%} {t.pooled.relative_iqr:>7.1%} "
+                f"{t.pooled.n:>5} {others:>6}  {verdict(t.medians_agree)}     "
+                f"{verdict(t.precise)}",
                 flush=True,
             )
-            if medians_agree and precise is not False:
+            if t.medians_agree and t.precise is not False:
                 break
         else:
             failed = True

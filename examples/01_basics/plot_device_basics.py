@@ -59,23 +59,21 @@ print(f"y.cpu().numpy() has shape {y.detach().cpu().numpy().shape}")
 # ``RuntimeError`` rather than copying data behind your back. The one exception is a
 # 0-dimensional CPU tensor, which PyTorch treats like a Python number.
 a = torch.ones(4, 4, device=device)
+b_host = torch.ones(4, 4)
+other = b_host
 if device.type == "cpu":
     print(
         "Mixing CPU and GPU tensors needs a GPU; a 'meta' tensor (shape and dtype, "
         "no data) stands in for the second device here."
     )
-    b = torch.ones(4, 4, device="meta")
-else:
-    b = torch.ones(4, 4)  # on the CPU
+    other = torch.ones(4, 4, device="meta")
 try:
-    a + b
+    a + other
 except RuntimeError as err:
     print(f"RuntimeError: {err}")
 
-print(f"a * torch.tensor(2.0) works: result on {(a * torch.tensor(2.0)).device}")
-print(
-    f"a + b_host.to(device) works: result on {(a + torch.ones(4, 4).to(device)).device}"
-)
+print(f"a + b_host.to(device) works: result on {(a + b_host.to(device)).device}")
+print(f"a * torch.tensor(2.0) works too: result on {(a * torch.tensor(2.0)).device}")
 
 # %%
 # Choose a size
@@ -143,7 +141,7 @@ for m in (m_dev, m_host, m_copy, m_both):
 # What the numbers say
 # --------------------
 # On a GPU, expect (a) to be tens to thousands of times faster than (b): the GPU
-# generates random numbers at close to its memory bandwidth. The copy (c) runs over
+# generates random numbers at a good fraction of its memory bandwidth. The copy (c) runs over
 # the host link (PCIe or similar) from pageable memory, typically at a few to a few
 # tens of GB/s. Which of (b) and (c) dominates depends on the CPU and the link, and
 # that is exactly what the single-step comparison hid. On a CPU, ``.to(device)`` of a
@@ -161,10 +159,11 @@ print(
     f"{m_host.median_s / parts_s:.0%} of it, the copy {m_copy.median_s / parts_s:.0%}"
 )
 if device.type != "cpu":
-    copy_rate = gpuguide.bytes_per_s(nbytes, m_copy.median_s)
-    print(
-        f"host-to-device copy from pageable memory: {gpuguide.format_rate(copy_rate, 'B/s')}"
-    )
+    rate = gpuguide.bytes_per_s(nbytes, m_copy.median_s)
+    link = gpuguide.device_peaks(device).host_link_bytes_per_s
+    pct = gpuguide.percent_of_peak(rate, link)
+    of_link = "link peak unknown" if pct is None else f"{pct:.0f}% of the link's peak"
+    print(f"copy from pageable memory: {gpuguide.format_rate(rate, 'B/s')} ({of_link})")
 
 # %%
 # Plot

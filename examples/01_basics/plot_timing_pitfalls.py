@@ -7,18 +7,15 @@ multiplication several wrong ways and one right way, and shows how far off each
 wrong way is, as a ratio to the median from :func:`gpuguide.benchmark`.
 
 On a GPU the largest error comes from asynchronous execution: a host clock read
-right after a CUDA call measures the launch, not the work. Three pitfalls apply to
-every device and are measured on the CPU as well: the cost of the first call, the
-spread between single calls, and creating the inputs inside the timed region.
-Finally ``torch.utils.benchmark.Timer`` is used as an independent check, with a
-look at its default of one CPU thread.
+right after a CUDA call measures the launch, not the work. Other pitfalls apply to
+every device: the first call, trusting one sample, creating the inputs inside the
+timed region, and ``torch.utils.benchmark.Timer``'s default of one CPU thread.
 """
 
 # %%
 # Setup
 # -----
-# The matrix size is chosen so that one multiplication takes a few milliseconds on
-# this device: long enough to time, short enough to repeat many times.
+# The size is chosen so that one multiplication takes a few milliseconds here.
 import math
 import subprocess
 import sys
@@ -63,14 +60,6 @@ ref = gpuguide.benchmark(
 print(ref)
 
 
-def sync():
-    """Wait for the device; a no-op on the CPU, where work finishes in the call."""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
 def as_measurement(label, times_s, method):
     return gpuguide.Measurement(label, tuple(times_s), str(device), method)
 
@@ -86,7 +75,8 @@ for _ in range(reps):
     t0 = time.perf_counter()
     torch.matmul(a, b, out=out)
     samples.append(time.perf_counter() - t0)
-sync()  # drain the queue before anything else is timed
+# Drain the queue before going on (torch.cpu.synchronize() does nothing).
+getattr(torch, device.type).synchronize()
 no_sync = as_measurement("host clock, no sync", samples, "wall-clock")
 print(no_sync)
 
@@ -106,9 +96,8 @@ if device.type == "cuda":
         torch.matmul(a, b, out=out)
         torch.cuda.synchronize()
         samples.append(time.perf_counter() - t0)
-    gpu_only["host clock + sync"] = as_measurement(
-        "host clock + sync", samples, "wall-clock+sync"
-    )
+    label = "host clock + sync"
+    gpu_only[label] = as_measurement(label, samples, "wall-clock+sync")
 
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
@@ -117,16 +106,15 @@ if device.type == "cuda":
         torch.matmul(a, b, out=out)
         end.record()
     torch.cuda.synchronize()
-    ms = [start.elapsed_time(end) for start, end in zip(starts, ends, strict=True)]
-    gpu_only["CUDA events"] = as_measurement(
-        "CUDA events", [t / 1e3 for t in ms], "cuda-events"
-    )
+    samples = [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends, strict=True)]
+    gpu_only["CUDA events"] = as_measurement("CUDA events", samples, "cuda-events")
     for m in gpu_only.values():
         print(m)
 else:
     print(
         "Asynchronous execution (no-sync clock, synchronize, CUDA events) needs a "
-        "CUDA GPU; on this device the plain clock above is already correct."
+        "CUDA GPU; on a CPU, where a call returns when its work is done, the plain "
+        "clock above is correct."
     )
 
 # %%
@@ -134,9 +122,8 @@ else:
 # -------------------------
 # The first matmul in a process pays one-time costs: on a GPU, creating the cuBLAS
 # handle and workspace and loading kernels; on a CPU, starting the thread pool.
-# Earlier pages of this gallery ran in the same process and already paid them, so
-# the first call is timed in a fresh Python process. Inputs are made (and the
-# device initialized) before the clock starts.
+# Earlier pages of this gallery ran in this process and paid them already, so the
+# first call is timed in a fresh process, after making the inputs there.
 FIRST_CALLS = """
 import sys, time, torch
 device, n = torch.device(sys.argv[1]), int(sys.argv[2])
@@ -166,21 +153,18 @@ print(
 # %%
 # Pitfall 3: trusting one sample
 # ------------------------------
-# Even warm, single calls differ: other processes, clock changes, page faults, the
-# GPU's power state. The reference kept every call; plotted in order they show the
-# spread that a one-shot timing draws from. Expect a few percent on a quiet GPU and
-# much more on a shared CPU.
-times_ms = [t * 1e3 for t in ref.times_s]
+# Even warm, single calls differ (other processes, clock changes, page faults, the
+# GPU's power state). The reference's calls, in order, show the spread a one-shot
+# timing draws from: expect a few percent on a quiet GPU, more on a shared CPU.
 print(
     f"{ref.n} single calls: min {gpuguide.format_time(ref.min_s)}, median "
-    f"{gpuguide.format_time(ref.median_s)}, max {gpuguide.format_time(ref.max_s)} "
-    f"({gpuguide.format_ratio(ref.max_s / ref.median_s)} the median)"
+    f"{gpuguide.format_time(ref.median_s)}, max {gpuguide.format_time(ref.max_s)}"
 )
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(
     ax,
     list(range(1, ref.n + 1)),
-    {"one call": times_ms, "median": [ref.median_ms] * ref.n},
+    {"one call": [t * 1e3 for t in ref.times_s]},
     xlabel="call (index)",
     ylabel="time (ms)",
     title=f"Single calls vary: the slowest is "
@@ -189,16 +173,18 @@ gpuguide.plot_sweep(
     logx=False,
     logy=False,
 )
+ax.axhline(ref.median_ms, color="0.3", linestyle="--", label="median")
+ax.set_ylim(bottom=0)
+ax.legend()
 plt.show()
 
 # %%
 # Pitfall 4: creating the inputs inside the timed call
 # ----------------------------------------------------
-# A popular notebook timed functions that first call ``torch.randn`` for their
-# inputs, so each timing included the random number generator and the allocator.
-# The bigger the operation relative to its inputs, the smaller the error: for a
-# large matmul on a GPU it may be a few percent, for a cheap operation or on a CPU
-# it can be several times the real cost.
+# A popular notebook timed functions that call ``torch.randn`` for their own inputs,
+# so every timing included the random number generator and the allocator. The error
+# shrinks as the operation grows relative to its inputs: a few percent for a large
+# matmul on a GPU, up to several times the real cost for cheap operations.
 
 
 def matmul_with_fresh_inputs():
@@ -215,10 +201,9 @@ print(inside)
 # %%
 # A second opinion: ``torch.utils.benchmark.Timer``
 # -------------------------------------------------
-# ``Timer`` synchronizes CUDA and reports block medians, so it should agree with the
-# reference within the noise. It runs with one thread unless told otherwise, which
-# matters on a CPU (expect up to the core count slower) and hardly on a GPU.
-min_run_time = 0.02 if small else 0.2
+# ``Timer`` synchronizes CUDA and reports the median over blocks of calls, so it
+# should agree with the reference within the noise. It uses one thread unless told
+# otherwise: on a CPU expect up to the core count slower, on a GPU little change.
 timer_stats = {}
 threads = {"Timer, all threads": torch.get_num_threads(), "Timer, 1 thread": 1}
 for label, num_threads in threads.items():
@@ -227,22 +212,20 @@ for label, num_threads in threads.items():
         globals={"torch": torch, "a": a, "b": b, "out": out},
         num_threads=num_threads,
     )
-    result = timer.blocked_autorange(min_run_time=min_run_time)
+    result = timer.blocked_autorange(min_run_time=0.02 if small else 0.2)
     method = "wall-clock" if device.type == "cpu" else "wall-clock+sync"
     timer_stats[label] = as_measurement(label, result.times, method)
-    print(
-        f"{timer_stats[label]} ({len(result.times)} blocks of {result.number_per_run})"
-    )
+    print(timer_stats[label])
 
 # %%
 # How wrong is each method?
 # -------------------------
 # Ratios to the reference median: 1.00x is right, below 1 underestimates, above 1
-# overestimates. The y axis is logarithmic because the no-sync clock on a GPU can
-# be off by orders of magnitude.
+# overestimates. The y axis turns logarithmic when the methods differ by more than
+# 10x, as the no-sync clock on a GPU does.
 methods = {
     "reference": ref,
-    "host clock,\nno sync": no_sync,
+    "host clock, no sync": no_sync,
     **gpu_only,
     "first call": cold,
     "randn inside": inside,
@@ -250,16 +233,18 @@ methods = {
 }
 for label, m in methods.items():
     ratio = gpuguide.format_ratio(m.median_s / ref.median_s)
-    print(f"{label.replace(chr(10), ' ')}: {ratio} the reference")
+    print(f"{label}: {ratio} the reference")
 worst = max(methods, key=lambda k: abs(math.log(methods[k].median_s / ref.median_s)))
 fig, ax = plt.subplots()
 gpuguide.plot_bars(
     ax,
     methods,
     ylabel="median time (ms)",
-    title=f"Worst method here: {worst.replace(chr(10), ' ')}, "
+    title=f"Worst method here: {worst}, "
     f"{gpuguide.format_ratio(methods[worst].median_s / ref.median_s)} the real time",
     device=device,
 )
-ax.set_yscale("log")
+medians = [m.median_s for m in methods.values()]
+if max(medians) > 10 * min(medians):
+    ax.set_yscale("log")
 plt.show()

@@ -482,7 +482,7 @@ def gpu_peaks(name: str, sm_count: int | None, total_memory_bytes: int | None) -
 
 #: (matmul size, copy bytes, warm-up ms, repetitions ms) per mode.
 _CPU_SIZES = {
-    False: (512, 64 * 2**20, 10.0, 40.0),
+    False: (512, 64 * 2**20, 30.0, 60.0),
     True: (256, 32 * 2**20, 2.0, 10.0),
 }
 

@@ -7,6 +7,11 @@ so that it is outside the timed pair, and a single synchronize at the end. On
 the CPU every call is timed on its own with a monotonic host clock; on MPS the
 host clock brackets each call followed by ``torch.mps.synchronize()``.
 
+CUDA events measure stream time, so a gap on the stream while the host is
+still launching (a launch-bound loop of tiny kernels) counts too. On CUDA the
+warm-up synchronizes after every call, so its per-call estimate is an upper
+bound that includes the launch and the synchronize.
+
 Unlike ``torch.utils.benchmark.Timer``, which times blocks of several calls and
 reports a per-call *block mean*, every entry of :attr:`Measurement.times_s` is
 one call, so the quartiles describe the spread of single calls. For calls of a
