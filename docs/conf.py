@@ -22,6 +22,8 @@ copyright = f"2026, {author}"
 release = version = gpuguide.__version__
 
 extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
     "myst_parser",
     "sphinx_copybutton",
     "sphinx_gallery.gen_gallery",
@@ -30,6 +32,11 @@ source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "README.md"]
 myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence", "deflist"]
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+napoleon_google_docstring = False
+napoleon_use_rtype = False
 
 html_theme = "pydata_sphinx_theme"
 html_title = "gpuguide"
