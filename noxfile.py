@@ -167,10 +167,10 @@ def docs(session: nox.Session) -> None:
     if opts.example:
         pattern = opts.example.removesuffix(".py")
         sphinx_args = [
-            "-D",
-            f"sphinx_gallery_conf.filename_pattern={pattern}",
+            "-D", f"sphinx_gallery_conf.filename_pattern={pattern}",
+            "-D", "sphinx_gallery_conf.run_stale_examples=1",  # even if unchanged
             *sphinx_args,
-        ]
+        ]  # fmt: skip
     session.run(
         _python(session), "-m", "sphinx", "-b", "html", "-W", "--keep-going",
         "-d", str(BUILD / "doctrees" / out.name), str(DOCS), str(out), *sphinx_args,
