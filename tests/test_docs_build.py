@@ -92,3 +92,51 @@ def test_gallery_lists_every_example(site):
     gallery = (out / "auto_examples" / "index.html").read_text()
     for script in EXAMPLES:
         assert f"{script.stem}.html" in gallery
+
+
+def _mini_site(root, example_code):
+    """A site with the project's configuration and a single example."""
+    docs, chapter = root / "docs", root / "examples" / "01_only"
+    chapter.mkdir(parents=True)
+    docs.mkdir()
+    (docs / "conf.py").write_text(
+        f"__file__ = {str(ROOT / 'docs' / 'conf.py')!r}\n"
+        f"exec(compile(open(__file__).read(), __file__, 'exec'))\n"
+        f"sphinx_gallery_conf['examples_dirs'] = [{str(root / 'examples')!r}]\n"
+    )
+    (docs / "index.rst").write_text(
+        "Mini\n====\n\n.. toctree::\n\n   auto_examples/index\n"
+    )
+    (root / "examples" / "GALLERY_HEADER.rst").write_text("Gallery\n=======\n")
+    (chapter / "GALLERY_HEADER.rst").write_text("Only\n----\n")
+    (chapter / "plot_only.py").write_text(example_code)
+    result = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "html", "-W", "-q",
+         str(docs), str(root / "html")],
+        env={**os.environ, "GPUGUIDE_SMALL": "1"}, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    return result
+
+
+EXAMPLE_HEAD = '"""\nOnly\n====\n\nOne example.\n"""\n\nimport warnings\n\n'
+
+
+def test_an_uncaught_warning_fails_the_build(tmp_path):
+    code = EXAMPLE_HEAD + 'warnings.warn("nobody caught me", UserWarning)\n'
+    result = _mini_site(tmp_path, code)
+    assert result.returncode != 0
+    assert "nobody caught me" in result.stdout + result.stderr
+
+
+def test_a_warning_caught_on_purpose_does_not(tmp_path):
+    code = EXAMPLE_HEAD + (
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        '    warnings.simplefilter("always")\n'
+        '    warnings.warn("expected", DeprecationWarning)\n'
+        'print(f"caught: {caught[0].message}")\n'
+    )
+    result = _mini_site(tmp_path, code)
+    assert result.returncode == 0, result.stderr[-3000:]
+    page = tmp_path / "html" / "auto_examples" / "01_only" / "plot_only.html"
+    assert "caught: expected" in page.read_text()
