@@ -36,7 +36,7 @@ from gpuguide.units import format_bytes
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DeviceInfo", "describe_device", "pick_device", "provenance"]
+__all__ = ["DeviceInfo", "as_device", "describe_device", "pick_device", "provenance"]
 
 #: Environment variable that chooses the device when no ``prefer`` is given.
 ENV_DEVICE = "GPUGUIDE_DEVICE"
@@ -459,6 +459,17 @@ def _describe_host(device_type: str, cpuinfo_text: str | None = None) -> DeviceI
         driver_version=None,
         **fields,
     )
+
+
+def as_device(device: str | torch.device | None) -> torch.device:
+    """``device`` as a ``torch.device``; ``None`` picks one with :func:`pick_device`.
+
+    Unlike :func:`pick_device`, an explicit device is not checked for being
+    available, so code can be driven with a stand-in backend in tests.
+    """
+    import torch
+
+    return pick_device() if device is None else torch.device(device)
 
 
 def describe_device(device: str | torch.device | None = None) -> DeviceInfo:

@@ -25,6 +25,8 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpuguide.device import as_device
+
 if TYPE_CHECKING:
     import torch
 
@@ -238,16 +240,6 @@ _active: list[MemoryTracker] = []
 _active_lock = threading.Lock()
 
 
-def _resolve_device(device: torch.device | str | None) -> torch.device:
-    import torch
-
-    if device is None:
-        from gpuguide.device import pick_device
-
-        return pick_device()
-    return torch.device(device)
-
-
 class MemoryTracker:
     """Tracks memory over a ``with`` block; :attr:`report` is set when it exits.
 
@@ -276,7 +268,7 @@ class MemoryTracker:
     def __init__(
         self, device: torch.device | str | None = None, *, backend: Any = None
     ) -> None:
-        dev = _resolve_device(device)
+        dev = as_device(device)
         self._type = dev.type
         self._backend = backend
         self._index: int | None = None

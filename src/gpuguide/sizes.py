@@ -146,16 +146,6 @@ def _cpu_free_bytes() -> int:
         return _FALLBACK_FREE_BYTES
 
 
-def _resolve_device(device: torch.device | str | None) -> torch.device:
-    import torch
-
-    if device is None:
-        from gpuguide.device import pick_device
-
-        return pick_device()
-    return torch.device(device)
-
-
 def free_memory_bytes(device: torch.device | str | None = None) -> int:
     """Memory free on a device, in bytes.
 
@@ -174,7 +164,9 @@ def free_memory_bytes(device: torch.device | str | None = None) -> int:
     """
     import torch
 
-    dev = _resolve_device(device)
+    from gpuguide.device import as_device  # device imports peaks, which imports us
+
+    dev = as_device(device)
     if dev.type == "cuda":
         free, _total = torch.cuda.mem_get_info(dev)
         return int(free)
@@ -231,7 +223,9 @@ def size_budget(
     if call_s is not None and not (math.isfinite(call_s) and call_s > 0):
         msg = f"call_s must be a positive finite number of seconds, got {call_s!r}"
         raise ValueError(msg)
-    dev = _resolve_device(device)
+    from gpuguide.device import as_device  # device imports peaks, which imports us
+
+    dev = as_device(device)
     if small is None:
         small = small_mode()
     seconds = call_s if call_s is not None else _DEFAULT_CALL_S.get(dev.type, 0.02)
