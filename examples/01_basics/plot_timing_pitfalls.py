@@ -201,21 +201,47 @@ print(inside)
 # %%
 # A second opinion: ``torch.utils.benchmark.Timer``
 # -------------------------------------------------
-# ``Timer`` synchronizes CUDA and reports the median over blocks of calls, so it
-# should agree with the reference within the noise. It uses one thread unless told
-# otherwise: on a CPU expect up to the core count slower, on a GPU little change.
-timer_stats = {}
-threads = {"Timer, all threads": torch.get_num_threads(), "Timer, 1 thread": 1}
-for label, num_threads in threads.items():
-    timer = torch_benchmark.Timer(
+# ``Timer`` synchronizes CUDA and reports the median over blocks of calls, so with
+# the same thread count it should agree with :func:`gpuguide.benchmark`. A shared
+# machine drifts between two measurements taken one after the other, so the two tools
+# take turns for a few rounds and each one's times are pooled. ``Timer`` uses one
+# thread unless told otherwise: on a CPU expect it to be slower then, by up to the
+# number of cores; on a GPU it makes little difference. ``Timer``'s IQR is the spread
+# of block means, not of single calls, so expect it to look smaller.
+method = "wall-clock" if device.type == "cpu" else "wall-clock+sync"
+
+
+def make_timer(num_threads):
+    return torch_benchmark.Timer(
         "torch.matmul(a, b, out=out)",
         globals={"torch": torch, "a": a, "b": b, "out": out},
         num_threads=num_threads,
     )
-    result = timer.blocked_autorange(min_run_time=0.02 if small else 0.2)
-    method = "wall-clock" if device.type == "cpu" else "wall-clock+sync"
-    timer_stats[label] = as_measurement(label, result.times, method)
-    print(timer_stats[label])
+
+
+all_threads = make_timer(torch.get_num_threads())
+ours_s, theirs_s = [], []
+for _ in range(1 if small else 3):
+    ours = gpuguide.benchmark(torch.matmul, args=(a, b), kwargs={"out": out}, **bench)
+    ours_s += ours.times_s
+    theirs_s += all_threads.blocked_autorange(min_run_time=ref.n * ref.median_s).times
+ours = as_measurement("gpuguide, taking turns", ours_s, ref.method)
+timer_stats = {
+    "Timer, all threads": as_measurement("Timer, all threads", theirs_s, method),
+    "Timer, 1 thread": as_measurement(
+        "Timer, 1 thread",
+        make_timer(1).blocked_autorange(min_run_time=0.02 if small else 0.2).times,
+        method,
+    ),
+}
+for m in (ours, *timer_stats.values()):
+    print(m)
+gap = timer_stats["Timer, all threads"].median_s / ours.median_s - 1
+print(
+    f"Timer ({torch.get_num_threads()} threads) vs gpuguide, same rounds: medians "
+    f"differ by {gap:+.1%}; their IQRs are {ours.relative_iqr:.1%} and "
+    f"{timer_stats['Timer, all threads'].relative_iqr:.1%} of the median"
+)
 
 # %%
 # How wrong is each method?
