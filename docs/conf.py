@@ -6,6 +6,7 @@ build; its printed output and figures are embedded in its page.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -15,6 +16,14 @@ if (ROOT / "src" / "gpuguide").is_dir():
     sys.path.insert(0, str(ROOT / "src"))
 
 import gpuguide
+from gpuguide._gallery import copy_artifacts
+
+# Files that examples write for download (traces, snapshots) go to _build/artifacts
+# and are copied to <html>/_artifacts when the build ends; pages link to them from
+# auto_examples/<chapter>/<page>.html, hence the "../../".
+ARTIFACTS = Path(__file__).resolve().parent / "_build" / "artifacts"
+os.environ["GPUGUIDE_ARTIFACT_DIR"] = str(ARTIFACTS)
+os.environ["GPUGUIDE_ARTIFACT_URL"] = "../../_artifacts/"
 
 project = "gpuguide"
 author = "the gpuguide authors"
@@ -67,3 +76,12 @@ sphinx_gallery_conf = {
         "# pip install . from a clone of the guide's repository."
     ),
 }
+
+
+def _copy_artifacts(app, exception):
+    if exception is None and app.builder.format == "html":
+        copy_artifacts(ARTIFACTS, Path(app.outdir) / "_artifacts")
+
+
+def setup(app):
+    app.connect("build-finished", _copy_artifacts)

@@ -87,6 +87,17 @@ def test_example_page_has_figures_output_and_provenance(site, script):
     assert f"{script.stem}.ipynb" in downloads
 
 
+def test_every_download_link_resolves(site):
+    out, _ = site
+    links = 0
+    for page in (out / "auto_examples").rglob("*.html"):
+        soup = bs4.BeautifulSoup(page.read_text(), "html.parser")
+        for a in soup.select("p.gpuguide-download a"):
+            links += 1
+            assert (page.parent / a["href"]).resolve().is_file(), (page, a["href"])
+    assert links >= 1, "no example offers a file for download"
+
+
 def test_gallery_lists_every_example(site):
     out, _ = site
     gallery = (out / "auto_examples" / "index.html").read_text()
@@ -103,6 +114,8 @@ def _mini_site(root, example_code):
         f"__file__ = {str(ROOT / 'docs' / 'conf.py')!r}\n"
         f"exec(compile(open(__file__).read(), __file__, 'exec'))\n"
         f"sphinx_gallery_conf['examples_dirs'] = [{str(root / 'examples')!r}]\n"
+        f"ARTIFACTS = Path({str(root / 'artifacts')!r})\n"
+        f"os.environ['GPUGUIDE_ARTIFACT_DIR'] = str(ARTIFACTS)\n"
     )
     (docs / "index.rst").write_text(
         "Mini\n====\n\n.. toctree::\n\n   auto_examples/index\n"
@@ -140,3 +153,19 @@ def test_a_warning_caught_on_purpose_does_not(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     page = tmp_path / "html" / "auto_examples" / "01_only" / "plot_only.html"
     assert "caught: expected" in page.read_text()
+
+
+def test_an_artifact_is_linked_and_copied(tmp_path):
+    code = EXAMPLE_HEAD + (
+        "import gpuguide\n"
+        'path = gpuguide.artifact_path("only_trace.json")\n'
+        'path.write_text("{}")\n'
+        'gpuguide.download_link(path, "trace of nothing")\n'
+    )
+    result = _mini_site(tmp_path, code)
+    assert result.returncode == 0, result.stderr[-3000:]
+    page = tmp_path / "html" / "auto_examples" / "01_only" / "plot_only.html"
+    soup = bs4.BeautifulSoup(page.read_text(), "html.parser")
+    (link,) = soup.select("p.gpuguide-download a")
+    assert "trace of nothing" in link.get_text()
+    assert (page.parent / link["href"]).resolve().read_text() == "{}"

@@ -4,11 +4,13 @@ The gallery's examples keep their lesson in view and take the plumbing from
 here: timing (:mod:`gpuguide.timing`), memory tracking (:mod:`gpuguide.memory`),
 device description and provenance (:mod:`gpuguide.device`), datasheet peaks
 (:mod:`gpuguide.peaks`), problem sizes (:mod:`gpuguide.sizes`), one plot style
-(:mod:`gpuguide.plotting`) and readable units (:mod:`gpuguide.units`).
+(:mod:`gpuguide.plotting`), readable units (:mod:`gpuguide.units`) and files
+for readers to download (:mod:`gpuguide.artifacts`).
 """
 
 from __future__ import annotations
 
+from .artifacts import DownloadLink, artifact_path, download_link
 from .device import DeviceInfo, describe_device, pick_device, provenance
 from .memory import MemoryReport, track_memory
 from .peaks import Peaks, device_peaks, percent_of_peak
@@ -21,14 +23,17 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DeviceInfo",
+    "DownloadLink",
     "Measurement",
     "MemoryReport",
     "Peaks",
     "SizeBudget",
     "__version__",
+    "artifact_path",
     "benchmark",
     "bytes_per_s",
     "describe_device",
+    "download_link",
     "device_peaks",
     "estimate_seconds",
     "flops_per_s",

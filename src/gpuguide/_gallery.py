@@ -11,6 +11,7 @@ that an example does not catch on purpose fails the build.
 from __future__ import annotations
 
 import random
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["SEED", "ChapterOrder", "reset_torch_state"]
+__all__ = ["SEED", "ChapterOrder", "copy_artifacts", "reset_torch_state"]
 
 #: The seed every example starts from.
 SEED = 0
@@ -188,3 +189,29 @@ class ChapterOrder:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} for {self.src_dir}>"
+
+
+def copy_artifacts(source: str | Path, target: str | Path) -> list[Path]:
+    """Copy the files examples wrote for download into the built site.
+
+    Parameters
+    ----------
+    source : path
+        The directory examples wrote to (``GPUGUIDE_ARTIFACT_DIR``). It may not
+        exist: then nothing is copied.
+    target : path
+        Where the pages' links point to, e.g. ``<html>/_artifacts``.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The files copied, sorted.
+    """
+    source, target = Path(source), Path(target)
+    if not source.is_dir():
+        return []
+    copied = []
+    for path in sorted(p for p in source.iterdir() if p.is_file()):
+        target.mkdir(parents=True, exist_ok=True)
+        copied.append(Path(shutil.copy2(path, target / path.name)))
+    return copied

@@ -1,0 +1,117 @@
+"""Files an example writes for its readers to download: traces, snapshots.
+
+Some measurements are better explored than printed: a profiler trace opens in
+Perfetto, a CUDA memory snapshot in PyTorch's memory viewer. An example writes
+such a file to :func:`artifact_path` and ends a cell with
+:func:`download_link`; on the built page that cell shows a download link.
+
+Where the files go depends on how the example runs:
+
+- Run as a script or a notebook, files land in the current directory and the
+  link points there.
+- In the docs build, ``docs/conf.py`` sets ``GPUGUIDE_ARTIFACT_DIR`` (where to
+  write) and ``GPUGUIDE_ARTIFACT_URL`` (the link prefix, relative to an example
+  page), and copies the directory into the HTML output when the build ends.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .units import format_bytes
+
+__all__ = ["DownloadLink", "artifact_path", "download_link"]
+
+#: Environment variable: the directory artifacts are written to.
+DIR_ENV = "GPUGUIDE_ARTIFACT_DIR"
+#: Environment variable: the link prefix of artifacts, as seen from a page.
+URL_ENV = "GPUGUIDE_ARTIFACT_URL"
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def artifact_path(name: str) -> Path:
+    """Where an example should write a file readers can download.
+
+    Parameters
+    ----------
+    name
+        A plain file name (letters, digits, ``.``, ``_``, ``-``), unique across
+        the guide, e.g. ``"memory_snapshot.pickle"``.
+
+    Returns
+    -------
+    pathlib.Path
+        ``$GPUGUIDE_ARTIFACT_DIR/name`` in the docs build, ``./name`` otherwise.
+        The directory exists when this returns.
+    """
+    if not _NAME.match(name):
+        raise ValueError(f"artifact name must be a plain file name, got {name!r}")
+    folder = Path(os.environ.get(DIR_ENV) or ".")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / name
+
+
+@dataclass(frozen=True)
+class DownloadLink:
+    """A file written by an example, shown as a download link on its page.
+
+    Attributes
+    ----------
+    path
+        Where the file was written.
+    text
+        What the link says, e.g. ``"profiler trace (JSON, open in Perfetto)"``.
+    """
+
+    path: Path
+    text: str
+
+    @property
+    def size_bytes(self) -> int:
+        """The file's size in bytes."""
+        return self.path.stat().st_size
+
+    @property
+    def href(self) -> str:
+        """The link target: under the docs' artifact URL, else the file's path."""
+        prefix = os.environ.get(URL_ENV)
+        if prefix:
+            return prefix.rstrip("/") + "/" + self.path.name
+        return self.path.as_posix()
+
+    def __str__(self) -> str:
+        return f"{self.text}: {self.path} ({format_bytes(self.size_bytes)})"
+
+    def __repr__(self) -> str:
+        return f"DownloadLink({str(self)!r})"
+
+    def _repr_html_(self) -> str:
+        return (
+            f'<p class="gpuguide-download"><a href="{html.escape(self.href)}" '
+            f'download="{html.escape(self.path.name)}">Download the '
+            f"{html.escape(self.text)}</a> ({format_bytes(self.size_bytes)})</p>"
+        )
+
+
+def download_link(path: str | os.PathLike[str], text: str) -> DownloadLink:
+    """Offer a file that an example wrote for download.
+
+    End a cell with the returned object: sphinx-gallery renders it as a link on
+    the page; ``print`` shows where the file is.
+
+    Parameters
+    ----------
+    path
+        The file, usually from :func:`artifact_path`. It must exist.
+    text
+        What the file is, e.g. ``"memory snapshot (pickle)"``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no artifact at {path}")
+    return DownloadLink(path=path, text=text)
