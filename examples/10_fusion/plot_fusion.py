@@ -1,0 +1,247 @@
+"""
+Fusing a chain of elementwise operations
+========================================
+
+``sin(sin(sin(x)))`` does almost no arithmetic per element, so on a GPU its speed is
+set by memory traffic. Run eagerly, every ``sin`` is its own kernel: it reads the
+whole tensor and writes a new one, so a chain of depth ``k`` moves the data ``k``
+times. A fused kernel reads ``x`` once, applies all ``k`` sines in registers and
+writes the result once.
+
+This page runs the chain eagerly and under ``torch.compile`` for several depths. It
+counts the kernels (on a CPU, the operators) of one call with the profiler, times the
+steady state apart from the first calls, and turns the times into bandwidth: for the
+bytes the chain must move, and for the bytes each way actually moves.
+"""
+
+# %%
+# Setup
+# -----
+# The tensor is as large as the device's time budget allows for the deepest eager
+# chain, so that on a GPU it is far larger than the caches.
+import time
+import warnings
+from contextlib import contextmanager
+
+import matplotlib.pyplot as plt
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+import gpuguide
+
+device = gpuguide.pick_device()
+print(gpuguide.provenance(device))
+small, on_cuda = gpuguide.small_mode(), device.type == "cuda"
+bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if small else {}
+sync = getattr(torch, device.type).synchronize  # torch.cpu.synchronize does nothing
+depths = [1, 4] if small else [1, 4, 16]
+deepest = depths[-1]
+
+peaks = gpuguide.device_peaks(device)
+peak_bw = peaks.memory_bandwidth_bytes_per_s
+n = gpuguide.sweep(
+    2**12,
+    2**28,
+    budget=gpuguide.size_budget(device),
+    bytes_at=lambda n: 3 * 4 * n,  # x plus two intermediates alive at once
+    seconds_at=lambda n: gpuguide.estimate_seconds(nbytes=8 * deepest * n, peaks=peaks),
+)[-1]
+x = torch.randn(n, device=device)
+min_bytes = 2 * x.numel() * x.element_size()  # read x once, write the result once
+print(f"x: {n:,} float32 ({gpuguide.format_bytes(min_bytes // 2)}); depths {depths}")
+peak_text = gpuguide.format_rate(peak_bw, "B/s") if peak_bw else "unknown"
+print(f"peak memory bandwidth: {peak_text} ({peaks.source})")
+if not on_cuda:
+    print("Kernel launches need a GPU; on this CPU the profiler counts aten operator "
+          "calls per call instead, and a compiled graph's generated C++ loop as one.")  # fmt: skip
+
+
+def nested_sin(x, depth):
+    for _ in range(depth):
+        x = torch.sin(x)
+    return x
+
+
+# %%
+# Counting passes with the profiler
+# ---------------------------------
+# On a GPU every device event that is neither a copy nor an annotation is a kernel.
+# On a CPU the count is of ``aten::`` operators not called by another one, plus calls
+# into a compiled graph. Each counted event reads and writes the tensor once, which
+# gives the bytes a way moves. The profiling chapter explains the profiler itself.
+activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+allocs = ("aten::empty", "aten::empty_strided", "aten::empty_like")
+
+
+def inside_aten(e):
+    while (e := e.cpu_parent) is not None:
+        if e.name.startswith("aten::"):
+            return True
+    return False
+
+
+def passes(fn, *args):
+    with profile(activities=activities) as prof:
+        fn(x, *args)
+        sync()
+    if on_cuda:
+        return [e.name[:48] for e in prof.events() if e.device_type == DeviceType.CUDA
+                and not e.is_user_annotation and not e.name.startswith(("Memcpy", "Memset"))]  # fmt: skip
+    return [e.name.split(" ")[2] if "CompiledFxGraph" in e.name else e.name
+            for e in prof.events() if "CompiledFxGraph" in e.name or (e.name.startswith(
+                "aten::") and e.name not in allocs and not inside_aten(e))]  # fmt: skip
+
+
+# %%
+# Eager against compiled, depth by depth
+# --------------------------------------
+# Each depth gets its own compiled function: ``torch._dynamo.reset()`` forgets the
+# previous one and ``dynamic=False`` fixes the depth and shape. The first three calls
+# are timed apart; their total minus three steady-state calls is the one-off cost.
+# The first compile in a process imports the compiler, which in torch 2.13 warns
+# about torch's own use of the deprecated ``torch.jit.script_method``: ``recording``
+# catches and keeps every warning, which the page prints at the end.
+caught = {}
+
+
+@contextmanager
+def recording(phase):
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        yield
+    caught.setdefault(phase, []).extend(got)
+
+
+def first_calls_s(fn, *args):
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        fn(x, *args)
+    sync()
+    return time.perf_counter() - t0
+
+
+ways = ["eager", "torch.compile"]
+times, counts, names = {w: [] for w in ways}, {w: [] for w in ways}, {}
+one_off = []
+for depth in depths:
+    torch._dynamo.reset()
+    compiled = torch.compile(nested_sin, dynamic=False, fullgraph=True)
+    with recording("compile: first 3 calls"):
+        first = first_calls_s(compiled, depth)
+    for way, fn in (("eager", nested_sin), ("torch.compile", compiled)):
+        with recording(f"{way}: later calls"):
+            m = gpuguide.benchmark(fn, args=(x, depth), device=device,
+                                   label=f"{way} k={depth}", **bench)  # fmt: skip
+            names[way] = passes(fn, depth)
+        times[way].append(m)
+        counts[way].append(len(names[way]))
+    one_off.append(max(first - 3 * times["torch.compile"][-1].median_s, 0.0))
+
+# %%
+# Time, passes and bandwidth
+# --------------------------
+# "useful" bandwidth divides the bytes the chain must move (read ``x``, write the
+# result) by the time; "moved" counts one read and one write per counted pass. Expect
+# eager's "moved" rate to stay at about the same share of the peak at every depth while
+# its "useful" rate falls as ``1/k``; for a fused chain the two are the same.
+
+
+def pct(rate):
+    p = gpuguide.percent_of_peak(rate, peak_bw)
+    return "n/a" if p is None else f"{p:.0f}%"
+
+
+for i, depth in enumerate(depths):
+    for way in ways:
+        m, k = times[way][i], counts[way][i]
+        useful = gpuguide.bytes_per_s(min_bytes, m.median_s)
+        print(f"k={depth:<2} {way:>13}: {gpuguide.format_time(m.median_s)} ± "
+              f"{gpuguide.format_time(m.iqr_s / 2)}, {k} pass(es); useful "
+              f"{gpuguide.format_rate(useful, 'B/s')} ({pct(useful)}), moved "
+              f"{gpuguide.format_rate(k * useful, 'B/s')} ({pct(k * useful)})")  # fmt: skip
+for way in ways:
+    kinds = {name: names[way].count(name) for name in names[way]}
+    print(f"k={deepest}, {way}: " + ", ".join(f"{c} x {s}" for s, c in kinds.items()))
+
+# %%
+# What fusion bought
+# ------------------
+# On a GPU with a large tensor, expect the fused chain to take about as long as a
+# single ``sin`` until the depth is large enough for the arithmetic to matter, so it
+# runs close to ``k`` times faster than eager. On a CPU expect less: a vectorised sine
+# costs more arithmetic per byte than a CPU's memory delivers, so fusion saves the
+# extra passes, each operator's fixed cost and each intermediate's allocation, but
+# not the arithmetic.
+speedups = [e.median_s / c.median_s for e, c in zip(*times.values(), strict=True)]
+print(f"depth {deepest}: torch.compile ran {counts['torch.compile'][-1]} pass(es) "
+      f"instead of {counts['eager'][-1]}, {gpuguide.format_ratio(speedups[-1])} "
+      "eager speed")  # fmt: skip
+moved = counts["torch.compile"][-1] * min_bytes / times["torch.compile"][-1].median_s
+share = gpuguide.percent_of_peak(moved, peak_bw)
+if share is not None and share < 50:
+    print(f"The compiled chain moved data at {share:.0f}% of the peak bandwidth: "
+          "something other than memory traffic (most likely the sines' arithmetic) "
+          "limited it, so fusion could not give a k-fold gain.")  # fmt: skip
+rates = [c * min_bytes / m.median_s for w in ways
+         for c, m in zip(counts[w], times[w], strict=True)]  # fmt: skip
+if max(gpuguide.percent_of_peak(r, peak_bw) or 0 for r in rates) > 100:
+    print(f"Some rates exceed the peak: x ({gpuguide.format_bytes(min_bytes // 2)}) "
+          "fits in this device's caches, so repeated passes are served from there.")  # fmt: skip
+
+fig, ax = plt.subplots()
+gpuguide.plot_sweep(
+    ax,
+    depths,
+    {
+        "eager": times["eager"],
+        f"torch.compile ({gpuguide.format_ratio(speedups[-1])} eager speed "
+        f"at k={deepest})": times["torch.compile"],
+    },
+    xlabel="chain depth k (sin calls)",
+    ylabel="time per call (ms)",
+    title=f"Compiled at depth {deepest}: {gpuguide.format_ratio(speedups[-1])} eager speed",
+    device=device,
+)
+plt.show()
+
+# %%
+# Speed-up by depth
+# -----------------
+# Each bar is eager's median time divided by the compiled one's at the same depth;
+# the first bar is eager itself, so the labels read as speed-ups. Expect them to grow
+# with the depth on a GPU, towards ``k``.
+bars = {"eager": 1.0} | {f"compiled, k={d}": s for d, s in zip(depths, speedups, strict=True)}  # fmt: skip
+fig, ax = plt.subplots()
+gpuguide.plot_bars(
+    ax,
+    bars,
+    ylabel="speed-up over eager (x)",
+    title=f"Fusion's speed-up over eager: up to {gpuguide.format_ratio(max(speedups))}",
+    device=device,
+)
+plt.show()
+
+# %%
+# Compile time, and when it pays off
+# ----------------------------------
+# Compiling costs seconds per function (less when inductor's on-disk cache already
+# holds it; the torch.compile chapter covers caching). It pays off after
+# ``one-off cost / time saved per call`` calls, and never if nothing is saved.
+for depth, cost, e, c in zip(depths, one_off, *times.values(), strict=True):
+    saved = e.median_s - c.median_s
+    even = f"after {cost / saved:,.0f} calls" if saved > 0 else "never"
+    print(f"k={depth}: compile and first calls cost {cost:.2f} s; pays off {even}")
+for phase, got in caught.items():
+    kinds = sorted({f"{w.category.__name__}: {w.message}".splitlines()[0] for w in got})
+    print(f"warnings in {phase}: {len(got)}" + "".join(f"\n    {k}" for k in kinds))
+
+# %%
+# What to take away
+# -----------------
+# Eagerly, a chain of elementwise operations costs one pass over memory per
+# operation; fused, one pass in all. ``torch.compile`` fuses such chains on GPUs and
+# CPUs. Check that it did by counting kernels in the profiler, and compare the
+# achieved bandwidth with the peak to see whether memory still limits the fused code.
+# The next page shows the older tool for this, ``torch.jit.script``.

@@ -1,0 +1,226 @@
+"""
+torch.jit.script is deprecated: fuse with torch.compile
+=======================================================
+
+An older blog post fused a chain of sines with ``torch.jit.script`` and did not say
+that TorchScript was on its way out. In current PyTorch, scripting a function emits
+a deprecation warning that names ``torch.compile`` as the replacement. This page
+catches that warning on purpose, shows when it is emitted, and checks the post's
+claim that the scripted chain runs as one fused kernel from its second call on.
+
+Then the same chain runs three ways (eager, scripted, compiled) with one change
+between them. For each way it prints the kernels (on a CPU, operators) of one call,
+the one-off cost of the first calls, the steady-state time and the bandwidth.
+"""
+
+# %%
+# Setup
+# -----
+# One depth, and a tensor as large as the device's time budget allows for it.
+import time
+import warnings
+from contextlib import contextmanager
+from typing import Final
+
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+import gpuguide
+
+device = gpuguide.pick_device()
+print(gpuguide.provenance(device))
+small, on_cuda = gpuguide.small_mode(), device.type == "cuda"
+bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if small else {}
+sync = getattr(torch, device.type).synchronize  # torch.cpu.synchronize does nothing
+depth = 4 if small else 8
+
+peaks = gpuguide.device_peaks(device)
+n = gpuguide.sweep(
+    2**12,
+    2**28,
+    budget=gpuguide.size_budget(device),
+    bytes_at=lambda n: 3 * 4 * n,  # x plus two intermediates alive at once
+    seconds_at=lambda n: gpuguide.estimate_seconds(nbytes=8 * depth * n, peaks=peaks),
+)[-1]
+x = torch.randn(n, device=device)
+min_bytes = 2 * x.numel() * x.element_size()  # read x once, write the result once
+print(f"x: {n:,} float32 ({gpuguide.format_bytes(min_bytes // 2)}); depth {depth}")
+if not on_cuda:
+    print("Kernel launches and TorchScript's fusers need a GPU; on this CPU the "
+          "profiler counts aten operator calls per call instead.")  # fmt: skip
+
+# %%
+# The chain, as a module
+# ----------------------
+# TorchScript cannot read a number from a closure, so the depth is a ``Final``
+# attribute of a module: a constant to TorchScript, which then unrolls the loop into
+# ``depth`` calls of ``sin``. The same module runs all three ways.
+
+
+class NestedSin(nn.Module):
+    depth: Final[int]
+
+    def __init__(self, depth):
+        super().__init__()
+        self.depth = depth
+
+    def forward(self, x):
+        for _ in range(self.depth):
+            x = torch.sin(x)
+        return x
+
+
+# %%
+# The warning, and when it comes
+# ------------------------------
+# The build turns warnings into errors, so every call that may warn runs inside
+# ``recording``, which catches warnings and keeps them by phase: scripting, the
+# first calls, the later calls. The scripted module's calls follow below.
+caught = {}
+
+
+@contextmanager
+def recording(phase):
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        yield
+    caught.setdefault(phase, []).extend(got)
+
+
+with recording("torch.jit.script(module)"):
+    scripted = torch.jit.script(NestedSin(depth))
+w = caught["torch.jit.script(module)"][0]
+print(f"torch.jit.script: {w.category.__name__}: {str(w.message).splitlines()[0]}")
+print("The replacement for speed is torch.compile (torch.export for deployment).")
+
+# %%
+# When does TorchScript fuse?
+# ---------------------------
+# TorchScript records the shapes it sees in its first call(s) before it optimises,
+# so fusion, if any, can only start from the second or third call. On a GPU expect
+# the count to drop to one fused kernel; on a CPU its fuser is off by default.
+activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+allocs = ("aten::empty", "aten::empty_strided", "aten::empty_like")
+
+
+def inside_aten(e):
+    while (e := e.cpu_parent) is not None:
+        if e.name.startswith("aten::"):
+            return True
+    return False
+
+
+def passes(fn):
+    with profile(activities=activities) as prof:
+        fn(x)
+        sync()
+    if on_cuda:
+        return [e.name[:48] for e in prof.events() if e.device_type == DeviceType.CUDA
+                and not e.is_user_annotation and not e.name.startswith(("Memcpy", "Memset"))]  # fmt: skip
+    return [e.name.split(" ")[2] if "CompiledFxGraph" in e.name else e.name
+            for e in prof.events() if "CompiledFxGraph" in e.name or (e.name.startswith(
+                "aten::") and e.name not in allocs and not inside_aten(e))]  # fmt: skip
+
+
+with recording("TorchScript: first 3 calls"):
+    per_call = [len(passes(scripted)) for _ in range(3)]
+print(f"TorchScript, calls 1, 2, 3: {per_call} kernels/operators per call")
+fused_from = next((i + 1 for i, c in enumerate(per_call) if c < depth), None)
+print(f"fused from call {fused_from} on" if fused_from else "no call was fused here")
+
+# %%
+# Three ways, one chain
+# ---------------------
+# Each way gets a fresh module; only how it runs changes. Its first three calls are
+# timed apart: their total minus three steady-state calls is the one-off cost. The
+# first compile in a process imports the compiler, which in torch 2.13 warns about
+# torch's own use of ``torch.jit.script_method``; ``recording`` keeps that too.
+
+
+def first_calls_s(fn):
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        fn(x)
+    sync()
+    return time.perf_counter() - t0
+
+
+with recording("torch.jit.script(module)"):
+    modules = {"eager": NestedSin(depth), "TorchScript": torch.jit.script(NestedSin(depth))}  # fmt: skip
+torch._dynamo.reset()
+modules["torch.compile"] = torch.compile(NestedSin(depth), fullgraph=True)
+times, one_off, names = {}, {}, {}
+for way, fn in modules.items():
+    with recording(f"{way}: first 3 calls"):
+        first = first_calls_s(fn)
+    with recording(f"{way}: later calls"):
+        times[way] = gpuguide.benchmark(fn, args=(x,), device=device, label=way, **bench)  # fmt: skip
+        names[way] = passes(fn)
+    one_off[way] = max(first - 3 * times[way].median_s, 0.0)
+
+# %%
+# Passes, time and bandwidth
+# --------------------------
+# "useful" bandwidth counts only the bytes the chain must move (read ``x``, write
+# the result); "moved" counts a read and a write per kernel or operator counted.
+# Percentages are of the device's peak (on a CPU, a quick measured copy rate).
+
+
+def pct(rate):
+    p = gpuguide.percent_of_peak(rate, peaks.memory_bandwidth_bytes_per_s)
+    return "n/a" if p is None else f"{p:.0f}%"
+
+
+for way, m in times.items():
+    k = len(names[way])
+    useful = gpuguide.bytes_per_s(min_bytes, m.median_s)
+    kinds = ", ".join(f"{names[way].count(s)} x {s}" for s in dict.fromkeys(names[way]))
+    print(f"{way:>13}: {gpuguide.format_time(m.median_s)} ± "
+          f"{gpuguide.format_time(m.iqr_s / 2)}, one-off {one_off[way]:.2f} s; "
+          f"{k} pass(es) [{kinds}]; useful {gpuguide.format_rate(useful, 'B/s')} "
+          f"({pct(useful)}), moved {gpuguide.format_rate(k * useful, 'B/s')} "
+          f"({pct(k * useful)})")  # fmt: skip
+if names["TorchScript"] == names["eager"]:
+    print("TorchScript ran the same operators as eager here: it fused nothing.")
+
+# %%
+# Steady state, side by side
+# --------------------------
+# Bars are medians with their interquartile range, labelled relative to eager (below
+# 1.00x is faster). On a GPU expect both fused ways to run several times faster than
+# eager at this depth and to be close to each other; on a CPU expect the scripted
+# module to match eager and only the compiled one to gain.
+fastest = min(times, key=lambda way: times[way].median_s)
+ratio = times["eager"].median_s / times[fastest].median_s
+fig, ax = plt.subplots()
+gpuguide.plot_bars(
+    ax,
+    times,
+    ylabel="time per call (ms)",
+    title=f"Depth {depth}: {fastest} is fastest, {gpuguide.format_ratio(ratio)} "
+    "eager speed",
+    device=device,
+    baseline="eager",
+)
+plt.show()
+
+# %%
+# Which calls warned
+# ------------------
+# The record of every phase: expect scripting to warn once per module and calls of
+# a scripted module not at all, so the deprecation is easy to miss in a long run.
+for phase, got in caught.items():
+    kinds = sorted({f"{w.category.__name__}: {w.message}".splitlines()[0] for w in got})
+    print(f"{phase}: {len(got)} warning(s)" + "".join(f"\n    {k}" for k in kinds))
+
+# %%
+# Moving from TorchScript to torch.compile
+# ----------------------------------------
+# For fusing a function or module, replace ``torch.jit.script(fn)`` with
+# ``torch.compile(fn)``: it takes ordinary Python (no ``Final`` or type annotations
+# needed), fuses on CPUs as well as GPUs, and the profiler confirms the fusion as
+# above. Expect its first call to cost seconds rather than milliseconds.
