@@ -347,14 +347,17 @@ def test_sweep_with_estimate_seconds() -> None:
 def test_sweep_none_fit() -> None:
     with pytest.raises(ValueError, match=r"no size in \[1024, 4096\] fits.*n=1024"):
         sweep(1024, 4096, budget=budget(memory_bytes=MiB), bytes_at=lambda n: 4 * n * n)
-    with pytest.raises(ValueError, match="per call"):
-        sweep(
-            1,
-            8,
-            budget=budget(call_s=1e-3),
-            bytes_at=lambda n: 0,
-            seconds_at=lambda n: 1.0,
-        )
+
+
+def test_sweep_too_slow_everywhere_keeps_the_smallest() -> None:
+    got = sweep(
+        1,
+        8,
+        budget=budget(call_s=1e-3),
+        bytes_at=lambda n: 0 if n < 8 else 10**12,
+        seconds_at=lambda n: 1.0,
+    )
+    assert got == [1]
 
 
 def test_sweep_no_multiple_in_range() -> None:
