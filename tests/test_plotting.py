@@ -341,3 +341,17 @@ def test_plot_bars_rejects_bad_input(ax: plt.Axes) -> None:
             ax, {"a": 1.0}, ylabel="time (ms)", title="t", device=CPU, baseline="c"
         )
     assert not ax.patches
+
+
+def test_device_label_gets_its_own_strip_below_the_axes() -> None:
+    fig, axes = plt.subplots(1, 2)
+    for ax in axes:
+        plot_bars(ax, {"a": 1.0, "b": 2.0}, ylabel="time (ms)", title="t", device="cpu")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    label = next(t for t in fig.texts if t.get_text().startswith("measured on"))
+    box = label.get_window_extent(renderer)
+    for ax in axes:
+        for tick in ax.get_xticklabels():
+            assert not box.overlaps(tick.get_window_extent(renderer)), tick
+    plt.close(fig)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import matplotlib as mpl
 from cycler import cycler
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 
 from gpuguide.timing import Measurement
 from gpuguide.units import format_ratio
@@ -69,6 +70,8 @@ _STYLE: dict[str, Any] = {
 }
 
 _DEVICE_LABEL_GID = "gpuguide-device-label"
+# Fraction of the figure's height kept clear at the bottom for the device label.
+_LABEL_STRIP = 0.04
 _UNIT = re.compile(r"\(\s*[^()\s][^()]*\)")
 
 
@@ -159,6 +162,10 @@ def label_device(
         :attr:`~gpuguide.device.DeviceInfo.short_name` is shown.
     """
     text = f"measured on {_short_name(device)}"
+    engine = _top(fig).get_layout_engine()
+    if isinstance(engine, ConstrainedLayoutEngine):
+        # Keep a strip along the bottom free of tick labels for the label.
+        engine.set(rect=(0.0, _LABEL_STRIP, 1.0, 1.0 - _LABEL_STRIP))
     for artist in fig.texts:
         if artist.get_gid() == _DEVICE_LABEL_GID:
             artist.set_text(text)
@@ -173,6 +180,13 @@ def label_device(
         color="0.45",
         gid=_DEVICE_LABEL_GID,
     )
+
+
+def _top(fig: Figure | SubFigure) -> Figure:
+    """The top-level figure of a figure or subfigure."""
+    while fig.figure is not fig and fig.figure is not None:
+        fig = fig.figure
+    return fig
 
 
 def _ms(seconds: float) -> float:
