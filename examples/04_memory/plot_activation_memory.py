@@ -1,0 +1,241 @@
+"""
+Spending less memory on activations
+===================================
+
+The previous page found that activations, the tensors autograd keeps for backward,
+are often the largest part of a training step's memory. Two tools cut them. For
+inference, ``torch.no_grad()`` and ``torch.inference_mode()`` keep no graph, so each
+activation can be freed as soon as the next layer has read it. For training,
+activation checkpointing (``torch.utils.checkpoint``) keeps only each block's input
+and recomputes the rest during backward: memory for time.
+
+This page measures both on the same MLP as the previous page: the peak memory rise of
+a forward pass in each mode and its time, then a training step with and without
+checkpointing, and prints what checkpointing saved against what it cost.
+"""
+
+# %%
+# Setup
+# -----
+# The model, its size and the memory measurement are those of the previous page: on
+# the CPU the rise is read from the process's RSS after ``malloc_trim(0)`` has handed
+# back what glibc kept from earlier frees.
+import contextlib
+import ctypes
+import sys
+
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import gpuguide
+
+device = gpuguide.pick_device()
+print(gpuguide.provenance(device))
+on_gpu = device.type == "cuda"
+fmt = gpuguide.format_bytes
+bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if gpuguide.small_mode() else {}
+torch.manual_seed(0)
+libc = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
+
+
+def release_freed_memory():
+    if device.type == "cpu" and libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
+
+
+def noisy(measurements):
+    """A warning to append to a comparison of noisy timings, else nothing."""
+    names = [m.label for m in measurements.values() if m.is_noisy]
+    return f" (noisy timings: {', '.join(names)}; a busy machine?)" if names else ""
+
+
+def peak_rise(fn, repeats=3):
+    """Lowest rise of memory above its start over ``repeats`` runs of ``fn()``.
+
+    The lowest, because what glibc keeps from frees inside a run only adds to RSS.
+    """
+    reports = []
+    for _ in range(repeats):
+        release_freed_memory()
+        with gpuguide.track_memory(device) as tracked:
+            fn()
+        reports.append(tracked.report)
+    return min(r.peak_increase_bytes for r in reports), reports[0].note
+
+
+def kept_for_backward(fn):
+    """Bytes of the tensors autograd saves for backward while ``fn()`` runs.
+
+    Counted once per storage, leaving out the weights and the batch (resident).
+    """
+    resident = {t.untyped_storage().data_ptr() for t in (*blocks.parameters(), x, y)}
+    saved = {}
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in resident:
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(saved.values())
+
+
+width, depth = (1024, 8) if on_gpu and not gpuguide.small_mode() else (64, 4)
+params = depth * (8 * width * width + 5 * width)
+budget = gpuguide.size_budget(device, call_s=0.05)
+peaks = gpuguide.device_peaks(device) if on_gpu else None  # None: low fallback rates
+batch = gpuguide.sweep(
+    64,
+    2**16,
+    budget=budget,
+    bytes_at=lambda b: 4 * (4 * params + 9 * b * width * depth),
+    seconds_at=lambda b: gpuguide.estimate_seconds(flop=6 * params * b, peaks=peaks),
+)[-1]
+blocks = nn.ModuleList(
+    nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+    for _ in range(depth)
+).to(device)
+x = torch.randn(batch, width, device=device)
+y = torch.randn(batch, width, device=device)
+print(f"{depth} blocks, width {width}, batch {batch}")
+
+# %%
+# Inference: grad mode, ``no_grad`` and ``inference_mode``
+# --------------------------------------------------------
+# The same forward pass three ways. With gradients enabled (the default), every
+# block's saved tensors stay alive as long as the output does, even if backward never
+# comes. Under ``no_grad`` nothing is saved, so expect the peak to drop to about two
+# layers' worth of activations. ``inference_mode`` also skips autograd's version
+# counters and view tracking; its tensors cannot be used in autograd later.
+
+
+def forward(h):
+    for block in blocks:
+        h = block(h)
+    return h
+
+
+modes = {
+    "grad enabled": contextlib.nullcontext,
+    "no_grad": torch.no_grad,
+    "inference_mode": torch.inference_mode,
+}
+memory, times = {}, {}
+for name, mode in modes.items():
+
+    def run(mode=mode):
+        with mode():
+            return forward(x)
+
+    times[name] = gpuguide.benchmark(run, device=device, label=name, **bench)
+    memory[name], _ = peak_rise(run)  # after the benchmark's warm-up calls
+    print(f"{name:<16} peak rise {fmt(memory[name]):>10}   {times[name]}")
+saving = 1 - memory["no_grad"] / max(memory["grad enabled"], 1)
+speed = times["grad enabled"].median_s / times["inference_mode"].median_s
+print(f"no_grad's peak is {saving:.0%} lower than with grad enabled")
+print(f"inference_mode runs at {speed:.2f}x the speed of grad mode{noisy(times)}")
+
+fig, (ax_memory, ax_time) = plt.subplots(1, 2, figsize=(9, 4))
+gpuguide.plot_bars(
+    ax_memory,
+    {name: size / 2**20 for name, size in memory.items()},
+    ylabel="peak memory rise (MiB)",
+    title=f"Without a graph, {saving:.0%} less memory",
+    device=device,
+)
+gpuguide.plot_bars(
+    ax_time,
+    times,
+    ylabel="forward time (ms)",
+    title=f"and {gpuguide.format_ratio(speed)} the speed",
+    device=device,
+)
+plt.show()
+
+# %%
+# Training: activation checkpointing
+# ----------------------------------
+# ``checkpoint(block, h, use_reentrant=False)`` runs the block without saving its
+# inner tensors, keeps only its input, and runs the block again during backward to
+# get them back. Pass ``use_reentrant=False`` explicitly: without it, PyTorch warns and
+# falls back to the older reentrant variant, which among other limits gives a block's
+# weights no gradient when none of its inputs requires grad (the first block here).
+# The same weights and optimizer serve both variants: checkpointing is the only change.
+# Expect the saved tensors to shrink to about a ninth (block inputs only); the peak
+# falls less, because backward still rebuilds one block's activations at a time next
+# to the gradients flowing back. Expect the cost to be about one extra forward pass,
+# roughly a third more time per step.
+optimizer = torch.optim.Adam(blocks.parameters(), lr=1e-4)
+loss_fn = nn.MSELoss()
+
+
+def checkpointed_forward(h):
+    for block in blocks:
+        h = checkpoint(block, h, use_reentrant=False)
+    return h
+
+
+def train_step(net):
+    optimizer.zero_grad(set_to_none=False)  # gradients stay allocated between steps
+    loss_fn(net(x), y).backward()
+    optimizer.step()
+
+
+train_step(forward)  # creates the gradients and Adam's state
+variants = {"plain": forward, "checkpointed": checkpointed_forward}
+step_time, kept, peak = {}, {}, {}
+for name, net in variants.items():
+    step_time[name] = gpuguide.benchmark(
+        train_step, args=(net,), device=device, label=name, **bench
+    )
+    kept[name] = kept_for_backward(lambda net=net: loss_fn(net(x), y))
+    peak[name], note = peak_rise(lambda net=net: loss_fn(net(x), y).backward())
+    print(f"{name:<13} kept {fmt(kept[name]):>9}, peak rise {fmt(peak[name]):>9}")
+    print(f"{'':<13} {step_time[name]}")
+print(f"How the peak was measured: {note}")
+
+# %%
+# Memory saved against time added
+# -------------------------------
+# Three numbers per variant: the tensors autograd keeps between forward and backward
+# (counted exactly, as on the previous page), the measured peak, and the time.
+saved = peak["plain"] - peak["checkpointed"]
+share = saved / max(peak["plain"], 1)
+kept_share = 1 - kept["checkpointed"] / max(kept["plain"], 1)
+extra = step_time["checkpointed"].median_s / step_time["plain"].median_s - 1
+cost = f"{extra:.0%} more time" if extra > 0 else "no measurable extra time"
+print(f"checkpointing saves {fmt(saved)} ({share:.0%}) for {cost} per step")
+print(f"it keeps {kept_share:.0%} less for backward{noisy(step_time)}")
+if device.type == "cpu":
+    print(
+        "On the CPU the peak is read from RSS, which also holds memory glibc keeps "
+        "after frees during backward; the kept tensors are counted exactly."
+    )
+fig, axes = plt.subplots(1, 3, figsize=(11, 4))
+panels = [
+    (
+        "kept for backward (MiB)",
+        {k: v / 2**20 for k, v in kept.items()},
+        f"{kept_share:.0%} less kept",
+    ),
+    (
+        "peak memory rise (MiB)",
+        {k: v / 2**20 for k, v in peak.items()},
+        f"{share:.0%} lower peak",
+    ),
+    ("time per training step (ms)", step_time, f"for {cost}"),
+]
+for ax, (ylabel, values, title) in zip(axes, panels, strict=True):
+    gpuguide.plot_bars(ax, values, ylabel=ylabel, title=title, device=device)
+plt.show()
+
+# %%
+# What to take away
+# -----------------
+# Wrap inference in ``torch.inference_mode()`` (or ``no_grad`` where the results
+# must later enter autograd): the memory of a graph nobody will use is the largest
+# waste here. Checkpoint blocks when activations, not weights, are what does not
+# fit: it buys a larger batch or a deeper model for roughly one extra forward pass.

@@ -1,0 +1,251 @@
+"""
+The caching allocator and what the driver sees
+==============================================
+
+"How much GPU memory am I using?" has three answers: ``torch.cuda.memory_allocated``
+(bytes held by live tensors), ``torch.cuda.memory_reserved`` (what PyTorch's caching
+allocator holds from the driver: live tensors plus freed blocks kept for reuse) and the
+driver's ``total - free`` (``torch.cuda.mem_get_info``, as ``nvidia-smi`` shows it),
+which counts everything on the GPU, CUDA contexts and other processes included.
+
+This page measures what a CUDA context costs (a popular notebook printed 0 MB for it:
+``memory_allocated`` cannot see it), follows the three numbers as a tensor is made,
+deleted, reused and released, and recovers from an out-of-memory error.
+"""
+
+# %%
+# Setup
+# -----
+import ctypes
+import itertools
+import subprocess
+import sys
+import textwrap
+
+import matplotlib.pyplot as plt
+import torch
+
+import gpuguide
+from gpuguide.memory import rss_bytes
+
+device = gpuguide.pick_device()
+on_gpu = device.type == "cuda"
+device = device if on_gpu else torch.device("cpu")  # MPS has no allocator statistics
+fmt = gpuguide.format_bytes
+print(gpuguide.provenance(device))
+if not on_gpu:
+    print("Allocator counters, the driver's view and OOM need a CUDA GPU: RSS here.")
+
+# %%
+# Three views of GPU memory
+# -------------------------
+# ``memory_allocated <= memory_reserved <= driver used`` always holds. The gap between
+# the last two is memory PyTorch's allocator never sees: this process's CUDA context
+# and kernel code, libraries' own allocations, and other processes on the same GPU.
+# (``torch.cuda.device_memory_used`` reads the driver's figure through NVML, as
+# ``nvidia-smi`` does, where the ``nvidia-ml-py`` package is installed.)
+
+
+def gpu_memory():
+    """Allocated, reserved and driver-used bytes of ``device`` right now."""
+    torch.cuda.synchronize(device)
+    free, total = torch.cuda.mem_get_info(device)
+    return {
+        "allocated": torch.cuda.memory_allocated(device),
+        "reserved": torch.cuda.memory_reserved(device),
+        "driver used": total - free,
+    }
+
+
+if on_gpu:
+    now = gpu_memory()
+    print(", ".join(f"{name} {fmt(v)}" for name, v in now.items()))
+    outside = now["driver used"] - now["reserved"]
+    print(f"outside the allocator: {fmt(outside)} (contexts, kernels, other processes)")
+
+# %%
+# What a CUDA context costs
+# -------------------------
+# Asking the driver anything initialises CUDA, and this process already has, so a
+# fresh child process goes through three stages, pausing after each while this one
+# reads the driver's used memory. Expect importing torch to cost nothing on the GPU,
+# the context a few hundred MiB (it depends on the GPU, the driver and how many
+# kernels CUDA loads eagerly), and the first matmul more for cuBLAS.
+PROBE = """
+import sys, torch
+def stage(name):  # report, then wait while the parent reads the driver's numbers
+    print(torch.cuda.memory_reserved(), torch.cuda.memory_allocated(), name, flush=True)
+    sys.stdin.readline()
+stage("python + import torch")
+x = torch.ones(1, device=sys.argv[1])
+stage("+ CUDA context + 1-element tensor")
+(x.new_ones(1024, 1024) @ x.new_ones(1024, 1024)).sum().item()
+stage("+ first matmul (cuBLAS)")
+"""
+
+
+def probe_context():
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    before = gpu_memory()["driver used"]
+    rows, pipe = [], subprocess.PIPE
+    command = [sys.executable, "-c", PROBE, f"cuda:{index}"]
+    with subprocess.Popen(command, stdin=pipe, stdout=pipe, text=True) as child:
+        for line in child.stdout:  # the child's errors, if any, go to stderr
+            reserved, allocated, name = line.rstrip("\n").split(" ", 2)
+            used = gpu_memory()["driver used"] - before
+            rows.append((name, used, int(reserved), int(allocated)))
+            child.stdin.write("\n")
+            child.stdin.flush()
+    return rows, child.returncode
+
+
+if on_gpu:
+    rows, code = probe_context()
+    print(f"{'child':<34}{'driver used':>12}{'reserved':>12}{'allocated':>12}")
+    for name, *numbers in rows:
+        print(f"{name:<34}" + "".join(f"{fmt(v):>12}" for v in numbers))
+    if len(rows) == 3 and code == 0:
+        context = fmt(rows[1][1] - rows[0][1] - rows[1][2])
+        print(
+            f"The CUDA context cost {context} on top of the allocator's {fmt(rows[1][2])}"
+        )
+        print(f"memory_allocated() saw {fmt(rows[1][3])}: the one small tensor.")
+    else:
+        print(f"The child process failed (exit code {code}); its error went to stderr.")
+
+# %%
+# Allocate, delete, reuse, release
+# --------------------------------
+# A large tensor (sized by the device's budget) is created, deleted, created again,
+# deleted, and then the cache is released with ``torch.cuda.empty_cache()``. On the
+# CPU, glibc may keep freed memory or hand it back to the OS; ``malloc_trim(0)`` hands
+# back what it kept, the nearest equivalent of ``empty_cache``.
+libc = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
+
+
+def release_cached_memory():
+    if on_gpu:
+        torch.cuda.empty_cache()
+    elif libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
+
+
+budget = gpuguide.size_budget(device)
+peaks = gpuguide.device_peaks(device) if on_gpu else None  # None: low fallback rates
+
+
+def fill_s(nbytes):
+    return gpuguide.estimate_seconds(nbytes=nbytes, peaks=peaks)
+
+
+# Powers of two from 2 MiB: whole blocks of the allocator's large pool.
+n = gpuguide.sweep(2**21, 2**40, budget=budget, bytes_at=int, seconds_at=fill_s)[-1]
+print(f"tensor size: {fmt(n)}")
+history = []
+
+
+def record(label):
+    numbers = gpu_memory() if on_gpu else {"process RSS": rss_bytes()}
+    history.append((label, numbers))
+    print(f"{label:<26}" + ", ".join(f"{k} {fmt(v)}" for k, v in numbers.items()))
+
+
+release_cached_memory()
+record("start")
+a = torch.ones(n, dtype=torch.uint8, device=device)
+record("a = ones(n)")
+del a
+record("del a")
+b = torch.ones(n, dtype=torch.uint8, device=device)
+record("b = ones(n), same size")
+del b
+record("del b")
+release_cached_memory()
+record("empty_cache()" if on_gpu else "malloc_trim(0)")
+
+# %%
+# What each step did
+# ------------------
+# On a GPU, expect ``del`` to lower only the allocated bytes: the block goes back to
+# PyTorch's cache, not to the driver. The second tensor reuses it (reserved does not
+# grow); only ``empty_cache`` returns memory to the driver, which helps other
+# processes, not this one: its next large allocation must ask the driver again. On
+# the CPU, glibc unmaps a freed block it got with ``mmap``, but each such free raises
+# its ``mmap`` threshold (up to 32 MiB): a later block may come from its heap and stay.
+series = {key: [numbers[key] for _, numbers in history] for key in history[0][1]}
+change = {k: [y - x for x, y in itertools.pairwise(v)] for k, v in series.items()}
+for key, deltas in change.items():
+    print(f"change in {key}: " + ", ".join(fmt(d) for d in deltas))
+if on_gpu:
+    held = change["driver used"]
+    title = "del keeps the block cached; empty_cache returns it"
+    if not (abs(held[1]) < n / 2 and abs(held[2]) < n / 2 and held[4] < -n / 2):
+        title = "Allocated, reserved and driver-used memory over the steps"
+else:
+    held = change["process RSS"]
+    did = ["kept the block" if d > -n / 2 else "unmapped it" for d in held[1:4:2]]
+    title = f"On both dels, glibc {did[0]}"
+    if did[0] != did[1]:
+        title = f"glibc {did[0]} on the first del and {did[1]} on the second"
+    print(f"{title}; malloc_trim(0) then returned {fmt(-held[4])}.")
+
+fig, ax = plt.subplots()
+gpuguide.plot_sweep(
+    ax,
+    range(len(history)),
+    {key: [v / 2**20 for v in values] for key, values in series.items()},
+    xlabel="step (index)",
+    ylabel="memory (MiB)",
+    title=title,
+    device=device,
+    logx=False,
+    logy=False,
+)
+ax.set_xticks(
+    range(len(history)), [label for label, _ in history], rotation=20, ha="right"
+)
+plt.show()
+
+# %%
+# Out of memory, caught and recovered from
+# ----------------------------------------
+# Asking for more than the driver has free raises ``torch.OutOfMemoryError`` at once
+# (after the allocator has released its cache and tried again); nothing stays
+# allocated. Retry with a smaller batch *after* the ``except`` block: inside it, the
+# exception's traceback keeps the failed call's frames and their tensors alive.
+ROW_BYTES = 2**20  # one sample's activations in this stand-in for a training step
+
+
+def run_with_fallback(rows):
+    """Halve the batch until a step fits; return the batch that ran."""
+    while rows > 0:
+        try:
+            step = torch.empty(rows, ROW_BYTES, dtype=torch.uint8, device=device)
+            return step.shape[0]
+        except torch.OutOfMemoryError as err:
+            message = textwrap.shorten(str(err).splitlines()[0], 170)
+            print(f"batch {rows} ({fmt(rows * ROW_BYTES)}): {message}")
+        torch.cuda.empty_cache()
+        rows //= 2
+    raise RuntimeError("not even one sample fits on the GPU")
+
+
+if on_gpu:
+    release_cached_memory()
+    free, total = torch.cuda.mem_get_info(device)
+    ran = run_with_fallback((free + 2**30) // ROW_BYTES)  # 1 GiB more than is free
+    release_cached_memory()
+    print(
+        f"batch {ran} ({fmt(ran * ROW_BYTES)}) ran after the error; now allocated "
+        f"{fmt(torch.cuda.memory_allocated(device))}, driver free "
+        f"{fmt(torch.cuda.mem_get_info(device)[0])} of {fmt(total)}"
+    )
+else:
+    print("Out-of-memory is not provoked on the CPU: Linux may kill, not raise.")
+
+# %%
+# What to take away
+# -----------------
+# Read ``memory_allocated`` for what tensors need, ``memory_reserved`` for what PyTorch
+# holds and the driver for what is left, contexts included. A reserved-minus-allocated
+# gap is the cache doing its job, not a leak. Next: a training step's memory, by part.

@@ -1,0 +1,217 @@
+"""
+What autocast changes
+=====================
+
+``torch.autocast`` does not convert a model to 16 bits. The weights stay float32;
+inside the autocast region each operation picks its own dtype: matrix
+multiplications run in float16 or bfloat16, operations that need range or
+accuracy (reductions, normalizations, the loss) stay in float32.
+
+This page looks at one forward and backward pass of a small transformer block and
+records, from the run itself, which module produced which dtype, how many bytes
+the forward pass keeps for the backward pass in each mode, and how many real
+gradient values float16 cannot represent, which is why float16 training needs a
+gradient scaler and bfloat16 training does not.
+"""
+
+# %%
+# Setup
+# -----
+# The current spelling is ``torch.autocast(device_type, dtype=...)``; the older
+# ``torch.cuda.amp.autocast`` that many tutorials still show is deprecated.
+import math
+
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+
+import gpuguide
+
+device = gpuguide.pick_device()
+print(gpuguide.provenance(device))
+low = [torch.float16, torch.bfloat16]
+if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+    print("This GPU has no native bfloat16 (it needs Ampere or newer): float16 only.")
+    low = [torch.float16]
+name = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+# %%
+# Three formats
+# -------------
+# float16 has 5 exponent bits: a narrow range, with normal numbers only down to
+# about 6e-5 (smaller values lose precision as subnormals, then become zero).
+# bfloat16 keeps float32's 8 exponent bits, so it has float32's range, and pays with
+# fewer mantissa bits: a coarser step between neighbouring values.
+for dtype in (torch.float32, *low):
+    info = torch.finfo(dtype)
+    print(
+        f"{name[dtype]:9} max {info.max:9.3g}  smallest normal {info.tiny:9.3g}  "
+        f"smallest subnormal {info.smallest_normal * info.eps:9.3g}  "
+        f"eps {info.eps:9.3g}"
+    )
+
+# %%
+# The model
+# ---------
+# One pre-norm transformer block with the attention written out, so that its
+# softmax is a module whose output we can watch, and a classification head.
+
+
+class Block(nn.Module):
+    def __init__(self, width, classes):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.softmax = nn.Softmax(dim=-1)
+        self.proj = nn.Linear(width, width)
+        self.norm2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+        )
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
+        weights = self.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5)
+        x = x + self.proj(weights @ v)
+        x = x + self.mlp(self.norm2(x))
+        return self.head(x.mean(dim=1))
+
+
+torch.manual_seed(0)
+width, seq = (64, 16) if device.type == "cpu" or gpuguide.small_mode() else (512, 128)
+model = Block(width, 10).to(device)
+loss_fn = nn.CrossEntropyLoss()
+x = torch.randn(32, seq, width, device=device)
+y = torch.randint(0, 10, (32,), device=device)
+print(f"batch 32 x {seq} tokens, width {width}")
+
+# %%
+# Which module produced which dtype
+# ---------------------------------
+# Forward hooks record the dtype each module received and returned (input ->
+# output) during one autocast forward pass per 16-bit format. Expect every
+# ``Linear`` to return 16-bit values. Which other operations autocast keeps in
+# float32 differs between devices (on CUDA softmax and layer norm do, on the CPU
+# fewer ops are listed), so the table comes from this run, not from a list typed by
+# hand. Functions called inside ``forward`` (``q @ k``) follow the same rules.
+outputs = {}
+
+
+def keep_output(module_name):
+    def hook(module, inputs, output):
+        outputs[module_name] = (inputs[0].dtype, output)
+
+    return hook
+
+
+watched = {n: m for n, m in model.named_modules() if n} | {"loss": loss_fn}
+handles = [m.register_forward_hook(keep_output(n)) for n, m in watched.items()]
+short = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+table = {}
+for dtype in low:
+    with torch.autocast(device.type, dtype=dtype), torch.no_grad():
+        loss_fn(model(x), y)
+    for n, (in_dtype, out) in outputs.items():
+        table.setdefault(n, []).append(f"{short[in_dtype]} -> {short[out.dtype]}")
+header = " ".join(f"{'autocast ' + name[d]:>18}" for d in low)
+print(f"{'module':8} {'type':17} {header}")
+for n, cells in table.items():
+    row = " ".join(f"{c:>18}" for c in cells)
+    print(f"{n:8} {type(watched[n]).__name__:17} {row}")
+
+with torch.autocast(device.type, dtype=low[0]):
+    loss = loss_fn(model(x), y)
+loss.backward()
+weight = model.qkv.weight
+print(f"after an autocast step: weights {weight.dtype}, gradients {weight.grad.dtype}")
+model.zero_grad(set_to_none=True)
+
+# %%
+# What the forward pass keeps for backward
+# ----------------------------------------
+# Most of a training step's memory beyond the weights is the activations saved for
+# the backward pass. A ``saved_tensors_hooks`` pair sees each one as it is saved,
+# the same way on every device. Expect the 16-bit modes to keep somewhat more than
+# half of float32's bytes: float32 outputs and 16-bit copies of the weights are
+# saved too.
+
+
+def saved_bytes(dtype):
+    seen = {}
+
+    def pack(t):
+        seen[(t.data_ptr(), t.dtype, t.shape)] = t.numel() * t.element_size()
+        return t
+
+    hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+    autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
+    with hooks, autocast:
+        loss_fn(model(x), y)
+    return sum(seen.values())
+
+
+saved = {name[d]: saved_bytes(d) for d in (torch.float32, *low)}
+for mode, nbytes in saved.items():
+    ratio = gpuguide.format_ratio(nbytes / saved["float32"])
+    print(f"{mode:9} saves {gpuguide.format_bytes(nbytes)} for backward ({ratio})")
+fig, ax = plt.subplots()
+gpuguide.plot_bars(
+    ax,
+    {mode: nbytes / 2**20 for mode, nbytes in saved.items()},
+    ylabel="saved for backward (MiB)",
+    title=f"Autocast keeps {min(saved.values()) / saved['float32']:.0%} of float32's "
+    "activation bytes",
+    device=device,
+)
+plt.show()
+
+# %%
+# Gradients that float16 cannot hold
+# ----------------------------------
+# The backward pass of an autocast region computes activation gradients in 16 bits.
+# Here they are computed once in float32 (the gradient of the loss with respect to
+# every module's output) and then rounded to each format. Typical activation
+# gradients are tiny, often below float16's smallest normal number: some become
+# zero and many lose precision. Multiplying the loss by the ``GradScaler``'s
+# default starting scale, 2**16, shifts them back into range; bfloat16 needs no
+# shift.
+loss = loss_fn(model(x), y)  # float32; the hooks keep every module's output
+for handle in handles:
+    handle.remove()
+tensors = {id(out): out for n, (_, out) in outputs.items() if n != "loss"}
+grads = torch.autograd.grad(loss, list(tensors.values()))
+values = torch.cat([g.flatten() for g in grads])
+values = values[values != 0]
+tiny16 = torch.finfo(torch.float16).tiny
+for label, rounded in [
+    ("float16", values.half()),
+    ("float16, loss x 2**16", (values * 2.0**16).half()),
+    ("bfloat16", values.bfloat16()),
+]:
+    zero = (rounded == 0).float().mean().item()
+    tiny = torch.finfo(rounded.dtype).tiny
+    sub = ((rounded != 0) & (rounded.abs() < tiny)).float().mean().item()
+    print(f"{label:22} zero: {zero:7.3%}  subnormal (less precise): {sub:7.3%}")
+
+magnitudes = values.abs().log10().cpu()
+lo, hi = math.floor(magnitudes.min().item()), math.ceil(magnitudes.max().item())
+edges = torch.linspace(lo, hi, 4 * (hi - lo) + 1)  # quarter decades
+counts = torch.histc(magnitudes, bins=len(edges) - 1, min=lo, max=hi)
+share = (counts / counts.sum() * 100).tolist()
+below = (values.abs() < tiny16).float().mean().item()
+fig, ax = plt.subplots()
+gpuguide.plot_sweep(
+    ax,
+    (10 ** ((edges[:-1] + edges[1:]) / 2)).tolist(),
+    {"activation gradients (float32 run)": share},
+    xlabel="|gradient| (loss per unit of activation)",
+    ylabel="share of values (%)",
+    title=f"{below:.0%} of activation gradients lie below float16's normal range",
+    device=device,
+    logy=False,
+)
+ax.axvline(tiny16, color="0.3", linestyle="--", label="float16 smallest normal")
+ax.axvline(tiny16 * 2**-10, color="0.3", linestyle=":", label="float16 smallest")
+ax.legend()
+plt.show()

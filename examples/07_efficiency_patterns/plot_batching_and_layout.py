@@ -1,0 +1,249 @@
+"""
+Batching, in-place updates and memory layout
+============================================
+
+Three habits are often recommended for fast PyTorch code: replace a Python loop of
+small operations by one batched call, update tensors in place instead of allocating
+new ones, and make strided views contiguous. This page measures each one, changing
+one thing at a time, so you can see what each habit buys on your device.
+
+You will measure a loop of small matrix multiplications against one ``torch.bmm``
+over a range of batch sizes; the time and the peak memory of ``x * a + b`` against
+``x.mul_(a).add_(b)``; and three operations on a transposed view, with the
+``.contiguous()`` copy timed on its own so that you can see after how many uses it
+pays for itself.
+"""
+
+# %%
+# Setup
+# -----
+import math
+
+import matplotlib.pyplot as plt
+import torch
+
+import gpuguide
+from gpuguide import format_bytes, format_ratio, format_time
+
+device = gpuguide.pick_device()
+print(gpuguide.provenance(device))
+small = gpuguide.small_mode()
+bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if small else {}
+peaks = gpuguide.device_peaks(device)
+
+
+def spread(m):
+    return f"{format_time(m.median_s)} ± {format_time(m.iqr_s / 2)}"
+
+
+def timed(fn, *args, label):
+    return gpuguide.benchmark(fn, args=args, label=label, device=device, **bench)
+
+
+# %%
+# One batched call instead of a loop
+# ----------------------------------
+# ``B`` pairs of small ``n x n`` matrices are stacked into ``(B, n, n)`` tensors once,
+# outside the timed region. The loop multiplies them one pair at a time; the batched
+# version makes one ``torch.bmm`` call. Both write into the same preallocated
+# ``out``, so the only difference is the number of calls. Each call pays a fixed cost
+# (Python, PyTorch's dispatcher and, on a GPU, a kernel launch) that the arithmetic
+# of a small matrix cannot hide. Expect both to take about the same time at ``B = 1``
+# and the batched call to pull ahead as ``B`` grows, typically by one to two orders
+# of magnitude on a GPU and less on a CPU.
+n = 32 if small else 64
+batches = [1, 4, 16, 64] if small else [1, 4, 16, 64, 256]
+
+
+def loop_mm(a, b, out):
+    for i in range(a.shape[0]):
+        torch.mm(a[i], b[i], out=out[i])
+    return out
+
+
+def batched_mm(a, b, out):
+    return torch.bmm(a, b, out=out)
+
+
+loops, batched = [], []
+for B in batches:
+    a, b, out = (torch.randn(B, n, n, device=device) for _ in range(3))
+    looped = loop_mm(a, b, torch.empty_like(out))
+    assert torch.allclose(looped, batched_mm(a, b, out), atol=1e-4), "results differ"
+    loops.append(timed(loop_mm, a, b, out, label=f"loop, B={B}"))
+    batched.append(timed(batched_mm, a, b, out, label=f"bmm, B={B}"))
+    speedup = loops[-1].median_s / batched[-1].median_s
+    print(
+        f"B={B:>3}, {n}x{n}: loop {spread(loops[-1])}, bmm {spread(batched[-1])}; "
+        f"bmm is {format_ratio(speedup)} the loop's speed (results allclose)"
+    )
+
+ratio = format_ratio(loops[-1].median_s / batched[-1].median_s)
+fig, ax = plt.subplots()
+gpuguide.plot_sweep(
+    ax,
+    batches,
+    {
+        "loop of torch.mm": loops,
+        f"torch.bmm ({ratio} the loop's speed at B={B})": batched,
+    },
+    xlabel="batch size B (matrices)",
+    ylabel="time per call (ms)",
+    title=f"One bmm call is {ratio} the speed of {B} mm calls",
+    device=device,
+)
+plt.show()
+
+# %%
+# In place or out of place
+# ------------------------
+# ``x * a + b`` allocates a temporary for ``x * a`` and a new tensor for the result;
+# ``x.mul_(a).add_(b)`` overwrites ``x`` and allocates nothing. Both read and write
+# the same number of bytes, so their times can differ only by the cost of
+# allocating. On a GPU, PyTorch's caching allocator reuses freed blocks, so expect
+# similar times; on a CPU, large blocks come fresh from the operating system on
+# every call and each new page must be faulted in, which can cost more than the
+# arithmetic. Memory is where in place reliably wins: the out-of-place version
+# holds two extra tensors of ``x``'s size at its peak.
+#
+# On a CPU the tracker reads the resident memory (RSS) of the whole process, which
+# sees a tensor only if the C allocator takes fresh pages for it; blocks of 32 MiB
+# and more always get them, so the CPU run uses at least that size. With ``a = 0.5``
+# and ``b = 1``, repeated in-place updates converge to 2 and stay finite.
+numel = gpuguide.sweep(
+    2**12,
+    2**26,
+    budget=gpuguide.size_budget(device),
+    bytes_at=lambda k: 16 * k,
+    seconds_at=lambda k: gpuguide.estimate_seconds(nbytes=32 * k, peaks=peaks),
+)[-1]
+if device.type == "cpu":
+    numel = max(numel, 2**23)
+scale, shift = 0.5, 1.0
+
+
+def out_of_place(x):
+    return x * scale + shift
+
+
+def in_place(x):
+    return x.mul_(scale).add_(shift)
+
+
+x = torch.randn(numel, device=device)
+assert torch.allclose(in_place(x.clone()), out_of_place(x))
+memory = {}
+for fn in (out_of_place, in_place):
+    with gpuguide.track_memory(device) as tracker:
+        result = fn(x)
+    report = tracker.report
+    peak = report.peak_increase_bytes  # None on MPS, which keeps no peak counter
+    memory[fn.__name__] = report.net_bytes if peak is None else peak
+    del result
+times = {
+    fn.__name__: timed(fn, x, label=fn.__name__) for fn in (out_of_place, in_place)
+}
+print(f"x: {numel} float32 ({format_bytes(4 * numel)}); memory from {report.method}")
+for name, m in times.items():
+    extra = memory[name] / (4 * numel)
+    print(
+        f"{name:>12}: {spread(m)}, peak +{format_bytes(memory[name])} ({extra:.1f} x)"
+    )
+ratio = times["out_of_place"].median_s / times["in_place"].median_s
+if ratio > 1.1:
+    verdict = f"in place is {format_ratio(ratio)} faster"
+elif ratio < 1 / 1.1:
+    verdict = f"in place is {format_ratio(1 / ratio)} slower"
+else:
+    verdict = "both take about the same time"
+saved = memory["out_of_place"] - memory["in_place"]
+print(f"Time: {verdict}; memory: in place peaks {format_bytes(saved)} lower")
+
+fig, (ax_t, ax_m) = plt.subplots(1, 2)
+gpuguide.plot_bars(ax_t, times, ylabel="time (ms)", title=verdict, device=device)
+in_mib = {name: b / 2**20 for name, b in memory.items()}
+gpuguide.plot_bars(
+    ax_m, in_mib, ylabel="peak increase (MiB)", title="peak memory", device=device
+)
+fig.supxlabel(f"x * a + b vs x.mul_(a).add_(b), {numel} float32", fontsize="small")
+plt.show()
+
+# %%
+# In-place updates and autograd
+# -----------------------------
+# Autograd saves some tensors for the backward pass, and an in-place update of a
+# saved tensor makes its gradient wrong. PyTorch detects this with version counters
+# and refuses, as here: ``sigmoid`` saves its output, which ``mul_`` then overwrites.
+w = torch.randn(3, requires_grad=True)
+y = torch.sigmoid(w)
+y.mul_(2)
+try:
+    y.sum().backward()
+except RuntimeError as err:
+    print(f"backward() refused: {str(err).split(':')[0]}")
+
+# %%
+# Contiguous or strided
+# ---------------------
+# ``x.t()`` is a view: the same memory with swapped strides, so stepping along one of
+# its rows jumps across memory. ``.contiguous()`` copies it into row-major order,
+# which reads and writes the whole tensor. Whether that pays depends on the
+# operation, so the view, the copy alone, and the operation on the copy are timed
+# separately; a copy used ``k`` times pays off once ``copy + k * contiguous < k *
+# strided``. Matmul libraries read transposed operands natively and reductions
+# reorder their loops to follow memory, so expect the penalty to vary widely from
+# one operation to the next. (Summing ``x.t()`` over dim 0 would read ``x`` row by
+# row, contiguously; dim 1 is the strided direction.)
+side = gpuguide.sweep(
+    64,
+    16384,
+    budget=gpuguide.size_budget(device, call_s=0.005),
+    bytes_at=lambda s: 16 * s * s,
+    seconds_at=lambda s: gpuguide.estimate_seconds(nbytes=12 * s * s, peaks=peaks),
+)[-1]
+x, y, out = (torch.randn(side, side, device=device) for _ in range(3))
+w = torch.randn(side, 64, device=device)
+view = x.t()
+copy = timed(torch.Tensor.contiguous, view, label=".contiguous()")
+print(f"{side}x{side} float32; view.is_contiguous() = {view.is_contiguous()}")
+print(f".contiguous() copy alone: {spread(copy)}")
+ops = {
+    "view + y": lambda v: torch.add(v, y, out=out),
+    "sum(view, dim=1)": lambda v: torch.sum(v, dim=1),
+    "view @ w": lambda v: torch.mm(v, w),
+}
+fig, axes = plt.subplots(1, len(ops))
+paid = 0
+for ax, (name, op) in zip(axes, ops.items(), strict=True):
+    contiguous = view.contiguous()
+    assert torch.allclose(op(view), op(contiguous), rtol=1e-4, atol=1e-3)
+    strided = timed(op, view, label=f"{name}, strided")
+    packed = timed(op, contiguous, label=f"{name}, contiguous")
+    gain = strided.median_s - packed.median_s
+    if gain <= 0:
+        verdict = "never pays: the view is not slower"
+    else:
+        uses = math.floor(copy.median_s / gain) + 1
+        verdict = "pays on the first use" if uses == 1 else f"pays after {uses} uses"
+        paid += 1
+    print(
+        f"{name}: view {spread(strided)}, contiguous {spread(packed)}; "
+        f"making it contiguous {verdict}"
+    )
+    bars = {"view": strided, "copy+op": copy.median_ms + packed.median_ms}
+    bars["contig."] = packed
+    gpuguide.plot_bars(ax, bars, ylabel="time (ms)", title=name, device=device)
+    ax.set_xlabel(verdict.split(":")[0], fontsize="small")
+fig.suptitle(f".contiguous() paid off for {paid} of {len(ops)} operations")
+fig.supxlabel(f"{side}x{side} float32; view = x.t()", fontsize="small")
+plt.show()
+
+# %%
+# What to take away
+# -----------------
+# Batch small operations into one call whenever the data allows it. Prefer in-place
+# updates to save memory when autograd does not need the old values; they save time
+# only where allocating is expensive, which the printout above shows for this
+# device. Make a view contiguous only when the operation is measurably slower on it
+# and the copy is reused enough times: time the copy apart from the operation,
+# never inside it.

@@ -1,0 +1,250 @@
+"""
+The roofline: overhead-, memory- and compute-bound
+==================================================
+
+Every operation is limited by one of three things: the fixed cost of each call
+(overhead), moving its bytes to and from memory (bandwidth), or its arithmetic
+(compute). The roofline model tells them apart with two numbers counted from the
+operation's definition: the FLOP it performs and the bytes it must move. Their
+ratio, the *arithmetic intensity* in FLOP/byte, says which roof applies: below the
+device's ridge point the memory roof, above it the compute roof.
+
+This page times a tiny elementwise add, three large elementwise operations, a
+large matrix multiplication and a matrix multiplication whose inner dimension grows.
+For each it prints the time, the achieved FLOP/s and GB/s, the intensity, the
+percentage of the roof reached and the regime, and places all of them on a roofline
+drawn from the device's peaks.
+"""
+
+# %%
+# Setup: the device's roofs
+# -------------------------
+# On a GPU the roofs are datasheet peaks: float32 FLOP/s (the TF32 figure if float32
+# matmuls may use TF32) and memory bandwidth. A CPU has no trustworthy datasheet
+# here, so its roofs are measured: the best matmul rate and copy bandwidth that
+# :func:`gpuguide.device_peaks` achieves, raised below to any better rate this
+# page achieves. Both are lower bounds on the true peaks.
+import matplotlib.pyplot as plt
+import torch
+
+import gpuguide
+from gpuguide import RooflinePoint, format_rate, format_time
+
+device = gpuguide.pick_device()
+print(gpuguide.provenance(device))
+small = gpuguide.small_mode()
+bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if small else {}
+budget = gpuguide.size_budget(device)
+peaks = gpuguide.device_peaks(device)
+tf32 = torch.get_float32_matmul_precision() != "highest"
+peak_flops = peaks.flops_for(torch.float32, tf32=tf32)
+peak_bytes = peaks.memory_bandwidth_bytes_per_s
+print(peaks)
+if device.type == "cpu":
+    print(
+        "Datasheet roofs, and the wide gap between a launch-bound kernel and them, "
+        "need a GPU; on this CPU the roofs are measured lower bounds."
+    )
+
+
+def largest(lo, hi, *, flop_at, bytes_at, **grid):
+    """The largest size in [lo, hi] that fits this device's time and memory budget."""
+    return gpuguide.sweep(
+        lo,
+        hi,
+        budget=budget,
+        bytes_at=bytes_at,
+        seconds_at=lambda n: gpuguide.estimate_seconds(
+            flop=flop_at(n), nbytes=bytes_at(n), peaks=peaks
+        ),
+        **grid,
+    )[-1]
+
+
+times = {}
+
+
+def measure(label, fn, *args, flop, nbytes, **kwargs):
+    """Time ``fn(*args, **kwargs)``; return it as a roofline point at its median."""
+    m = gpuguide.benchmark(
+        fn, args=args, kwargs=kwargs, label=label, device=device, **bench
+    )
+    times[label] = m
+    return RooflinePoint.from_measurement(
+        label, flop=flop, nbytes=nbytes, measurement=m
+    )
+
+
+def size_text(n):
+    return f"2^{n.bit_length() - 1}" if n & (n - 1) == 0 else str(n)
+
+
+# %%
+# Elementwise operations, tiny and large
+# --------------------------------------
+# FLOP and bytes per element, in float32 (4 bytes), each operand read or written
+# once:
+#
+# * ``x + y``: 1 FLOP, 12 bytes (two reads, one write): intensity 1/12.
+# * ``z + x * y`` (``torch.addcmul``): 2 FLOP, 16 bytes: intensity 1/8.
+# * ``x.sum()``: 1 FLOP, 4 bytes (the one output is negligible): intensity 1/4.
+#
+# All three sit far left of any ridge, so at large sizes expect them on the slanted
+# memory roof, typically at 60-90% of peak bandwidth on a GPU. Outside small mode
+# each large tensor holds at least 64 MiB, more than a CPU's last-level cache or a
+# GPU's L2, so that main memory, not a cache, feeds them. The tiny add moves a few
+# kilobytes: its time is the fixed cost of one call, so it should land far below
+# the roof.
+tiny = 128
+x, y, out = (torch.randn(tiny, device=device) for _ in range(3))
+tiny_add = measure(
+    f"x + y, {tiny}", torch.add, x, y, out=out, flop=tiny, nbytes=12 * tiny
+)
+big = largest(2**12, 2**28, flop_at=lambda n: 2 * n, bytes_at=lambda n: 16 * n)
+big = big if small else max(big, 2**24)
+x, y, z, out = (torch.randn(big, device=device) for _ in range(4))
+n = size_text(big)
+elementwise = [
+    measure(f"x + y, {n}", torch.add, x, y, out=out, flop=big, nbytes=12 * big),
+    measure(
+        f"z + x*y, {n}",
+        torch.addcmul,
+        z,
+        x,
+        y,
+        out=out,
+        flop=2 * big,
+        nbytes=16 * big,
+    ),
+    measure(f"x.sum(), {n}", torch.sum, x, flop=big, nbytes=4 * big),
+]
+grow, slower = big / tiny, elementwise[0].seconds / tiny_add.seconds
+fixed = max(0.0, 1.0 - slower / grow)
+print(
+    f"x + y on {grow:.0f}x more elements took {slower:.0f}x longer: at {tiny} "
+    f"elements about {fixed:.0%} of the time is the call's fixed cost"
+)
+
+# %%
+# A large matrix multiplication
+# -----------------------------
+# ``A @ B`` with square ``n x n`` float32 matrices performs ``2 n^3`` FLOP (one
+# multiply and one add per term) and must at least read ``A`` and ``B`` and write
+# the result once: ``12 n^2`` bytes. Its intensity, ``n / 6`` FLOP/byte, passes any
+# ridge once ``n`` reaches a few hundred, so expect it near the flat compute roof:
+# large matmuls commonly reach 60-90% of a GPU's peak.
+side = largest(
+    64,
+    16384,
+    flop_at=lambda s: gpuguide.matmul_flop(s, s, s),
+    bytes_at=lambda s: 12 * s * s,
+    per_octave=2,
+    multiple_of=64,
+)
+a, b, out = (torch.randn(side, side, device=device) for _ in range(3))
+flop = gpuguide.matmul_flop(side, side, side)
+matmul = measure(
+    f"matmul {side}", torch.mm, a, b, out=out, flop=flop, nbytes=12 * side**2
+)
+
+# %%
+# From memory- to compute-bound: growing the inner dimension
+# ----------------------------------------------------------
+# ``(m x k) @ (k x m)`` writes an ``m x m`` result whatever ``k`` is, while its work
+# grows with ``k``: ``2 m^2 k`` FLOP for ``4 (2 m k + m^2)`` bytes, an intensity of
+# about ``k / 2`` FLOP/byte while ``k`` is much smaller than ``m``. A small ``k`` is
+# little more than writing the result (memory-bound); as ``k`` grows the points
+# should climb the slanted roof and bend onto the flat one past the ridge. How close
+# they stay to the roof depends on how well the matmul library handles thin shapes.
+# ``k`` = 1, 4 and 16 always run, larger ``k`` while a call fits the time budget.
+m = largest(64, 8192, flop_at=lambda s: 0, bytes_at=lambda s: 8 * s * s)
+m = m if small else max(m, 4096)  # a result of at least 64 MiB, as above
+out = torch.empty(m, m, device=device)
+
+
+def inner_bytes(k):
+    return 4 * (2 * m * k + m * m)
+
+
+def fits(k):
+    flop = gpuguide.matmul_flop(m, m, k)
+    seconds = gpuguide.estimate_seconds(flop=flop, nbytes=inner_bytes(k), peaks=peaks)
+    return seconds <= budget.call_s
+
+
+ks = [k for k in (1, 4, 16, 64, 256, 1024, 4096) if k <= m and (k <= 16 or fits(k))]
+inner = []
+for k in ks:
+    a, b = torch.randn(m, k, device=device), torch.randn(k, m, device=device)
+    flop = gpuguide.matmul_flop(m, m, k)
+    inner.append(
+        measure(f"k={k}", torch.mm, a, b, out=out, flop=flop, nbytes=inner_bytes(k))
+    )
+
+# %%
+# Where each one sits
+# -------------------
+# On a CPU, or a GPU missing from gpuguide's table, each roof is the higher of the
+# quick estimate and the best rate measured on this page: all of them are lower
+# bounds on the true peak. A point is *overhead-bound*
+# when it reaches less than a quarter of its roof in less than 50 us
+# (:func:`gpuguide.classify` documents the rule); otherwise the roof at its
+# intensity names its regime.
+everything = [tiny_add, *elementwise, matmul, *inner]
+if device.type == "cpu" or peak_flops is None or peak_bytes is None:
+    # Measured roofs are lower bounds, and so is every rate measured here.
+    peak_flops = max(peak_flops or 0.0, *(p.flops_per_s for p in [matmul, *inner]))
+    peak_bytes = max(peak_bytes or 0.0, *(p.bytes_per_s for p in elementwise))
+    print(
+        f"Roofs: {format_rate(peak_flops, 'FLOP/s')} and "
+        f"{format_rate(peak_bytes, 'B/s')}, the best of the quick peak estimate "
+        "and the rates measured on this page"
+    )
+roofs = {"peak_flops_per_s": peak_flops, "peak_bytes_per_s": peak_bytes}
+ridge = gpuguide.ridge_intensity(**roofs)
+regime = {p.label: gpuguide.classify(p, **roofs) for p in everything}
+print(f"ridge: {ridge:.3g} FLOP/byte (m = {m} for the k sweep)")
+print(
+    f"{'operation':<18}{'time':>20}{'compute':>15}{'bandwidth':>13}"
+    f"{'FLOP/byte':>11}{'% roof':>8}  regime"
+)
+for p in everything:
+    t = times[p.label]
+    took = f"{format_time(t.median_s)} ± {format_time(t.iqr_s / 2)}"
+    rates = f"{format_rate(p.flops_per_s, 'FLOP/s'):>15}"
+    rates += f"{format_rate(p.bytes_per_s, 'B/s'):>13}{p.intensity:>11.3g}"
+    percent = gpuguide.percent_of_roof(p, **roofs)
+    print(f"{p.label:<18}{took:>20}{rates}{percent:>7.0f}%  {regime[p.label]}")
+above = [p.label for p in everything if gpuguide.percent_of_roof(p, **roofs) > 101]
+if above:
+    print(
+        f"Above the roof: {', '.join(above)}. The roof is a lower bound here, or "
+        "the data came from a cache faster than main memory."
+    )
+
+# %%
+# The roofline
+# ------------
+# Read it from left to right: the elementwise points should hug the slanted roof,
+# the tiny add sit far beneath it, the ``k`` sweep climb towards the ridge and the
+# large matmul sit under the flat roof. The title names the regime measured for the
+# tiny add, the large add and the large matmul.
+short = [regime[p.label].split("-")[0] for p in (tiny_add, elementwise[0], matmul)]
+fig, ax = plt.subplots()
+gpuguide.plot_roofline(
+    ax,
+    [tiny_add, *elementwise, matmul],
+    **roofs,
+    sweeps={f"({m} x k) @ (k x {m}), k grows": inner},
+    title=f"Bound by: tiny add {short[0]}, large add {short[1]}, matmul {short[2]}",
+    device=device,
+)
+plt.show()
+
+# %%
+# What to take away
+# -----------------
+# Count FLOP and bytes before optimizing. An overhead-bound program gains from doing
+# fewer, larger calls (batching, fusion, CUDA graphs), a memory-bound one from moving
+# fewer bytes (fusion, smaller dtypes), and only a compute-bound one from faster
+# arithmetic (tensor cores, lower precision).

@@ -1,0 +1,250 @@
+"""
+Three common training-loop bugs
+===============================
+
+Some training-loop mistakes crash at once, others quietly cost memory or
+correctness. This page makes three happen, measures them and fixes each: operands
+on different devices (an immediate error), losses kept with their autograd graphs
+(memory that grows every step), and gradients never zeroed (no convergence).
+"""
+
+# %%
+# Setup
+# -----
+import weakref
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from torch import nn
+
+import gpuguide
+
+device = gpuguide.pick_device()
+print(gpuguide.provenance(device))
+small = gpuguide.small_mode()
+torch.manual_seed(0)
+
+# %%
+# Pitfall 1: operands on different devices
+# ----------------------------------------
+# ``.to(device)`` moves a module's parameters, but a tensor created later lands on
+# the CPU unless it is given ``device=``. PyTorch never copies between devices
+# silently: the first operation that mixes them raises a ``RuntimeError``.
+model = nn.Linear(64, 8).to(device)
+x = torch.randn(16, 64)  # no device=: this is a CPU tensor
+if device.type == "cpu":
+    print(
+        "A real CPU/GPU mismatch needs a GPU; here a 'meta' tensor (shape and dtype, "
+        "no data) plays the input on the other device."
+    )
+    x = torch.randn(16, 64, device="meta")
+try:
+    model(x)
+except RuntimeError as err:
+    print(f"RuntimeError: {err}")
+
+# A close relative on every device: NumPy arrays are float64 by default, and
+# ``torch.from_numpy`` keeps their dtype, while the model's weights are float32.
+# Moving such a tensor to the right device is not enough.
+x_np = torch.from_numpy(np.random.default_rng(0).standard_normal((16, 64)))
+try:
+    model(x_np.to(device))
+except RuntimeError as err:
+    print(f"RuntimeError: {err}")
+
+# %%
+# The fix: take device and dtype from the model, once
+# ---------------------------------------------------
+# Create inputs on the right device from the start, and convert anything that comes
+# from outside (NumPy, a data loader) with a single ``.to(device=..., dtype=...)``.
+weight = next(model.parameters())
+fixed = model(x_np.to(device=weight.device, dtype=weight.dtype))
+print(f"fixed: input moved to {weight.device} as {weight.dtype}, output {fixed.shape}")
+
+# %%
+# Pitfall 2: keeping losses with their graphs
+# -------------------------------------------
+# A loss tensor holds a reference to the autograd graph that produced it, and the
+# graph holds the activations saved for the backward pass. Appending ``loss`` to a
+# list keeps all of that alive. How much depends on whether ``backward()`` ran:
+#
+# * in an evaluation loop (no ``backward``), every kept loss keeps a whole step's
+#   activations, so memory grows by that much per step until it runs out;
+# * in a training loop, ``backward()`` already freed the saved activations, and a
+#   kept loss holds only the graph's small bookkeeping: a slow leak, not a flood
+#   (textbooks often show this mild case as the big one).
+#
+# The fix is ``loss.detach()``, a tensor without the graph that stays on the device
+# (``loss.item()`` works too, but waits for the device: see the next page), and
+# ``torch.no_grad()`` around evaluation, which builds no graph at all.
+#
+# Each variant is measured twice after every step: with
+# :func:`gpuguide.track_memory` (the CUDA allocator's count, or the process's
+# resident memory on a CPU), and exactly on any device by counting the saved
+# activations still alive, which ``saved_tensors_hooks`` lets us see.
+batch = (4096 if device.type == "cpu" else 65536) // (8 if small else 1)
+steps = 8 if small else 16
+net = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(64, 64), nn.ReLU())])
+net = net.to(device)
+optimizer = torch.optim.SGD(net.parameters(), lr=1e-3)
+xb = torch.randn(batch, 64, device=device)
+yb = torch.randn(batch, 64, device=device)
+own = {t.untyped_storage().data_ptr() for t in (xb, yb, *net.parameters())}
+
+
+def held_after_each_step(keep, train):
+    """MiB held after each step: tracked memory, and saved activations alive."""
+    kept, saved, held, alive, start = [], [], [], [], None
+
+    def pack(t):  # sees every tensor saved for backward
+        t = t.detach()  # no grad_fn, so the graph and t form no reference cycle
+        saved.append(weakref.ref(t))
+        return t
+
+    hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+    for _ in range(steps):
+        with gpuguide.track_memory(device) as tracker, hooks:
+            loss = nn.functional.mse_loss(net(xb), yb)
+            if train:
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+            kept.append(keep(loss))
+        start = tracker.report.start_bytes if start is None else start
+        live = {
+            t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+            for t in (ref() for ref in saved)
+            if t is not None and t.untyped_storage().data_ptr() not in own
+        }
+        held.append((tracker.report.end_bytes - start) / 2**20)
+        alive.append(sum(live.values()) / 2**20)
+    return held, alive
+
+
+# One step of each kind first: the first backward allocates the gradients.
+nn.functional.mse_loss(net(xb), yb).backward()
+optimizer.step()
+variants, saved_alive = {}, {}
+for label, keep, train in [  # the variant that holds the most memory runs last
+    ("train: append(loss.detach())", torch.Tensor.detach, True),
+    ("train: append(loss)", lambda loss: loss, True),
+    ("eval: append(loss.detach())", torch.Tensor.detach, False),
+    ("eval: append(loss)", lambda loss: loss, False),
+]:
+    variants[label], saved_alive[label] = held_after_each_step(keep, train)
+print(f"batch {batch} x 64 features, {steps} steps")
+for label, held in variants.items():
+    per_step = (held[-1] - held[0]) / (steps - 1)
+    print(
+        f"{label:29} memory {per_step:+6.2f} MiB per step; saved activations still "
+        f"alive after {steps} steps: {saved_alive[label][-1]:6.1f} MiB"
+    )
+drift = variants["train: append(loss.detach())"][-1]
+if device.type == "cpu" and drift > 1:
+    print(
+        f"The fixed training loop keeps no activations, yet resident memory grew "
+        f"{drift:.1f} MiB: the C allocator keeps blocks that tensors freed. On a CPU, "
+        "trust the exact count."
+    )
+
+# %%
+# Plot: memory after each step
+# ----------------------------
+# Expect the evaluation loop that keeps ``loss`` to climb by one step's activations
+# per step and the other three to stay flat. Left, what
+# :func:`gpuguide.track_memory` sees: on CUDA the allocator's exact count of tensor
+# bytes; on a CPU the process's resident memory, which also counts memory the C
+# allocator keeps or reuses after tensors are freed, so expect noise of several
+# MiB there. Right, the exact count of saved activations still alive. (In the
+# evaluation loops the variable ``loss`` also keeps the last step's graph alive.)
+fig, (ax, ax_exact) = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+steps_axis = list(range(1, steps + 1))
+growth = variants["eval: append(loss)"]
+gpuguide.plot_sweep(
+    ax,
+    steps_axis,
+    variants,
+    xlabel="step (count)",
+    ylabel="memory held since the loop began (MiB)",
+    title=f"Tracked ({gpuguide.track_memory(device).method}): eval loop keeping "
+    f"losses +{(growth[-1] - growth[0]) / (steps - 1):.1f} MiB/step",
+    device=device,
+    logx=False,
+    logy=False,
+)
+exact = saved_alive["eval: append(loss)"]
+gpuguide.plot_sweep(
+    ax_exact,
+    steps_axis,
+    saved_alive,
+    xlabel="step (count)",
+    ylabel="saved activations alive (MiB)",
+    title=f"Exact: each kept eval loss holds {(exact[-1] - exact[0]) / (steps - 1):.1f}"
+    " MiB of activations",
+    device=device,
+    logx=False,
+    logy=False,
+)
+ax_exact.get_legend().remove()
+plt.show()
+
+# %%
+# Pitfall 3: gradients that are never zeroed
+# ------------------------------------------
+# ``backward()`` *adds* to ``.grad``; it does not overwrite it. Called ``k`` times on
+# the same batch without zeroing, the gradient is ``k`` times the gradient of one
+# batch. (Gradient accumulation over micro-batches uses exactly this, on purpose,
+# and zeroes after the optimizer step.)
+true_w = torch.randn(16, 1, device=device)
+model = nn.Linear(16, 1).to(device)
+x = torch.randn(64, 16, device=device)
+norms = []
+for _ in range(4):
+    nn.functional.mse_loss(model(x), x @ true_w).backward()
+    norms.append(model.weight.grad.norm().item())
+for k, norm in enumerate(norms, start=1):
+    print(f"after {k} backward calls: |grad| = {norm:.4g} ({norm / norms[0]:.2f}x)")
+
+# %%
+# The cost: a run that does not converge
+# --------------------------------------
+# Two runs of plain SGD on a linear regression, from the same weights on the same
+# batches; the only difference is ``optimizer.zero_grad(set_to_none=True)`` at the
+# start of each step. Without it every update uses the sum of all gradients so far,
+# which overshoots and oscillates instead of settling.
+start_weights = nn.Linear(16, 1).to(device).state_dict()
+curves = {}
+for label, zero in [("zero_grad each step", True), ("never zeroed", False)]:
+    model = nn.Linear(16, 1).to(device)
+    model.load_state_dict(start_weights)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    generator = torch.Generator(device).manual_seed(1)
+    losses, norms = torch.zeros(40, device=device), torch.zeros(40, device=device)
+    for i in range(40):
+        x = torch.randn(64, 16, device=device, generator=generator)
+        if zero:
+            optimizer.zero_grad(set_to_none=True)
+        loss = nn.functional.mse_loss(model(x), x @ true_w)
+        loss.backward()
+        norms[i] = torch.cat([p.grad.flatten() for p in model.parameters()]).norm()
+        optimizer.step()
+        losses[i] = loss.detach()
+    curves[label] = losses.tolist()
+    picks = ", ".join(f"{n:.3g}" for n in norms.tolist()[::8])
+    print(f"{label:20} |grad| at steps 1, 9, 17, 25, 33: {picks}")
+    print(f"{label:20} loss after 40 steps: {curves[label][-1]:.3g}")
+
+fig, ax = plt.subplots()
+gpuguide.plot_sweep(
+    ax,
+    list(range(1, 41)),
+    curves,
+    xlabel="step (count)",
+    ylabel="training loss (squared units)",
+    title=f"Loss after 40 steps: {curves['zero_grad each step'][-1]:.2g} with "
+    f"zero_grad, {curves['never zeroed'][-1]:.2g} without",
+    device=device,
+    logx=False,
+)
+plt.show()

@@ -1,0 +1,228 @@
+"""
+CUDA graphs: launch many small kernels for the price of one
+===========================================================
+
+Every eager PyTorch operation costs host time before the GPU sees a kernel: Python,
+the dispatcher, the caching allocator and the CUDA launch, typically 5-20 us in all.
+When the kernels are tiny the GPU finishes each one before the host has launched the
+next, so the run time grows with the number of operations, not with the data. A CUDA
+graph records the kernels once and then replays the whole sequence with one launch.
+
+This page times a chain of tiny elementwise operations at several lengths, eagerly and
+replayed from a graph, fits ``time = fixed + per-op cost x ops`` to each, and prints
+the per-op cost and the speed-up. A small MLP with a batch of a few rows shows the
+same on a model, and the one-time cost of capturing is reported on its own.
+"""
+
+# %%
+# Setup
+# -----
+# The tensors have 1024 elements, so each operation's arithmetic takes almost no
+# time and what is left is overhead.
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+import gpuguide
+
+device = gpuguide.pick_device()
+print(gpuguide.provenance(device))
+small = gpuguide.small_mode()
+bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if small else {}
+on_cuda = device.type == "cuda"
+op_counts = [8, 16, 32, 64] if small else [8, 16, 32, 64, 128, 256]
+if not on_cuda:
+    print(
+        "CUDA graphs record and replay GPU kernel launches, so they need a CUDA GPU; "
+        "this run measures the eager per-op overhead that they remove."
+    )
+
+# %%
+# A launch-bound step
+# -------------------
+# A step copies new data into an input tensor and runs a chain of ``n_ops`` sines,
+# one small kernel each. The input stays the same tensor from step to step, which
+# is what a graph needs: it replays on the memory it was captured with.
+static_in = torch.randn(1024, device=device)
+new_data = torch.randn(1024, device=device)
+
+
+def chain(x, n_ops):
+    for _ in range(n_ops):
+        x = torch.sin(x)
+    return x
+
+
+def eager_step(n_ops):
+    static_in.copy_(new_data)
+    return chain(static_in, n_ops)
+
+
+# %%
+# Capture once, replay many times
+# -------------------------------
+# The recipe from the CUDA semantics notes: run the function a few times on a side
+# stream first (so lazy initialization, allocator growth and library workspaces do not
+# end up in the graph), then capture one call inside ``torch.cuda.graph(g)``. The
+# outputs of that call are the graph's static outputs: every ``g.replay()`` rewrites
+# them in place. Capture records GPU work only; Python control flow runs once, at
+# capture, and a synchronization or ``.item()`` inside is an error.
+
+
+def capture(fn, *args):
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = fn(*args)
+    return graph, static_out
+
+
+def graph_step(graph):
+    static_in.copy_(new_data)
+    graph.replay()
+
+
+# %%
+# Eager against replayed, for chains of 8 to 256 operations
+# ---------------------------------------------------------
+# Both versions run the same ``copy_`` and the same kernels; only the launching
+# differs. Replaying the graph must give exactly the eager result.
+eager, replayed = [], []
+for n_ops in op_counts:
+    eager.append(gpuguide.benchmark(eager_step, args=(n_ops,), device=device, **bench))
+    if on_cuda:
+        graph, static_out = capture(chain, static_in, n_ops)
+        replayed.append(
+            gpuguide.benchmark(graph_step, args=(graph,), device=device, **bench)
+        )
+        same = torch.equal(static_out, chain(new_data, n_ops))
+    line = f"{n_ops:4d} ops: eager {gpuguide.format_time(eager[-1].median_s)}"
+    line += f" ± {gpuguide.format_time(eager[-1].iqr_s / 2)}"
+    if on_cuda:
+        line += f", graph {gpuguide.format_time(replayed[-1].median_s)}"
+        line += f" ± {gpuguide.format_time(replayed[-1].iqr_s / 2)}"
+        speedup = eager[-1].median_s / replayed[-1].median_s
+        line += f", {gpuguide.format_ratio(speedup)} faster (same result: {same})"
+    print(line)
+
+# %%
+# The cost of one operation
+# -------------------------
+# A straight line through time against the number of operations: its slope is the
+# cost of one more operation, its intercept the fixed cost of a step. Eagerly the
+# slope is the host's cost per launch; replayed it is roughly the GPU's time per
+# tiny kernel, typically a few times lower.
+
+
+def fit(measurements):
+    slope, intercept = np.polyfit(op_counts, [m.median_s for m in measurements], 1)
+    return slope, intercept
+
+
+per_op = {"eager": fit(eager)}
+if on_cuda:
+    per_op["CUDA graph"] = fit(replayed)
+for name, (slope, intercept) in per_op.items():
+    print(
+        f"{name}: {gpuguide.format_time(slope)} per op, "
+        f"{gpuguide.format_time(max(intercept, 0.0))} fixed per step"
+    )
+if on_cuda:
+    ratio = per_op["eager"][0] / per_op["CUDA graph"][0]
+    print(f"per-op cost with a graph: {gpuguide.format_ratio(1 / ratio)} the eager one")
+    if ratio < 1:
+        print("Unexpected: replaying was not cheaper per op than launching eagerly.")
+
+# %%
+# Capturing is a one-time cost
+# ----------------------------
+# Capture runs the warm-up calls and records every kernel; it is paid once per
+# graph, like a compilation, so it is timed apart from the steady state above.
+if on_cuda:
+    n_ops = op_counts[-1]
+    capturing = gpuguide.benchmark(
+        capture,
+        args=(chain, static_in, n_ops),
+        device=device,
+        warmup_ms=1.0,
+        rep_ms=1.0,
+        min_reps=3,
+        max_reps=5,
+    )
+    saved = eager[-1].median_s - replayed[-1].median_s
+    print(f"capturing {n_ops} ops: {gpuguide.format_time(capturing.median_s)}")
+    if saved > 0:
+        print(f"repaid after {capturing.median_s / saved:.0f} replays")
+
+# %%
+# A small MLP with a tiny batch
+# -----------------------------
+# Eight rows through four 256-wide layers: a dozen kernels that each finish in a few
+# microseconds, the regime of a small model serving one request at a time. A module
+# is captured like any function; ``torch.no_grad()`` keeps autograd out of the graph.
+layers = []
+for _ in range(4):
+    layers += [torch.nn.Linear(256, 256), torch.nn.ReLU()]
+mlp = torch.nn.Sequential(*layers).to(device).eval()
+static_x = torch.randn(8, 256, device=device)
+new_x = torch.randn(8, 256, device=device)
+
+
+@torch.no_grad()
+def mlp_eager():
+    static_x.copy_(new_x)
+    return mlp(static_x)
+
+
+mlp_times = {"eager": gpuguide.benchmark(mlp_eager, device=device, **bench)}
+if on_cuda:
+    with torch.no_grad():
+        mlp_graph, mlp_out = capture(mlp, static_x)
+
+    def mlp_replay():
+        static_x.copy_(new_x)
+        mlp_graph.replay()
+
+    mlp_times["CUDA graph"] = gpuguide.benchmark(mlp_replay, device=device, **bench)
+    mlp_replay()
+    print(f"MLP output matches eager: {torch.allclose(mlp_out, mlp_eager())}")
+for name, m in mlp_times.items():
+    print(f"MLP, {name}: {m}")
+if on_cuda:
+    speedup = mlp_times["eager"].median_s / mlp_times["CUDA graph"].median_s
+    print(f"MLP: the graph is {gpuguide.format_ratio(speedup)} faster than eager")
+
+# %%
+# Time against the number of operations
+# -------------------------------------
+# Both axes are logarithmic: a line of slope one means a constant cost per
+# operation. ``torch.compile(mode="reduce-overhead")`` captures CUDA graphs like
+# these for you, after fusing what it can (chapter 9); capturing by hand is for code
+# you cannot or do not want to compile. Either way the shapes must stay the same
+# from step to step, or each new shape needs a graph of its own.
+eager_per_op = gpuguide.format_time(per_op["eager"][0])
+series = {f"eager ({eager_per_op} per op)": eager}
+title = f"Eager: {eager_per_op} per tiny op, time grows with the op count"
+if on_cuda:
+    graph_per_op = gpuguide.format_time(per_op["CUDA graph"][0])
+    series[f"CUDA graph ({graph_per_op} per op)"] = replayed
+    speedup = eager[-1].median_s / replayed[-1].median_s
+    title = (
+        f"A graph replays {op_counts[-1]} ops {gpuguide.format_ratio(speedup)} faster"
+    )
+fig, ax = plt.subplots()
+gpuguide.plot_sweep(
+    ax,
+    op_counts,
+    series,
+    xlabel="operations per step (count)",
+    ylabel="time per step (ms)",
+    title=title,
+    device=device,
+)
+plt.show()

@@ -1,0 +1,169 @@
+"""Tests for gpuguide.distributed: the launcher and a real 2-process gloo DDP run."""
+
+from __future__ import annotations
+
+import operator
+import os
+import socket
+import time
+
+import pytest
+import torch
+from torch.multiprocessing import ProcessRaisedException
+from torch.utils.data import DistributedSampler, TensorDataset
+
+from gpuguide.distributed import (
+    DDPConfig,
+    DDPReport,
+    _run_rank,
+    ddp_train_worker,
+    free_port,
+    make_mlp,
+    run_workers,
+)
+from gpuguide.timing import Measurement
+
+TINY = DDPConfig(features=8, width=16, classes=3, batch_size=4, steps=2, warmup_steps=1)
+
+
+def test_free_port_can_be_bound():
+    port = free_port()
+    assert 1024 <= port <= 65535
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", port))
+
+
+@pytest.mark.parametrize(
+    ("world_size", "error"), [(0, ValueError), (1.5, TypeError), (True, TypeError)]
+)
+def test_run_workers_rejects_bad_world_sizes(world_size, error):
+    with pytest.raises(error, match="world_size"):
+        run_workers(os.getenv, world_size)
+
+
+def test_run_workers_sets_torchrun_variables_per_rank():
+    # os.path.expandvars is importable by name, so a spawned child can run it.
+    port = free_port()
+    values = run_workers(
+        os.path.expandvars,
+        2,
+        args=("$RANK,$LOCAL_RANK/$WORLD_SIZE@$MASTER_ADDR:$MASTER_PORT",),
+        master_port=port,
+    )
+    assert values == [f"0,0/2@127.0.0.1:{port}", f"1,1/2@127.0.0.1:{port}"]
+
+
+def test_run_workers_raises_with_the_workers_traceback():
+    with pytest.raises(ProcessRaisedException, match="ZeroDivisionError"):
+        run_workers(operator.truediv, 1, args=(1, 0))
+
+
+def test_run_workers_stops_processes_after_the_timeout():
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="still running"):
+        run_workers(time.sleep, 1, args=(60,), timeout_s=0.5)
+    assert time.monotonic() - start < 50
+
+
+def _expected_gradient_norm(config: DDPConfig, world_size: int) -> float:
+    """What DDP should produce, computed in one process: the mean of local grads."""
+    torch.manual_seed(config.seed)
+    n = 4 * world_size * config.batch_size
+    data = TensorDataset(
+        torch.randn(n, config.features), torch.randint(config.classes, (n,))
+    )
+    model = make_mlp(config.features, config.width, config.classes)
+    grads = []
+    for rank in range(world_size):
+        sampler = DistributedSampler(
+            data, num_replicas=world_size, rank=rank, seed=config.seed
+        )
+        x, y = data[list(sampler)[: config.batch_size]]
+        model.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]))
+    return float(torch.stack(grads).mean(0).norm())
+
+
+def test_ddp_worker_averages_gradients_identically_on_two_ranks():
+    reports = run_workers(ddp_train_worker, 2, args=(TINY,))
+    assert [r.rank for r in reports] == [0, 1]
+    expected = _expected_gradient_norm(TINY, 2)
+    single_rank = _expected_gradient_norm(TINY, 1)
+    assert abs(expected - single_rank) > 1e-3  # the check can tell them apart
+    n_params = sum(p.numel() for p in make_mlp(8, 16, 3).parameters())
+    for r in reports:
+        assert isinstance(r, DDPReport)
+        assert r.world_size == 2
+        assert r.device == "cpu"
+        assert r.rank_difference == 0.0
+        assert r.mean_error < 1e-6
+        assert r.gradient_norm == pytest.approx(expected, rel=1e-5)
+        assert r.samples_per_step == 8
+        assert r.gradient_bytes == 4 * n_params
+        for m in (r.step, r.step_no_sync, r.allreduce):
+            assert isinstance(m, Measurement)
+            assert m.n == TINY.steps
+            assert m.median_s > 0
+    # DistributedSampler gave the ranks different samples.
+    assert not set(reports[0].first_indices) & set(reports[1].first_indices)
+
+
+def test_ddp_worker_in_this_process_with_one_rank(monkeypatch):
+    # The same worker as in the spawned runs, here in-process so that coverage
+    # sees it; a world of one: the averaged gradients are the local ones.
+    env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
+    env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    config = DDPConfig(
+        features=8, width=16, classes=3, batch_size=4, steps=3, cpu_threads=None
+    )
+    threads = torch.get_num_threads()
+    report = ddp_train_worker(config)
+    assert torch.get_num_threads() == threads
+    assert not torch.distributed.is_initialized()
+    assert report.world_size == 1
+    assert report.samples_per_step == 4
+    assert report.step.n == report.step_no_sync.n == report.allreduce.n == 3
+    assert report.rank_difference == 0.0
+    assert report.mean_error == 0.0
+    assert report.gradient_norm == pytest.approx(_expected_gradient_norm(config, 1))
+
+
+class _ListQueue(list):
+    put = list.append
+
+
+def test_run_rank_sets_the_environment_and_reports(monkeypatch):
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    # Restore whatever _run_rank writes into os.environ after the test.
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    queue = _ListQueue()
+    _run_rank(1, os.getenv, ("MASTER_PORT",), 3, "10.0.0.1", 4321, queue)
+    assert queue == [(1, "4321")]
+    assert os.environ["RANK"] == "1"
+    assert os.environ["WORLD_SIZE"] == "3"
+    assert os.environ["MASTER_ADDR"] == "10.0.0.1"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"), [({"backend": "mpi"}, "backend"), ({"steps": 0}, "steps")]
+)
+def test_ddp_config_rejects_bad_values(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        DDPConfig(**kwargs)
+
+
+@pytest.mark.gpu
+def test_ddp_worker_with_nccl_on_the_gpus():
+    world_size = min(torch.cuda.device_count(), 2)
+    config = DDPConfig("nccl", features=8, width=16, classes=3, batch_size=4, steps=2)
+    reports = run_workers(ddp_train_worker, world_size, args=(config,))
+    expected = _expected_gradient_norm(config, world_size)
+    for rank, r in enumerate(reports):
+        assert r.device == f"cuda:{rank}"
+        assert r.step.method == "cuda-events"
+        assert r.rank_difference == 0.0
+        assert r.gradient_norm == pytest.approx(expected, rel=1e-4)
