@@ -80,6 +80,8 @@ def test_example_page_has_figures_output_and_provenance(site, script):
     assert re.search(r"\d+(\.\d+)?\s*(ns|us|ms|s|GB/s|GFLOP/s|TFLOP/s|x|%)\b", outputs)
     assert re.search(r"Measured on .+\| torch \S+ \|.+\d{4}-\d{2}-\d{2}", outputs)
     assert "Traceback" not in outputs
+    # A stray value at the end of a cell would show as its default repr.
+    assert not re.search(r"<[\w.]+ object at 0x[0-9a-f]+>", outputs), outputs
 
     # The reader can take the script (and a notebook) away.
     downloads = {a["href"].rsplit("/", 1)[-1] for a in soup.select("a.download")}

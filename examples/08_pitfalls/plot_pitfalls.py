@@ -21,9 +21,9 @@ from torch import nn
 import gpuguide
 
 device = gpuguide.pick_device()
+torch.manual_seed(0)
 print(gpuguide.provenance(device))
 small = gpuguide.small_mode()
-torch.manual_seed(0)
 
 # %%
 # Pitfall 1: operands on different devices
