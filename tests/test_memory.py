@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
@@ -313,3 +314,24 @@ def test_cuda_real_allocations() -> None:
     assert kept.report.net_bytes >= nbytes
     assert freed.report.net_bytes == 0
     del x
+
+
+def test_release_host_memory_trims_on_glibc(monkeypatch):
+    calls = []
+    monkeypatch.setattr(memory, "_malloc_trim", lambda: calls.append)
+    assert memory.release_host_memory() is True
+    assert calls == [0]
+    monkeypatch.setattr(memory, "_malloc_trim", lambda: None)
+    assert memory.release_host_memory() is False
+
+
+def test_cpu_tracker_trims_before_it_starts(monkeypatch):
+    calls = []
+    monkeypatch.setattr(memory, "release_host_memory", lambda: calls.append(1))
+    with memory.track_memory("cpu"):
+        assert calls == [1]
+
+
+def test_malloc_trim_is_found_on_linux_only():
+    # The guide's build machines run glibc; elsewhere there is nothing to call.
+    assert (memory._malloc_trim() is not None) == sys.platform.startswith("linux")

@@ -21,8 +21,6 @@ checkpointing, and prints what checkpointing saved against what it cost.
 # the CPU the rise is read from the process's RSS after ``malloc_trim(0)`` has handed
 # back what glibc kept from earlier frees.
 import contextlib
-import ctypes
-import sys
 
 import matplotlib.pyplot as plt
 import torch
@@ -37,12 +35,6 @@ on_gpu = device.type == "cuda"
 fmt = gpuguide.format_bytes
 bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if gpuguide.small_mode() else {}
 torch.manual_seed(0)
-libc = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
-
-
-def release_freed_memory():
-    if device.type == "cpu" and libc is not None and hasattr(libc, "malloc_trim"):
-        libc.malloc_trim(0)
 
 
 def noisy(measurements):
@@ -58,7 +50,7 @@ def peak_rise(fn, repeats=3):
     """
     reports = []
     for _ in range(repeats):
-        release_freed_memory()
+        gpuguide.release_host_memory()
         with gpuguide.track_memory(device) as tracked:
             fn()
         reports.append(tracked.report)

@@ -20,9 +20,7 @@ PyTorch's memory viewer.
 # On the CPU the activations are measured from the process's resident memory (RSS):
 # before each measurement ``malloc_trim(0)`` asks glibc to hand back the memory it
 # kept from earlier frees, so that new tensors show up as new resident pages.
-import ctypes
 import pickle
-import sys
 
 import matplotlib.pyplot as plt
 import torch
@@ -35,12 +33,6 @@ print(gpuguide.provenance(device))
 on_gpu = device.type == "cuda"
 fmt = gpuguide.format_bytes
 torch.manual_seed(0)
-libc = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
-
-
-def release_freed_memory():
-    if device.type == "cpu" and libc is not None and hasattr(libc, "malloc_trim"):
-        libc.malloc_trim(0)
 
 
 # %%
@@ -109,7 +101,7 @@ parts = {
     ),
 }
 optimizer.zero_grad(set_to_none=False)
-release_freed_memory()
+gpuguide.release_host_memory()
 with gpuguide.track_memory(device) as tracked:
     loss_fn(model(x), y).backward()
 parts["activations"] = tracked.report.peak_increase_bytes

@@ -15,7 +15,7 @@ from .compiling import CompilerStart, print_recompiles, start_compiler
 from .data import SyntheticImages
 from .device import DeviceInfo, describe_device, pick_device, provenance
 from .distributed import DDPConfig, DDPReport, free_port, run_workers
-from .memory import MemoryReport, track_memory
+from .memory import MemoryReport, release_host_memory, track_memory
 from .peaks import Peaks, device_peaks, percent_of_peak
 from .plotting import label_device, plot_bars, plot_sweep
 from .roofline import (
@@ -79,6 +79,7 @@ __all__ = [
     "print_recompiles",
     "provenance",
     "record_timeline",
+    "release_host_memory",
     "ridge_intensity",
     "run_workers",
     "size_budget",

@@ -19,9 +19,13 @@ Examples
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import re
+import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,7 +34,13 @@ from gpuguide.device import as_device
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["MemoryReport", "MemoryTracker", "rss_bytes", "track_memory"]
+__all__ = [
+    "MemoryReport",
+    "MemoryTracker",
+    "release_host_memory",
+    "rss_bytes",
+    "track_memory",
+]
 
 # Linux files read for the CPU path; module-level so tests can point them elsewhere.
 _STATM = "/proc/self/statm"
@@ -191,6 +201,36 @@ def rss_bytes() -> int:
     return _maxrss_bytes()
 
 
+def release_host_memory() -> bool:
+    """Ask the C allocator to return the memory it keeps from frees to the OS.
+
+    glibc keeps many freed blocks for reuse, so the process's RSS stays high
+    after tensors are freed, and a later block's rise in RSS reads too low.
+    Calling ``malloc_trim(0)`` first makes CPU measurements comparable.
+    :func:`track_memory` does it when a CPU block starts.
+
+    Returns
+    -------
+    bool
+        True if ``malloc_trim`` was called (glibc on Linux), False elsewhere.
+    """
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
+@functools.lru_cache(maxsize=1)
+def _malloc_trim() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc (e.g. musl)
+        return None
+
+
 def _hwm_bytes() -> int | None:
     text = _read_text(_STATUS)
     return None if text is None else _status_field_bytes(text, "VmHWM")
@@ -348,6 +388,7 @@ class MemoryTracker:
                 self._start = int(mps.current_allocated_memory())
             else:
                 self._hand_over_peaks()
+                release_host_memory()
                 self._uses_hwm = _reset_hwm()
                 self._start = rss_bytes()
                 if not self._uses_hwm:
