@@ -227,7 +227,8 @@ if on_gpu:
     stat = "host_alloc_time.total"  # microseconds, timed by the pinned allocator
     alloc_s = (after[stat] - before.get(stat, 0)) / 1e6 if stat in after else math.nan
     pageable, pinned = (results["H2D", w][-1].median_s for w in WAYS[:2])
-    print(f"{pin}; the first call also spent {format_time(alloc_s)} allocating")
+    spent = "an unreported time" if math.isnan(alloc_s) else format_time(alloc_s)
+    print(f"{pin}; the first call also spent {spent} allocating")
     once = pin.median_s + pinned
     print(
         f"pin_memory() is {format_ratio(pin.median_s / pageable)} one pageable H2D "
