@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*/plot_*.py"))
+
+#: A measured number with its unit, as the examples print them.
+MEASURED = re.compile(
+    r"\d+(\.\d+)?\s*(ns|us|ms|s|[kMGT]?B/s|[MGT]?FLOP/s|[KMG]iB|x|%)(?!\w)"
+)
 
 
 def pytest_collection_modifyitems(

@@ -13,9 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import EXAMPLES, ROOT
-
-NUMBER = re.compile(r"\d+(\.\d+)?\s*(ns|us|ms|s|GB/s|GFLOP/s|TFLOP/s|MiB|GiB|x|%)\b")
+from conftest import EXAMPLES, MEASURED, ROOT
 
 
 def _run(script, tmp_path, **extra_env):
@@ -48,7 +46,7 @@ def test_example_runs_as_a_script(script, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
     assert re.search(r"^Measured on .+\| torch \S+", out, re.MULTILINE), out[:2000]
-    assert NUMBER.search(out), "no measured number with a unit in the output"
+    assert MEASURED.search(out), "no measured number with a unit in the output"
     assert "Traceback" not in result.stderr
 
 
