@@ -29,10 +29,10 @@ from torch import nn
 import gpuguide
 
 device = gpuguide.pick_device()
+torch.manual_seed(0)
 print(gpuguide.provenance(device))
 on_gpu = device.type == "cuda"
 fmt = gpuguide.format_bytes
-torch.manual_seed(0)
 
 
 # %%
