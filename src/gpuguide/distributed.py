@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -87,6 +88,21 @@ def _run_rank(
     results.put((local_rank, fn(*args)))
 
 
+def _spawned_rank(local_rank: int, *args: Any) -> None:  # pragma: no cover - child
+    """:func:`_run_rank` in a spawned process, which then exits at once.
+
+    Tearing down the interpreter while gloo's threads still hold tensors can
+    abort the process (``terminate called without an active exception``), a
+    known shutdown race in torch.distributed. The result is already in the
+    queue (a ``SimpleQueue`` writes before ``put`` returns), so the process
+    flushes its output and leaves without that teardown.
+    """
+    _run_rank(local_rank, *args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def run_workers(
     fn: Callable[..., Any],
     world_size: int,
@@ -144,7 +160,7 @@ def run_workers(
     results = mp.get_context("spawn").SimpleQueue()
     with spawn_safe():
         context = mp.start_processes(
-            _run_rank,
+            _spawned_rank,
             args=(fn, tuple(args), world_size, master_addr, port, results),
             nprocs=world_size,
             join=False,
@@ -384,6 +400,7 @@ def ddp_train_worker(config: DDPConfig) -> DDPReport:
         timed_allreduce = benchmark(
             dist.all_reduce, args=(buffer,), label="all-reduce alone", **bench
         )
+        dist.barrier()  # every rank is done with its collectives before teardown
         return DDPReport(
             rank=rank,
             world_size=world_size,
