@@ -42,8 +42,9 @@ print(f"float32 matmul precision: {torch.get_float32_matmul_precision()!r}")
 # %%
 # A small model and a synthetic task
 # ----------------------------------
-# The transformer block of the previous page classifies sequences of random vectors; the label is the argmax of
-# a fixed random projection of the sequence mean. The width comes from the device's
+# The transformer block of the previous page classifies sequences of random
+# vectors; the label is the argmax of a fixed random projection of the sequence
+# mean. The width comes from the device's
 # budget; the CPU gets a small batch and a short planned step because its 16-bit
 # matmuls are often many times slower than its float32 ones.
 
