@@ -1,10 +1,16 @@
-"""Shared test set-up: the ``gpu`` marker and the repository's paths."""
+"""Shared test set-up: the ``gpu`` marker, the repository's paths, matplotlib."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
+import matplotlib as mpl
+
+mpl.use("Agg")
+
+import matplotlib.pyplot as plt
 import pytest
 import torch
 
@@ -29,3 +35,17 @@ def pytest_collection_modifyitems(
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _clean_matplotlib() -> Iterator[None]:
+    """Every test starts from the default rcParams and leaves no figure open."""
+    with mpl.rc_context():
+        yield
+    plt.close("all")
+
+
+@pytest.fixture
+def ax() -> plt.Axes:
+    """Fresh axes on a new figure."""
+    return plt.subplots()[1]

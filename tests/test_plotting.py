@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
 import matplotlib as mpl
 
@@ -34,18 +33,6 @@ GPU = dataclasses.replace(
 
 def meas(*times_s: float, label: str = "op") -> Measurement:
     return Measurement(label=label, times_s=times_s, device="cpu", method="wall-clock")
-
-
-@pytest.fixture(autouse=True)
-def _clean_matplotlib() -> Iterator[None]:
-    with mpl.rc_context():
-        yield
-    plt.close("all")
-
-
-@pytest.fixture
-def ax() -> plt.Axes:
-    return plt.subplots()[1]
 
 
 def device_texts(fig: plt.Figure) -> list[str]:

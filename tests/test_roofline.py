@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator
 
 import matplotlib as mpl
 
@@ -31,18 +30,6 @@ from gpuguide.timing import Measurement
 CPU = describe_device("cpu")
 #: A made-up device: 10 TFLOP/s and 1 TB/s, so the ridge is at 10 FLOP/byte.
 PEAKS = {"peak_flops_per_s": 10e12, "peak_bytes_per_s": 1e12}
-
-
-@pytest.fixture(autouse=True)
-def _clean_matplotlib() -> Iterator[None]:
-    with mpl.rc_context():
-        yield
-    plt.close("all")
-
-
-@pytest.fixture
-def ax() -> plt.Axes:
-    return plt.subplots()[1]
 
 
 def point(intensity: float, percent: float, seconds: float, label: str = "op"):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
 
 import matplotlib as mpl
 
@@ -48,13 +47,6 @@ def snapshot() -> dict:
             ]
         ],
     }
-
-
-@pytest.fixture(autouse=True)
-def _clean_matplotlib() -> Iterator[None]:
-    with mpl.rc_context():
-        yield
-    plt.close("all")
 
 
 def mib(values: tuple[int, ...]) -> list[float]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator
 from typing import ClassVar
 
 import matplotlib as mpl
@@ -26,18 +25,6 @@ from gpuguide.timeline import (
 )
 
 COPY, COMPUTE = "copy stream", "compute stream"
-
-
-@pytest.fixture(autouse=True)
-def _clean_matplotlib() -> Iterator[None]:
-    with mpl.rc_context():
-        yield
-    plt.close("all")
-
-
-@pytest.fixture
-def ax() -> plt.Axes:
-    return plt.subplots()[1]
 
 
 def pipeline() -> list[Span]:
