@@ -1,4 +1,4 @@
-"""Shared test set-up: the ``gpu`` marker, the repository's paths, matplotlib."""
+"""Shared test set-up: the ``gpu`` marker, paths, matplotlib, sample /proc texts."""
 
 from __future__ import annotations
 
@@ -16,6 +16,24 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*/plot_*.py"))
+
+#: /proc/cpuinfo samples. x86: two sockets x 2 cores x 2 hyper-threads, so 8
+#: logical CPUs and 4 physical cores.
+CPUINFO_X86 = "\n\n".join(
+    f"processor\t: {cpu}\n"
+    "vendor_id\t: GenuineIntel\n"
+    "model name\t: Intel(R) Xeon(R)   Platinum 8375C CPU @ 2.90GHz\n"
+    f"physical id\t: {cpu // 4}\n"
+    f"core id\t\t: {cpu % 2}\n"
+    "cpu cores\t: 2"
+    for cpu in range(8)
+)
+CPUINFO_ARM = (
+    "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n\n"
+    "processor\t: 1\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n\n"
+)
+CPUINFO_PI = "processor\t: 0\nmodel name\t: ARMv7 Processor rev 3 (v7l)\n\nHardware\t: BCM2835\nModel\t: Raspberry Pi 4\n"
+CPUINFO_PPC = "processor\t: 0\ncpu\t\t: POWER9, altivec supported\nclock\t\t: 2.3GHz\n"
 
 #: A measured number with its unit, as the examples print them.
 MEASURED = re.compile(

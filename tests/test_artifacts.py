@@ -6,7 +6,8 @@ import pytest
 
 import gpuguide
 from gpuguide._gallery import copy_artifacts
-from gpuguide.artifacts import DIR_ENV, URL_ENV
+from gpuguide.env import ARTIFACT_DIR_ENV as DIR_ENV
+from gpuguide.env import ARTIFACT_URL_ENV as URL_ENV
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Tests for gpuguide.compiling: compiler start-up and the recompilation log."""
+"""Tests for gpuguide.chapters.compiling: compiler start-up and the recompilation log."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 import pytest
 import torch
 
-from gpuguide.compiling import CompilerStart, print_recompiles, start_compiler
+from gpuguide.chapters.compiling import CompilerStart, print_recompiles, start_compiler
 
 
 def test_compiler_start_summary_names_every_step():

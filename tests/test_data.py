@@ -1,4 +1,4 @@
-"""Tests for gpuguide.data: the synthetic image dataset, also in spawned workers."""
+"""Tests for gpuguide.chapters.data: the synthetic image dataset, also in spawned workers."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from gpuguide.data import SyntheticImages, _box_blur
-from gpuguide.spawning import spawn_safe
+from gpuguide.chapters.data import SyntheticImages, _box_blur
+from gpuguide.chapters.spawning import spawn_safe
 
 
 def test_sample_shape_dtype_range_and_label():
@@ -39,7 +39,7 @@ def test_labels_cover_the_classes():
 def test_negative_index_and_out_of_range():
     ds = SyntheticImages(5, work=0)
     torch.testing.assert_close(ds[-1][0], ds[4][0], rtol=0, atol=0)
-    with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(IndexError, match=r"index must be in \[-5, 5\), got 5"):
         ds[5]
     with pytest.raises(IndexError):
         ds[-6]
@@ -91,7 +91,7 @@ def test_crop_without_padding_keeps_the_whole_image_and_flip_is_random():
         ({"length": 4, "work": -1}, ValueError, "work"),
         ({"length": 4, "num_classes": 0}, ValueError, "num_classes"),
         ({"length": 4, "shape": (3, 32)}, ValueError, "shape"),
-        ({"length": 4, "shape": (3, 0, 8)}, ValueError, "positive"),
+        ({"length": 4, "shape": (3, 0, 8)}, ValueError, "shape must be >= 1"),
         ({"length": 4, "shape": (3, 8, "8")}, TypeError, "shape"),
     ],
 )

@@ -3,43 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import CPUINFO_X86
 
 from gpuguide import device as device_mod
+from gpuguide import host
 from gpuguide.device import DeviceInfo, describe_device, pick_device, provenance
 
 NOW = datetime(2026, 11, 21, 10, 42, 37, tzinfo=timezone.utc)
-
-# Two sockets x 2 cores x 2 hyper-threads: 8 logical CPUs, 4 physical cores.
-CPUINFO_X86 = "\n\n".join(
-    f"processor\t: {cpu}\n"
-    "vendor_id\t: GenuineIntel\n"
-    "model name\t: Intel(R) Xeon(R)   Platinum 8375C CPU @ 2.90GHz\n"
-    f"physical id\t: {cpu // 4}\n"
-    f"core id\t\t: {cpu % 2}\n"
-    "cpu cores\t: 2"
-    for cpu in range(8)
-)
-CPUINFO_ARM = (
-    "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n\n"
-    "processor\t: 1\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n\n"
-)
-CPUINFO_PI = "processor\t: 0\nmodel name\t: ARMv7 Processor rev 3 (v7l)\n\nHardware\t: BCM2835\nModel\t: Raspberry Pi 4\n"
-CPUINFO_PPC = "processor\t: 0\ncpu\t\t: POWER9, altivec supported\nclock\t\t: 2.3GHz\n"
-
-PROC_DRIVER = (
-    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Wed Jan  8 "
-    "01:26:05 UTC 2025\nGCC version:  gcc version 12.3.0\n"
-)
-PROC_DRIVER_OPEN = (
-    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release "
-    "Build  (dvs-builder@U16-T02-35-3)  Tue Mar  5 22:15:33 UTC 2024\n"
-)
 
 
 def props(name: str, sms: int, memory: int, major: int = 9, minor: int = 0):
@@ -101,7 +76,7 @@ def fake_cuda(monkeypatch):
         lambda d: devices[d.index if isinstance(d, torch.device) else d],
     )
     monkeypatch.setattr(torch.version, "cuda", "12.8")
-    monkeypatch.setattr(device_mod, "_driver_version", lambda: "570.86.15")
+    monkeypatch.setattr(host, "driver_version", lambda: "570.86.15")
     return devices
 
 
@@ -171,170 +146,6 @@ def test_pick_device_rejects_unknown_devices(no_accelerator, choice):
 def test_mps_available_matches_torch():
     expected = bool(torch.backends.mps.is_available())
     assert device_mod._mps_available() is expected
-
-
-# --------------------------------------------------------------------------------------
-# /proc parsing and the driver version
-# --------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "model"),
-    [
-        (CPUINFO_X86, "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz"),
-        (CPUINFO_PI, "ARMv7 Processor rev 3 (v7l)"),
-        (CPUINFO_PPC, "POWER9, altivec supported"),
-        (CPUINFO_ARM, None),
-        ("", None),
-    ],
-)
-def test_parse_cpu_model(text, model):
-    assert device_mod._parse_cpu_model(text) == model
-
-
-def test_parse_cpu_model_falls_back_to_hardware():
-    text = "processor\t: 0\nBogoMIPS\t: 38.40\n\nHardware\t: BCM2835\n"
-    assert device_mod._parse_cpu_model(text) == "BCM2835"
-
-
-@pytest.mark.parametrize(
-    ("text", "cores"),
-    [
-        (CPUINFO_X86, 4),
-        # One processor block without ids: the count cannot be derived.
-        (CPUINFO_X86 + "\n\nprocessor\t: 8\nmodel name\t: x\n", None),
-        (CPUINFO_ARM, None),
-        ("", None),
-        ("model name\t: no processor lines\n", None),
-    ],
-)
-def test_parse_physical_cores(text, cores):
-    assert device_mod._parse_physical_cores(text) == cores
-
-
-def test_cpu_model_falls_back_to_platform(monkeypatch):
-    monkeypatch.setattr(device_mod, "_darwin_cpu_model", lambda: None)
-    monkeypatch.setattr(device_mod.platform, "processor", lambda: "")
-    monkeypatch.setattr(device_mod.platform, "machine", lambda: "x86_64")
-    assert device_mod._cpu_model(None) == "x86_64"
-    assert device_mod._cpu_model(CPUINFO_ARM) == "x86_64"
-    monkeypatch.setattr(device_mod.platform, "machine", lambda: "")
-    assert device_mod._cpu_model(None) == "unknown CPU"
-    assert device_mod._cpu_model(CPUINFO_X86).startswith("Intel(R) Xeon(R) Platinum")
-
-
-def test_darwin_cpu_model(monkeypatch):
-    monkeypatch.setattr(device_mod.platform, "system", lambda: "Linux")
-    assert device_mod._darwin_cpu_model() is None
-
-    monkeypatch.setattr(device_mod.platform, "system", lambda: "Darwin")
-    seen = []
-
-    def fake_run(cmd, **kwargs):
-        seen.append(cmd)
-        return SimpleNamespace(returncode=0, stdout="Apple M2 Pro\n")
-
-    monkeypatch.setattr(device_mod.subprocess, "run", fake_run)
-    assert device_mod._darwin_cpu_model() == "Apple M2 Pro"
-    assert seen == [["sysctl", "-n", "machdep.cpu.brand_string"]]
-
-    def missing(cmd, **kwargs):
-        raise FileNotFoundError(cmd[0])
-
-    monkeypatch.setattr(device_mod.subprocess, "run", missing)
-    assert device_mod._darwin_cpu_model() is None
-
-
-def test_usable_threads_matches_affinity():
-    threads = device_mod._usable_threads()
-    assert threads >= 1
-    assert threads == len(device_mod.os.sched_getaffinity(0))
-
-
-@pytest.mark.parametrize(
-    ("text", "version"),
-    [
-        (PROC_DRIVER, "570.86.15"),
-        (PROC_DRIVER_OPEN, "550.54.15"),
-        ("NVRM version: NVIDIA UNIX Kernel Module 535.104", "535.104"),
-        ("nothing to see", None),
-        ("", None),
-    ],
-)
-def test_parse_driver_version(text, version):
-    assert device_mod._parse_driver_version(text) == version
-
-
-def smi_run(stdout="570.86.15\n", returncode=0):
-    calls = []
-
-    def run(cmd, **kwargs):
-        calls.append((cmd, kwargs))
-        return SimpleNamespace(returncode=returncode, stdout=stdout)
-
-    run.calls = calls
-    return run
-
-
-def test_driver_version_from_smi_parses_output():
-    run = smi_run("570.86.15\n570.86.15\n")
-    version = device_mod._driver_version_from_smi(run=run, which=lambda _: "/bin/smi")
-    assert version == "570.86.15"
-    ((cmd, kwargs),) = run.calls
-    assert cmd == ["/bin/smi", "--query-gpu=driver_version", "--format=csv,noheader"]
-    assert 0 < kwargs["timeout"] <= 10
-
-
-def test_driver_version_from_smi_never_raises():
-    def which(_):
-        return "/bin/smi"
-
-    assert (
-        device_mod._driver_version_from_smi(run=smi_run(), which=lambda _: None) is None
-    )
-    assert (
-        device_mod._driver_version_from_smi(run=smi_run(returncode=9), which=which)
-        is None
-    )
-    garbage = smi_run("NVIDIA-SMI has failed because it couldn't communicate\n")
-    assert device_mod._driver_version_from_smi(run=garbage, which=which) is None
-
-    def timeout(cmd, **kwargs):
-        raise subprocess.TimeoutExpired(cmd, kwargs["timeout"])
-
-    def missing(cmd, **kwargs):
-        raise FileNotFoundError(cmd[0])
-
-    assert device_mod._driver_version_from_smi(run=timeout, which=which) is None
-    assert device_mod._driver_version_from_smi(run=missing, which=which) is None
-
-
-def test_query_driver_version_prefers_proc(tmp_path):
-    proc = tmp_path / "version"
-    proc.write_text(PROC_DRIVER)
-    run = smi_run("999.1\n")
-    assert (
-        device_mod._query_driver_version(str(proc), run=run, which=lambda _: "smi")
-        == "570.86.15"
-    )
-    assert run.calls == []  # nvidia-smi is not needed
-
-
-def test_query_driver_version_falls_back_to_smi(tmp_path):
-    missing = str(tmp_path / "absent")
-    run = smi_run("560.35.03\n")
-    assert (
-        device_mod._query_driver_version(missing, run=run, which=lambda _: "smi")
-        == "560.35.03"
-    )
-    assert device_mod._query_driver_version(missing, which=lambda _: None) is None
-
-
-def test_driver_version_is_cached():
-    device_mod._driver_version.cache_clear()
-    first = device_mod._driver_version()
-    assert device_mod._driver_version() == first
-    assert device_mod._driver_version.cache_info().hits >= 1
 
 
 # --------------------------------------------------------------------------------------

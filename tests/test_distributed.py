@@ -1,4 +1,4 @@
-"""Tests for gpuguide.distributed: the launcher and a real 2-process gloo DDP run."""
+"""Tests for gpuguide.chapters.distributed: the launcher and a real 2-process gloo DDP run."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from torch.multiprocessing import ProcessRaisedException
 from torch.utils.data import DistributedSampler, TensorDataset
 
-from gpuguide.distributed import (
+from gpuguide.chapters.distributed import (
     DDPConfig,
     DDPReport,
     _run_rank,

@@ -9,14 +9,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from gpuguide import datasheet
 from gpuguide import device as device_mod
 from gpuguide import peaks as peaks_mod
+from gpuguide.datasheet import identify_gpu
 from gpuguide.peaks import (
     GPU_PEAKS,
     Peaks,
     device_peaks,
     gpu_peaks,
-    identify_gpu,
     measure_cpu_peaks,
     percent_of_peak,
 )
@@ -151,6 +152,21 @@ def test_every_variant_is_identifiable():
     assert identified == set(GPU_PEAKS)
 
 
+def test_the_datasheet_is_plain_rows_with_sources():
+    variants = [row.variant for row in datasheet.FIGURES]
+    assert len(variants) == len(set(variants))
+    assert {rule.variant for rule in datasheet.NAMES} == set(variants)
+    for row in datasheet.FIGURES:
+        assert row.source in datasheet.SOURCES, row
+        peaks = GPU_PEAKS[row.variant]
+        assert peaks.source == datasheet.SOURCES[row.source]
+        assert peaks.flops["bf16"] == (row.bf16_tflops and row.bf16_tflops * T)
+        assert peaks.memory_bandwidth_bytes_per_s == row.memory_gb_per_s * 1e9
+    assert datasheet.figures("T4").tf32_tflops is None
+    with pytest.raises(KeyError, match="no datasheet row for 'B200'"):
+        datasheet.figures("B200")
+
+
 def test_table_is_internally_consistent():
     for peaks in GPU_PEAKS.values():
         flops = peaks.flops
@@ -262,7 +278,7 @@ def test_peaks_equality_and_hash():
     ],
 )
 def test_peaks_rejects_bad_figures(kwargs):
-    with pytest.raises(ValueError, match=r"fp8|positive"):
+    with pytest.raises(ValueError, match=r"fp8|must be a finite number > 0"):
         Peaks(name="bad", **kwargs)
 
 
@@ -294,7 +310,7 @@ def test_flops_for(dtype, tf32, expected):
 
 @pytest.mark.parametrize("dtype", [torch.int8, torch.complex64, "fp8", "int32", 3])
 def test_flops_for_unknown_dtype(dtype):
-    with pytest.raises(ValueError, match="no peak figure"):
+    with pytest.raises(ValueError, match="dtype must be"):
         GPU_PEAKS["H100 SXM5"].flops_for(dtype)
 
 
@@ -390,7 +406,7 @@ def test_measure_cpu_peaks_small_mode_is_smaller():
 
 
 def test_measure_cpu_peaks_rejects_bad_times():
-    with pytest.raises(RuntimeError, match="non-positive"):
+    with pytest.raises(RuntimeError, match="best time must be > 0"):
         peaks_mod._measure_cpu_peaks(True, bench=FakeBench([0.0, 1.0, 1.0]), name="x")
 
 

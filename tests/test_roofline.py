@@ -1,4 +1,4 @@
-"""Tests for gpuguide.roofline: the model's arithmetic, the regime rule and the plot."""
+"""Tests for gpuguide.chapters.roofline: measured points and the roofline plot."""
 
 from __future__ import annotations
 
@@ -13,18 +13,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
+from gpuguide.chapters.roofline import REGIMES, RooflinePoint, plot_roofline
 from gpuguide.device import describe_device
-from gpuguide.roofline import (
-    OVERHEAD_FRACTION,
-    OVERHEAD_S,
-    REGIMES,
-    RooflinePoint,
-    attainable_flops_per_s,
-    classify,
-    percent_of_roof,
-    plot_roofline,
-    ridge_intensity,
-)
 from gpuguide.timing import Measurement
 
 CPU = describe_device("cpu")
@@ -72,97 +62,15 @@ def test_point_from_measurement_uses_the_median() -> None:
     assert p.flops_per_s == pytest.approx(2e9)
 
 
-# -- the roofs -----------------------------------------------------------------
-
-
-def test_ridge_is_the_ratio_of_the_peaks() -> None:
-    assert ridge_intensity(**PEAKS) == pytest.approx(10.0)
-
-
-@pytest.mark.parametrize(
-    ("intensity", "roof"), [(0.1, 1e11), (1.0, 1e12), (10.0, 1e13), (1000.0, 1e13)]
-)
-def test_attainable_is_the_lower_roof(intensity: float, roof: float) -> None:
-    assert attainable_flops_per_s(intensity, **PEAKS) == pytest.approx(roof)
-
-
-@pytest.mark.parametrize(
-    "kwargs",
-    [
-        {"peak_flops_per_s": 0.0, "peak_bytes_per_s": 1e12},
-        {"peak_flops_per_s": 1e12, "peak_bytes_per_s": -1.0},
-        {"peak_flops_per_s": math.nan, "peak_bytes_per_s": 1e12},
-    ],
-)
-def test_bad_peaks_are_rejected(kwargs: dict[str, float]) -> None:
-    with pytest.raises(ValueError, match="peak_"):
-        ridge_intensity(**kwargs)
-    with pytest.raises(ValueError, match="peak_"):
-        attainable_flops_per_s(1.0, **kwargs)
-
-
-def test_attainable_rejects_a_bad_intensity() -> None:
-    with pytest.raises(ValueError, match="intensity"):
-        attainable_flops_per_s(0.0, **PEAKS)
-
-
-def test_percent_of_roof() -> None:
-    assert percent_of_roof(point(0.5, 40.0, 1e-3), **PEAKS) == pytest.approx(40.0)
-    assert percent_of_roof(point(100.0, 80.0, 1e-3), **PEAKS) == pytest.approx(80.0)
-    # Measured CPU peaks are lower bounds: a point may sit above its roof.
-    assert percent_of_roof(point(1.0, 130.0, 1e-3), **PEAKS) == pytest.approx(130.0)
-
-
-# -- classify ------------------------------------------------------------------
-
-
-def test_regimes_are_the_three_names() -> None:
-    assert REGIMES == ("overhead-bound", "memory-bound", "compute-bound")
-
-
-@pytest.mark.parametrize(
-    ("intensity", "percent", "seconds", "regime"),
-    [
-        (0.1, 1.0, 5e-6, "overhead-bound"),  # tiny and far below the roof
-        (100.0, 1.0, 5e-6, "overhead-bound"),  # a tiny matmul too
-        (0.1, 80.0, 5e-6, "memory-bound"),  # short but near the roof
-        (0.1, 1.0, 1e-2, "memory-bound"),  # slow and long: the roof still bounds
-        (0.1, 80.0, 1e-2, "memory-bound"),
-        (9.9, 80.0, 1e-2, "memory-bound"),  # just left of the ridge
-        (10.0, 80.0, 1e-2, "compute-bound"),  # at the ridge
-        (500.0, 60.0, 1e-2, "compute-bound"),
-    ],
-)
-def test_classify(intensity: float, percent: float, seconds: float, regime: str):
-    assert classify(point(intensity, percent, seconds), **PEAKS) == regime
-
-
-def test_classify_thresholds_are_strict_and_adjustable() -> None:
-    edge_time = point(0.1, 1.0, OVERHEAD_S)
-    assert classify(edge_time, **PEAKS) == "memory-bound"
-    edge_fraction = point(0.1, 100 * OVERHEAD_FRACTION, 1e-6)
-    assert classify(edge_fraction, **PEAKS) == "memory-bound"
-    p = point(0.1, 30.0, 1e-4)
-    assert classify(p, **PEAKS) == "memory-bound"
-    loose = {"overhead_fraction": 0.5, "overhead_s": 1e-3}
-    assert classify(p, **PEAKS, **loose) == "overhead-bound"
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"overhead_fraction": 0.0}, "overhead_fraction"),
-        ({"overhead_fraction": 1.5}, "overhead_fraction"),
-        ({"overhead_s": 0.0}, "overhead_s"),
-        ({"overhead_s": math.inf}, "overhead_s"),
-    ],
-)
-def test_classify_rejects_bad_thresholds(kwargs: dict[str, float], match: str):
-    with pytest.raises(ValueError, match=match):
-        classify(point(1.0, 50.0, 1e-3), **PEAKS, **kwargs)
-
-
 # -- plot_roofline -------------------------------------------------------------
+
+
+def by_intensity(points, extra=()) -> dict[str, str]:
+    """Each point's regime by the ridge of PEAKS alone (the page adds overhead)."""
+    return {
+        p.label: "memory-bound" if p.intensity < 10 else "compute-bound"
+        for p in [*points, *extra]
+    }
 
 
 def texts(ax: plt.Axes) -> list[str]:
@@ -180,7 +88,15 @@ def test_plot_roofline_draws_roof_ridge_and_points(ax: plt.Axes) -> None:
         point(0.1, 80.0, 1e-2, "big add"),
         point(100.0, 70.0, 1e-2, "matmul"),
     ]
-    plot_roofline(ax, points, **PEAKS, title="matmul is compute-bound", device=CPU)
+    regimes = {"tiny add": "overhead-bound"} | by_intensity(points[1:])
+    plot_roofline(
+        ax,
+        points,
+        regimes=regimes,
+        **PEAKS,
+        title="matmul is compute-bound",
+        device=CPU,
+    )
     ax.figure.canvas.draw()
     assert ax.get_xscale() == "log"
     assert ax.get_yscale() == "log"
@@ -212,19 +128,36 @@ def test_plot_roofline_draws_roof_ridge_and_points(ax: plt.Axes) -> None:
 
 
 def test_plot_roofline_colours_points_by_regime(ax: plt.Axes) -> None:
-    points = [point(0.1, 1.0, 5e-6, "a"), point(0.1, 1.0, 6e-6, "b")]
-    plot_roofline(ax, points, **PEAKS, title="t", device=CPU)
-    first, second = ax.collections
+    points = [
+        point(0.1, 1.0, 5e-6, "a"),
+        point(0.1, 1.0, 6e-6, "b"),
+        point(5, 1, 1, "c"),
+    ]
+    regimes = {"a": "overhead-bound", "b": "overhead-bound", "c": "compute-bound"}
+    plot_roofline(ax, points, regimes=regimes, **PEAKS, title="t", device=CPU)
+    first, second, third = ax.collections
     assert np.allclose(first.get_facecolors(), second.get_facecolors())
+    assert not np.allclose(first.get_facecolors(), third.get_facecolors())
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend.count("overhead-bound") == 1
+    assert "compute-bound" in legend  # as the page said, not by its intensity
     assert "memory-bound" not in legend
+
+
+@pytest.mark.parametrize("regimes", [{}, {"a": "bandwidth-bound"}])
+def test_plot_roofline_needs_a_known_regime_for_every_point(ax, regimes) -> None:
+    with pytest.raises(ValueError, match=r"regimes must give each point.*\['a'\]"):
+        plot_roofline(
+            ax, [point(1, 1, 1, "a")], regimes=regimes, **PEAKS, title="t", device=CPU
+        )
 
 
 def test_plot_roofline_uses_gflops_for_a_slow_device(ax: plt.Axes) -> None:
     peaks = {"peak_flops_per_s": 200e9, "peak_bytes_per_s": 30e9}
     p = RooflinePoint("mm", flop=2e9, nbytes=1e7, seconds=0.02)
-    plot_roofline(ax, [p], **peaks, title="t", device=CPU)
+    plot_roofline(
+        ax, [p], regimes={"mm": "compute-bound"}, **peaks, title="t", device=CPU
+    )
     assert ax.get_ylabel() == "achieved compute (GFLOP/s)"
     (offsets,) = [c.get_offsets() for c in ax.collections]
     assert float(offsets[0, 1]) == pytest.approx(100.0)
@@ -235,7 +168,13 @@ def test_plot_roofline_uses_gflops_for_a_slow_device(ax: plt.Axes) -> None:
 def test_plot_roofline_sweeps(ax: plt.Axes) -> None:
     run = [point(k, 50.0, 1e-3, f"k={k}") for k in (0.5, 2.0, 8.0, 32.0)]
     plot_roofline(
-        ax, [], **PEAKS, title="t", device=CPU, sweeps={"matmul, k grows": run}
+        ax,
+        [],
+        regimes=by_intensity(run),
+        **PEAKS,
+        title="t",
+        device=CPU,
+        sweeps={"matmul, k grows": run},
     )
     (line,) = [ln for ln in ax.lines if ln.get_label() == "matmul, k grows"]
     assert list(line.get_xdata()) == pytest.approx([p.intensity for p in run])
@@ -249,22 +188,28 @@ def test_plot_roofline_sweeps(ax: plt.Axes) -> None:
 
 def test_plot_roofline_sweep_of_one_point(ax: plt.Axes) -> None:
     only = point(1.0, 50.0, 1e-3, "only")
-    plot_roofline(ax, [], **PEAKS, title="t", device=CPU, sweeps={"s": [only], "e": []})
+    plot_roofline(
+        ax, [], regimes=by_intensity([only]), **PEAKS, title="t", device=CPU,
+        sweeps={"s": [only], "e": []},
+    )  # fmt: skip
     assert texts(ax).count("only") == 1
 
 
 def test_plot_roofline_rejects_no_points_and_bad_peaks(ax: plt.Axes) -> None:
     with pytest.raises(ValueError, match="at least one point"):
-        plot_roofline(ax, [], **PEAKS, title="t", device=CPU)
+        plot_roofline(ax, [], regimes={}, **PEAKS, title="t", device=CPU)
     p = point(1.0, 50.0, 1e-3)
     with pytest.raises(ValueError, match="peak_bytes_per_s"):
         plot_roofline(
-            ax, [p], peak_flops_per_s=1e12, peak_bytes_per_s=0, title="t", device=CPU
-        )
+            ax, [p], regimes=by_intensity([p]), peak_flops_per_s=1e12,
+            peak_bytes_per_s=0, title="t", device=CPU,
+        )  # fmt: skip
 
 
 def test_plot_roofline_shows_points_above_the_roof(ax: plt.Axes) -> None:
     above = point(100.0, 1000.0, 1e-3, "above")  # 10x the compute roof
-    plot_roofline(ax, [above], **PEAKS, title="t", device=CPU)
+    plot_roofline(
+        ax, [above], regimes=by_intensity([above]), **PEAKS, title="t", device=CPU
+    )
     lo, hi = ax.get_ylim()
     assert lo < 10.0 < 100.0 < hi  # the roof and the point, in TFLOP/s

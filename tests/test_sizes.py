@@ -1,4 +1,4 @@
-"""Tests for gpuguide.sizes: small mode, budgets, roofline estimates and sweeps."""
+"""Tests for gpuguide.sizes: budgets, roofline estimates, sweeps, the largest size."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from gpuguide.sizes import (
     SizeBudget,
     estimate_seconds,
     free_memory_bytes,
+    largest_size,
     size_budget,
-    small_mode,
     sweep,
 )
 
@@ -28,97 +28,14 @@ def budget(memory_bytes: int = GiB, call_s: float = 1.0) -> SizeBudget:
     )
 
 
-# -- small mode ----------------------------------------------------------------
-
-
-@pytest.mark.parametrize("value", ["1", "true", "TRUE", "Yes", "on", " on "])
-def test_small_mode_on(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    monkeypatch.setenv("GPUGUIDE_SMALL", value)
-    assert small_mode() is True
-
-
-@pytest.mark.parametrize("value", ["", "0", "false", "no", "off", "small"])
-def test_small_mode_off(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    monkeypatch.setenv("GPUGUIDE_SMALL", value)
-    assert small_mode() is False
-
-
-def test_small_mode_unset(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("GPUGUIDE_SMALL", raising=False)
-    assert small_mode() is False
-
-
 # -- free memory ---------------------------------------------------------------
 
-MEMINFO = """\
-MemTotal:       24684096 kB
-MemFree:         1000000 kB
-MemAvailable:   20000000 kB
-Buffers:          200000 kB
-Cached:          3000000 kB
-"""
 
-
-def test_meminfo_prefers_memavailable() -> None:
-    assert sizes._meminfo_available_bytes(MEMINFO) == 20000000 * 1024
-
-
-def test_meminfo_without_memavailable() -> None:
-    old_kernel = "\n".join(
-        line for line in MEMINFO.splitlines() if "MemAvailable" not in line
-    )
-    expected = (1000000 + 200000 + 3000000) * 1024
-    assert sizes._meminfo_available_bytes(old_kernel) == expected
-
-
-def test_meminfo_unreadable() -> None:
-    assert sizes._meminfo_available_bytes("nonsense") is None
-
-
-def test_cgroup_room() -> None:
-    assert sizes._cgroup_available_bytes("max\n", "123\n") is None
-    assert sizes._cgroup_available_bytes("1000\n", "400\n") == 600
-    assert sizes._cgroup_available_bytes("1000\n", "4000\n") == 0
-    assert sizes._cgroup_available_bytes("1000\n", "") is None
-
-
-def test_free_memory_cpu_is_plausible() -> None:
-    free = free_memory_bytes("cpu")
-    assert free > 0
-    total = 0
-    with open("/proc/meminfo", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                total = int(line.split()[1]) * 1024
-    assert free <= total
-
-
-def test_free_memory_cpu_cgroup_limit(
-    monkeypatch: pytest.MonkeyPatch, tmp_path
+def test_free_memory_cpu_is_the_host_memory_available(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    (tmp_path / "meminfo").write_text(MEMINFO)
-    (tmp_path / "max").write_text("3000000000\n")
-    (tmp_path / "current").write_text("1000000000\n")
-    monkeypatch.setattr(sizes, "_MEMINFO", str(tmp_path / "meminfo"))
-    monkeypatch.setattr(sizes, "_CGROUP_MAX", str(tmp_path / "max"))
-    monkeypatch.setattr(sizes, "_CGROUP_CURRENT", str(tmp_path / "current"))
-    assert free_memory_bytes("cpu") == 2_000_000_000
-
-
-def test_free_memory_cpu_without_proc(
-    monkeypatch: pytest.MonkeyPatch, tmp_path
-) -> None:
-    missing = str(tmp_path / "missing")
-    for name in ("_MEMINFO", "_CGROUP_MAX", "_CGROUP_CURRENT"):
-        monkeypatch.setattr(sizes, name, missing)
-    assert free_memory_bytes("cpu") > 0
-    # And without sysconf either: a fixed conservative guess.
-    monkeypatch.setattr(sizes.os, "sysconf", _raise_value_error)
-    assert free_memory_bytes("cpu") == sizes._FALLBACK_FREE_BYTES
-
-
-def _raise_value_error(name: str) -> int:
-    raise ValueError(name)
+    monkeypatch.setattr(sizes.host, "available_memory_bytes", lambda: 123 * MiB)
+    assert free_memory_bytes("cpu") == 123 * MiB
 
 
 def test_free_memory_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -282,28 +199,28 @@ def test_estimate_rejects_bad_arguments(kwargs: dict[str, float]) -> None:
         estimate_seconds(peaks=H100ish, **kwargs)
 
 
-# -- sweep ---------------------------------------------------------------------
+# -- sweep and largest_size ----------------------------------------------------
 
 
 def test_sweep_powers_of_two() -> None:
-    assert sweep(1, 1024, budget=budget(), bytes_at=lambda n: n) == [
+    assert sweep(1, 1024, budget=budget(), memory_at=lambda n: n) == [
         2**i for i in range(11)
     ]
 
 
 def test_sweep_stops_at_hi_that_is_not_a_power_of_two() -> None:
-    assert sweep(3, 50, budget=budget(), bytes_at=lambda n: n) == [3, 6, 12, 24, 48]
+    assert sweep(3, 50, budget=budget(), memory_at=lambda n: n) == [3, 6, 12, 24, 48]
 
 
 def test_sweep_per_octave() -> None:
-    got = sweep(64, 1024, budget=budget(), bytes_at=lambda n: n, per_octave=2)
+    got = sweep(64, 1024, budget=budget(), memory_at=lambda n: n, per_octave=2)
     # 64 * 2**(i/2): 64, 90.5, 128, 181.0, 256, 362.0, 512, 724.1, 1024
     assert got == [64, 91, 128, 181, 256, 362, 512, 724, 1024]
 
 
 def test_sweep_multiple_of_rounds_and_dedups() -> None:
     got = sweep(
-        1, 1000, budget=budget(), bytes_at=lambda n: n, per_octave=4, multiple_of=64
+        1, 1000, budget=budget(), memory_at=lambda n: n, per_octave=4, multiple_of=64
     )
     assert got[0] == 64
     assert all(n % 64 == 0 for n in got)
@@ -313,40 +230,119 @@ def test_sweep_multiple_of_rounds_and_dedups() -> None:
 
 
 def test_sweep_filters_by_memory() -> None:
-    got = sweep(16, 4096, budget=budget(memory_bytes=MiB), bytes_at=lambda n: 4 * n * n)
-    assert got == [16, 32, 64, 128, 256, 512]
-
-
-def test_sweep_filters_by_time() -> None:
     got = sweep(
-        16,
-        4096,
-        budget=budget(call_s=1e-3),
-        bytes_at=lambda n: 0,
-        seconds_at=lambda n: n * 1e-6,
+        16, 4096, budget=budget(memory_bytes=MiB), memory_at=lambda n: 4 * n * n
     )
     assert got == [16, 32, 64, 128, 256, 512]
 
 
-def test_sweep_with_estimate_seconds() -> None:
+def test_sweep_without_work_does_not_estimate_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sizes, "device_peaks", _no_peaks_expected)
+    got = sweep(16, 64, budget=budget(call_s=1e-12), memory_at=lambda n: n)
+    assert got == [16, 32, 64]
+
+
+def test_sweep_filters_by_estimated_time() -> None:
     b = budget(memory_bytes=GiB, call_s=0.01)
     got = sweep(
         128,
         16384,
         budget=b,
-        bytes_at=lambda n: 3 * 4 * n * n,
-        seconds_at=lambda n: estimate_seconds(
-            flop=2 * n**3, nbytes=3 * 4 * n * n, peaks=H100ish
-        ),
+        memory_at=lambda n: 3 * 4 * n * n,
+        flop_at=lambda n: 2 * n**3,
+        traffic_at=lambda n: 3 * 4 * n * n,
+        peaks=H100ish,
     )
     assert got[0] == 128
     assert all(3 * 4 * n * n <= b.memory_bytes for n in got)
     assert got[-1] == 4096  # 8192^3 needs 44 ms at 25 TFLOP/s
 
 
+def test_sweep_traffic_alone_uses_the_bandwidth() -> None:
+    # 3 TB/s at 50%: 1.5e10 bytes in the 10 ms budget, 1.5e10 / 16 = 9.4e8 elements.
+    got = sweep(
+        2**20,
+        2**32,
+        budget=budget(memory_bytes=2**40, call_s=0.01),
+        memory_at=lambda n: 16 * n,
+        traffic_at=lambda n: 16 * n,
+        peaks=H100ish,
+    )
+    assert got[-1] == 2**29
+
+
+def test_sweep_plans_with_the_device_peaks_by_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked = []
+
+    def fake_peaks(device: object) -> Peaks:
+        asked.append(device)
+        return H100ish
+
+    monkeypatch.setattr(sizes, "device_peaks", fake_peaks)
+    kwargs = {"memory_at": lambda n: 0, "flop_at": lambda n: 2 * n**3}
+    got = sweep(128, 16384, budget=budget(call_s=0.01), **kwargs)
+    assert got[-1] == 4096
+    assert asked == ["cpu"]  # the budget's device
+    got = sweep(128, 16384, budget=budget(call_s=0.01), device="cuda:1", **kwargs)
+    assert asked[-1] == "cuda:1"
+
+
+def test_sweep_peaks_none_plans_with_fallback_rates() -> None:
+    # 1e11 FLOP/s at 50%: 2 n^3 <= 5e8 FLOP in 10 ms, so n <= 630.
+    got = sweep(
+        16,
+        4096,
+        budget=budget(call_s=0.01),
+        memory_at=lambda n: 0,
+        flop_at=lambda n: 2 * n**3,
+        peaks=None,
+    )
+    assert got[-1] == 512
+
+
+def test_sweep_flop_per_s_overrides_the_fp32_peak() -> None:
+    # bf16's 1000 TFLOP/s instead of fp32's 50: 20x the FLOP in the same time.
+    kwargs = {"memory_at": lambda n: 0, "flop_at": lambda n: 2 * n**3}
+    fp32 = sweep(128, 65536, budget=budget(call_s=0.01), peaks=H100ish, **kwargs)
+    bf16 = sweep(
+        128, 65536, budget=budget(call_s=0.01), peaks=H100ish, flop_per_s=1e15, **kwargs
+    )
+    assert (fp32[-1], bf16[-1]) == (4096, 8192)
+
+
+def test_sweep_efficiency_scales_the_estimate() -> None:
+    kwargs = {"memory_at": lambda n: 0, "traffic_at": lambda n: 16 * n}
+    full = sweep(
+        1, 2**40, budget=budget(call_s=0.01), peaks=H100ish, efficiency=1.0, **kwargs
+    )
+    tenth = sweep(
+        1, 2**40, budget=budget(call_s=0.01), peaks=H100ish, efficiency=0.1, **kwargs
+    )
+    assert full[-1] == 8 * tenth[-1]
+
+
+def test_sweep_builds_the_budget_from_device_and_call_s(
+    monkeypatch: pytest.MonkeyPatch, fixed_free: int
+) -> None:
+    monkeypatch.delenv("GPUGUIDE_SMALL", raising=False)
+    got = sweep(1, 2**40, device="cpu", memory_at=lambda n: n)
+    assert got[-1] == 2**31  # a quarter of 8 GiB
+    kwargs = {"memory_at": lambda n: 0, "flop_at": lambda n: 1e9 * n, "peaks": None}
+    assert sweep(1, 1024, device="cpu", call_s=0.08, **kwargs)[-1] == 4
+    monkeypatch.setenv("GPUGUIDE_SMALL", "1")  # 64 MiB and 2 ms
+    assert sweep(1, 2**40, device="cpu", memory_at=lambda n: n)[-1] == 2**26
+    assert sweep(1, 1024, device="cpu", call_s=0.08, **kwargs) == [1]
+
+
 def test_sweep_none_fit() -> None:
-    with pytest.raises(ValueError, match=r"no size in \[1024, 4096\] fits.*n=1024"):
-        sweep(1024, 4096, budget=budget(memory_bytes=MiB), bytes_at=lambda n: 4 * n * n)
+    with pytest.raises(ValueError, match=r"smallest size, n=1024, must fit the budget"):
+        sweep(
+            1024, 4096, budget=budget(memory_bytes=MiB), memory_at=lambda n: 4 * n * n
+        )
 
 
 def test_sweep_too_slow_everywhere_keeps_the_smallest() -> None:
@@ -354,22 +350,23 @@ def test_sweep_too_slow_everywhere_keeps_the_smallest() -> None:
         1,
         8,
         budget=budget(call_s=1e-3),
-        bytes_at=lambda n: 0 if n < 8 else 10**12,
-        seconds_at=lambda n: 1.0,
+        memory_at=lambda n: 0 if n < 8 else 10**12,
+        flop_at=lambda n: 1e15,
+        peaks=H100ish,
     )
     assert got == [1]
 
 
 def test_sweep_no_multiple_in_range() -> None:
-    with pytest.raises(ValueError, match="no multiple of 64"):
-        sweep(1, 32, budget=budget(), bytes_at=lambda n: n, multiple_of=64)
+    with pytest.raises(ValueError, match="must hold a multiple of 64"):
+        sweep(1, 32, budget=budget(), memory_at=lambda n: n, multiple_of=64)
 
 
 @pytest.mark.parametrize(
     ("args", "kwargs", "match"),
     [
-        ((0, 8), {}, "lo"),
-        ((8, 4), {}, "hi must be >= lo"),
+        ((0, 8), {}, "lo must be >= 1"),
+        ((8, 4), {}, "hi must be >= 8"),
         ((1, 8), {"per_octave": 0}, "per_octave"),
         ((1, 8), {"multiple_of": 0}, "multiple_of"),
     ],
@@ -378,11 +375,31 @@ def test_sweep_rejects_bad_arguments(
     args: tuple[int, int], kwargs: dict[str, int], match: str
 ) -> None:
     with pytest.raises(ValueError, match=match):
-        sweep(*args, budget=budget(), bytes_at=lambda n: n, **kwargs)
+        sweep(*args, budget=budget(), memory_at=lambda n: n, **kwargs)
 
 
 def test_sweep_rejects_non_integers() -> None:
     with pytest.raises(TypeError, match="lo"):
-        sweep(1.5, 8, budget=budget(), bytes_at=lambda n: n)  # type: ignore[arg-type]
+        sweep(1.5, 8, budget=budget(), memory_at=lambda n: n)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="per_octave"):
-        sweep(1, 8, budget=budget(), bytes_at=lambda n: n, per_octave=True)
+        sweep(1, 8, budget=budget(), memory_at=lambda n: n, per_octave=True)
+
+
+def test_largest_size_is_the_last_size_of_the_sweep() -> None:
+    kwargs = {
+        "budget": budget(memory_bytes=GiB, call_s=0.01),
+        "memory_at": lambda n: 3 * 4 * n * n,
+        "flop_at": lambda n: 2 * n**3,
+        "peaks": H100ish,
+        "multiple_of": 64,
+    }
+    # 100 doubled and rounded to multiples of 64: 128, 192, 384, 832, 1600, 3200, 6400.
+    assert largest_size(100, 16384, **kwargs) == sweep(100, 16384, **kwargs)[-1] == 3200
+    small = budget(memory_bytes=MiB)
+    assert largest_size(16, 4096, budget=small, memory_at=lambda n: 4 * n * n) == 512
+    with pytest.raises(ValueError, match="must fit the budget"):
+        largest_size(1024, 4096, budget=small, memory_at=lambda n: 4 * n * n)
+
+
+def _no_peaks_expected(device: object) -> Peaks:
+    raise AssertionError("no time estimate was asked for")

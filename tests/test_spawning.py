@@ -1,4 +1,4 @@
-"""Tests for gpuguide.spawning: hiding __main__ from spawned children."""
+"""Tests for gpuguide.chapters.spawning: hiding __main__ from spawned children."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import textwrap
 import types
 
 import pytest
+from conftest import ROOT
 
-from gpuguide import spawning
-from gpuguide.spawning import spawn_safe, usable_cpus
+from gpuguide.chapters.spawning import spawn_safe
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_spawn_safe_without_any_main_module(monkeypatch):
 SCRIPT = """
 import multiprocessing, os, sys
 sys.path.insert(0, {src!r})
-from gpuguide.spawning import spawn_safe
+from gpuguide.chapters.spawning import spawn_safe
 with open({log!r}, "a") as f:
     f.write(f"{{__name__}}\\n")
 if __name__ == "__main__":
@@ -88,7 +88,7 @@ if __name__ == "__main__":
 
 @pytest.mark.parametrize(("mode", "runs"), [("safe", 1), ("plain", 2)])
 def test_spawned_child_reruns_main_only_without_spawn_safe(tmp_path, mode, runs):
-    src = os.path.dirname(os.path.dirname(spawning.__file__))
+    src = str(ROOT / "src")
     log = tmp_path / "runs.log"
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(SCRIPT.format(src=src, log=str(log))))
@@ -110,16 +110,3 @@ def test_spawn_safe_lets_an_importable_target_run(fake_main):
         process.start()
     process.join(timeout=120)
     assert process.exitcode == 0
-
-
-def test_usable_cpus_uses_the_affinity_mask(monkeypatch):
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3, 5}, raising=False)
-    assert usable_cpus() == 3
-
-
-def test_usable_cpus_falls_back_to_cpu_count(monkeypatch):
-    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
-    monkeypatch.setattr(os, "cpu_count", lambda: None)
-    assert usable_cpus() == 1
-    monkeypatch.setattr(os, "cpu_count", lambda: 6)
-    assert usable_cpus() == 6

@@ -6,7 +6,13 @@ import math
 
 import pytest
 
-from gpuguide.units import format_bytes, format_rate, format_ratio, format_time
+from gpuguide.units import (
+    format_bytes,
+    format_rate,
+    format_ratio,
+    format_time,
+    significant,
+)
 
 
 @pytest.mark.parametrize(
@@ -130,6 +136,19 @@ def test_format_ratio_at_most_three_significant_digits():
     ],
 )
 def test_time_unit_matches_format_time(seconds, expected):
-    from gpuguide.units import _time_unit
+    from gpuguide.units import time_unit
 
-    assert _time_unit(seconds) == expected
+    assert time_unit(seconds) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "digits", "text"),
+    [
+        (0.012345, 3, "0.0123"),
+        (2.5, 3, "2.50"),
+        (0.5, 2, "0.50"),
+        (98765.0, 3, "98765"),
+    ],
+)
+def test_significant(value, digits, text):
+    assert significant(value, digits) == text

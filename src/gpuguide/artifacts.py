@@ -22,14 +22,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .units import format_bytes
+from gpuguide.env import ARTIFACT_DIR_ENV, ARTIFACT_URL_ENV
+from gpuguide.units import format_bytes
 
 __all__ = ["DownloadLink", "artifact_path", "download_link"]
-
-#: Environment variable: the directory artifacts are written to.
-DIR_ENV = "GPUGUIDE_ARTIFACT_DIR"
-#: Environment variable: the link prefix of artifacts, as seen from a page.
-URL_ENV = "GPUGUIDE_ARTIFACT_URL"
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -50,8 +46,9 @@ def artifact_path(name: str) -> Path:
         The directory exists when this returns.
     """
     if not _NAME.match(name):
-        raise ValueError(f"artifact name must be a plain file name, got {name!r}")
-    folder = Path(os.environ.get(DIR_ENV) or ".")
+        msg = f"name must be a plain file name, got {name!r}"
+        raise ValueError(msg)
+    folder = Path(os.environ.get(ARTIFACT_DIR_ENV) or ".")
     folder.mkdir(parents=True, exist_ok=True)
     return folder / name
 
@@ -79,7 +76,7 @@ class DownloadLink:
     @property
     def href(self) -> str:
         """The link target: under the docs' artifact URL, else the file's path."""
-        prefix = os.environ.get(URL_ENV)
+        prefix = os.environ.get(ARTIFACT_URL_ENV)
         if prefix:
             return prefix.rstrip("/") + "/" + self.path.name
         return self.path.as_posix()
@@ -113,5 +110,6 @@ def download_link(path: str | os.PathLike[str], text: str) -> DownloadLink:
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no artifact at {path}")
+        msg = f"path must be a file an example wrote, got {path} (no such file)"
+        raise FileNotFoundError(msg)
     return DownloadLink(path=path, text=text)

@@ -19,34 +19,20 @@ True
 
 from __future__ import annotations
 
-import functools
-import os
 import platform
-import re
-import shutil
-import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from gpuguide.peaks import identify_gpu
+from gpuguide import host
+from gpuguide.datasheet import identify_gpu
+from gpuguide.env import DEVICE_ENV, device_override
 from gpuguide.units import format_bytes
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["DeviceInfo", "as_device", "describe_device", "pick_device", "provenance"]
-
-#: Environment variable that chooses the device when no ``prefer`` is given.
-ENV_DEVICE = "GPUGUIDE_DEVICE"
-
-# Linux files read for the description; module-level so tests can point them elsewhere.
-_PROC_CPUINFO = "/proc/cpuinfo"
-_PROC_DRIVER_VERSION = "/proc/driver/nvidia/version"
-
-#: Seconds to wait for ``nvidia-smi`` before giving up on the driver version.
-_NVIDIA_SMI_TIMEOUT_S = 5.0
 
 _SUPPORTED_TYPES = ("cuda", "mps", "cpu")
 
@@ -72,30 +58,33 @@ def _check_available(device: torch.device) -> torch.device:
         return torch.device("cpu")
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise RuntimeError(
+            msg = (
                 f"device {str(device)!r} was asked for, but CUDA is not available "
                 f"(torch {torch.__version__}, built with CUDA "
-                f"{torch.version.cuda or 'none'}); use 'cpu' or unset {ENV_DEVICE}"
+                f"{torch.version.cuda or 'none'}); use 'cpu' or unset {DEVICE_ENV}"
             )
+            raise RuntimeError(msg)
         count = torch.cuda.device_count()
         index = torch.cuda.current_device() if device.index is None else device.index
         if not 0 <= index < count:
-            raise RuntimeError(
+            msg = (
                 f"device {str(device)!r} was asked for, but only {count} CUDA "
-                f"device(s) are visible"
+                "device(s) are visible"
             )
+            raise RuntimeError(msg)
         return torch.device("cuda", index)
     if device.type == "mps":
         if not _mps_available():
-            raise RuntimeError(
+            msg = (
                 f"device {str(device)!r} was asked for, but the MPS backend is not "
-                f"available; use 'cpu' or unset {ENV_DEVICE}"
+                f"available; use 'cpu' or unset {DEVICE_ENV}"
             )
+            raise RuntimeError(msg)
         return torch.device("mps")
-    raise ValueError(
-        f"unsupported device type {device.type!r}: gpuguide runs on "
-        f"{', '.join(_SUPPORTED_TYPES)}"
+    msg = (
+        f"device type must be one of {', '.join(_SUPPORTED_TYPES)}, got {device.type!r}"
     )
+    raise ValueError(msg)
 
 
 def pick_device(prefer: str | torch.device | None = None) -> torch.device:
@@ -127,13 +116,14 @@ def pick_device(prefer: str | torch.device | None = None) -> torch.device:
 
     choice: Any = prefer
     if choice is None:
-        choice = os.environ.get(ENV_DEVICE, "").strip() or None
+        choice = device_override()
     if choice is not None:
         if isinstance(choice, str):
             try:
                 device = torch.device(choice.strip())
             except RuntimeError as error:
-                raise ValueError(f"not a device: {choice!r} ({error})") from None
+                msg = f"device must name a device, got {choice!r} ({error})"
+                raise ValueError(msg) from None
         else:
             device = torch.device(choice)
         return _check_available(device)
@@ -142,165 +132,6 @@ def pick_device(prefer: str | torch.device | None = None) -> torch.device:
     if _mps_available():
         return torch.device("mps")
     return torch.device("cpu")
-
-
-# --------------------------------------------------------------------------------------
-# Host CPU and driver
-# --------------------------------------------------------------------------------------
-
-
-def _clean(text: str) -> str:
-    """Collapse runs of whitespace (newlines included) into single spaces."""
-    return " ".join(text.split())
-
-
-def _read_text(path: str) -> str | None:
-    """The contents of a text file, or ``None`` if it cannot be read."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as file:
-            return file.read()
-    except OSError:
-        return None
-
-
-def _cpuinfo_blocks(cpuinfo_text: str) -> list[dict[str, str]]:
-    """Split ``/proc/cpuinfo`` text into one ``{key: value}`` dict per block."""
-    blocks: list[dict[str, str]] = []
-    current: dict[str, str] = {}
-    for line in cpuinfo_text.splitlines():
-        if not line.strip():
-            if current:
-                blocks.append(current)
-                current = {}
-            continue
-        key, sep, value = line.partition(":")
-        if sep:
-            current.setdefault(key.strip(), value.strip())
-    if current:
-        blocks.append(current)
-    return blocks
-
-
-def _parse_cpu_model(cpuinfo_text: str) -> str | None:
-    """The CPU model named in ``/proc/cpuinfo`` text, or ``None``.
-
-    Reads ``model name`` (x86, most ARM servers), else ``cpu model``, ``Hardware``,
-    ``Model`` or ``cpu`` (other architectures).
-    """
-    blocks = _cpuinfo_blocks(cpuinfo_text)
-    for key in ("model name", "cpu model", "Hardware", "Model", "cpu"):
-        for block in blocks:
-            value = _clean(block.get(key, ""))
-            if value:
-                return value
-    return None
-
-
-def _parse_physical_cores(cpuinfo_text: str) -> int | None:
-    """Physical cores in ``/proc/cpuinfo`` text: unique (physical id, core id) pairs.
-
-    Returns ``None`` when any processor block lacks either id (common on ARM and
-    in some virtual machines), since the count could not be derived.
-    """
-    pairs: set[tuple[str, str]] = set()
-    processors = 0
-    for block in _cpuinfo_blocks(cpuinfo_text):
-        if "processor" not in block:
-            continue
-        processors += 1
-        physical, core = block.get("physical id"), block.get("core id")
-        if physical is None or core is None:
-            return None
-        pairs.add((physical, core))
-    return len(pairs) if processors and pairs else None
-
-
-def _darwin_cpu_model() -> str | None:
-    """The CPU brand string on macOS (``sysctl machdep.cpu.brand_string``)."""
-    if platform.system() != "Darwin":
-        return None
-    try:
-        result = subprocess.run(
-            ["sysctl", "-n", "machdep.cpu.brand_string"],
-            capture_output=True,
-            text=True,
-            timeout=_NVIDIA_SMI_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return _clean(result.stdout) or None
-
-
-def _cpu_model(cpuinfo_text: str | None) -> str:
-    """The host CPU's model, from ``/proc/cpuinfo`` or the platform module."""
-    model = _parse_cpu_model(cpuinfo_text) if cpuinfo_text else None
-    model = model or _darwin_cpu_model()
-    return _clean(model or platform.processor() or platform.machine() or "unknown CPU")
-
-
-def _usable_threads() -> int:
-    """Logical CPUs this process may run on (its affinity mask where known)."""
-    if hasattr(os, "sched_getaffinity"):
-        try:
-            return len(os.sched_getaffinity(0))
-        except OSError:  # pragma: no cover - only on exotic kernels
-            pass
-    return os.cpu_count() or 1  # pragma: no cover - non-Linux fallback
-
-
-def _parse_driver_version(text: str) -> str | None:
-    """The driver version in ``/proc/driver/nvidia/version`` text, or ``None``.
-
-    The first line reads e.g. ``NVRM version: NVIDIA UNIX x86_64 Kernel Module
-    570.86.15  Wed Jan ...`` or ``... Open Kernel Module for x86_64  570.86.15 ...``.
-    """
-    match = re.search(r"Kernel Module\b.*?\s(\d+\.\d+(?:\.\d+)*)\s", text + " ")
-    return match.group(1) if match else None
-
-
-def _driver_version_from_smi(
-    run: Callable[..., Any] = subprocess.run,
-    which: Callable[[str], str | None] = shutil.which,
-) -> str | None:
-    """The driver version that ``nvidia-smi`` reports, or ``None``."""
-    executable = which("nvidia-smi")
-    if executable is None:
-        return None
-    try:
-        result = run(
-            [executable, "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=_NVIDIA_SMI_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return None
-    if result.returncode != 0:
-        return None
-    for line in str(result.stdout).splitlines():
-        version = line.strip()
-        if re.fullmatch(r"\d+(?:\.\d+)+", version):
-            return version
-    return None
-
-
-def _query_driver_version(
-    proc_path: str = _PROC_DRIVER_VERSION,
-    run: Callable[..., Any] = subprocess.run,
-    which: Callable[[str], str | None] = shutil.which,
-) -> str | None:
-    """The NVIDIA driver version: the kernel module's, else ``nvidia-smi``'s, else ``None``."""
-    text = _read_text(proc_path)
-    version = _parse_driver_version(text) if text else None
-    return version or _driver_version_from_smi(run=run, which=which)
-
-
-@functools.lru_cache(maxsize=1)
-def _driver_version() -> str | None:
-    """:func:`_query_driver_version`, read once per process."""
-    return _query_driver_version()
 
 
 # --------------------------------------------------------------------------------------
@@ -320,7 +151,7 @@ class DeviceInfo:
         The device name: the GPU name as CUDA reports it (``"NVIDIA H100 80GB
         HBM3"``), ``"Apple M2 GPU (MPS)"``, or the CPU model.
     variant : str or None
-        The :data:`gpuguide.peaks.GPU_PEAKS` key this GPU was identified as
+        The :data:`gpuguide.datasheet.FIGURES` variant this GPU was identified as
         (``"H100 SXM5"``), ``None`` when unknown or not a GPU.
     index : int or None
         The CUDA device index; ``None`` elsewhere.
@@ -374,6 +205,11 @@ class DeviceInfo:
         return self.name
 
 
+def _clean(text: str) -> str:
+    """Collapse runs of whitespace (newlines included) into single spaces."""
+    return " ".join(text.split())
+
+
 def _count(n: int, noun: str) -> str:
     """``"1 thread"``, ``"2 threads"``."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
@@ -383,14 +219,12 @@ def _host_fields(cpuinfo_text: str | None = None) -> dict[str, Any]:
     """The DeviceInfo fields that describe the host and software, for any device."""
     import torch
 
-    if cpuinfo_text is None:
-        cpuinfo_text = _read_text(_PROC_CPUINFO)
     return {
         "torch_version": str(torch.__version__),
         "cuda_version": torch.version.cuda,
-        "cpu_model": _cpu_model(cpuinfo_text),
-        "cpu_cores": _parse_physical_cores(cpuinfo_text) if cpuinfo_text else None,
-        "cpu_threads": _usable_threads(),
+        "cpu_model": host.cpu_model(cpuinfo_text),
+        "cpu_cores": host.physical_cores(cpuinfo_text),
+        "cpu_threads": host.usable_cpus(),
         "torch_threads": torch.get_num_threads(),
         "python_version": platform.python_version(),
     }
@@ -501,7 +335,7 @@ def describe_device(device: str | torch.device | None = None) -> DeviceInfo:
             torch.cuda.get_device_properties(index),
             torch_version=str(torch.__version__),
             cuda_version=torch.version.cuda,
-            driver_version=_driver_version(),
+            driver_version=host.driver_version(),
         )
     return _describe_host(resolved.type)
 
@@ -572,12 +406,12 @@ def provenance(
         )
         parts.append(f"driver {info.driver_version or 'unknown'}")
     else:
-        host = []
+        counts = []
         if info.cpu_cores is not None:
-            host.append(_count(info.cpu_cores, "core"))
-        host.append(_count(info.cpu_threads, "thread"))
+            counts.append(_count(info.cpu_cores, "core"))
+        counts.append(_count(info.cpu_threads, "thread"))
         threads = (
-            f"{', '.join(host)}; torch uses {_count(info.torch_threads, 'thread')}"
+            f"{', '.join(counts)}; torch uses {_count(info.torch_threads, 'thread')}"
         )
         if info.type == "mps":
             parts.append(f"Measured on {_clean(info.name)} (host CPU: {threads})")

@@ -27,9 +27,12 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuguide.device import as_device
+from gpuguide.host import read_text
+from gpuguide.units import format_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -136,8 +139,6 @@ class MemoryReport:
         return self.peak_bytes - self.start_bytes
 
     def __str__(self) -> str:
-        from gpuguide.units import format_bytes
-
         def signed(n: int) -> str:
             return ("+" if n >= 0 else "") + format_bytes(n)
 
@@ -155,14 +156,6 @@ class MemoryReport:
         return ", ".join(parts)
 
 
-def _read_text(path: str) -> str | None:
-    try:
-        with open(path, encoding="ascii") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
 def _statm_rss_bytes(text: str) -> int:
     """Resident bytes from the text of ``/proc/self/statm`` (pages, 2nd field)."""
     return int(text.split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -176,8 +169,7 @@ def _status_field_bytes(text: str, field: str) -> int | None:
 
 def _maxrss_bytes() -> int:
     """Peak RSS of the process from ``getrusage`` (KiB on Linux, bytes on macOS)."""
-    import resource
-    import sys
+    import resource  # not on Windows
 
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(maxrss) if sys.platform == "darwin" else int(maxrss) * 1024
@@ -195,7 +187,7 @@ def rss_bytes() -> int:
     int
         Bytes of physical memory the whole process holds.
     """
-    text = _read_text(_STATM)
+    text = read_text(_STATM)
     if text is not None:
         return _statm_rss_bytes(text)
     return _maxrss_bytes()
@@ -232,7 +224,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 def _hwm_bytes() -> int | None:
-    text = _read_text(_STATUS)
+    text = read_text(_STATUS)
     return None if text is None else _status_field_bytes(text, "VmHWM")
 
 
@@ -241,8 +233,7 @@ def _reset_hwm() -> bool:
     if _hwm_bytes() is None:
         return False
     try:
-        with open(_CLEAR_REFS, "w", encoding="ascii") as f:
-            f.write("5")
+        Path(_CLEAR_REFS).write_text("5", encoding="ascii")
     except OSError:
         return False
     return True
@@ -324,7 +315,7 @@ class MemoryTracker:
             self.device = "cpu"
             self.method = "process-rss"
         else:
-            msg = f"track_memory supports cpu, cuda and mps devices, not {dev.type!r}"
+            msg = f"device type must be cpu, cuda or mps, got {dev.type!r}"
             raise ValueError(msg)
         self.report = None
         self._start = 0
@@ -441,7 +432,7 @@ class MemoryTracker:
             peak = max(self._sampler.stop(), self._start, end)
             self._sampler = None
             note += _PEAK_SAMPLED_NOTE
-        if _read_text(_STATM) is None:
+        if read_text(_STATM) is None:
             note += _RSS_FALLBACK_NOTE
         return MemoryReport(
             device=self.device,

@@ -25,6 +25,7 @@ import matplotlib as mpl
 from cycler import cycler
 from matplotlib.layout_engine import ConstrainedLayoutEngine
 
+from gpuguide.device import DeviceInfo, describe_device, pick_device
 from gpuguide.timing import Measurement
 from gpuguide.units import format_ratio
 
@@ -33,9 +34,15 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure, SubFigure
 
-    from gpuguide.device import DeviceInfo
-
-__all__ = ["apply_style", "label_device", "plot_bars", "plot_sweep", "require_unit"]
+__all__ = [
+    "COLORS",
+    "apply_style",
+    "label_device",
+    "plot_bars",
+    "plot_sweep",
+    "require_unit",
+    "style_axes",
+]
 
 #: Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
 COLORS = (
@@ -87,7 +94,13 @@ def apply_style() -> None:
     mpl.rcParams.update(_STYLE)
 
 
-def _style_axes(ax: Axes) -> None:
+def style_axes(ax: Axes) -> None:
+    """Give ``ax`` the guide's look: grid, no top and right spines, the palette.
+
+    Also applies :func:`apply_style` and gives the figure constrained layout, so
+    helpers that draw their own kind of plot (a roofline, a timeline) match the
+    others.
+    """
     apply_style()
     ax.grid(True, which="major", alpha=_STYLE["grid.alpha"])
     ax.spines["top"].set_visible(False)
@@ -128,21 +141,17 @@ def require_unit(label: str) -> str:
     """
     if not isinstance(label, str) or not _UNIT.search(label):
         msg = (
-            f"axis label {label!r} names no unit; put it in parentheses, "
-            'e.g. "time (ms)" or "bandwidth (GB/s)"'
+            'axis label must name a unit in parentheses, e.g. "time (ms)" or '
+            f'"bandwidth (GB/s)", got {label!r}'
         )
         raise ValueError(msg)
     return label
 
 
 def _short_name(device: torch.device | str | DeviceInfo | None) -> str:
-    if hasattr(device, "short_name"):
-        return str(device.short_name)  # type: ignore[union-attr]
-    from gpuguide.device import describe_device, pick_device
-
-    if device is None:
-        device = pick_device()
-    return describe_device(device).short_name
+    if isinstance(device, DeviceInfo):
+        return device.short_name
+    return describe_device(pick_device() if device is None else device).short_name
 
 
 def label_device(
@@ -262,9 +271,9 @@ def plot_sweep(
     xs = [float(v) for v in x]
     for name, ys in series.items():
         if len(ys) != len(xs):
-            msg = f"series {name!r} has {len(ys)} values for {len(xs)} sizes"
+            msg = f"series {name!r} must have {len(xs)} values, one per size, got {len(ys)}"
             raise ValueError(msg)
-    _style_axes(ax)
+    style_axes(ax)
     for name, ys in series.items():
         line_x, line_y, band_x, band_lo, band_hi = [], [], [], [], []
         for xv, raw in zip(xs, ys, strict=True):
@@ -341,13 +350,13 @@ def plot_bars(
     """
     require_unit(ylabel)
     if not values:
-        msg = "plot_bars needs at least one value"
+        msg = "values must hold at least one bar, got none"
         raise ValueError(msg)
     names = list(values)
     if baseline is None:
         baseline = names[0]
     if baseline not in values:
-        msg = f"baseline {baseline!r} is not one of {names}"
+        msg = f"baseline must be one of {names}, got {baseline!r}"
         raise ValueError(msg)
     convert = value if value is not None else _ms
     points = [_point(values[name], convert) for name in names]
@@ -355,7 +364,7 @@ def plot_bars(
     err_lo = [y - lo if lo is not None else 0.0 for y, lo, _ in points]
     err_hi = [hi - y if hi is not None else 0.0 for y, _, hi in points]
     has_err = any(lo is not None for _, lo, _ in points)
-    _style_axes(ax)
+    style_axes(ax)
     colors = [COLORS[i % len(COLORS)] for i in range(len(names))]
     bars = ax.bar(
         names,

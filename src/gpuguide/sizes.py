@@ -1,42 +1,50 @@
-"""Pick problem sizes that fit the device: memory, time per call and small mode.
+"""Pick problem sizes that fit the device: its memory, a time per call, small mode.
 
-Examples ask for a :class:`SizeBudget` (a share of the free memory and a time per
-call), then let :func:`sweep` keep the sizes of a geometric range that fit it. The
-same script therefore runs with large sizes on an H100 and small ones on a laptop
-CPU, and with tiny ones when ``GPUGUIDE_SMALL=1`` (tests, quick docs builds).
+A page describes its problem by what one size ``n`` needs, and lets gpuguide
+find the sizes that fit: :func:`largest_size` answers "the largest size that
+fits this device's memory and time budget", :func:`sweep` returns every size of
+a geometric range that fits. ``memory_at(n)`` is the bytes a size allocates;
+``flop_at(n)`` and ``traffic_at(n)`` are the FLOP and the bytes moved by one
+call, from which the time of a call is estimated with the device's peaks (a
+roofline estimate, :func:`estimate_seconds`). The same script therefore runs
+with large sizes on an H100, small ones on a laptop CPU, and tiny ones when
+``GPUGUIDE_SMALL=1`` (tests, quick docs builds).
 
 Examples
 --------
->>> from gpuguide.sizes import SizeBudget, sweep
+>>> from gpuguide.sizes import SizeBudget, largest_size, sweep
 >>> budget = SizeBudget(device="cpu", memory_bytes=2**20, call_s=0.02, small=False)
->>> sweep(16, 1024, budget=budget, bytes_at=lambda n: 3 * 4 * n * n)
+>>> sweep(16, 1024, budget=budget, memory_at=lambda n: 3 * 4 * n * n)
 [16, 32, 64, 128, 256]
+>>> largest_size(16, 1024, budget=budget, memory_at=lambda n: 3 * 4 * n * n)
+256
 """
 
 from __future__ import annotations
 
 import math
-import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
+
+from gpuguide import checks, host
+from gpuguide.device import as_device
+from gpuguide.env import small_mode
+from gpuguide.peaks import Peaks, device_peaks
+from gpuguide.units import format_bytes, format_time
 
 if TYPE_CHECKING:
     import torch
-
-    from gpuguide.peaks import Peaks
 
 __all__ = [
     "SizeBudget",
     "estimate_seconds",
     "free_memory_bytes",
+    "largest_size",
     "size_budget",
-    "small_mode",
     "sweep",
 ]
 
-_SMALL_VALUES = frozenset({"1", "true", "yes", "on"})
 #: Memory cap in small mode, in bytes.
 SMALL_MEMORY_BYTES = 64 * 2**20
 #: Time-per-call cap in small mode, in seconds.
@@ -46,23 +54,6 @@ _DEFAULT_CALL_S = {"cpu": 0.02, "mps": 0.05, "cuda": 0.05}
 #: planned sizes stay small): FLOP/s and bytes/s.
 FALLBACK_FLOPS = 1e11
 FALLBACK_BYTES_PER_S = 1e10
-_FALLBACK_FREE_BYTES = 2**30
-
-_MEMINFO = "/proc/meminfo"
-_CGROUP_MAX = "/sys/fs/cgroup/memory.max"
-_CGROUP_CURRENT = "/sys/fs/cgroup/memory.current"
-
-
-def small_mode() -> bool:
-    """Whether the environment asks for small sizes.
-
-    Returns
-    -------
-    bool
-        True when ``GPUGUIDE_SMALL`` is ``1``, ``true``, ``yes`` or ``on``
-        (case-insensitive).
-    """
-    return os.environ.get("GPUGUIDE_SMALL", "").strip().lower() in _SMALL_VALUES
 
 
 @dataclass(frozen=True)
@@ -87,63 +78,11 @@ class SizeBudget:
     small: bool
 
     def __str__(self) -> str:
-        from gpuguide.units import format_bytes, format_time
-
         mode = ", small mode" if self.small else ""
         return (
             f"{format_bytes(self.memory_bytes)} and {format_time(self.call_s)} "
             f"per call on {self.device}{mode}"
         )
-
-
-def _meminfo_available_bytes(text: str) -> int | None:
-    """Available memory from the text of ``/proc/meminfo``, in bytes.
-
-    ``MemAvailable`` (Linux >= 3.14) where present, else ``MemFree + Buffers +
-    Cached``; None if neither can be read.
-    """
-    fields = {
-        m.group(1): int(m.group(2)) * 1024
-        for m in re.finditer(r"^(\w+):\s+(\d+)\s+kB", text, flags=re.MULTILINE)
-    }
-    if "MemAvailable" in fields:
-        return fields["MemAvailable"]
-    if "MemFree" in fields:
-        return fields["MemFree"] + fields.get("Buffers", 0) + fields.get("Cached", 0)
-    return None
-
-
-def _cgroup_available_bytes(max_text: str, current_text: str) -> int | None:
-    """Room left under a cgroup v2 memory limit (None when unlimited)."""
-    limit = max_text.strip()
-    if limit == "max" or not limit.isdigit() or not current_text.strip().isdigit():
-        return None
-    return max(int(limit) - int(current_text.strip()), 0)
-
-
-def _read_text(path: str) -> str | None:
-    try:
-        with open(path, encoding="ascii") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def _cpu_free_bytes() -> int:
-    candidates = []
-    meminfo = _read_text(_MEMINFO)
-    if meminfo is not None:
-        candidates.append(_meminfo_available_bytes(meminfo))
-    cg_max, cg_current = _read_text(_CGROUP_MAX), _read_text(_CGROUP_CURRENT)
-    if cg_max is not None and cg_current is not None:
-        candidates.append(_cgroup_available_bytes(cg_max, cg_current))
-    known = [c for c in candidates if c is not None]
-    if known:
-        return min(known)
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return _FALLBACK_FREE_BYTES
 
 
 def free_memory_bytes(device: torch.device | str | None = None) -> int:
@@ -158,13 +97,10 @@ def free_memory_bytes(device: torch.device | str | None = None) -> int:
     -------
     int
         CUDA: free bytes from ``torch.cuda.mem_get_info``. MPS: the recommended
-        working set minus what the driver already holds. CPU: ``MemAvailable``
-        from ``/proc/meminfo`` (capped by a cgroup v2 limit where one is set),
-        falling back to ``sysconf`` free pages, then to 1 GiB.
+        working set minus what the driver already holds. CPU:
+        :func:`gpuguide.host.available_memory_bytes`.
     """
     import torch
-
-    from gpuguide.device import as_device  # device imports peaks, which imports us
 
     dev = as_device(device)
     if dev.type == "cuda":
@@ -173,7 +109,7 @@ def free_memory_bytes(device: torch.device | str | None = None) -> int:
     if dev.type == "mps":
         room = torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory()
         return max(int(room), 0)
-    return int(_cpu_free_bytes())
+    return host.available_memory_bytes()
 
 
 def _device_string(dev: torch.device) -> str:
@@ -205,7 +141,7 @@ def size_budget(
         CUDA and MPS.
     small : bool or None
         Cap the budget at 64 MiB and 2 ms per call; None follows
-        :func:`small_mode`.
+        :func:`gpuguide.env.small_mode`.
 
     Returns
     -------
@@ -217,14 +153,9 @@ def size_budget(
         If ``memory_fraction`` is outside ``(0, 1]`` or ``call_s`` is not a
         positive finite number.
     """
-    if not (0 < memory_fraction <= 1):
-        msg = f"memory_fraction must be in (0, 1], got {memory_fraction!r}"
-        raise ValueError(msg)
-    if call_s is not None and not (math.isfinite(call_s) and call_s > 0):
-        msg = f"call_s must be a positive finite number of seconds, got {call_s!r}"
-        raise ValueError(msg)
-    from gpuguide.device import as_device  # device imports peaks, which imports us
-
+    checks.fraction("memory_fraction", memory_fraction)
+    if call_s is not None:
+        checks.positive("call_s", call_s)
     dev = as_device(device)
     if small is None:
         small = small_mode()
@@ -238,25 +169,20 @@ def size_budget(
     )
 
 
-def _check_amount(name: str, value: float) -> None:
-    if not (math.isfinite(value) and value >= 0):
-        msg = f"{name} must be a finite number >= 0, got {value!r}"
-        raise ValueError(msg)
-
-
 def estimate_seconds(
     *,
     flop: float = 0.0,
     nbytes: float = 0.0,
     peaks: Peaks | None,
     efficiency: float = 0.5,
+    flop_per_s: float | None = None,
 ) -> float:
     """Roofline estimate of one call's time, for planning sizes (not a result).
 
     ``max(flop / peak_flops, nbytes / peak_bandwidth) / efficiency``, where
-    ``peak_flops`` is the fp32 figure of ``peaks``. Unknown figures (or
-    ``peaks=None``) fall back to 1e11 FLOP/s and 1e10 bytes/s, low enough that
-    the planned sizes stay affordable on any device.
+    ``peak_flops`` is ``flop_per_s`` if given, else the fp32 figure of
+    ``peaks``. Unknown figures (or ``peaks=None``) fall back to 1e11 FLOP/s and
+    1e10 bytes/s, low enough that the planned sizes stay affordable anywhere.
 
     Parameters
     ----------
@@ -268,6 +194,8 @@ def estimate_seconds(
         The device's peaks (:func:`gpuguide.peaks.device_peaks`).
     efficiency : float
         Share of the peak expected (``0 < efficiency <= 1``).
+    flop_per_s : float, optional
+        The compute rate to plan with, e.g. another dtype's peak.
 
     Returns
     -------
@@ -280,30 +208,19 @@ def estimate_seconds(
         For a negative or non-finite ``flop``/``nbytes`` or ``efficiency``
         outside ``(0, 1]``.
     """
-    _check_amount("flop", flop)
-    _check_amount("nbytes", nbytes)
-    if not (0 < efficiency <= 1):
-        msg = f"efficiency must be in (0, 1], got {efficiency!r}"
-        raise ValueError(msg)
-    peak_flops = None
-    peak_bandwidth = None
-    if peaks is not None:
-        peak_flops = peaks.flops.get("fp32")
-        peak_bandwidth = peaks.memory_bandwidth_bytes_per_s
-    if not peak_flops or peak_flops <= 0:
-        peak_flops = FALLBACK_FLOPS
-    if not peak_bandwidth or peak_bandwidth <= 0:
-        peak_bandwidth = FALLBACK_BYTES_PER_S
-    return max(flop / peak_flops, nbytes / peak_bandwidth) / efficiency
-
-
-def _check_int(name: str, value: int, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        msg = f"{name} must be an int, got {value!r}"
-        raise TypeError(msg)
-    if value < minimum:
-        msg = f"{name} must be >= {minimum}, got {value}"
-        raise ValueError(msg)
+    flop = checks.non_negative("flop", flop)
+    nbytes = checks.non_negative("nbytes", nbytes)
+    checks.fraction("efficiency", efficiency)
+    peak_bandwidth = None if peaks is None else peaks.memory_bandwidth_bytes_per_s
+    if flop_per_s is None and peaks is not None:
+        flop_per_s = peaks.flops.get("fp32")
+    return (
+        max(
+            flop / (flop_per_s or FALLBACK_FLOPS),
+            nbytes / (peak_bandwidth or FALLBACK_BYTES_PER_S),
+        )
+        / efficiency
+    )
 
 
 def _geometric(lo: int, hi: int, per_octave: int, multiple_of: int) -> list[int]:
@@ -324,31 +241,49 @@ def sweep(
     lo: int,
     hi: int,
     *,
-    budget: SizeBudget,
-    bytes_at: Callable[[int], float],
-    seconds_at: Callable[[int], float] | None = None,
+    memory_at: Callable[[int], float],
+    flop_at: Callable[[int], float] | None = None,
+    traffic_at: Callable[[int], float] | None = None,
+    device: torch.device | str | None = None,
+    call_s: float | None = None,
+    budget: SizeBudget | None = None,
+    peaks: Peaks | Literal["device"] | None = "device",
+    flop_per_s: float | None = None,
+    efficiency: float = 0.5,
     per_octave: int = 1,
     multiple_of: int = 1,
 ) -> list[int]:
-    """Geometric problem sizes from ``lo`` to ``hi`` that fit a budget.
+    """Geometric problem sizes from ``lo`` to ``hi`` that fit the device.
 
     Candidates are ``lo * 2**(i / per_octave)`` for ``i = 0, 1, ...``, rounded
     to the nearest multiple of ``multiple_of`` (at least ``multiple_of``),
     without duplicates, increasing and ``<= hi``. A candidate ``n`` is kept when
-    ``bytes_at(n) <= budget.memory_bytes`` and, if ``seconds_at`` is given,
-    ``seconds_at(n) <= budget.call_s``.
+    ``memory_at(n)`` fits the budget's memory and, if ``flop_at`` or
+    ``traffic_at`` is given, when the estimated time of one call
+    (:func:`estimate_seconds`) fits its time per call.
 
     Parameters
     ----------
     lo, hi : int
         Smallest and largest size to consider (``1 <= lo <= hi``).
-    budget : SizeBudget
-        From :func:`size_budget`.
-    bytes_at : callable
+    memory_at : callable
         Bytes a problem of size ``n`` allocates.
-    seconds_at : callable, optional
-        Estimated seconds per call at size ``n`` (e.g. from
-        :func:`estimate_seconds`).
+    flop_at, traffic_at : callable, optional
+        FLOP and bytes moved to and from memory by one call at size ``n``.
+    device : torch.device or str, optional
+        The device; :func:`gpuguide.device.pick_device` chooses when omitted.
+    call_s : float, optional
+        Seconds one call may take (see :func:`size_budget` for the default).
+    budget : SizeBudget, optional
+        An explicit budget instead of ``size_budget(device, call_s=call_s)``.
+    peaks : Peaks or None
+        The rates the time estimate plans with: by default the device's
+        (:func:`gpuguide.peaks.device_peaks`); None plans with deliberately low
+        fallback rates, which keeps a plan independent of a CPU's current load.
+    flop_per_s : float, optional
+        The compute rate to plan with instead of the fp32 peak (another dtype's).
+    efficiency : float
+        Share of the peak a call is expected to reach (``0 < efficiency <= 1``).
     per_octave : int
         Sizes per doubling (>= 1).
     multiple_of : int
@@ -364,38 +299,88 @@ def sweep(
     ValueError
         If an argument is out of range or no candidate fits the memory budget.
         When sizes fit in memory but even the smallest is estimated to take
-        longer than ``budget.call_s``, the smallest is returned alone.
+        longer than the time per call, the smallest is returned alone.
     TypeError
         If ``lo``, ``hi``, ``per_octave`` or ``multiple_of`` is not an int.
     """
-    _check_int("lo", lo, 1)
-    _check_int("hi", hi, 1)
-    _check_int("per_octave", per_octave, 1)
-    _check_int("multiple_of", multiple_of, 1)
-    if hi < lo:
-        msg = f"hi must be >= lo, got lo={lo}, hi={hi}"
-        raise ValueError(msg)
+    lo = checks.integer("lo", lo, minimum=1)
+    hi = checks.integer("hi", hi, minimum=lo)
+    per_octave = checks.integer("per_octave", per_octave, minimum=1)
+    multiple_of = checks.integer("multiple_of", multiple_of, minimum=1)
     candidates = _geometric(lo, hi, per_octave, multiple_of)
     if not candidates:
         msg = (
-            f"no multiple of {multiple_of} lies in [{lo}, {hi}]; "
+            f"[lo, hi] must hold a multiple of {multiple_of}, got [{lo}, {hi}]; "
             "lower multiple_of or widen the range"
         )
         raise ValueError(msg)
-    in_memory = [n for n in candidates if bytes_at(n) <= budget.memory_bytes]
+    if budget is None:
+        budget = size_budget(device, call_s=call_s)
+    in_memory = [n for n in candidates if memory_at(n) <= budget.memory_bytes]
     if not in_memory:
-        from gpuguide.units import format_bytes
-
         n = candidates[0]
         msg = (
-            f"no size in [{lo}, {hi}] fits the budget ({budget}): the smallest, "
-            f"n={n}, needs {format_bytes(bytes_at(n))}; lower lo or raise the budget"
+            f"the smallest size, n={n}, must fit the budget ({budget}), but needs "
+            f"{format_bytes(memory_at(n))}; lower lo or raise the budget"
         )
         raise ValueError(msg)
-    if seconds_at is None:
+    if flop_at is None and traffic_at is None:
         return in_memory
+    if peaks == "device":
+        peaks = device_peaks(budget.device if device is None else device)
+
+    def seconds_at(n: int) -> float:
+        return estimate_seconds(
+            flop=flop_at(n) if flop_at else 0.0,
+            nbytes=traffic_at(n) if traffic_at else 0.0,
+            peaks=peaks,
+            efficiency=efficiency,
+            flop_per_s=flop_per_s,
+        )
+
     # Time is an estimate, memory a limit: on a slow or busy machine where even
     # the smallest size looks too slow, run that one size rather than nothing.
     fits = [n for n in in_memory if seconds_at(n) <= budget.call_s]
     return fits or in_memory[:1]
-    return fits
+
+
+def largest_size(
+    lo: int,
+    hi: int,
+    *,
+    memory_at: Callable[[int], float],
+    flop_at: Callable[[int], float] | None = None,
+    traffic_at: Callable[[int], float] | None = None,
+    device: torch.device | str | None = None,
+    call_s: float | None = None,
+    budget: SizeBudget | None = None,
+    peaks: Peaks | Literal["device"] | None = "device",
+    flop_per_s: float | None = None,
+    efficiency: float = 0.5,
+    multiple_of: int = 1,
+) -> int:
+    """The largest size in ``[lo, hi]`` that fits this device's memory and time.
+
+    The last size of :func:`sweep` (one size per doubling from ``lo``), which
+    documents the arguments.
+
+    Returns
+    -------
+    int
+        The size; ``lo`` rounded up to ``multiple_of`` when only that fits in
+        memory but is estimated to be too slow.
+    """
+    return sweep(
+        lo,
+        hi,
+        memory_at=memory_at,
+        flop_at=flop_at,
+        traffic_at=traffic_at,
+        device=device,
+        call_s=call_s,
+        budget=budget,
+        peaks=peaks,
+        flop_per_s=flop_per_s,
+        efficiency=efficiency,
+        multiple_of=multiple_of,
+    )[-1]

@@ -30,20 +30,26 @@ from __future__ import annotations
 
 import gc
 import math
-import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from gpuguide.units import _sig, _time_unit, format_time
+from gpuguide import checks
+from gpuguide.device import pick_device
+from gpuguide.env import small_mode
+from gpuguide.units import format_time, significant, time_unit
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
     "NOISY_RELATIVE_IQR",
+    "REP_MS",
+    "SMALL_REP_MS",
+    "SMALL_WARMUP_MS",
+    "WARMUP_MS",
     "Measurement",
     "benchmark",
     "bytes_per_s",
@@ -53,6 +59,13 @@ __all__ = [
 
 #: A measurement whose IQR is more than this fraction of its median is noisy.
 NOISY_RELATIVE_IQR = 0.10
+
+#: Default warm-up and repetition budgets of :func:`benchmark`, in ms (as do_bench).
+WARMUP_MS = 25.0
+REP_MS = 100.0
+#: In small mode (``GPUGUIDE_SMALL=1``) every budget is capped at these, in ms.
+SMALL_WARMUP_MS = 2.0
+SMALL_REP_MS = 10.0
 
 #: Size of the buffer zeroed before each CUDA call when ``flush_l2=True``: larger
 #: than the L2 cache of any current GPU (50 MB on H100, 60 MB on H200), as in
@@ -98,16 +111,12 @@ class Measurement:
     def __post_init__(self) -> None:
         times = tuple(float(t) for t in self.times_s)
         if not times:
-            raise ValueError("Measurement.times_s must hold at least one time")
+            msg = "times_s must hold at least one time, got ()"
+            raise ValueError(msg)
         if not all(math.isfinite(t) and t >= 0 for t in times):
-            raise ValueError(
-                "Measurement.times_s must be finite, non-negative seconds; "
-                f"got {times!r}"
-            )
-        if self.warmup_calls < 0:
-            raise ValueError(
-                f"Measurement.warmup_calls must be >= 0, got {self.warmup_calls}"
-            )
+            msg = f"times_s must be finite numbers >= 0, got {times!r}"
+            raise ValueError(msg)
+        checks.integer("warmup_calls", self.warmup_calls, minimum=0)
         object.__setattr__(self, "times_s", times)
 
     @cached_property
@@ -123,7 +132,8 @@ class Measurement:
             Between 0 (the minimum) and 1 (the maximum).
         """
         if not 0 <= q <= 1:
-            raise ValueError(f"quantile q must be between 0 and 1, got {q!r}")
+            msg = f"q must be in [0, 1], got {q!r}"
+            raise ValueError(msg)
         data = self._sorted
         position = q * (len(data) - 1)
         lower = math.floor(position)
@@ -199,18 +209,18 @@ class Measurement:
 
     def __repr__(self) -> str:
         median = self.median_s
-        scale, unit = _time_unit(median)
+        scale, unit = time_unit(median)
         runs = "1 run" if self.n == 1 else f"{self.n} runs"
         relative = self.relative_iqr
-        percent = "inf" if math.isinf(relative) else _sig(relative * 100, 2)
+        percent = "inf" if math.isinf(relative) else significant(relative * 100, 2)
         text = (
             f"<Measurement {self.label!r} on {self.device}: "
             f"median {format_time(median)}, "
-            f"IQR {_sig(self.iqr_s / scale, 2)} {unit} ({percent}%), "
+            f"IQR {significant(self.iqr_s / scale, 2)} {unit} ({percent}%), "
             f"{runs}, {self.method}"
         )
         if self.is_noisy:
-            limit = _sig(NOISY_RELATIVE_IQR * 100, 2)
+            limit = significant(NOISY_RELATIVE_IQR * 100, 2)
             text += f", NOISY (IQR > {limit}% of median)"
         return text + ">"
 
@@ -225,7 +235,7 @@ def flops_per_s(flop: float, seconds: float) -> float:
     seconds : float
         Time taken, in seconds (> 0), e.g. ``Measurement.median_s``.
     """
-    return _rate(flop, seconds, "flop")
+    return checks.non_negative("flop", flop) / checks.positive("seconds", seconds)
 
 
 def bytes_per_s(nbytes: float, seconds: float) -> float:
@@ -238,16 +248,7 @@ def bytes_per_s(nbytes: float, seconds: float) -> float:
     seconds : float
         Time taken, in seconds (> 0).
     """
-    return _rate(nbytes, seconds, "nbytes")
-
-
-def _rate(amount: float, seconds: float, name: str) -> float:
-    amount, seconds = float(amount), float(seconds)
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise ValueError(f"seconds must be finite and > 0, got {seconds!r}")
-    if not (math.isfinite(amount) and amount >= 0):
-        raise ValueError(f"{name} must be finite and >= 0, got {amount!r}")
-    return amount / seconds
+    return checks.non_negative("nbytes", nbytes) / checks.positive("seconds", seconds)
 
 
 def matmul_flop(m: int, n: int, k: int, batch: int = 1) -> int:
@@ -256,17 +257,10 @@ def matmul_flop(m: int, n: int, k: int, batch: int = 1) -> int:
     One multiply and one add per inner-product term.
     """
     sizes = {"m": m, "n": n, "k": k, "batch": batch}
+    product = 2
     for name, value in sizes.items():
-        try:
-            value = operator.index(value)
-        except TypeError:
-            raise TypeError(
-                f"matmul_flop: {name} must be an integer, got {value!r}"
-            ) from None
-        if value < 0:
-            raise ValueError(f"matmul_flop: {name} must be >= 0, got {value}")
-        sizes[name] = value
-    return 2 * sizes["m"] * sizes["n"] * sizes["k"] * sizes["batch"]
+        product *= checks.integer(name, value, minimum=0)
+    return product
 
 
 def benchmark(
@@ -276,8 +270,8 @@ def benchmark(
     kwargs: Mapping[str, Any] | None = None,
     label: str | None = None,
     device: str | torch.device | None = None,
-    warmup_ms: float = 25.0,
-    rep_ms: float = 100.0,
+    warmup_ms: float | None = None,
+    rep_ms: float | None = None,
     min_reps: int = 5,
     max_reps: int = 1000,
     flush_l2: bool = False,
@@ -304,10 +298,14 @@ def benchmark(
         device wins; otherwise it is inferred from the tensors in ``args``
         and ``kwargs`` (the first tensor not on the CPU, else ``"cpu"``),
         else ``"cpu"``. Pass it when ``fn`` captures its GPU tensors.
-    warmup_ms : float
-        Warm-up budget, in milliseconds (> 0).
-    rep_ms : float
-        Budget for the timed calls, in milliseconds (> 0).
+    warmup_ms : float, optional
+        Warm-up budget, in milliseconds (> 0); default :data:`WARMUP_MS` (25).
+    rep_ms : float, optional
+        Budget for the timed calls, in milliseconds (> 0); default
+        :data:`REP_MS` (100). In small mode (``GPUGUIDE_SMALL=1``) both
+        budgets, given or default, are capped at :data:`SMALL_WARMUP_MS` and
+        :data:`SMALL_REP_MS` (2 and 10 ms), so a page needs no budgets of its
+        own for a quick run.
     min_reps, max_reps : int
         Bounds on the number of timed calls (``1 <= min_reps <= max_reps``).
     flush_l2 : bool
@@ -338,28 +336,23 @@ def benchmark(
         If the requested device is not available.
     """
     if not callable(fn):
-        raise TypeError(f"benchmark: fn must be callable, got {fn!r}")
+        msg = f"fn must be callable, got {fn!r}"
+        raise TypeError(msg)
     if clock is not None and not callable(clock):
-        raise TypeError(f"benchmark: clock must be callable, got {clock!r}")
-    warmup_s = _budget_s(warmup_ms, "warmup_ms")
-    rep_s = _budget_s(rep_ms, "rep_ms")
-    min_reps = _integer(min_reps, "min_reps")
-    max_reps = _integer(max_reps, "max_reps")
-    if min_reps < 1:
-        raise ValueError(f"benchmark: min_reps must be >= 1, got {min_reps}")
-    if max_reps < min_reps:
-        raise ValueError(
-            f"benchmark: max_reps ({max_reps}) must be >= min_reps ({min_reps})"
-        )
+        msg = f"clock must be callable, got {clock!r}"
+        raise TypeError(msg)
+    warmup_s, rep_s = _budgets_s(warmup_ms, rep_ms)
+    min_reps = checks.integer("min_reps", min_reps, minimum=1)
+    max_reps = checks.integer("max_reps", max_reps, minimum=min_reps)
     if not isinstance(args, (tuple, list)):
-        raise TypeError(
-            f"benchmark: args must be a tuple or list of arguments, got "
-            f"{type(args).__name__} (write args=(x,) for a single argument)"
+        msg = (
+            f"args must be a tuple or list of arguments, got {type(args).__name__} "
+            "(write args=(x,) for a single argument)"
         )
+        raise TypeError(msg)
     if kwargs is not None and not isinstance(kwargs, Mapping):
-        raise TypeError(
-            f"benchmark: kwargs must be a mapping, got {type(kwargs).__name__}"
-        )
+        msg = f"kwargs must be a mapping, got {type(kwargs).__name__}"
+        raise TypeError(msg)
     args = tuple(args)
     kwargs = dict(kwargs or {})
     if label is None:
@@ -368,14 +361,16 @@ def benchmark(
     def call() -> None:
         fn(*args, **kwargs)
 
-    device_type, device_name = _resolve_device(device, args, kwargs)
+    resolved = _resolve_device(device, args, kwargs)
+    device_name = str(resolved)
 
-    if device_type == "cuda":
+    if resolved.type == "cuda":
         if clock is not None:
-            raise ValueError(
-                "benchmark: clock cannot be used with a CUDA device: a host "
-                "clock does not see when GPU work ends; CUDA events time it"
+            msg = (
+                "clock must be None on a CUDA device, got a clock: a host clock "
+                "does not see when GPU work ends; CUDA events time it"
             )
+            raise ValueError(msg)
         import torch
 
         with torch.cuda.device(device_name):
@@ -390,7 +385,7 @@ def benchmark(
         clock = time.perf_counter if clock is None else clock
         synchronize = None
         method = "wall-clock"
-        if device_type == "mps":
+        if resolved.type == "mps":
             import torch
 
             synchronize = torch.mps.synchronize
@@ -409,30 +404,13 @@ def benchmark(
     )
 
 
-def _budget_s(value: float, name: str) -> float:
-    """A time budget in ms, validated and converted to seconds."""
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"benchmark: {name} must be a number of milliseconds, got {value!r}"
-        ) from None
-    if not math.isfinite(value):
-        raise ValueError(f"benchmark: {name} must be finite, got {value!r}")
-    if value <= 0:
-        raise ValueError(f"benchmark: {name} must be > 0, got {value!r}")
-    return value / 1e3
-
-
-def _integer(value: int, name: str) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"benchmark: {name} must be an integer, got {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(
-            f"benchmark: {name} must be an integer, got {value!r}"
-        ) from None
+def _budgets_s(warmup_ms: float | None, rep_ms: float | None) -> tuple[float, float]:
+    """The warm-up and repetition budgets in seconds: defaults, checks, small mode."""
+    warmup = WARMUP_MS if warmup_ms is None else checks.positive("warmup_ms", warmup_ms)
+    rep = REP_MS if rep_ms is None else checks.positive("rep_ms", rep_ms)
+    if small_mode():
+        warmup, rep = min(warmup, SMALL_WARMUP_MS), min(rep, SMALL_REP_MS)
+    return warmup / 1e3, rep / 1e3
 
 
 def _default_label(fn: Callable[..., Any]) -> str:
@@ -483,43 +461,19 @@ def _resolve_device(
     device: str | torch.device | None,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-) -> tuple[str, str]:
-    """``(type, name)`` of the device to time on, e.g. ``("cuda", "cuda:0")``."""
+) -> torch.device:
+    """The device to time on: the one given, else the arguments', else the CPU.
+
+    Checked with :func:`gpuguide.device.pick_device`, so a CUDA device always
+    carries its index and an unavailable one raises.
+    """
     import torch
 
     if device is None:
-        resolved = _tensor_device(args, kwargs)
-        if resolved is None:
-            return "cpu", "cpu"
-    else:
-        try:
-            resolved = torch.device(device)
-        except (RuntimeError, TypeError):
-            raise ValueError(f"benchmark: unknown device {device!r}") from None
-
-    if resolved.type == "cpu":
-        return "cpu", "cpu"
-    if resolved.type == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError(
-                f"benchmark: device {str(resolved)!r} was requested, but CUDA is "
-                "not available (torch.cuda.is_available() is False)"
-            )
-        index = (
-            torch.cuda.current_device() if resolved.index is None else resolved.index
-        )
-        return "cuda", f"cuda:{index}"
-    if resolved.type == "mps":
-        mps = getattr(torch.backends, "mps", None)
-        if mps is None or not mps.is_available():
-            raise RuntimeError(
-                "benchmark: device 'mps' was requested, but MPS is not available"
-            )
-        return "mps", "mps"
-    raise ValueError(
-        f"benchmark: unsupported device type {resolved.type!r}; "
-        "use 'cpu', 'cuda' or 'mps'"
-    )
+        device = _tensor_device(args, kwargs)
+        if device is None or device.type == "cpu":
+            return torch.device("cpu")
+    return pick_device(device)
 
 
 def _warmup(

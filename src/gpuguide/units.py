@@ -3,7 +3,8 @@
 One unit per quantity across the package: times are seconds, sizes are bytes,
 compute rates are FLOP/s and bandwidths are bytes/s. These helpers turn those
 numbers into short strings for printed output, reprs and figure labels, always
-with three significant digits (at most three for ratios).
+with three significant digits (at most three for ratios). A foundation module:
+it imports nothing else from gpuguide.
 
 Examples
 --------
@@ -21,7 +22,14 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["format_bytes", "format_rate", "format_ratio", "format_time"]
+__all__ = [
+    "format_bytes",
+    "format_rate",
+    "format_ratio",
+    "format_time",
+    "significant",
+    "time_unit",
+]
 
 #: Time units from the largest down, as (seconds per unit, name). ASCII "us".
 _TIME_UNITS: tuple[tuple[float, str], ...] = (
@@ -57,13 +65,19 @@ def _round_sig(value: float, digits: int) -> tuple[float, int]:
     return rounded, decimals
 
 
-def _sig(value: float, digits: int = 3) -> str:
-    """``value`` in fixed-point notation with ``digits`` significant digits."""
+def significant(value: float, digits: int = 3) -> str:
+    """``value`` in fixed-point notation with ``digits`` significant digits.
+
+    Integer digits are never rounded away: ``significant(98765.0)`` is ``"98765"``.
+
+    >>> significant(0.012345), significant(2.5), significant(0.5, 2)
+    ('0.0123', '2.50', '0.50')
+    """
     rounded, decimals = _round_sig(value, digits)
     return f"{rounded:.{decimals}f}"
 
 
-def _time_unit(seconds: float) -> tuple[float, str]:
+def time_unit(seconds: float) -> tuple[float, str]:
     """The unit that :func:`format_time` uses for ``seconds``.
 
     Returns
@@ -102,8 +116,8 @@ def format_time(seconds: float) -> str:
         return f"{seconds} s"
     if seconds == 0:
         return "0 s"
-    scale, name = _time_unit(seconds)
-    return f"{_sig(seconds / scale)} {name}"
+    scale, name = time_unit(seconds)
+    return f"{significant(seconds / scale)} {name}"
 
 
 def format_bytes(n: float) -> str:
@@ -133,7 +147,7 @@ def format_bytes(n: float) -> str:
     while index < len(_BYTE_UNITS) - 1 and _round_sig(value / 1024, 3)[0] >= 1:
         value /= 1024
         index += 1
-    return f"{sign}{_sig(value)} {_BYTE_UNITS[index]}"
+    return f"{sign}{significant(value)} {_BYTE_UNITS[index]}"
 
 
 def format_rate(value: float | None, unit: str) -> str:
@@ -164,7 +178,7 @@ def format_rate(value: float | None, unit: str) -> str:
     while index < len(_SI_PREFIXES) - 1 and _round_sig(magnitude / 1000, 3)[0] >= 1:
         magnitude /= 1000
         index += 1
-    return f"{sign}{_sig(magnitude)} {_SI_PREFIXES[index]}{unit}"
+    return f"{sign}{significant(magnitude)} {_SI_PREFIXES[index]}{unit}"
 
 
 def format_ratio(x: float | None) -> str:

@@ -8,11 +8,11 @@ smoothing passes (the stand-in for decoding) each sample goes through.
 
 It lives in a module, not in an example, so that DataLoader workers started
 with the ``"spawn"`` method can unpickle it: a spawned worker imports the
-classes it receives by name (see :mod:`gpuguide.spawning`).
+classes it receives by name (see :mod:`gpuguide.chapters.spawning`).
 
 Examples
 --------
->>> from gpuguide.data import SyntheticImages
+>>> from gpuguide.chapters.data import SyntheticImages
 >>> ds = SyntheticImages(1000, work=2)
 >>> image, label = ds[3]
 >>> tuple(image.shape), image.dtype, 0 <= label < 10
@@ -25,6 +25,8 @@ import operator
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from gpuguide import checks
 
 if TYPE_CHECKING:
     import torch
@@ -88,24 +90,16 @@ class SyntheticImages:
         pad: int = 4,
         seed: int = 0,
     ) -> None:
-        self.length = _count(length, "length")
-        self.work = _count(work, "work")
-        self.pad = _count(pad, "pad")
-        self.seed = _count(seed, "seed")
-        self.num_classes = _count(num_classes, "num_classes")
-        if self.num_classes < 1:
-            raise ValueError(
-                f"SyntheticImages: num_classes must be >= 1, got {num_classes}"
-            )
+        self.length = checks.integer("length", length, minimum=0)
+        self.work = checks.integer("work", work, minimum=0)
+        self.pad = checks.integer("pad", pad, minimum=0)
+        self.seed = checks.integer("seed", seed, minimum=0)
+        self.num_classes = checks.integer("num_classes", num_classes, minimum=1)
         shape = tuple(shape)
         if len(shape) != 3:
-            raise ValueError(
-                "SyntheticImages: shape must be (channels, height, width), "
-                f"got {shape!r}"
-            )
-        self.shape = tuple(_count(s, "shape") for s in shape)
-        if min(self.shape) < 1:
-            raise ValueError(f"SyntheticImages: shape must be positive, got {shape!r}")
+            msg = f"shape must be (channels, height, width), got {shape!r}"
+            raise ValueError(msg)
+        self.shape = tuple(checks.integer("shape", s, minimum=1) for s in shape)
 
     def __len__(self) -> int:
         return self.length
@@ -121,9 +115,8 @@ class SyntheticImages:
         if index < 0:
             index += self.length
         if not 0 <= index < self.length:
-            raise IndexError(
-                f"SyntheticImages: index {index} out of range for length {self.length}"
-            )
+            msg = f"index must be in [-{self.length}, {self.length}), got {index}"
+            raise IndexError(msg)
         rng = np.random.default_rng((self.seed, index))
         channels, height, width = self.shape
         pad = self.pad
@@ -154,18 +147,3 @@ def _box_blur(image: np.ndarray) -> np.ndarray:
     rows = padded[:, :-2, :] + padded[:, 1:-1, :] + padded[:, 2:, :]
     total = rows[:, :, :-2] + rows[:, :, 1:-1] + rows[:, :, 2:]
     return (total / np.float32(9.0)).astype(np.float32, copy=False)[:, :height, :width]
-
-
-def _count(value: int, name: str) -> int:
-    """A non-negative integer, or a TypeError / ValueError naming ``name``."""
-    if isinstance(value, bool):
-        raise TypeError(f"SyntheticImages: {name} must be an integer, got {value!r}")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(
-            f"SyntheticImages: {name} must be an integer, got {value!r}"
-        ) from None
-    if value < 0:
-        raise ValueError(f"SyntheticImages: {name} must be >= 0, got {value}")
-    return value

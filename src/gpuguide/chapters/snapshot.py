@@ -21,7 +21,7 @@ over the events``.
 
 Examples
 --------
->>> from gpuguide.snapshot import memory_timeline
+>>> from gpuguide.chapters.snapshot import memory_timeline
 >>> mib = 2**20
 >>> snapshot = {
 ...     "segments": [{"device": 0, "total_size": 2 * mib,
@@ -41,14 +41,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuguide.plotting import COLORS, _style_axes, label_device
+from gpuguide.device import DeviceInfo
+from gpuguide.plotting import COLORS, label_device, style_axes
 from gpuguide.units import format_bytes
 
 if TYPE_CHECKING:
     import torch
     from matplotlib.axes import Axes
-
-    from gpuguide.device import DeviceInfo
 
 __all__ = ["MemoryTimeline", "memory_timeline", "plot_memory_timeline"]
 
@@ -126,13 +125,13 @@ def _choose_trace(
         found = next((i for i, events in enumerate(traces) if events), None)
         if found is None:
             msg = (
-                "the snapshot recorded no allocator events; call "
+                "the snapshot must hold allocator events, got none; call "
                 "torch.cuda.memory._record_memory_history() before the code to record"
             )
             raise ValueError(msg)
         return found
     if not 0 <= trace < len(traces):
-        msg = f"trace {trace} is out of range: the snapshot has {len(traces)} device traces"
+        msg = f"trace must be in [0, {len(traces)}), one per device, got {trace}"
         raise ValueError(msg)
     return trace
 
@@ -186,7 +185,9 @@ def memory_timeline(
     """
     traces = snapshot.get("device_traces")
     if not traces:
-        msg = "the snapshot has no 'device_traces': was it taken with CUDA?"
+        msg = (
+            "the snapshot must have 'device_traces', got none: was it taken with CUDA?"
+        )
         raise ValueError(msg)
     index = _choose_trace(traces, trace)
     events = traces[index]
@@ -243,7 +244,7 @@ def plot_memory_timeline(
     x = list(timeline.event_index)
     allocated = [b / _MIB for b in timeline.allocated_bytes]
     reserved = [b / _MIB for b in timeline.reserved_bytes]
-    _style_axes(ax)
+    style_axes(ax)
     ax.fill_between(x, allocated, step="post", color=COLORS[0], alpha=0.3, lw=0)
     ax.step(x, allocated, where="post", color=COLORS[0], label="allocated (tensors)")
     ax.step(

@@ -18,7 +18,7 @@ an importable module.
 Examples
 --------
 >>> import multiprocessing
->>> from gpuguide.spawning import spawn_safe
+>>> from gpuguide.chapters.spawning import spawn_safe
 >>> ctx = multiprocessing.get_context("spawn")
 >>> with spawn_safe():  # doctest: +SKIP
 ...     p = ctx.Process(target=print, args=("hello from a child",))
@@ -28,12 +28,11 @@ Examples
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["spawn_safe", "usable_cpus"]
+__all__ = ["spawn_safe"]
 
 _MISSING = object()
 
@@ -76,20 +75,3 @@ def spawn_safe() -> Iterator[None]:
             main.__file__ = saved_file
         if saved_spec is not _MISSING:
             main.__spec__ = saved_spec
-
-
-def usable_cpus() -> int:
-    """Number of CPUs this process may run on (at least 1).
-
-    The CPUs in the process's affinity mask where the platform has one
-    (Linux: a container or ``taskset`` may allow fewer than the machine has),
-    else ``os.cpu_count()``. DataLoader uses the same count when it warns that
-    ``num_workers`` is larger than the machine can run at once.
-    """
-    getaffinity = getattr(os, "sched_getaffinity", None)
-    if getaffinity is not None:
-        try:
-            return max(len(getaffinity(0)), 1)
-        except OSError:  # pragma: no cover - affinity not readable
-            pass
-    return max(os.cpu_count() or 1, 1)

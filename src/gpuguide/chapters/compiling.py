@@ -15,7 +15,7 @@ page.
 
 Examples
 --------
->>> from gpuguide.compiling import start_compiler
+>>> from gpuguide.chapters.compiling import start_compiler
 >>> start = start_compiler("cpu")  # doctest: +SKIP
 >>> print(start)  # doctest: +SKIP
 compiler ready: import 2.1 s, 2 compile workers 3.2 s, first compilation 1.4 s

@@ -10,12 +10,12 @@ is such a function: it trains a small MLP with
 :func:`gpuguide.benchmark`.
 
 Both live in a module because spawned processes import the function they run
-by name (see :mod:`gpuguide.spawning`); an example page cannot hand them a
+by name (see :mod:`gpuguide.chapters.spawning`); an example page cannot hand them a
 function of its own.
 
 Examples
 --------
->>> from gpuguide.distributed import DDPConfig, ddp_train_worker, run_workers
+>>> from gpuguide.chapters.distributed import DDPConfig, ddp_train_worker, run_workers
 >>> reports = run_workers(ddp_train_worker, 2, args=(DDPConfig(),))  # doctest: +SKIP
 >>> reports[0].step  # doctest: +SKIP
 <Measurement 'DDP step' on cpu: ...>
@@ -32,7 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuguide.spawning import spawn_safe
+from gpuguide import checks
+from gpuguide.chapters.spawning import spawn_safe
 from gpuguide.timing import Measurement, benchmark
 
 if TYPE_CHECKING:
@@ -152,10 +153,7 @@ def run_workers(
     """
     import torch.multiprocessing as mp
 
-    if isinstance(world_size, bool) or not isinstance(world_size, int):
-        raise TypeError(f"run_workers: world_size must be an int, got {world_size!r}")
-    if world_size < 1:
-        raise ValueError(f"run_workers: world_size must be >= 1, got {world_size}")
+    world_size = checks.integer("world_size", world_size, minimum=1)
     port = free_port(master_addr) if master_port is None else int(master_port)
     results = mp.get_context("spawn").SimpleQueue()
     with spawn_safe():
@@ -178,10 +176,8 @@ def run_workers(
         while not context.join(timeout=0.05):
             drain()
             if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"run_workers: {world_size} processes still running after "
-                    f"{timeout_s:g} s"
-                )
+                msg = f"{world_size} processes still running after {timeout_s:g} s"
+                raise TimeoutError(msg)
         drain()
     finally:
         for process in context.processes:
@@ -191,7 +187,8 @@ def run_workers(
         results.close()
     missing = sorted(set(range(world_size)) - set(received))
     if missing:  # pragma: no cover - a process that exits 0 always reports
-        raise RuntimeError(f"run_workers: no result from rank(s) {missing}")
+        msg = f"every rank must return a result, got none from rank(s) {missing}"
+        raise RuntimeError(msg)
     return [received[rank] for rank in range(world_size)]
 
 
@@ -231,12 +228,10 @@ class DDPConfig:
 
     def __post_init__(self) -> None:
         if self.backend not in ("gloo", "nccl"):
-            raise ValueError(
-                f"DDPConfig: backend must be 'gloo' or 'nccl', got {self.backend!r}"
-            )
+            msg = f"backend must be 'gloo' or 'nccl', got {self.backend!r}"
+            raise ValueError(msg)
         for name in ("features", "width", "classes", "batch_size", "steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"DDPConfig: {name} must be >= 1")
+            checks.integer(name, getattr(self, name), minimum=1)
 
 
 @dataclass(frozen=True)
@@ -388,18 +383,22 @@ def ddp_train_worker(config: DDPConfig) -> DDPReport:
 
         for _ in range(config.warmup_steps):
             step()
-        bench = {
-            "device": device,
-            "warmup_ms": _ONE_WARMUP_CALL_MS,
-            "min_reps": config.steps,
-            "max_reps": config.steps,
-        }
-        timed_step = benchmark(step, label="DDP step", **bench)
-        timed_no_sync = benchmark(step_no_sync, label="DDP step, no_sync", **bench)
+
+        def timed(fn: Callable[..., Any], label: str, *args: Any) -> Measurement:
+            return benchmark(
+                fn,
+                args=args,
+                label=label,
+                device=device,
+                warmup_ms=_ONE_WARMUP_CALL_MS,
+                min_reps=config.steps,
+                max_reps=config.steps,
+            )
+
+        timed_step = timed(step, "DDP step")
+        timed_no_sync = timed(step_no_sync, "DDP step, no_sync")
         buffer = torch.zeros_like(averaged)
-        timed_allreduce = benchmark(
-            dist.all_reduce, args=(buffer,), label="all-reduce alone", **bench
-        )
+        timed_allreduce = timed(dist.all_reduce, "all-reduce alone", buffer)
         dist.barrier()  # every rank is done with its collectives before teardown
         return DDPReport(
             rank=rank,

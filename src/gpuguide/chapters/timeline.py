@@ -12,7 +12,7 @@ one colour per label, in the guide's style; :func:`busy_s` and
 Examples
 --------
 >>> import matplotlib.pyplot as plt
->>> from gpuguide.timeline import Span, overlap_s, plot_timeline
+>>> from gpuguide.chapters.timeline import Span, overlap_s, plot_timeline
 >>> spans = [
 ...     Span("copy stream", "H2D", 0.000, 0.002),
 ...     Span("compute stream", "compute", 0.002, 0.005),
@@ -33,13 +33,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuguide.plotting import COLORS, _style_axes, label_device, require_unit
+from gpuguide.device import DeviceInfo, as_device
+from gpuguide.plotting import COLORS, label_device, require_unit, style_axes
 
 if TYPE_CHECKING:
     import torch
     from matplotlib.axes import Axes
-
-    from gpuguide.device import DeviceInfo
 
 __all__ = [
     "Span",
@@ -87,12 +86,15 @@ class Span:
         for name in ("lane", "label"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
-                raise ValueError(f"Span: {name} must be a non-empty str, got {value!r}")
+                msg = f"{name} must be a non-empty str, got {value!r}"
+                raise ValueError(msg)
         start, end = float(self.start_s), float(self.end_s)
         if not (math.isfinite(start) and math.isfinite(end)):
-            raise ValueError(f"Span: times must be finite, got {start!r}, {end!r}")
+            msg = f"start_s and end_s must be finite, got {start!r}, {end!r}"
+            raise ValueError(msg)
         if end < start:
-            raise ValueError(f"Span: end_s ({end}) is before start_s ({start})")
+            msg = f"end_s must be >= start_s ({start}), got {end}"
+            raise ValueError(msg)
         object.__setattr__(self, "start_s", start)
         object.__setattr__(self, "end_s", end)
 
@@ -137,8 +139,6 @@ class TimelineRecorder:
         event_factory: Callable[..., Any] | None = None,
         synchronize: Callable[[], None] | None = None,
     ) -> None:
-        from gpuguide.device import as_device
-
         self.device = as_device(device)
         self.enabled = enabled
         self.spans: list[Span] = []
@@ -218,7 +218,7 @@ class TimelineRecorder:
             yield
             return
         if self._origin is None:
-            msg = "TimelineRecorder.span: use it inside `with recorder:`"
+            msg = "span() must be called inside `with recorder:`, got a recorder not entered"
             raise RuntimeError(msg)
         start = self._now()
         yield
@@ -366,14 +366,16 @@ def plot_timeline(
     require_unit(xlabel)
     spans = list(spans)
     if not spans:
-        raise ValueError("plot_timeline needs at least one span")
+        msg = "spans must hold at least one span, got none"
+        raise ValueError(msg)
     rows = _first_seen(s.lane for s in spans) if lanes is None else list(lanes)
     missing = sorted({s.lane for s in spans} - set(rows))
     if missing:
-        raise ValueError(f"plot_timeline: lanes {missing} are not in {rows}")
+        msg = f"lanes must hold every span's lane, {missing} not in {rows}"
+        raise ValueError(msg)
     labels = _first_seen(s.label for s in spans)
     colors = {label: COLORS[i % len(COLORS)] for i, label in enumerate(labels)}
-    _style_axes(ax)
+    style_axes(ax)
     for label in labels:
         for row, lane in enumerate(rows):
             bars = [

@@ -1,34 +1,30 @@
-"""The roofline model: place measured operations between memory and compute limits.
+"""Draw the roofline: measured operations between the memory and compute roofs.
 
 An operation that performs ``flop`` floating-point operations while moving
 ``nbytes`` to and from memory has an *arithmetic intensity* of ``flop / nbytes``
-FLOP/byte. A device cannot run it faster than either of its two roofs: the
-memory roof ``intensity * peak_bytes_per_s`` (the slanted part) and the compute
-roof ``peak_flops_per_s`` (the flat part). They meet at the *ridge*,
-``peak_flops_per_s / peak_bytes_per_s`` FLOP/byte.
-
-:class:`RooflinePoint` holds one measurement, :func:`classify` names the regime
-that limits it (:data:`REGIMES`), and :func:`plot_roofline` draws the roofs and
-the points on log-log axes in the style of :mod:`gpuguide.plotting`.
+FLOP/byte. :class:`RooflinePoint` holds one such measurement and its rates;
+:func:`plot_roofline` draws the two roofs of a device (the slanted memory roof
+and the flat compute roof) and the points, each coloured by the regime the page
+found for it, on log-log axes in the style of :mod:`gpuguide.plotting`. Which
+roof applies, and how a regime is decided, is the lesson of the roofline page,
+so that arithmetic lives there.
 
 Examples
 --------
->>> from gpuguide.roofline import RooflinePoint, classify
+>>> from gpuguide.chapters.roofline import RooflinePoint
 >>> add = RooflinePoint("x + y", flop=2**24, nbytes=12 * 2**24, seconds=1.0e-4)
 >>> round(add.intensity, 4)
 0.0833
->>> classify(add, peak_flops_per_s=67e12, peak_bytes_per_s=3.35e12)
-'memory-bound'
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuguide.plotting import COLORS, _style_axes, label_device, require_unit
+from gpuguide import checks
+from gpuguide.plotting import COLORS, label_device, require_unit, style_axes
 from gpuguide.units import format_rate, format_time
 
 if TYPE_CHECKING:
@@ -38,25 +34,10 @@ if TYPE_CHECKING:
     from gpuguide.device import DeviceInfo
     from gpuguide.timing import Measurement
 
-__all__ = [
-    "OVERHEAD_FRACTION",
-    "OVERHEAD_S",
-    "REGIMES",
-    "RooflinePoint",
-    "attainable_flops_per_s",
-    "classify",
-    "percent_of_roof",
-    "plot_roofline",
-    "ridge_intensity",
-]
+__all__ = ["REGIMES", "RooflinePoint", "plot_roofline"]
 
-#: The regimes :func:`classify` returns.
+#: The regimes :func:`plot_roofline` colours points by.
 REGIMES: tuple[str, ...] = ("overhead-bound", "memory-bound", "compute-bound")
-
-#: A point reaching less than this fraction of its roof ...
-OVERHEAD_FRACTION = 0.25
-#: ... in less than this many seconds is overhead-bound (see :func:`classify`).
-OVERHEAD_S = 50e-6
 
 #: Colour and marker of each regime on the plot (Okabe-Ito colours).
 _REGIME_STYLE: dict[str, tuple[str, str]] = {
@@ -64,14 +45,6 @@ _REGIME_STYLE: dict[str, tuple[str, str]] = {
     "memory-bound": (COLORS[0], "o"),
     "compute-bound": (COLORS[2], "^"),
 }
-
-
-def _positive(name: str, value: float) -> float:
-    value = float(value)
-    if not (math.isfinite(value) and value > 0):
-        msg = f"{name} must be positive and finite, got {value!r}"
-        raise ValueError(msg)
-    return value
 
 
 @dataclass(frozen=True)
@@ -98,7 +71,7 @@ class RooflinePoint:
 
     def __post_init__(self) -> None:
         for name in ("flop", "nbytes", "seconds"):
-            object.__setattr__(self, name, _positive(name, getattr(self, name)))
+            object.__setattr__(self, name, checks.positive(name, getattr(self, name)))
 
     @classmethod
     def from_measurement(
@@ -129,134 +102,6 @@ class RooflinePoint:
             f"{format_rate(self.bytes_per_s, 'B/s')}, "
             f"{self.intensity:.3g} FLOP/byte"
         )
-
-
-def _peaks(peak_flops_per_s: float, peak_bytes_per_s: float) -> tuple[float, float]:
-    return (
-        _positive("peak_flops_per_s", peak_flops_per_s),
-        _positive("peak_bytes_per_s", peak_bytes_per_s),
-    )
-
-
-def ridge_intensity(*, peak_flops_per_s: float, peak_bytes_per_s: float) -> float:
-    """The intensity where the two roofs meet, in FLOP/byte.
-
-    Parameters
-    ----------
-    peak_flops_per_s : float
-        Compute roof, in FLOP/s (> 0).
-    peak_bytes_per_s : float
-        Memory bandwidth roof, in bytes/s (> 0).
-
-    Returns
-    -------
-    float
-        ``peak_flops_per_s / peak_bytes_per_s``. Below it an operation is
-        limited by memory, above it by compute.
-    """
-    flops, bandwidth = _peaks(peak_flops_per_s, peak_bytes_per_s)
-    return flops / bandwidth
-
-
-def attainable_flops_per_s(
-    intensity: float, *, peak_flops_per_s: float, peak_bytes_per_s: float
-) -> float:
-    """The roof at an intensity: ``min(peak_flops_per_s, intensity * peak_bytes_per_s)``.
-
-    Parameters
-    ----------
-    intensity : float
-        Arithmetic intensity, in FLOP/byte (> 0).
-    peak_flops_per_s, peak_bytes_per_s : float
-        The roofs, in FLOP/s and bytes/s (> 0).
-
-    Returns
-    -------
-    float
-        The highest compute rate the roofline allows, in FLOP/s.
-    """
-    flops, bandwidth = _peaks(peak_flops_per_s, peak_bytes_per_s)
-    return min(flops, _positive("intensity", intensity) * bandwidth)
-
-
-def percent_of_roof(
-    point: RooflinePoint, *, peak_flops_per_s: float, peak_bytes_per_s: float
-) -> float:
-    """The point's achieved FLOP/s as a percentage of the roof at its intensity.
-
-    Above 100 when the peaks are lower bounds (measured CPU estimates) or the
-    data came from a cache faster than the memory the roof describes.
-    """
-    roof = attainable_flops_per_s(
-        point.intensity,
-        peak_flops_per_s=peak_flops_per_s,
-        peak_bytes_per_s=peak_bytes_per_s,
-    )
-    return 100.0 * point.flops_per_s / roof
-
-
-def classify(
-    point: RooflinePoint,
-    *,
-    peak_flops_per_s: float,
-    peak_bytes_per_s: float,
-    overhead_fraction: float = OVERHEAD_FRACTION,
-    overhead_s: float = OVERHEAD_S,
-) -> str:
-    """The regime that limits a point: one of :data:`REGIMES`.
-
-    The rule:
-
-    1. ``"overhead-bound"`` when the point reaches less than
-       ``overhead_fraction`` of the roof at its intensity *and* takes less than
-       ``overhead_s`` per call: it is so short that fixed costs (Python, the
-       dispatcher, a kernel launch) dominate, so its data or arithmetic cannot
-       be what limits it.
-    2. Otherwise ``"memory-bound"`` when its intensity is below the ridge
-       (:func:`ridge_intensity`): the slanted roof is the limit.
-    3. Otherwise ``"compute-bound"``.
-
-    A long operation far below its roof is classified by the roof that bounds
-    it; how far below it sits is :func:`percent_of_roof`.
-
-    Parameters
-    ----------
-    point : RooflinePoint
-        The measurement.
-    peak_flops_per_s, peak_bytes_per_s : float
-        The roofs, in FLOP/s and bytes/s (> 0).
-    overhead_fraction : float
-        Fraction of the roof below which a short point is overhead-bound
-        (``0 < overhead_fraction <= 1``); default :data:`OVERHEAD_FRACTION`.
-    overhead_s : float
-        Time per call, in seconds, below which a point counts as short;
-        default :data:`OVERHEAD_S` (a few tens of microseconds: well above
-        a kernel launch or an eager op's host cost).
-
-    Returns
-    -------
-    str
-        ``"overhead-bound"``, ``"memory-bound"`` or ``"compute-bound"``.
-
-    Raises
-    ------
-    ValueError
-        For peaks or thresholds that are not positive and finite, or an
-        ``overhead_fraction`` above 1.
-    """
-    if not 0 < overhead_fraction <= 1:
-        msg = f"overhead_fraction must be in (0, 1], got {overhead_fraction!r}"
-        raise ValueError(msg)
-    overhead_s = _positive("overhead_s", overhead_s)
-    percent = percent_of_roof(
-        point, peak_flops_per_s=peak_flops_per_s, peak_bytes_per_s=peak_bytes_per_s
-    )
-    if percent < 100.0 * overhead_fraction and point.seconds < overhead_s:
-        return "overhead-bound"
-    ridge = ridge_intensity(
-        peak_flops_per_s=peak_flops_per_s, peak_bytes_per_s=peak_bytes_per_s
-    )
-    return "memory-bound" if point.intensity < ridge else "compute-bound"
 
 
 def _flops_unit(peak_flops_per_s: float) -> tuple[float, str]:
@@ -301,21 +146,19 @@ def plot_roofline(
     ax: Axes,
     points: Sequence[RooflinePoint],
     *,
+    regimes: Mapping[str, str],
     peak_flops_per_s: float,
     peak_bytes_per_s: float,
     title: str,
     device: torch.device | str | DeviceInfo | None,
     sweeps: Mapping[str, Sequence[RooflinePoint]] | None = None,
-    overhead_fraction: float = OVERHEAD_FRACTION,
-    overhead_s: float = OVERHEAD_S,
 ) -> None:
     """Draw the roofline and the measured points on log-log axes.
 
     The roof is ``min(peak_flops_per_s, intensity * peak_bytes_per_s)``; a
-    dotted vertical line marks the ridge. Every point is coloured and shaped by
-    its regime (:func:`classify`, with the same thresholds) and annotated with
-    its label. The y axis is in GFLOP/s, or TFLOP/s when the compute roof is at
-    least 1 TFLOP/s.
+    dotted vertical line marks the ridge where the two meet. Every point is
+    coloured and shaped by its regime and annotated with its label. The y axis
+    is in GFLOP/s, or TFLOP/s when the compute roof is at least 1 TFLOP/s.
 
     Parameters
     ----------
@@ -323,6 +166,8 @@ def plot_roofline(
         Where to draw.
     points : sequence of RooflinePoint
         Single measurements, each annotated with its label.
+    regimes : mapping of str to str
+        Each point's label -> its regime, one of :data:`REGIMES`.
     peak_flops_per_s, peak_bytes_per_s : float
         The roofs, in FLOP/s and bytes/s (> 0).
     title : str
@@ -332,19 +177,25 @@ def plot_roofline(
     sweeps : mapping of str to sequence of RooflinePoint, optional
         Name -> points of one sweep, joined by a line in the legend; only the
         first and last point of a sweep are annotated.
-    overhead_fraction, overhead_s : float
-        Passed to :func:`classify`.
 
     Raises
     ------
     ValueError
-        For peaks that are not positive and finite, or no points at all.
+        For peaks that are not positive and finite, no points at all, or a
+        point without a regime from :data:`REGIMES`.
     """
-    flops, bandwidth = _peaks(peak_flops_per_s, peak_bytes_per_s)
+    flops = checks.positive("peak_flops_per_s", peak_flops_per_s)
+    bandwidth = checks.positive("peak_bytes_per_s", peak_bytes_per_s)
     sweeps = dict(sweeps or {})
     everything = list(points) + [p for run in sweeps.values() for p in run]
     if not everything:
-        msg = "plot_roofline needs at least one point"
+        msg = "points must hold at least one point, got none"
+        raise ValueError(msg)
+    unknown = sorted(
+        {p.label for p in everything if regimes.get(p.label) not in REGIMES}
+    )
+    if unknown:
+        msg = f"regimes must give each point one of {REGIMES}; not given for {unknown}"
         raise ValueError(msg)
     scale, unit = _flops_unit(flops)
     xlabel = require_unit("arithmetic intensity (FLOP/byte)")
@@ -352,7 +203,7 @@ def plot_roofline(
     ridge = flops / bandwidth
     intensities = [p.intensity for p in everything] + [ridge]
     x_lo, x_hi = min(intensities) / 4, max(intensities) * 4
-    _style_axes(ax)
+    style_axes(ax)
 
     roof_x = [x_lo, ridge, x_hi]
     roof_y = [min(flops, x * bandwidth) / scale for x in roof_x]
@@ -362,15 +213,6 @@ def plot_roofline(
     )
     ax.plot(roof_x, roof_y, color="0.2", lw=2.2, label=roof_label, zorder=2)
     ax.axvline(ridge, color="0.5", ls=":", lw=1.2, zorder=1)
-
-    def regime(p: RooflinePoint) -> str:
-        return classify(
-            p,
-            peak_flops_per_s=flops,
-            peak_bytes_per_s=bandwidth,
-            overhead_fraction=overhead_fraction,
-            overhead_s=overhead_s,
-        )
 
     labelled = list(points)
     for i, (name, run) in enumerate(sweeps.items()):
@@ -388,7 +230,7 @@ def plot_roofline(
         labelled += [run[0]] if len(run) == 1 else [run[0], run[-1]]
     seen: set[str] = set()
     for p in everything:
-        kind = regime(p)
+        kind = regimes[p.label]
         color, marker = _REGIME_STYLE[kind]
         ax.scatter(
             [p.intensity],

@@ -1,0 +1,18 @@
+"""Helpers that serve one chapter each, on top of gpuguide's core.
+
+- :mod:`~gpuguide.chapters.data`: a synthetic image dataset with a CPU-cost knob
+  (data loading).
+- :mod:`~gpuguide.chapters.snapshot`: CUDA memory snapshots, read and drawn (memory).
+- :mod:`~gpuguide.chapters.roofline`: the roofline plot (efficiency patterns).
+- :mod:`~gpuguide.chapters.compiling`: starting ``torch.compile`` and printing its
+  recompilation log (torch.compile, fusion).
+- :mod:`~gpuguide.chapters.timeline`: per-stream timelines from CUDA events (streams).
+- :mod:`~gpuguide.chapters.spawning` and :mod:`~gpuguide.chapters.distributed`:
+  spawned processes and a timed DDP worker (data loading, multi-GPU).
+
+They live in modules rather than in the pages for two reasons: their code is
+plumbing, not the lesson, and spawned processes (DataLoader workers, DDP ranks)
+can only run functions and classes they import by name, such as
+``gpuguide.chapters.distributed.ddp_train_worker``. Nothing in gpuguide's core
+imports them.
+"""

@@ -1,0 +1,297 @@
+"""Facts about the host machine, read from /proc and the operating system.
+
+The CPU model and core counts, the CPUs this process may use, the NVIDIA driver
+version and the memory available, each read without torch. :func:`read_text` is
+the one reader of small text files (``/proc``, ``/sys``) in gpuguide; where a
+file is missing (macOS, a container), each fact falls back to what the platform
+module or a command reports. A foundation module: it imports nothing else from
+gpuguide.
+
+Examples
+--------
+>>> from gpuguide.host import cpu_model, usable_cpus
+>>> usable_cpus() >= 1
+True
+>>> isinstance(cpu_model(), str)
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "available_memory_bytes",
+    "cpu_model",
+    "driver_version",
+    "physical_cores",
+    "read_text",
+    "usable_cpus",
+]
+
+# Files read here; module-level so tests can point them elsewhere.
+_PROC_CPUINFO = "/proc/cpuinfo"
+_PROC_DRIVER_VERSION = "/proc/driver/nvidia/version"
+_MEMINFO = "/proc/meminfo"
+_CGROUP_MAX = "/sys/fs/cgroup/memory.max"
+_CGROUP_CURRENT = "/sys/fs/cgroup/memory.current"
+
+#: Seconds to wait for ``nvidia-smi`` or ``sysctl`` before giving up.
+_COMMAND_TIMEOUT_S = 5.0
+#: Memory assumed free when nothing can be read, in bytes (deliberately low).
+_FALLBACK_FREE_BYTES = 2**30
+
+
+def read_text(path: str | os.PathLike[str]) -> str | None:
+    """The contents of a small text file, or None if it cannot be read.
+
+    Bytes that are not UTF-8 are replaced, so a malformed file never raises.
+    """
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _clean(text: str) -> str:
+    """Collapse runs of whitespace (newlines included) into single spaces."""
+    return " ".join(text.split())
+
+
+# --------------------------------------------------------------------------------------
+# CPU
+# --------------------------------------------------------------------------------------
+
+
+def _cpuinfo_blocks(cpuinfo_text: str) -> list[dict[str, str]]:
+    """Split ``/proc/cpuinfo`` text into one ``{key: value}`` dict per block."""
+    blocks: list[dict[str, str]] = []
+    current: dict[str, str] = {}
+    for line in cpuinfo_text.splitlines():
+        if not line.strip():
+            if current:
+                blocks.append(current)
+                current = {}
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            current.setdefault(key.strip(), value.strip())
+    if current:
+        blocks.append(current)
+    return blocks
+
+
+def _parse_cpu_model(cpuinfo_text: str) -> str | None:
+    """The CPU model named in ``/proc/cpuinfo`` text, or None.
+
+    Reads ``model name`` (x86, most ARM servers), else ``cpu model``, ``Hardware``,
+    ``Model`` or ``cpu`` (other architectures).
+    """
+    blocks = _cpuinfo_blocks(cpuinfo_text)
+    for key in ("model name", "cpu model", "Hardware", "Model", "cpu"):
+        for block in blocks:
+            value = _clean(block.get(key, ""))
+            if value:
+                return value
+    return None
+
+
+def _parse_physical_cores(cpuinfo_text: str) -> int | None:
+    """Physical cores in ``/proc/cpuinfo`` text: unique (physical id, core id) pairs.
+
+    None when any processor block lacks either id (common on ARM and in some
+    virtual machines), since the count could not be derived.
+    """
+    pairs: set[tuple[str, str]] = set()
+    processors = 0
+    for block in _cpuinfo_blocks(cpuinfo_text):
+        if "processor" not in block:
+            continue
+        processors += 1
+        physical, core = block.get("physical id"), block.get("core id")
+        if physical is None or core is None:
+            return None
+        pairs.add((physical, core))
+    return len(pairs) if processors and pairs else None
+
+
+def _darwin_cpu_model() -> str | None:
+    """The CPU brand string on macOS (``sysctl machdep.cpu.brand_string``)."""
+    if platform.system() != "Darwin":
+        return None
+    try:
+        result = subprocess.run(
+            ["sysctl", "-n", "machdep.cpu.brand_string"],
+            capture_output=True,
+            text=True,
+            timeout=_COMMAND_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return _clean(result.stdout) or None
+
+
+def cpu_model(cpuinfo_text: str | None = None) -> str:
+    """The host CPU's model, e.g. ``"AMD EPYC 7B13"``.
+
+    Parameters
+    ----------
+    cpuinfo_text : str, optional
+        ``/proc/cpuinfo`` text; read from disk by default.
+
+    Returns
+    -------
+    str
+        From ``/proc/cpuinfo``, else ``sysctl`` on macOS, else the platform
+        module, else ``"unknown CPU"``.
+    """
+    if cpuinfo_text is None:
+        cpuinfo_text = read_text(_PROC_CPUINFO)
+    model = _parse_cpu_model(cpuinfo_text) if cpuinfo_text else None
+    model = model or _darwin_cpu_model()
+    return _clean(model or platform.processor() or platform.machine() or "unknown CPU")
+
+
+def physical_cores(cpuinfo_text: str | None = None) -> int | None:
+    """Physical cores of the host from ``/proc/cpuinfo``; None where not derivable."""
+    if cpuinfo_text is None:
+        cpuinfo_text = read_text(_PROC_CPUINFO)
+    return _parse_physical_cores(cpuinfo_text) if cpuinfo_text else None
+
+
+def usable_cpus() -> int:
+    """Number of logical CPUs this process may run on (at least 1).
+
+    The CPUs in the process's affinity mask where the platform has one (Linux:
+    a container or ``taskset`` may allow fewer than the machine has), else
+    ``os.cpu_count()``. DataLoader uses the same count when it warns that
+    ``num_workers`` is larger than the machine can run at once.
+    """
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    if getaffinity is not None:
+        try:
+            return max(len(getaffinity(0)), 1)
+        except OSError:  # pragma: no cover - affinity not readable
+            pass
+    return max(os.cpu_count() or 1, 1)  # pragma: no cover - non-Linux fallback
+
+
+# --------------------------------------------------------------------------------------
+# NVIDIA driver
+# --------------------------------------------------------------------------------------
+
+
+def _parse_driver_version(text: str) -> str | None:
+    """The driver version in ``/proc/driver/nvidia/version`` text, or None.
+
+    The first line reads e.g. ``NVRM version: NVIDIA UNIX x86_64 Kernel Module
+    570.86.15  Wed Jan ...`` or ``... Open Kernel Module for x86_64  570.86.15 ...``.
+    """
+    match = re.search(r"Kernel Module\b.*?\s(\d+\.\d+(?:\.\d+)*)\s", text + " ")
+    return match.group(1) if match else None
+
+
+def _driver_version_from_smi(
+    run: Callable[..., Any] = subprocess.run,
+    which: Callable[[str], str | None] = shutil.which,
+) -> str | None:
+    """The driver version that ``nvidia-smi`` reports, or None."""
+    executable = which("nvidia-smi")
+    if executable is None:
+        return None
+    try:
+        result = run(
+            [executable, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=_COMMAND_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    if result.returncode != 0:
+        return None
+    for line in str(result.stdout).splitlines():
+        version = line.strip()
+        if re.fullmatch(r"\d+(?:\.\d+)+", version):
+            return version
+    return None
+
+
+def _query_driver_version(
+    proc_path: str = _PROC_DRIVER_VERSION,
+    run: Callable[..., Any] = subprocess.run,
+    which: Callable[[str], str | None] = shutil.which,
+) -> str | None:
+    """The kernel module's driver version, else ``nvidia-smi``'s, else None."""
+    text = read_text(proc_path)
+    version = _parse_driver_version(text) if text else None
+    return version or _driver_version_from_smi(run=run, which=which)
+
+
+@functools.lru_cache(maxsize=1)
+def driver_version() -> str | None:
+    """The NVIDIA driver version, read once per process; None without a driver."""
+    return _query_driver_version()
+
+
+# --------------------------------------------------------------------------------------
+# Memory
+# --------------------------------------------------------------------------------------
+
+
+def _meminfo_available_bytes(text: str) -> int | None:
+    """Available memory from the text of ``/proc/meminfo``, in bytes.
+
+    ``MemAvailable`` (Linux >= 3.14) where present, else ``MemFree + Buffers +
+    Cached``; None if neither can be read.
+    """
+    fields = {
+        m.group(1): int(m.group(2)) * 1024
+        for m in re.finditer(r"^(\w+):\s+(\d+)\s+kB", text, flags=re.MULTILINE)
+    }
+    if "MemAvailable" in fields:
+        return fields["MemAvailable"]
+    if "MemFree" in fields:
+        return fields["MemFree"] + fields.get("Buffers", 0) + fields.get("Cached", 0)
+    return None
+
+
+def _cgroup_available_bytes(max_text: str, current_text: str) -> int | None:
+    """Room left under a cgroup v2 memory limit (None when unlimited)."""
+    limit = max_text.strip()
+    if limit == "max" or not limit.isdigit() or not current_text.strip().isdigit():
+        return None
+    return max(int(limit) - int(current_text.strip()), 0)
+
+
+def available_memory_bytes() -> int:
+    """Host memory available to this process, in bytes.
+
+    ``MemAvailable`` from ``/proc/meminfo``, capped by the room left under a
+    cgroup v2 limit where one is set; else the free pages ``sysconf`` reports;
+    else 1 GiB.
+    """
+    candidates = []
+    meminfo = read_text(_MEMINFO)
+    if meminfo is not None:
+        candidates.append(_meminfo_available_bytes(meminfo))
+    cg_max, cg_current = read_text(_CGROUP_MAX), read_text(_CGROUP_CURRENT)
+    if cg_max is not None and cg_current is not None:
+        candidates.append(_cgroup_available_bytes(cg_max, cg_current))
+    known = [c for c in candidates if c is not None]
+    if known:
+        return min(known)
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return _FALLBACK_FREE_BYTES

@@ -1,0 +1,275 @@
+"""Tests for gpuguide.host: sample /proc texts, fake commands, files that fail."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from conftest import CPUINFO_ARM, CPUINFO_PI, CPUINFO_PPC, CPUINFO_X86
+
+from gpuguide import host
+
+PROC_DRIVER = (
+    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Wed Jan  8 "
+    "01:26:05 UTC 2025\nGCC version:  gcc version 12.3.0\n"
+)
+PROC_DRIVER_OPEN = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release "
+    "Build  (dvs-builder@U16-T02-35-3)  Tue Mar  5 22:15:33 UTC 2024\n"
+)
+
+
+def test_read_text_reads_and_never_raises(tmp_path):
+    path = tmp_path / "version"
+    path.write_bytes(b"driver \xff 570\n")  # not UTF-8
+    assert host.read_text(path) == "driver \ufffd 570\n"
+    assert host.read_text(tmp_path / "absent") is None
+    assert host.read_text(tmp_path) is None  # a directory
+
+
+# --------------------------------------------------------------------------------------
+# The CPU and the driver version
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "model"),
+    [
+        (CPUINFO_X86, "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz"),
+        (CPUINFO_PI, "ARMv7 Processor rev 3 (v7l)"),
+        (CPUINFO_PPC, "POWER9, altivec supported"),
+        (CPUINFO_ARM, None),
+        ("", None),
+    ],
+)
+def test_parse_cpu_model(text, model):
+    assert host._parse_cpu_model(text) == model
+
+
+def test_parse_cpu_model_falls_back_to_hardware():
+    text = "processor\t: 0\nBogoMIPS\t: 38.40\n\nHardware\t: BCM2835\n"
+    assert host._parse_cpu_model(text) == "BCM2835"
+
+
+@pytest.mark.parametrize(
+    ("text", "cores"),
+    [
+        (CPUINFO_X86, 4),
+        # One processor block without ids: the count cannot be derived.
+        (CPUINFO_X86 + "\n\nprocessor\t: 8\nmodel name\t: x\n", None),
+        (CPUINFO_ARM, None),
+        ("", None),
+        ("model name\t: no processor lines\n", None),
+    ],
+)
+def test_parse_physical_cores(text, cores):
+    assert host._parse_physical_cores(text) == cores
+
+
+def test_cpu_model_falls_back_to_platform(monkeypatch):
+    monkeypatch.setattr(host, "_darwin_cpu_model", lambda: None)
+    monkeypatch.setattr(host.platform, "processor", lambda: "")
+    monkeypatch.setattr(host.platform, "machine", lambda: "x86_64")
+    assert host.cpu_model("") == "x86_64"
+    assert host.cpu_model(CPUINFO_ARM) == "x86_64"
+    monkeypatch.setattr(host.platform, "machine", lambda: "")
+    assert host.cpu_model("") == "unknown CPU"
+    assert host.cpu_model(CPUINFO_X86).startswith("Intel(R) Xeon(R) Platinum")
+
+
+def test_darwin_cpu_model(monkeypatch):
+    monkeypatch.setattr(host.platform, "system", lambda: "Linux")
+    assert host._darwin_cpu_model() is None
+
+    monkeypatch.setattr(host.platform, "system", lambda: "Darwin")
+    seen = []
+
+    def fake_run(cmd, **kwargs):
+        seen.append(cmd)
+        return SimpleNamespace(returncode=0, stdout="Apple M2 Pro\n")
+
+    monkeypatch.setattr(host.subprocess, "run", fake_run)
+    assert host._darwin_cpu_model() == "Apple M2 Pro"
+    assert seen == [["sysctl", "-n", "machdep.cpu.brand_string"]]
+
+    def missing(cmd, **kwargs):
+        raise FileNotFoundError(cmd[0])
+
+    monkeypatch.setattr(host.subprocess, "run", missing)
+    assert host._darwin_cpu_model() is None
+
+
+def test_usable_cpus_matches_affinity():
+    threads = host.usable_cpus()
+    assert threads >= 1
+    assert threads == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [
+        (PROC_DRIVER, "570.86.15"),
+        (PROC_DRIVER_OPEN, "550.54.15"),
+        ("NVRM version: NVIDIA UNIX Kernel Module 535.104", "535.104"),
+        ("nothing to see", None),
+        ("", None),
+    ],
+)
+def test_parse_driver_version(text, version):
+    assert host._parse_driver_version(text) == version
+
+
+def smi_run(stdout="570.86.15\n", returncode=0):
+    calls = []
+
+    def run(cmd, **kwargs):
+        calls.append((cmd, kwargs))
+        return SimpleNamespace(returncode=returncode, stdout=stdout)
+
+    run.calls = calls
+    return run
+
+
+def test_driver_version_from_smi_parses_output():
+    run = smi_run("570.86.15\n570.86.15\n")
+    version = host._driver_version_from_smi(run=run, which=lambda _: "/bin/smi")
+    assert version == "570.86.15"
+    ((cmd, kwargs),) = run.calls
+    assert cmd == ["/bin/smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+    assert 0 < kwargs["timeout"] <= 10
+
+
+def test_driver_version_from_smi_never_raises():
+    def which(_):
+        return "/bin/smi"
+
+    assert host._driver_version_from_smi(run=smi_run(), which=lambda _: None) is None
+    assert host._driver_version_from_smi(run=smi_run(returncode=9), which=which) is None
+    garbage = smi_run("NVIDIA-SMI has failed because it couldn't communicate\n")
+    assert host._driver_version_from_smi(run=garbage, which=which) is None
+
+    def timeout(cmd, **kwargs):
+        raise subprocess.TimeoutExpired(cmd, kwargs["timeout"])
+
+    def missing(cmd, **kwargs):
+        raise FileNotFoundError(cmd[0])
+
+    assert host._driver_version_from_smi(run=timeout, which=which) is None
+    assert host._driver_version_from_smi(run=missing, which=which) is None
+
+
+def test_query_driver_version_prefers_proc(tmp_path):
+    proc = tmp_path / "version"
+    proc.write_text(PROC_DRIVER)
+    run = smi_run("999.1\n")
+    assert (
+        host._query_driver_version(str(proc), run=run, which=lambda _: "smi")
+        == "570.86.15"
+    )
+    assert run.calls == []  # nvidia-smi is not needed
+
+
+def test_query_driver_version_falls_back_to_smi(tmp_path):
+    missing = str(tmp_path / "absent")
+    run = smi_run("560.35.03\n")
+    assert (
+        host._query_driver_version(missing, run=run, which=lambda _: "smi")
+        == "560.35.03"
+    )
+    assert host._query_driver_version(missing, which=lambda _: None) is None
+
+
+def test_driver_version_is_cached():
+    host.driver_version.cache_clear()
+    first = host.driver_version()
+    assert host.driver_version() == first
+    assert host.driver_version.cache_info().hits >= 1
+
+
+def test_usable_cpus_uses_the_affinity_mask(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3, 5}, raising=False)
+    assert host.usable_cpus() == 3
+
+
+def test_usable_cpus_falls_back_to_cpu_count(monkeypatch):
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert host.usable_cpus() == 1
+    monkeypatch.setattr(os, "cpu_count", lambda: 6)
+    assert host.usable_cpus() == 6
+
+
+# --------------------------------------------------------------------------------------
+# Memory
+# --------------------------------------------------------------------------------------
+
+MEMINFO = """\
+MemTotal:       24684096 kB
+MemFree:         1000000 kB
+MemAvailable:   20000000 kB
+Buffers:          200000 kB
+Cached:          3000000 kB
+"""
+
+
+def test_meminfo_prefers_memavailable() -> None:
+    assert host._meminfo_available_bytes(MEMINFO) == 20000000 * 1024
+
+
+def test_meminfo_without_memavailable() -> None:
+    old_kernel = "\n".join(
+        line for line in MEMINFO.splitlines() if "MemAvailable" not in line
+    )
+    expected = (1000000 + 200000 + 3000000) * 1024
+    assert host._meminfo_available_bytes(old_kernel) == expected
+
+
+def test_meminfo_unreadable() -> None:
+    assert host._meminfo_available_bytes("nonsense") is None
+
+
+def test_cgroup_room() -> None:
+    assert host._cgroup_available_bytes("max\n", "123\n") is None
+    assert host._cgroup_available_bytes("1000\n", "400\n") == 600
+    assert host._cgroup_available_bytes("1000\n", "4000\n") == 0
+    assert host._cgroup_available_bytes("1000\n", "") is None
+
+
+def test_available_memory_is_plausible() -> None:
+    free = host.available_memory_bytes()
+    assert free > 0
+    meminfo = Path("/proc/meminfo").read_text(encoding="ascii")
+    total = int(re.search(r"^MemTotal:\s+(\d+) kB", meminfo, re.MULTILINE)[1]) * 1024
+    assert free <= total
+
+
+def test_available_memory_cgroup_limit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    (tmp_path / "meminfo").write_text(MEMINFO)
+    (tmp_path / "max").write_text("3000000000\n")
+    (tmp_path / "current").write_text("1000000000\n")
+    monkeypatch.setattr(host, "_MEMINFO", str(tmp_path / "meminfo"))
+    monkeypatch.setattr(host, "_CGROUP_MAX", str(tmp_path / "max"))
+    monkeypatch.setattr(host, "_CGROUP_CURRENT", str(tmp_path / "current"))
+    assert host.available_memory_bytes() == 2_000_000_000
+
+
+def test_available_memory_without_proc(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    missing = str(tmp_path / "missing")
+    for name in ("_MEMINFO", "_CGROUP_MAX", "_CGROUP_CURRENT"):
+        monkeypatch.setattr(host, name, missing)
+    assert host.available_memory_bytes() > 0
+    # And without sysconf either: a fixed conservative guess.
+    monkeypatch.setattr(host.os, "sysconf", _raise_value_error)
+    assert host.available_memory_bytes() == host._FALLBACK_FREE_BYTES
+
+
+def _raise_value_error(name: str) -> int:
+    raise ValueError(name)

@@ -1,0 +1,86 @@
+"""Tests for gpuguide.tables: rows of any kind, cells by kind, aligned columns."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+import pytest
+
+from gpuguide.tables import Table, format_cell, table
+from gpuguide.timing import Measurement
+
+
+class Row(NamedTuple):
+    mode: str
+    step: Measurement
+    speed_up: float
+    peak_bytes: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    dtype: str
+    tflops: float
+
+
+STEP = Measurement("s", (0.010, 0.012, 0.014), "cpu", "wall-clock")
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (None, "-"),
+        ("fp32", "fp32"),
+        (8192, "8192"),
+        (1.23456, "1.23"),
+        (0.5, "0.500"),
+        (1234.5, "1234"),
+        (math.inf, "inf"),
+        (STEP, "12.0 ms ± 1.00 ms"),
+        (True, "True"),
+    ],
+)
+def test_format_cell(value, text):
+    assert format_cell(value) == text
+
+
+def test_named_tuples_print_as_aligned_columns():
+    rows = [Row("fp32", STEP, 1.0, 2**20), Row("fp16 + scaler", STEP, 2.345, None)]
+    assert str(table(rows)).splitlines() == [
+        "mode                        step  speed up  peak bytes",
+        "fp32           12.0 ms ± 1.00 ms      1.00     1048576",
+        "fp16 + scaler  12.0 ms ± 1.00 ms      2.35           -",
+    ]
+
+
+def test_dataclasses_mappings_column_choice_and_titles():
+    rows = [Result("fp64", 59.61), Result("bf16", 702.0)]
+    text = str(table(rows, columns={"tflops": "TFLOP/s", "dtype": "dtype"}, title="t"))
+    assert text.splitlines() == [
+        "t",
+        "TFLOP/s  dtype",
+        "59.6      fp64",
+        "702       bf16",
+    ]
+    dicts = [{"op": "x + y", "% roof": "87%"}, {"op": "sum", "% roof": "101%"}]
+    assert str(table(dicts, columns=["% roof"])).splitlines() == [
+        "% roof",
+        "87%",
+        "101%",
+    ]
+
+
+def test_an_empty_table_prints_nothing_but_its_header():
+    assert str(table([], columns=["a", "b_c"])) == "a  b c"
+    assert str(table([])) == ""
+
+
+def test_bad_rows_are_refused():
+    with pytest.raises(TypeError, match="rows must be dataclasses, named tuples"):
+        table([("fp32", 1.0)])  # a positional tuple says nothing about its columns
+    with pytest.raises(KeyError, match=r"missing \['tflops'\]"):
+        table([{"dtype": "fp32"}], columns=["dtype", "tflops"])
+    with pytest.raises(ValueError, match="each row must have 2 cells"):
+        Table(header=("a", "b"), rows=(("1",),))
