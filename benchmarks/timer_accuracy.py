@@ -37,6 +37,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch.utils.benchmark import Timer
@@ -68,10 +69,9 @@ class OtherLoad:
     @staticmethod
     def _read() -> tuple[float, float, float] | None:
         try:
-            with open("/proc/stat") as f:
-                fields = [float(x) for x in f.readline().split()[1:]]
-            with open("/proc/self/stat") as f:
-                own = f.read().rsplit(")", 1)[1].split()
+            stat = Path("/proc/stat").read_text().splitlines()[0]
+            fields = [float(x) for x in stat.split()[1:]]
+            own = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             return None
         busy = sum(fields) - fields[3] - fields[4]  # all but idle and iowait

@@ -125,13 +125,12 @@ def _mini_site(root, example_code):
     (root / "examples" / "GALLERY_HEADER.rst").write_text("Gallery\n=======\n")
     (chapter / "GALLERY_HEADER.rst").write_text("Only\n----\n")
     (chapter / "plot_only.py").write_text(example_code)
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "sphinx", "-b", "html", "-W", "-q",
          str(docs), str(root / "html")],
         env={**os.environ, "GPUGUIDE_SMALL": "1"}, capture_output=True, text=True,
         timeout=600,
     )  # fmt: skip
-    return result
 
 
 EXAMPLE_HEAD = '"""\nOnly\n====\n\nOne example.\n"""\n\nimport warnings\n\n'

@@ -162,9 +162,6 @@ def test_the_datasheet_is_plain_rows_with_sources():
         assert peaks.source == datasheet.SOURCES[row.source]
         assert peaks.flops["bf16"] == (row.bf16_tflops and row.bf16_tflops * T)
         assert peaks.memory_bandwidth_bytes_per_s == row.memory_gb_per_s * 1e9
-    assert datasheet.figures("T4").tf32_tflops is None
-    with pytest.raises(KeyError, match="no datasheet row for 'B200'"):
-        datasheet.figures("B200")
 
 
 def test_table_is_internally_consistent():

@@ -136,7 +136,8 @@ def reset_torch_state(
     fully qualified name, ``"gpuguide._gallery.reset_torch_state"``.
     """
     if when not in ("before", "after"):
-        raise ValueError(f"`when` must be 'before' or 'after', not {when!r}")
+        msg = f"when must be 'before' or 'after', got {when!r}"
+        raise ValueError(msg)
     _snapshot_defaults()
 
     _reset_precision()

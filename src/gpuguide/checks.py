@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import operator
+from typing import SupportsIndex, cast
 
 __all__ = ["fraction", "integer", "non_negative", "positive"]
 
@@ -28,7 +29,7 @@ def integer(name: str, value: object, *, minimum: int | None = None) -> int:
         msg = f"{name} must be an integer, got {value!r}"
         raise TypeError(msg)
     try:
-        number = operator.index(value)  # type: ignore[call-overload]
+        number = operator.index(cast("SupportsIndex", value))
     except TypeError:
         msg = f"{name} must be an integer, got {value!r}"
         raise TypeError(msg) from None

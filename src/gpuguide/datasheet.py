@@ -10,11 +10,11 @@ guessed ones. A foundation module: it imports nothing else from gpuguide.
 
 Examples
 --------
->>> from gpuguide.datasheet import figures, identify_gpu
+>>> from gpuguide.datasheet import FIGURES, identify_gpu
 >>> identify_gpu("NVIDIA H100 80GB HBM3", 132, 85_045_379_072)
 'H100 SXM5'
->>> figures("H100 SXM5").bf16_tflops
-989.5
+>>> FIGURES[0].variant, FIGURES[0].bf16_tflops
+('H100 SXM5', 989.5)
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ __all__ = [
     "SOURCES",
     "GPUFigures",
     "GPUName",
-    "figures",
     "identify_gpu",
 ]
 
@@ -119,21 +118,6 @@ NAMES: tuple[GPUName, ...] = tuple(GPUName(*row) for row in (
 
 _GIB = 2**30
 _VENDOR_WORDS = frozenset({"nvidia", "tesla", "geforce"})
-
-
-def figures(variant: str) -> GPUFigures:
-    """The :data:`FIGURES` row of a variant.
-
-    Raises
-    ------
-    KeyError
-        For a variant that has no row.
-    """
-    for row in FIGURES:
-        if row.variant == variant:
-            return row
-    msg = f"no datasheet row for {variant!r}"
-    raise KeyError(msg)
 
 
 def _normalise(name: str) -> str:

@@ -239,28 +239,14 @@ def _describe_cuda(
     driver_version: str | None,
     cpuinfo_text: str | None = None,
 ) -> DeviceInfo:
-    """Describe CUDA device ``index`` from its properties.
-
-    Parameters
-    ----------
-    index : int
-        The CUDA device index.
-    props : object
-        Anything with ``name``, ``multi_processor_count``, ``total_memory``,
-        ``major`` and ``minor``, like ``torch.cuda.get_device_properties(index)``.
-    torch_version, cuda_version, driver_version : str or None
-        The software versions to record.
-    cpuinfo_text : str, optional
-        ``/proc/cpuinfo`` text for the host fields; read from disk by default.
-    """
+    """Describe CUDA device ``index`` from ``props``, which has what
+    ``torch.cuda.get_device_properties(index)`` has (name, SM count, memory,
+    compute capability), the software versions and ``/proc/cpuinfo`` text."""
     name = _clean(str(props.name))
     sm_count = int(props.multi_processor_count)
     total_memory_bytes = int(props.total_memory)
     fields = _host_fields(cpuinfo_text)
-    fields.update(
-        torch_version=torch_version,
-        cuda_version=cuda_version,
-    )
+    fields.update(torch_version=torch_version, cuda_version=cuda_version)
     return DeviceInfo(
         type="cuda",
         name=name,

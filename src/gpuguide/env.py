@@ -2,15 +2,6 @@
 
 A foundation module: it imports nothing else from gpuguide, so every other
 module may read these switches.
-
-Examples
---------
->>> import os
->>> from gpuguide.env import small_mode
->>> os.environ["GPUGUIDE_SMALL"] = "1"
->>> small_mode()
-True
->>> del os.environ["GPUGUIDE_SMALL"]
 """
 
 from __future__ import annotations

@@ -7,13 +7,6 @@ file is missing (macOS, a container), each fact falls back to what the platform
 module or a command reports. A foundation module: it imports nothing else from
 gpuguide.
 
-Examples
---------
->>> from gpuguide.host import cpu_model, usable_cpus
->>> usable_cpus() >= 1
-True
->>> isinstance(cpu_model(), str)
-True
 """
 
 from __future__ import annotations
@@ -143,16 +136,8 @@ def _darwin_cpu_model() -> str | None:
 def cpu_model(cpuinfo_text: str | None = None) -> str:
     """The host CPU's model, e.g. ``"AMD EPYC 7B13"``.
 
-    Parameters
-    ----------
-    cpuinfo_text : str, optional
-        ``/proc/cpuinfo`` text; read from disk by default.
-
-    Returns
-    -------
-    str
-        From ``/proc/cpuinfo``, else ``sysctl`` on macOS, else the platform
-        module, else ``"unknown CPU"``.
+    From ``cpuinfo_text`` (``/proc/cpuinfo`` by default), else ``sysctl`` on
+    macOS, else the platform module, else ``"unknown CPU"``.
     """
     if cpuinfo_text is None:
         cpuinfo_text = read_text(_PROC_CPUINFO)

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from gpuguide.device import as_device
 from gpuguide.host import read_text
@@ -178,14 +178,9 @@ def _maxrss_bytes() -> int:
 def rss_bytes() -> int:
     """Resident set size of this process, in bytes.
 
-    Reads ``/proc/self/statm`` on Linux. Where ``/proc`` is unavailable (macOS),
-    returns the process's peak RSS so far from ``getrusage``, the closest figure
-    the standard library offers.
-
-    Returns
-    -------
-    int
-        Bytes of physical memory the whole process holds.
+    Bytes of physical memory the whole process holds, from ``/proc/self/statm``
+    on Linux. Where ``/proc`` is unavailable (macOS), the process's peak RSS so
+    far from ``getrusage``, the closest figure the standard library offers.
     """
     text = read_text(_STATM)
     if text is not None:
@@ -331,17 +326,17 @@ class MemoryTracker:
     # -- backends ---------------------------------------------------------------
     def _cuda(self) -> _CudaMemoryAPI:
         if self._backend is not None:
-            return self._backend
+            return cast("_CudaMemoryAPI", self._backend)
         import torch
 
-        return torch.cuda
+        return cast("_CudaMemoryAPI", torch.cuda)
 
     def _mps(self) -> _MPSMemoryAPI:
         if self._backend is not None:
-            return self._backend
+            return cast("_MPSMemoryAPI", self._backend)
         import torch
 
-        return torch.mps
+        return cast("_MPSMemoryAPI", torch.mps)
 
     def _current_peak(self) -> tuple[int, int]:
         """The process-wide peak counters this tracker resets: (peak, reserved)."""
@@ -463,12 +458,10 @@ def track_memory(device: torch.device | str | None = None) -> MemoryTracker:
 
     Notes
     -----
-    * CUDA: synchronizes, resets the allocator's peak statistics, then reads
-      ``memory_allocated``, ``max_memory_allocated`` and ``max_memory_reserved``.
-    * MPS: ``torch.mps.current_allocated_memory`` at start and end; no peak.
-    * CPU: the resident memory of the whole process. The peak comes from the
-      Linux high-water mark (``/proc/self/clear_refs`` + ``VmHWM``) where the
-      kernel allows resetting it, else from a thread sampling every ~1 ms.
+    CUDA: the allocator's counters, its peak statistics reset at the start. MPS:
+    ``current_allocated_memory`` at start and end, no peak. CPU: the process's
+    RSS, its peak from the Linux high-water mark (``clear_refs`` + ``VmHWM``)
+    where the kernel allows resetting it, else from a thread sampling every ~1 ms.
 
     Examples
     --------

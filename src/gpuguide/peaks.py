@@ -54,18 +54,15 @@ __all__ = [
 FLOPS_KEYS: tuple[str, ...] = ("fp64", "fp32", "tf32", "fp16", "bf16")
 
 _DTYPE_ALIASES: dict[str, str] = {
-    "fp64": "fp64",
-    "float64": "fp64",
-    "double": "fp64",
-    "fp32": "fp32",
-    "float32": "fp32",
-    "float": "fp32",
-    "tf32": "tf32",
-    "fp16": "fp16",
-    "float16": "fp16",
-    "half": "fp16",
-    "bf16": "bf16",
-    "bfloat16": "bf16",
+    alias: key
+    for key, aliases in {
+        "fp64": ("fp64", "float64", "double"),
+        "fp32": ("fp32", "float32", "float"),
+        "tf32": ("tf32",),
+        "fp16": ("fp16", "float16", "half"),
+        "bf16": ("bf16", "bfloat16"),
+    }.items()
+    for alias in aliases
 }
 
 _UNKNOWN_GPU_SOURCE = (
@@ -129,15 +126,9 @@ class Peaks:
             object.__setattr__(self, field, _check_rate(field, getattr(self, field)))
 
     def __hash__(self) -> int:
+        rates = (self.memory_bandwidth_bytes_per_s, self.host_link_bytes_per_s)
         return hash(
-            (
-                self.name,
-                tuple(self.flops.items()),
-                self.memory_bandwidth_bytes_per_s,
-                self.host_link_bytes_per_s,
-                self.source,
-                self.known,
-            )
+            (self.name, tuple(self.flops.items()), *rates, self.source, self.known)
         )
 
     def __repr__(self) -> str:
@@ -393,20 +384,10 @@ def device_peaks(device: str | torch.device | DeviceInfo | None = None) -> Peaks
 
 
 def percent_of_peak(value: float | None, peak: float | None) -> float | None:
-    """``value`` as a percentage of ``peak``.
+    """A measured rate as a percentage of a peak in the same unit.
 
-    Parameters
-    ----------
-    value : float or None
-        A measured rate, in the same unit as ``peak``.
-    peak : float or None
-        The peak rate.
-
-    Returns
-    -------
-    float or None
-        ``100 * value / peak``; ``None`` when either is unknown or the peak is
-        not positive and finite.
+    ``100 * value / peak``; None when either is unknown (None) or the peak is
+    not positive and finite.
     """
     if value is None or peak is None:
         return None

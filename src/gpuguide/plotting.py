@@ -56,7 +56,7 @@ COLORS = (
     "#F0E442",
 )
 
-_STYLE: dict[str, Any] = {
+_STYLE: dict[Any, Any] = {
     "figure.figsize": (7.0, 4.5),
     "figure.dpi": 100,
     "savefig.dpi": 100,
@@ -107,18 +107,9 @@ def style_axes(ax: Axes) -> None:
     ax.spines["right"].set_visible(False)
     if not (ax.lines or ax.patches or ax.collections):
         ax.set_prop_cycle(_STYLE["axes.prop_cycle"])
-    fig = _root_figure(ax)
+    fig = _top(ax.figure)
     if fig.get_layout_engine() is None:
         fig.set_layout_engine("constrained")
-
-
-def _root_figure(ax: Axes) -> Figure:
-    """The top-level figure of ``ax`` (also when it sits in a subfigure)."""
-    try:
-        return ax.get_figure(root=True)  # matplotlib >= 3.10
-    except TypeError:  # pragma: no cover - older matplotlib
-        fig = ax.figure
-        return getattr(fig, "figure", fig)
 
 
 def require_unit(label: str) -> str:
@@ -275,7 +266,11 @@ def plot_sweep(
             raise ValueError(msg)
     style_axes(ax)
     for name, ys in series.items():
-        line_x, line_y, band_x, band_lo, band_hi = [], [], [], [], []
+        line_x: list[float] = []
+        line_y: list[float] = []
+        band_x: list[float] = []
+        band_lo: list[float] = []
+        band_hi: list[float] = []
         for xv, raw in zip(xs, ys, strict=True):
             if raw is None or not _usable(xv, logx):
                 continue
@@ -284,7 +279,12 @@ def plot_sweep(
                 continue
             line_x.append(xv)
             line_y.append(y)
-            if _usable(lo, logy) and _usable(hi, logy):
+            if (
+                lo is not None
+                and hi is not None
+                and _usable(lo, logy)
+                and _usable(hi, logy)
+            ):
                 band_x.append(xv)
                 band_lo.append(lo)
                 band_hi.append(hi)

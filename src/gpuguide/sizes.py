@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gpuguide import checks, host
 from gpuguide.device import as_device
@@ -146,12 +146,8 @@ def size_budget(
     Returns
     -------
     SizeBudget
-
-    Raises
-    ------
-    ValueError
-        If ``memory_fraction`` is outside ``(0, 1]`` or ``call_s`` is not a
-        positive finite number.
+        A ``memory_fraction`` outside ``(0, 1]`` or a ``call_s`` that is not a
+        positive finite number raises a ``ValueError``.
     """
     checks.fraction("memory_fraction", memory_fraction)
     if call_s is not None:
@@ -200,13 +196,8 @@ def estimate_seconds(
     Returns
     -------
     float
-        Seconds.
-
-    Raises
-    ------
-    ValueError
-        For a negative or non-finite ``flop``/``nbytes`` or ``efficiency``
-        outside ``(0, 1]``.
+        Seconds. A negative or non-finite ``flop`` or ``nbytes``, or an
+        ``efficiency`` outside ``(0, 1]``, raises a ``ValueError``.
     """
     flop = checks.non_negative("flop", flop)
     nbytes = checks.non_negative("nbytes", nbytes)
@@ -344,43 +335,12 @@ def sweep(
     return fits or in_memory[:1]
 
 
-def largest_size(
-    lo: int,
-    hi: int,
-    *,
-    memory_at: Callable[[int], float],
-    flop_at: Callable[[int], float] | None = None,
-    traffic_at: Callable[[int], float] | None = None,
-    device: torch.device | str | None = None,
-    call_s: float | None = None,
-    budget: SizeBudget | None = None,
-    peaks: Peaks | Literal["device"] | None = "device",
-    flop_per_s: float | None = None,
-    efficiency: float = 0.5,
-    multiple_of: int = 1,
-) -> int:
+def largest_size(lo: int, hi: int, **kwargs: Any) -> int:
     """The largest size in ``[lo, hi]`` that fits this device's memory and time.
 
-    The last size of :func:`sweep` (one size per doubling from ``lo``), which
-    documents the arguments.
-
-    Returns
-    -------
-    int
-        The size; ``lo`` rounded up to ``multiple_of`` when only that fits in
-        memory but is estimated to be too slow.
+    ``sweep(lo, hi, **kwargs)[-1]``: it takes :func:`sweep`'s arguments
+    (``memory_at``, ``flop_at``, ``traffic_at``, ``device``, ``call_s``, ...) and
+    raises as it does. When only ``lo`` fits in memory but is estimated to be too
+    slow, that is the answer.
     """
-    return sweep(
-        lo,
-        hi,
-        memory_at=memory_at,
-        flop_at=flop_at,
-        traffic_at=traffic_at,
-        device=device,
-        call_s=call_s,
-        budget=budget,
-        peaks=peaks,
-        flop_per_s=flop_per_s,
-        efficiency=efficiency,
-        multiple_of=multiple_of,
-    )[-1]
+    return sweep(lo, hi, **kwargs)[-1]

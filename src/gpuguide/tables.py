@@ -51,17 +51,8 @@ def format_cell(value: object) -> str:
 
 @dataclass(frozen=True)
 class Table:
-    """Rows of cells under a header, printed as aligned columns.
-
-    Attributes
-    ----------
-    header : tuple of str
-        The column titles.
-    rows : tuple of tuple of str
-        The formatted cells, one tuple per row, as long as the header.
-    title : str or None
-        A line printed above the table.
-    """
+    """Rows of formatted cells (each as long as ``header``) under a header and an
+    optional title line, printed as aligned columns."""
 
     header: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
@@ -121,13 +112,8 @@ def table(
     -------
     Table
         Prints as aligned columns; cells are formatted with :func:`format_cell`.
-
-    Raises
-    ------
-    TypeError
-        For a row that is not a dataclass, named tuple or mapping.
-    KeyError
-        For a column that a row does not have.
+        A row that is not a dataclass, named tuple or mapping raises a
+        ``TypeError``, a column that a row lacks a ``KeyError``.
     """
     records = [_fields(row) for row in rows]
     if columns is None:

@@ -29,9 +29,13 @@ import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpuguide.device import as_device
 from gpuguide.units import format_time
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["CompilerStart", "print_recompiles", "start_compiler"]
 
@@ -71,7 +75,7 @@ class CompilerStart:
         )
 
 
-def start_compiler(device: object = None) -> CompilerStart:
+def start_compiler(device: str | torch.device | None = None) -> CompilerStart:
     """Import inductor, start its compile workers and compile one line, timed.
 
     Call it before timing anything that compiles, so that these one-off costs

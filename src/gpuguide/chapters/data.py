@@ -95,11 +95,11 @@ class SyntheticImages:
         self.pad = checks.integer("pad", pad, minimum=0)
         self.seed = checks.integer("seed", seed, minimum=0)
         self.num_classes = checks.integer("num_classes", num_classes, minimum=1)
-        shape = tuple(shape)
-        if len(shape) != 3:
+        if len(tuple(shape)) != 3:
             msg = f"shape must be (channels, height, width), got {shape!r}"
             raise ValueError(msg)
-        self.shape = tuple(checks.integer("shape", s, minimum=1) for s in shape)
+        channels, height, width = (checks.integer("shape", s, minimum=1) for s in shape)
+        self.shape = (channels, height, width)
 
     def __len__(self) -> int:
         return self.length
@@ -146,4 +146,5 @@ def _box_blur(image: np.ndarray) -> np.ndarray:
     height, width = image.shape[1:]
     rows = padded[:, :-2, :] + padded[:, 1:-1, :] + padded[:, 2:, :]
     total = rows[:, :, :-2] + rows[:, :, 1:-1] + rows[:, :, 2:]
-    return (total / np.float32(9.0)).astype(np.float32, copy=False)[:, :height, :width]
+    smoothed: np.ndarray = (total / np.float32(9.0)).astype(np.float32, copy=False)
+    return smoothed[:, :height, :width]

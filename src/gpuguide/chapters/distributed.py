@@ -76,16 +76,11 @@ def _run_rank(
     results: Any,
 ) -> None:
     """Entry point of one spawned process: set torchrun's variables, call ``fn``."""
+    rank, size = str(local_rank), str(world_size)
     os.environ.update(
-        {
-            "RANK": str(local_rank),
-            "LOCAL_RANK": str(local_rank),
-            "WORLD_SIZE": str(world_size),
-            "LOCAL_WORLD_SIZE": str(world_size),
-            "MASTER_ADDR": master_addr,
-            "MASTER_PORT": str(master_port),
-        }
+        RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=size, LOCAL_WORLD_SIZE=size
     )
+    os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
     results.put((local_rank, fn(*args)))
 
 
@@ -298,7 +293,9 @@ def make_mlp(features: int, width: int, classes: int) -> torch.nn.Module:
 def _flat_grads(model: torch.nn.Module) -> torch.Tensor:
     import torch
 
-    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    return torch.cat(
+        [p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]
+    )
 
 
 def ddp_train_worker(config: DDPConfig) -> DDPReport:
@@ -348,7 +345,7 @@ def ddp_train_worker(config: DDPConfig) -> DDPReport:
         loss_fn = torch.nn.CrossEntropyLoss()
 
         # Each rank reads its own quarter, third... of the data set.
-        sampler = DistributedSampler(
+        sampler: DistributedSampler[int] = DistributedSampler(
             dataset, num_replicas=world_size, rank=rank, seed=config.seed
         )
         loader = DataLoader(dataset, batch_size=config.batch_size, sampler=sampler)

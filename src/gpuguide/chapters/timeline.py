@@ -175,8 +175,8 @@ class TimelineRecorder:
 
     def _since_origin_s(self, mark: Any) -> float:
         if self._cuda:
-            return self._origin.elapsed_time(mark) / 1e3
-        return mark - self._origin
+            return float(self._origin.elapsed_time(mark)) / 1e3
+        return float(mark - self._origin)
 
     def __enter__(self) -> TimelineRecorder:
         self.spans, self._marks = [], []
