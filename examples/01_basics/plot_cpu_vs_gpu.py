@@ -30,10 +30,6 @@ print(gpuguide.provenance(device))
 cpu = torch.device("cpu")
 on_gpu = device.type != "cpu"
 cpu_name = gpuguide.describe_device(cpu).short_name
-bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if gpuguide.small_mode() else {}
-
-budget = gpuguide.size_budget(device)
-cpu_budget = gpuguide.size_budget(cpu, call_s=0.25 if on_gpu else None)
 peaks = gpuguide.device_peaks(device)
 cpu_peaks = gpuguide.device_peaks(cpu)
 tf32 = torch.get_float32_matmul_precision() != "highest"
@@ -63,41 +59,31 @@ def scale_shift(x, a, b, out):
 # %%
 # One sweep, three ways
 # ---------------------
-# Sizes come from each device's budget. For each size the inputs are made on the
+# ``gpuguide.sweep`` picks the sizes that fit each device's budget, from what one size
+# allocates, computes and moves (``fit``). For each size the inputs are made on the
 # CPU once. The "copies" variant is what a program that keeps its data on the host
 # pays for every call: ``.to(device)`` for each input, the operation, and ``.cpu()``
 # for the result, which also waits for the GPU to finish.
 
 
-def run_sweep(op, shape_at, n_tensors, lo, hi, flop_at, bytes_at, **grid):
-    def plan(size_budget, p):
-        def seconds_at(n):
-            return gpuguide.estimate_seconds(
-                flop=flop_at(n), nbytes=bytes_at(n), peaks=p
-            )
-
-        return gpuguide.sweep(
-            lo, hi, budget=size_budget, bytes_at=bytes_at, seconds_at=seconds_at, **grid
-        )
-
+def run_sweep(op, shape_at, n_tensors, lo, hi, **fit):
     def with_copies(*host_inputs):
         return op(*(t.to(device) for t in host_inputs), None).cpu()
 
-    cpu_sizes = plan(cpu_budget, cpu_peaks)
-    gpu_sizes = plan(budget, peaks) if on_gpu else []
+    cpu_call_s = 0.25 if on_gpu else None
+    cpu_sizes = gpuguide.sweep(lo, hi, device=cpu, call_s=cpu_call_s, **fit)
+    gpu_sizes = gpuguide.sweep(lo, hi, device=device, **fit) if on_gpu else []
     sizes = sorted(set(cpu_sizes) | set(gpu_sizes))
     series = {cpu_name: [], "GPU, data on device": [], "GPU incl. copies": []}
     for n in sizes:
         host = [torch.randn(shape_at(n)) for _ in range(n_tensors)]  # last: `out`
         on_cpu = on_device = copies = None
         if n in cpu_sizes:
-            on_cpu = gpuguide.benchmark(op, args=host, device=cpu, **bench)
+            on_cpu = gpuguide.benchmark(op, args=host, device=cpu)
         if n in gpu_sizes:
             resident = [t.to(device) for t in host]
-            on_device = gpuguide.benchmark(op, args=resident, device=device, **bench)
-            copies = gpuguide.benchmark(
-                with_copies, args=host[:-1], device=device, **bench
-            )
+            on_device = gpuguide.benchmark(op, args=resident, device=device)
+            copies = gpuguide.benchmark(with_copies, args=host[:-1], device=device)
         for label, m in zip(series, (on_cpu, on_device, copies), strict=True):
             series[label].append(m)
     return sizes, series if on_gpu else {cpu_name: series[cpu_name]}
@@ -177,8 +163,9 @@ sizes, mm = run_sweep(
     3,
     16,
     8192,
+    memory_at=lambda n: 12 * n * n,
     flop_at=matmul_flop,
-    bytes_at=lambda n: 12 * n * n,
+    traffic_at=lambda n: 12 * n * n,
     per_octave=2,
     multiple_of=8,
 )
@@ -217,8 +204,9 @@ sizes, ew = run_sweep(
     4,
     2**10,
     2**27,
+    memory_at=lambda n: 16 * n,
     flop_at=lambda n: 2 * n,
-    bytes_at=lambda n: 16 * n,
+    traffic_at=lambda n: 16 * n,
 )
 ew, finding = summarize(
     "x * a + b",

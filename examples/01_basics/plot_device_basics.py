@@ -27,7 +27,6 @@ import gpuguide
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
 cpu = torch.device("cpu")
-bench = {"warmup_ms": 5.0, "rep_ms": 20.0} if gpuguide.small_mode() else {}
 
 # %%
 # Write device-agnostic code
@@ -82,19 +81,16 @@ print(f"a * torch.tensor(2.0) works too: result on {(a * torch.tensor(2.0)).devi
 # number generation takes a few tens of milliseconds at most. The CPU generates
 # normal random numbers far below its copy bandwidth (``efficiency=0.05`` is a rough
 # planning figure), so the estimate uses the CPU's peaks even on a GPU run.
-budget = gpuguide.size_budget(device)
-host_peaks = gpuguide.device_peaks(cpu)
-sizes = gpuguide.sweep(
+n = gpuguide.largest_size(
     256,
     4096,
-    budget=budget,
-    bytes_at=lambda n: 2 * 4 * n * n,
-    seconds_at=lambda n: gpuguide.estimate_seconds(
-        nbytes=4 * n * n, peaks=host_peaks, efficiency=0.05
-    ),
+    memory_at=lambda n: 2 * 4 * n * n,
+    traffic_at=lambda n: 4 * n * n,
+    device=device,
+    peaks=gpuguide.device_peaks(cpu),
+    efficiency=0.05,
     multiple_of=256,
 )
-n = sizes[-1]
 nbytes = 4 * n * n
 print(f"matrix: {n} x {n} float32 = {gpuguide.format_bytes(nbytes)}")
 
@@ -117,13 +113,12 @@ m_dev = gpuguide.benchmark(
     kwargs={"device": device},
     device=device,
     label=f"(a) randn on {device.type}",
-    **bench,
 )
 m_host = gpuguide.benchmark(
-    torch.randn, args=(n, n), device=cpu, label="(b) randn on cpu", **bench
+    torch.randn, args=(n, n), device=cpu, label="(b) randn on cpu"
 )
 m_copy = gpuguide.benchmark(
-    x_host.to, args=(device,), device=device, label="(c) .to(device)", **bench
+    x_host.to, args=(device,), device=device, label="(c) .to(device)"
 )
 
 
@@ -132,7 +127,7 @@ def create_then_move():
 
 
 m_both = gpuguide.benchmark(
-    create_then_move, device=device, label="(d) randn on cpu + .to", **bench
+    create_then_move, device=device, label="(d) randn on cpu + .to"
 )
 for m in (m_dev, m_host, m_copy, m_both):
     print(m)

@@ -30,21 +30,18 @@ import gpuguide
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
 small = gpuguide.small_mode()
-bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if small else {}
 reps = 5 if small else 30
 
-peaks = gpuguide.device_peaks(device)
-sizes = gpuguide.sweep(
+n = gpuguide.largest_size(
     64,
     16384,
-    budget=gpuguide.size_budget(device, call_s=0.005),
-    bytes_at=lambda n: 12 * n * n,
-    seconds_at=lambda n: gpuguide.estimate_seconds(
-        flop=gpuguide.matmul_flop(n, n, n), nbytes=12 * n * n, peaks=peaks
-    ),
+    memory_at=lambda n: 12 * n * n,
+    flop_at=lambda n: gpuguide.matmul_flop(n, n, n),
+    traffic_at=lambda n: 12 * n * n,
+    device=device,
+    call_s=0.005,
     multiple_of=64,
 )
-n = sizes[-1]
 a, b, out = (torch.randn(n, n, device=device) for _ in range(3))
 print(f"float32 matmul, n = {n}")
 
@@ -55,7 +52,7 @@ print(f"float32 matmul, n = {n}")
 # on a GPU, a monotonic clock on the CPU) and reports the median and the IQR. Every
 # ratio below is relative to this median.
 ref = gpuguide.benchmark(
-    torch.matmul, args=(a, b), kwargs={"out": out}, label="reference", **bench
+    torch.matmul, args=(a, b), kwargs={"out": out}, label="reference"
 )
 print(ref)
 
@@ -194,7 +191,7 @@ def matmul_with_fresh_inputs():
 
 
 inside = gpuguide.benchmark(
-    matmul_with_fresh_inputs, device=device, label="randn inside", **bench
+    matmul_with_fresh_inputs, device=device, label="randn inside"
 )
 print(inside)
 
@@ -222,7 +219,7 @@ def make_timer(num_threads):
 all_threads = make_timer(torch.get_num_threads())
 ours_s, theirs_s = [], []
 for _ in range(1 if small else 3):
-    ours = gpuguide.benchmark(torch.matmul, args=(a, b), kwargs={"out": out}, **bench)
+    ours = gpuguide.benchmark(torch.matmul, args=(a, b), kwargs={"out": out})
     ours_s += ours.times_s
     theirs_s += all_threads.blocked_autorange(min_run_time=ref.n * ref.median_s).times
 ours = as_measurement("gpuguide, taking turns", ours_s, ref.method)

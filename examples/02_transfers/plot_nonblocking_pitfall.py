@@ -29,9 +29,7 @@ on_gpu = device.type == "cuda" and torch.cuda.is_available()
 if not on_gpu:
     device = torch.device("cpu")
 print(gpuguide.provenance(device))
-small = gpuguide.small_mode()
-bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if small else {}
-trials = 5 if small else 20
+trials = 5 if gpuguide.small_mode() else 20
 synchronize = torch.cuda.synchronize if on_gpu else torch.cpu.synchronize
 if not on_gpu:
     print(
@@ -46,14 +44,11 @@ if not on_gpu:
 # queued after it waits that long on the GPU. The destination is pinned: into
 # pageable memory the CUDA driver finishes a device-to-host copy before returning,
 # ``non_blocking`` or not, and there is no race (and no overlap either).
-peaks = gpuguide.device_peaks(device)
-n = gpuguide.sweep(
-    64, 8192, budget=gpuguide.size_budget(device, call_s=0.01),
-    bytes_at=lambda n: 16 * n * n, multiple_of=64,
-    seconds_at=lambda n: gpuguide.estimate_seconds(
-        flop=gpuguide.matmul_flop(n, n, n), nbytes=12 * n * n, peaks=peaks
-    ),
-)[-1]  # fmt: skip
+n = gpuguide.largest_size(
+    64, 8192, memory_at=lambda n: 16 * n * n, multiple_of=64,
+    flop_at=lambda n: gpuguide.matmul_flop(n, n, n), traffic_at=lambda n: 12 * n * n,
+    device=device, call_s=0.01,
+)  # fmt: skip
 a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
 src = torch.empty(n, n, device=device)
 dst = torch.empty(n, n, pin_memory=on_gpu)
@@ -187,13 +182,11 @@ def blocking_then_work():
 
 
 times = {
-    "blocking copy": gpuguide.benchmark(blocking, device=device, **bench),
-    "non_blocking\n+ event": gpuguide.benchmark(with_event, device=device, **bench),
-    "blocking,\nthen host work": gpuguide.benchmark(
-        blocking_then_work, device=device, **bench
-    ),
+    "blocking copy": gpuguide.benchmark(blocking, device=device),
+    "non_blocking\n+ event": gpuguide.benchmark(with_event, device=device),
+    "blocking,\nthen host work": gpuguide.benchmark(blocking_then_work, device=device),
     "non_blocking,\nhost work, event": gpuguide.benchmark(
-        with_event, args=(host_work,), device=device, **bench
+        with_event, args=(host_work,), device=device
     ),
 }
 for label, m in times.items():

@@ -30,8 +30,6 @@ device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
 on_gpu = device.type == "cuda" and torch.cuda.is_available()
 cpu = torch.device("cpu")
-small = gpuguide.small_mode()
-bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if small else {"warmup_ms": 10, "rep_ms": 50}
 peaks = gpuguide.device_peaks(device)
 link = peaks.host_link_bytes_per_s if on_gpu else None
 if on_gpu:
@@ -49,16 +47,13 @@ else:
 # and pinned, source and destination) and one on the device; the time per copy is
 # planned at gpuguide's fallback rate of 10 GB/s, below any current host link. On the
 # CPU a copy reads and writes ``n`` bytes, planned at the CPU's measured bandwidth.
-budget = gpuguide.size_budget(device, call_s=0.1 if on_gpu else None)
-host_budget = gpuguide.size_budget(cpu, call_s=budget.call_s)
 sizes = gpuguide.sweep(
-    4096, 2**30, budget=host_budget, bytes_at=lambda n: (4 if on_gpu else 2) * n,
-    seconds_at=lambda n: gpuguide.estimate_seconds(
-        nbytes=n if on_gpu else 2 * n, peaks=None if on_gpu else peaks
-    ),
+    4096, 2**30, memory_at=lambda n: (4 if on_gpu else 2) * n,
+    traffic_at=lambda n: n if on_gpu else 2 * n, device=cpu,
+    call_s=0.1 if on_gpu else None, peaks=None if on_gpu else peaks,
 )  # fmt: skip
 if on_gpu:
-    fits = gpuguide.sweep(4096, 2**30, budget=budget, bytes_at=lambda n: n)
+    fits = gpuguide.sweep(4096, 2**30, memory_at=lambda n: n, device=device)
     sizes = [n for n in sizes if n in fits]
 n_max = sizes[-1]
 print(f"{len(sizes)} sizes from {format_bytes(sizes[0])} to {format_bytes(n_max)}")
@@ -72,7 +67,8 @@ print(f"{len(sizes)} sizes from {format_bytes(sizes[0])} to {format_bytes(n_max)
 # copy is queued; the benchmark records its end event on the same stream right after
 # the call, and that event completes only when the copy has, so the time still covers
 # the whole copy. Non-blocking frees the host during the copy; it does not make the
-# copy itself faster.
+# copy itself faster. Each copy gets 10 ms of warm-up and 50 ms of timed calls, below
+# the defaults, to keep the sweep (six ways at every size) short.
 
 
 def copy(dst, src, non_blocking=False):
@@ -96,7 +92,7 @@ def time_transfers(n):
     }
     return {
         key: gpuguide.benchmark(
-            copy, args=plan, device=device, label=" ".join(key), **bench
+            copy, args=plan, device=device, label=" ".join(key), warmup_ms=10, rep_ms=50
         )
         for key, plan in plans.items()
     }
@@ -118,7 +114,7 @@ for n in sizes:
         src, dst = torch.randn(n // 4), torch.empty(n // 4)
         found = {
             ("host-to-host", "copy_"): gpuguide.benchmark(
-                copy, args=(dst, src), **bench
+                copy, args=(dst, src), warmup_ms=10, rep_ms=50
             )
         }
     for key, m in found.items():
@@ -222,7 +218,7 @@ if on_gpu:
     torch.cuda.synchronize()  # every earlier copy is done, so its buffer is free
     torch.accelerator.empty_host_cache()  # the next pin must allocate
     before = torch.cuda.host_memory_stats()
-    pin = gpuguide.benchmark(host.pin_memory, device=cpu, label="pin_memory()", **bench)
+    pin = gpuguide.benchmark(host.pin_memory, device=cpu, label="pin_memory()")
     after = torch.cuda.host_memory_stats()
     stat = "host_alloc_time.total"  # microseconds, timed by the pinned allocator
     alloc_s = (after[stat] - before.get(stat, 0)) / 1e6 if stat in after else math.nan

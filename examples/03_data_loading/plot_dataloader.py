@@ -28,7 +28,8 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 import gpuguide
-from gpuguide.data import SyntheticImages
+from gpuguide.chapters.data import SyntheticImages
+from gpuguide.chapters.spawning import spawn_safe
 
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
@@ -39,15 +40,14 @@ if device.type == "cpu":
     print(f"{cores} usable CPU cores; the model uses 1 thread, workers the others")
 worker_counts = [n for n in (1, 2, 4, 8) if n <= cores][: 1 if small else 4]
 SAMPLES = 256 if small else 384  # samples per timed call: batches of 64 or 128
-bench = {"warmup_ms": 1.0, "min_reps": 3 if small else 4, "max_reps": 8}
 
 # %%
 # A dataset that costs CPU time per sample
 # ----------------------------------------
-# :class:`gpuguide.data.SyntheticImages` builds sample ``i`` from a seed: a random
-# image, ``work`` smoothing passes standing in for decoding, a random crop and flip.
-# It lives in an importable module rather than in this page, for the reason given
-# in the next cell. Its length is large so that no measurement reaches the end.
+# :class:`gpuguide.chapters.data.SyntheticImages` builds sample ``i`` from a seed: a
+# random image, ``work`` smoothing passes standing in for decoding, a random crop and
+# flip. It lives in an importable module rather than in this page, for the reason
+# given in the next cell. Its length is large so that no measurement reaches the end.
 dataset = SyntheticImages(2**20, shape=(3, 32, 32), work=2)
 one_sample = gpuguide.benchmark(dataset.__getitem__, args=(0,), label="one sample")
 print(f"one sample: {one_sample}")
@@ -87,10 +87,11 @@ def train(batches, steps, step=train_step):
 # class must live in an importable module, not in a notebook or in this page. A
 # spawned child also re-runs the parent's main script first, which is why scripts
 # put their code under ``if __name__ == "__main__":``. This page has no such guard:
-# run as ``python plot_dataloader.py`` it relies on ``gpuguide.spawn_safe()`` to stop
-# the re-run; the docs build runs it with a stand-in ``__main__`` that has no file,
-# where ``spawn_safe()`` changes nothing. Workers start at ``iter(loader)`` and stop
-# when their loader is deleted.
+# run as ``python plot_dataloader.py`` it relies on
+# :func:`~gpuguide.chapters.spawning.spawn_safe` to stop the re-run; the docs build
+# runs it with a stand-in ``__main__`` that has no file, where ``spawn_safe()``
+# changes nothing. Workers start at ``iter(loader)`` and stop when their loader is
+# deleted.
 BASELINE = {"batch_size": 64, "num_workers": 0, "pin_memory": False}
 
 
@@ -103,11 +104,17 @@ def make_loader(**change):
 
 
 def measure(label, loader, step=train_step):
-    with gpuguide.spawn_safe():
+    with spawn_safe():
         batches = iter(loader)
     next(batches)  # waits for the workers to start: not part of the timing
-    args = (batches, SAMPLES // loader.batch_size, step)
-    return gpuguide.benchmark(train, args=args, label=label, device=device, **bench)
+    return timed(label, batches, SAMPLES // loader.batch_size, step)
+
+
+def timed(name, *args):
+    # A call takes tens of ms: a short warm-up, then 4 to 8 timed calls.
+    return gpuguide.benchmark(
+        train, args=args, label=name, device=device, warmup_ms=1, min_reps=4, max_reps=8
+    )
 
 
 # %%
@@ -122,7 +129,7 @@ one_worker = make_loader(num_workers=1, persistent_workers=True)
 restarting = make_loader(num_workers=1, persistent_workers=False)
 first_batch = {}
 for name, loader in (("new", restarting), ("persistent", one_worker)):
-    with gpuguide.spawn_safe():
+    with spawn_safe():
         first_batch[name] = gpuguide.benchmark(
             lambda loader=loader: next(iter(loader)),
             label=f"first batch of an epoch, {name} worker",
@@ -171,13 +178,19 @@ def rate(seconds):
     return SAMPLES / seconds
 
 
+rows = []
 for label, m in results.items():
     ref = "num_workers=1" if "prefetch" in label else "baseline"
-    print(
-        f"{label:>18}: {gpuguide.format_rate(rate(m.median_s), 'samples/s')} "
-        f"(IQR {gpuguide.format_time(m.iqr_s)} per {SAMPLES} samples), "
-        f"{gpuguide.format_ratio(results[ref].median_s / m.median_s)} {ref}"
+    ratio = gpuguide.format_ratio(results[ref].median_s / m.median_s)
+    rows.append(
+        {
+            "setting": label,
+            "throughput": gpuguide.format_rate(rate(m.median_s), "samples/s"),
+            f"IQR per {SAMPLES} samples": gpuguide.format_time(m.iqr_s),
+            "speed-up": f"{ratio} {ref}",
+        }
     )
+print(gpuguide.table(rows))
 best = max(results, key=lambda k: rate(results[k].median_s))
 
 fig, ax = plt.subplots()
@@ -204,13 +217,7 @@ fastest = max(
 )
 load_alone = measure("loading alone", make_loader(), step=lambda *batch: None)
 premade = torch.utils.data.default_collate([dataset[i] for i in range(64)])
-compute_alone = gpuguide.benchmark(
-    train,
-    args=(itertools.repeat(premade), SAMPLES // 64),
-    label="compute alone",
-    device=device,
-    **bench,
-)
+compute_alone = timed("compute alone", itertools.repeat(premade), SAMPLES // 64)
 serial = load_alone.median_s + compute_alone.median_s
 overlapped = results[fastest]
 hidden = min(max((serial - overlapped.median_s) / load_alone.median_s, 0.0), 1.0)
@@ -220,8 +227,11 @@ times = {
     "both, baseline": results["baseline"],
     f"both, {fastest}": overlapped,
 }
-for label, m in times.items():
-    print(f"{label:>28}: {gpuguide.format_time(m.median_s)} per {SAMPLES} samples")
+per_call = f"time per {SAMPLES} samples"
+rows = [
+    {"run": k, per_call: gpuguide.format_time(m.median_s)} for k, m in times.items()
+]
+print(gpuguide.table(rows))
 print(
     f"loading + compute = {gpuguide.format_time(serial)}; with {fastest} "
     f"{hidden:.0%} of the loading time was hidden behind the compute"

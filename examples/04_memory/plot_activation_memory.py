@@ -33,7 +33,6 @@ device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
 on_gpu = device.type == "cuda"
 fmt = gpuguide.format_bytes
-bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if gpuguide.small_mode() else {}
 torch.manual_seed(0)
 
 
@@ -77,15 +76,14 @@ def kept_for_backward(fn):
 
 width, depth = (1024, 8) if on_gpu and not gpuguide.small_mode() else (64, 4)
 params = depth * (8 * width * width + 5 * width)
-budget = gpuguide.size_budget(device, call_s=0.05)
-peaks = gpuguide.device_peaks(device) if on_gpu else None  # None: low fallback rates
-batch = gpuguide.sweep(
+batch = gpuguide.largest_size(
     64,
     2**16,
-    budget=budget,
-    bytes_at=lambda b: 4 * (4 * params + 9 * b * width * depth),
-    seconds_at=lambda b: gpuguide.estimate_seconds(flop=6 * params * b, peaks=peaks),
-)[-1]
+    memory_at=lambda b: 4 * (4 * params + 9 * b * width * depth),
+    flop_at=lambda b: 6 * params * b,
+    call_s=0.05,
+    peaks=gpuguide.device_peaks(device) if on_gpu else None,  # None: low fallback rates
+)
 blocks = nn.ModuleList(
     nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
     for _ in range(depth)
@@ -122,9 +120,10 @@ for name, mode in modes.items():
         with mode():
             return forward(x)
 
-    times[name] = gpuguide.benchmark(run, device=device, label=name, **bench)
+    times[name] = gpuguide.benchmark(run, device=device, label=name)
     memory[name], _ = peak_rise(run)  # after the benchmark's warm-up calls
-    print(f"{name:<16} peak rise {fmt(memory[name]):>10}   {times[name]}")
+rows = [{"mode": k, "peak rise": fmt(memory[k]), "time": t} for k, t in times.items()]
+print(gpuguide.table(rows))
 saving = 1 - memory["no_grad"] / max(memory["grad enabled"], 1)
 speed = times["grad enabled"].median_s / times["inference_mode"].median_s
 print(f"no_grad's peak is {saving:.0%} lower than with grad enabled")
@@ -181,12 +180,15 @@ variants = {"plain": forward, "checkpointed": checkpointed_forward}
 step_time, kept, peak = {}, {}, {}
 for name, net in variants.items():
     step_time[name] = gpuguide.benchmark(
-        train_step, args=(net,), device=device, label=name, **bench
+        train_step, args=(net,), device=device, label=name
     )
     kept[name] = kept_for_backward(lambda net=net: loss_fn(net(x), y))
     peak[name], note = peak_rise(lambda net=net: loss_fn(net(x), y).backward())
-    print(f"{name:<13} kept {fmt(kept[name]):>9}, peak rise {fmt(peak[name]):>9}")
-    print(f"{'':<13} {step_time[name]}")
+rows = [
+    {"variant": k, "kept": fmt(kept[k]), "peak rise": fmt(peak[k]), "step time": t}
+    for k, t in step_time.items()
+]
+print(gpuguide.table(rows))
 print(f"How the peak was measured: {note}")
 
 # %%

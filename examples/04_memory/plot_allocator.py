@@ -21,6 +21,7 @@ import itertools
 import subprocess
 import sys
 import textwrap
+from collections import namedtuple
 
 import matplotlib.pyplot as plt
 import torch
@@ -84,32 +85,35 @@ stage("+ first matmul (cuBLAS)")
 """
 
 
+Stage = namedtuple("Stage", "child driver_used reserved allocated")
+
+
 def probe_context():
     index = device.index if device.index is not None else torch.cuda.current_device()
     before = gpu_memory()["driver used"]
-    rows, pipe = [], subprocess.PIPE
+    stages, pipe = [], subprocess.PIPE
     command = [sys.executable, "-c", PROBE, f"cuda:{index}"]
     with subprocess.Popen(command, stdin=pipe, stdout=pipe, text=True) as child:
         for line in child.stdout:  # the child's errors, if any, go to stderr
             reserved, allocated, name = line.rstrip("\n").split(" ", 2)
             used = gpu_memory()["driver used"] - before
-            rows.append((name, used, int(reserved), int(allocated)))
+            stages.append(Stage(name, used, int(reserved), int(allocated)))
             child.stdin.write("\n")
             child.stdin.flush()
-    return rows, child.returncode
+    return stages, child.returncode
 
 
 if on_gpu:
-    rows, code = probe_context()
-    print(f"{'child':<34}{'driver used':>12}{'reserved':>12}{'allocated':>12}")
-    for name, *numbers in rows:
-        print(f"{name:<34}" + "".join(f"{fmt(v):>12}" for v in numbers))
-    if len(rows) == 3 and code == 0:
-        context = fmt(rows[1][1] - rows[0][1] - rows[1][2])
+    stages, code = probe_context()
+    print(gpuguide.table(Stage(s.child, *map(fmt, s[1:])) for s in stages))
+    if len(stages) == 3 and code == 0:
+        imported, context, _ = stages
+        cost = fmt(context.driver_used - imported.driver_used - context.reserved)
         print(
-            f"The CUDA context cost {context} on top of the allocator's {fmt(rows[1][2])}"
+            f"The CUDA context cost {cost} on top of the allocator's "
+            f"{fmt(context.reserved)}"
         )
-        print(f"memory_allocated() saw {fmt(rows[1][3])}: the one small tensor.")
+        print(f"memory_allocated() saw {fmt(context.allocated)}: the one small tensor.")
     else:
         print(f"The child process failed (exit code {code}); its error went to stderr.")
 
@@ -130,24 +134,19 @@ def release_cached_memory():
         libc.malloc_trim(0)
 
 
-budget = gpuguide.size_budget(device)
 peaks = gpuguide.device_peaks(device) if on_gpu else None  # None: low fallback rates
-
-
-def fill_s(nbytes):
-    return gpuguide.estimate_seconds(nbytes=nbytes, peaks=peaks)
-
-
 # Powers of two from 2 MiB: whole blocks of the allocator's large pool.
-n = gpuguide.sweep(2**21, 2**40, budget=budget, bytes_at=int, seconds_at=fill_s)[-1]
+n = gpuguide.largest_size(
+    2**21, 2**40, memory_at=int, traffic_at=int, device=device, peaks=peaks
+)
 print(f"tensor size: {fmt(n)}")
-history = []
+history, steps = [], []
 
 
 def record(label):
     numbers = gpu_memory() if on_gpu else {"process RSS": rss_bytes()}
     history.append((label, numbers))
-    print(f"{label:<26}" + ", ".join(f"{k} {fmt(v)}" for k, v in numbers.items()))
+    steps.append({"step": label} | {k: fmt(v) for k, v in numbers.items()})
 
 
 release_cached_memory()
@@ -162,6 +161,7 @@ del b
 record("del b")
 release_cached_memory()
 record("empty_cache()" if on_gpu else "malloc_trim(0)")
+print(gpuguide.table(steps))
 
 # %%
 # What each step did
@@ -227,7 +227,8 @@ def run_with_fallback(rows):
             print(f"batch {rows} ({fmt(rows * ROW_BYTES)}): {message}")
         torch.cuda.empty_cache()
         rows //= 2
-    raise RuntimeError("not even one sample fits on the GPU")
+    msg = "not even one sample fits on the GPU"
+    raise RuntimeError(msg)
 
 
 if on_gpu:

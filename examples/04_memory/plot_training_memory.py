@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 import gpuguide
+from gpuguide.chapters.snapshot import memory_timeline, plot_memory_timeline
 
 device = gpuguide.pick_device()
 torch.manual_seed(0)
@@ -46,15 +47,16 @@ fmt = gpuguide.format_bytes
 # fits the device's time and memory budget for one step (``6 * params * batch`` FLOP).
 width, depth = (1024, 8) if on_gpu and not gpuguide.small_mode() else (64, 4)
 params = depth * (8 * width * width + 5 * width)
-budget = gpuguide.size_budget(device, call_s=0.05)
-peaks = gpuguide.device_peaks(device) if on_gpu else None  # None: low fallback rates
-batch = gpuguide.sweep(
+resident = 16 * params  # bytes: fp32 weights, gradients and Adam's two moments
+saved_per_row = 4 * 9 * width * depth  # bytes autograd saves per sample (fp32)
+batch = gpuguide.largest_size(
     64,
     2**16,
-    budget=budget,
-    bytes_at=lambda b: 4 * (4 * params + 9 * b * width * depth),
-    seconds_at=lambda b: gpuguide.estimate_seconds(flop=6 * params * b, peaks=peaks),
-)[-1]
+    memory_at=lambda b: resident + saved_per_row * b,
+    flop_at=lambda b: 6 * params * b,
+    call_s=0.05,
+    peaks=gpuguide.device_peaks(device) if on_gpu else None,  # None: low fallback rates
+)
 
 
 def block():
@@ -128,7 +130,7 @@ def count_saved(t):
 with torch.autograd.graph.saved_tensors_hooks(count_saved, lambda t: t):
     loss = loss_fn(model(x), y)
 del loss
-expected = fmt(4 * 9 * batch * width * depth)  # 9 fp32 numbers per row and block
+expected = fmt(saved_per_row * batch)  # 9 fp32 numbers per row and block
 print(f"saved for backward: {fmt(sum(saved.values()))} (expected {expected})")
 print(f"measured rise during forward + backward: {fmt(parts['activations'])}")
 
@@ -140,8 +142,8 @@ print(f"measured rise during forward + backward: {fmt(parts['activations'])}")
 # single activation. How large the activations are depends on the batch and the
 # architecture, not on the parameter count; here they usually dominate.
 weights = parts["weights"]
-for name, size in parts.items():
-    print(f"{name:<12}{fmt(size):>12}  {size / weights:6.2f}x the weights")
+rows = [{"part": k, "size": fmt(v), "x weights": v / weights} for k, v in parts.items()]
+print(gpuguide.table(rows))
 print(f"How this was measured: {tracked.report.note}")
 fig, ax = plt.subplots()
 gpuguide.plot_bars(
@@ -179,16 +181,15 @@ if on_gpu:
         torch.cuda.memory._dump_snapshot(str(path))
     finally:
         torch.cuda.memory._record_memory_history(enabled=None)
-    with open(path, "rb") as f:
-        snapshot = pickle.load(f)
-    timeline = gpuguide.memory_timeline(snapshot, trace=index)
+    snapshot = pickle.loads(path.read_bytes())
+    timeline = memory_timeline(snapshot, trace=index)
     rise = timeline.peak_allocated_bytes - timeline.allocated_bytes[0]
     peak = fmt(timeline.peak_allocated_bytes)
     print(
         f"{timeline.events} allocator events; peak {peak}, {fmt(rise)} above the start"
     )
     fig, ax = plt.subplots()
-    gpuguide.plot_memory_timeline(
+    plot_memory_timeline(
         ax,
         snapshot,
         title=f"Activations pile up and drain each step: {fmt(rise)} above the start",

@@ -31,10 +31,6 @@ import gpuguide
 
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
-small = gpuguide.small_mode()
-bench = (
-    {"warmup_ms": 2.0, "rep_ms": 10.0} if small else {"warmup_ms": 10.0, "rep_ms": 50.0}
-)
 dtype = torch.float16 if device.type != "cpu" else torch.float32
 dtype_name = {torch.float16: "fp16", torch.float32: "fp32"}[dtype]
 if device.type != "cuda":
@@ -49,19 +45,17 @@ print(f"dtype {dtype_name}; peak {gpuguide.format_rate(peak, 'FLOP/s')} ({peaks.
 # %%
 # Aligned sizes and their misaligned neighbours
 # ---------------------------------------------
-# Base sizes are multiples of 64 that fit the device's time budget. Around each base
-# ``b`` the sweep takes three aligned sizes (``b - 8``, ``b``, ``b + 8``) and three
-# misaligned ones (``b - 2``, ``b - 1``, ``b + 1``): ``b - 2`` is even but not a
-# multiple of 8, the other two are odd.
-plan = None if peak is None else gpuguide.Peaks(name="plan", flops={"fp32": peak})
+# Base sizes are multiples of 64 that fit the device's time budget at this dtype's
+# peak. Around each base ``b`` the sweep takes three aligned sizes (``b - 8``, ``b``,
+# ``b + 8``) and three misaligned ones (``b - 2``, ``b - 1``, ``b + 1``): ``b - 2`` is
+# even but not a multiple of 8, the other two are odd.
 bases = gpuguide.sweep(
     64,
     8192,
-    budget=gpuguide.size_budget(device),
-    bytes_at=lambda b: 3 * (b + 8) ** 2 * dtype.itemsize,
-    seconds_at=lambda b: gpuguide.estimate_seconds(
-        flop=gpuguide.matmul_flop(b + 8, b + 8, b + 8), peaks=plan
-    ),
+    memory_at=lambda b: 3 * (b + 8) ** 2 * dtype.itemsize,
+    flop_at=lambda b: gpuguide.matmul_flop(b + 8, b + 8, b + 8),
+    device=device,
+    flop_per_s=peak,
     multiple_of=64,
 )
 offsets = (-8, -2, -1, 0, 1, 8)
@@ -77,13 +71,19 @@ print(f"bases: {bases}; offsets: {offsets}")
 # Measuring
 # ---------
 # Inputs and output are created before timing; only ``torch.mm(a, b, out=out)`` is
-# timed. The rate is computed from each size's own FLOP count.
+# timed, on a shorter budget than the default to keep 6 sizes per base affordable.
+# The rate is computed from each size's own FLOP count.
 rate = {}  # n -> FLOP/s
 for base in bases:
     for n in (base + d for d in offsets):
         a, b, out = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(3))
         m = gpuguide.benchmark(
-            torch.mm, args=(a, b), kwargs={"out": out}, label=f"mm {n}", **bench
+            torch.mm,
+            args=(a, b),
+            kwargs={"out": out},
+            label=f"mm {n}",
+            warmup_ms=10,
+            rep_ms=50,
         )
         rate[n] = gpuguide.flops_per_s(gpuguide.matmul_flop(n, n, n), m.median_s)
 del a, b, out
@@ -190,24 +190,19 @@ def pad_then_mm(x, w):
 
 
 fix = {
-    f"k={k}": gpuguide.benchmark(torch.mm, args=(x, w), label=f"k={k}", **bench),
-    f"padded to {k8}": gpuguide.benchmark(
-        torch.mm, args=(x8, w8), label="padded", **bench
-    ),
-    "pad + mm each call": gpuguide.benchmark(
-        pad_then_mm, args=(x, w), label="pad+mm", **bench
-    ),
+    f"k={k}": gpuguide.benchmark(torch.mm, args=(x, w), label=f"k={k}"),
+    f"padded to {k8}": gpuguide.benchmark(torch.mm, args=(x8, w8), label="padded"),
+    "pad + mm each call": gpuguide.benchmark(pad_then_mm, args=(x, w), label="pad+mm"),
 }
 gap = (torch.mm(x, w) - torch.mm(x8, w8)).abs().max().item()
 print(f"max |difference| between padded and unpadded results: {gap:.2g}")
-for label, m in fix.items():
-    speed = gpuguide.format_ratio(fix[f"k={k}"].median_s / m.median_s)
-    print(
-        f"{label}: {gpuguide.format_time(m.median_s)} ± "
-        f"{gpuguide.format_time(m.iqr_s / 2)}, {speed} the speed of k={k}"
-    )
-
 base_s = fix[f"k={k}"].median_s
+rows = [
+    {"matmul": label, "time": m, "speed": gpuguide.format_ratio(base_s / m.median_s)}
+    for label, m in fix.items()
+]
+print(gpuguide.table(rows))
+
 ahead, each = (
     gpuguide.format_ratio(m.median_s / base_s) for m in list(fix.values())[1:]
 )

@@ -31,7 +31,6 @@ import gpuguide
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
 small = gpuguide.small_mode()
-bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if small else {"warmup_ms": 10.0}
 peaks = gpuguide.device_peaks(device)
 print(f"Peaks of {peaks.name}: {peaks.source}")
 
@@ -86,16 +85,13 @@ def sizes_for(dtype, tf32):
         a = torch.randn(probe_n, probe_n, device=device).to(dtype)
         m = gpuguide.benchmark(torch.mm, args=(a, a), device=device, rep_ms=5.0)
         rate = gpuguide.matmul_flop(probe_n, probe_n, probe_n) / m.min_s
-    # estimate_seconds plans with an fp32 figure: hand it this dtype's rate instead.
-    plan = gpuguide.Peaks(name="plan", flops={"fp32": rate})
     return gpuguide.sweep(
         32,
         16384,
+        memory_at=lambda n: 3 * n * n * dtype.itemsize,
+        flop_at=lambda n: gpuguide.matmul_flop(n, n, n),
         budget=budget,
-        bytes_at=lambda n: 3 * n * n * dtype.itemsize,
-        seconds_at=lambda n: gpuguide.estimate_seconds(
-            flop=gpuguide.matmul_flop(n, n, n), peaks=plan
-        ),
+        flop_per_s=rate,  # this dtype's rate, not the fp32 peak
         per_octave=2,
         multiple_of=8,
     )
@@ -113,7 +109,7 @@ for name, (dtype, tf32) in variants.items():
         for n in sizes_for(dtype, tf32):
             a, b, out = (torch.randn(n, n, device=device).to(dtype) for _ in range(3))
             m = gpuguide.benchmark(
-                torch.mm, args=(a, b), kwargs={"out": out}, label=f"{name} {n}", **bench
+                torch.mm, args=(a, b), kwargs={"out": out}, label=f"{name} {n}"
             )
             rates[name][n] = gpuguide.flops_per_s(
                 gpuguide.matmul_flop(n, n, n), m.median_s
@@ -130,18 +126,22 @@ for name, (dtype, tf32) in variants.items():
 # 100% the listed figure is no ceiling: for A100 and H100 it is the non-tensor fp64
 # peak, while cuBLAS uses fp64 tensor cores; a CPU's "peak" is a quick calibration.
 unit, scale = ("TFLOP/s", 1e12) if device.type == "cuda" else ("GFLOP/s", 1e9)
-percent, largest = {}, {}
-print(f"{'dtype':<6}{'largest n':>10}{unit:>12}{'% of peak':>11}")
+percent, largest, rows, beaten = {}, {}, [], []
 for name, by_n in rates.items():
     dtype, tf32 = variants[name]
     n = largest[name] = max(by_n)
     pct = gpuguide.percent_of_peak(by_n[n], peaks.flops_for(dtype, tf32=tf32))
     shown = "n/a" if pct is None else f"{pct:.0f}%"
-    print(f"{name:<6}{n:>10}{by_n[n] / scale:>12.3g}{shown:>11}")
+    rows.append(
+        {"dtype": name, "largest n": n, unit: by_n[n] / scale, "% of peak": shown}
+    )
     if pct is not None:
         percent[f"{name} (n={n})"] = pct
         if pct > 100:
-            print(f"  {name} beat its listed peak: that figure is no ceiling here")
+            beaten.append(name)
+print(gpuguide.table(rows))
+for name in beaten:
+    print(f"  {name} beat its listed peak: that figure is no ceiling here")
 
 for name in [k for k in ("tf32", "fp16", "bf16") if k in rates]:
     n = max(set(rates[name]) & set(rates["fp32"]))  # the largest size both reached

@@ -36,7 +36,6 @@ import gpuguide
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
 small = gpuguide.small_mode()
-bench = {"warmup_ms": 5.0, "rep_ms": 20.0} if small else {}
 print(f"float32 matmul precision: {torch.get_float32_matmul_precision()!r}")
 
 # %%
@@ -76,18 +75,17 @@ tokens = batch * seq
 # A GPU plans with its datasheet peak. A CPU step this small is bound by the
 # overhead per operation, not by FLOPs, and a measured CPU peak varies with the
 # machine's load, so the CPU plans with the helpers' fixed fallback rate (None).
-peaks = gpuguide.device_peaks(device) if device.type == "cuda" else None
-widths = gpuguide.sweep(
-    16,
-    1024,
-    budget=gpuguide.size_budget(device, call_s=step_s, small=False),
-    bytes_at=lambda d: 4 * (48 * d * d + 20 * tokens * d + batch * seq * seq),
-    seconds_at=lambda d: gpuguide.estimate_seconds(
-        flop=6 * tokens * 12 * d * d + 12 * batch * seq * seq * d, peaks=peaks
-    ),
-    multiple_of=16,
-)
-width = widths[0] if small else widths[-1]  # small mode: the smallest width
+width = 16  # small mode: the smallest width
+if not small:
+    width = gpuguide.largest_size(
+        16,
+        1024,
+        memory_at=lambda d: 4 * (48 * d * d + 20 * tokens * d + batch * seq * seq),
+        flop_at=lambda d: 6 * tokens * 12 * d * d + 12 * batch * seq * seq * d,
+        call_s=step_s,
+        peaks=gpuguide.device_peaks(device) if device.type == "cuda" else None,
+        multiple_of=16,
+    )
 steps = 10 if small else 40
 print(f"batch {batch} x {seq} tokens, width {width}, {classes} classes, {steps} steps")
 
@@ -181,22 +179,27 @@ for mode, dtype in modes.items():
 # coarse to see a model this small.
 for mode, run in runs.items():
     run["time"] = gpuguide.benchmark(
-        run["step"], args=(x, y), device=device, label=mode, **bench
+        run["step"], args=(x, y), device=device, label=mode
     )
     with gpuguide.track_memory(device) as tracker:
         run["step"](x, y)
     run["memory"] = tracker.report
 base = runs["fp32"]
-print(
-    f"{'mode':14} {'step time':>22} {'vs fp32':>8} {'step peak':>10} {'eval loss':>9}"
-)
+rows = []
 for mode, run in runs.items():
-    m = run["time"]
-    t = f"{gpuguide.format_time(m.median_s)} ± {gpuguide.format_time(m.iqr_s / 2)}"
-    ratio = gpuguide.format_ratio(m.median_s / base["time"].median_s)
     peak = run["memory"].peak_increase_bytes
-    peak_text = "unknown" if peak is None else gpuguide.format_bytes(peak)
-    print(f"{mode:14} {t:>22} {ratio:>8} {peak_text:>10} {run['final']:9.4f}")
+    rows.append(
+        {
+            "mode": mode,
+            "step time": run["time"],
+            "vs fp32": gpuguide.format_ratio(
+                run["time"].median_s / base["time"].median_s
+            ),
+            "step peak": "unknown" if peak is None else gpuguide.format_bytes(peak),
+            "eval loss": f"{run['final']:.4f}",
+        }
+    )
+print(gpuguide.table(rows))
 print(f"step peak measured with: {base['memory'].method}")
 
 # %%

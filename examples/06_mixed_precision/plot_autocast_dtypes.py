@@ -42,13 +42,19 @@ name = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfl
 # about 6e-5 (smaller values lose precision as subnormals, then become zero).
 # bfloat16 keeps float32's 8 exponent bits, so it has float32's range, and pays with
 # fewer mantissa bits: a coarser step between neighbouring values.
+formats = []
 for dtype in (torch.float32, *low):
     info = torch.finfo(dtype)
-    print(
-        f"{name[dtype]:9} max {info.max:9.3g}  smallest normal {info.tiny:9.3g}  "
-        f"smallest subnormal {info.smallest_normal * info.eps:9.3g}  "
-        f"eps {info.eps:9.3g}"
+    formats.append(
+        {
+            "dtype": name[dtype],
+            "max": f"{info.max:.3g}",
+            "smallest normal": f"{info.tiny:.3g}",
+            "smallest subnormal": f"{info.smallest_normal * info.eps:.3g}",
+            "eps": f"{info.eps:.3g}",
+        }
     )
+print(gpuguide.table(formats))
 
 # %%
 # The model
@@ -108,17 +114,14 @@ def keep_output(module_name):
 watched = {n: m for n, m in model.named_modules() if n} | {"loss": loss_fn}
 handles = [m.register_forward_hook(keep_output(n)) for n, m in watched.items()]
 short = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
-table = {}
+rows = {}  # module name -> its row, in the order the modules returned
 for dtype in low:
     with torch.autocast(device.type, dtype=dtype), torch.no_grad():
         loss_fn(model(x), y)
     for n, (in_dtype, out) in outputs.items():
-        table.setdefault(n, []).append(f"{short[in_dtype]} -> {short[out.dtype]}")
-header = " ".join(f"{'autocast ' + name[d]:>18}" for d in low)
-print(f"{'module':8} {'type':17} {header}")
-for n, cells in table.items():
-    row = " ".join(f"{c:>18}" for c in cells)
-    print(f"{n:8} {type(watched[n]).__name__:17} {row}")
+        row = rows.setdefault(n, {"module": n, "type": type(watched[n]).__name__})
+        row[f"autocast {name[dtype]}"] = f"{short[in_dtype]} -> {short[out.dtype]}"
+print(gpuguide.table(rows.values()))
 
 with torch.autocast(device.type, dtype=low[0]):
     loss = loss_fn(model(x), y)
@@ -154,7 +157,7 @@ def saved_bytes(dtype):
 saved = {name[d]: saved_bytes(d) for d in (torch.float32, *low)}
 for mode, nbytes in saved.items():
     ratio = gpuguide.format_ratio(nbytes / saved["float32"])
-    print(f"{mode:9} saves {gpuguide.format_bytes(nbytes)} for backward ({ratio})")
+    print(f"{mode} saves {gpuguide.format_bytes(nbytes)} for backward ({ratio})")
 fig, ax = plt.subplots()
 gpuguide.plot_bars(
     ax,
@@ -184,6 +187,7 @@ grads = torch.autograd.grad(loss, list(tensors.values()))
 values = torch.cat([g.flatten() for g in grads])
 values = values[values != 0]
 tiny16 = torch.finfo(torch.float16).tiny
+lost = []
 for label, rounded in [
     ("float16", values.half()),
     ("float16, loss x 2**16", (values * 2.0**16).half()),
@@ -192,7 +196,14 @@ for label, rounded in [
     zero = (rounded == 0).float().mean().item()
     tiny = torch.finfo(rounded.dtype).tiny
     sub = ((rounded != 0) & (rounded.abs() < tiny)).float().mean().item()
-    print(f"{label:22} zero: {zero:7.3%}  subnormal (less precise): {sub:7.3%}")
+    lost.append(
+        {
+            "rounded to": label,
+            "zero": f"{zero:.3%}",
+            "subnormal (less precise)": f"{sub:.3%}",
+        }
+    )
+print(gpuguide.table(lost))
 
 magnitudes = values.abs().log10().cpu()
 lo, hi = math.floor(magnitudes.min().item()), math.ceil(magnitudes.max().item())

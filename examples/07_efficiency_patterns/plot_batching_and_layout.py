@@ -28,8 +28,6 @@ from gpuguide import format_bytes, format_ratio, format_time
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
 small = gpuguide.small_mode()
-bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if small else {}
-peaks = gpuguide.device_peaks(device)
 
 
 def spread(m):
@@ -37,7 +35,7 @@ def spread(m):
 
 
 def timed(fn, *args, label):
-    return gpuguide.benchmark(fn, args=args, label=label, device=device, **bench)
+    return gpuguide.benchmark(fn, args=args, label=label, device=device)
 
 
 # %%
@@ -65,18 +63,18 @@ def batched_mm(a, b, out):
     return torch.bmm(a, b, out=out)
 
 
-loops, batched = [], []
+loops, batched, rows = [], [], []
 for B in batches:
     a, b, out = (torch.randn(B, n, n, device=device) for _ in range(3))
     looped = loop_mm(a, b, torch.empty_like(out))
     assert torch.allclose(looped, batched_mm(a, b, out), atol=1e-4), "results differ"
     loops.append(timed(loop_mm, a, b, out, label=f"loop, B={B}"))
     batched.append(timed(batched_mm, a, b, out, label=f"bmm, B={B}"))
-    speedup = loops[-1].median_s / batched[-1].median_s
-    print(
-        f"B={B:>3}, {n}x{n}: loop {spread(loops[-1])}, bmm {spread(batched[-1])}; "
-        f"bmm is {format_ratio(speedup)} the loop's speed (results allclose)"
+    speedup = format_ratio(loops[-1].median_s / batched[-1].median_s)
+    rows.append(
+        {"B": B, "loop": loops[-1], "bmm": batched[-1], "bmm speed vs loop": speedup}
     )
+print(gpuguide.table(rows, title=f"{n}x{n} matrices (results allclose)"))
 
 ratio = format_ratio(loops[-1].median_s / batched[-1].median_s)
 fig, ax = plt.subplots()
@@ -110,13 +108,9 @@ plt.show()
 # sees a tensor only if the C allocator takes fresh pages for it; blocks of 32 MiB
 # and more always get them, so the CPU run uses at least that size. With ``a = 0.5``
 # and ``b = 1``, repeated in-place updates converge to 2 and stay finite.
-numel = gpuguide.sweep(
-    2**12,
-    2**26,
-    budget=gpuguide.size_budget(device),
-    bytes_at=lambda k: 16 * k,
-    seconds_at=lambda k: gpuguide.estimate_seconds(nbytes=32 * k, peaks=peaks),
-)[-1]
+numel = gpuguide.largest_size(
+    2**12, 2**26, memory_at=lambda k: 16 * k, traffic_at=lambda k: 32 * k
+)
 if device.type == "cpu":
     numel = max(numel, 2**23)
 scale, shift = 0.5, 1.0
@@ -144,11 +138,17 @@ times = {
     fn.__name__: timed(fn, x, label=fn.__name__) for fn in (out_of_place, in_place)
 }
 print(f"x: {numel} float32 ({format_bytes(4 * numel)}); memory from {report.method}")
-for name, m in times.items():
-    extra = memory[name] / (4 * numel)
-    print(
-        f"{name:>12}: {spread(m)}, peak +{format_bytes(memory[name])} ({extra:.1f} x)"
+print(
+    gpuguide.table(
+        {
+            "version": name,
+            "time": m,
+            "peak": f"+{format_bytes(memory[name])}",
+            "peak / size of x": f"{memory[name] / (4 * numel):.1f} x",
+        }
+        for name, m in times.items()
     )
+)
 ratio = times["out_of_place"].median_s / times["in_place"].median_s
 if ratio > 1.1:
     verdict = f"in place is {format_ratio(ratio)} faster"
@@ -194,13 +194,13 @@ except RuntimeError as err:
 # reorder their loops to follow memory, so expect the penalty to vary widely from
 # one operation to the next. (Summing ``x.t()`` over dim 0 would read ``x`` row by
 # row, contiguously; dim 1 is the strided direction.)
-side = gpuguide.sweep(
+side = gpuguide.largest_size(
     64,
     16384,
-    budget=gpuguide.size_budget(device, call_s=0.005),
-    bytes_at=lambda s: 16 * s * s,
-    seconds_at=lambda s: gpuguide.estimate_seconds(nbytes=12 * s * s, peaks=peaks),
-)[-1]
+    memory_at=lambda s: 16 * s * s,
+    traffic_at=lambda s: 12 * s * s,
+    call_s=0.005,
+)
 x, y, out = (torch.randn(side, side, device=device) for _ in range(3))
 w = torch.randn(side, 64, device=device)
 view = x.t()

@@ -28,13 +28,12 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide import RooflinePoint, format_rate, format_time
+from gpuguide import format_rate
+from gpuguide.chapters.roofline import RooflinePoint, plot_roofline
 
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
 small = gpuguide.small_mode()
-bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if small else {}
-budget = gpuguide.size_budget(device)
 peaks = gpuguide.device_peaks(device)
 tf32 = torch.get_float32_matmul_precision() != "highest"
 peak_flops = peaks.flops_for(torch.float32, tf32=tf32)
@@ -47,28 +46,12 @@ if device.type == "cpu":
     )
 
 
-def largest(lo, hi, *, flop_at, bytes_at, **grid):
-    """The largest size in [lo, hi] that fits this device's time and memory budget."""
-    return gpuguide.sweep(
-        lo,
-        hi,
-        budget=budget,
-        bytes_at=bytes_at,
-        seconds_at=lambda n: gpuguide.estimate_seconds(
-            flop=flop_at(n), nbytes=bytes_at(n), peaks=peaks
-        ),
-        **grid,
-    )[-1]
-
-
 times = {}
 
 
 def measure(label, fn, *args, flop, nbytes, **kwargs):
     """Time ``fn(*args, **kwargs)``; return it as a roofline point at its median."""
-    m = gpuguide.benchmark(
-        fn, args=args, kwargs=kwargs, label=label, device=device, **bench
-    )
+    m = gpuguide.benchmark(fn, args=args, kwargs=kwargs, label=label, device=device)
     times[label] = m
     return RooflinePoint.from_measurement(
         label, flop=flop, nbytes=nbytes, measurement=m
@@ -100,7 +83,13 @@ x, y, out = (torch.randn(tiny, device=device) for _ in range(3))
 tiny_add = measure(
     f"x + y, {tiny}", torch.add, x, y, out=out, flop=tiny, nbytes=12 * tiny
 )
-big = largest(2**12, 2**28, flop_at=lambda n: 2 * n, bytes_at=lambda n: 16 * n)
+big = gpuguide.largest_size(
+    2**12,
+    2**28,
+    memory_at=lambda n: 16 * n,
+    flop_at=lambda n: 2 * n,
+    traffic_at=lambda n: 16 * n,
+)
 big = big if small else max(big, 2**24)
 x, y, z, out = (torch.randn(big, device=device) for _ in range(4))
 n = size_text(big)
@@ -133,11 +122,12 @@ print(
 # the result once: ``12 n^2`` bytes. Its intensity, ``n / 6`` FLOP/byte, passes any
 # ridge once ``n`` reaches a few hundred, so expect it near the flat compute roof:
 # large matmuls commonly reach 60-90% of a GPU's peak.
-side = largest(
+side = gpuguide.largest_size(
     64,
     16384,
+    memory_at=lambda s: 12 * s * s,
     flop_at=lambda s: gpuguide.matmul_flop(s, s, s),
-    bytes_at=lambda s: 12 * s * s,
+    traffic_at=lambda s: 12 * s * s,
     per_octave=2,
     multiple_of=64,
 )
@@ -156,8 +146,10 @@ matmul = measure(
 # little more than writing the result (memory-bound); as ``k`` grows the points
 # should climb the slanted roof and bend onto the flat one past the ridge. How close
 # they stay to the roof depends on how well the matmul library handles thin shapes.
-# ``k`` = 1, 4 and 16 always run, larger ``k`` while a call fits the time budget.
-m = largest(64, 8192, flop_at=lambda s: 0, bytes_at=lambda s: 8 * s * s)
+# ``k`` = 1, 4 and 16 always run, larger ``k`` while a call fits the budget.
+m = gpuguide.largest_size(
+    64, 8192, memory_at=lambda s: 8 * s * s, traffic_at=lambda s: 8 * s * s
+)
 m = m if small else max(m, 4096)  # a result of at least 64 MiB, as above
 out = torch.empty(m, m, device=device)
 
@@ -166,13 +158,15 @@ def inner_bytes(k):
     return 4 * (2 * m * k + m * m)
 
 
-def fits(k):
-    flop = gpuguide.matmul_flop(m, m, k)
-    seconds = gpuguide.estimate_seconds(flop=flop, nbytes=inner_bytes(k), peaks=peaks)
-    return seconds <= budget.call_s
-
-
-ks = [k for k in (1, 4, 16, 64, 256, 1024, 4096) if k <= m and (k <= 16 or fits(k))]
+k_fits = gpuguide.largest_size(
+    1,
+    m,
+    memory_at=inner_bytes,
+    flop_at=lambda k: gpuguide.matmul_flop(m, m, k),
+    traffic_at=inner_bytes,
+)
+top = min(m, max(16, k_fits))
+ks = [k for k in (1, 4, 16, 64, 256, 1024, 4096) if k <= top]
 inner = []
 for k in ks:
     a, b = torch.randn(m, k, device=device), torch.randn(k, m, device=device)
@@ -186,10 +180,14 @@ for k in ks:
 # -------------------
 # On a CPU, or a GPU missing from gpuguide's table, each roof is the higher of the
 # quick estimate and the best rate measured on this page: all of them are lower
-# bounds on the true peak. A point is *overhead-bound*
-# when it reaches less than a quarter of its roof in less than 50 us
-# (:func:`gpuguide.classify` documents the rule); otherwise the roof at its
-# intensity names its regime.
+# bounds on the true peak. The roofs meet at the *ridge*, ``peak FLOP/s / peak
+# bytes/s`` FLOP/byte. At an intensity ``I`` a point can reach at most
+# ``min(peak FLOP/s, I x peak bytes/s)``, its roof; the table gives the share of it
+# that each point achieved. A point is *overhead-bound* when it reaches less than a
+# quarter of its roof in less than 50 us: so short that fixed costs (Python, the
+# dispatcher, a kernel launch) dominate, not its bytes or its FLOP. Otherwise the
+# roof at its intensity names its regime: memory-bound left of the ridge,
+# compute-bound right of it.
 everything = [tiny_add, *elementwise, matmul, *inner]
 if device.type == "cpu" or peak_flops is None or peak_bytes is None:
     # Measured roofs are lower bounds, and so is every rate measured here.
@@ -200,22 +198,32 @@ if device.type == "cpu" or peak_flops is None or peak_bytes is None:
         f"{format_rate(peak_bytes, 'B/s')}, the best of the quick peak estimate "
         "and the rates measured on this page"
     )
-roofs = {"peak_flops_per_s": peak_flops, "peak_bytes_per_s": peak_bytes}
-ridge = gpuguide.ridge_intensity(**roofs)
-regime = {p.label: gpuguide.classify(p, **roofs) for p in everything}
-print(f"ridge: {ridge:.3g} FLOP/byte (m = {m} for the k sweep)")
-print(
-    f"{'operation':<18}{'time':>20}{'compute':>15}{'bandwidth':>13}"
-    f"{'FLOP/byte':>11}{'% roof':>8}  regime"
-)
+ridge = peak_flops / peak_bytes  # FLOP/byte where the two roofs meet
+percent, regime = {}, {}  # label -> % of its roof reached, and the regime
 for p in everything:
-    t = times[p.label]
-    took = f"{format_time(t.median_s)} ± {format_time(t.iqr_s / 2)}"
-    rates = f"{format_rate(p.flops_per_s, 'FLOP/s'):>15}"
-    rates += f"{format_rate(p.bytes_per_s, 'B/s'):>13}{p.intensity:>11.3g}"
-    percent = gpuguide.percent_of_roof(p, **roofs)
-    print(f"{p.label:<18}{took:>20}{rates}{percent:>7.0f}%  {regime[p.label]}")
-above = [p.label for p in everything if gpuguide.percent_of_roof(p, **roofs) > 101]
+    roof = min(peak_flops, p.intensity * peak_bytes)  # attainable FLOP/s
+    percent[p.label] = 100 * p.flops_per_s / roof
+    if percent[p.label] < 25 and p.seconds < 50e-6:
+        regime[p.label] = "overhead-bound"
+    elif p.intensity < ridge:
+        regime[p.label] = "memory-bound"
+    else:
+        regime[p.label] = "compute-bound"
+print(f"ridge: {ridge:.3g} FLOP/byte (m = {m} for the k sweep)")
+rows = [
+    {
+        "operation": p.label,
+        "time": times[p.label],
+        "compute": format_rate(p.flops_per_s, "FLOP/s"),
+        "bandwidth": format_rate(p.bytes_per_s, "B/s"),
+        "FLOP/byte": f"{p.intensity:.3g}",
+        "% roof": f"{percent[p.label]:.0f}%",
+        "regime": regime[p.label],
+    }
+    for p in everything
+]
+print(gpuguide.table(rows))
+above = [p.label for p in everything if percent[p.label] > 101]
 if above:
     print(
         f"Above the roof: {', '.join(above)}. The roof is a lower bound here, or "
@@ -231,10 +239,12 @@ if above:
 # tiny add, the large add and the large matmul.
 short = [regime[p.label].split("-")[0] for p in (tiny_add, elementwise[0], matmul)]
 fig, ax = plt.subplots()
-gpuguide.plot_roofline(
+plot_roofline(
     ax,
     [tiny_add, *elementwise, matmul],
-    **roofs,
+    regimes=regime,
+    peak_flops_per_s=peak_flops,
+    peak_bytes_per_s=peak_bytes,
     sweeps={f"({m} x k) @ (k x {m}), k grows": inner},
     title=f"Bound by: tiny add {short[0]}, large add {short[1]}, matmul {short[2]}",
     device=device,

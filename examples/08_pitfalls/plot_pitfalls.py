@@ -134,12 +134,16 @@ for label, keep, train in [  # the variant that holds the most memory runs last
 ]:
     variants[label], saved_alive[label] = held_after_each_step(keep, train)
 print(f"batch {batch} x 64 features, {steps} steps")
-for label, held in variants.items():
-    per_step = (held[-1] - held[0]) / (steps - 1)
-    print(
-        f"{label:29} memory {per_step:+6.2f} MiB per step; saved activations still "
-        f"alive after {steps} steps: {saved_alive[label][-1]:6.1f} MiB"
-    )
+alive = f"saved activations alive after {steps} steps"
+rows = [
+    {
+        "variant": label,
+        "memory per step": f"{(held[-1] - held[0]) / (steps - 1):+.2f} MiB",
+        alive: f"{saved_alive[label][-1]:.1f} MiB",
+    }
+    for label, held in variants.items()
+]
+print(gpuguide.table(rows))
 drift = variants["train: append(loss.detach())"][-1]
 if device.type == "cpu" and drift > 1:
     print(
@@ -214,7 +218,7 @@ for k, norm in enumerate(norms, start=1):
 # start of each step. Without it every update uses the sum of all gradients so far,
 # which overshoots and oscillates instead of settling.
 start_weights = nn.Linear(16, 1).to(device).state_dict()
-curves = {}
+curves, rows = {}, []
 for label, zero in [("zero_grad each step", True), ("never zeroed", False)]:
     model = nn.Linear(16, 1).to(device)
     model.load_state_dict(start_weights)
@@ -232,8 +236,14 @@ for label, zero in [("zero_grad each step", True), ("never zeroed", False)]:
         losses[i] = loss.detach()
     curves[label] = losses.tolist()
     picks = ", ".join(f"{n:.3g}" for n in norms.tolist()[::8])
-    print(f"{label:20} |grad| at steps 1, 9, 17, 25, 33: {picks}")
-    print(f"{label:20} loss after 40 steps: {curves[label][-1]:.3g}")
+    rows.append(
+        {
+            "run": label,
+            "|grad| at steps 1, 9, 17, 25, 33": picks,
+            "loss after 40 steps": f"{curves[label][-1]:.3g}",
+        }
+    )
+print(gpuguide.table(rows))
 
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(

@@ -31,23 +31,19 @@ import gpuguide
 
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
-small = gpuguide.small_mode()
-bench = {"warmup_ms": 5.0, "rep_ms": 20.0, "min_reps": 3} if small else {"rep_ms": 50.0}
-steps = 10 if small else 50
+steps = 10 if gpuguide.small_mode() else 50
 batch = 256
 # A GPU plans with its datasheet peak; elsewhere the helpers' fixed, modest
 # fallback rate (None) keeps the plan independent of the machine's current load.
-peaks = gpuguide.device_peaks(device) if device.type == "cuda" else None
-width = gpuguide.sweep(
+width = gpuguide.largest_size(
     16,
     4096,
-    budget=gpuguide.size_budget(device, call_s=5e-4 if device.type == "cpu" else 2e-4),
-    bytes_at=lambda w: 4 * (12 * w * w + 8 * batch * w),
-    seconds_at=lambda w: gpuguide.estimate_seconds(
-        flop=18 * batch * w * w, peaks=peaks
-    ),
+    memory_at=lambda w: 4 * (12 * w * w + 8 * batch * w),
+    flop_at=lambda w: 18 * batch * w * w,
+    call_s=5e-4 if device.type == "cpu" else 2e-4,
+    peaks=gpuguide.device_peaks(device) if device.type == "cuda" else None,
     multiple_of=16,
-)[-1]
+)
 print(f"MLP: 3 layers of width {width}, batch {batch}, {steps} steps per loop")
 
 torch.manual_seed(0)
@@ -95,20 +91,23 @@ variants = {"once at the end": steps, "every 10 steps": 10, "every step": 1}
 pooled = {label: [] for label in variants}
 for _ in range(3):
     for label, k in variants.items():
-        m = gpuguide.benchmark(train_loop, args=(k,), device=device, **bench)
+        m = gpuguide.benchmark(train_loop, args=(k,), device=device)
         pooled[label] += m.times_s
 loops = {
     label: gpuguide.Measurement(f".item() {label}", times, m.device, m.method)
     for label, times in pooled.items()
 }
 base = loops["once at the end"]
-for label, m in loops.items():
-    per_step = m.median_s / steps
-    print(
-        f".item() {label:16} {gpuguide.format_time(per_step)} per step "
-        f"(loop ± {gpuguide.format_time(m.iqr_s / 2)}), "
-        f"{gpuguide.format_ratio(m.median_s / base.median_s)} the read-once loop"
-    )
+rows = [
+    {
+        ".item()": label,
+        "per step": gpuguide.format_time(m.median_s / steps),
+        f"loop of {steps} steps": m,
+        "vs read once": gpuguide.format_ratio(m.median_s / base.median_s),
+    }
+    for label, m in loops.items()
+]
+print(gpuguide.table(rows))
 
 # %%
 # What the numbers say
@@ -160,6 +159,7 @@ if device.type == "cuda":
     }
     loss = train_step()
     torch.cuda.synchronize()
+    rows = []
     for code, run in suspects.items():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -169,8 +169,14 @@ if device.type == "cuda":
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         found = [str(w.message).splitlines()[0] for w in caught]
-        verdict = f"synchronizes ({found[0]})" if found else "no synchronization"
-        print(f"{code:26} {verdict}")
+        rows.append(
+            {
+                "code": code,
+                "synchronizes": "yes" if found else "no",
+                "PyTorch's warning": found[0] if found else None,
+            }
+        )
+    print(gpuguide.table(rows))
 else:
     print(
         "torch.cuda.set_sync_debug_mode needs a CUDA GPU; on a CPU nothing is "

@@ -17,8 +17,8 @@ to a few bucket sizes, and compares their steady-state speed.
 # Setup
 # -----
 # As on the previous page: TF32 on a GPU for eager and compiled alike, and the
-# compiler's one-off start-up paid, with :func:`gpuguide.start_compiler`, before
-# anything is timed.
+# compiler's one-off start-up paid, with
+# :func:`~gpuguide.chapters.compiling.start_compiler`, before anything is timed.
 import time
 
 import matplotlib.pyplot as plt
@@ -28,6 +28,7 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 import gpuguide
+from gpuguide.chapters.compiling import print_recompiles, start_compiler
 
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
@@ -35,8 +36,7 @@ small = gpuguide.small_mode()
 if device.type == "cuda":
     torch.set_float32_matmul_precision("high")
 sync = getattr(torch, device.type).synchronize
-bench = {"warmup_ms": 5.0, "rep_ms": 30.0} if small else {}
-start = gpuguide.start_compiler(device)
+start = start_compiler(device)
 print(start)
 for text in start.caught:
     print(f"caught while importing inductor (torch's own code): {text}")
@@ -82,12 +82,13 @@ print(f"sequence lengths, in call order: {lengths}")
 # ---------------------------------------------------
 # ``torch._logging.set_logs(recompiles=True)``, or ``TORCH_LOGS=recompiles`` in the
 # environment, makes dynamo log why it recompiles. Its logs go to stderr, which this
-# page does not show, so :func:`gpuguide.print_recompiles` turns the log on and
-# prints the messages. Each call is timed on its own with a synchronized host clock,
-# as each may be a one-off compilation; ``prepare`` makes the block's arguments from
-# a batch, as it is or padded to the next bucket size with the extra positions
-# masked. Then one call at length 33 is timed with :func:`gpuguide.benchmark` under
-# the ``"fail_on_recompile"`` stance, which raises should it recompile.
+# page does not show, so :func:`~gpuguide.chapters.compiling.print_recompiles` turns
+# the log on and prints the messages. Each call is timed on its own with a
+# synchronized host clock, as each may be a one-off compilation; ``prepare`` makes
+# the block's arguments from a batch, as it is or padded to the next bucket size
+# with the extra positions masked. Then one call at length 33 is timed with
+# :func:`gpuguide.benchmark` under the ``"fail_on_recompile"`` stance, which raises
+# should it recompile.
 def graphs():
     return counters["stats"]["unique_graphs"]
 
@@ -113,7 +114,7 @@ def run(name, compiled, prepare=as_is, mark=False, time_steady=True):
     hits = counters["inductor"]["fxgraph_cache_hit"]
     times, compiles, steady = [], [], None
     print(f"{name}:")
-    with gpuguide.print_recompiles(), torch.no_grad():
+    with print_recompiles(), torch.no_grad():
         for (x, pad), n in zip(args, lengths, strict=True):
             before = graphs()
             sync()
@@ -128,7 +129,6 @@ def run(name, compiled, prepare=as_is, mark=False, time_steady=True):
                     compiled,
                     args=prepare(inputs[lengths.index(steady_at)]),
                     device=device,
-                    **bench,
                 )
     hits = counters["inductor"]["fxgraph_cache_hit"] - hits
     print(
@@ -184,14 +184,17 @@ print(
 # cache (counted above) is cheaper than a fresh one. Only the first call at each
 # new shape (or bucket) should stand out.
 static = runs["static (dynamic=False)"]["steady"]
-for name, r in runs.items():
-    m = r["steady"]
-    print(
-        f"{name:24} {sum(r['compiles'])} compilation(s), sequence "
-        f"{sum(r['times']):6.2f} s; steady at length {steady_at}: "
-        f"{gpuguide.format_time(m.median_s)} ± {gpuguide.format_time(m.iqr_s / 2)} "
-        f"({gpuguide.format_ratio(m.median_s / static.median_s)} static)"
-    )
+summary = [
+    {
+        "approach": name,
+        "compilations": sum(r["compiles"]),
+        "sequence": f"{sum(r['times']):.2f} s",
+        f"steady at length {steady_at}": r["steady"],
+        "time / static": gpuguide.format_ratio(r["steady"].median_s / static.median_s),
+    }
+    for name, r in runs.items()
+]
+print(gpuguide.table(summary))
 total = {name: sum(r["times"]) for name, r in runs.items()}
 fastest, slowest = min(total, key=total.get), max(total, key=total.get)
 fig, ax = plt.subplots()

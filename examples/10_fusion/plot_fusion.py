@@ -33,20 +33,16 @@ import gpuguide
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
 small, on_cuda = gpuguide.small_mode(), device.type == "cuda"
-bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if small else {}
 sync = getattr(torch, device.type).synchronize  # torch.cpu.synchronize does nothing
 depths = [1, 4] if small else [1, 4, 16]
 deepest = depths[-1]
 
 peaks = gpuguide.device_peaks(device)
 peak_bw = peaks.memory_bandwidth_bytes_per_s
-n = gpuguide.sweep(
-    2**12,
-    2**28,
-    budget=gpuguide.size_budget(device),
-    bytes_at=lambda n: 3 * 4 * n,  # x plus two intermediates alive at once
-    seconds_at=lambda n: gpuguide.estimate_seconds(nbytes=8 * deepest * n, peaks=peaks),
-)[-1]
+# x plus two intermediates alive at once; each sin moves 8 bytes per value
+n = gpuguide.largest_size(
+    2**12, 2**28, memory_at=lambda n: 3 * 4 * n, traffic_at=lambda n: 8 * deepest * n
+)
 x = torch.randn(n, device=device)
 min_bytes = 2 * x.numel() * x.element_size()  # read x once, write the result once
 print(f"x: {n:,} float32 ({gpuguide.format_bytes(min_bytes // 2)}); depths {depths}")
@@ -133,7 +129,7 @@ for depth in depths:
     for way, fn in (("eager", nested_sin), ("torch.compile", compiled)):
         with recording(f"{way}: later calls"):
             m = gpuguide.benchmark(fn, args=(x, depth), device=device,
-                                   label=f"{way} k={depth}", **bench)  # fmt: skip
+                                   label=f"{way} k={depth}")  # fmt: skip
             names[way] = passes(fn, depth)
         times[way].append(m)
         counts[way].append(len(names[way]))
@@ -148,19 +144,27 @@ for depth in depths:
 # its "useful" rate falls as ``1/k``; for a fused chain the two are the same.
 
 
-def pct(rate):
+def rate_text(rate):
     p = gpuguide.percent_of_peak(rate, peak_bw)
-    return "n/a" if p is None else f"{p:.0f}%"
+    share = "n/a" if p is None else f"{p:.0f}%"
+    return f"{gpuguide.format_rate(rate, 'B/s')} ({share})"
 
 
+rows = []
 for i, depth in enumerate(depths):
     for way in ways:
         m, k = times[way][i], counts[way][i]
         useful = gpuguide.bytes_per_s(min_bytes, m.median_s)
-        print(f"k={depth:<2} {way:>13}: {gpuguide.format_time(m.median_s)} ± "
-              f"{gpuguide.format_time(m.iqr_s / 2)}, {k} pass(es); useful "
-              f"{gpuguide.format_rate(useful, 'B/s')} ({pct(useful)}), moved "
-              f"{gpuguide.format_rate(k * useful, 'B/s')} ({pct(k * useful)})")  # fmt: skip
+        rows.append(
+            {
+                "depth, way": f"k={depth}, {way}",
+                "median ± IQR/2": m,
+                "passes": k,
+                "useful (% of peak)": rate_text(useful),
+                "moved (% of peak)": rate_text(k * useful),
+            }
+        )
+print(gpuguide.table(rows))
 for way in ways:
     kinds = {name: names[way].count(name) for name in names[way]}
     print(f"k={deepest}, {way}: " + ", ".join(f"{c} x {s}" for s, c in kinds.items()))

@@ -33,18 +33,14 @@ import gpuguide
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
 small, on_cuda = gpuguide.small_mode(), device.type == "cuda"
-bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if small else {}
 sync = getattr(torch, device.type).synchronize  # torch.cpu.synchronize does nothing
 depth = 4 if small else 8
 
 peaks = gpuguide.device_peaks(device)
-n = gpuguide.sweep(
-    2**12,
-    2**28,
-    budget=gpuguide.size_budget(device),
-    bytes_at=lambda n: 3 * 4 * n,  # x plus two intermediates alive at once
-    seconds_at=lambda n: gpuguide.estimate_seconds(nbytes=8 * depth * n, peaks=peaks),
-)[-1]
+# x and two intermediates are alive at once; each sin reads and writes every value
+n = gpuguide.largest_size(
+    2**12, 2**28, memory_at=lambda n: 3 * 4 * n, traffic_at=lambda n: 8 * depth * n
+)
 x = torch.randn(n, device=device)
 min_bytes = 2 * x.numel() * x.element_size()  # read x once, write the result once
 print(f"x: {n:,} float32 ({gpuguide.format_bytes(min_bytes // 2)}); depth {depth}")
@@ -158,7 +154,7 @@ for way, fn in modules.items():
     with recording(f"{way}: first 3 calls"):
         first = first_calls_s(fn)
     with recording(f"{way}: later calls"):
-        times[way] = gpuguide.benchmark(fn, args=(x,), device=device, label=way, **bench)  # fmt: skip
+        times[way] = gpuguide.benchmark(fn, args=(x,), device=device, label=way)
         names[way] = passes(fn)
     one_off[way] = max(first - 3 * times[way].median_s, 0.0)
 
@@ -170,20 +166,29 @@ for way, fn in modules.items():
 # Percentages are of the device's peak (on a CPU, a quick measured copy rate).
 
 
-def pct(rate):
+def rate_text(rate):
     p = gpuguide.percent_of_peak(rate, peaks.memory_bandwidth_bytes_per_s)
-    return "n/a" if p is None else f"{p:.0f}%"
+    share = "n/a" if p is None else f"{p:.0f}%"
+    return f"{gpuguide.format_rate(rate, 'B/s')} ({share})"
 
 
+rows = []
 for way, m in times.items():
     k = len(names[way])
     useful = gpuguide.bytes_per_s(min_bytes, m.median_s)
     kinds = ", ".join(f"{names[way].count(s)} x {s}" for s in dict.fromkeys(names[way]))
-    print(f"{way:>13}: {gpuguide.format_time(m.median_s)} ± "
-          f"{gpuguide.format_time(m.iqr_s / 2)}, one-off {one_off[way]:.2f} s; "
-          f"{k} pass(es) [{kinds}]; useful {gpuguide.format_rate(useful, 'B/s')} "
-          f"({pct(useful)}), moved {gpuguide.format_rate(k * useful, 'B/s')} "
-          f"({pct(k * useful)})")  # fmt: skip
+    rows.append(
+        {
+            "way": way,
+            "median ± IQR/2": m,
+            "one-off": f"{one_off[way]:.2f} s",
+            "passes": k,
+            "useful (% of peak)": rate_text(useful),
+            "moved (% of peak)": rate_text(k * useful),
+            "what ran": kinds,
+        }
+    )
+print(gpuguide.table(rows))
 if names["TorchScript"] == names["eager"]:
     print("TorchScript ran the same operators as eager here: it fused nothing.")
 

@@ -28,7 +28,6 @@ import gpuguide
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
 small = gpuguide.small_mode()
-bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if small else {}
 on_cuda = device.type == "cuda"
 op_counts = [8, 16, 32, 64] if small else [8, 16, 32, 64, 128, 256]
 if not on_cuda:
@@ -92,23 +91,18 @@ def graph_step(graph):
 # ---------------------------------------------------------
 # Both versions run the same ``copy_`` and the same kernels; only the launching
 # differs. Replaying the graph must give exactly the eager result.
-eager, replayed = [], []
+eager, replayed, rows = [], [], []
 for n_ops in op_counts:
-    eager.append(gpuguide.benchmark(eager_step, args=(n_ops,), device=device, **bench))
+    eager.append(gpuguide.benchmark(eager_step, args=(n_ops,), device=device))
+    rows.append({"ops": n_ops, "eager": eager[-1]})
     if on_cuda:
         graph, static_out = capture(chain, static_in, n_ops)
-        replayed.append(
-            gpuguide.benchmark(graph_step, args=(graph,), device=device, **bench)
-        )
-        same = torch.equal(static_out, chain(new_data, n_ops))
-    line = f"{n_ops:4d} ops: eager {gpuguide.format_time(eager[-1].median_s)}"
-    line += f" ± {gpuguide.format_time(eager[-1].iqr_s / 2)}"
-    if on_cuda:
-        line += f", graph {gpuguide.format_time(replayed[-1].median_s)}"
-        line += f" ± {gpuguide.format_time(replayed[-1].iqr_s / 2)}"
+        replayed.append(gpuguide.benchmark(graph_step, args=(graph,), device=device))
         speedup = eager[-1].median_s / replayed[-1].median_s
-        line += f", {gpuguide.format_ratio(speedup)} faster (same result: {same})"
-    print(line)
+        rows[-1]["graph"] = replayed[-1]
+        rows[-1]["speed-up"] = gpuguide.format_ratio(speedup)
+        rows[-1]["same result"] = torch.equal(static_out, chain(new_data, n_ops))
+print(gpuguide.table(rows))
 
 # %%
 # The cost of one operation
@@ -179,7 +173,7 @@ def mlp_eager():
     return mlp(static_x)
 
 
-mlp_times = {"eager": gpuguide.benchmark(mlp_eager, device=device, **bench)}
+mlp_times = {"eager": gpuguide.benchmark(mlp_eager, device=device)}
 if on_cuda:
     with torch.no_grad():
         mlp_graph, mlp_out = capture(mlp, static_x)
@@ -188,7 +182,7 @@ if on_cuda:
         static_x.copy_(new_x)
         mlp_graph.replay()
 
-    mlp_times["CUDA graph"] = gpuguide.benchmark(mlp_replay, device=device, **bench)
+    mlp_times["CUDA graph"] = gpuguide.benchmark(mlp_replay, device=device)
     mlp_replay()
     print(f"MLP output matches eager: {torch.allclose(mlp_out, mlp_eager())}")
 for name, m in mlp_times.items():

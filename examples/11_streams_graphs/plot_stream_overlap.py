@@ -24,20 +24,20 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
+from gpuguide.chapters.timeline import overlap_s, plot_timeline, record_timeline
 
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
 small = gpuguide.small_mode()
-bench = {"warmup_ms": 2.0, "rep_ms": 10.0} if small else {}
 on_cuda = device.type == "cuda"
 sync = getattr(torch, device.type).synchronize  # torch.cpu.synchronize does nothing
 
 d = 1024 if on_cuda else 64
 n_chunks = 8 if small else 16
-budget, hi = gpuguide.size_budget(device), 4096 if on_cuda else 512
-rows = gpuguide.sweep(  # pageable, pinned and device buffers: 12 bytes per element
-    64, hi, budget=budget, bytes_at=lambda r: 12 * n_chunks * r * d, multiple_of=64
-)[-1]
+hi = 4096 if on_cuda else 512
+rows = gpuguide.largest_size(  # pageable, pinned, device buffers: 12 B per element
+    64, hi, memory_at=lambda r: 12 * n_chunks * r * d, multiple_of=64
+)
 print(f"{n_chunks} chunks of {gpuguide.format_bytes(rows * d * 4)} each")
 
 x_pageable = torch.randn(n_chunks, rows, d)
@@ -49,7 +49,7 @@ x_dev = torch.empty(n_chunks, rows, d, device=device)
 w = torch.randn(d, d, device=device) / d**0.5
 rounds = 1
 # The stages get a timeline recorder (last cell); the timed runs get one that is off.
-untraced = gpuguide.record_timeline(device, enabled=False)
+untraced = record_timeline(device, enabled=False)
 
 if not on_cuda:
     print("Overlap needs a GPU's streams and copy engine; the CPU runs stages in turn.")
@@ -81,11 +81,11 @@ def compute_only():
 
 
 copies = gpuguide.benchmark(
-    copies_only, args=(x_pinned, out_pinned), device=device, label="copies", **bench
+    copies_only, args=(x_pinned, out_pinned), device=device, label="copies"
 )
-one_round = gpuguide.benchmark(compute, args=(x_dev[0],), device=device, **bench)
+one_round = gpuguide.benchmark(compute, args=(x_dev[0],), device=device)
 rounds = max(1, min(64, round(copies.median_s / n_chunks / one_round.median_s)))
-alone = gpuguide.benchmark(compute_only, device=device, label="compute", **bench)
+alone = gpuguide.benchmark(compute_only, device=device, label="compute")
 print(f"{rounds} matmul round(s) per chunk")
 
 
@@ -110,7 +110,7 @@ def serialized(x_host, out_host, rec=untraced):
 
 results = {"copies alone": copies, "compute alone": alone}
 results["serialized"] = gpuguide.benchmark(
-    serialized, args=(x_pinned, out_pinned), device=device, **bench
+    serialized, args=(x_pinned, out_pinned), device=device
 )
 sync()
 expected = out_pinned.clone()
@@ -167,7 +167,7 @@ def pipelined(x_host, out_host, rec=untraced, sync_every_stage=False):
 
 if on_cuda:
     results["pipelined"] = gpuguide.benchmark(
-        pipelined, args=(x_pinned, out_pinned), device=device, **bench
+        pipelined, args=(x_pinned, out_pinned), device=device
     )
     sync()
     print(f"pipelined output equals serialized: {torch.equal(out_pinned, expected)}")
@@ -182,14 +182,14 @@ if on_cuda:
 # CUDA tensor in the loop blocks the host the same way.
 if on_cuda:
     copies_pageable = gpuguide.benchmark(
-        copies_only, args=(x_pageable, out_pageable), device=device, **bench
+        copies_only, args=(x_pageable, out_pageable), device=device
     )
     results["pipelined, pageable"] = gpuguide.benchmark(
-        pipelined, args=(x_pageable, out_pageable), device=device, **bench
+        pipelined, args=(x_pageable, out_pageable), device=device
     )
     sync_kw = {"sync_every_stage": True}
     results["pipelined, sync per stage"] = gpuguide.benchmark(
-        pipelined, args=(x_pinned, out_pinned), kwargs=sync_kw, device=device, **bench
+        pipelined, args=(x_pinned, out_pinned), kwargs=sync_kw, device=device
     )
 
 # %%
@@ -200,14 +200,15 @@ if on_cuda:
 # in and the last copy out cannot hide; on a recent data-center GPU expect the pinned
 # pipeline well above one half, the two failures near 0. Data-center GPUs have a copy
 # engine per direction: a third stream for the copies out would overlap them too.
+summary = []
 for name, m in results.items():
-    line = f"{name:>26}: {gpuguide.format_time(m.median_s)} ± "
-    line += f"{gpuguide.format_time(m.iqr_s / 2)}"
+    fraction = None
     if "alone" not in name:
         c = (copies_pageable if "pageable" in name else copies).median_s
-        fraction = (c + alone.median_s - m.median_s) / min(c, alone.median_s)
-        line += f", overlap fraction {fraction:+.2f}"
-    print(line)
+        hidden = (c + alone.median_s - m.median_s) / min(c, alone.median_s)
+        fraction = f"{hidden:+.2f}"
+    summary.append({"version": name, "median ± IQR/2": m, "overlap fraction": fraction})
+print(gpuguide.table(summary))
 best = min((k for k in results if "alone" not in k), key=lambda k: results[k].median_s)
 speedup = results["serialized"].median_s / results[best].median_s
 if not on_cuda:
@@ -231,26 +232,27 @@ plt.show()
 # The timeline, from events on each stream
 # ----------------------------------------
 # One more run of each version (so one run, not a median) with a recorder from
-# :func:`gpuguide.record_timeline`. It brackets each stage with two CUDA events on
-# the stream doing the work, reads each as ``origin.elapsed_time(event)`` against an
-# event recorded before the run (on the CPU, a host clock), and draws one row per
-# stream: a single row when serialized, copy and compute side by side when pipelined.
+# :func:`~gpuguide.chapters.timeline.record_timeline`. It brackets each stage with
+# two CUDA events on the stream doing the work, reads each as
+# ``origin.elapsed_time(event)`` against an event recorded before the run (on the
+# CPU, a host clock), and draws one row per stream: a single row when serialized,
+# copy and compute side by side when pipelined.
 timelines = {}
 for name, pipeline in {"serialized": serialized, "pipelined": pipelined}.items():
     if name == "pipelined" and not on_cuda:
         break
-    with gpuguide.record_timeline(device) as rec:
+    with record_timeline(device) as rec:
         pipeline(x_pinned, out_pinned, rec)
     timelines[name] = rec.spans
 
 fig, axes = plt.subplots(len(timelines), 1, sharex=True, squeeze=False)
 for ax, (name, spans) in zip(axes[:, 0], timelines.items(), strict=True):
     end = gpuguide.format_time(max(s.end_s for s in spans))
-    both = gpuguide.overlap_s(spans, "copy stream", "compute stream")
+    both = overlap_s(spans, "copy stream", "compute stream")
     copying = sum(s.duration_s for s in spans if s.label != "compute")
     finding = f"copies overlap compute {both / copying:.0%} of their time"
     if both == 0:
         finding = "one stage at a time, no overlap"
     print(f"timeline, {name}: done after {end}; {finding}")
-    gpuguide.plot_timeline(ax, spans, title=f"{name}: {end}, {finding}", device=device)
+    plot_timeline(ax, spans, title=f"{name}: {end}, {finding}", device=device)
 plt.show()

@@ -23,7 +23,13 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide.distributed import DDPConfig, ddp_train_worker, make_mlp, run_workers
+from gpuguide.chapters.distributed import (
+    DDPConfig,
+    ddp_train_worker,
+    free_port,
+    make_mlp,
+    run_workers,
+)
 
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
@@ -51,9 +57,9 @@ print(config)
 # The code each process runs
 # --------------------------
 # A spawned process imports the function it runs by name, so the worker lives in
-# a module, ``gpuguide.distributed.ddp_train_worker``, and not in this page:
+# a module, ``gpuguide.chapters.distributed.ddp_train_worker``, and not in this page:
 #
-# .. literalinclude:: /../src/gpuguide/distributed.py
+# .. literalinclude:: /../src/gpuguide/chapters/distributed.py
 #    :pyobject: ddp_train_worker
 #
 # The lesson is in five lines of it. ``dist.init_process_group(backend)`` reads
@@ -89,7 +95,7 @@ print(config)
 # the store where all 16 meet. The worker above reads them and runs unchanged.
 reports = {}
 for n in world_sizes:
-    port = gpuguide.free_port()
+    port = free_port()
     reports[n] = run_workers(ddp_train_worker, n, args=(config,), master_port=port)
     print(f"world size {n}, MASTER_PORT={port}: rank 0 {reports[n][0].step}")
 
