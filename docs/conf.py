@@ -14,9 +14,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if (ROOT / "src" / "gpuguide").is_dir():
     # Import the helpers from this checkout even when they are not installed.
     sys.path.insert(0, str(ROOT / "src"))
+# The build's own hooks (docs/_ext), which sphinx-gallery finds by name.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "_ext"))
 
 import gpuguide
-from gpuguide._gallery import copy_artifacts
+from gallery_hooks import copy_artifacts
 
 # Files that examples write for download (traces, snapshots) go to _build/artifacts
 # and are copied to <html>/_artifacts when the build ends; pages link to them from
@@ -62,10 +64,10 @@ sphinx_gallery_conf = {
     "gallery_dirs": ["auto_examples"],
     # Execute every example whose file name starts with plot_.
     "filename_pattern": r"/plot_",
-    "within_subsection_order": "gpuguide._gallery.ChapterOrder",
+    "within_subsection_order": "gallery_hooks.ChapterOrder",
     # Torch's global state (TF32 flags, dtype, threads, seeds, caches) is reset
     # before and after every example; warnings become errors inside examples.
-    "reset_modules": ("matplotlib", "gpuguide._gallery.reset_torch_state"),
+    "reset_modules": ("matplotlib", "gallery_hooks.reset_torch_state"),
     "reset_modules_order": "both",
     "remove_config_comments": True,
     "download_all_examples": True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*/plot_*.py"))
+# The docs build's hooks (not part of the package) are tested too.
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 
 #: /proc/cpuinfo samples. x86: two sockets x 2 cores x 2 hyper-threads, so 8
 #: logical CPUs and 4 physical cores.

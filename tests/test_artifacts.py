@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import gpuguide
-from gpuguide._gallery import copy_artifacts
+from gallery_hooks import copy_artifacts
 from gpuguide.env import ARTIFACT_DIR_ENV as DIR_ENV
 from gpuguide.env import ARTIFACT_URL_ENV as URL_ENV
 

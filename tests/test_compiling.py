@@ -7,7 +7,14 @@ import logging
 import pytest
 import torch
 
-from gpuguide.chapters.compiling import CompilerStart, print_recompiles, start_compiler
+from gpuguide.chapters.compiling import (
+    CompilerStart,
+    first_calls_s,
+    passes,
+    print_recompiles,
+    recording,
+    start_compiler,
+)
 
 
 def test_compiler_start_summary_names_every_step():
@@ -87,3 +94,41 @@ def test_print_recompiles_keeps_other_handlers_and_cleans_up_on_error():
         assert _printers(dynamo_log) == []
     finally:
         dynamo_log.removeHandler(mine)
+
+
+def _chain(x, depth):
+    for _ in range(depth):
+        x = torch.sin(x)
+    return x
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_passes_counts_top_level_operators_on_the_cpu(depth):
+    names = passes(_chain, torch.ones(64), depth, device="cpu")
+    assert names == ["aten::sin"] * depth
+    # Operators called by other operators, and allocations, are not passes.
+    assert passes(
+        torch.nn.functional.linear, torch.ones(2, 4), torch.ones(3, 4), device="cpu"
+    ) in (["aten::linear"],)
+
+
+def test_first_calls_s_times_that_many_calls():
+    calls = []
+    seconds = first_calls_s(lambda x: calls.append(x), 7, device="cpu", calls=4)
+    assert calls == [7] * 4
+    assert seconds >= 0
+
+
+def test_recording_keeps_warnings_by_phase():
+    import warnings
+
+    caught = {}
+    with recording(caught, "one"):
+        warnings.warn("first", DeprecationWarning, stacklevel=1)
+        warnings.warn("first", DeprecationWarning, stacklevel=1)  # both are kept
+    with recording(caught, "two"):
+        pass
+    with recording(caught, "one"):
+        warnings.warn("again", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught["one"]] == ["first", "first", "again"]
+    assert caught["two"] == []

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from gpuguide import _gallery
-from gpuguide._gallery import ChapterOrder, reset_torch_state
+import gallery_hooks as _gallery
+from gallery_hooks import ChapterOrder, reset_torch_state
 
 
 @pytest.fixture

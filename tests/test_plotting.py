@@ -342,3 +342,14 @@ def test_device_label_gets_its_own_strip_below_the_axes() -> None:
         for tick in ax.get_xticklabels():
             assert not box.overlaps(tick.get_window_extent(renderer)), tick
     plt.close(fig)
+
+
+def test_plots_name_the_picked_device_by_default(monkeypatch, ax) -> None:
+    monkeypatch.setenv("GPUGUIDE_DEVICE", "cpu")
+    plot_sweep(
+        ax, [1, 2], {"a": [1.0, 2.0]}, xlabel="n (count)", ylabel="t (ms)", title="t"
+    )
+    assert device_texts(ax.figure) == [f"measured on {CPU.short_name}"]
+    fig, bar_ax = plt.subplots()
+    plot_bars(bar_ax, {"a": 1.0}, ylabel="t (ms)", title="t")
+    assert device_texts(fig) == [f"measured on {CPU.short_name}"]

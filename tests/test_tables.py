@@ -25,7 +25,8 @@ class Result:
     tflops: float
 
 
-STEP = Measurement("s", (0.010, 0.012, 0.014), "cpu", "wall-clock")
+STEP = Measurement("s", (0.0118, 0.012, 0.0122), "cpu", "wall-clock")
+NOISY = Measurement("s", (0.010, 0.012, 0.014), "cpu", "wall-clock")
 
 
 @pytest.mark.parametrize(
@@ -38,7 +39,11 @@ STEP = Measurement("s", (0.010, 0.012, 0.014), "cpu", "wall-clock")
         (0.5, "0.500"),
         (1234.5, "1234"),
         (math.inf, "inf"),
-        (STEP, "12.0 ms ± 1.00 ms"),
+        (3.4028234663852886e38, "3.4e+38"),
+        (-1.5e-5, "-1.5e-05"),
+        (0.0, "0.00"),
+        (STEP, "12.0 ms ± 100 us"),
+        (NOISY, "12.0 ms ± 1.00 ms NOISY"),
         (True, "True"),
     ],
 )
@@ -47,11 +52,22 @@ def test_format_cell(value, text):
 
 
 def test_named_tuples_print_as_aligned_columns():
-    rows = [Row("fp32", STEP, 1.0, 2**20), Row("fp16 + scaler", STEP, 2.345, None)]
+    rows = [Row("fp32", STEP, 1.0, 2**20), Row("fp16 + scaler", NOISY, 2.345, None)]
     assert str(table(rows)).splitlines() == [
-        "mode                        step  speed up  peak bytes",
-        "fp32           12.0 ms ± 1.00 ms      1.00     1048576",
-        "fp16 + scaler  12.0 ms ± 1.00 ms      2.35           -",
+        "mode                              step  speed up  peak bytes",
+        "fp32                  12.0 ms ± 100 us      1.00     1048576",
+        "fp16 + scaler  12.0 ms ± 1.00 ms NOISY      2.35           -",
+        "NOISY: IQR > 10% of the median",
+    ]
+
+
+def test_numbers_are_right_aligned_and_text_left_aligned():
+    rows = [{"op": "add", "regime": "memory-bound", "share": "87%", "x": "-"}]
+    rows.append({"op": "matmul", "regime": "compute", "share": "101%", "x": "-"})
+    assert str(table(rows)).splitlines() == [
+        "op      regime        share  x",
+        "add     memory-bound    87%  -",
+        "matmul  compute        101%  -",
     ]
 
 
@@ -61,14 +77,14 @@ def test_dataclasses_mappings_column_choice_and_titles():
     assert text.splitlines() == [
         "t",
         "TFLOP/s  dtype",
-        "59.6      fp64",
-        "702       bf16",
+        "   59.6  fp64",
+        "    702  bf16",
     ]
     dicts = [{"op": "x + y", "% roof": "87%"}, {"op": "sum", "% roof": "101%"}]
     assert str(table(dicts, columns=["% roof"])).splitlines() == [
         "% roof",
-        "87%",
-        "101%",
+        "   87%",
+        "  101%",
     ]
 
 

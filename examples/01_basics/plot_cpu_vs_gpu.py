@@ -72,7 +72,7 @@ def run_sweep(op, shape_at, n_tensors, lo, hi, **fit):
 
     cpu_call_s = 0.25 if on_gpu else None
     cpu_sizes = gpuguide.sweep(lo, hi, device=cpu, call_s=cpu_call_s, **fit)
-    gpu_sizes = gpuguide.sweep(lo, hi, device=device, **fit) if on_gpu else []
+    gpu_sizes = gpuguide.sweep(lo, hi, **fit) if on_gpu else []
     sizes = sorted(set(cpu_sizes) | set(gpu_sizes))
     series = {cpu_name: [], "GPU, data on device": [], "GPU incl. copies": []}
     for n in sizes:
@@ -186,7 +186,6 @@ gpuguide.plot_sweep(
     xlabel="matrix side n (elements)",
     ylabel="time (ms)",
     title=f"matmul: {finding}",
-    device=device,
 )
 plt.show()
 
@@ -225,7 +224,6 @@ gpuguide.plot_sweep(
     xlabel="vector length (elements)",
     ylabel="time (ms)",
     title=f"x*a+b: {finding}",
-    device=device,
 )
 plt.show()
 

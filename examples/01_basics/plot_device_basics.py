@@ -86,7 +86,6 @@ n = gpuguide.largest_size(
     4096,
     memory_at=lambda n: 2 * 4 * n * n,
     traffic_at=lambda n: 4 * n * n,
-    device=device,
     peaks=gpuguide.device_peaks(cpu),
     efficiency=0.05,
     multiple_of=256,
@@ -183,6 +182,5 @@ gpuguide.plot_bars(
     },
     ylabel="time (ms)",
     title=title,
-    device=device,
 )
 plt.show()

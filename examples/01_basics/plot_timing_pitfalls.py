@@ -38,7 +38,6 @@ n = gpuguide.largest_size(
     memory_at=lambda n: 12 * n * n,
     flop_at=lambda n: gpuguide.matmul_flop(n, n, n),
     traffic_at=lambda n: 12 * n * n,
-    device=device,
     call_s=0.005,
     multiple_of=64,
 )
@@ -166,7 +165,6 @@ gpuguide.plot_sweep(
     ylabel="time (ms)",
     title=f"Single calls vary: the slowest is "
     f"{gpuguide.format_ratio(ref.max_s / ref.median_s)} the median",
-    device=device,
     logx=False,
     logy=False,
 )
@@ -265,7 +263,6 @@ gpuguide.plot_bars(
     ylabel="median time (ms)",
     title=f"Worst method here: {worst}, "
     f"{gpuguide.format_ratio(methods[worst].median_s / ref.median_s)} the real time",
-    device=device,
 )
 medians = [m.median_s for m in methods.values()]
 if max(medians) > 10 * min(medians):

@@ -53,7 +53,7 @@ sizes = gpuguide.sweep(
     call_s=0.1 if on_gpu else None, peaks=None if on_gpu else peaks,
 )  # fmt: skip
 if on_gpu:
-    fits = gpuguide.sweep(4096, 2**30, memory_at=lambda n: n, device=device)
+    fits = gpuguide.sweep(4096, 2**30, memory_at=lambda n: n)
     sizes = [n for n in sizes if n in fits]
 n_max = sizes[-1]
 print(f"{len(sizes)} sizes from {format_bytes(sizes[0])} to {format_bytes(n_max)}")
@@ -192,7 +192,6 @@ for direction in ("H2D", "D2H") if on_gpu else ("host-to-host",):
     gpuguide.plot_sweep(
         ax, sizes, series, xlabel="copy size (bytes)", ylabel="bandwidth (GB/s)",
         title=f"{direction}: up to {format_rate(best, 'B/s')}{of_link}",
-        device=device,
     )  # fmt: skip
     # On the CPU: device_peaks' large-copy rate counts bytes read plus written.
     ref = link if on_gpu else peaks.memory_bandwidth_bytes_per_s / 2

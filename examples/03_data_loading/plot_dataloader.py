@@ -199,7 +199,6 @@ gpuguide.plot_bars(
     results,
     ylabel="throughput (samples/s)",
     title=f"Training throughput: best with {best}",
-    device=device,
     value=rate,
 )
 plt.show()
@@ -246,7 +245,6 @@ gpuguide.plot_bars(
     times,
     ylabel=f"time per {SAMPLES} samples (ms)",
     title=f"With {fastest}, {hidden:.0%} of the loading time was hidden",
-    device=device,
     baseline="both, baseline",
 )
 plt.show()

@@ -135,14 +135,12 @@ gpuguide.plot_bars(
     {name: size / 2**20 for name, size in memory.items()},
     ylabel="peak memory rise (MiB)",
     title=f"Without a graph, {saving:.0%} less memory",
-    device=device,
 )
 gpuguide.plot_bars(
     ax_time,
     times,
     ylabel="forward time (ms)",
     title=f"and {gpuguide.format_ratio(speed)} the speed",
-    device=device,
 )
 plt.show()
 
@@ -223,7 +221,7 @@ panels = [
     ("time per training step (ms)", step_time, f"for {cost}"),
 ]
 for ax, (ylabel, values, title) in zip(axes, panels, strict=True):
-    gpuguide.plot_bars(ax, values, ylabel=ylabel, title=title, device=device)
+    gpuguide.plot_bars(ax, values, ylabel=ylabel, title=title)
 plt.show()
 
 # %%

@@ -151,7 +151,6 @@ gpuguide.plot_bars(
     {name: size / 2**20 for name, size in parts.items()},
     ylabel="memory (MiB)",
     title=f"Batch {batch}: activations are {parts['activations'] / weights:.1f}x the weights",
-    device=device,
     baseline="weights",
 )
 plt.show()
@@ -193,7 +192,6 @@ if on_gpu:
         ax,
         snapshot,
         title=f"Activations pile up and drain each step: {fmt(rise)} above the start",
-        device=device,
         trace=index,
     )
     plt.show()

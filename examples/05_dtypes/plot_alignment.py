@@ -54,7 +54,6 @@ bases = gpuguide.sweep(
     8192,
     memory_at=lambda b: 3 * (b + 8) ** 2 * dtype.itemsize,
     flop_at=lambda b: gpuguide.matmul_flop(b + 8, b + 8, b + 8),
-    device=device,
     flop_per_s=peak,
     multiple_of=64,
 )
@@ -148,7 +147,6 @@ gpuguide.plot_sweep(
     ylabel=f"{dtype_name} matmul throughput ({unit})",
     title=f"Misaligned sizes at n~{last} run at "
     f"{gpuguide.format_ratio(ratios[last])} the aligned rate",
-    device=device,
 )
 plt.show()
 
@@ -163,7 +161,6 @@ gpuguide.plot_bars(
     ylabel=f"throughput ({unit})",
     title=f"Around n={last}, the worst misaligned size reaches "
     f"{gpuguide.format_ratio(worst_ratio)} the rate of n={last}",
-    device=device,
     baseline=f"n={last}",
 )
 ax.set_xlabel("matrix side n (elements)")
@@ -212,7 +209,6 @@ gpuguide.plot_bars(
     fix,
     ylabel="time per matmul (ms)",
     title=f"Time vs k={k}: padded in advance {ahead}, padding every call {each}",
-    device=device,
 )
 plt.show()
 

@@ -170,7 +170,6 @@ gpuguide.plot_sweep(
     xlabel="matrix side n (elements)",
     ylabel=f"throughput ({unit})",
     title=f"{best} matmuls are the fastest here",
-    device=device,
 )
 plt.show()
 
@@ -186,7 +185,6 @@ if percent:
         percent,
         ylabel="achieved / peak (%)",
         title=f"{top.split()[0]} gets closest to its peak: {percent[top]:.0f}%",
-        device=device,
         baseline=next((k for k in percent if k.startswith("fp32")), None),
     )
     ax.set_xlabel("dtype (largest size reached)")
@@ -231,7 +229,6 @@ gpuguide.plot_bars(
     ylabel="max |error| / max |reference| (ratio)",
     title=f"Fewer mantissa bits, larger error: {worst} is "
     f"{gpuguide.format_ratio(normwise[worst] / normwise[first])} {first}'s",
-    device=device,
 )
 ax.set_xlabel("dtype (same inputs)")
 marks = {"marker": "_", "s": 600, "color": "0.2", "zorder": 3}

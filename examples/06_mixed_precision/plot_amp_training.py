@@ -223,7 +223,6 @@ gpuguide.plot_bars(
     {mode: run["time"] for mode, run in runs.items()},
     ylabel="time per training step (ms)",
     title=finding,
-    device=device,
 )
 plt.show()
 
@@ -242,7 +241,6 @@ gpuguide.plot_sweep(
     xlabel="training step (count)",
     ylabel="training loss (nats)",
     title=f"All modes train alike: eval losses differ from fp32 by {worst:.2g} at most",
-    device=device,
     logx=False,
     logy=False,
 )

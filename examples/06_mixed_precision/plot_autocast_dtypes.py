@@ -165,7 +165,6 @@ gpuguide.plot_bars(
     ylabel="saved for backward (MiB)",
     title=f"Autocast keeps {min(saved.values()) / saved['float32']:.0%} of float32's "
     "activation bytes",
-    device=device,
 )
 plt.show()
 
@@ -219,7 +218,6 @@ gpuguide.plot_sweep(
     xlabel="|gradient| (loss per unit of activation)",
     ylabel="share of values (%)",
     title=f"{below:.0%} of activation gradients lie below float16's normal range",
-    device=device,
     logy=False,
 )
 ax.axvline(tiny16, color="0.3", linestyle="--", label="float16 smallest normal")

@@ -88,7 +88,6 @@ gpuguide.plot_sweep(
     xlabel="batch size B (matrices)",
     ylabel="time per call (ms)",
     title=f"One bmm call is {ratio} the speed of {B} mm calls",
-    device=device,
 )
 plt.show()
 
@@ -160,11 +159,9 @@ saved = memory["out_of_place"] - memory["in_place"]
 print(f"Time: {verdict}; memory: in place peaks {format_bytes(saved)} lower")
 
 fig, (ax_t, ax_m) = plt.subplots(1, 2)
-gpuguide.plot_bars(ax_t, times, ylabel="time (ms)", title=verdict, device=device)
+gpuguide.plot_bars(ax_t, times, ylabel="time (ms)", title=verdict)
 in_mib = {name: b / 2**20 for name, b in memory.items()}
-gpuguide.plot_bars(
-    ax_m, in_mib, ylabel="peak increase (MiB)", title="peak memory", device=device
-)
+gpuguide.plot_bars(ax_m, in_mib, ylabel="peak increase (MiB)", title="peak memory")
 fig.supxlabel(f"x * a + b vs x.mul_(a).add_(b), {numel} float32", fontsize="small")
 plt.show()
 
@@ -232,7 +229,7 @@ for ax, (name, op) in zip(axes, ops.items(), strict=True):
     )
     bars = {"view": strided, "copy+op": copy.median_ms + packed.median_ms}
     bars["contig."] = packed
-    gpuguide.plot_bars(ax, bars, ylabel="time (ms)", title=name, device=device)
+    gpuguide.plot_bars(ax, bars, ylabel="time (ms)", title=name)
     ax.set_xlabel(verdict.split(":")[0], fontsize="small")
 fig.suptitle(f".contiguous() paid off for {paid} of {len(ops)} operations")
 fig.supxlabel(f"{side}x{side} float32; view = x.t()", fontsize="small")

@@ -247,7 +247,6 @@ plot_roofline(
     peak_bytes_per_s=peak_bytes,
     sweeps={f"({m} x k) @ (k x {m}), k grows": inner},
     title=f"Bound by: tiny add {short[0]}, large add {short[1]}, matmul {short[2]}",
-    device=device,
 )
 plt.show()
 

@@ -173,7 +173,6 @@ gpuguide.plot_sweep(
     ylabel="memory held since the loop began (MiB)",
     title=f"Tracked ({gpuguide.track_memory(device).method}): eval loop keeping "
     f"losses +{(growth[-1] - growth[0]) / (steps - 1):.1f} MiB/step",
-    device=device,
     logx=False,
     logy=False,
 )
@@ -186,7 +185,6 @@ gpuguide.plot_sweep(
     ylabel="saved activations alive (MiB)",
     title=f"Exact: each kept eval loss holds {(exact[-1] - exact[0]) / (steps - 1):.1f}"
     " MiB of activations",
-    device=device,
     logx=False,
     logy=False,
 )
@@ -254,7 +252,6 @@ gpuguide.plot_sweep(
     ylabel="training loss (squared units)",
     title=f"Loss after 40 steps: {curves['zero_grad each step'][-1]:.2g} with "
     f"zero_grad, {curves['never zeroed'][-1]:.2g} without",
-    device=device,
     logx=False,
 )
 plt.show()

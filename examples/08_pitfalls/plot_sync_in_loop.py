@@ -136,7 +136,6 @@ gpuguide.plot_bars(
     {f".item()\n{label}": m for label, m in loops.items()},
     ylabel="time per training step (ms)",
     title=f"Reading the loss every step: {cost:+.0%} time per step",
-    device=device,
     value=lambda s: s / steps * 1e3,
 )
 plt.show()

@@ -243,7 +243,6 @@ for ax, (phase, rows) in zip(axes, results.items(), strict=True):
         {mode: row.steady for mode, row in rows.items()},
         ylabel="time per call (ms)",
         title=f"{phase}: best compiled mode at {ratio} eager speed",
-        device=device,
         baseline="eager",
     )
 plt.show()
@@ -271,7 +270,6 @@ gpuguide.plot_bars(
     ylabel="one-off compile cost (s)",
     title=f"Compiling costs up to {compile_s[slowest]:.1f} s "
     f"({slowest.replace(chr(10), ', ')})",
-    device=device,
 )
 plt.show()
 

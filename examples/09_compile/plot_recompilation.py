@@ -211,7 +211,6 @@ gpuguide.plot_sweep(
     ylabel="time of the call (ms)",
     title=f"Whole sequence: {fastest} {total[fastest]:.1f} s, "
     f"{slowest} {total[slowest]:.1f} s",
-    device=device,
     logx=False,
 )
 plt.show()
@@ -232,7 +231,6 @@ gpuguide.plot_bars(
     steady,
     ylabel=f"time per call at length {steady_at} (ms)",
     title=f"At length {steady_at}, the approaches differ by up to {spread}",
-    device=device,
 )
 plt.show()
 

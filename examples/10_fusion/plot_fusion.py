@@ -19,21 +19,15 @@ bytes the chain must move, and for the bytes each way actually moves.
 # -----
 # The tensor is as large as the device's time budget allows for the deepest eager
 # chain, so that on a GPU it is far larger than the caches.
-import time
-import warnings
-from contextlib import contextmanager
-
 import matplotlib.pyplot as plt
 import torch
-from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile
 
 import gpuguide
+from gpuguide.chapters.compiling import first_calls_s, passes, recording
 
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
 small, on_cuda = gpuguide.small_mode(), device.type == "cuda"
-sync = getattr(torch, device.type).synchronize  # torch.cpu.synchronize does nothing
 depths = [1, 4] if small else [1, 4, 16]
 deepest = depths[-1]
 
@@ -62,36 +56,12 @@ def nested_sin(x, depth):
 # %%
 # Counting passes with the profiler
 # ---------------------------------
-# On a GPU every device event that is neither a copy nor an annotation is a kernel.
-# On a CPU the count is of ``aten::`` operators not called by another one, plus calls
-# into a compiled graph. Each counted event reads and writes the tensor once, which
-# gives the bytes a way moves. The profiling chapter explains the profiler itself.
-activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
-allocs = ("aten::empty", "aten::empty_strided", "aten::empty_like")
-
-
-def inside_aten(e):
-    while (e := e.cpu_parent) is not None:
-        if e.name.startswith("aten::"):
-            return True
-    return False
-
-
-def passes(fn, *args):
-    with profile(activities=activities) as prof:
-        fn(x, *args)
-        sync()
-    if on_cuda:
-        return [e.name[:48] for e in prof.events() if e.device_type == DeviceType.CUDA
-                and not e.is_user_annotation and not e.name.startswith(("Memcpy", "Memset"))]  # fmt: skip
-    return [e.name.split(" ")[2] if "CompiledFxGraph" in e.name else e.name
-            for e in prof.events() if "CompiledFxGraph" in e.name or (e.name.startswith(
-                "aten::") and e.name not in allocs and not inside_aten(e))]  # fmt: skip
-
-
-# %%
-# Eager against compiled, depth by depth
-# --------------------------------------
+# ``passes`` runs one call under the profiler and lists what it ran. On a GPU every
+# device event that is neither a copy nor an annotation is a kernel. On a CPU the
+# count is of ``aten::`` operators not called by another one, plus calls into a
+# compiled graph. Each counted pass reads and writes the tensor once, which gives the
+# bytes a way moves. The profiling chapter explains the profiler itself.
+#
 # Each depth gets its own compiled function: ``torch._dynamo.reset()`` forgets the
 # previous one and ``dynamic=False`` fixes the depth and shape. The first three calls
 # are timed apart; their total minus three steady-state calls is the one-off cost.
@@ -99,38 +69,19 @@ def passes(fn, *args):
 # about torch's own use of the deprecated ``torch.jit.script_method``: ``recording``
 # catches and keeps every warning, which the page prints at the end.
 caught = {}
-
-
-@contextmanager
-def recording(phase):
-    with warnings.catch_warnings(record=True) as got:
-        warnings.simplefilter("always")
-        yield
-    caught.setdefault(phase, []).extend(got)
-
-
-def first_calls_s(fn, *args):
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(3):
-        fn(x, *args)
-    sync()
-    return time.perf_counter() - t0
-
-
 ways = ["eager", "torch.compile"]
 times, counts, names = {w: [] for w in ways}, {w: [] for w in ways}, {}
 one_off = []
 for depth in depths:
     torch._dynamo.reset()
     compiled = torch.compile(nested_sin, dynamic=False, fullgraph=True)
-    with recording("compile: first 3 calls"):
-        first = first_calls_s(compiled, depth)
+    with recording(caught, "compile: first 3 calls"):
+        first = first_calls_s(compiled, x, depth, device=device)
     for way, fn in (("eager", nested_sin), ("torch.compile", compiled)):
-        with recording(f"{way}: later calls"):
+        with recording(caught, f"{way}: later calls"):
             m = gpuguide.benchmark(fn, args=(x, depth), device=device,
                                    label=f"{way} k={depth}")  # fmt: skip
-            names[way] = passes(fn, depth)
+            names[way] = passes(fn, x, depth, device=device)
         times[way].append(m)
         counts[way].append(len(names[way]))
     one_off.append(max(first - 3 * times["torch.compile"][-1].median_s, 0.0))
@@ -206,7 +157,6 @@ gpuguide.plot_sweep(
     xlabel="chain depth k (sin calls)",
     ylabel="time per call (ms)",
     title=f"Compiled at depth {deepest}: {gpuguide.format_ratio(speedups[-1])} eager speed",
-    device=device,
 )
 plt.show()
 
@@ -223,7 +173,6 @@ gpuguide.plot_bars(
     bars,
     ylabel="speed-up over eager (x)",
     title=f"Fusion's speed-up over eager: up to {gpuguide.format_ratio(max(speedups))}",
-    device=device,
 )
 plt.show()
 

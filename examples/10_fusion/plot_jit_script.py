@@ -17,23 +17,18 @@ the one-off cost of the first calls, the steady-state time and the bandwidth.
 # Setup
 # -----
 # One depth, and a tensor as large as the device's time budget allows for it.
-import time
-import warnings
-from contextlib import contextmanager
 from typing import Final
 
 import matplotlib.pyplot as plt
 import torch
 from torch import nn
-from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile
 
 import gpuguide
+from gpuguide.chapters.compiling import first_calls_s, passes, recording
 
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
 small, on_cuda = gpuguide.small_mode(), device.type == "cuda"
-sync = getattr(torch, device.type).synchronize  # torch.cpu.synchronize does nothing
 depth = 4 if small else 8
 
 peaks = gpuguide.device_peaks(device)
@@ -76,17 +71,7 @@ class NestedSin(nn.Module):
 # ``recording``, which catches warnings and keeps them by phase: scripting, the
 # first calls, the later calls. The scripted module's calls follow below.
 caught = {}
-
-
-@contextmanager
-def recording(phase):
-    with warnings.catch_warnings(record=True) as got:
-        warnings.simplefilter("always")
-        yield
-    caught.setdefault(phase, []).extend(got)
-
-
-with recording("torch.jit.script(module)"):
+with recording(caught, "torch.jit.script(module)"):
     scripted = torch.jit.script(NestedSin(depth))
 w = caught["torch.jit.script(module)"][0]
 print(f"torch.jit.script: {w.category.__name__}: {str(w.message).splitlines()[0]}")
@@ -98,31 +83,9 @@ print("The replacement for speed is torch.compile (torch.export for deployment).
 # TorchScript records the shapes it sees in its first call(s) before it optimises,
 # so fusion, if any, can only start from the second or third call. On a GPU expect
 # the count to drop to one fused kernel; on a CPU its fuser is off by default.
-activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
-allocs = ("aten::empty", "aten::empty_strided", "aten::empty_like")
-
-
-def inside_aten(e):
-    while (e := e.cpu_parent) is not None:
-        if e.name.startswith("aten::"):
-            return True
-    return False
-
-
-def passes(fn):
-    with profile(activities=activities) as prof:
-        fn(x)
-        sync()
-    if on_cuda:
-        return [e.name[:48] for e in prof.events() if e.device_type == DeviceType.CUDA
-                and not e.is_user_annotation and not e.name.startswith(("Memcpy", "Memset"))]  # fmt: skip
-    return [e.name.split(" ")[2] if "CompiledFxGraph" in e.name else e.name
-            for e in prof.events() if "CompiledFxGraph" in e.name or (e.name.startswith(
-                "aten::") and e.name not in allocs and not inside_aten(e))]  # fmt: skip
-
-
-with recording("TorchScript: first 3 calls"):
-    per_call = [len(passes(scripted)) for _ in range(3)]
+# ``passes`` lists what one call ran, from the profiler, as on the previous page.
+with recording(caught, "TorchScript: first 3 calls"):
+    per_call = [len(passes(scripted, x, device=device)) for _ in range(3)]
 print(f"TorchScript, calls 1, 2, 3: {per_call} kernels/operators per call")
 fused_from = next((i + 1 for i, c in enumerate(per_call) if c < depth), None)
 print(f"fused from call {fused_from} on" if fused_from else "no call was fused here")
@@ -136,26 +99,17 @@ print(f"fused from call {fused_from} on" if fused_from else "no call was fused h
 # torch's own use of ``torch.jit.script_method``; ``recording`` keeps that too.
 
 
-def first_calls_s(fn):
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(3):
-        fn(x)
-    sync()
-    return time.perf_counter() - t0
-
-
-with recording("torch.jit.script(module)"):
+with recording(caught, "torch.jit.script(module)"):
     modules = {"eager": NestedSin(depth), "TorchScript": torch.jit.script(NestedSin(depth))}  # fmt: skip
 torch._dynamo.reset()
 modules["torch.compile"] = torch.compile(NestedSin(depth), fullgraph=True)
 times, one_off, names = {}, {}, {}
 for way, fn in modules.items():
-    with recording(f"{way}: first 3 calls"):
-        first = first_calls_s(fn)
-    with recording(f"{way}: later calls"):
+    with recording(caught, f"{way}: first 3 calls"):
+        first = first_calls_s(fn, x, device=device)
+    with recording(caught, f"{way}: later calls"):
         times[way] = gpuguide.benchmark(fn, args=(x,), device=device, label=way)
-        names[way] = passes(fn)
+        names[way] = passes(fn, x, device=device)
     one_off[way] = max(first - 3 * times[way].median_s, 0.0)
 
 # %%
@@ -208,7 +162,6 @@ gpuguide.plot_bars(
     ylabel="time per call (ms)",
     title=f"Depth {depth}: {fastest} is fastest, {gpuguide.format_ratio(ratio)} "
     "eager speed",
-    device=device,
     baseline="eager",
 )
 plt.show()

@@ -217,6 +217,5 @@ gpuguide.plot_sweep(
     xlabel="operations per step (count)",
     ylabel="time per step (ms)",
     title=title,
-    device=device,
 )
 plt.show()

@@ -254,5 +254,5 @@ for ax, (name, spans) in zip(axes[:, 0], timelines.items(), strict=True):
     if both == 0:
         finding = "one stage at a time, no overlap"
     print(f"timeline, {name}: done after {end}; {finding}")
-    plot_timeline(ax, spans, title=f"{name}: {end}, {finding}", device=device)
+    plot_timeline(ax, spans, title=f"{name}: {end}, {finding}")
 plt.show()

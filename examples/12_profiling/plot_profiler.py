@@ -151,7 +151,6 @@ gpuguide.plot_bars(
     slow_phases,
     ylabel="time per step (ms)",
     title=f"The profile points at '{worst}'",
-    device=device,
     baseline="forward",
 )
 plt.show()
@@ -204,6 +203,5 @@ gpuguide.plot_bars(
     {"per-sample loop": slow, "batched": fast},
     ylabel="training step (ms)",
     title=f"Batching the normalisation: step {gpuguide.format_ratio(speedup)} faster",
-    device=device,
 )
 plt.show()

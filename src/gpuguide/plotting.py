@@ -219,7 +219,7 @@ def plot_sweep(
     xlabel: str,
     ylabel: str,
     title: str,
-    device: torch.device | str | DeviceInfo | None,
+    device: torch.device | str | DeviceInfo | None = None,
     value: Callable[[float], float] | None = None,
     logx: bool = True,
     logy: bool = True,
@@ -240,8 +240,9 @@ def plot_sweep(
         Axis labels with units in parentheses (see :func:`require_unit`).
     title : str
         States the finding.
-    device : torch.device or str or DeviceInfo or None
-        Labelled on the figure with :func:`label_device`.
+    device : torch.device or str or DeviceInfo, optional
+        Named on the figure (:func:`~gpuguide.plotting.label_device`); default
+        :func:`~gpuguide.device.pick_device`'s, like the page's.
     value : callable, optional
         Converts seconds to the y unit; default milliseconds. A decreasing
         conversion (``lambda s: n / s`` for a throughput) is fine: the band
@@ -314,7 +315,7 @@ def plot_bars(
     *,
     ylabel: str,
     title: str,
-    device: torch.device | str | DeviceInfo | None,
+    device: torch.device | str | DeviceInfo | None = None,
     baseline: str | None = None,
     value: Callable[[float], float] | None = None,
 ) -> None:
@@ -336,8 +337,9 @@ def plot_bars(
         Axis label with its unit in parentheses.
     title : str
         States the finding.
-    device : torch.device or str or DeviceInfo or None
-        Labelled on the figure with :func:`label_device`.
+    device : torch.device or str or DeviceInfo, optional
+        Named on the figure (:func:`~gpuguide.plotting.label_device`); default
+        :func:`~gpuguide.device.pick_device`'s, like the page's.
     baseline : str, optional
         The entry the ratios are relative to; default the first.
     value : callable, optional

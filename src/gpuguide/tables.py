@@ -1,11 +1,11 @@
 """Print results as aligned columns, in the spirit of ``torch.utils.benchmark.Compare``.
 
 A page keeps its results as rows, each a small dataclass, a named tuple or a
-dict, and prints ``table(rows)``: one column per field, with a header, the first
-column left-aligned and the others right-aligned. Cells are formatted by kind,
-so that every table of the guide reads the same: a
-:class:`~gpuguide.timing.Measurement` as its median ± half its IQR, a float
-with three significant digits, None as ``-``, anything else with ``str``.
+dict, and prints ``table(rows)``: one column per field under a header, numbers
+right-aligned and text left-aligned. Cells are formatted by kind, so that every
+table of the guide reads the same: a :class:`~gpuguide.timing.Measurement` as
+its median ± half its IQR (flagged NOISY as its repr is), a float with three
+significant digits (``3.4e+38`` when extreme), None as ``-``, others by ``str``.
 
 Examples
 --------
@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuguide.timing import Measurement
+from gpuguide.timing import NOISY_RELATIVE_IQR, Measurement
 from gpuguide.units import format_time, significant
 
 __all__ = ["Table", "format_cell", "table"]
@@ -37,15 +38,21 @@ __all__ = ["Table", "format_cell", "table"]
 _GAP = "  "
 
 
+_NUMBER = re.compile(r"[-+]?\.?\d")
+_NOISY = f"NOISY: IQR > {NOISY_RELATIVE_IQR:.0%} of the median"
+
+
 def format_cell(value: object) -> str:
-    """One cell's text: a Measurement as ``"1.23 ms ± 45.6 us"``, a float with
-    three significant digits, None as ``"-"``, anything else with ``str``."""
+    """One cell's text, as the module describes: ``"1.23 ms ± 45.6 us"``."""
     if value is None:
         return "-"
     if isinstance(value, Measurement):
-        return f"{format_time(value.median_s)} ± {format_time(value.iqr_s / 2)}"
-    if isinstance(value, float):
-        return significant(value) if math.isfinite(value) else str(value)
+        text = f"{format_time(value.median_s)} ± {format_time(value.iqr_s / 2)}"
+        return text + " NOISY" if value.is_noisy else text
+    if isinstance(value, float):  # 3 significant digits; scientific when extreme
+        if not math.isfinite(value) or (value and not 1e-3 <= abs(value) < 1e6):
+            return f"{value:.3g}"
+        return significant(value)
     return str(value)
 
 
@@ -66,15 +73,21 @@ class Table:
 
     def __str__(self) -> str:
         lines = [self.header, *self.rows]
-        widths = [max(len(line[i]) for line in lines) for i in range(len(self.header))]
+        columns = list(zip(*lines, strict=True)) if lines[0] else []
+        widths = [max(map(len, column)) for column in columns]
+        numeric = [  # a column of numbers (and "-") is right-aligned, text left
+            all(_NUMBER.match(c) or c == "-" for c in column[1:]) and len(column) > 1
+            for column in columns
+        ]
         text = [
             _GAP.join(
-                cell.ljust(width) if i == 0 else cell.rjust(width)
-                for i, (cell, width) in enumerate(zip(line, widths, strict=True))
+                c.rjust(w) if right else c.ljust(w)
+                for c, w, right in zip(line, widths, numeric, strict=True)
             ).rstrip()
             for line in lines
         ]
-        return "\n".join(([self.title] if self.title else []) + text)
+        notes = [_NOISY] if any("NOISY" in c for row in self.rows for c in row) else []
+        return "\n".join(([self.title] if self.title else []) + text + notes)
 
 
 def _fields(row: object) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Plumbing for pages that use ``torch.compile``: start the compiler, show its logs.
+"""Plumbing for the compile and fusion pages: start the compiler, show its logs,
+count the passes a call makes, time the first calls, keep the warnings.
 
 :func:`start_compiler` pays the compiler's one-off costs before a page times
 anything: importing inductor, starting its pool of compile workers (processes
@@ -11,7 +12,9 @@ warnings the import raises: in torch 2.13 importing inductor imports
 :func:`print_recompiles` turns on dynamo's recompilation log
 (``TORCH_LOGS=recompiles``) for a block and prints its messages to
 ``sys.stdout``: torch logs to stderr, which sphinx-gallery does not put on the
-page.
+page. :func:`passes` lists the kernels (or CPU operators) one call runs, from
+the profiler; :func:`first_calls_s` times the first calls of a function, where
+compilation happens; :func:`recording` keeps the warnings a block raises.
 
 Examples
 --------
@@ -27,9 +30,9 @@ import contextlib
 import logging
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuguide.device import as_device
 from gpuguide.units import format_time
@@ -37,7 +40,17 @@ from gpuguide.units import format_time
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["CompilerStart", "print_recompiles", "start_compiler"]
+__all__ = [
+    "CompilerStart",
+    "first_calls_s",
+    "passes",
+    "print_recompiles",
+    "recording",
+    "start_compiler",
+]
+
+#: Operators that only allocate, left out of a CPU call's passes.
+_ALLOCATIONS = ("aten::empty", "aten::empty_strided", "aten::empty_like")
 
 #: The logger whose records :func:`print_recompiles` prints.
 _DYNAMO_LOGGER = "torch._dynamo"
@@ -163,3 +176,83 @@ def print_recompiles(prefix: str = "    [dynamo] ") -> Iterator[None]:
     finally:
         dynamo_log.removeHandler(printer)
         torch._logging.set_logs()  # torch's default settings and handler
+
+
+def _inside_aten(event: Any) -> bool:
+    """Whether a profiler event was called by an ``aten::`` operator."""
+    while (event := event.cpu_parent) is not None:
+        if event.name.startswith("aten::"):
+            return True
+    return False
+
+
+def passes(fn: Callable[..., Any], *args: Any, device: str | torch.device) -> list[str]:
+    """The passes over memory one call ``fn(*args)`` makes, by name, from the profiler.
+
+    On CUDA: every device event that is neither a copy, a memset nor an
+    annotation, i.e. each kernel (names cut to 48 characters). On the CPU: every
+    ``aten::`` operator that no other operator called, other than allocations,
+    and each call into a compiled graph (named by its graph).
+    """
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    on_cuda = as_device(device).type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+    with profile(activities=activities) as prof:
+        fn(*args)
+        getattr(torch, as_device(device).type).synchronize()
+    events = prof.events()
+    if on_cuda:
+        return [
+            e.name[:48]
+            for e in events
+            if e.device_type == DeviceType.CUDA
+            and not e.is_user_annotation
+            and not e.name.startswith(("Memcpy", "Memset"))
+        ]
+    return [
+        e.name.split(" ")[2] if "CompiledFxGraph" in e.name else e.name
+        for e in events
+        if "CompiledFxGraph" in e.name
+        or (
+            e.name.startswith("aten::")
+            and e.name not in _ALLOCATIONS
+            and not _inside_aten(e)
+        )
+    ]
+
+
+def first_calls_s(
+    fn: Callable[..., Any], *args: Any, device: str | torch.device, calls: int = 3
+) -> float:
+    """Seconds that the first ``calls`` calls of ``fn(*args)`` take together.
+
+    Synchronized before and after, on a host clock: a first call of a compiled
+    function includes its compilation, which CUDA events would not see.
+    """
+    import torch
+
+    sync = getattr(torch, as_device(device).type).synchronize
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn(*args)
+    sync()
+    return time.perf_counter() - t0
+
+
+@contextlib.contextmanager
+def recording(
+    caught: dict[str, list[warnings.WarningMessage]], phase: str
+) -> Iterator[None]:
+    """Catch every warning the block raises, and keep it in ``caught[phase]``.
+
+    The docs build turns warnings into errors; a page about a deprecated API
+    catches its warnings on purpose with this and prints them.
+    """
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        yield
+    caught.setdefault(phase, []).extend(got)

@@ -150,7 +150,7 @@ def plot_roofline(
     peak_flops_per_s: float,
     peak_bytes_per_s: float,
     title: str,
-    device: torch.device | str | DeviceInfo | None,
+    device: torch.device | str | DeviceInfo | None = None,
     sweeps: Mapping[str, Sequence[RooflinePoint]] | None = None,
 ) -> None:
     """Draw the roofline and the measured points on log-log axes.
@@ -172,8 +172,9 @@ def plot_roofline(
         The roofs, in FLOP/s and bytes/s (> 0).
     title : str
         States the finding.
-    device : torch.device or str or DeviceInfo or None
-        Labelled on the figure with :func:`~gpuguide.plotting.label_device`.
+    device : torch.device or str or DeviceInfo, optional
+        Named on the figure (:func:`~gpuguide.plotting.label_device`); default
+        :func:`~gpuguide.device.pick_device`'s, like the page's.
     sweeps : mapping of str to sequence of RooflinePoint, optional
         Name -> points of one sweep, joined by a line in the legend; only the
         first and last point of a sweep are annotated.

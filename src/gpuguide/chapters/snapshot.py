@@ -214,7 +214,7 @@ def plot_memory_timeline(
     snapshot: Mapping[str, Any],
     *,
     title: str,
-    device: torch.device | str | DeviceInfo | None,
+    device: torch.device | str | DeviceInfo | None = None,
     trace: int | None = None,
 ) -> MemoryTimeline:
     """Draw allocated and reserved memory (MiB) over the events of a snapshot.
@@ -230,8 +230,9 @@ def plot_memory_timeline(
         A memory snapshot (see :func:`memory_timeline`).
     title : str
         States the finding.
-    device : torch.device or str or DeviceInfo or None
-        Labelled on the figure with :func:`gpuguide.plotting.label_device`.
+    device : torch.device or str or DeviceInfo, optional
+        Named on the figure (:func:`~gpuguide.plotting.label_device`); default
+        :func:`~gpuguide.device.pick_device`'s, like the page's.
     trace : int, optional
         The device trace to draw; default the first with events.
 

@@ -330,7 +330,7 @@ def plot_timeline(
     spans: Sequence[Span],
     *,
     title: str,
-    device: torch.device | str | DeviceInfo | None,
+    device: torch.device | str | DeviceInfo | None = None,
     xlabel: str = "time (ms)",
     lanes: Sequence[str] | None = None,
 ) -> None:
@@ -349,8 +349,9 @@ def plot_timeline(
         The timeline (at least one span).
     title : str
         States the finding.
-    device : torch.device or str or DeviceInfo or None
-        Labelled on the figure with :func:`gpuguide.plotting.label_device`.
+    device : torch.device or str or DeviceInfo, optional
+        Named on the figure (:func:`~gpuguide.plotting.label_device`); default
+        :func:`~gpuguide.device.pick_device`'s, like the page's.
     xlabel : str
         Axis label with its unit in parentheses; the times are drawn in ms.
     lanes : sequence of str, optional

@@ -1,4 +1,8 @@
-"""Hooks that keep sphinx-gallery examples independent of each other.
+"""The docs build's hooks: examples independent of each other, files copied.
+
+A local Sphinx extension module, not part of the gpuguide package: it is build
+policy (warnings fail the build) that a reader who installs the helpers does
+not need. ``docs/conf.py`` puts this folder on ``sys.path`` and names the hooks.
 
 sphinx-gallery runs every example in one Python process, so a flag one example
 sets (TF32, a default dtype, a thread count, a compiled-graph cache) would leak
@@ -133,7 +137,7 @@ def reset_torch_state(
     Notes
     -----
     Register it in ``conf.py`` with ``"reset_modules_order": "both"`` and its
-    fully qualified name, ``"gpuguide._gallery.reset_torch_state"``.
+    fully qualified name, ``"gallery_hooks.reset_torch_state"``.
     """
     if when not in ("before", "after"):
         msg = f"when must be 'before' or 'after', got {when!r}"
