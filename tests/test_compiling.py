@@ -132,3 +132,12 @@ def test_recording_keeps_warnings_by_phase():
         warnings.warn("again", UserWarning, stacklevel=1)
     assert [str(w.message) for w in caught["one"]] == ["first", "first", "again"]
     assert caught["two"] == []
+
+
+def test_compiler_start_prints_the_warnings_it_caught():
+    start = CompilerStart(1.0, 2, 0.5, 0.25, caught=("DeprecationWarning: old",))
+    first, second = str(start).splitlines()
+    assert first.startswith("compiler ready: import 1.00 s")
+    assert second == "caught while importing inductor (torch's own code): " + (
+        "DeprecationWarning: old"
+    )

@@ -21,6 +21,7 @@ then shows how much of the loading the workers hid behind the computation.
 # so the model gets one thread here and the other cores are left to the workers.
 # Worker counts stop at the number of cores this process may use.
 import itertools
+from collections import namedtuple
 
 import matplotlib.pyplot as plt
 import torch
@@ -178,19 +179,14 @@ def rate(seconds):
     return SAMPLES / seconds
 
 
+Row = namedtuple("Row", "setting throughput IQR_per_call speed_up")
 rows = []
 for label, m in results.items():
     ref = "num_workers=1" if "prefetch" in label else "baseline"
     ratio = gpuguide.format_ratio(results[ref].median_s / m.median_s)
-    rows.append(
-        {
-            "setting": label,
-            "throughput": gpuguide.format_rate(rate(m.median_s), "samples/s"),
-            f"IQR per {SAMPLES} samples": gpuguide.format_time(m.iqr_s),
-            "speed-up": f"{ratio} {ref}",
-        }
-    )
-print(gpuguide.table(rows))
+    speed = gpuguide.format_rate(rate(m.median_s), "samples/s")
+    rows.append(Row(label, speed, gpuguide.format_time(m.iqr_s), f"{ratio} {ref}"))
+print(gpuguide.table(rows, title=f"{SAMPLES} samples per call"))
 best = max(results, key=lambda k: rate(results[k].median_s))
 
 fig, ax = plt.subplots()

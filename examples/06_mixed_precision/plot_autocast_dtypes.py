@@ -20,6 +20,7 @@ gradient scaler and bfloat16 training does not.
 # The current spelling is ``torch.autocast(device_type, dtype=...)``; the older
 # ``torch.cuda.amp.autocast`` that many tutorials still show is deprecated.
 import math
+from collections import namedtuple
 
 import matplotlib.pyplot as plt
 import torch
@@ -42,19 +43,11 @@ name = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfl
 # about 6e-5 (smaller values lose precision as subnormals, then become zero).
 # bfloat16 keeps float32's 8 exponent bits, so it has float32's range, and pays with
 # fewer mantissa bits: a coarser step between neighbouring values.
-formats = []
-for dtype in (torch.float32, *low):
-    info = torch.finfo(dtype)
-    formats.append(
-        {
-            "dtype": name[dtype],
-            "max": f"{info.max:.3g}",
-            "smallest normal": f"{info.tiny:.3g}",
-            "smallest subnormal": f"{info.smallest_normal * info.eps:.3g}",
-            "eps": f"{info.eps:.3g}",
-        }
-    )
-print(gpuguide.table(formats))
+Format = namedtuple("Format", "dtype max smallest_normal smallest_subnormal eps")
+infos = [torch.finfo(dtype) for dtype in (torch.float32, *low)]
+print(
+    gpuguide.table(Format(f.dtype, f.max, f.tiny, f.tiny * f.eps, f.eps) for f in infos)
+)
 
 # %%
 # The model
@@ -186,6 +179,7 @@ grads = torch.autograd.grad(loss, list(tensors.values()))
 values = torch.cat([g.flatten() for g in grads])
 values = values[values != 0]
 tiny16 = torch.finfo(torch.float16).tiny
+Lost = namedtuple("Lost", "rounded_to zero subnormal")  # subnormals lose precision
 lost = []
 for label, rounded in [
     ("float16", values.half()),
@@ -195,13 +189,7 @@ for label, rounded in [
     zero = (rounded == 0).float().mean().item()
     tiny = torch.finfo(rounded.dtype).tiny
     sub = ((rounded != 0) & (rounded.abs() < tiny)).float().mean().item()
-    lost.append(
-        {
-            "rounded to": label,
-            "zero": f"{zero:.3%}",
-            "subnormal (less precise)": f"{sub:.3%}",
-        }
-    )
+    lost.append(Lost(label, f"{zero:.3%}", f"{sub:.3%}"))
 print(gpuguide.table(lost))
 
 magnitudes = values.abs().log10().cpu()

@@ -12,6 +12,7 @@ on different devices (an immediate error), losses kept with their autograd graph
 # Setup
 # -----
 import weakref
+from collections import namedtuple
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -134,16 +135,17 @@ for label, keep, train in [  # the variant that holds the most memory runs last
 ]:
     variants[label], saved_alive[label] = held_after_each_step(keep, train)
 print(f"batch {batch} x 64 features, {steps} steps")
-alive = f"saved activations alive after {steps} steps"
-rows = [
-    {
-        "variant": label,
-        "memory per step": f"{(held[-1] - held[0]) / (steps - 1):+.2f} MiB",
-        alive: f"{saved_alive[label][-1]:.1f} MiB",
-    }
-    for label, held in variants.items()
-]
-print(gpuguide.table(rows))
+Held = namedtuple("Held", "variant memory_per_step saved_activations_alive_at_the_end")
+print(
+    gpuguide.table(
+        Held(
+            label,
+            f"{(held[-1] - held[0]) / (steps - 1):+.2f} MiB",
+            f"{saved_alive[label][-1]:.1f} MiB",
+        )
+        for label, held in variants.items()
+    )
+)
 drift = variants["train: append(loss.detach())"][-1]
 if device.type == "cpu" and drift > 1:
     print(
@@ -216,6 +218,7 @@ for k, norm in enumerate(norms, start=1):
 # start of each step. Without it every update uses the sum of all gradients so far,
 # which overshoots and oscillates instead of settling.
 start_weights = nn.Linear(16, 1).to(device).state_dict()
+Run = namedtuple("Run", "run grad_norm_every_8_steps loss_after_40_steps")
 curves, rows = {}, []
 for label, zero in [("zero_grad each step", True), ("never zeroed", False)]:
     model = nn.Linear(16, 1).to(device)
@@ -234,13 +237,7 @@ for label, zero in [("zero_grad each step", True), ("never zeroed", False)]:
         losses[i] = loss.detach()
     curves[label] = losses.tolist()
     picks = ", ".join(f"{n:.3g}" for n in norms.tolist()[::8])
-    rows.append(
-        {
-            "run": label,
-            "|grad| at steps 1, 9, 17, 25, 33": picks,
-            "loss after 40 steps": f"{curves[label][-1]:.3g}",
-        }
-    )
+    rows.append(Run(label, picks, f"{curves[label][-1]:.3g}"))
 print(gpuguide.table(rows))
 
 fig, ax = plt.subplots()

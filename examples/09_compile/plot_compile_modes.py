@@ -25,8 +25,6 @@ counts the graphs compiled during the warm-up and during the timed calls.
 # and a one-line compilation. In torch 2.13 the import warns about torch's own use
 # of the deprecated ``torch.jit.script_method``; that warning is caught and printed.
 import copy
-import time
-import warnings
 from typing import NamedTuple
 
 import matplotlib.pyplot as plt
@@ -36,7 +34,7 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 import gpuguide
-from gpuguide.chapters.compiling import start_compiler
+from gpuguide.chapters.compiling import first_calls_s, recording, start_compiler
 
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
@@ -44,12 +42,8 @@ small = gpuguide.small_mode()
 on_cuda = device.type == "cuda"
 if on_cuda:
     torch.set_float32_matmul_precision("high")
-sync = getattr(torch, device.type).synchronize  # torch.cpu.synchronize does nothing
 
-start = start_compiler(device)
-print(start)
-for text in start.caught:
-    print(f"caught while importing inductor (torch's own code): {text}")
+print(start_compiler(device))  # with any warning caught while importing
 
 # %%
 # The model
@@ -157,17 +151,11 @@ def graphs():
 
 
 def measure(make_fn, net, label):
-    fn, first, before = make_fn(net), [], graphs()
+    fn, before, caught = make_fn(net), graphs(), {}
     cache = dict(counters["inductor"])
-    with warnings.catch_warnings(record=True) as caught:  # printed below, not hidden
-        warnings.simplefilter("always")
-        for _ in range(5):
-            sync()
-            t0 = time.perf_counter()
-            fn()
-            sync()
-            first.append(time.perf_counter() - t0)
-    for text in sorted({f"{w.category.__name__}: {w.message}" for w in caught}):
+    with recording(caught, label):  # printed below, not hidden
+        first = [first_calls_s(fn, device=device, calls=1) for _ in range(5)]
+    for text in sorted({f"{w.category.__name__}: {w.message}" for w in caught[label]}):
         print(f"{label}: warning while compiling: {text}")
     warm = graphs()
     hits, misses = (counters["inductor"][k] - cache.get(k, 0) for k in CACHE)

@@ -36,10 +36,7 @@ small = gpuguide.small_mode()
 if device.type == "cuda":
     torch.set_float32_matmul_precision("high")
 sync = getattr(torch, device.type).synchronize
-start = start_compiler(device)
-print(start)
-for text in start.caught:
-    print(f"caught while importing inductor (torch's own code): {text}")
+print(start_compiler(device))  # with any warning caught while importing
 
 # %%
 # A block that takes a padding mask

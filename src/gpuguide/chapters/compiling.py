@@ -81,11 +81,17 @@ class CompilerStart:
     caught: tuple[str, ...] = ()
 
     def __str__(self) -> str:
-        return (
+        """One line of times, then one line per warning caught while importing."""
+        lines = [
             f"compiler ready: import {format_time(self.import_s)}, "
             f"{self.workers} compile worker(s) {format_time(self.workers_s)}, "
-            f"first compilation {format_time(self.first_compile_s)}"
-        )
+            f"first compilation {format_time(self.first_compile_s)}",
+            *(
+                f"caught while importing inductor (torch's own code): {text}"
+                for text in self.caught
+            ),
+        ]
+        return "\n".join(lines)
 
 
 def start_compiler(device: str | torch.device | None = None) -> CompilerStart:
