@@ -182,9 +182,8 @@ def docs(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """Check style with ruff and types with mypy (posargs go to ``ruff check``)."""
-    _install(
-        session, "lint"
-    )  # mypy checks against torch's, numpy's and matplotlib's types
+    # mypy checks against torch's, numpy's and matplotlib's own types.
+    _install(session, "lint")
     ruff = (_python(session), "-m", "ruff")
     session.run(*ruff, "check", *session.posargs)
     session.run(*ruff, "format", "--check")
