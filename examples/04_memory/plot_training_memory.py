@@ -142,7 +142,10 @@ print(f"measured rise during forward + backward: {fmt(parts['activations'])}")
 # single activation. How large the activations are depends on the batch and the
 # architecture, not on the parameter count; here they usually dominate.
 weights = parts["weights"]
-rows = [{"part": k, "size": fmt(v), "x weights": v / weights} for k, v in parts.items()]
+rows = [
+    {"part": k, "size": fmt(v), "vs weights": f"{v / weights:.2f}x"}
+    for k, v in parts.items()
+]
 print(gpuguide.table(rows))
 print(f"How this was measured: {tracked.report.note}")
 fig, ax = plt.subplots()
