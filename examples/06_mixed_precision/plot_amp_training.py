@@ -26,6 +26,7 @@ which dtype, and why float16 needs the scaler while bfloat16 does not.
 # than autocast, and a different baseline.)
 import copy
 import itertools
+from collections import namedtuple
 
 import matplotlib.pyplot as plt
 import torch
@@ -185,20 +186,13 @@ for mode, run in runs.items():
         run["step"](x, y)
     run["memory"] = tracker.report
 base = runs["fp32"]
+Row = namedtuple("Row", "mode step_time vs_fp32 step_peak eval_loss")
 rows = []
 for mode, run in runs.items():
     peak = run["memory"].peak_increase_bytes
-    rows.append(
-        {
-            "mode": mode,
-            "step time": run["time"],
-            "vs fp32": gpuguide.format_ratio(
-                run["time"].median_s / base["time"].median_s
-            ),
-            "step peak": "unknown" if peak is None else gpuguide.format_bytes(peak),
-            "eval loss": f"{run['final']:.4f}",
-        }
-    )
+    peak_text = "unknown" if peak is None else gpuguide.format_bytes(peak)
+    ratio = gpuguide.format_ratio(run["time"].median_s / base["time"].median_s)
+    rows.append(Row(mode, run["time"], ratio, peak_text, f"{run['final']:.4f}"))
 print(gpuguide.table(rows))
 print(f"step peak measured with: {base['memory'].method}")
 

@@ -18,6 +18,7 @@ pays for itself.
 # Setup
 # -----
 import math
+from collections import namedtuple
 
 import matplotlib.pyplot as plt
 import torch
@@ -137,17 +138,12 @@ times = {
     fn.__name__: timed(fn, x, label=fn.__name__) for fn in (out_of_place, in_place)
 }
 print(f"x: {numel} float32 ({format_bytes(4 * numel)}); memory from {report.method}")
-print(
-    gpuguide.table(
-        {
-            "version": name,
-            "time": m,
-            "peak": f"+{format_bytes(memory[name])}",
-            "peak / size of x": f"{memory[name] / (4 * numel):.1f} x",
-        }
-        for name, m in times.items()
-    )
-)
+Version = namedtuple("Version", "version time peak peak_in_sizes_of_x")
+rows = [
+    Version(k, m, f"+{format_bytes(memory[k])}", f"{memory[k] / (4 * numel):.1f}")
+    for k, m in times.items()
+]
+print(gpuguide.table(rows))
 ratio = times["out_of_place"].median_s / times["in_place"].median_s
 if ratio > 1.1:
     verdict = f"in place is {format_ratio(ratio)} faster"
