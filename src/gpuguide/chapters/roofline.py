@@ -170,11 +170,9 @@ def plot_roofline(
         Each point's label -> its regime, one of :data:`REGIMES`.
     peak_flops_per_s, peak_bytes_per_s : float
         The roofs, in FLOP/s and bytes/s (> 0).
-    title : str
-        States the finding.
-    device : torch.device or str or DeviceInfo, optional
-        Named on the figure (:func:`~gpuguide.plotting.label_device`); default
-        :func:`~gpuguide.device.pick_device`'s, like the page's.
+    title, device
+        As for :func:`gpuguide.plotting.plot_sweep`: the finding, and the device
+        named on the figure.
     sweeps : mapping of str to sequence of RooflinePoint, optional
         Name -> points of one sweep, joined by a line in the legend; only the
         first and last point of a sweep are annotated.

@@ -228,11 +228,9 @@ def plot_memory_timeline(
         Where to draw.
     snapshot : mapping
         A memory snapshot (see :func:`memory_timeline`).
-    title : str
-        States the finding.
-    device : torch.device or str or DeviceInfo, optional
-        Named on the figure (:func:`~gpuguide.plotting.label_device`); default
-        :func:`~gpuguide.device.pick_device`'s, like the page's.
+    title, device
+        As for :func:`gpuguide.plotting.plot_sweep`: the finding, and the device
+        named on the figure.
     trace : int, optional
         The device trace to draw; default the first with events.
 

@@ -347,11 +347,9 @@ def plot_timeline(
         Where to draw.
     spans : sequence of Span
         The timeline (at least one span).
-    title : str
-        States the finding.
-    device : torch.device or str or DeviceInfo, optional
-        Named on the figure (:func:`~gpuguide.plotting.label_device`); default
-        :func:`~gpuguide.device.pick_device`'s, like the page's.
+    title, device
+        As for :func:`gpuguide.plotting.plot_sweep`: the finding, and the device
+        named on the figure.
     xlabel : str
         Axis label with its unit in parentheses; the times are drawn in ms.
     lanes : sequence of str, optional
