@@ -55,6 +55,7 @@ bases = gpuguide.sweep(
     memory_at=lambda b: 3 * (b + 8) ** 2 * dtype.itemsize,
     flop_at=lambda b: gpuguide.matmul_flop(b + 8, b + 8, b + 8),
     flop_per_s=peak,
+    peaks=None,  # where this dtype's peak is unknown, plan at the low fallback rate
     multiple_of=64,
 )
 offsets = (-8, -2, -1, 0, 1, 8)
