@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 import torch
@@ -114,9 +115,14 @@ def test_passes_counts_top_level_operators_on_the_cpu(depth):
 
 def test_first_calls_s_times_that_many_calls():
     calls = []
-    seconds = first_calls_s(lambda x: calls.append(x), 7, device="cpu", calls=4)
+
+    def slow(x):
+        calls.append(x)
+        time.sleep(0.01)
+
+    seconds = first_calls_s(slow, 7, device="cpu", calls=4)
     assert calls == [7] * 4
-    assert seconds >= 0
+    assert 0.04 <= seconds < 1.0
 
 
 def test_recording_keeps_warnings_by_phase():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import matplotlib as mpl
 
@@ -15,6 +16,7 @@ import torch
 from matplotlib.collections import PolyCollection
 from matplotlib.container import BarContainer, ErrorbarContainer
 
+from gpuguide import plotting
 from gpuguide.device import describe_device
 from gpuguide.plotting import (
     apply_style,
@@ -345,11 +347,17 @@ def test_device_label_gets_its_own_strip_below_the_axes() -> None:
 
 
 def test_plots_name_the_picked_device_by_default(monkeypatch, ax) -> None:
-    monkeypatch.setenv("GPUGUIDE_DEVICE", "cpu")
+    # Whatever pick_device picks is what the figure names, not a fixed device.
+    monkeypatch.setattr(plotting, "pick_device", lambda: "picked")
+    monkeypatch.setattr(
+        plotting, "describe_device", lambda d: SimpleNamespace(short_name=f"{d} GPU")
+    )
     plot_sweep(
         ax, [1, 2], {"a": [1.0, 2.0]}, xlabel="n (count)", ylabel="t (ms)", title="t"
     )
-    assert device_texts(ax.figure) == [f"measured on {CPU.short_name}"]
+    assert device_texts(ax.figure) == ["measured on picked GPU"]
     fig, bar_ax = plt.subplots()
     plot_bars(bar_ax, {"a": 1.0}, ylabel="t (ms)", title="t")
+    assert device_texts(fig) == ["measured on picked GPU"]
+    plot_bars(bar_ax, {"a": 1.0}, ylabel="t (ms)", title="t", device=CPU)
     assert device_texts(fig) == [f"measured on {CPU.short_name}"]
