@@ -19,7 +19,7 @@ from conftest import ROOT
 import gpuguide
 
 SRC = ROOT / "src"
-FOUNDATION = {"env", "host", "datasheet", "units", "checks"}
+FOUNDATION = {"env", "host", "datasheet", "units", "checks", "quiet"}
 
 
 def _module_name(path: Path, src: Path) -> str:

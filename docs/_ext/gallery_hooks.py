@@ -9,7 +9,8 @@ sets (TF32, a default dtype, a thread count, a compiled-graph cache) would leak
 into the next page's measurements. :func:`reset_torch_state` is registered in
 ``docs/conf.py`` as a ``reset_modules`` hook that runs before and after every
 example. Before an example it also turns warnings into errors, so a warning
-that an example does not catch on purpose fails the build.
+that an example does not catch on purpose fails the build; warnings that torch
+attributes to its own modules are ignored (:mod:`gpuguide.quiet`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from gpuguide.quiet import ignore_torch_internal_warnings
 
 __all__ = ["SEED", "ChapterOrder", "copy_artifacts", "reset_torch_state"]
 
@@ -110,6 +113,8 @@ def _errors_for_warnings() -> None:
     warnings.simplefilter("error")
     for category, message in _ALLOWED_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)
+    # Torch's warnings about its own code are not the example's doing.
+    ignore_torch_internal_warnings()
 
 
 def reset_torch_state(

@@ -5,8 +5,8 @@ here. The package has three layers, each importing only from the ones before:
 
 - foundation, importing nothing else from gpuguide: the environment switches
   (:mod:`gpuguide.env`), host facts (:mod:`gpuguide.host`), the GPU datasheet
-  (:mod:`gpuguide.datasheet`), units (:mod:`gpuguide.units`) and argument checks
-  (:mod:`gpuguide.checks`);
+  (:mod:`gpuguide.datasheet`), units (:mod:`gpuguide.units`), argument checks
+  (:mod:`gpuguide.checks`) and torch's own warnings (:mod:`gpuguide.quiet`);
 - core: the device and provenance (:mod:`gpuguide.device`), timing
   (:mod:`gpuguide.timing`), memory (:mod:`gpuguide.memory`), peaks
   (:mod:`gpuguide.peaks`), problem sizes (:mod:`gpuguide.sizes`), plots
@@ -15,6 +15,9 @@ here. The package has three layers, each importing only from the ones before:
 - :mod:`gpuguide.chapters`: helpers that serve one chapter each.
 
 This namespace exports the core (and the foundation's most used names).
+Importing it ignores the warnings torch raises about its own code
+(:func:`gpuguide.quiet.ignore_torch_internal_warnings`), so that they cannot
+fail a page run with ``-W error``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from gpuguide.host import usable_cpus
 from gpuguide.memory import MemoryReport, release_host_memory, track_memory
 from gpuguide.peaks import Peaks, device_peaks, percent_of_peak
 from gpuguide.plotting import label_device, plot_bars, plot_sweep
+from gpuguide.quiet import ignore_torch_internal_warnings
 from gpuguide.sizes import SizeBudget, largest_size, size_budget, sweep
 from gpuguide.tables import Table, table
 from gpuguide.timing import (
@@ -38,6 +42,8 @@ from gpuguide.timing import (
 from gpuguide.units import format_bytes, format_rate, format_ratio, format_time
 
 __version__ = "0.1.0"
+
+ignore_torch_internal_warnings()
 
 __all__ = [
     "DeviceInfo",
