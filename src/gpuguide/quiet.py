@@ -61,6 +61,6 @@ def warning_text(warning: warnings.WarningMessage | Warning | str) -> str:
     'called a synchronizing CUDA operation'
     """
     if isinstance(warning, warnings.WarningMessage):
-        warning = warning.message  # type: ignore[assignment]
+        warning = warning.message
     text = _TRIGGERED.sub(" ", str(warning))
     return " ".join(text.split())
