@@ -501,6 +501,7 @@ class FakeEvents:
     def __init__(self, elapsed_ms):
         self.log = []
         self.created = []
+        self.streams = []
         self.elapsed_ms = list(elapsed_ms)
 
     def factory(self, **kwargs):
@@ -510,9 +511,10 @@ class FakeEvents:
             def __init__(self, index):
                 self.index = index
 
-            def record(self):
+            def record(self, stream=None):
                 role = "start" if self.index % 2 == 0 else "end"
                 events.log.append(f"{role}{self.index // 2}.record")
+                events.streams.append(stream)
 
             def elapsed_time(self, end):
                 assert end.index == self.index + 1
@@ -572,6 +574,67 @@ def test_cuda_times_flushes_before_the_start_event():
     assert times == [0.003, 0.004]
 
 
+def test_cuda_times_records_on_the_stream_given():
+    fake = FakeEvents([1.0, 1.0])
+    stream = object()
+    _cuda_times(
+        fake.call,
+        2,
+        stream=stream,
+        event_factory=fake.factory,
+        synchronize=fake.synchronize,
+    )
+    assert fake.streams == [stream] * 4
+
+
+def test_cuda_times_kernel_mode_holds_the_gpu_before_each_chunk():
+    fake = FakeEvents([1.0] * 40)
+    holds = []
+
+    def hold(seconds):
+        holds.append(seconds)
+        fake.log.append("hold")
+
+    times = _cuda_times(
+        fake.call,
+        40,
+        hold=hold,
+        host_call_s=10e-6,
+        event_factory=fake.factory,
+        synchronize=fake.synchronize,
+    )
+    assert len(times) == 40
+    chunk = timing._KERNEL_CHUNK
+    assert fake.log[0] == "hold"
+    assert fake.log[1 + 3 * chunk] == "hold"  # the second chunk starts held
+    assert fake.log.count("hold") == 2
+    assert fake.log.count("sync") == 1
+    # Twice the host's time to queue each chunk (calls and their events).
+    per_call = 10e-6 + timing._RECORD_S
+    assert holds == pytest.approx(
+        [2 * chunk * per_call + 20e-6, 2 * (40 - chunk) * per_call + 20e-6]
+    )
+
+
+def test_host_call_s_times_launches_without_waiting():
+    clock = StepClock(step=1e-3)  # every clock read advances 1 ms
+    syncs, calls = [], []
+    per_call = timing._host_call_s(
+        lambda: calls.append(clock()), 1e-4, lambda: syncs.append(1), clock=clock
+    )
+    assert len(calls) == 8  # short calls: 8 of them, launched back to back
+    assert per_call == pytest.approx(9e-3 / 8)  # 8 calls + the end read
+    assert syncs == [1, 1]  # before (an empty queue) and after
+    calls.clear()
+    timing._host_call_s(lambda: calls.append(1), 0.5, lambda: None, clock=clock)
+    assert len(calls) == 1  # a long call is launched once
+
+
+def test_benchmark_rejects_an_unknown_measure():
+    with pytest.raises(ValueError, match="measure must be one of 'call', 'kernel'"):
+        benchmark(lambda: None, measure="launch")
+
+
 @pytest.fixture
 def fake_cuda(monkeypatch):
     """Pretend CUDA is available, with fake events that take 2 ms each."""
@@ -585,7 +648,28 @@ def fake_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", fake.synchronize)
     monkeypatch.setattr(torch.cuda, "Event", fake.factory)
     monkeypatch.setattr(timing, "_l2_flush_buffer", lambda: FakeBuffer(fake.log))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: "stream0")
     return fake
+
+
+def test_benchmark_cuda_kernel_mode(fake_cuda, monkeypatch):
+    slept = []
+    monkeypatch.setattr(torch.cuda, "_sleep", slept.append, raising=False)
+    monkeypatch.setitem(timing._SLEEP_RATES, 0, 1e9)  # 1 GHz: cycles = ns
+    m = benchmark(
+        fake_cuda.call,
+        device="cuda",
+        measure="kernel",
+        warmup_ms=0.1,
+        min_reps=3,
+        max_reps=3,
+    )
+    assert m.method == "cuda-events-queued"
+    assert m.times_s == (0.002,) * 3
+    assert len(slept) == 1 and slept[0] > 20_000  # one chunk, held > 20 us
+    timed = fake_cuda.log[fake_cuda.log.index("start0.record") :]
+    assert timed[:3] == ["start0.record", "fn", "end0.record"]
+    assert set(fake_cuda.streams) == {"stream0"}
 
 
 def test_benchmark_cuda_path(fake_cuda):
@@ -656,6 +740,17 @@ def test_benchmark_cuda_matmul():
     assert flushed.method == "cuda-events"
     # A cold L2 cannot make the matmul much faster.
     assert flushed.median_s > 0.5 * m.median_s
+
+
+@pytest.mark.gpu
+def test_benchmark_cuda_kernel_mode_hides_the_launch():
+    x = torch.zeros(1024, device="cuda")
+    call = benchmark(x.add_, args=(1.0,), rep_ms=20)
+    kernel = benchmark(x.add_, args=(1.0,), rep_ms=20, measure="kernel")
+    assert kernel.method == "cuda-events-queued"
+    # A 4 KiB add takes a few us of GPU time; launching it takes longer.
+    assert kernel.median_s < call.median_s
+    assert kernel.median_s < 20e-6
 
 
 @pytest.mark.gpu

@@ -10,8 +10,9 @@ here. The package has three layers, each importing only from the ones before:
 - core: the device and provenance (:mod:`gpuguide.device`), timing
   (:mod:`gpuguide.timing`), memory (:mod:`gpuguide.memory`), peaks
   (:mod:`gpuguide.peaks`), problem sizes (:mod:`gpuguide.sizes`), plots
-  (:mod:`gpuguide.plotting`), tables (:mod:`gpuguide.tables`) and files to
-  download (:mod:`gpuguide.artifacts`);
+  (:mod:`gpuguide.plotting`), tables (:mod:`gpuguide.tables`), verdicts with
+  the spread (:mod:`gpuguide.verdicts`) and files to download
+  (:mod:`gpuguide.artifacts`);
 - :mod:`gpuguide.chapters`: helpers that serve one chapter each.
 
 This namespace exports the core (and the foundation's most used names).
@@ -40,12 +41,14 @@ from gpuguide.timing import (
     matmul_flop,
 )
 from gpuguide.units import format_bytes, format_rate, format_ratio, format_time
+from gpuguide.verdicts import Comparison, break_even, compare, interleave
 
 __version__ = "0.1.0"
 
 ignore_torch_internal_warnings()
 
 __all__ = [
+    "Comparison",
     "DeviceInfo",
     "DownloadLink",
     "Measurement",
@@ -56,7 +59,9 @@ __all__ = [
     "__version__",
     "artifact_path",
     "benchmark",
+    "break_even",
     "bytes_per_s",
+    "compare",
     "describe_device",
     "device_peaks",
     "download_link",
@@ -65,6 +70,7 @@ __all__ = [
     "format_rate",
     "format_ratio",
     "format_time",
+    "interleave",
     "label_device",
     "largest_size",
     "matmul_flop",

@@ -7,10 +7,27 @@ so that it is outside the timed pair, and a single synchronize at the end. On
 the CPU every call is timed on its own with a monotonic host clock; on MPS the
 host clock brackets each call followed by ``torch.mps.synchronize()``.
 
-CUDA events measure stream time, so a gap on the stream while the host is
-still launching (a launch-bound loop of tiny kernels) counts too. On CUDA the
-warm-up synchronizes after every call, so its per-call estimate is an upper
-bound that includes the launch and the synchronize.
+On CUDA, what the events measure depends on whether the GPU waits for the
+host, so :func:`benchmark` asks which of two things to measure:
+
+- ``measure="call"`` (the default): the time per call of a loop that launches
+  call after call, as a training or inference loop does. The events are
+  recorded as the host reaches them, so when a call's kernels take less time
+  than launching them (a few microseconds), the GPU idles between them and the
+  time is the launch time; when the GPU is the slower side, it is the GPU's.
+  It is what a loop of such calls costs per call: the larger of the two.
+- ``measure="kernel"``: the GPU time of the call's work alone. Before every
+  chunk of calls the GPU is held busy (``torch.cuda._sleep``, or zeroing a
+  buffer where that is missing) for longer than the host needs to queue the
+  chunk, so the calls then run back to back and the launches are hidden. This
+  is what ``triton.testing.do_bench`` reports for short kernels (there its L2
+  flush keeps the GPU ahead of the host).
+
+For calls that take more than about 50 us on the GPU the two agree. On the CPU
+and MPS there is no difference: both time the call on the host clock.
+
+On CUDA the warm-up synchronizes after every call, so its per-call estimate is
+an upper bound that includes the launch and the synchronize.
 
 Unlike ``torch.utils.benchmark.Timer``, which times blocks of several calls and
 reports a per-call *block mean*, every entry of :attr:`Measurement.times_s` is
@@ -45,6 +62,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "MEASURES",
     "NOISY_RELATIVE_IQR",
     "REP_MS",
     "SMALL_REP_MS",
@@ -74,6 +92,15 @@ _L2_FLUSH_BYTES = 256 * 1024 * 1024
 
 #: Safety stop for the warm-up loop, should the clock not advance.
 _MAX_WARMUP_CALLS = 1_000_000
+
+#: What :func:`benchmark` can measure on CUDA (see the module's docstring).
+MEASURES = ("call", "kernel")
+#: ``measure="kernel"``: calls queued behind one hold of the GPU. Few enough
+#: that a call of ~20 launches plus its two events stays within the depth of
+#: a stream's launch queue (about a thousand).
+_KERNEL_CHUNK = 32
+#: Host time of one pair of event records, allowed for in the hold.
+_RECORD_S = 5e-6
 
 
 @dataclass(frozen=True)
@@ -275,6 +302,7 @@ def benchmark(
     min_reps: int = 5,
     max_reps: int = 1000,
     flush_l2: bool = False,
+    measure: str = "call",
     clock: Callable[[], float] | None = None,
 ) -> Measurement:
     """Time ``fn(*args, **kwargs)`` and return every call's time.
@@ -312,6 +340,11 @@ def benchmark(
         CUDA only: zero a 256 MiB buffer before each call, outside the timed
         event pair, so that every call starts with a cold L2 cache. Ignored on
         the CPU and MPS.
+    measure : {"call", "kernel"}
+        CUDA only, see the module's docstring: ``"call"`` times each call of a
+        loop as the host launches it (a short kernel reads as its launch
+        time); ``"kernel"`` hides the launches and times the GPU work alone.
+        The two agree for calls of more than about 50 us of GPU work.
     clock : callable, optional
         Zero-argument callable returning seconds, used instead of
         ``time.perf_counter`` on the CPU and MPS (tests inject a fake one).
@@ -320,8 +353,9 @@ def benchmark(
     Returns
     -------
     Measurement
-        With ``method`` ``"cuda-events"`` (CUDA), ``"wall-clock"`` (CPU) or
-        ``"wall-clock+sync"`` (MPS).
+        With ``method`` ``"cuda-events"`` (CUDA, ``measure="call"``),
+        ``"cuda-events-queued"`` (CUDA, ``measure="kernel"``), ``"wall-clock"``
+        (CPU) or ``"wall-clock+sync"`` (MPS).
 
     Raises
     ------
@@ -330,8 +364,8 @@ def benchmark(
         not integers.
     ValueError
         For non-positive or non-finite budgets, ``min_reps < 1``,
-        ``max_reps < min_reps``, an unsupported device, or a ``clock`` with a
-        CUDA device.
+        ``max_reps < min_reps``, an unknown ``measure``, an unsupported device,
+        or a ``clock`` with a CUDA device.
     RuntimeError
         If the requested device is not available.
     """
@@ -341,6 +375,11 @@ def benchmark(
     if clock is not None and not callable(clock):
         msg = f"clock must be callable, got {clock!r}"
         raise TypeError(msg)
+    if measure not in MEASURES:
+        msg = (
+            f"measure must be one of {', '.join(map(repr, MEASURES))}, got {measure!r}"
+        )
+        raise ValueError(msg)
     warmup_s, rep_s = _budgets_s(warmup_ms, rep_ms)
     min_reps = checks.integer("min_reps", min_reps, minimum=1)
     max_reps = checks.integer("max_reps", max_reps, minimum=min_reps)
@@ -379,8 +418,20 @@ def benchmark(
                 call, warmup_s, time.perf_counter, torch.cuda.synchronize
             )
             n = _rep_count(estimate, rep_s, min_reps, max_reps)
-            times = _cuda_times(call, n, flush=flush_l2)
-        method = "cuda-events"
+            stream = torch.cuda.current_stream()
+            hold = host_call_s = None
+            if measure == "kernel":
+                host_call_s = _host_call_s(call, estimate, torch.cuda.synchronize)
+                hold = _gpu_hold(stream)
+            times = _cuda_times(
+                call,
+                n,
+                flush=flush_l2,
+                stream=stream,
+                hold=hold,
+                host_call_s=host_call_s,
+            )
+        method = "cuda-events" if measure == "call" else "cuda-events-queued"
     else:
         clock = time.perf_counter if clock is None else clock
         synchronize = None
@@ -545,23 +596,115 @@ def _l2_flush_buffer() -> Any:
     return torch.empty(_L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
 
 
+def _host_call_s(
+    call: Callable[[], None],
+    estimate_s: float,
+    synchronize: Callable[[], None],
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
+    """The host's time to launch one call, without waiting for the GPU, in s.
+
+    A few calls (up to 8, fewer when a call takes more than ~0.25 ms) are
+    launched back to back on the host clock, then the GPU is waited for.
+    """
+    calls = min(8, max(1, math.ceil(2e-3 / max(estimate_s, 1e-9))))
+    synchronize()
+    start = clock()
+    for _ in range(calls):
+        call()
+    elapsed = clock() - start
+    synchronize()
+    return max(elapsed, 0.0) / calls
+
+
+def _sleep_rate(sleep: Callable[[int], None], stream: Any) -> float:
+    """Cycles per second of ``torch.cuda._sleep`` on the current device."""
+    import torch
+
+    cycles = 1 << 20
+    rates = []
+    for _ in range(2):  # the first run may include loading the kernel
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        sleep(cycles)
+        end.record(stream)
+        end.synchronize()
+        rates.append(cycles / max(float(start.elapsed_time(end)) / 1e3, 1e-9))
+    return float(rates[-1])
+
+
+_SLEEP_RATES: dict[int, float] = {}
+
+
+def _gpu_hold(stream: Any) -> Callable[[float], None]:
+    """A function that keeps the GPU busy on ``stream`` for about ``s`` seconds.
+
+    ``torch.cuda._sleep`` (a spin kernel, in every torch this guide supports)
+    with its clock rate measured once per device; where it is missing, zeroing
+    a 256 MiB buffer as many times as needed.
+    """
+    import torch
+
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        index = torch.cuda.current_device()
+        if index not in _SLEEP_RATES:
+            _SLEEP_RATES[index] = _sleep_rate(sleep, stream)
+        rate = _SLEEP_RATES[index]
+
+        def hold(seconds: float) -> None:
+            sleep(max(1, round(seconds * rate)))
+
+        return hold
+    buffer = _l2_flush_buffer()  # pragma: no cover - every supported torch has _sleep
+    per_zero = _time_on_gpu(buffer.zero_, stream)  # pragma: no cover
+
+    def fill(seconds: float) -> None:  # pragma: no cover
+        for _ in range(max(1, math.ceil(seconds / max(per_zero, 1e-9)))):
+            buffer.zero_()
+
+    return fill  # pragma: no cover
+
+
+def _time_on_gpu(call: Callable[[], Any], stream: Any) -> float:  # pragma: no cover
+    import torch
+
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    call()
+    start.record(stream)
+    call()
+    end.record(stream)
+    end.synchronize()
+    return float(start.elapsed_time(end)) / 1e3
+
+
 def _cuda_times(
     call: Callable[[], None],
     n: int,
     *,
     flush: bool = False,
+    stream: Any = None,
+    hold: Callable[[float], None] | None = None,
+    host_call_s: float | None = None,
     event_factory: Callable[..., Any] | None = None,
     synchronize: Callable[[], None] | None = None,
     flush_buffer: Any = None,
 ) -> list[float]:
     """Time ``n`` calls with one CUDA event pair each, in seconds.
 
-    Per call: optional ``flush_buffer.zero_()`` (queued before the start event,
-    so outside the timed pair), ``start.record()``, the call, ``end.record()``.
-    One ``synchronize()`` after all calls, then the elapsed times are read
-    (milliseconds, converted to seconds). The keyword arguments default to
-    ``torch.cuda.Event``, ``torch.cuda.synchronize`` and a 256 MiB buffer on the
-    current device; tests pass fakes.
+    The event pairs are created before the loop, and the loop does nothing
+    but record and call. Per call: optional ``flush_buffer.zero_()`` (queued
+    before the start event, so outside the timed pair), ``start.record()``,
+    the call, ``end.record()``. With ``hold`` (``measure="kernel"``), every
+    chunk of :data:`_KERNEL_CHUNK` calls is preceded by ``hold(seconds)``
+    for twice the host's time to queue the chunk (from ``host_call_s``), so
+    the chunk's calls run back to back on the GPU. One ``synchronize()`` after
+    all calls, then the elapsed times are read (milliseconds, converted to
+    seconds). ``stream`` is passed to every ``record``. The keyword arguments
+    default to ``torch.cuda.Event``, ``torch.cuda.synchronize`` and a 256 MiB
+    buffer on the current device; tests pass fakes.
     """
     if event_factory is None or synchronize is None:
         import torch
@@ -574,11 +717,17 @@ def _cuda_times(
         (event_factory(enable_timing=True), event_factory(enable_timing=True))
         for _ in range(n)
     ]
-    for start, end in pairs:
-        if flush:
-            flush_buffer.zero_()
-        start.record()
-        call()
-        end.record()
+    chunk = _KERNEL_CHUNK if hold is not None else n
+    per_call_s = (host_call_s or 0.0) + _RECORD_S
+    for first in range(0, n, chunk):
+        batch = pairs[first : first + chunk]
+        if hold is not None:
+            hold(2 * len(batch) * per_call_s + 20e-6)
+        for start, end in batch:
+            if flush:
+                flush_buffer.zero_()
+            start.record(stream)
+            call()
+            end.record(stream)
     synchronize()
     return [start.elapsed_time(end) / 1e3 for start, end in pairs]

@@ -1,0 +1,259 @@
+"""Verdicts that hold: comparisons computed with the spread, variants in rounds.
+
+A page that says "A is faster than B" must still say it when the build runs
+again. Two medians always differ a little; the difference means something
+only when it is larger than the calls' own spread. Here a measurement's
+interval is its interquartile range (the middle half of its calls), and:
+
+- :func:`compare` gives the ratio of two measurements' medians with the range
+  the ratio spans over their intervals, and a verdict: ``"faster"`` or
+  ``"slower"`` only when the intervals do not overlap, else ``"no measurable
+  difference"``;
+- :meth:`Comparison.against` places that ratio above, within or below a
+  quoted range (e.g. "speed-ups of 1.5-3x are typical");
+- :func:`break_even` gives the number of uses after which a one-off cost
+  pays for itself, or ``None`` when the saving per use is within the spread;
+- :func:`interleave` times several variants in rounds, one after the other
+  in each round and in a rotating order, so that a drift of the machine
+  (clocks, other processes, a warming GPU) falls on every variant alike and
+  shows up in their spread instead of in their difference.
+
+Examples
+--------
+>>> from gpuguide.timing import Measurement
+>>> a = Measurement("fused", (1.0, 1.1, 1.2), "cpu", "wall-clock")
+>>> b = Measurement("eager", (2.0, 2.1, 2.2), "cpu", "wall-clock")
+>>> str(compare(a, b))
+'fused is 1.91x faster than eager (1.78-2.05x)'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuguide import checks
+from gpuguide.timing import REP_MS, Measurement, benchmark
+from gpuguide.units import format_ratio
+
+__all__ = [
+    "NO_DIFFERENCE",
+    "Comparison",
+    "break_even",
+    "compare",
+    "interleave",
+]
+
+#: The verdict when the two intervals overlap.
+NO_DIFFERENCE = "no measurable difference"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How much faster ``subject`` ran than ``baseline``, with the spread.
+
+    Attributes
+    ----------
+    subject, baseline : Measurement
+        The two measurements; names are their labels.
+    speedup : float
+        ``baseline.median_s / subject.median_s``: above 1 when the subject is
+        faster.
+    low, high : float
+        The speed-up over the two intervals: the baseline's first quartile
+        over the subject's third, and the baseline's third over the subject's
+        first.
+    """
+
+    subject: Measurement
+    baseline: Measurement
+    speedup: float
+    low: float
+    high: float
+
+    @property
+    def verdict(self) -> str:
+        """``"faster"``, ``"slower"`` or :data:`NO_DIFFERENCE`."""
+        if self.low > 1.0:
+            return "faster"
+        if self.high < 1.0:
+            return "slower"
+        return NO_DIFFERENCE
+
+    @property
+    def measurable(self) -> bool:
+        """Whether the intervals are apart (the verdict is not "no difference")."""
+        return self.verdict != NO_DIFFERENCE
+
+    def against(self, low: float, high: float) -> str:
+        """Place the speed-up against a quoted range ``low``-``high`` (x).
+
+        Returns ``"above"`` or ``"below"`` only when the whole interval of the
+        speed-up is outside the range, else ``"within"``.
+        """
+        low = checks.positive("low", low)
+        high = checks.positive("high", high)
+        if high < low:
+            msg = f"high must be >= low, got low={low!r}, high={high!r}"
+            raise ValueError(msg)
+        if self.low > high:
+            return "above"
+        if self.high < low:
+            return "below"
+        return "within"
+
+    def __str__(self) -> str:
+        a, b = self.subject.label, self.baseline.label
+        spread = _span(self.low, self.high)
+        if self.verdict == "faster":
+            return f"{a} is {format_ratio(self.speedup)} faster than {b} ({spread})"
+        if self.verdict == "slower":
+            slow = _span(1 / self.high, 1 / self.low)
+            return f"{a} is {format_ratio(1 / self.speedup)} slower than {b} ({slow})"
+        return f"{NO_DIFFERENCE} between {a} and {b} (speed-up {spread})"
+
+
+def _span(low: float, high: float) -> str:
+    """``"1.78-2.05x"``: two ratios with one unit."""
+    return f"{format_ratio(low).removesuffix('x')}-{format_ratio(high)}"
+
+
+def compare(subject: Measurement, baseline: Measurement) -> Comparison:
+    """Compare two measurements' medians, with their spread.
+
+    Parameters
+    ----------
+    subject, baseline : Measurement
+        The variant in question and the one it is measured against.
+
+    Returns
+    -------
+    Comparison
+        ``str()`` of it is a sentence for the page, e.g. ``"compiled is 2.3x
+        faster than eager (2.1-2.5x)"`` or ``"no measurable difference between
+        A and B (speed-up 0.96-1.05x)"``.
+
+    Raises
+    ------
+    TypeError
+        If either is not a :class:`~gpuguide.timing.Measurement`.
+    ValueError
+        If a median or quartile is zero (nothing to divide by).
+    """
+    for name, value in (("subject", subject), ("baseline", baseline)):
+        if not isinstance(value, Measurement):
+            msg = f"{name} must be a Measurement, got {type(value).__name__}"
+            raise TypeError(msg)
+    if min(subject.q25_s, baseline.q25_s) <= 0:
+        msg = (
+            f"cannot compare {subject.label!r} with {baseline.label!r}: "
+            "a time of 0 s (below the clock's resolution)"
+        )
+        raise ValueError(msg)
+    return Comparison(
+        subject=subject,
+        baseline=baseline,
+        speedup=baseline.median_s / subject.median_s,
+        low=baseline.q25_s / subject.q75_s,
+        high=baseline.q75_s / subject.q25_s,
+    )
+
+
+def break_even(
+    cost_s: float | Measurement, without: Measurement, with_: Measurement
+) -> int | None:
+    """After how many uses a one-off cost pays for itself, if it measurably does.
+
+    ``cost_s`` is paid once (a copy, a compilation, pinning); each use then
+    takes ``with_`` instead of ``without``. The saving per use must be larger
+    than the spread (:func:`compare` says ``"faster"``), else there is no
+    number to print: ``None``.
+
+    Returns
+    -------
+    int or None
+        The smallest ``k`` with ``cost + k * with_ <= k * without``
+        (medians), at least 1; ``None`` when ``with_`` is not measurably
+        faster.
+    """
+    cost = cost_s.median_s if isinstance(cost_s, Measurement) else cost_s
+    cost = checks.non_negative("cost_s", cost)
+    if compare(with_, without).verdict != "faster":
+        return None
+    saving = without.median_s - with_.median_s
+    return max(1, math.ceil(cost / saving - 1e-12))
+
+
+def interleave(
+    variants: Mapping[str, Callable[[], Any]],
+    *,
+    rounds: int = 5,
+    rep_ms: float | None = None,
+    **options: Any,
+) -> dict[str, Measurement]:
+    """Time several variants in rounds, each round running every variant once.
+
+    Parameters
+    ----------
+    variants : mapping of str to callable
+        Name to a zero-argument callable (build inputs beforehand and capture
+        them, e.g. with :func:`functools.partial` or a lambda).
+    rounds : int
+        Number of rounds (>= 1). The order rotates from round to round.
+    rep_ms : float, optional
+        Time budget per variant, split across the rounds (default: that of
+        :func:`~gpuguide.timing.benchmark`).
+    **options
+        Passed to :func:`~gpuguide.timing.benchmark` (``device``, ``warmup_ms``,
+        ``measure``, ``flush_l2``, ...). The warm-up runs in the first round only.
+
+    Returns
+    -------
+    dict of str to Measurement
+        In the order given; each holds the calls of every round.
+    """
+    rounds = checks.integer("rounds", rounds, minimum=1)
+    if not variants:
+        msg = "variants must name at least one callable, got none"
+        raise ValueError(msg)
+    for name, fn in variants.items():
+        if not callable(fn):
+            msg = f"variants[{name!r}] must be callable, got {fn!r}"
+            raise TypeError(msg)
+    for reserved in ("fn", "args", "kwargs", "label", "rep_ms"):
+        if reserved in options:
+            msg = f"interleave() sets {reserved} itself; got {reserved}={options[reserved]!r}"
+            raise TypeError(msg)
+
+    per_round = (
+        REP_MS if rep_ms is None else checks.positive("rep_ms", rep_ms)
+    ) / rounds
+    min_reps = max(1, options.pop("min_reps", 5) // rounds)
+    names = list(variants)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    first: dict[str, Measurement] = {}
+    for r in range(rounds):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            extra = {} if r == 0 else {"warmup_ms": 0.001}
+            m = benchmark(
+                variants[name],
+                label=name,
+                rep_ms=per_round,
+                min_reps=min_reps,
+                **{**options, **extra},
+            )
+            first.setdefault(name, m)
+            times[name].extend(m.times_s)
+    return {
+        name: Measurement(
+            label=name,
+            times_s=tuple(times[name]),
+            device=first[name].device,
+            method=first[name].method,
+            warmup_calls=first[name].warmup_calls,
+        )
+        for name in names
+    }

@@ -1,0 +1,172 @@
+"""Verdicts computed with the spread, tested on synthetic measurements."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from gpuguide import verdicts
+from gpuguide.timing import Measurement
+from gpuguide.verdicts import NO_DIFFERENCE, break_even, compare, interleave
+
+
+def m(label, *times):
+    return Measurement(label, times, "cpu", "wall-clock")
+
+
+def around(label, median, spread, n=9):
+    """n times evenly spread over median +- spread."""
+    step = 2 * spread / (n - 1)
+    return m(label, *(median - spread + i * step for i in range(n)))
+
+
+# ---------------------------------------------------------------- compare
+
+
+def test_clearly_apart_is_faster_and_slower_both_ways():
+    fast, slow = around("new", 1.0, 0.05), around("old", 2.0, 0.1)
+    c = compare(fast, slow)
+    assert c.verdict == "faster"
+    assert c.measurable
+    assert c.speedup == pytest.approx(2.0)
+    assert c.low < 2.0 < c.high
+    assert str(c).startswith("new is 2.00x faster than old (")
+    back = compare(slow, fast)
+    assert back.verdict == "slower"
+    assert str(back).startswith("old is 2.00x slower than new (")
+
+
+def test_overlapping_intervals_are_no_measurable_difference():
+    a, b = around("a", 1.00, 0.2), around("b", 1.05, 0.2)
+    c = compare(a, b)
+    assert c.verdict == NO_DIFFERENCE
+    assert not c.measurable
+    assert str(c).startswith("no measurable difference between a and b (speed-up ")
+
+
+def test_a_noisy_measurement_hides_a_median_difference():
+    # Medians 30% apart, but one of them spreads over +-50%.
+    steady, noisy = around("steady", 1.0, 0.01), around("noisy", 1.3, 0.65)
+    assert compare(steady, noisy).verdict == NO_DIFFERENCE
+    # The same medians with a tight spread are apart.
+    assert compare(steady, around("tight", 1.3, 0.01)).verdict == "faster"
+
+
+def test_interval_edges_are_the_quartiles():
+    a = m("a", 1.0, 2.0, 3.0, 4.0, 5.0)  # q25 2, q75 4
+    b = m("b", 10.0, 20.0, 30.0, 40.0, 50.0)  # q25 20, q75 40
+    c = compare(a, b)
+    assert (c.low, c.high) == pytest.approx((20 / 4, 40 / 2))
+
+
+def test_compare_rejects_non_measurements_and_zero_times():
+    with pytest.raises(TypeError, match="baseline must be a Measurement, got float"):
+        compare(m("a", 1.0), 1.0)
+    with pytest.raises(ValueError, match="a time of 0 s"):
+        compare(m("a", 0.0, 0.0, 0.0), m("b", 1.0))
+
+
+@pytest.mark.parametrize(
+    ("median", "expected"),
+    [(5.0, "above"), (2.0, "within"), (1.5, "within"), (1.2, "below"), (0.5, "below")],
+)
+def test_against_a_quoted_range(median, expected):
+    base = around("eager", 10.0, 0.1)
+    c = compare(around("compiled", 10.0 / median, 0.05 / median), base)
+    assert c.against(1.5, 3.0) == expected
+
+
+def test_against_a_range_straddled_by_the_spread_is_within():
+    # Median 3.3x, but the interval reaches below 3x: not "above".
+    c = compare(around("c", 1.0, 0.2), around("e", 3.3, 0.1))
+    assert c.speedup > 3.0
+    assert c.against(1.5, 3.0) == "within"
+
+
+def test_against_checks_the_range():
+    c = compare(around("a", 1.0, 0.1), around("b", 2.0, 0.1))
+    with pytest.raises(ValueError, match="high must be >= low"):
+        c.against(3.0, 1.5)
+    with pytest.raises(ValueError, match="low must be"):
+        c.against(0.0, 1.5)
+
+
+# ---------------------------------------------------------------- break_even
+
+
+def test_break_even_counts_uses_when_the_saving_is_measurable():
+    without, with_ = around("view", 3.0, 0.05), around("copy", 1.0, 0.05)
+    # 10 s once, 2 s saved per use: pays after 5 uses.
+    assert break_even(10.0, without, with_) == 5
+    assert break_even(0.0, without, with_) == 1
+    assert break_even(m("cost", 9.0, 10.0, 11.0), without, with_) == 5
+
+
+def test_break_even_is_none_when_the_saving_is_within_the_spread():
+    without, with_ = around("view", 1.02, 0.1), around("copy", 1.0, 0.1)
+    assert break_even(0.5, without, with_) is None
+    # ... and when the "saving" is a loss.
+    assert break_even(0.5, around("a", 1.0, 0.01), around("b", 2.0, 0.01)) is None
+
+
+def test_break_even_rejects_a_negative_cost():
+    with pytest.raises(ValueError, match="cost_s must be"):
+        break_even(-1.0, around("a", 2.0, 0.01), around("b", 1.0, 0.01))
+
+
+# ---------------------------------------------------------------- interleave
+
+
+def test_interleave_rotates_the_order_and_merges_the_rounds(monkeypatch):
+    order = []
+    clock = itertools.count()
+
+    def fake_benchmark(fn, *, label, rep_ms, min_reps, **options):
+        fn()
+        order.append((label, options.get("warmup_ms")))
+        t = float(next(clock) + 1)
+        return Measurement(label, (t, t), options.get("device", "cpu"), "wall-clock", 3)
+
+    monkeypatch.setattr(verdicts, "benchmark", fake_benchmark)
+    ran = []
+    out = interleave(
+        {
+            "a": lambda: ran.append("a"),
+            "b": lambda: ran.append("b"),
+            "c": lambda: ran.append("c"),
+        },
+        rounds=3,
+        rep_ms=30,
+        device="cpu",
+    )
+    assert list(out) == ["a", "b", "c"]
+    assert ran == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    # Warm-up in the first round only.
+    assert [w for _, w in order[:3]] == [None] * 3
+    assert all(w is not None and w < 0.01 for _, w in order[3:])
+    assert out["a"].times_s == (1.0, 1.0, 6.0, 6.0, 8.0, 8.0)
+    assert out["a"].n == 6
+    assert out["a"].warmup_calls == 3
+
+
+def test_interleave_runs_for_real_on_the_cpu():
+    out = interleave(
+        {"x": lambda: sum(range(100)), "y": lambda: None}, rounds=2, rep_ms=2
+    )
+    assert {name: o.label for name, o in out.items()} == {"x": "x", "y": "y"}
+    assert all(o.n >= 2 and o.device == "cpu" for o in out.values())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"variants": {}}, ValueError, "at least one callable"),
+        ({"variants": {"a": 1}}, TypeError, r"variants\['a'\] must be callable"),
+        ({"variants": {"a": print}, "rounds": 0}, ValueError, "rounds must be"),
+        ({"variants": {"a": print}, "label": "x"}, TypeError, "sets label itself"),
+    ],
+)
+def test_interleave_rejects_bad_input(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        interleave(**kwargs)
