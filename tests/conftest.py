@@ -43,6 +43,17 @@ MEASURED = re.compile(
     r"\d+(\.\d+)?\s*(ns|us|ms|s|[kMGT]?B/s|[MGT]?FLOP/s|[KMG]iB|x|%)(?!\w)"
 )
 
+#: Torch's own log and warning lines, which must never reach a page: autotune
+#: tables, C++ source locations, glog-style log lines, profiler and DataLoader
+#: notices. Each alternative was seen on a page of a real GPU build.
+TORCH_LOG = re.compile(
+    r"AUTOTUNE |Autotune Choices Stats|\(Triggered internally at "
+    r"|TypedStorage is deprecated|Profiler clears events"
+    r"|DataLoader worker \(pid|killed by signal"
+    r"|^(\[rank\d+\]:)?[IWEF]\d{4} \d\d:\d\d:\d\d",
+    re.MULTILINE,
+)
+
 
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import EXAMPLES, MEASURED, ROOT
+from conftest import EXAMPLES, MEASURED, ROOT, TORCH_LOG
 
 bs4 = pytest.importorskip("bs4")
 pytest.importorskip("sphinx_gallery")
@@ -80,6 +80,8 @@ def test_example_page_has_figures_output_and_provenance(site, script):
     assert MEASURED.search(outputs), outputs[-2000:]
     assert re.search(r"Measured on .+\| torch \S+ \|.+\d{4}-\d{2}-\d{2}", outputs)
     assert "Traceback" not in outputs
+    log = TORCH_LOG.search(outputs)
+    assert log is None, f"torch's own log on the page: {log and log.group(0)!r}"
     # A stray value at the end of a cell would show as its default repr.
     assert not re.search(r"<[\w.]+ object at 0x[0-9a-f]+>", outputs), outputs
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import EXAMPLES, MEASURED, ROOT
+from conftest import EXAMPLES, MEASURED, ROOT, TORCH_LOG
 
 
 def _run(script, tmp_path, **extra_env):
@@ -48,6 +48,8 @@ def test_example_runs_as_a_script(script, tmp_path):
     assert re.search(r"^Measured on .+\| torch \S+", out, re.MULTILINE), out[:2000]
     assert MEASURED.search(out), "no measured number with a unit in the output"
     assert "Traceback" not in result.stderr
+    log = TORCH_LOG.search(out)
+    assert log is None, f"torch's own log in the output: {log and log.group(0)!r}"
 
 
 @pytest.mark.gpu
