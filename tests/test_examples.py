@@ -21,6 +21,7 @@ def _run(script, tmp_path, **extra_env):
         **os.environ,
         "GPUGUIDE_SMALL": "1",
         "MPLBACKEND": "Agg",
+        "PYTHONFAULTHANDLER": "1",  # a native crash shows its Python stack
         "PYTHONPATH": os.pathsep.join(
             p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p
         ),

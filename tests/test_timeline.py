@@ -21,6 +21,7 @@ from gpuguide.chapters.timeline import (
     overlap_s,
     plot_timeline,
     record_timeline,
+    synchronize,
 )
 from gpuguide.plotting import COLORS
 
@@ -186,6 +187,87 @@ def test_recorder_keeps_no_spans_after_an_exception() -> None:
     with pytest.raises(KeyError):
         fail()
     assert rec.spans == []
+
+
+class DeviceEvent:
+    """``torch.Event`` stand-in: remembers its device, records like FakeEvent."""
+
+    made: ClassVar[list[DeviceEvent]] = []
+
+    def __init__(self, device: object = None, *, enable_timing: bool = False) -> None:
+        assert enable_timing
+        self.device, self.ms = device, None
+        DeviceEvent.made.append(self)
+
+    def record(self, stream: object = None) -> None:
+        self.ms = 2.0 * len(DeviceEvent.made)
+
+    def elapsed_time(self, other: DeviceEvent) -> float:
+        return other.ms - self.ms
+
+
+def test_cuda_recorder_uses_torch_event_on_the_device_where_torch_has_it(
+    monkeypatch,
+) -> None:
+    import torch
+
+    DeviceEvent.made = []
+    monkeypatch.setattr(torch, "Event", DeviceEvent, raising=False)
+    rec = TimelineRecorder("cuda:1", synchronize=lambda: None)
+    with rec, rec.span("s", "work"):
+        pass
+    assert len(DeviceEvent.made) == 3
+    assert {e.device for e in DeviceEvent.made} == {torch.device("cuda:1")}
+    assert rec.spans[0].duration_s == pytest.approx(0.002)
+
+
+def test_cuda_recorder_falls_back_to_torch_cuda_event(monkeypatch) -> None:
+    import torch
+
+    FakeEvent.gpu_ms, FakeEvent.recorded = 0.0, []
+    monkeypatch.delattr(torch, "Event", raising=False)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    rec = TimelineRecorder("cuda", synchronize=lambda: None)
+    with rec, rec.span("s", "work"):
+        pass
+    assert len(FakeEvent.recorded) == 3
+
+
+def test_synchronize_prefers_torch_accelerator_for_a_gpu(monkeypatch) -> None:
+    import torch
+
+    calls: list[object] = []
+    monkeypatch.setattr(
+        torch.accelerator, "synchronize", lambda device=None: calls.append(device)
+    )
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: calls.append("cuda module"))
+    synchronize("cuda:0")
+    assert calls == [torch.device("cuda:0")]
+    synchronize("cpu")  # the CPU is no accelerator: torch.cpu.synchronize
+    assert calls == [torch.device("cuda:0")]
+
+
+def test_synchronize_falls_back_to_the_device_module(monkeypatch) -> None:
+    import torch
+
+    calls: list[str] = []
+    monkeypatch.delattr(torch.accelerator, "synchronize")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: calls.append("cuda"))
+    synchronize("cuda")
+    assert calls == ["cuda"]
+
+
+def test_recorder_synchronizes_its_device_by_default(monkeypatch) -> None:
+    import torch
+
+    calls: list[object] = []
+    monkeypatch.setattr(
+        torch.accelerator, "synchronize", lambda device=None: calls.append(device)
+    )
+    with TimelineRecorder("mps", clock=FakeClock()) as rec, rec.span("s", "w"):
+        pass
+    assert calls
+    assert set(calls) == {torch.device("mps")}
 
 
 def test_record_timeline_measures_real_cpu_work() -> None:

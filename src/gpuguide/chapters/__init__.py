@@ -7,6 +7,9 @@
 - :mod:`~gpuguide.chapters.compiling`: starting ``torch.compile`` and printing its
   recompilation log (torch.compile, fusion).
 - :mod:`~gpuguide.chapters.timeline`: per-stream timelines from CUDA events (streams).
+- :mod:`~gpuguide.chapters.profiling`: the phases of a training step timed on the
+  stream, the profiler's operator table, and torch's messages kept off the page
+  (profiling).
 - :mod:`~gpuguide.chapters.spawning` and :mod:`~gpuguide.chapters.distributed`:
   spawned processes and a timed DDP worker (data loading, multi-GPU).
 

@@ -2,12 +2,15 @@
 
 A :class:`Span` is one piece of work on one lane, with start and end times in
 seconds from a common origin. :func:`record_timeline` collects spans: on CUDA it
-brackets each piece of work with two CUDA events recorded on the current stream
-and reads them as ``origin.elapsed_time(event)``, where ``origin`` is an event
-recorded when the recording starts; elsewhere it synchronizes and reads a host
-clock. :func:`plot_timeline` draws spans as horizontal bars, one row per lane,
-one colour per label, in the guide's style; :func:`busy_s` and
-:func:`overlap_s` say how long lanes were busy, and busy at the same time.
+brackets each piece of work with two timing events recorded on the current stream
+(``torch.Event`` where torch has it, else ``torch.cuda.Event``) and reads them as
+``origin.elapsed_time(event)``, where ``origin`` is an event recorded when the
+recording starts; elsewhere it synchronizes and reads a host clock.
+:func:`synchronize` waits for a device (``torch.accelerator.synchronize`` where
+torch has it, else the device module's own). :func:`plot_timeline` draws spans
+as horizontal bars, one row per lane, one colour per label, in the guide's
+style; :func:`busy_s` and :func:`overlap_s` say how long lanes were busy, and
+busy at the same time.
 
 Examples
 --------
@@ -26,6 +29,7 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -47,6 +51,7 @@ __all__ = [
     "overlap_s",
     "plot_timeline",
     "record_timeline",
+    "synchronize",
 ]
 
 #: Height of a bar, as a share of the distance between two lanes.
@@ -120,8 +125,10 @@ class TimelineRecorder:
         False makes :meth:`span` do nothing, so a function can take a recorder
         and be timed without one: pass a disabled recorder.
     clock, event_factory, synchronize : callable, optional
-        Stand-ins for ``time.perf_counter``, ``torch.cuda.Event`` and the
-        device's ``synchronize`` (tests pass fakes).
+        Stand-ins for ``time.perf_counter``, the timing event
+        (``torch.Event`` on the device, or ``torch.cuda.Event``; called as
+        ``event_factory(enable_timing=True)``) and :func:`synchronize` for the
+        device (tests pass fakes).
 
     Attributes
     ----------
@@ -155,20 +162,16 @@ class TimelineRecorder:
 
     def _sync(self) -> None:
         if self._synchronize is None:
-            import torch
-
-            self._synchronize = getattr(torch, self.device.type).synchronize
+            self._synchronize = functools.partial(synchronize, self.device)
         self._synchronize()
 
     def _now(self) -> Any:
-        """A CUDA event recorded on the current stream, or the host clock."""
+        """A timing event recorded on the current stream, or the host clock."""
         if not self._cuda:
             self._sync()
             return self._clock()
         if self._event_factory is None:
-            import torch
-
-            self._event_factory = torch.cuda.Event
+            self._event_factory = _timing_event_factory(self.device)
         event = self._event_factory(enable_timing=True)
         event.record()
         return event
@@ -223,6 +226,43 @@ class TimelineRecorder:
         start = self._now()
         yield
         self._marks.append((lane, label, start, self._now()))
+
+
+def synchronize(device: str | torch.device | None = None) -> None:
+    """Wait until the device has finished the work queued on it.
+
+    ``torch.accelerator.synchronize(device)`` where torch has it (2.6 and
+    later) and the device is an accelerator, else the device module's own
+    ``synchronize`` (``torch.cuda``, ``torch.mps``; ``torch.cpu``'s does
+    nothing, as CPU work is done when its call returns).
+
+    Parameters
+    ----------
+    device : str or torch.device or None
+        The device; None picks the default device.
+    """
+    import torch
+
+    device = as_device(device)
+    accelerator = getattr(torch, "accelerator", None)
+    accelerator_sync = getattr(accelerator, "synchronize", None)
+    if device.type != "cpu" and accelerator_sync is not None:
+        accelerator_sync(device)
+    else:
+        getattr(torch, device.type).synchronize()
+
+
+def _timing_event_factory(device: torch.device) -> Callable[..., Any]:
+    """``torch.Event`` on ``device`` where torch has it, else ``torch.cuda.Event``.
+
+    Both record on the current stream when ``record()`` gets no stream.
+    """
+    import torch
+
+    event = getattr(torch, "Event", None)
+    if event is not None:
+        return functools.partial(event, device=device)
+    return torch.cuda.Event
 
 
 def record_timeline(
