@@ -18,7 +18,7 @@ if (ROOT / "src" / "gpuguide").is_dir():
 sys.path.insert(0, str(Path(__file__).resolve().parent / "_ext"))
 
 import gpuguide
-from gallery_hooks import copy_artifacts
+from gallery_hooks import connect_fingerprint, copy_artifacts
 
 # Files that examples write for download (traces, snapshots) go to _build/artifacts
 # and are copied to <html>/_artifacts when the build ends; pages link to them from
@@ -59,11 +59,13 @@ html_theme_options = {
 }
 html_show_sourcelink = False
 
+# Execute every example whose file name starts with plot_.
+EXECUTED = r"/plot_"
+
 sphinx_gallery_conf = {
     "examples_dirs": ["../examples"],
     "gallery_dirs": ["auto_examples"],
-    # Execute every example whose file name starts with plot_.
-    "filename_pattern": r"/plot_",
+    "filename_pattern": EXECUTED,
     "within_subsection_order": "gallery_hooks.ChapterOrder",
     # Torch's global state (TF32 flags, dtype, threads, seeds, caches) is reset
     # before and after every example; warnings become errors inside examples.
@@ -87,3 +89,6 @@ def _copy_artifacts(app, exception):
 
 def setup(app):
     app.connect("build-finished", _copy_artifacts)
+    # An example is re-executed when its source changed, and every example when
+    # torch's version, the device, small mode or the GPU memory cap changed.
+    connect_fingerprint(app, filename_pattern=EXECUTED)

@@ -62,22 +62,46 @@ def no_accelerator(monkeypatch):
     monkeypatch.setattr(device_mod, "_mps_available", lambda: False)
 
 
+def _index(d) -> int:
+    return d.index if isinstance(d, torch.device) else d
+
+
 @pytest.fixture
 def fake_cuda(monkeypatch):
-    """Two fake CUDA devices (an H100 and an unknown GPU), current device 0."""
+    """Two fake CUDA devices (an H100 and an unknown GPU), current device 0.
+
+    No GPU memory cap is set, and none was applied before the test.
+    """
     monkeypatch.delenv("GPUGUIDE_DEVICE", raising=False)
+    monkeypatch.delenv("GPUGUIDE_GPU_MEMORY", raising=False)
+    monkeypatch.setattr(device_mod, "_applied_caps", {})
     devices = [H100, props("NVIDIA Foo 9000", 99, 10 * 2**30, 12, 1)]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: len(devices))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(
-        torch.cuda,
-        "get_device_properties",
-        lambda d: devices[d.index if isinstance(d, torch.device) else d],
+        torch.cuda, "get_device_properties", lambda d: devices[_index(d)]
     )
     monkeypatch.setattr(torch.version, "cuda", "12.8")
     monkeypatch.setattr(host, "driver_version", lambda: "570.86.15")
     return devices
+
+
+@pytest.fixture
+def allocator(monkeypatch, fake_cuda):
+    """The fake GPUs' memory (all free) and the fractions set on their allocators."""
+    fractions: list[tuple[float, int]] = []
+    monkeypatch.setattr(
+        torch.cuda,
+        "mem_get_info",
+        lambda d: (fake_cuda[_index(d)].total_memory,) * 2,
+    )
+    monkeypatch.setattr(
+        torch.cuda,
+        "set_per_process_memory_fraction",
+        lambda fraction, d: fractions.append((fraction, _index(d))),
+    )
+    return fractions
 
 
 # --------------------------------------------------------------------------------------
@@ -141,6 +165,95 @@ def test_pick_device_unavailable_mps_raises(no_accelerator):
 def test_pick_device_rejects_unknown_devices(no_accelerator, choice):
     with pytest.raises(ValueError, match="device"):
         pick_device(choice)
+
+
+# --------------------------------------------------------------------------------------
+# GPUGUIDE_GPU_MEMORY: the allocator's limit
+# --------------------------------------------------------------------------------------
+
+GiB = 2**30
+
+
+def test_cap_sets_the_allocator_fraction_once_per_device(monkeypatch, allocator):
+    monkeypatch.setenv("GPUGUIDE_GPU_MEMORY", "16GiB")
+    assert pick_device() == torch.device("cuda", 0)
+    assert allocator == [(16 * GiB / H100.total_memory, 0)]
+    pick_device()
+    pick_device("cuda:0")
+    describe_device()
+    assert len(allocator) == 1  # once per device
+
+
+def test_cap_is_checked_against_each_gpu(monkeypatch, allocator):
+    monkeypatch.setenv("GPUGUIDE_GPU_MEMORY", "8GiB")
+    pick_device("cuda:0")
+    pick_device("cuda:1")
+    assert allocator == [(8 * GiB / H100.total_memory, 0), (8 / 10, 1)]
+
+
+def test_cap_larger_than_the_gpu_stops_with_names_and_sizes(monkeypatch, allocator):
+    monkeypatch.setenv("GPUGUIDE_GPU_MEMORY", "100GiB")
+    with pytest.raises(ValueError, match="GPUGUIDE_GPU_MEMORY") as error:
+        pick_device()
+    message = str(error.value)
+    assert "100 GiB" in message  # the cap
+    assert "79.2 GiB" in message  # the GPU's memory
+    assert "NVIDIA H100 80GB HBM3" in message
+    assert allocator == []
+
+
+def test_cap_equal_to_the_gpu_is_allowed(monkeypatch, allocator):
+    monkeypatch.setenv("GPUGUIDE_GPU_MEMORY", str(H100.total_memory))
+    pick_device()
+    assert allocator == [(1.0, 0)]
+
+
+def test_cap_that_is_not_a_size_stops_pick_device(monkeypatch, allocator):
+    monkeypatch.setenv("GPUGUIDE_GPU_MEMORY", "lots")
+    with pytest.raises(ValueError, match=r"GPUGUIDE_GPU_MEMORY.*'lots'"):
+        pick_device()
+
+
+def test_no_cap_touches_no_allocator(monkeypatch, fake_cuda):
+    def fail(*args):
+        raise AssertionError("no CUDA memory call without a cap")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", fail)
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", fail)
+    assert pick_device() == torch.device("cuda", 0)
+    assert device_mod.apply_memory_cap("cuda:1") is None
+    assert describe_device().memory_cap_bytes is None
+
+
+def test_cap_follows_the_variable_when_it_changes(monkeypatch, allocator):
+    monkeypatch.setenv("GPUGUIDE_GPU_MEMORY", "16GiB")
+    pick_device()
+    monkeypatch.setenv("GPUGUIDE_GPU_MEMORY", "8GiB")
+    pick_device()
+    monkeypatch.delenv("GPUGUIDE_GPU_MEMORY")
+    pick_device()  # uncapped again: the whole GPU
+    total = H100.total_memory
+    assert allocator == [(16 * GiB / total, 0), (8 * GiB / total, 0), (1.0, 0)]
+
+
+def test_cpu_and_mps_ignore_the_cap(monkeypatch, no_accelerator):
+    monkeypatch.setenv("GPUGUIDE_GPU_MEMORY", "not even a size")
+    assert pick_device() == torch.device("cpu")
+    assert device_mod.apply_memory_cap("cpu") is None
+    assert device_mod.apply_memory_cap("mps") is None
+    assert describe_device().memory_cap_bytes is None
+    assert "capped" not in provenance(now=NOW)
+
+
+def test_describe_device_and_provenance_show_the_cap(monkeypatch, allocator):
+    monkeypatch.setenv("GPUGUIDE_GPU_MEMORY", "16 GiB")
+    info = describe_device()
+    assert info.memory_cap_bytes == 16 * GiB
+    line = provenance(info, now=NOW)
+    assert line.endswith(
+        "| driver 570.86.15 | GPU memory capped at 16.0 GiB | 2026-11-21 10:42 UTC"
+    )
+    assert allocator == [(16 * GiB / H100.total_memory, 0)]
 
 
 def test_mps_available_matches_torch():
@@ -319,3 +432,18 @@ def test_describe_real_cuda_device():
     line = provenance("cuda")
     assert line.startswith(f"Measured on {info.name}")
     assert f"CUDA {torch.version.cuda}" in line
+
+
+@pytest.mark.gpu
+def test_cap_limits_the_real_allocator(monkeypatch):
+    monkeypatch.setenv("GPUGUIDE_GPU_MEMORY", "1GiB")
+    device = pick_device("cuda")
+    try:
+        torch.cuda.empty_cache()
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.empty(2 * GiB, dtype=torch.uint8, device=device)
+        assert "GPU memory capped at 1.00 GiB" in provenance(device)
+    finally:
+        monkeypatch.delenv("GPUGUIDE_GPU_MEMORY")
+        device_mod.apply_memory_cap(device)  # the whole GPU again
+    torch.empty(2 * GiB, dtype=torch.uint8, device=device)  # fits again

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpuguide.env import device_override, small_mode
+from gpuguide.env import device_override, gpu_memory_cap, parse_bytes, small_mode
+
+GiB = 2**30
 
 
 @pytest.mark.parametrize("value", ["1", "true", "TRUE", "Yes", "on", " on "])
@@ -32,3 +34,79 @@ def test_device_override(monkeypatch: pytest.MonkeyPatch, value, expected) -> No
     assert device_override() == expected
     monkeypatch.delenv("GPUGUIDE_DEVICE")
     assert device_override() is None
+
+
+# -- GPUGUIDE_GPU_MEMORY ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("16GiB", 16 * GiB),
+        ("16 GiB", 16 * GiB),
+        ("16gib", 16 * GiB),
+        ("16Gi", 16 * GiB),
+        ("16384MiB", 16 * GiB),
+        ("1.5 GiB", 3 * GiB // 2),
+        ("17179869184", 16 * GiB),
+        ("17179869184B", 16 * GiB),
+        (" 4096 ", 4096),
+        ("1KiB", 1024),
+        ("1TiB", 2**40),
+        # Without an "i" the units are decimal (SI): 16 GB is 14.9 GiB.
+        ("16GB", 16 * 10**9),
+        ("16G", 16 * 10**9),
+        ("16 gb", 16 * 10**9),
+        ("500MB", 500 * 10**6),
+        ("2kB", 2000),
+    ],
+)
+def test_parse_bytes_accepts_sizes(text: str, expected: int) -> None:
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "   ", "GiB", "sixteen", "16 GiB free", "1e9"])
+def test_parse_bytes_rejects_text_that_is_not_a_size(text: str) -> None:
+    with pytest.raises(ValueError, match="GPUGUIDE_GPU_MEMORY must be a number") as e:
+        parse_bytes(text)
+    assert repr(text) in str(e.value)
+
+
+@pytest.mark.parametrize("text", ["16X", "16 GiBs", "16 bytes", "16iB"])
+def test_parse_bytes_rejects_unknown_units(text: str) -> None:
+    with pytest.raises(ValueError, match="GPUGUIDE_GPU_MEMORY has an unknown unit"):
+        parse_bytes(text)
+
+
+@pytest.mark.parametrize("text", ["0", "0GiB", "0.0000001KiB"])
+def test_parse_bytes_rejects_zero(text: str) -> None:
+    with pytest.raises(ValueError, match="must be more than 0 bytes"):
+        parse_bytes(text)
+
+
+@pytest.mark.parametrize("text", ["-1", "-16GiB", " -0.5 GB"])
+def test_parse_bytes_rejects_negative_sizes(text: str) -> None:
+    with pytest.raises(ValueError, match="GPUGUIDE_GPU_MEMORY must be a positive size"):
+        parse_bytes(text)
+
+
+def test_parse_bytes_rejects_fractions_of_a_byte() -> None:
+    with pytest.raises(ValueError, match="whole number of bytes"):
+        parse_bytes("1.5")
+
+
+def test_parse_bytes_names_what_the_size_is_for() -> None:
+    with pytest.raises(ValueError, match=r"^cache must be"):
+        parse_bytes("lots", name="cache")
+
+
+def test_gpu_memory_cap_reads_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUGUIDE_GPU_MEMORY", raising=False)
+    assert gpu_memory_cap() is None
+    monkeypatch.setenv("GPUGUIDE_GPU_MEMORY", "  ")  # empty means unset
+    assert gpu_memory_cap() is None
+    monkeypatch.setenv("GPUGUIDE_GPU_MEMORY", "16GiB")
+    assert gpu_memory_cap() == 16 * GiB
+    monkeypatch.setenv("GPUGUIDE_GPU_MEMORY", "16 furlongs")
+    with pytest.raises(ValueError, match=r"GPUGUIDE_GPU_MEMORY.*'16 furlongs'"):
+        gpu_memory_cap()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -58,12 +59,96 @@ def test_free_memory_mps(monkeypatch: pytest.MonkeyPatch) -> None:
     assert free_memory_bytes("mps") == 0
 
 
+# -- GPUGUIDE_GPU_MEMORY: the cap on the GPU memory a plan counts on --------------
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
+    """cuda:0 with 80 GiB, 60 GiB free, 2 GiB reserved by this process; no cap yet."""
+    from gpuguide import device as device_mod
+
+    gpu = SimpleNamespace(free=60 * GiB, reserved=2 * GiB, fractions=[])
+    monkeypatch.delenv("GPUGUIDE_GPU_MEMORY", raising=False)
+    monkeypatch.setattr(device_mod, "_applied_caps", {})
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d: (gpu.free, 80 * GiB))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d=None: gpu.reserved)
+    monkeypatch.setattr(
+        torch.cuda,
+        "set_per_process_memory_fraction",
+        lambda fraction, d: gpu.fractions.append((fraction, d)),
+    )
+    return gpu
+
+
+def test_free_memory_cuda_is_capped(
+    monkeypatch: pytest.MonkeyPatch, fake_gpu: SimpleNamespace
+) -> None:
+    assert free_memory_bytes("cuda:0") == 60 * GiB  # no cap: what the driver has
+    assert fake_gpu.fractions == []
+    monkeypatch.setenv("GPUGUIDE_GPU_MEMORY", "16GiB")
+    # The room under the allocator's limit: the cap less what it reserved.
+    assert free_memory_bytes("cuda:0") == 14 * GiB
+    assert fake_gpu.fractions == [(16 / 80, 0)]  # the allocator's limit, once
+    fake_gpu.free = 10 * GiB  # other processes use the GPU: less than the cap
+    assert free_memory_bytes("cuda") == 10 * GiB
+    fake_gpu.reserved = 20 * GiB  # more reserved than the cap allows
+    assert free_memory_bytes("cuda:0") == 0
+    assert len(fake_gpu.fractions) == 1
+
+
+def test_cap_bounds_the_sizes_a_gpu_plans(
+    monkeypatch: pytest.MonkeyPatch, fake_gpu: SimpleNamespace
+) -> None:
+    fake_gpu.reserved = 0
+    monkeypatch.delenv("GPUGUIDE_SMALL", raising=False)
+    assert size_budget("cuda:0").memory_bytes == 15 * GiB  # a quarter of 60 GiB
+    assert sweep(1, 2**40, device="cuda:0", memory_at=lambda n: n)[-1] == 8 * GiB
+    monkeypatch.setenv("GPUGUIDE_GPU_MEMORY", "16 GiB")
+    assert size_budget("cuda:0").memory_bytes == 4 * GiB  # a quarter of 16 GiB
+    assert sweep(1, 2**40, device="cuda:0", memory_at=lambda n: n)[-1] == 4 * GiB
+    monkeypatch.setenv("GPUGUIDE_GPU_MEMORY", "16GB")  # decimal: 14.9 GiB
+    assert sweep(1, 2**40, device="cuda:0", memory_at=lambda n: n)[-1] == 2 * GiB
+
+
+def test_cap_larger_than_the_gpu_stops_the_plan(
+    monkeypatch: pytest.MonkeyPatch, fake_gpu: SimpleNamespace
+) -> None:
+    gpu = SimpleNamespace(name="NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: gpu)
+    monkeypatch.setenv("GPUGUIDE_GPU_MEMORY", "96GiB")
+    with pytest.raises(ValueError, match=r"GPUGUIDE_GPU_MEMORY asks for 96\.0 GiB"):
+        size_budget("cuda:0")
+
+
+def test_cpu_ignores_the_gpu_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUGUIDE_GPU_MEMORY", "not a size")
+    monkeypatch.setattr(sizes.host, "available_memory_bytes", lambda: 123 * MiB)
+    assert free_memory_bytes("cpu") == 123 * MiB
+
+
+# -- the host memory a CPU plan counts on ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("available", "expected"),
+    [(64 * GiB, 512 * MiB), (4 * GiB, 512 * MiB), (GiB, 256 * MiB)],
+)
+def test_cpu_budget_counts_on_at_most_host_memory_bytes(
+    monkeypatch: pytest.MonkeyPatch, available: int, expected: int
+) -> None:
+    monkeypatch.setattr(sizes.host, "available_memory_bytes", lambda: available)
+    assert size_budget("cpu", small=False).memory_bytes == expected
+    whole = size_budget("cpu", memory_fraction=1.0, small=False).memory_bytes
+    assert whole == min(available, 2 * GiB)
+
+
 # -- size_budget ---------------------------------------------------------------
 
 
 @pytest.fixture
 def fixed_free(monkeypatch: pytest.MonkeyPatch) -> int:
-    free = 8 * GiB
+    free = GiB  # below HOST_MEMORY_BYTES, so CPU budgets are a share of it
     monkeypatch.setattr(sizes, "free_memory_bytes", lambda device=None: free)
     return free
 
@@ -330,7 +415,7 @@ def test_sweep_builds_the_budget_from_device_and_call_s(
 ) -> None:
     monkeypatch.delenv("GPUGUIDE_SMALL", raising=False)
     got = sweep(1, 2**40, device="cpu", memory_at=lambda n: n)
-    assert got[-1] == 2**31  # a quarter of 8 GiB
+    assert got[-1] == 2**28  # a quarter of 1 GiB
     kwargs = {"memory_at": lambda n: 0, "flop_at": lambda n: 1e9 * n, "peaks": None}
     assert sweep(1, 1024, device="cpu", call_s=0.08, **kwargs)[-1] == 4
     monkeypatch.setenv("GPUGUIDE_SMALL", "1")  # 64 MiB and 2 ms

@@ -11,23 +11,50 @@ into the next page's measurements. :func:`reset_torch_state` is registered in
 example. Before an example it also turns warnings into errors, so a warning
 that an example does not catch on purpose fails the build; warnings that torch
 attributes to its own modules are ignored (:mod:`gpuguide.quiet`).
+
+sphinx-gallery re-executes an example only when its source changed (an ``.md5``
+file beside each generated page), so a build on a GPU after one on the CPU would
+keep the CPU's pages. :func:`connect_fingerprint` closes that gap: the
+fingerprint of what the pages measure on (:func:`build_fingerprint`: torch's
+version, the device, small mode, the GPU memory cap) is recorded after a build
+that executed every example without a failure, and a build that finds another
+fingerprint re-executes every example (sphinx-gallery's ``run_stale_examples``)
+and says in its log what changed.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import sys
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from sphinx.util import logging
 
+from gpuguide.device import DeviceInfo, describe_device
+from gpuguide.env import small_mode
 from gpuguide.quiet import ignore_torch_internal_warnings
+from gpuguide.units import format_bytes
 
-__all__ = ["SEED", "ChapterOrder", "copy_artifacts", "reset_torch_state"]
+__all__ = [
+    "FINGERPRINT_FILE",
+    "SEED",
+    "ChapterOrder",
+    "build_fingerprint",
+    "check_fingerprint",
+    "connect_fingerprint",
+    "copy_artifacts",
+    "fingerprint_changes",
+    "record_after_build",
+    "record_fingerprint",
+    "reset_torch_state",
+]
 
 #: The seed every example starts from.
 SEED = 0
@@ -225,3 +252,181 @@ def copy_artifacts(source: str | Path, target: str | Path) -> list[Path]:
         target.mkdir(parents=True, exist_ok=True)
         copied.append(Path(shutil.copy2(path, target / path.name)))
     return copied
+
+
+# --------------------------------------------------------------------------------------
+# Re-executing the examples when what they measure on changes
+# --------------------------------------------------------------------------------------
+
+#: The file, in the gallery's output folder (``docs/auto_examples``), that holds
+#: the fingerprint of the last build that executed every example and passed.
+FINGERPRINT_FILE = ".gpuguide-fingerprint.json"
+
+_logger = logging.getLogger(__name__)
+
+# What check_fingerprint saw at the start of a build, for record_after_build.
+_pending: dict[str, Any] = {}
+
+
+def build_fingerprint(
+    info: DeviceInfo | None = None, *, small: bool | None = None
+) -> dict[str, str]:
+    """What the executed pages depend on besides their source.
+
+    Parameters
+    ----------
+    info : DeviceInfo, optional
+        The device the pages run on; by default ``gpuguide.describe_device()``,
+        the device a page picks. On CUDA that initialises CUDA in the build's
+        process, as its first example does, and applies ``GPUGUIDE_GPU_MEMORY``,
+        so a cap that is not a size or too large stops the build here.
+    small : bool, optional
+        Small mode; by default :func:`gpuguide.env.small_mode`.
+
+    Returns
+    -------
+    dict of str to str
+        ``torch`` (its version), ``device`` (its short name: the GPU variant or
+        name, or the CPU model and threads), ``small mode`` (``on`` or ``off``)
+        and ``GPU memory cap`` (``none`` or the size).
+    """
+    info = describe_device() if info is None else info
+    small = small_mode() if small is None else small
+    cap = info.memory_cap_bytes
+    return {
+        "torch": info.torch_version,
+        "device": info.short_name,
+        "small mode": "on" if small else "off",
+        "GPU memory cap": "none" if cap is None else f"{format_bytes(cap)} ({cap} B)",
+    }
+
+
+def fingerprint_changes(stamp: str | Path, current: Mapping[str, str]) -> list[str]:
+    """Why the pages made by the build that wrote ``stamp`` are stale now.
+
+    Parameters
+    ----------
+    stamp : path
+        The fingerprint file (:func:`record_fingerprint`).
+    current : mapping
+        This build's fingerprint (:func:`build_fingerprint`).
+
+    Returns
+    -------
+    list of str
+        Empty when ``stamp`` holds ``current``; else one ``"torch 2.13.0+cpu ->
+        2.11.0+cu130"`` per entry that changed, or one reason why the file
+        cannot tell (missing, unreadable, not a fingerprint).
+    """
+    stamp = Path(stamp)
+    try:
+        recorded = json.loads(stamp.read_text())
+    except FileNotFoundError:
+        return [f"no fingerprint of an earlier build ({stamp.name} is missing)"]
+    except (OSError, ValueError) as error:  # JSON and Unicode errors included
+        return [f"{stamp.name} cannot be read ({type(error).__name__}: {error})"]
+    if not isinstance(recorded, dict):
+        return [f"{stamp.name} holds no fingerprint"]
+    keys = [*current, *(key for key in recorded if key not in current)]
+    return [
+        f"{key} {recorded.get(key, 'unknown')} -> {current.get(key, 'unknown')}"
+        for key in keys
+        if recorded.get(key) != current.get(key)
+    ]
+
+
+def record_fingerprint(stamp: str | Path, current: Mapping[str, str]) -> Path:
+    """Write ``current`` to ``stamp`` (replaced in one step); return its path."""
+    stamp = Path(stamp)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    partial = stamp.with_name(stamp.name + ".tmp")
+    partial.write_text(json.dumps(dict(current), indent=2) + "\n")
+    partial.replace(stamp)
+    return stamp
+
+
+def _stamp_path(app: Any) -> Path:
+    gallery_dirs = app.config.sphinx_gallery_conf["gallery_dirs"]
+    first = gallery_dirs if isinstance(gallery_dirs, str) else gallery_dirs[0]
+    return Path(app.srcdir) / first / FINGERPRINT_FILE
+
+
+def check_fingerprint(
+    app: Any, *, filename_pattern: str, fingerprint: Mapping[str, str] | None = None
+) -> str | None:
+    """Before the examples run: re-execute them all if the fingerprint changed.
+
+    A ``builder-inited`` handler that must run after sphinx-gallery has filled
+    in its configuration and before it executes the examples.
+
+    Parameters
+    ----------
+    app : sphinx.application.Sphinx
+        The application (only ``app.srcdir`` and ``app.config`` are read).
+    filename_pattern : str
+        The pattern of a full build (conf.py's). A build with another pattern
+        (``nox -s docs -- --example NAME``) executes only some examples, so its
+        fingerprint is never recorded.
+    fingerprint : mapping, optional
+        This build's fingerprint; :func:`build_fingerprint` by default.
+
+    Returns
+    -------
+    str or None
+        The line written to the build's log; None when nothing changed or the
+        build executes no example (``plot_gallery=0``).
+    """
+    _pending.clear()
+    conf = app.config.sphinx_gallery_conf
+    if not conf["plot_gallery"]:
+        return None
+    current = dict(build_fingerprint() if fingerprint is None else fingerprint)
+    stamp = _stamp_path(app)
+    full = conf["filename_pattern"] == filename_pattern
+    _pending.update(stamp=stamp, fingerprint=current, full=full)
+    changes = fingerprint_changes(stamp, current)
+    if not changes:
+        return None
+    if full:
+        conf["run_stale_examples"] = True
+        line = f"gpuguide: re-executing every example: {'; '.join(changes)}"
+    else:
+        line = (
+            f"gpuguide: {'; '.join(changes)}; the pages this build does not "
+            "execute keep their earlier output until a full build"
+        )
+    _logger.info(line)
+    return line
+
+
+def record_after_build(app: Any, exception: BaseException | None) -> Path | None:
+    """After the build: record the fingerprint if every example ran and passed.
+
+    A ``build-finished`` handler. Nothing is recorded after a build that
+    raised, had a failing example, or executed no example or only some of them,
+    so the next full build re-executes every page made under another
+    fingerprint. Returns the file written, or None.
+    """
+    pending = dict(_pending)
+    _pending.clear()
+    if not pending or exception is not None or not pending["full"]:
+        return None
+    if app.config.sphinx_gallery_conf["failing_examples"]:
+        return None
+    return record_fingerprint(pending["stamp"], pending["fingerprint"])
+
+
+def connect_fingerprint(app: Any, *, filename_pattern: str) -> None:
+    """Connect :func:`check_fingerprint` and :func:`record_after_build` to ``app``.
+
+    Call it from ``conf.py``'s ``setup(app)`` with the ``filename_pattern`` that
+    ``sphinx_gallery_conf`` sets.
+    """
+
+    def check(app: Any) -> None:
+        check_fingerprint(app, filename_pattern=filename_pattern)
+
+    # After sphinx-gallery fills in plot_gallery (priority 10), before it runs
+    # the examples (generate_gallery_rst, default priority 500).
+    app.connect("builder-inited", check, priority=200)
+    app.connect("build-finished", record_after_build)

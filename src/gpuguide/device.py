@@ -1,7 +1,10 @@
 """Pick the device to run on and describe it, for labels and provenance lines.
 
 :func:`pick_device` chooses where an example runs (an explicit choice, then the
-``GPUGUIDE_DEVICE`` environment variable, then CUDA, MPS and the CPU).
+``GPUGUIDE_DEVICE`` environment variable, then CUDA, MPS and the CPU). On a CUDA
+device it also caps this process's allocator at ``GPUGUIDE_GPU_MEMORY`` where that
+is set (:func:`apply_memory_cap`), so that a large GPU runs a page as a smaller
+one would.
 :func:`describe_device` collects what a reader needs to judge a measurement: the
 GPU model and variant (SM count, memory, compute capability), the torch, CUDA and
 driver versions, and the host CPU with its thread counts. :func:`provenance` turns
@@ -26,15 +29,25 @@ from typing import TYPE_CHECKING, Any
 
 from gpuguide import host
 from gpuguide.datasheet import identify_gpu
-from gpuguide.env import DEVICE_ENV, device_override
+from gpuguide.env import DEVICE_ENV, GPU_MEMORY_ENV, device_override, gpu_memory_cap
 from gpuguide.units import format_bytes
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DeviceInfo", "as_device", "describe_device", "pick_device", "provenance"]
+__all__ = [
+    "DeviceInfo",
+    "apply_memory_cap",
+    "as_device",
+    "describe_device",
+    "pick_device",
+    "provenance",
+]
 
 _SUPPORTED_TYPES = ("cuda", "mps", "cpu")
+
+# The cap each CUDA device's allocator was last given, by device index.
+_applied_caps: dict[int, int | None] = {}
 
 
 # --------------------------------------------------------------------------------------
@@ -101,7 +114,9 @@ def pick_device(prefer: str | torch.device | None = None) -> torch.device:
     torch.device
         ``prefer`` if given; else the ``GPUGUIDE_DEVICE`` environment variable if
         set; else the current CUDA device if CUDA is available; else ``mps`` if
-        available; else ``cpu``. CUDA devices always carry an index (``cuda:0``).
+        available; else ``cpu``. CUDA devices always carry an index (``cuda:0``),
+        and their allocator is capped at ``GPUGUIDE_GPU_MEMORY`` where that is
+        set (:func:`apply_memory_cap`).
 
     Raises
     ------
@@ -110,7 +125,8 @@ def pick_device(prefer: str | torch.device | None = None) -> torch.device:
         available here, e.g. ``"cuda"`` on a machine without CUDA.
     ValueError
         If the choice is not a device string, or names a device type other than
-        cuda, mps or cpu.
+        cuda, mps or cpu; or if ``GPUGUIDE_GPU_MEMORY`` is not a size or more
+        than the chosen GPU has.
     """
     import torch
 
@@ -126,12 +142,75 @@ def pick_device(prefer: str | torch.device | None = None) -> torch.device:
                 raise ValueError(msg) from None
         else:
             device = torch.device(choice)
-        return _check_available(device)
-    if torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    if _mps_available():
-        return torch.device("mps")
-    return torch.device("cpu")
+        device = _check_available(device)
+    elif torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())
+    elif _mps_available():
+        device = torch.device("mps")
+    else:
+        device = torch.device("cpu")
+    apply_memory_cap(device)  # CUDA only: CPU and MPS ignore the cap
+    return device
+
+
+def apply_memory_cap(device: str | torch.device) -> int | None:
+    """Cap this process's CUDA allocator on ``device`` at ``GPUGUIDE_GPU_MEMORY``.
+
+    The cap lets a large GPU prove that a page fits a smaller one: with
+    ``GPUGUIDE_GPU_MEMORY=16GiB`` on an 80 GB GPU, the pages plan their sizes
+    with at most 16 GiB (:func:`gpuguide.sizes.free_memory_bytes`) and the
+    allocator raises ``torch.OutOfMemoryError`` beyond it, through
+    ``torch.cuda.set_per_process_memory_fraction(cap / total, device)``. It is set
+    once per device, and again only when the variable changes. The allocator's
+    limit counts what it reserves, not the CUDA context (several hundred MiB
+    that a real card of that size also has to hold).
+
+    :func:`pick_device` calls it for every CUDA device it returns; call it
+    yourself only for a CUDA device you did not get from there.
+
+    Parameters
+    ----------
+    device : str or torch.device
+        The device; anything but CUDA is left alone (CPU and MPS ignore the
+        variable). ``"cuda"`` without an index means the current device.
+
+    Returns
+    -------
+    int or None
+        The cap in bytes, or None on CPU and MPS and when the variable is unset.
+
+    Raises
+    ------
+    ValueError
+        If ``GPUGUIDE_GPU_MEMORY`` is not a size (:func:`gpuguide.env.parse_bytes`)
+        or is more than the GPU's memory; the message names the variable, the
+        cap and the GPU's memory.
+    """
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None
+    cap = gpu_memory_cap()
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    if _applied_caps.get(index) == cap:
+        return cap  # also: never capped and no cap asked for, so no CUDA call
+    # The allocator's fraction is of the total that cudaMemGetInfo reports.
+    total = int(torch.cuda.mem_get_info(index)[1])
+    if cap is not None and cap > total:
+        name = _clean(str(torch.cuda.get_device_properties(index).name))
+        msg = (
+            f"{GPU_MEMORY_ENV} asks for {format_bytes(cap)} ({cap:,} bytes), more "
+            f"than the {format_bytes(total)} ({total:,} bytes) of cuda:{index} "
+            f"({name}); set at most that, or unset {GPU_MEMORY_ENV}"
+        )
+        raise ValueError(msg)
+    # No cap after a cap (the variable was unset): give the allocator all back.
+    torch.cuda.set_per_process_memory_fraction(
+        1.0 if cap is None else cap / total, index
+    )
+    _applied_caps[index] = cap
+    return cap
 
 
 # --------------------------------------------------------------------------------------
@@ -177,6 +256,9 @@ class DeviceInfo:
         Threads torch uses for intra-op parallelism on the CPU.
     python_version : str
         ``platform.python_version()``.
+    memory_cap_bytes : int or None
+        The GPU memory this process may allocate, from ``GPUGUIDE_GPU_MEMORY``
+        (:func:`apply_memory_cap`); None when uncapped (CUDA only).
     """
 
     type: str
@@ -194,6 +276,7 @@ class DeviceInfo:
     cpu_threads: int
     torch_threads: int
     python_version: str
+    memory_cap_bytes: int | None = None
 
     @property
     def short_name(self) -> str:
@@ -238,10 +321,12 @@ def _describe_cuda(
     cuda_version: str | None,
     driver_version: str | None,
     cpuinfo_text: str | None = None,
+    memory_cap_bytes: int | None = None,
 ) -> DeviceInfo:
     """Describe CUDA device ``index`` from ``props``, which has what
     ``torch.cuda.get_device_properties(index)`` has (name, SM count, memory,
-    compute capability), the software versions and ``/proc/cpuinfo`` text."""
+    compute capability), the software versions, ``/proc/cpuinfo`` text and the
+    memory cap in force."""
     name = _clean(str(props.name))
     sm_count = int(props.multi_processor_count)
     total_memory_bytes = int(props.total_memory)
@@ -256,6 +341,7 @@ def _describe_cuda(
         total_memory_bytes=total_memory_bytes,
         compute_capability=(int(props.major), int(props.minor)),
         driver_version=driver_version,
+        memory_cap_bytes=memory_cap_bytes,
         **fields,
     )
 
@@ -304,12 +390,15 @@ def describe_device(device: str | torch.device | None = None) -> DeviceInfo:
     -------
     DeviceInfo
         For CUDA, the GPU's name, identified variant, SM count, memory and
-        compute capability, plus the driver version where it can be read.
+        compute capability, the driver version where it can be read, and the
+        ``GPUGUIDE_GPU_MEMORY`` cap, which describing the device applies.
 
     Raises
     ------
     RuntimeError
         If the device is not available here.
+    ValueError
+        If ``GPUGUIDE_GPU_MEMORY`` is not a size or more than the GPU has.
     """
     import torch
 
@@ -322,6 +411,7 @@ def describe_device(device: str | torch.device | None = None) -> DeviceInfo:
             torch_version=str(torch.__version__),
             cuda_version=torch.version.cuda,
             driver_version=host.driver_version(),
+            memory_cap_bytes=apply_memory_cap(resolved),
         )
     return _describe_host(resolved.type)
 
@@ -365,9 +455,11 @@ def provenance(
         A single line starting with ``"Measured on "``, e.g. ``"Measured on
         NVIDIA H100 80GB HBM3 [H100 SXM5] (132 SMs, 79.2 GiB, compute capability
         9.0) | torch 2.13.0 | CUDA 12.8 | driver 570.86.15 | 2026-11-21 10:42
-        UTC"`` or ``"Measured on CPU Intel(R) Xeon(R) Platinum 8375C (2 cores, 2
-        threads; torch uses 2 threads) | torch 2.13.0+cpu | CUDA: none (CPU-only
-        run) | 2026-11-21 10:42 UTC"``.
+        UTC"`` (with ``"| GPU memory capped at 16.0 GiB"`` before the date
+        when ``GPUGUIDE_GPU_MEMORY`` caps the GPU), or ``"Measured on CPU
+        Intel(R) Xeon(R) Platinum 8375C (2 cores, 2 threads; torch uses 2
+        threads) | torch 2.13.0+cpu | CUDA: none (CPU-only run) | 2026-11-21
+        10:42 UTC"``.
     """
     info = device if isinstance(device, DeviceInfo) else describe_device(device)
     parts: list[str] = []
@@ -391,6 +483,8 @@ def provenance(
             f"CUDA {info.cuda_version}" if info.cuda_version else "CUDA: unknown"
         )
         parts.append(f"driver {info.driver_version or 'unknown'}")
+        if info.memory_cap_bytes is not None:
+            parts.append(f"GPU memory capped at {format_bytes(info.memory_cap_bytes)}")
     else:
         counts = []
         if info.cpu_cores is not None:

@@ -1,4 +1,4 @@
-"""The environment variables that steer every page: small mode, device, artifacts.
+"""The environment variables that steer every page: small mode, device, GPU memory.
 
 A foundation module: it imports nothing else from gpuguide, so every other
 module may read these switches.
@@ -6,14 +6,19 @@ module may read these switches.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 
 __all__ = [
     "ARTIFACT_DIR_ENV",
     "ARTIFACT_URL_ENV",
     "DEVICE_ENV",
+    "GPU_MEMORY_ENV",
     "SMALL_ENV",
     "device_override",
+    "gpu_memory_cap",
+    "parse_bytes",
     "small_mode",
 ]
 
@@ -21,12 +26,28 @@ __all__ = [
 SMALL_ENV = "GPUGUIDE_SMALL"
 #: The device to run on (``cpu``, ``cuda:1``, ``mps``) instead of the best one.
 DEVICE_ENV = "GPUGUIDE_DEVICE"
+#: The GPU memory pages may plan with and allocate (``16GiB``), to prove on a large
+#: GPU that every page fits a smaller one. CUDA only; CPU and MPS runs ignore it.
+GPU_MEMORY_ENV = "GPUGUIDE_GPU_MEMORY"
 #: The directory files for download are written to (set by the docs build).
 ARTIFACT_DIR_ENV = "GPUGUIDE_ARTIFACT_DIR"
 #: The link prefix of those files, as seen from an example page.
 ARTIFACT_URL_ENV = "GPUGUIDE_ARTIFACT_URL"
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
+
+# Size units, lower case: binary with an "i" (IEC), decimal without one (SI), so
+# "16GB" is 16e9 bytes and "16GiB" is 16 * 2**30, as in Kubernetes' quantities.
+_BYTE_UNITS: dict[str, int] = {
+    "": 1,
+    "b": 1,
+    **{
+        f"{letter}{suffix}": base**power
+        for power, letter in enumerate("kmgtp", start=1)
+        for suffix, base in (("", 1000), ("b", 1000), ("i", 1024), ("ib", 1024))
+    },
+}
+_SIZE = re.compile(r"\s*(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?P<unit>[a-z]*)\s*")
 
 
 def small_mode() -> bool:
@@ -44,3 +65,84 @@ def small_mode() -> bool:
 def device_override() -> str | None:
     """The device named by ``GPUGUIDE_DEVICE``, or None when it is unset or empty."""
     return os.environ.get(DEVICE_ENV, "").strip() or None
+
+
+def parse_bytes(text: str, *, name: str = GPU_MEMORY_ENV) -> int:
+    """A memory size written by a person, in bytes.
+
+    Parameters
+    ----------
+    text : str
+        A positive number of bytes (``"17179869184"``), or a number and a unit:
+        ``"16GiB"``, ``"16 GiB"``, ``"16384MiB"``, ``"1.5 GiB"``. Units are
+        case-insensitive. With an ``i`` they are binary (IEC: ``KiB``, ``MiB``,
+        ``GiB``, ``TiB``, also written ``Ki`` ... ``Ti``: powers of 1024); without
+        one they are decimal (SI: ``kB``, ``MB``, ``GB``, ``TB``, also written
+        ``k`` ... ``T``: powers of 1000), so ``"16GB"`` and ``"16G"`` are
+        16,000,000,000 bytes (14.9 GiB), less than ``"16GiB"``.
+    name : str
+        What the size is for, named in the error (by default the variable
+        ``GPUGUIDE_GPU_MEMORY``).
+
+    Returns
+    -------
+    int
+        The size in bytes, rounded down to a whole byte.
+
+    Raises
+    ------
+    ValueError
+        If ``text`` is not a number with an optional known unit, or the size is
+        less than one byte (zero or negative). The message names ``name`` and
+        the text.
+
+    Examples
+    --------
+    >>> parse_bytes("16GiB") == 16 * 2**30
+    True
+    >>> parse_bytes("16 GB")
+    16000000000
+    """
+    match = _SIZE.fullmatch(text.lower())
+    if match is None:
+        why = (
+            "a number of bytes, or a number and a unit such as 16GiB, 16384MiB or 16GB"
+        )
+        if text.strip().startswith("-"):
+            why = "a positive size"
+        msg = f"{name} must be {why}, got {text!r}"
+        raise ValueError(msg)
+    unit = match["unit"]
+    if unit not in _BYTE_UNITS:
+        written = text[match.start("unit") : match.end("unit")]
+        msg = (
+            f"{name} has an unknown unit {written!r} in {text!r}; use B, KiB, MiB, "
+            "GiB, TiB (powers of 1024) or kB, MB, GB, TB (powers of 1000)"
+        )
+        raise ValueError(msg)
+    number = match["number"]
+    if unit in ("", "b") and "." in number:
+        msg = f"{name} must be a whole number of bytes, got {text!r}"
+        raise ValueError(msg)
+    size = math.floor(float(number) * _BYTE_UNITS[unit])
+    if size < 1:
+        msg = f"{name} must be more than 0 bytes, got {text!r}"
+        raise ValueError(msg)
+    return size
+
+
+def gpu_memory_cap() -> int | None:
+    """The GPU memory cap ``GPUGUIDE_GPU_MEMORY`` asks for, in bytes.
+
+    Returns
+    -------
+    int or None
+        The size (see :func:`parse_bytes` for what it accepts), or None when the
+        variable is unset or empty. A value that is not a size raises a
+        ``ValueError`` naming the variable. Applying the cap to a GPU is
+        :func:`gpuguide.device.apply_memory_cap`'s job.
+    """
+    text = os.environ.get(GPU_MEMORY_ENV, "")
+    if not text.strip():
+        return None
+    return parse_bytes(text, name=GPU_MEMORY_ENV)

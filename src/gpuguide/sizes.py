@@ -8,7 +8,10 @@ a geometric range that fits. ``memory_at(n)`` is the bytes a size allocates;
 call, from which the time of a call is estimated with the device's peaks (a
 roofline estimate, :func:`estimate_seconds`). The same script therefore runs
 with large sizes on an H100, small ones on a laptop CPU, and tiny ones when
-``GPUGUIDE_SMALL=1`` (tests, quick docs builds).
+``GPUGUIDE_SMALL=1`` (tests, quick docs builds). ``GPUGUIDE_GPU_MEMORY=16GiB``
+makes a large GPU plan as a 16 GiB one would (:func:`free_memory_bytes`), and host
+memory is planned as if at most :data:`HOST_MEMORY_BYTES` were free, so that the
+whole CPU build fits in 4 GB whatever the machine.
 
 Examples
 --------
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpuguide import checks, host
-from gpuguide.device import as_device
+from gpuguide.device import apply_memory_cap, as_device
 from gpuguide.env import small_mode
 from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.units import format_bytes, format_time
@@ -49,6 +52,10 @@ __all__ = [
 SMALL_MEMORY_BYTES = 64 * 2**20
 #: Time-per-call cap in small mode, in seconds.
 SMALL_CALL_S = 0.002
+#: The most host memory a plan counts on as free, in bytes: a quarter of it (512
+#: MiB) per problem size by default. With the build's own ~1-1.5 GiB (Python,
+#: torch, Sphinx, inductor), the CPU build then fits in 4 GB on any machine.
+HOST_MEMORY_BYTES = 2 * 2**30
 _DEFAULT_CALL_S = {"cpu": 0.02, "mps": 0.05, "cuda": 0.05}
 #: Rates assumed when the device's peaks are unknown (deliberately low, so that
 #: planned sizes stay small): FLOP/s and bytes/s.
@@ -96,15 +103,22 @@ def free_memory_bytes(device: torch.device | str | None = None) -> int:
     Returns
     -------
     int
-        CUDA: free bytes from ``torch.cuda.mem_get_info``. MPS: the recommended
-        working set minus what the driver already holds. CPU:
-        :func:`gpuguide.host.available_memory_bytes`.
+        CUDA: free bytes from ``torch.cuda.mem_get_info``; where
+        ``GPUGUIDE_GPU_MEMORY`` caps the GPU
+        (:func:`gpuguide.device.apply_memory_cap`, applied here if it was not
+        yet), at most the cap minus what this process's allocator already
+        reserved. MPS: the recommended working set minus what the driver already
+        holds. CPU: :func:`gpuguide.host.available_memory_bytes`.
     """
     import torch
 
     dev = as_device(device)
     if dev.type == "cuda":
         free, _total = torch.cuda.mem_get_info(dev)
+        cap = apply_memory_cap(dev)
+        if cap is not None:
+            # The allocator's limit counts what it reserved, cached blocks too.
+            free = min(free, max(cap - torch.cuda.memory_reserved(dev), 0))
         return int(free)
     if dev.type == "mps":
         room = torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory()
@@ -135,7 +149,8 @@ def size_budget(
     device : torch.device or str or None
         None picks the default device.
     memory_fraction : float
-        Share of the free memory (``0 < memory_fraction <= 1``).
+        Share of the free memory (:func:`free_memory_bytes`; on the CPU at most
+        :data:`HOST_MEMORY_BYTES`), ``0 < memory_fraction <= 1``.
     call_s : float or None
         Seconds one call may take; None uses 0.02 s on CPU and 0.05 s on
         CUDA and MPS.
@@ -156,7 +171,10 @@ def size_budget(
     if small is None:
         small = small_mode()
     seconds = call_s if call_s is not None else _DEFAULT_CALL_S.get(dev.type, 0.02)
-    memory = int(memory_fraction * free_memory_bytes(dev))
+    free = free_memory_bytes(dev)
+    if dev.type == "cpu":
+        free = min(free, HOST_MEMORY_BYTES)
+    memory = int(memory_fraction * free)
     if small:
         memory = min(memory, SMALL_MEMORY_BYTES)
         seconds = min(seconds, SMALL_CALL_S)
