@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from types import SimpleNamespace
+from types import MappingProxyType, SimpleNamespace
 
 import pytest
 import torch
@@ -15,12 +15,15 @@ from gpuguide import peaks as peaks_mod
 from gpuguide.datasheet import identify_gpu
 from gpuguide.peaks import (
     GPU_PEAKS,
+    PEAK_TOLERANCE,
+    PeakExceededError,
     Peaks,
     device_peaks,
     gpu_peaks,
     measure_cpu_peaks,
     percent_of_peak,
 )
+from gpuguide.timing import Measurement
 
 GiB = 2**30
 T = 1e12
@@ -177,15 +180,16 @@ def test_table_is_internally_consistent():
 @pytest.mark.parametrize(
     ("key", "fp64", "fp32", "tf32", "bf16", "memory", "link"),
     [
-        ("H100 SXM5", 34, 67, 494.5, 989.5, 3.35e12, 64e9),
-        ("H100 PCIe", 26, 51, 378, 756, 2.0e12, 64e9),
-        ("H100 NVL", 30, 60, 417.5, 835.5, 3.9e12, 64e9),
-        ("H200 SXM", 34, 67, 494.5, 989.5, 4.8e12, 64e9),
-        ("H200 NVL", 30, 60, 417.5, 835.5, 4.8e12, 64e9),
-        ("A100 SXM4 80GB", 9.7, 19.5, 156, 312, 2.039e12, 32e9),
-        ("A100 SXM4 40GB", 9.7, 19.5, 156, 312, 1.555e12, 32e9),
-        ("A100 PCIe 80GB", 9.7, 19.5, 156, 312, 1.935e12, 32e9),
-        ("A100 PCIe 40GB", 9.7, 19.5, 156, 312, 1.555e12, 32e9),
+        # fp64: the FP64 tensor-core figure where the GPU has one (a matmul peak)
+        ("H100 SXM5", 67, 67, 494.5, 989.5, 3.35e12, 64e9),
+        ("H100 PCIe", 51, 51, 378, 756.5, 2.0e12, 64e9),
+        ("H100 NVL", 60, 60, 417.5, 835.5, 3.9e12, 64e9),
+        ("H200 SXM", 67, 67, 494.5, 989.5, 4.8e12, 64e9),
+        ("H200 NVL", 60, 60, 417.5, 835.5, 4.8e12, 64e9),
+        ("A100 SXM4 80GB", 19.5, 19.5, 156, 312, 2.039e12, 32e9),
+        ("A100 SXM4 40GB", 19.5, 19.5, 156, 312, 1.555e12, 32e9),
+        ("A100 PCIe 80GB", 19.5, 19.5, 156, 312, 1.935e12, 32e9),
+        ("A100 PCIe 40GB", 19.5, 19.5, 156, 312, 1.555e12, 32e9),
         ("L4", None, 30.3, 60, 121, 300e9, 32e9),
         ("T4", 0.25, 8.1, None, None, 320e9, 16e9),
         ("RTX 4090", None, 82.6, 82.6, 165.2, 1008e9, 32e9),
@@ -226,6 +230,54 @@ def test_h200_differs_from_h100_only_in_memory():
     assert dict(h100.flops) == dict(h200.flops)
     ratio = h200.memory_bandwidth_bytes_per_s / h100.memory_bandwidth_bytes_per_s
     assert ratio == pytest.approx(4.8 / 3.35)
+
+
+# Vector and tensor-core FP64 of the GPUs that have FP64 tensor cores, from their
+# datasheets (the tensor figure is twice the vector one on all of them).
+FP64_VECTOR_AND_TENSOR = {
+    "H100 SXM5": (34, 67),
+    "H100 PCIe": (26, 51),
+    "H100 NVL": (30, 60),
+    "H200 SXM": (34, 67),
+    "H200 NVL": (30, 60),
+    "A100 SXM4 80GB": (9.7, 19.5),
+    "A100 SXM4 40GB": (9.7, 19.5),
+    "A100 PCIe 80GB": (9.7, 19.5),
+    "A100 PCIe 40GB": (9.7, 19.5),
+}
+
+
+def test_fp64_matmul_peak_is_the_tensor_core_figure():
+    for row in datasheet.FIGURES:
+        peaks = GPU_PEAKS[row.variant]
+        if row.variant in FP64_VECTOR_AND_TENSOR:
+            vector, tensor = FP64_VECTOR_AND_TENSOR[row.variant]
+            assert (row.fp64_tflops, row.fp64_tensor_tflops) == (vector, tensor)
+            assert peaks.flops_for(torch.float64) == pytest.approx(tensor * T)
+            assert tensor == pytest.approx(2 * vector, rel=0.02)
+        else:  # no FP64 tensor cores: the vector figure, or unknown
+            assert row.fp64_tensor_tflops is None, row.variant
+            expected = row.fp64_tflops and row.fp64_tflops * T
+            assert peaks.flops_for(torch.float64) == expected
+
+
+def test_every_source_names_its_document():
+    for key, text in datasheet.SOURCES.items():
+        assert key in text or "A10G" in key, key
+        if key != "A10G":  # AWS publishes no datasheet for it
+            assert "datasheet" in text or "whitepaper" in text, key
+    used = {row.source for row in datasheet.FIGURES}
+    assert used == set(datasheet.SOURCES)
+
+
+def test_the_h100_fp64_page_bug_cannot_come_back():
+    # The H100 build measured fp64 matmuls at 59.8 TFLOP/s: 176% of the vector
+    # figure, 89% of the tensor-core one that the table now lists.
+    assert GPU_PEAKS["H100 SXM5"].percent_of(59.8e12, torch.float64) == (
+        pytest.approx(89.25, abs=0.01)
+    )
+    with pytest.raises(PeakExceededError):
+        percent_of_peak(59.8e12, 34e12, limit=PEAK_TOLERANCE)
 
 
 # --------------------------------------------------------------------------------------
@@ -282,13 +334,13 @@ def test_peaks_rejects_bad_figures(kwargs):
 @pytest.mark.parametrize(
     ("dtype", "tf32", "expected"),
     [
-        (torch.float64, False, 34),
+        (torch.float64, False, 67),
         (torch.float32, False, 67),
         (torch.float32, True, 494.5),
         (torch.float16, False, 989.5),
         (torch.bfloat16, False, 989.5),
         (torch.bfloat16, True, 989.5),  # tf32 only concerns fp32
-        ("fp64", False, 34),
+        ("fp64", False, 67),
         ("fp32", False, 67),
         ("fp32", True, 494.5),
         ("tf32", False, 494.5),
@@ -322,7 +374,7 @@ def test_peaks_repr_is_readable():
 
 
 # --------------------------------------------------------------------------------------
-# percent_of_peak
+# percent_of_peak and Peaks.percent_of
 # --------------------------------------------------------------------------------------
 
 
@@ -332,7 +384,7 @@ def test_peaks_repr_is_readable():
         (798e12, 989.5e12, 80.64679),
         (50.0, 100.0, 50.0),
         (0.0, 10.0, 0.0),
-        (150.0, 100.0, 150.0),
+        (150.0, 100.0, 150.0),  # no limit: the plain ratio
         (1.0, None, None),
         (None, 10.0, None),
         (1.0, 0.0, None),
@@ -349,62 +401,264 @@ def test_percent_of_peak(value, peak, expected):
         assert result == pytest.approx(expected, rel=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(50.0, 50.0), (100.0, 100.0), (101.0, 100.0), (102.0, 100.0)],
+)
+def test_percent_of_peak_with_a_limit_reads_at_most_100(value, expected):
+    assert percent_of_peak(value, 100.0, limit=1.02) == pytest.approx(expected)
+
+
+def test_percent_of_peak_above_the_limit_raises():
+    with pytest.raises(PeakExceededError, match=r"rate X is 103% of the listed peak Y"):
+        percent_of_peak(103.0, 100.0, limit=1.02, what="rate X", listed="Y")
+    with pytest.raises(PeakExceededError, match="datasheet row is wrong"):
+        percent_of_peak(176.0, 100.0, limit=1.02)
+    assert issubclass(PeakExceededError, ValueError)
+
+
+def test_tolerance_allows_noise_not_a_wrong_row():
+    assert 1.0 < PEAK_TOLERANCE <= 1.05
+    # A vector figure held against tensor cores is off by 2x, sparsity by 2x.
+    assert PEAK_TOLERANCE < 2.0
+
+
+# Fake peaks: a "datasheet" device and a "measured" one, round numbers.
+SHEET = Peaks(
+    name="Fake GPU",
+    flops={"fp64": 10e12, "fp32": 20e12, "tf32": 100e12, "bf16": 400e12},
+    memory_bandwidth_bytes_per_s=1e12,
+    host_link_bytes_per_s=50e9,
+    source="fake datasheet",
+)
+MEASURED = Peaks(
+    name="CPU: fake",
+    flops={"fp32": 1e11, "fp64": 5e10},
+    memory_bandwidth_bytes_per_s=1e10,
+    source="measured",
+    measured=True,
+    detail="fake",
+)
+
+
+@pytest.mark.parametrize(
+    ("rate", "of", "tf32", "expected"),
+    [
+        (5e12, torch.float64, False, 50.0),
+        (5e12, "fp64", False, 50.0),
+        (10e12, torch.float32, False, 50.0),
+        (10e12, torch.float32, True, 10.0),  # against the TF32 peak
+        (50e12, "tf32", False, 50.0),
+        (300e12, torch.bfloat16, False, 75.0),
+        (101e12, "tf32", False, 100.0),  # within the tolerance
+        (0.8e12, "memory", False, 80.0),
+        (40e9, "host_link", False, 80.0),
+        (40e9, "host link", False, 80.0),
+        (1e12, torch.float16, False, None),  # unknown peak
+    ],
+)
+def test_percent_of_a_datasheet_peak(rate, of, tf32, expected):
+    result = SHEET.percent_of(rate, of, tf32=tf32)
+    if expected is None:
+        assert result is None
+    else:
+        assert result == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("rate", "of", "tf32", "named"),
+    [
+        (17.6e12, torch.float64, False, "fp64 matmul rate of 17.6 TFLOP/s"),
+        (25e12, "fp32", False, "fp32 matmul rate of 25.0 TFLOP/s"),
+        (120e12, torch.float32, True, "tf32 matmul rate of 120 TFLOP/s"),
+        (1.5e12, "memory", False, "memory bandwidth rate of 1.50 TB/s"),
+        (64e9, "host_link", False, "host-link bandwidth rate of 64.0 GB/s"),
+    ],
+)
+def test_a_rate_above_a_datasheet_peak_is_an_error(rate, of, tf32, named):
+    with pytest.raises(PeakExceededError) as caught:
+        SHEET.percent_of(rate, of, tf32=tf32)
+    message = str(caught.value)
+    assert message.startswith("Fake GPU: a measured ")
+    assert named in message
+    assert "of the listed peak" in message
+    assert "fake datasheet" in message
+    assert "the datasheet row is wrong or the measurement is" in message
+
+
+def test_a_real_row_raises_for_the_old_vector_fp64_reading():
+    # 2x the H100's FP64 tensor-core peak: what a wrong FLOP count would give.
+    with pytest.raises(PeakExceededError, match=r"H100 SXM5.*fp64.*134 TFLOP/s"):
+        GPU_PEAKS["H100 SXM5"].percent_of(134e12, torch.float64)
+
+
+@pytest.mark.parametrize(
+    ("rate", "of", "expected"),
+    [
+        (5e10, "fp32", 50.0),
+        (1e11, "fp32", 100.0),
+        (1.5e11, torch.float32, 100.0),  # a new best: never above 100
+        (1e12, "fp64", 100.0),
+        (2e10, "memory", 100.0),
+        (5e9, "memory", 50.0),
+        (1e9, "bf16", None),
+        (1e9, "host_link", None),
+    ],
+)
+def test_percent_of_a_measured_ceiling_never_exceeds_100(rate, of, expected):
+    result = MEASURED.percent_of(rate, of)
+    if expected is None:
+        assert result is None
+    else:
+        assert result == pytest.approx(expected)
+
+
+def test_percent_of_unknown_peaks_is_none():
+    unknown = gpu_peaks("NVIDIA Foo 9000", 1, 1)
+    assert unknown.percent_of(1e15, torch.bfloat16) is None
+    assert unknown.percent_of(1e15, "memory") is None
+
+
+@pytest.mark.parametrize(
+    ("rate", "of", "error"),
+    [
+        (1.0, "fp8", "dtype must be"),
+        (1.0, "bandwidth", "dtype must be"),
+        (-1.0, "fp32", "rate"),
+        (math.nan, "memory", "rate"),
+    ],
+)
+def test_percent_of_rejects_bad_input(rate, of, error):
+    with pytest.raises(ValueError, match=error):
+        SHEET.percent_of(rate, of)
+
+
 # --------------------------------------------------------------------------------------
 # Measured CPU peaks
 # --------------------------------------------------------------------------------------
 
 
 class FakeBench:
-    """Stands in for gpuguide.timing.benchmark: runs fn once, reports fixed times."""
+    """Stands in for gpuguide.timing.benchmark: times from a model, no real timing.
 
-    def __init__(self, times_s):
-        self.times_s = list(times_s)
+    A matmul of side n takes ``2 n^3 / rate(n)`` at its best call and ``spread``
+    times that at its median; a bandwidth kernel takes the bytes it moves over
+    ``bandwidth[label]``. Small matmuls and the bandwidth kernels really run once,
+    so the test can check what was computed.
+    """
+
+    MOVES = MappingProxyType({"copy": 2, "add": 3, "sum": 1})  # bytes per tensor byte
+
+    def __init__(self, rate, bandwidth=None, spread=1.25):
+        self.rate, self.spread = rate, spread
+        self.bandwidth = bandwidth or dict.fromkeys(self.MOVES, 1e10)
         self.calls = []
 
-    def __call__(self, fn, *, args=(), label=None, **kwargs):
-        result = fn(*args)
-        self.calls.append({"label": label, "args": args, "result": result, **kwargs})
-        return SimpleNamespace(min_s=self.times_s.pop(0))
+    def __call__(self, fn, *, args=(), kwargs=None, label=None, **options):
+        call = {"label": label, "args": args, **options}
+        self.calls.append(call)
+        if label in self.MOVES:
+            call["result"] = fn(*args)
+            nbytes = args[0].numel() * args[0].element_size()
+            best = self.MOVES[label] * nbytes / self.bandwidth[label]
+        else:
+            n = args[0].shape[0]
+            if n <= 64:
+                call["result"] = fn(*args, **(kwargs or {}))
+            best = 2 * n**3 / self.rate(n)
+        return Measurement(
+            label=label or "x",
+            times_s=(best, best * self.spread, best * self.spread * 1.5),
+            device="cpu",
+            method="wall-clock",
+        )
+
+    def matmul_sizes(self):
+        return [
+            c["args"][0].shape[0] for c in self.calls if c["label"] not in self.MOVES
+        ]
 
 
-def test_measure_cpu_peaks_computes_rates_from_best_times():
-    bench = FakeBench([0.5, 2.0, 0.01])
+TINY = peaks_mod._CpuPlan(
+    first_n=16, min_n=32, max_n=256, call_s=1e-3, warmup_ms=1, rep_ms=1, copy_bytes=4096
+)
+
+
+def test_measure_cpu_peaks_keeps_the_best_size(monkeypatch):
+    monkeypatch.setitem(peaks_mod._CPU_PLANS, True, TINY)
+    # The rate peaks at n=64 and falls after; every size up to 256 fits call_s.
+    bandwidth = {"copy": 2e10, "add": 1e10, "sum": 1.5e10}
+    bench = FakeBench(lambda n: 1e12 if n == 64 else 5e11, bandwidth=bandwidth)
     peaks = peaks_mod._measure_cpu_peaks(True, bench=bench, name="CPU: test")
-    size, copy_bytes, *_ = peaks_mod._CPU_SIZES[True]
-    assert peaks.name == "CPU: test"
-    assert peaks.flops["fp32"] == pytest.approx(2 * size**3 / 0.5)
-    assert peaks.flops["fp64"] == pytest.approx(2 * size**3 / 2.0)
-    assert peaks.memory_bandwidth_bytes_per_s == pytest.approx(2 * copy_bytes / 0.01)
+    assert bench.matmul_sizes() == [16, 32, 64, 128, 256] * 2  # fp32, then fp64
+    assert peaks.flops["fp32"] == pytest.approx(1e12)
+    assert peaks.flops["fp64"] == pytest.approx(1e12)
+    assert peaks.memory_bandwidth_bytes_per_s == pytest.approx(2e10)
     assert peaks.flops["tf32"] is peaks.flops["fp16"] is peaks.flops["bf16"] is None
     assert peaks.host_link_bytes_per_s is None
+    assert peaks.name == "CPU: test"
     assert peaks.known is True
+    assert peaks.measured is True
     assert "measured" in peaks.source
-    assert "datasheet" in peaks.source  # "... not a datasheet"
-
-    fp32, fp64, copy = bench.calls
-    assert [call["device"] for call in bench.calls] == ["cpu"] * 3
-    assert fp32["result"].shape == (size, size)
-    assert fp32["result"].dtype == torch.float32
-    assert fp64["result"].dtype == torch.float64
+    # The spread: where the best rate was found and the rate of its median call.
+    assert "fp32 1.00 TFLOP/s at n=64 (median call 800 GFLOP/s; n=16-256)" in (
+        peaks.detail
+    )
+    assert f"{torch.get_num_threads()} torch thread" in peaks.detail
+    fp32 = next(c for c in bench.calls if "result" in c)
+    assert fp32["device"] == "cpu"
     a, b = fp32["args"]
     torch.testing.assert_close(fp32["result"], a @ b)
-    (src,) = copy["args"]
-    assert src.numel() * src.element_size() == copy_bytes
-    assert torch.equal(copy["result"], src)  # the copy really happened
+    assert fp32["result"].dtype == torch.float32
+    fp64 = [c for c in bench.calls if c["label"].startswith("fp64")]
+    assert all(c["args"][0].dtype == torch.float64 for c in fp64)
+    kernels = {c["label"]: c for c in bench.calls if c["label"] in FakeBench.MOVES}
+    assert set(kernels) == {"copy", "add", "sum"}
+    for call in kernels.values():
+        assert call["args"][0].numel() * 4 == TINY.copy_bytes
+        assert call["device"] == "cpu"
+    x, y = kernels["add"]["args"]
+    assert torch.equal(kernels["add"]["result"], x + y)  # the add really ran
+    assert kernels["sum"]["result"].item() == x.numel()
+    assert "memory 20.0 GB/s by a copy of 4.00 KiB tensors" in peaks.detail
 
 
-def test_measure_cpu_peaks_small_mode_is_smaller():
-    small_size, small_copy, *_ = peaks_mod._CPU_SIZES[True]
-    size, copy, *_ = peaks_mod._CPU_SIZES[False]
-    assert small_size < size
-    assert small_copy < copy
-    assert 512 <= size <= 1024
-    assert 64 * 2**20 <= 2 * copy <= 256 * 2**20  # bytes read + written
+@pytest.mark.parametrize("fastest", ["copy", "add", "sum"])
+def test_memory_ceiling_is_the_best_streaming_kernel(monkeypatch, fastest):
+    monkeypatch.setitem(peaks_mod._CPU_PLANS, True, TINY)
+    bandwidth = dict.fromkeys(FakeBench.MOVES, 1e10) | {fastest: 3e10}
+    bench = FakeBench(lambda n: 1e9, bandwidth=bandwidth)
+    peaks = peaks_mod._measure_cpu_peaks(True, bench=bench, name="x")
+    assert peaks.memory_bandwidth_bytes_per_s == pytest.approx(3e10)
+    assert f" {fastest} of " in peaks.detail
 
 
-def test_measure_cpu_peaks_rejects_bad_times():
+def test_measure_cpu_peaks_stops_growing_when_calls_get_long(monkeypatch):
+    monkeypatch.setitem(peaks_mod._CPU_PLANS, True, TINY)
+    # 1 GFLOP/s: n=32 takes 65 us, n=64 0.5 ms; the next size (4 ms) would not fit
+    # call_s (1 ms), but sizes up to min_n are always measured.
+    bench = FakeBench(lambda n: 1e9)
+    peaks_mod._measure_cpu_peaks(True, bench=bench, name="x")
+    assert bench.matmul_sizes() == [16, 32, 64] * 2
+    slow = FakeBench(lambda n: 1e6)  # even min_n is slow: it is still measured
+    peaks_mod._measure_cpu_peaks(True, bench=slow, name="x")
+    assert slow.matmul_sizes() == [16, 32] * 2
+
+
+def test_cpu_plans_small_mode_is_smaller():
+    small, full = peaks_mod._CPU_PLANS[True], peaks_mod._CPU_PLANS[False]
+    assert small.max_n < full.max_n
+    assert small.min_n < full.min_n
+    assert small.call_s < full.call_s
+    assert small.copy_bytes < full.copy_bytes
+    assert 1024 <= full.min_n <= full.max_n <= 4096  # a large matmul, not a quick one
+    assert 64 * 2**20 <= 2 * full.copy_bytes <= 256 * 2**20  # bytes read + written
+
+
+def test_measure_cpu_peaks_rejects_bad_times(monkeypatch):
+    monkeypatch.setitem(peaks_mod._CPU_PLANS, True, TINY)
     with pytest.raises(RuntimeError, match="best time must be > 0"):
-        peaks_mod._measure_cpu_peaks(True, bench=FakeBench([0.0, 1.0, 1.0]), name="x")
+        peaks_mod._measure_cpu_peaks(True, bench=FakeBench(lambda n: math.inf))
 
 
 def test_measure_cpu_peaks_is_cached(monkeypatch):
@@ -443,6 +697,9 @@ def test_measure_cpu_peaks_really_measures(monkeypatch):
         assert value > 1e6  # any CPU does a million FLOP (or bytes) per second
     assert peaks.name.startswith("CPU: ")
     assert peaks.source == "measured on this CPU (best achieved, not a datasheet)"
+    assert peaks.measured is True
+    assert "fp32" in peaks.detail
+    assert "median call" in peaks.detail
     assert measure_cpu_peaks() is peaks
 
 

@@ -172,10 +172,10 @@ plt.show()
 # --------------------------------
 # In a model the awkward dimension is usually one, e.g. a layer width or a
 # vocabulary size. Here ``x @ w`` has aligned ``m = n = b`` and an inner dimension
-# ``k = b + 1``. Zero-padding ``k`` to a multiple of 8 leaves the product unchanged.
-# Compared with the unpadded matmul, one thing changes at a time: inputs padded in
-# advance (as when a layer is built with a padded width), or padding done inside
-# every call.
+# ``k = b + 1``. Zero-padding ``k`` to a multiple of 8 only adds products with zero,
+# so the exact product stays the same. Compared with the unpadded matmul, one thing
+# changes at a time: inputs padded in advance (as when a layer is built with a padded
+# width), or padding done inside every call.
 k = last + 1
 k8 = -(-k // 8) * 8
 x = torch.randn(last, k, device=device, dtype=dtype)
@@ -192,8 +192,6 @@ fix = {
     f"padded to {k8}": gpuguide.benchmark(torch.mm, args=(x8, w8), label="padded"),
     "pad + mm each call": gpuguide.benchmark(pad_then_mm, args=(x, w), label="pad+mm"),
 }
-gap = (torch.mm(x, w) - torch.mm(x8, w8)).abs().max().item()
-print(f"max |difference| between padded and unpadded results: {gap:.2g}")
 base_s = fix[f"k={k}"].median_s
 rows = [
     {"matmul": label, "time": m, "speed": gpuguide.format_ratio(base_s / m.median_s)}
@@ -212,6 +210,35 @@ gpuguide.plot_bars(
     title=f"Time vs k={k}: padded in advance {ahead}, padding every call {each}",
 )
 plt.show()
+
+# %%
+# Same product, different rounding
+# --------------------------------
+# The computed products need not be equal, though: the padded matmul runs another
+# kernel, which adds up the ``k`` products in another order, and every partial sum and
+# the result are rounded. So the two results differ by rounding, which shows as a
+# difference of the order of the dtype's ``eps`` times the size of the entries, and
+# both stay as close to the exact product (computed in higher precision) as each
+# other. Differences and errors below are in units of ``eps`` times the largest entry.
+ref_dtype = torch.float32 if device.type == "mps" else torch.float64
+exact = x.to(ref_dtype) @ w.to(ref_dtype)
+unit = torch.finfo(dtype).eps * exact.abs().max().item()
+unpadded, padded = torch.mm(x, w).to(ref_dtype), torch.mm(x8, w8).to(ref_dtype)
+gap = (unpadded - padded).abs().max().item()
+errors = [(r - exact).abs().max().item() for r in (unpadded, padded)]
+del exact, unpadded, padded
+print(
+    f"max |padded - unpadded| = {gap:.3g}, {gap / unit:.2g} {dtype_name} eps of the "
+    f"largest entry; against the exact product: unpadded {errors[0] / unit:.2g} eps, "
+    f"padded {errors[1] / unit:.2g} eps"
+)
+if gap == 0:
+    print("Here the two products are identical: the sums ran in the same order.")
+elif max(errors) <= 2 * min(errors):
+    print("Padding changed the rounding, not the accuracy: errors within 2x.")
+else:
+    better = "padded" if errors[1] < errors[0] else "unpadded"
+    print(f"The {better} product is more accurate here: errors differ by over 2x.")
 
 # %%
 # What to take away

@@ -4,9 +4,11 @@ Matmul throughput and accuracy per dtype
 
 The same matrix multiplication runs at very different speeds in fp64, fp32, TF32,
 fp16 and bf16: on NVIDIA GPUs from Ampere on, TF32, fp16 and bf16 run on tensor
-cores, whose datasheet peaks are many times the fp32 figure. This page measures
-the achieved FLOP/s of square matmuls per dtype over a range of sizes and holds
-each against the peak of the device actually measured.
+cores, whose datasheet peaks are many times the fp32 figure. This page measures the
+achieved FLOP/s per dtype twice: over square matmuls of growing size, which shows
+how the rate grows with size, and over a small search of matmul shapes, after Stas
+Bekman's MAMF finder, which finds the best rate the device reaches. Each best rate is
+held against the dense peak of the device actually measured.
 
 Speed is half of the trade: the page then multiplies the same random matrices in
 each dtype and compares the result with an fp64 reference.
@@ -18,21 +20,25 @@ each dtype and compares the result with an fp64 reference.
 # TF32 is not a storage dtype: it is a mode in which cuBLAS runs fp32 matmuls on
 # tensor cores with a 10-bit mantissa. It is switched by one flag,
 # ``torch.backends.cuda.matmul.allow_tf32``; the context manager below changes only
-# that flag and puts the previous value back afterwards. The peaks printed are those
-# of the device this page ran on: datasheet figures of one GPU are easily carried
-# over, wrongly, to measurements made on another.
+# that flag and puts the previous value back afterwards. The peaks printed are the
+# dense figures of the device this page ran on (for fp64 on A100, H100 and H200 the
+# FP64 tensor-core figure, as cuBLAS runs fp64 matmuls on those cores); on a CPU they
+# are the best fp32 and fp64 rates gpuguide measured on it.
 import contextlib
 
 import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
+from gpuguide.chapters.mamf import probe_flops_per_s, search_matmul_shapes
 
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
 small = gpuguide.small_mode()
 peaks = gpuguide.device_peaks(device)
 print(f"Peaks of {peaks.name}: {peaks.source}")
+if peaks.measured:
+    print(f"  {peaks.detail}")
 
 
 @contextlib.contextmanager
@@ -72,110 +78,153 @@ for name, (dtype, tf32) in variants.items():
 # Sizes per dtype
 # ---------------
 # Each dtype gets its own sweep, planned with its own peak. Where the peak is unknown
-# (fp16 and bf16 on a CPU, an unlisted GPU) a small matmul stands in for it, and as
-# a guard against a bad guess such a sweep stops at the first size whose fastest
-# call took more than twice the time budget per call.
+# (fp16 and bf16 on a CPU, an unlisted GPU) the rate of a small matmul stands in for
+# it, and as a guard against a bad guess such a sweep stops at the first size whose
+# fastest call took more than twice the time budget per call.
 budget = gpuguide.size_budget(device)
-probe_n = 64  # size of the stand-in matmul
+
+
+def plan_rate(dtype, tf32):
+    return peaks.flops_for(dtype, tf32=tf32) or probe_flops_per_s(dtype, device)
 
 
 def sizes_for(dtype, tf32):
-    rate = peaks.flops_for(dtype, tf32=tf32)
-    if rate is None:
-        a = torch.randn(probe_n, probe_n, device=device).to(dtype)
-        m = gpuguide.benchmark(torch.mm, args=(a, a), device=device, rep_ms=5.0)
-        rate = gpuguide.matmul_flop(probe_n, probe_n, probe_n) / m.min_s
     return gpuguide.sweep(
         32,
         16384,
         memory_at=lambda n: 3 * n * n * dtype.itemsize,
         flop_at=lambda n: gpuguide.matmul_flop(n, n, n),
         budget=budget,
-        flop_per_s=rate,  # this dtype's rate, not the fp32 peak
+        flop_per_s=plan_rate(dtype, tf32),  # this dtype's rate, not the fp32 peak
         per_octave=2,
         multiple_of=8,
     )
 
 
 # %%
-# Measuring FLOP/s
-# ----------------
+# Square matmuls of growing size
+# ------------------------------
 # Inputs and output are created per size, outside the timed call; only
 # ``torch.mm(a, b, out=out)`` is timed, after a warm-up that absorbs first-call costs.
-rates = {}  # name -> {n: FLOP/s}
+times = {}  # name -> {n: Measurement}
 for name, (dtype, tf32) in variants.items():
-    rates[name], probed = {}, peaks.flops_for(dtype, tf32=tf32) is None
+    times[name], probed = {}, peaks.flops_for(dtype, tf32=tf32) is None
     with tf32_matmuls(tf32):
         for n in sizes_for(dtype, tf32):
             a, b, out = (torch.randn(n, n, device=device).to(dtype) for _ in range(3))
-            m = gpuguide.benchmark(
+            times[name][n] = gpuguide.benchmark(
                 torch.mm, args=(a, b), kwargs={"out": out}, label=f"{name} {n}"
             )
-            rates[name][n] = gpuguide.flops_per_s(
-                gpuguide.matmul_flop(n, n, n), m.median_s
-            )
-            if probed and m.min_s > 2 * budget.call_s:
+            if probed and times[name][n].min_s > 2 * budget.call_s:
                 break
     del a, b, out
+
+
+def rate(name, n, seconds):
+    return gpuguide.flops_per_s(gpuguide.matmul_flop(n, n, n), seconds)
+
+
+for name in [k for k in ("tf32", "fp16", "bf16") if k in times]:
+    n = max(set(times[name]) & set(times["fp32"]))  # the largest size both reached
+    low, ref = times[name][n], times["fp32"][n]
+    if low.q75_s < ref.q25_s:  # every quartile of the times apart, not only medians
+        verdict = "faster"
+    elif low.q25_s > ref.q75_s:
+        verdict = "SLOWER, against the usual advice"
+    else:
+        verdict = "no measurable difference: the IQRs overlap"
+    speed = gpuguide.format_ratio(ref.median_s / low.median_s)
+    print(f"{name} at n={n}: {speed} fp32's rate ({verdict})")
+
+# %%
+# The best rate: a search over shapes
+# -----------------------------------
+# Squares are not where a device runs fastest. How an ``(m, k) @ (k, n)`` product's
+# output tiles divide among a GPU's SMs, and how long ``k`` keeps each busy, decide
+# how well it fills the device, and long runs of large squares heat a GPU until its
+# clock drops. :func:`~gpuguide.chapters.mamf.search_matmul_shapes` times every
+# ``(m, n, k)`` from the four largest doubling sizes that fit the budget (three on a
+# CPU, one fewer in small mode) in short bursts, then the three fastest again. A
+# shape's rate is its FLOP over the median of its five fastest calls, as in MAMF; the
+# median call shows the spread.
+searches = {}
+for name, (dtype, tf32) in variants.items():
+    with tf32_matmuls(tf32):
+        searches[name] = search_matmul_shapes(
+            dtype, device=device, label=name, flop_per_s=plan_rate(dtype, tf32)
+        )
 
 # %%
 # Against the peak
 # ----------------
-# Each dtype's rate at its largest size, as a share of its peak. On recent
-# data-center GPUs large fp16 and bf16 matmuls typically reach 60-85% of peak. Above
-# 100% the listed figure is no ceiling: for A100 and H100 it is the non-tensor fp64
-# peak, while cuBLAS uses fp64 tensor cores; a CPU's "peak" is a quick calibration.
+# On H100-class GPUs expect bf16 and fp16 at their best shape at 65-85% of the dense
+# peak: the best published result is 794.5 TFLOP/s on an H100 SXM, 80.3% of 989.5
+# (MAMF, ml-engineering), and the largest squares stay a few points lower. TF32 and
+# fp32 land in the same range, fp64 on tensor cores higher (85-97%). A rate above a
+# datasheet peak stops the page with an error: the row or the measurement would be
+# wrong. On a CPU the fp32 and fp64 shares are of the best square matmul rate
+# measured there (a lower bound on its peak; a better rate reads 100%), and fp16 and
+# bf16 have no figure.
 unit, scale = ("TFLOP/s", 1e12) if device.type == "cuda" else ("GFLOP/s", 1e9)
-percent, largest, rows, beaten = {}, {}, [], []
-for name, by_n in rates.items():
+share = "% of CPU ceiling" if peaks.measured else "% of dense peak"
+percent, rows = {}, []
+for name, found in searches.items():
     dtype, tf32 = variants[name]
-    n = largest[name] = max(by_n)
-    pct = gpuguide.percent_of_peak(by_n[n], peaks.flops_for(dtype, tf32=tf32))
-    shown = "n/a" if pct is None else f"{pct:.0f}%"
+    best, n = found.best, max(times[name])
+    pct = peaks.percent_of(best.flops_per_s, dtype, tf32=tf32)
     rows.append(
-        {"dtype": name, "largest n": n, unit: by_n[n] / scale, "% of peak": shown}
+        {
+            "dtype": name,
+            "shapes": len(found.scouted),
+            "best (m x n x k)": str(best.shape),
+            unit: best.flops_per_s / scale,
+            "median call": best.median_flops_per_s / scale,
+            share: "n/a" if pct is None else f"{pct:.0f}%",
+            "largest square": n,
+            "its rate": rate(name, n, times[name][n].median_s) / scale,
+        }
     )
     if pct is not None:
-        percent[f"{name} (n={n})"] = pct
-        if pct > 100:
-            beaten.append(name)
-print(gpuguide.table(rows))
-for name in beaten:
-    print(f"  {name} beat its listed peak: that figure is no ceiling here")
-
-for name in [k for k in ("tf32", "fp16", "bf16") if k in rates]:
-    n = max(set(rates[name]) & set(rates["fp32"]))  # the largest size both reached
-    speed = rates[name][n] / rates["fp32"][n]
-    verdict = "faster" if speed > 1 else "SLOWER, against the usual advice"
-    print(f"{name} at n={n}: {gpuguide.format_ratio(speed)} fp32's rate ({verdict})")
+        percent[f"{name} ({best.shape})"] = pct
+print(gpuguide.table(rows, title=f"best shape per dtype, rates in {unit}"))
+fastest = max(searches, key=lambda k: searches[k].best.flops_per_s)
+print(
+    f"fastest: {fastest} at {searches[fastest].best.shape}, "
+    f"{gpuguide.format_rate(searches[fastest].best.flops_per_s, 'FLOP/s')}"
+)
 
 # %%
 # Throughput against size
 # -----------------------
 # Small matmuls cannot fill the device, so every curve rises with ``n`` before it
 # flattens near its ceiling; the lower-precision curves on a GPU flatten later and
-# higher. The legend gives each dtype's share of its peak at its largest size.
-sizes = sorted({n for by_n in rates.values() for n in by_n})
+# higher. fp16 and bf16 run at nearly the same rate, so each dtype gets its own
+# marker and line style. The legend gives each dtype's best rate from the search.
+sizes = sorted({n for by_n in times.values() for n in by_n})
 series = {}
-for name, by_n in rates.items():
-    pct = percent.get(f"{name} (n={largest[name]})")
-    label = name if pct is None else f"{name}: {pct:.0f}% of peak"
-    series[label] = [by_n[n] / scale if n in by_n else None for n in sizes]
-best = max(rates, key=lambda k: rates[k][largest[k]])
+for name, by_n in times.items():
+    best = gpuguide.format_rate(searches[name].best.flops_per_s, "FLOP/s")
+    series[f"{name} (search best: {best})"] = [
+        rate(name, n, by_n[n].median_s) / scale if n in by_n else None for n in sizes
+    ]
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(
     ax,
     sizes,
     series,
     xlabel="matrix side n (elements)",
-    ylabel=f"throughput ({unit})",
-    title=f"{best} matmuls are the fastest here",
+    ylabel=f"square matmul throughput ({unit})",
+    title=f"{fastest} matmuls are the fastest here",
 )
+styles = zip("osD^v", ["-", "--", "-.", ":", "-"], strict=True)
+for line, (marker, style) in zip(ax.get_lines(), styles, strict=False):
+    line.set(marker=marker, linestyle=style, markerfacecolor="none")
+ax.legend()
 plt.show()
 
 # %%
-# Share of peak at the largest size
-# ---------------------------------
+# Share of peak at the best shape
+# -------------------------------
 # Dtypes with a known peak; bar labels compare each share with fp32's.
 if percent:
     top = max(percent, key=percent.get)
@@ -183,11 +232,11 @@ if percent:
     gpuguide.plot_bars(
         ax,
         percent,
-        ylabel="achieved / peak (%)",
-        title=f"{top.split()[0]} gets closest to its peak: {percent[top]:.0f}%",
+        ylabel=f"best rate ({share})",
+        title=f"{top.split()[0]} gets closest: {percent[top]:.0f}{share}",
         baseline=next((k for k in percent if k.startswith("fp32")), None),
     )
-    ax.set_xlabel("dtype (largest size reached)")
+    ax.set_xlabel("dtype (best shape m x n x k)")
     plt.show()
 else:
     print(f"No peak figures for {peaks.name}, so no share-of-peak chart.")

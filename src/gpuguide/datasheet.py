@@ -2,8 +2,9 @@
 
 Two tables of plain data. :data:`FIGURES` has one row per GPU variant: dense
 peak compute per precision (without the 2:4 sparsity datasheets often quote),
-memory bandwidth and host link bandwidth, and the source of the figures.
-:data:`NAMES` says how CUDA names each variant, with the SM count and memory
+memory bandwidth and host link bandwidth, and the source of the figures (a key
+of :data:`SOURCES`). FP64 has two columns: the vector rate, and the tensor-core
+rate of A100, H100 and H200, on which cuBLAS runs fp64 matmuls there. :data:`NAMES` says how CUDA names each variant, with the SM count and memory
 that tell variants of one name apart. :func:`identify_gpu` reads the second to
 find a row of the first; a GPU it does not recognise gets no figures, never
 guessed ones. A foundation module: it imports nothing else from gpuguide.
@@ -13,8 +14,8 @@ Examples
 >>> from gpuguide.datasheet import FIGURES, identify_gpu
 >>> identify_gpu("NVIDIA H100 80GB HBM3", 132, 85_045_379_072)
 'H100 SXM5'
->>> FIGURES[0].variant, FIGURES[0].bf16_tflops
-('H100 SXM5', 989.5)
+>>> FIGURES[0].variant, FIGURES[0].bf16_tflops, FIGURES[0].fp64_tensor_tflops
+('H100 SXM5', 989.5, 67)
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ class GPUFigures(NamedTuple):
     """Dense datasheet peaks of one GPU variant; None where unknown or unsupported."""
 
     variant: str
-    fp64_tflops: float | None  # the non-tensor-core figure
+    fp64_tflops: float | None  # the vector (non-tensor-core) figure
+    fp64_tensor_tflops: float | None  # FP64 tensor cores (A100, H100, H200): matmuls
     fp32_tflops: float | None
     tf32_tflops: float | None
     fp16_tflops: float | None  # tensor cores, FP32 accumulate where the sheet says
@@ -56,44 +58,67 @@ class GPUName(NamedTuple):
     bare: bool = False  # a name shared by variants: SMs and memory must be reported
 
 
-#: Where the figures of each row come from.
+#: Where the figures of each row come from. Datasheets quote TF32, FP16 and BF16
+#: tensor-core rates "with sparsity" (2:4 structured sparsity): the rows hold half.
 SOURCES: dict[str, str] = {
-    "H100": "NVIDIA H100 Tensor Core GPU datasheet, dense (sparsity figures halved)",
-    "H200": "NVIDIA H200 Tensor Core GPU datasheet, dense (sparsity figures halved)",
-    "A100": "NVIDIA A100 Tensor Core GPU datasheet, dense (sparsity figures halved)",
-    "A10": "NVIDIA A10 Tensor Core GPU datasheet, dense (sparsity figures halved)",
+    "H100": (
+        "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100), "
+        "SXM, PCIe and NVL columns; dense (sparsity figures halved)"
+    ),
+    "H200": (
+        "NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200), "
+        "SXM and NVL columns; dense (sparsity figures halved)"
+    ),
+    "A100": (
+        "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), "
+        "PCIe and SXM columns, 40 and 80 GB; dense (sparsity figures halved)"
+    ),
+    "A10": (
+        "NVIDIA A10 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/"
+        "products/a10-gpu); dense (sparsity figures halved); no FP64 figure"
+    ),
     "A10G": (
         "AWS A10G (no NVIDIA datasheet): 600 GB/s GDDR6; fp32 from "
         "80 SMs at 1.71 GHz boost; tensor-core peaks unknown"
     ),
-    "L4": "NVIDIA L4 Tensor Core GPU datasheet, dense (sparsity figures halved)",
-    "T4": "NVIDIA T4 Tensor Core GPU datasheet (no TF32 or BF16 support)",
+    "L4": (
+        "NVIDIA L4 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/l4); "
+        "dense (sparsity figures halved); no FP64 figure"
+    ),
+    "T4": (
+        "NVIDIA T4 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/tesla-t4): "
+        "no TF32 or BF16; FP64 is not on the sheet and is Turing's 1/32 of FP32"
+    ),
     "RTX 4090": (
         "NVIDIA Ada Lovelace architecture whitepaper (GeForce RTX 4090), "
-        "dense, FP32 accumulate"
+        "dense, FP32 accumulate; no FP64 figure"
     ),
 }
 
-# PCIe x16 per direction, nominal: gen 3, 4 and 5 give 16, 32 and 64 GB/s.
+# PCIe x16 per direction, nominal: gen 3, 4 and 5 give 16, 32 and 64 GB/s (datasheets
+# quote both directions together: 32, 64 and 128 GB/s).
+# fp64 is the vector (CUDA core) rate; fp64 tc the FP64 tensor-core rate, which only
+# A100, H100 and H200 have and which cuBLAS uses for fp64 matmuls (DGEMM) there, so it
+# is their fp64 matmul peak. The sheets list it without sparsity.
 # A10G: fp32 is 80 SMs x 128 lanes x 2 FLOP x 1.71 GHz; its tensor rates differ from
 # the A10's and are left unknown. T4 (Turing): no TF32 or BF16; fp64 is 1/32 of fp32.
 # fmt: off
 FIGURES: tuple[GPUFigures, ...] = tuple(GPUFigures(*row) for row in (
-    # variant           fp64   fp32   tf32   fp16   bf16   GB/s  link  source
-    ("H100 SXM5",       34,    67,    494.5, 989.5, 989.5, 3350, 64,   "H100"),
-    ("H100 PCIe",       26,    51,    378,   756,   756,   2000, 64,   "H100"),
-    ("H100 NVL",        30,    60,    417.5, 835.5, 835.5, 3900, 64,   "H100"),
-    ("H200 SXM",        34,    67,    494.5, 989.5, 989.5, 4800, 64,   "H200"),
-    ("H200 NVL",        30,    60,    417.5, 835.5, 835.5, 4800, 64,   "H200"),
-    ("A100 SXM4 80GB",  9.7,   19.5,  156,   312,   312,   2039, 32,   "A100"),
-    ("A100 SXM4 40GB",  9.7,   19.5,  156,   312,   312,   1555, 32,   "A100"),
-    ("A100 PCIe 80GB",  9.7,   19.5,  156,   312,   312,   1935, 32,   "A100"),
-    ("A100 PCIe 40GB",  9.7,   19.5,  156,   312,   312,   1555, 32,   "A100"),
-    ("A10",             None,  31.2,  62.5,  125,   125,   600,  32,   "A10"),
-    ("A10G",            None,  35.0,  None,  None,  None,  600,  32,   "A10G"),
-    ("L4",              None,  30.3,  60,    121,   121,   300,  32,   "L4"),
-    ("T4",              0.25,  8.1,   None,  65,    None,  320,  16,   "T4"),
-    ("RTX 4090",        None,  82.6,  82.6,  165.2, 165.2, 1008, 32,   "RTX 4090"),
+    # variant          fp64  fp64 tc  fp32   tf32   fp16   bf16   GB/s  link  source
+    ("H100 SXM5",      34,   67,      67,    494.5, 989.5, 989.5, 3350, 64,   "H100"),
+    ("H100 PCIe",      26,   51,      51,    378,   756.5, 756.5, 2000, 64,   "H100"),
+    ("H100 NVL",       30,   60,      60,    417.5, 835.5, 835.5, 3900, 64,   "H100"),
+    ("H200 SXM",       34,   67,      67,    494.5, 989.5, 989.5, 4800, 64,   "H200"),
+    ("H200 NVL",       30,   60,      60,    417.5, 835.5, 835.5, 4800, 64,   "H200"),
+    ("A100 SXM4 80GB", 9.7,  19.5,    19.5,  156,   312,   312,   2039, 32,   "A100"),
+    ("A100 SXM4 40GB", 9.7,  19.5,    19.5,  156,   312,   312,   1555, 32,   "A100"),
+    ("A100 PCIe 80GB", 9.7,  19.5,    19.5,  156,   312,   312,   1935, 32,   "A100"),
+    ("A100 PCIe 40GB", 9.7,  19.5,    19.5,  156,   312,   312,   1555, 32,   "A100"),
+    ("A10",            None, None,    31.2,  62.5,  125,   125,   600,  32,   "A10"),
+    ("A10G",           None, None,    35.0,  None,  None,  None,  600,  32,   "A10G"),
+    ("L4",             None, None,    30.3,  60,    121,   121,   300,  32,   "L4"),
+    ("T4",             0.25, None,    8.1,   None,  65,    None,  320,  16,   "T4"),
+    ("RTX 4090",       None, None,    82.6,  82.6,  165.2, 165.2, 1008, 32,   "RTX 4090"),
 ))
 
 NAMES: tuple[GPUName, ...] = tuple(GPUName(*row) for row in (

@@ -1,26 +1,35 @@
 """Peak compute and bandwidth figures to hold a measurement against.
 
 For NVIDIA GPUs the figures are the rows of :mod:`gpuguide.datasheet` (dense
-tensor-core figures, without the 2:4 sparsity that datasheets often quote), looked
-up by :func:`~gpuguide.datasheet.identify_gpu` from the name, SM count and memory that
-``torch.cuda.get_device_properties`` reports. An unknown GPU gets unknown peaks
-(``known=False``, every figure ``None``): a figure is never guessed. For a CPU
-there is no datasheet to trust, so :func:`measure_cpu_peaks` measures the best
-matmul rate and copy bandwidth this machine achieves.
+tensor-core figures, without the 2:4 sparsity that datasheets often quote; for
+fp64 the FP64 tensor-core figure where the GPU has one, since cuBLAS runs fp64
+matmuls on those cores), looked up by :func:`~gpuguide.datasheet.identify_gpu`
+from the name, SM count and memory that ``torch.cuda.get_device_properties``
+reports. An unknown GPU gets unknown peaks (``known=False``, every figure
+``None``): a figure is never guessed. For a CPU there is no datasheet to trust,
+so :func:`measure_cpu_peaks` measures a ceiling: the best matmul rate over
+several sizes with all of torch's threads, and the best streaming bandwidth.
+
+A measured rate above a datasheet peak is a bug (a wrong row, or a wrong FLOP
+count or timing), never a result: :meth:`Peaks.percent_of` raises
+:class:`PeakExceededError` for it. A measured ceiling is the best rate seen so
+far, so a rate above it is the new best and reads 100%.
 
 All compute rates are in FLOP/s and all bandwidths in bytes/s.
 
 Examples
 --------
 >>> import torch
->>> from gpuguide.peaks import gpu_peaks, percent_of_peak
+>>> from gpuguide.peaks import gpu_peaks
 >>> peaks = gpu_peaks("NVIDIA H100 80GB HBM3", 132, 85_045_379_072)
 >>> peaks.name
 'H100 SXM5'
 >>> peaks.flops_for(torch.bfloat16)
 989500000000000.0
->>> round(percent_of_peak(798e12, peaks.flops_for(torch.bfloat16)), 1)
+>>> round(peaks.percent_of(798e12, torch.bfloat16), 1)
 80.6
+>>> round(peaks.percent_of(59.8e12, torch.float64), 1)  # fp64 tensor cores: 67
+89.3
 """
 
 from __future__ import annotations
@@ -36,13 +45,15 @@ from gpuguide import checks, datasheet, host
 from gpuguide.device import DeviceInfo, pick_device
 from gpuguide.env import small_mode
 from gpuguide.timing import Measurement, benchmark
-from gpuguide.units import format_rate
+from gpuguide.units import format_bytes, format_rate
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
     "GPU_PEAKS",
+    "PEAK_TOLERANCE",
+    "PeakExceededError",
     "Peaks",
     "device_peaks",
     "gpu_peaks",
@@ -65,6 +76,21 @@ _DTYPE_ALIASES: dict[str, str] = {
     for alias in aliases
 }
 
+#: A measured rate may exceed a datasheet peak by this factor before it is an error
+#: (and reads 100% up to it). Datasheet peaks assume the boost clock; timing noise
+#: (CUDA events resolve ~0.5 us) and a board clocked a little above the sheet's boost
+#: can put a measurement slightly above it, but a wrong row or FLOP count is off by
+#: a factor: a vector figure held against tensor cores (2x for fp64 on H100), a
+#: missed factor 2 in FLOP, data served from a cache instead of memory.
+PEAK_TOLERANCE = 1.02
+
+#: Names :meth:`Peaks.percent_of` accepts for the two bandwidths: (attribute, what).
+_BANDWIDTHS: dict[str, tuple[str, str]] = {
+    "memory": ("memory_bandwidth_bytes_per_s", "memory bandwidth"),
+    "host_link": ("host_link_bytes_per_s", "host-link bandwidth"),
+    "host link": ("host_link_bytes_per_s", "host-link bandwidth"),
+}
+
 _UNKNOWN_GPU_SOURCE = (
     "no datasheet entry for this GPU in gpuguide.peaks.GPU_PEAKS: figures unknown"
 )
@@ -81,6 +107,10 @@ def _check_rate(name: str, value: float | None) -> float | None:
     return None if value is None else checks.positive(name, value)
 
 
+class PeakExceededError(ValueError):
+    """A measured rate above a datasheet peak: the row or the measurement is wrong."""
+
+
 @dataclass(frozen=True)
 class Peaks:
     """Peak compute rates and bandwidths of one device.
@@ -91,10 +121,12 @@ class Peaks:
         What the figures describe: a :data:`GPU_PEAKS` key (``"H100 SXM5"``),
         ``"unknown GPU (<name>)"``, ``"Apple GPU (MPS)"`` or ``"CPU: <model>"``.
     flops : Mapping[str, float or None]
-        Peak FLOP/s per precision, keys ``"fp64"``, ``"fp32"``, ``"tf32"``,
-        ``"fp16"``, ``"bf16"`` (dense, no sparsity; tensor-core figures where the
-        GPU has them, except ``"fp64"`` which is the non-tensor figure). ``None``
-        where unknown or unsupported. Read-only; missing keys read ``None``.
+        Peak matmul FLOP/s per precision, keys ``"fp64"``, ``"fp32"``,
+        ``"tf32"``, ``"fp16"``, ``"bf16"`` (dense, no sparsity; tensor-core
+        figures where the GPU has them: ``"fp64"`` is the FP64 tensor-core
+        figure on A100, H100 and H200, the vector figure elsewhere; ``"fp32"``
+        is the vector figure, TF32 being its own key). ``None`` where unknown
+        or unsupported. Read-only; missing keys read ``None``.
     memory_bandwidth_bytes_per_s : float or None
         Peak device-memory bandwidth, in bytes/s.
     host_link_bytes_per_s : float or None
@@ -103,6 +135,12 @@ class Peaks:
         Where the figures come from (a datasheet, or "measured ...").
     known : bool
         ``False`` when the device was not identified and every figure is None.
+    measured : bool
+        ``True`` for figures measured on this machine (a CPU): the best rates
+        seen, lower bounds on the true peaks. ``False`` for datasheet figures,
+        which are ceilings.
+    detail : str
+        How measured figures were found: sizes, best and median rates, threads.
     """
 
     name: str
@@ -111,6 +149,8 @@ class Peaks:
     host_link_bytes_per_s: float | None = None
     source: str = ""
     known: bool = True
+    measured: bool = False
+    detail: str = ""
 
     def __post_init__(self) -> None:
         extra = sorted(set(self.flops) - set(FLOPS_KEYS))
@@ -128,7 +168,15 @@ class Peaks:
     def __hash__(self) -> int:
         rates = (self.memory_bandwidth_bytes_per_s, self.host_link_bytes_per_s)
         return hash(
-            (self.name, tuple(self.flops.items()), *rates, self.source, self.known)
+            (
+                self.name,
+                tuple(self.flops.items()),
+                *rates,
+                self.source,
+                self.known,
+                self.measured,
+                self.detail,
+            )
         )
 
     def __repr__(self) -> str:
@@ -176,6 +224,61 @@ class Peaks:
             key = "tf32"
         return self.flops[key]
 
+    def percent_of(
+        self, rate: float, of: torch.dtype | str, *, tf32: bool = False
+    ) -> float | None:
+        """A measured rate as a percentage of the peak it must stay under.
+
+        Parameters
+        ----------
+        rate : float
+            The measured rate: FLOP/s for a precision, bytes/s for a bandwidth.
+        of : torch.dtype or str
+            A precision, as for :meth:`flops_for`, or ``"memory"`` or
+            ``"host_link"`` for the two bandwidths.
+        tf32 : bool
+            As for :meth:`flops_for`.
+
+        Returns
+        -------
+        float or None
+            ``100 * rate / peak``; None where the peak is unknown. Never above
+            100: a rate up to :data:`PEAK_TOLERANCE` times a datasheet peak
+            reads 100 (measurement noise), and a rate above a measured ceiling
+            (``measured=True``) is the new best rate, so it reads 100 too.
+
+        Raises
+        ------
+        PeakExceededError
+            For a rate above ``PEAK_TOLERANCE`` times a datasheet peak. The
+            message names the device, the precision or bandwidth, the measured
+            and the listed figures: the datasheet row is wrong, or the
+            measurement is.
+        ValueError
+            For an unknown precision or bandwidth name, or a rate that is
+            negative or not finite.
+        """
+        peak: float | None
+        if isinstance(of, str) and of.strip().lower() in _BANDWIDTHS:
+            field, what = _BANDWIDTHS[of.strip().lower()]
+            peak, unit = getattr(self, field), "B/s"
+        else:
+            key = _precision_key(of)
+            key = "tf32" if key == "fp32" and tf32 else key
+            what, unit, peak = f"{key} matmul", "FLOP/s", self.flops[key]
+        rate = checks.non_negative("rate", rate)
+        if peak is None:
+            return None
+        if self.measured:
+            return min(100.0 * rate / peak, 100.0)
+        return percent_of_peak(
+            rate,
+            peak,
+            limit=PEAK_TOLERANCE,
+            what=f"{self.name}: a measured {what} rate of {format_rate(rate, unit)}",
+            listed=f"{format_rate(peak, unit)} (source: {self.source})",
+        )
+
 
 def _precision_key(dtype: Any) -> str:
     """The :data:`FLOPS_KEYS` entry for a torch dtype or a precision name."""
@@ -210,8 +313,14 @@ def _unknown(name: str, source: str = _UNKNOWN_GPU_SOURCE) -> Peaks:
 
 
 def _from_datasheet(row: datasheet.GPUFigures) -> Peaks:
-    """Peaks in FLOP/s and bytes/s from a datasheet row in TFLOP/s and GB/s."""
-    tflops = (row.fp64_tflops, row.fp32_tflops, row.tf32_tflops, row.fp16_tflops)
+    """Peaks in FLOP/s and bytes/s from a datasheet row in TFLOP/s and GB/s.
+
+    fp64 is the FP64 tensor-core figure where the row has one: cuBLAS runs fp64
+    matmuls on those cores (A100, H100, H200), so the vector figure is no ceiling
+    for them.
+    """
+    fp64 = row.fp64_tensor_tflops if row.fp64_tensor_tflops else row.fp64_tflops
+    tflops = (fp64, row.fp32_tflops, row.tf32_tflops, row.fp16_tflops)
     return Peaks(
         name=row.variant,
         flops={
@@ -255,10 +364,24 @@ def gpu_peaks(name: str, sm_count: int | None, total_memory_bytes: int | None) -
 # --------------------------------------------------------------------------------------
 
 
-#: (matmul size, copy bytes, warm-up ms, repetitions ms) per mode.
-_CPU_SIZES = {
-    False: (512, 64 * 2**20, 30.0, 60.0),
-    True: (256, 32 * 2**20, 2.0, 10.0),
+@dataclass(frozen=True)
+class _CpuPlan:
+    """How hard :func:`measure_cpu_peaks` looks for the CPU's ceiling."""
+
+    first_n: int  # the first matmul size; each next one doubles it
+    min_n: int  # sizes up to this one are always measured
+    max_n: int  # the largest matmul size
+    call_s: float  # a size above min_n is tried only if its call should take less
+    warmup_ms: float
+    rep_ms: float
+    copy_bytes: int  # bytes of each tensor of the bandwidth kernels
+
+
+#: Per mode (small or not). A full search takes about a second on most CPUs: sizes
+#: double up to ``min_n``, then on while the next call should take under ``call_s``.
+_CPU_PLANS = {
+    False: _CpuPlan(256, 1024, 4096, 0.1, 10.0, 50.0, 64 * 2**20),
+    True: _CpuPlan(128, 256, 512, 0.004, 2.0, 10.0, 32 * 2**20),
 }
 
 
@@ -271,37 +394,102 @@ def _best_s(measurement: Measurement) -> float:
     return best
 
 
+def _matmul_ceiling(
+    key: str, dtype: Any, plan: _CpuPlan, bench: Callable[..., Measurement]
+) -> tuple[float, str]:
+    """The best FLOP/s of square matmuls of growing size, and how it was found."""
+    import torch
+
+    timing = {
+        "device": "cpu",
+        "warmup_ms": plan.warmup_ms,
+        "rep_ms": plan.rep_ms,
+        "min_reps": 3,
+        "max_reps": 50,
+    }
+    runs: list[tuple[int, Measurement]] = []
+    n = plan.first_n
+    while True:
+        a, b, out = (torch.randn(n, n, dtype=dtype) for _ in range(3))
+        m = bench(
+            torch.mm, args=(a, b), kwargs={"out": out}, label=f"{key} mm {n}", **timing
+        )
+        runs.append((n, m))
+        # The next size does 8x the work: past min_n, only if it should fit call_s.
+        if 2 * n > plan.max_n or (n >= plan.min_n and 8 * _best_s(m) > plan.call_s):
+            break
+        n *= 2
+    del a, b, out
+    n, m = max(runs, key=lambda run: run[0] ** 3 / _best_s(run[1]))
+    flop = 2.0 * n**3
+    best = flop / _best_s(m)
+    sizes = f"n={runs[0][0]}" + (f"-{runs[-1][0]}" if len(runs) > 1 else "")
+    text = (
+        f"{key} {format_rate(best, 'FLOP/s')} at n={n} (median call "
+        f"{format_rate(flop / m.median_s, 'FLOP/s')}; {sizes})"
+    )
+    return best, text
+
+
+def _bandwidth_ceiling(
+    plan: _CpuPlan, bench: Callable[..., Measurement]
+) -> tuple[float, str]:
+    """The best bytes/s of three streaming kernels on tensors of ``copy_bytes``.
+
+    A copy (read and write), an add (two reads, a write) and a sum (reads only):
+    which one streams fastest depends on the CPU (writes can cost a read for
+    ownership that is not counted), so the best of the three is the ceiling.
+    """
+    import torch
+
+    numel = plan.copy_bytes // 4
+    x, y = torch.ones(numel), torch.ones(numel)
+    out = torch.empty(numel)
+    kernels = {  # name -> (call, arguments, bytes moved)
+        "copy": (out.copy_, (x,), 2 * plan.copy_bytes),
+        "add": (functools.partial(torch.add, out=out), (x, y), 3 * plan.copy_bytes),
+        "sum": (torch.sum, (x,), plan.copy_bytes),
+    }
+    rates = {}
+    for name, (fn, args, moved) in kernels.items():
+        m = bench(
+            fn,
+            args=args,
+            label=name,
+            device="cpu",
+            warmup_ms=plan.warmup_ms,
+            rep_ms=plan.rep_ms,
+            min_reps=5,
+            max_reps=50,
+        )
+        rates[name] = (moved / _best_s(m), moved / m.median_s)
+    best = max(rates, key=lambda name: rates[name][0])
+    article = {"copy": "a", "add": "an", "sum": "a"}
+    text = (
+        f"memory {format_rate(rates[best][0], 'B/s')} by {article[best]} {best} of "
+        f"{format_bytes(plan.copy_bytes)} tensors (median call "
+        f"{format_rate(rates[best][1], 'B/s')}; best of copy, add, sum)"
+    )
+    return rates[best][0], text
+
+
 def _measure_cpu_peaks(
     small: bool,
     bench: Callable[..., Measurement] = benchmark,
     name: str | None = None,
 ) -> Peaks:
-    """Measure the CPU's best matmul rates (fp32, fp64) and copy bandwidth."""
+    """Measure the CPU's ceilings: best fp32 and fp64 matmul rates, memory bandwidth."""
     import torch
 
-    size, copy_bytes, warmup_ms, rep_ms = _CPU_SIZES[small]
-    timing = {
-        "device": "cpu",
-        "warmup_ms": warmup_ms,
-        "rep_ms": rep_ms,
-        "min_reps": 5,
-        "max_reps": 50,
-    }
-    flop = 2.0 * size**3
+    plan = _CPU_PLANS[small]
     flops: dict[str, float | None] = {}
+    details = []
     for key, dtype in (("fp32", torch.float32), ("fp64", torch.float64)):
-        a = torch.randn(size, size, dtype=dtype)
-        b = torch.randn(size, size, dtype=dtype)
-        best = _best_s(
-            bench(torch.mm, args=(a, b), label=f"{key} matmul {size}", **timing)
-        )
-        flops[key] = flop / best
-        del a, b
-    numel = copy_bytes // 4
-    src = torch.ones(numel, dtype=torch.float32)
-    dst = torch.empty_like(src)
-    best = _best_s(bench(dst.copy_, args=(src,), label="copy", **timing))
-    bandwidth = 2.0 * numel * 4 / best  # bytes read + bytes written
+        flops[key], text = _matmul_ceiling(key, dtype, plan, bench)
+        details.append(text)
+    bandwidth, text = _bandwidth_ceiling(plan, bench)
+    details.append(text)
+    threads = torch.get_num_threads()
     return Peaks(
         name=name if name is not None else f"CPU: {host.cpu_model()}",
         flops=flops,
@@ -309,6 +497,8 @@ def _measure_cpu_peaks(
         host_link_bytes_per_s=None,
         source=_MEASURED_CPU_SOURCE,
         known=True,
+        measured=True,
+        detail=f"best calls with {threads} torch thread(s): " + "; ".join(details),
     )
 
 
@@ -319,12 +509,15 @@ def _measure_cpu_peaks_cached(small: bool) -> Peaks:
 
 
 def measure_cpu_peaks(*, small: bool | None = None) -> Peaks:
-    """Measure what this CPU achieves: a stand-in for datasheet peaks.
+    """Measure what this CPU achieves: a ceiling in place of datasheet peaks.
 
-    Times square fp32 and fp64 matmuls (512 x 512; 256 in small mode) and a
-    copy of a 64 MiB tensor (32 MiB in small mode) with
-    :func:`gpuguide.timing.benchmark`, and keeps the best run of each. The result
-    is cached for the process, so the cost (well under a second) is paid once.
+    Times square fp32 and fp64 matmuls with all of torch's threads at sizes
+    that double from 256 to 1024 (128 to 256 in small mode), then on while the
+    next call should take under 0.1 s (4 ms) up to 4096 (512), and keeps the
+    best rate of any call; and the best bandwidth of a copy, an add and a sum
+    of 64 MiB tensors (32 MiB in small mode), counting bytes read and written. :attr:`Peaks.detail` gives the size of each best rate and the rate of
+    the median call there (the spread). The result is cached for the process,
+    so the cost (about a second; a fraction in small mode) is paid once.
 
     Parameters
     ----------
@@ -334,10 +527,11 @@ def measure_cpu_peaks(*, small: bool | None = None) -> Peaks:
     Returns
     -------
     Peaks
-        ``fp32`` and ``fp64`` in FLOP/s and the copy bandwidth (bytes read plus
-        bytes written per second) as ``memory_bandwidth_bytes_per_s``; the TF32,
-        FP16, BF16 and host-link figures are ``None``. ``source`` says the
-        figures were measured: they are lower bounds on the true peaks.
+        ``fp32`` and ``fp64`` in FLOP/s and the memory bandwidth (bytes read
+        plus bytes written per second) as ``memory_bandwidth_bytes_per_s``; the TF32,
+        FP16, BF16 and host-link figures are ``None``. ``measured=True``: they
+        are the best rates seen, lower bounds on the true peaks, and
+        :meth:`Peaks.percent_of` reads a rate above them as 100%.
     """
     return _measure_cpu_peaks_cached(small_mode() if small is None else bool(small))
 
@@ -383,15 +577,51 @@ def device_peaks(device: str | torch.device | DeviceInfo | None = None) -> Peaks
     )
 
 
-def percent_of_peak(value: float | None, peak: float | None) -> float | None:
+def percent_of_peak(
+    value: float | None,
+    peak: float | None,
+    *,
+    limit: float | None = None,
+    what: str = "a measured rate",
+    listed: str | None = None,
+) -> float | None:
     """A measured rate as a percentage of a peak in the same unit.
 
-    ``100 * value / peak``; None when either is unknown (None) or the peak is
-    not positive and finite.
+    Prefer :meth:`Peaks.percent_of`, which knows whether a peak is a datasheet
+    ceiling and names the device in its error. This is the arithmetic.
+
+    Parameters
+    ----------
+    value, peak : float or None
+        The measured rate and the peak, in the same unit.
+    limit : float, optional
+        Treat ``peak`` as a ceiling: a ``value`` above ``limit * peak`` raises
+        :class:`PeakExceededError`, and one between ``peak`` and that reads
+        100. Without it, the plain ratio (which may exceed 100).
+    what, listed : str
+        For the error message: what was measured, and the peak as listed.
+
+    Returns
+    -------
+    float or None
+        ``100 * value / peak``; None when either is unknown (None) or the peak
+        is not positive and finite.
     """
     if value is None or peak is None:
         return None
     peak = float(peak)
     if not (math.isfinite(peak) and peak > 0):
         return None
-    return 100.0 * float(value) / peak
+    percent = 100.0 * float(value) / peak
+    if limit is None:
+        return percent
+    if float(value) > limit * peak:
+        shown = listed if listed is not None else f"{peak:.4g}"
+        msg = (
+            f"{what} is {percent:.0f}% of the listed peak {shown}, more than the "
+            f"{100 * (limit - 1):.0f}% that measurement noise allows: a datasheet "
+            "peak is a ceiling, so the datasheet row is wrong or the measurement is "
+            "(its FLOP or byte count, its timing, or data served from a cache)"
+        )
+        raise PeakExceededError(msg)
+    return min(percent, 100.0)

@@ -3,6 +3,8 @@
 - :mod:`~gpuguide.chapters.data`: a synthetic image dataset with a CPU-cost knob
   (data loading).
 - :mod:`~gpuguide.chapters.snapshot`: CUDA memory snapshots, read and drawn (memory).
+- :mod:`~gpuguide.chapters.mamf`: the best matmul rate a device reaches, from a
+  small search over shapes (dtypes).
 - :mod:`~gpuguide.chapters.roofline`: the roofline plot (efficiency patterns).
 - :mod:`~gpuguide.chapters.compiling`: starting ``torch.compile`` and printing its
   recompilation log (torch.compile, fusion).
