@@ -72,7 +72,10 @@ print(f"bases: {bases}; offsets: {offsets}")
 # ---------
 # Inputs and output are created before timing; only ``torch.mm(a, b, out=out)`` is
 # timed, on a shorter budget than the default to keep 6 sizes per base affordable.
-# The rate is computed from each size's own FLOP count.
+# The rate is computed from each size's own FLOP count. The small sizes take a few
+# microseconds on a GPU, less than launching them, so the timer measures the
+# matmul's own GPU time (``measure="kernel"``: the launches are hidden), not the
+# time per call of a loop, which would be the launch time at every small size.
 rate = {}  # n -> FLOP/s
 for base in bases:
     for n in (base + d for d in offsets):
@@ -84,6 +87,7 @@ for base in bases:
             label=f"mm {n}",
             warmup_ms=10,
             rep_ms=50,
+            measure="kernel",
         )
         rate[n] = gpuguide.flops_per_s(gpuguide.matmul_flop(n, n, n), m.median_s)
 del a, b, out
