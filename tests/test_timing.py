@@ -760,3 +760,18 @@ def test_benchmark_cuda_times_gpu_work_not_the_launch():
     m = benchmark(torch.cuda._sleep, args=(10_000_000,), device="cuda", rep_ms=50)
     assert m.method == "cuda-events"
     assert m.median_s > 1e-3
+
+
+def test_a_slow_first_call_does_not_shrink_the_number_of_timed_calls():
+    clock = CostClock()
+    calls = []
+
+    def op():
+        # 100 ms the first time (one-time costs), 1 ms afterwards.
+        clock.now += 0.1 if not calls else 0.001
+        calls.append(1)
+
+    m = benchmark(op, clock=clock, warmup_ms=105, rep_ms=20, max_reps=1000)
+    assert m.warmup_calls == 6  # 100 ms + 5 x 1 ms
+    assert m.n == 20  # from the 1 ms estimate, not (105 / 6) ms
+    assert m.median_s == pytest.approx(0.001)

@@ -77,34 +77,47 @@ print(f"a * torch.tensor(2.0) works too: result on {(a * torch.tensor(2.0)).devi
 # %%
 # Choose a size
 # -------------
-# The size comes from the device's budget: a square float32 matrix whose CPU random
-# number generation takes a few tens of milliseconds at most. The CPU generates
-# normal random numbers far below its copy bandwidth (``efficiency=0.05`` is a rough
-# planning figure), so the estimate uses the CPU's peaks even on a GPU run.
+# The size comes from the CPU's random number generator, the slow part of
+# "create on the CPU, then move": its rate is measured first, on a 1024 x 1024
+# matrix, and the matrix is then the largest square that it fills in about 30 ms
+# (2 ms in small mode), within the device's memory budget. How fast that is depends
+# on the CPU alone, whatever the GPU, so the times below scale with the host.
+probe = gpuguide.benchmark(torch.randn, args=(1024, 1024), device=cpu, label="probe")
+samples_per_s = 1024 * 1024 / probe.median_s
 n = gpuguide.largest_size(
     256,
-    4096,
+    8192,
     memory_at=lambda n: 2 * 4 * n * n,
-    traffic_at=lambda n: 4 * n * n,
-    peaks=gpuguide.device_peaks(cpu),
-    efficiency=0.05,
+    flop_at=lambda n: n * n,  # one random number per element, at the measured rate
+    flop_per_s=samples_per_s,
+    efficiency=1.0,
+    call_s=0.03,
+    peaks=None,
+    per_octave=2,
     multiple_of=256,
 )
 nbytes = 4 * n * n
-print(f"matrix: {n} x {n} float32 = {gpuguide.format_bytes(nbytes)}")
+print(
+    f"CPU generator: {gpuguide.format_rate(samples_per_s, 'numbers/s')}; matrix: "
+    f"{n} x {n} float32 = {gpuguide.format_bytes(nbytes)}"
+)
 
 # %%
 # Time creation and transfer separately
 # -------------------------------------
-# Three measurements, each of a single step:
+# Four measurements, each of a single step:
 #
 # (a) ``torch.randn(..., device=device)``: the device's own generator fills memory
 # on the device.
 # (b) ``torch.randn(...)`` on the CPU: the host's generator.
 # (c) ``x_host.to(device)`` of a CPU tensor made beforehand: the copy alone.
+# (d) ``torch.randn(...).to(device)``: "create on the CPU, then move" as one call.
 #
-# "Create on the CPU, then move" costs (b) + (c). Timing it as one call, (d), checks
-# that the parts add up.
+# (d) should cost (b) + (c), a check that the parts add up. (b), (c) and (d) take
+# turns for five rounds (:func:`gpuguide.interleave`), so that a host whose speed
+# drifts during the run slows all three alike. On a GPU (a) is short enough that
+# launching it matters: it is timed per call as a loop creating a tensor per step
+# runs it, launch included (``measure="call"``, the default).
 x_host = torch.randn(n, n)
 m_dev = gpuguide.benchmark(
     torch.randn,
@@ -113,21 +126,15 @@ m_dev = gpuguide.benchmark(
     device=device,
     label=f"(a) randn on {device.type}",
 )
-m_host = gpuguide.benchmark(
-    torch.randn, args=(n, n), device=cpu, label="(b) randn on cpu"
-)
-m_copy = gpuguide.benchmark(
-    x_host.to, args=(device,), device=device, label="(c) .to(device)"
-)
-
-
-def create_then_move():
-    return torch.randn(n, n).to(device)
-
-
-m_both = gpuguide.benchmark(
-    create_then_move, device=device, label="(d) randn on cpu + .to"
-)
+m_host, m_copy, m_both = gpuguide.interleave(
+    {
+        "(b) randn on cpu": lambda: torch.randn(n, n),
+        "(c) .to(device)": lambda: x_host.to(device),
+        "(d) randn on cpu + .to": lambda: torch.randn(n, n).to(device),
+    },
+    device=device,  # CUDA events also time the host's work: the GPU waits for it
+    rep_ms=300,
+).values()
 for m in (m_dev, m_host, m_copy, m_both):
     print(m)
 
@@ -135,29 +142,51 @@ for m in (m_dev, m_host, m_copy, m_both):
 # What the numbers say
 # --------------------
 # On a GPU, expect (a) to be tens to thousands of times faster than (b): the GPU
-# generates random numbers at a good fraction of its memory bandwidth. The copy (c) runs over
-# the host link (PCIe or similar) from pageable memory, typically at a few to a few
-# tens of GB/s. Which of (b) and (c) dominates depends on the CPU and the link, and
-# that is exactly what the single-step comparison hid. On a CPU, ``.to(device)`` of a
-# tensor already on that device returns the *same* tensor, so (c) costs almost
-# nothing, and (a) and (b) are the same operation.
+# generates random numbers at a good fraction of its memory bandwidth. The copy (c)
+# runs over the host link (PCIe or similar) from pageable memory, typically at a few
+# to a few tens of GB/s. Which of (b) and (c) dominates depends on the CPU and the
+# link, and that is exactly what the single-step comparison hid. On a CPU,
+# ``.to(device)`` of a tensor already on that device returns the *same* tensor, so
+# (c) costs almost nothing, and (a) and (b) are the same operation.
 parts_s = m_host.median_s + m_copy.median_s
 print(f"x_host.to(device) is x_host: {x_host.to(device) is x_host}")
+if device.type != "cpu":
+    rate = gpuguide.bytes_per_s(nbytes, m_copy.median_s)
+    pct = gpuguide.device_peaks(device).percent_of(rate, "host_link")
+    of_link = "link peak unknown" if pct is None else f"{pct:.0f}% of the link's peak"
+    print(
+        f"copy from pageable memory: {gpuguide.format_rate(rate, 'B/s')} ({of_link})"
+        f"{' (NOISY)' if m_copy.is_noisy else ''}"
+    )
+
+# %%
+# Do the parts add up?
+# --------------------
+# The sum's range runs from the sum of the parts' first quartiles to the sum of their
+# third quartiles; the parts add up when (d)'s interquartile range overlaps it. If
+# they do not, the page says so: the host's speed changed between the calls, or (d)
+# does something (b) and (c) do not, e.g. it copies a tensor the CPU has just written,
+# part of which is still in its cache.
+low_s, high_s = m_host.q25_s + m_copy.q25_s, m_host.q75_s + m_copy.q75_s
+noisy = " (NOISY)" if m_host.is_noisy or m_copy.is_noisy or m_both.is_noisy else ""
+if m_both.q75_s < low_s or m_both.q25_s > high_s:
+    side = "less" if m_both.q75_s < low_s else "more"
+    check = f"they do NOT add up here: (d) took {side} than the parts"
+else:
+    check = "they add up within their spread"
 print(
-    f"(b) + (c) = {gpuguide.format_time(parts_s)}, measured as one call (d): "
-    f"{gpuguide.format_time(m_both.median_s)}"
+    f"(b) + (c) = {gpuguide.format_time(parts_s)} "
+    f"({gpuguide.format_time(low_s)} to {gpuguide.format_time(high_s)}), measured as "
+    f"one call (d): {gpuguide.format_time(m_both.median_s)} "
+    f"({gpuguide.format_time(m_both.q25_s)} to {gpuguide.format_time(m_both.q75_s)})"
+    f"{noisy}: {check}"
 )
 print(
     f"create-then-move is {gpuguide.format_ratio(m_both.median_s / m_dev.median_s)} "
     f"the time of creating on {device.type}; the CPU generator is "
     f"{m_host.median_s / parts_s:.0%} of it, the copy {m_copy.median_s / parts_s:.0%}"
+    f"{noisy}"
 )
-if device.type != "cpu":
-    rate = gpuguide.bytes_per_s(nbytes, m_copy.median_s)
-    link = gpuguide.device_peaks(device).host_link_bytes_per_s
-    pct = gpuguide.percent_of_peak(rate, link)
-    of_link = "link peak unknown" if pct is None else f"{pct:.0f}% of the link's peak"
-    print(f"copy from pageable memory: {gpuguide.format_rate(rate, 'B/s')} ({of_link})")
 
 # %%
 # Plot

@@ -49,7 +49,10 @@ print(f"float32 matmul, n = {n}")
 # -------------
 # :func:`gpuguide.benchmark` warms up, then times each call on its own (CUDA events
 # on a GPU, a monotonic clock on the CPU) and reports the median and the IQR. Every
-# ratio below is relative to this median.
+# ratio below is relative to this median. One untimed call first: the first matmul
+# of a size pays one-time costs (pitfall 2), which would make the warm-up's estimate
+# of a call, and with it the number of timed calls, far too small.
+torch.matmul(a, b, out=out)
 ref = gpuguide.benchmark(
     torch.matmul, args=(a, b), kwargs={"out": out}, label="reference"
 )
@@ -80,9 +83,9 @@ print(no_sync)
 # The fixes: synchronize, or use CUDA events
 # ------------------------------------------
 # ``torch.cuda.synchronize()`` before starting and before stopping the clock makes
-# the host wait for the GPU; it adds the synchronization latency (a few to tens of
-# microseconds) to each sample. CUDA events are timestamps recorded on the GPU's
-# stream, so they time what the GPU did, without host overhead.
+# the host wait for the GPU; each sample then also holds the launch and the
+# synchronization's latency, tens of microseconds. CUDA events are timestamps
+# recorded on the GPU's stream, so they time what the GPU did, without host overhead.
 gpu_only = {}
 if device.type == "cuda":
     samples = []
@@ -106,6 +109,12 @@ if device.type == "cuda":
     gpu_only["CUDA events"] = as_measurement("CUDA events", samples, "cuda-events")
     for m in gpu_only.values():
         print(m)
+    extra_s = gpu_only[label].median_s - gpu_only["CUDA events"].median_s
+    noisy = any(m.is_noisy for m in gpu_only.values())
+    print(
+        f"the host clock + sync adds {gpuguide.format_time(extra_s)} per sample"
+        f"{' (NOISY)' if noisy else ''}"
+    )
 else:
     print(
         "Asynchronous execution (no-sync clock, synchronize, CUDA events) needs a "
@@ -197,7 +206,9 @@ print(inside)
 # A second opinion: ``torch.utils.benchmark.Timer``
 # -------------------------------------------------
 # ``Timer`` synchronizes CUDA and reports the median over blocks of calls, so with
-# the same thread count it should agree with :func:`gpuguide.benchmark`. A shared
+# the same thread count it should agree with :func:`gpuguide.benchmark` to within
+# about a percent (on a GPU its host clock also counts one launch and one
+# synchronize per block, so it may read slightly higher). A shared
 # machine drifts between two measurements taken one after the other, so the two tools
 # take turns for a few rounds and each one's times are pooled. ``Timer`` uses one
 # thread unless told otherwise: on a CPU expect it to be slower then, by up to the
@@ -231,12 +242,41 @@ timer_stats = {
 }
 for m in (ours, *timer_stats.values()):
     print(m)
-gap = timer_stats["Timer, all threads"].median_s / ours.median_s - 1
+verdict = gpuguide.compare(timer_stats["Timer, all threads"], ours)
+gap = 1 / verdict.speedup - 1
 print(
     f"Timer ({torch.get_num_threads()} threads) vs gpuguide, same rounds: medians "
-    f"differ by {gap:+.1%}; their IQRs are {ours.relative_iqr:.1%} and "
-    f"{timer_stats['Timer, all threads'].relative_iqr:.1%} of the median"
+    f"differ by {gap:+.1%}; {verdict}"
 )
+
+# %%
+# Pitfall 5: a short kernel's time is its launch
+# ----------------------------------------------
+# CUDA events around one call time the GPU from the moment the host records the
+# start event. When a call's work takes less time than the host needs to launch it
+# (a kernel of a few microseconds), the GPU waits for every launch and the events
+# measure the launch: the time per call of a loop of such calls, which is what such
+# a loop costs. :func:`gpuguide.benchmark` asks which time you mean:
+# ``measure="call"`` (the default) for that, ``measure="kernel"`` for the GPU's
+# work alone, with the launches hidden behind work queued ahead. For calls of more
+# than about 50 us of GPU work the two agree, as for the matmul above (the reference
+# is a ``"call"`` time); below that, choose the one your question is about, and say
+# which. Here an add of 16384 floats (64 KiB per tensor), both ways.
+if device.type == "cuda":
+    u, v, w = (torch.randn(16384, device=device) for _ in range(3))
+    labels = {"call": "time per call (launch included)", "kernel": "the kernel alone"}
+    per_call, kernel = (
+        gpuguide.benchmark(
+            torch.add, args=(u, v), kwargs={"out": w}, measure=kind, label=label
+        )
+        for kind, label in labels.items()
+    )
+    print(f"{per_call}\n{kernel}\n{gpuguide.compare(per_call, kernel)}")
+else:
+    print(
+        "On a CPU a call returns when its work is done, so there is no launch to hide "
+        'and measure="kernel" times the same thing as measure="call".'
+    )
 
 # %%
 # How wrong is each method?

@@ -140,9 +140,9 @@ if on_gpu and not any(any(c) for c in wrong.values()):
 # How often was the read wrong?
 # -----------------------------
 # Behind a matmul the copy has not even started when the host begins to read, so
-# expect a large share of the buffer to be wrong. A copy alone races the host's read through the
-# buffer: the outcome depends on which is faster, so expect anything from none to
-# many wrong elements.
+# expect a large share of the buffer to be wrong. A copy alone races the host's
+# read through the buffer: the outcome depends on which is faster, so expect anything
+# from none to many wrong elements.
 runs = sum(c > 0 for counts in wrong.values() for c in counts)
 title = (
     f"Read before the copy finished: wrong in {runs} of {2 * trials} trials"
@@ -168,7 +168,10 @@ plt.show()
 # batch of the same size between two pageable buffers): after a blocking copy the two
 # run one after the other; between a non-blocking copy and the wait they overlap, so
 # expect the time of the longer one instead of the sum. On the CPU the event is a
-# stand-in that does nothing and nothing overlaps: the pairs differ only by noise.
+# stand-in that does nothing and nothing overlaps: the pairs differ only by the
+# stand-in's own calls (a fraction of a microsecond) and noise.
+# The four take turns for five rounds (:func:`gpuguide.interleave`), and each pair is
+# compared with its spread (:func:`gpuguide.compare`).
 batch, staging = torch.randn(n, n), torch.empty(n, n)
 
 
@@ -181,35 +184,41 @@ def blocking_then_work():
     host_work()
 
 
-times = {
-    "blocking copy": gpuguide.benchmark(blocking, device=device),
-    "non_blocking\n+ event": gpuguide.benchmark(with_event, device=device),
-    "blocking,\nthen host work": gpuguide.benchmark(blocking_then_work, device=device),
-    "non_blocking,\nhost work, event": gpuguide.benchmark(
-        with_event, args=(host_work,), device=device
-    ),
-}
-for label, m in times.items():
-    print(f"{label.replace(chr(10), ' ')}: {m}")
-copy_s, event_s, serial_s, overlap_s = (m.median_s for m in times.values())
-same = "the same wait" if abs(event_s / copy_s - 1) < 0.1 else "not the same here"
-print(f"event wait: {format_ratio(event_s / copy_s)} a blocking copy ({same})")
+times = gpuguide.interleave(
+    {
+        "blocking copy": blocking,
+        "non_blocking + event": with_event,
+        "blocking, then host work": blocking_then_work,
+        "non_blocking, host work, event": lambda: with_event(host_work),
+    },
+    device=device,
+)
+for m in times.values():
+    print(m)
+copy, event, serial, overlap = times.values()
+copy_s, serial_s = copy.median_s, serial.median_s
+wait = gpuguide.compare(event, copy)
+print(f"the event wait against a blocking copy: {wait}")
+noisy = " (NOISY)" if copy.is_noisy or serial.is_noisy else ""
 shorter_s = max(min(copy_s, serial_s - copy_s), 0)  # the most overlap can save
-print(f"the most overlap could save (the shorter part): {format_time(shorter_s)}")
-if overlap_s < 0.9 * serial_s:
-    saved = f"overlap saves {format_time(serial_s - overlap_s)}"
-    print(f"with host work: {saved}, {1 - overlap_s / serial_s:.0%} of the serial time")
+print(
+    f"the most overlap could save (the shorter part): {format_time(shorter_s)}{noisy}"
+)
+gain = gpuguide.compare(overlap, serial)
+print(f"with host work: {gain}")
+if gain.verdict == "faster":
+    saved = f"overlap saves {format_time(serial_s - overlap.median_s)}"
+    print(f"{saved}, {1 - overlap.median_s / serial_s:.0%} of the serial time{noisy}")
 else:
-    saved = "no overlap"
-    print(
-        f"with host work: {format_ratio(overlap_s / serial_s)} the serial time, no "
-        f"overlap{'' if on_gpu else ' (on a CPU the copy is done before it starts)'}"
-    )
+    saved = "no measurable overlap"
+    if not on_gpu:
+        print("(on a CPU the copy is done before the host work starts)")
 scale, unit = (1e6, "us") if copy_s < 1e-3 else (1e3, "ms")
 fig, ax = plt.subplots()
+bars = {k.replace(", ", ",\n").replace(" + ", "\n+ "): m for k, m in times.items()}
 gpuguide.plot_bars(
-    ax, times, ylabel=f"time ({unit})", device=device, value=lambda s: s * scale,
-    title=f"Event wait: {format_ratio(event_s / copy_s)} a blocking copy; "
+    ax, bars, ylabel=f"time ({unit})", device=device, value=lambda s: s * scale,
+    title=f"Event wait: {format_ratio(event.median_s / copy_s)} a blocking copy; "
     f"with host work: {saved}",
 )  # fmt: skip
 plt.show()

@@ -19,12 +19,14 @@ the break-even number of copies.
 # The comparison needs a CUDA GPU. Without one, ``pin_memory()`` raises in recent
 # PyTorch, so it is never called; the page measures host-to-host copies instead.
 import math
+from functools import partial
 
 import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
 from gpuguide import format_bytes, format_rate, format_ratio, format_time
+from gpuguide.tables import format_cell
 
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
@@ -67,8 +69,14 @@ print(f"{len(sizes)} sizes from {format_bytes(sizes[0])} to {format_bytes(n_max)
 # copy is queued; the benchmark records its end event on the same stream right after
 # the call, and that event completes only when the copy has, so the time still covers
 # the whole copy. Non-blocking frees the host during the copy; it does not make the
-# copy itself faster. Each copy gets 10 ms of warm-up and 50 ms of timed calls, below
-# the defaults, to keep the sweep (six ways at every size) short.
+# copy itself faster (a blocking copy may read a few microseconds longer: its end
+# event is recorded only once the host has woken up from waiting for the copy).
+#
+# At each size the six ways take turns for five rounds (:func:`gpuguide.interleave`),
+# each with 10 ms of warm-up and 50 ms of timed calls in all, below the defaults, to
+# keep the sweep short. Every time is per call as a loop of copies runs it: a small
+# copy's time is mostly its launch and, for a blocking copy, the host's wait
+# (``measure="call"``, the default).
 
 
 def copy(dst, src, non_blocking=False):
@@ -90,12 +98,13 @@ def time_transfers(n):
         ("D2H", "pinned"): (pinned_out, on_device, False),
         ("D2H", "pinned + non_blocking"): (pinned_out, on_device, True),
     }
-    return {
-        key: gpuguide.benchmark(
-            copy, args=plan, device=device, label=" ".join(key), warmup_ms=10, rep_ms=50
-        )
-        for key, plan in plans.items()
-    }
+    found = gpuguide.interleave(
+        {" ".join(key): partial(copy, *plan) for key, plan in plans.items()},
+        device=device,
+        warmup_ms=10,
+        rep_ms=50,
+    )
+    return dict(zip(plans, found.values(), strict=True))
 
 
 # %%
@@ -132,37 +141,46 @@ def gbps(key):
 # pinning does; the speed comes from how the GPU copies: its copy engines read host
 # memory by DMA, which needs pages the operating system cannot move. From pageable
 # memory the driver first copies each chunk into a pinned staging buffer, then sends
-# it, so expect pinned copies to be faster, often close to twice, and nearer the
-# link's peak (70-90% on a healthy PCIe link). The seeds quote 16 and 32 GB/s for the
-# link: the peaks of PCIe 3.0 and 4.0 x16, not of every machine.
+# it, so expect pinned copies to be faster and nearer the link's peak (70-90% on a
+# healthy PCIe link). By how much depends on the link: a pageable copy is held back
+# by the host's own copy into the staging buffer, a pinned one only by the link, so
+# the faster the link, the larger the gain: well under 2x on PCIe 3.0, several times
+# on PCIe 5.0. The seeds quote 16 and 32 GB/s for the link: the peaks of PCIe 3.0
+# and 4.0 x16, not of every machine. The verdicts compare the medians with their
+# spread (:func:`gpuguide.compare`).
 for key, ms in results.items():
     rate, m = n_max / ms[-1].median_s, ms[-1]
-    pct = gpuguide.percent_of_peak(rate, link)
+    pct = peaks.percent_of(rate, "host_link") if on_gpu else None
     print(
         f"{' '.join(key)} at {format_bytes(n_max)}: {format_rate(rate, 'B/s')}"
         f"{'' if pct is None else f', {pct:.0f}% of the link peak'} "
-        f"(median {format_time(m.median_s)} ± {format_time(m.iqr_s / 2)})"
+        f"(median {format_cell(m)})"
     )
 for direction in ("H2D", "D2H") if on_gpu else ():
-    pageable_s, pinned_s, async_s = (results[direction, w][-1].median_s for w in WAYS)
-    ratio = pageable_s / pinned_s
-    verdict = (
-        "faster, as the seeds say" if ratio > 1.1
-        else "slower, unlike what the seeds say" if ratio < 0.9
-        else "within 10%: no clear gain here"
-    )  # fmt: skip
-    print(
-        f"{direction}: pinned is {format_ratio(ratio)} the pageable bandwidth "
-        f"({verdict}); non_blocking: {format_ratio(pinned_s / async_s)} blocking"
+    pageable, pinned, pinned_async = (results[direction, w][-1] for w in WAYS)
+    pinning = gpuguide.compare(pinned, pageable)
+    seeds = (
+        ", as the seeds say" if pinning.verdict == "faster" else ", unlike the seeds"
     )
-    if direction == "H2D":
-        first, last = results["H2D", "pageable"][0], results["H2D", "pageable"][-1]
-        bytes_s = sizes[0] * last.median_s / n_max  # its bytes at the large-copy rate
-        near = "in line with" if 0.5 < first.median_s / 10e-6 < 2 else "unlike"
-        print(
-            f"smallest copy: {format_time(first.median_s)} ({near} 002's ~10 us), "
-            f"{format_time(bytes_s)} of it for the bytes, the rest a fixed cost"
-        )
+    print(f"{direction}: {pinning}{seeds}")
+    print(f"{direction}: {gpuguide.compare(pinned_async, pinned)}")
+if on_gpu:
+    first, last = results["H2D", "pageable"][0], results["H2D", "pageable"][-1]
+    bytes_s = sizes[0] * last.median_s / n_max  # its bytes at the large-copy rate
+    first_src = torch.randn(sizes[0] // 4).pin_memory()
+    print(
+        f"smallest pageable H2D copy, {format_bytes(sizes[0])}: {format_cell(first)} "
+        f"per call, {format_time(bytes_s)} of it for the bytes at the large-copy "
+        f"rate, the rest a fixed cost per copy (seed 002 says ~10 us)"
+    )
+    # The copy engine's own time for a pinned copy of that size, launches hidden.
+    engine = gpuguide.benchmark(
+        copy,
+        args=(torch.empty(sizes[0] // 4, device=device), first_src, True),
+        device=device,
+        measure="kernel",
+    )
+    print(f"the copy engine's own time for a pinned one: {format_cell(engine)}")
 
 # %%
 # Plot
@@ -170,9 +188,11 @@ for direction in ("H2D", "D2H") if on_gpu else ():
 # One figure per direction, bandwidth against copy size on log axes, with the link's
 # datasheet peak as a dashed line and, in the legend, each way's bandwidth at the
 # largest size relative to pageable memory. Expect every curve to rise with size,
-# because a fixed cost of a few microseconds per copy dominates small copies, and to
-# level off from roughly a megabyte. On the CPU, expect copies that fit in the caches
-# to beat the ones that go to main memory, whose rate is the dashed line.
+# because a fixed cost per copy dominates small copies (on a GPU about ten to a few
+# tens of microseconds per call: the launch, setting up the transfer and, for a
+# blocking copy, the host's wait), and to level off from roughly a megabyte. On the
+# CPU, expect copies that fit in the caches to beat the ones that go to main memory,
+# whose rate is the dashed line.
 
 
 for direction in ("H2D", "D2H") if on_gpu else ("host-to-host",):
@@ -183,7 +203,7 @@ for direction in ("H2D", "D2H") if on_gpu else ("host-to-host",):
         for key in keys
     }
     best = max(max(rates) for rates in series.values()) * 1e9
-    pct = gpuguide.percent_of_peak(best, link)
+    pct = peaks.percent_of(best, "host_link") if on_gpu else None
     of_link = f", {pct:.0f}% of the link peak" if pct else " (link peak unknown)"
     if not on_gpu:
         series = {"copy_ between CPU tensors": gbps(keys[0])}
@@ -211,34 +231,49 @@ for direction in ("H2D", "D2H") if on_gpu else ("host-to-host",):
 # host. PyTorch caches pinned buffers, so after the first call the allocation is
 # reused and a repeat costs about one host copy; the first allocation also page-locks
 # the memory, which PyTorch's pinned allocator times itself. Pinning pays off after
-# ``pin time / (pageable copy - pinned copy)`` copies of the same buffer.
+# ``pin time / (pageable copy - pinned copy)`` copies of the same buffer, if a
+# pinned copy is measurably faster at all (:func:`gpuguide.break_even`).
+
+
+def empty_pinned_cache():
+    """Give PyTorch's cached pinned buffers back; False where torch cannot."""
+    accelerator = getattr(torch, "accelerator", None)
+    empty = getattr(accelerator, "empty_host_cache", None)  # newer torch
+    empty = empty or getattr(torch._C, "_host_emptyCache", None)  # torch 2.11
+    if empty is not None:
+        empty()
+    return empty is not None
+
+
 if on_gpu:
     host = torch.randn(n_max // 4)
     torch.cuda.synchronize()  # every earlier copy is done, so its buffer is free
-    torch.accelerator.empty_host_cache()  # the next pin must allocate
-    before = torch.cuda.host_memory_stats()
+    emptied = empty_pinned_cache()  # the next pin must allocate
+    stats = getattr(torch.cuda, "host_memory_stats", dict)
+    before = stats()
     pin = gpuguide.benchmark(host.pin_memory, device=cpu, label="pin_memory()")
-    after = torch.cuda.host_memory_stats()
+    after = stats()
     stat = "host_alloc_time.total"  # microseconds, timed by the pinned allocator
     alloc_s = (after[stat] - before.get(stat, 0)) / 1e6 if stat in after else math.nan
-    pageable, pinned = (results["H2D", w][-1].median_s for w in WAYS[:2])
+    pageable, pinned = (results["H2D", w][-1] for w in WAYS[:2])
     spent = "an unreported time" if math.isnan(alloc_s) else format_time(alloc_s)
+    if not emptied:
+        spent += " (this torch cannot empty the pinned cache: maybe reused)"
     print(f"{pin}; the first call also spent {spent} allocating")
-    once = pin.median_s + pinned
-    print(
-        f"pin_memory() is {format_ratio(pin.median_s / pageable)} one pageable H2D "
-        f"copy; pin + one pinned copy {format_time(once)} vs pageable copy "
-        f"{format_time(pageable)}: {'slower' if once > pageable else 'faster'} here"
-    )
-    if pageable > pinned:
-        copies = math.ceil(pin.median_s / (pageable - pinned))
-        first = (pin.median_s + alloc_s) / (pageable - pinned)
-        first = math.ceil(first) if math.isfinite(first) else "unknown"
-        print(f"break-even: {copies} copies of one pinned buffer ({first} with alloc)")
+    ratio = format_ratio(pin.median_s / pageable.median_s)
+    print(f"pin_memory() is {ratio} one pageable H2D copy")
+    copies = gpuguide.break_even(pin, pageable, pinned)
+    if copies is None:
+        print("pinned copies were not measurably faster here: pinning never pays off")
     else:
-        print("pinned copies were not faster here, so pinning never pays off")
+        alloc = (
+            gpuguide.break_even(pin.median_s + alloc_s, pageable, pinned)
+            if math.isfinite(alloc_s)
+            else "unknown"
+        )
+        print(f"break-even: {copies} copies of one pinned buffer ({alloc} with alloc)")
     del host
-    torch.accelerator.empty_host_cache()  # give the pinned memory back
+    empty_pinned_cache()  # give the pinned memory back
 else:
     m = results["host-to-host", "copy_"][-1]
     print(

@@ -21,6 +21,7 @@ checkpointing, and prints what checkpointing saved against what it cost.
 # the CPU the rise is read from the process's RSS after ``malloc_trim(0)`` has handed
 # back what glibc kept from earlier frees.
 import contextlib
+from functools import partial
 
 import matplotlib.pyplot as plt
 import torch
@@ -113,21 +114,24 @@ modes = {
     "no_grad": torch.no_grad,
     "inference_mode": torch.inference_mode,
 }
-memory, times = {}, {}
-for name, mode in modes.items():
 
-    def run(mode=mode):
-        with mode():
-            return forward(x)
 
-    times[name] = gpuguide.benchmark(run, device=device, label=name)
-    memory[name], _ = peak_rise(run)  # after the benchmark's warm-up calls
+def run(mode):
+    with mode():
+        return forward(x)
+
+
+# The three take turns for five rounds, so that a drift of the machine falls on all.
+times = gpuguide.interleave(
+    {name: partial(run, mode) for name, mode in modes.items()}, device=device
+)
+memory = {name: peak_rise(partial(run, mode))[0] for name, mode in modes.items()}
 rows = [{"mode": k, "peak rise": fmt(memory[k]), "time": t} for k, t in times.items()]
 print(gpuguide.table(rows))
 saving = 1 - memory["no_grad"] / max(memory["grad enabled"], 1)
-speed = times["grad enabled"].median_s / times["inference_mode"].median_s
 print(f"no_grad's peak is {saving:.0%} lower than with grad enabled")
-print(f"inference_mode runs at {speed:.2f}x the speed of grad mode{noisy(times)}")
+speed = gpuguide.compare(times["inference_mode"], times["grad enabled"])
+print(f"time: {speed}")
 
 fig, (ax_memory, ax_time) = plt.subplots(1, 2, figsize=(9, 4))
 gpuguide.plot_bars(
@@ -140,7 +144,9 @@ gpuguide.plot_bars(
     ax_time,
     times,
     ylabel="forward time (ms)",
-    title=f"and {gpuguide.format_ratio(speed)} the speed",
+    title=f"and {gpuguide.format_ratio(speed.speedup)} the speed"
+    if speed.measurable
+    else "and no measurable difference in time",
 )
 plt.show()
 
@@ -155,8 +161,13 @@ plt.show()
 # The same weights and optimizer serve both variants: checkpointing is the only change.
 # Expect the saved tensors to shrink to about a ninth (block inputs only); the peak
 # falls less, because backward still rebuilds one block's activations at a time next
-# to the gradients flowing back. Expect the cost to be about one extra forward pass,
-# roughly a third more time per step.
+# to the gradients flowing back. Expect the cost to be at most one extra forward
+# pass, a third more time on a step whose backward costs twice its forward, and less
+# in practice: this checkpointing stops recomputing a block as soon as it has rebuilt
+# every tensor backward needs. Backward needs the second ``Linear``'s input, not its
+# output, so that layer is not run again: expect about half a forward pass more, a
+# sixth more time, where the matmuls dominate the step (a large model on a GPU), and
+# a share that depends on the per-call overheads elsewhere.
 optimizer = torch.optim.Adam(blocks.parameters(), lr=1e-4)
 loss_fn = nn.MSELoss()
 
@@ -175,11 +186,11 @@ def train_step(net):
 
 train_step(forward)  # creates the gradients and Adam's state
 variants = {"plain": forward, "checkpointed": checkpointed_forward}
-step_time, kept, peak = {}, {}, {}
+step_time = gpuguide.interleave(
+    {name: partial(train_step, net) for name, net in variants.items()}, device=device
+)
+kept, peak = {}, {}
 for name, net in variants.items():
-    step_time[name] = gpuguide.benchmark(
-        train_step, args=(net,), device=device, label=name
-    )
     kept[name] = kept_for_backward(lambda net=net: loss_fn(net(x), y))
     peak[name], note = peak_rise(lambda net=net: loss_fn(net(x), y).backward())
 rows = [
@@ -189,6 +200,21 @@ rows = [
 print(gpuguide.table(rows))
 print(f"How the peak was measured: {note}")
 
+# Which layers did the checkpointed step run again? Count each Linear's calls.
+linears = [m for m in blocks.modules() if isinstance(m, nn.Linear)]
+runs = dict.fromkeys(linears, 0)
+hooks = [
+    m.register_forward_hook(lambda m, *_: runs.update({m: runs[m] + 1}))
+    for m in linears
+]
+loss = loss_fn(checkpointed_forward(x), y)
+forward_runs = sum(runs.values())
+loss.backward()
+rerun = sum(runs.values()) - forward_runs
+for hook in hooks:
+    hook.remove()
+print(f"backward ran {rerun} of the {len(linears)} Linear layers again")
+
 # %%
 # Memory saved against time added
 # -------------------------------
@@ -197,8 +223,14 @@ print(f"How the peak was measured: {note}")
 saved = peak["plain"] - peak["checkpointed"]
 share = saved / max(peak["plain"], 1)
 kept_share = 1 - kept["checkpointed"] / max(kept["plain"], 1)
-extra = step_time["checkpointed"].median_s / step_time["plain"].median_s - 1
-cost = f"{extra:.0%} more time" if extra > 0 else "no measurable extra time"
+slowdown = gpuguide.compare(step_time["plain"], step_time["checkpointed"])
+if slowdown.verdict == "faster":  # plain is measurably faster: checkpointing costs
+    cost = (
+        f"{slowdown.speedup - 1:.0%} more time "
+        f"({slowdown.low - 1:.0%} to {slowdown.high - 1:.0%})"
+    )
+else:
+    cost = "no measurable extra time"
 print(f"checkpointing saves {fmt(saved)} ({share:.0%}) for {cost} per step")
 print(f"it keeps {kept_share:.0%} less for backward{noisy(step_time)}")
 if device.type == "cpu":
@@ -230,4 +262,4 @@ plt.show()
 # Wrap inference in ``torch.inference_mode()`` (or ``no_grad`` where the results
 # must later enter autograd): the memory of a graph nobody will use is the largest
 # waste here. Checkpoint blocks when activations, not weights, are what does not
-# fit: it buys a larger batch or a deeper model for roughly one extra forward pass.
+# fit: it buys a larger batch or a deeper model for at most one extra forward pass.

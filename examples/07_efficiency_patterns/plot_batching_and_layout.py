@@ -17,26 +17,33 @@ pays for itself.
 # %%
 # Setup
 # -----
-import math
 from collections import namedtuple
+from functools import partial
 
 import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide import format_bytes, format_ratio, format_time
+from gpuguide import format_bytes, format_ratio
+from gpuguide.tables import format_cell
 
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
 small = gpuguide.small_mode()
 
 
-def spread(m):
-    return f"{format_time(m.median_s)} ± {format_time(m.iqr_s / 2)}"
+def timed(variants):
+    """Time the variants, taking turns for five rounds (a drift falls on all)."""
+    return gpuguide.interleave(variants, device=device).values()
 
 
-def timed(fn, *args, label):
-    return gpuguide.benchmark(fn, args=args, label=label, device=device)
+def versus(m, reference):
+    """The speed-up over ``reference`` with its range, or that there is none."""
+    c = gpuguide.compare(m, reference)
+    span = f"{format_ratio(c.low)} to {format_ratio(c.high)}"
+    if not c.measurable:
+        return f"no measurable difference ({span})"
+    return f"{format_ratio(c.speedup)} ({span})"
 
 
 # %%
@@ -47,9 +54,12 @@ def timed(fn, *args, label):
 # version makes one ``torch.bmm`` call. Both write into the same preallocated
 # ``out``, so the only difference is the number of calls. Each call pays a fixed cost
 # (Python, PyTorch's dispatcher and, on a GPU, a kernel launch) that the arithmetic
-# of a small matrix cannot hide. Expect both to take about the same time at ``B = 1``
-# and the batched call to pull ahead as ``B`` grows, typically by one to two orders
-# of magnitude on a GPU and less on a CPU.
+# of a small matrix cannot hide. That cost is the point here, so each time is per
+# call as a loop of calls runs it, launches included (``measure="call"``, the
+# default). Expect the loop to be a little slower already at ``B = 1``, where it
+# also pays for indexing ``a[i]``, ``b[i]`` and ``out[i]``, and the batched call to
+# pull ahead as ``B`` grows, typically by one to two orders of magnitude on a GPU and
+# less on a CPU.
 n = 32 if small else 64
 batches = [1, 4, 16, 64] if small else [1, 4, 16, 64, 256]
 
@@ -69,26 +79,36 @@ for B in batches:
     a, b, out = (torch.randn(B, n, n, device=device) for _ in range(3))
     looped = loop_mm(a, b, torch.empty_like(out))
     assert torch.allclose(looped, batched_mm(a, b, out), atol=1e-4), "results differ"
-    loops.append(timed(loop_mm, a, b, out, label=f"loop, B={B}"))
-    batched.append(timed(batched_mm, a, b, out, label=f"bmm, B={B}"))
-    speedup = format_ratio(loops[-1].median_s / batched[-1].median_s)
+    loop, bmm = timed(
+        {
+            f"loop, B={B}": partial(loop_mm, a, b, out),
+            f"bmm, B={B}": partial(batched_mm, a, b, out),
+        }
+    )
+    loops.append(loop)
+    batched.append(bmm)
     rows.append(
-        {"B": B, "loop": loops[-1], "bmm": batched[-1], "bmm speed vs loop": speedup}
+        {"B": B, "loop": loop, "bmm": bmm, "bmm speed vs loop": versus(bmm, loop)}
     )
 print(gpuguide.table(rows, title=f"{n}x{n} matrices (results allclose)"))
+if device.type == "cuda":  # how much of bmm's time per call is the GPU's work?
+    work = gpuguide.benchmark(batched_mm, args=(a, b, out), measure="kernel")
+    print(
+        f"the GPU's own work in one bmm of {B} products: {format_cell(work)} "
+        f'(measure="kernel"), of {format_cell(batched[-1])} per call'
+    )
 
-ratio = format_ratio(loops[-1].median_s / batched[-1].median_s)
+last = gpuguide.compare(batched[-1], loops[-1])
+ratio = f"{format_ratio(last.speedup)} the speed"
+ratio = ratio if last.measurable else "no measurable difference"
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(
     ax,
     batches,
-    {
-        "loop of torch.mm": loops,
-        f"torch.bmm ({ratio} the loop's speed at B={B})": batched,
-    },
+    {"loop of torch.mm": loops, f"torch.bmm ({ratio} at B={B})": batched},
     xlabel="batch size B (matrices)",
     ylabel="time per call (ms)",
-    title=f"One bmm call is {ratio} the speed of {B} mm calls",
+    title=f"One bmm call against {B} mm calls: {ratio}",
 )
 plt.show()
 
@@ -126,17 +146,18 @@ def in_place(x):
 
 x = torch.randn(numel, device=device)
 assert torch.allclose(in_place(x.clone()), out_of_place(x))
+versions = {"out of place": out_of_place, "in place": in_place}
 memory = {}
-for fn in (out_of_place, in_place):
+for name, fn in versions.items():
     with gpuguide.track_memory(device) as tracker:
         result = fn(x)
     report = tracker.report
     peak = report.peak_increase_bytes  # None on MPS, which keeps no peak counter
-    memory[fn.__name__] = report.net_bytes if peak is None else peak
+    memory[name] = report.net_bytes if peak is None else peak
     del result
-times = {
-    fn.__name__: timed(fn, x, label=fn.__name__) for fn in (out_of_place, in_place)
-}
+times = gpuguide.interleave(
+    {name: partial(fn, x) for name, fn in versions.items()}, device=device
+)
 print(f"x: {numel} float32 ({format_bytes(4 * numel)}); memory from {report.method}")
 Version = namedtuple("Version", "version time peak peak_in_sizes_of_x")
 rows = [
@@ -144,18 +165,12 @@ rows = [
     for k, m in times.items()
 ]
 print(gpuguide.table(rows))
-ratio = times["out_of_place"].median_s / times["in_place"].median_s
-if ratio > 1.1:
-    verdict = f"in place is {format_ratio(ratio)} faster"
-elif ratio < 1 / 1.1:
-    verdict = f"in place is {format_ratio(1 / ratio)} slower"
-else:
-    verdict = "both take about the same time"
-saved = memory["out_of_place"] - memory["in_place"]
+verdict = str(gpuguide.compare(times["in place"], times["out of place"]))
+saved = memory["out of place"] - memory["in place"]
 print(f"Time: {verdict}; memory: in place peaks {format_bytes(saved)} lower")
 
 fig, (ax_t, ax_m) = plt.subplots(1, 2)
-gpuguide.plot_bars(ax_t, times, ylabel="time (ms)", title=verdict)
+gpuguide.plot_bars(ax_t, times, ylabel="time (ms)", title=verdict.split(" (")[0])
 in_mib = {name: b / 2**20 for name, b in memory.items()}
 gpuguide.plot_bars(ax_m, in_mib, ylabel="peak increase (MiB)", title="peak memory")
 fig.supxlabel(f"x * a + b vs x.mul_(a).add_(b), {numel} float32", fontsize="small")
@@ -186,7 +201,10 @@ except RuntimeError as err:
 # strided``. Matmul libraries read transposed operands natively and reductions
 # reorder their loops to follow memory, so expect the penalty to vary widely from
 # one operation to the next. (Summing ``x.t()`` over dim 0 would read ``x`` row by
-# row, contiguously; dim 1 is the strided direction.)
+# row, contiguously; dim 1 is the strided direction.) The view and the copy take
+# turns, and the break-even number of uses is printed only when the copy is
+# measurably faster to work on (:func:`gpuguide.break_even`); otherwise making the
+# view contiguous never measurably pays.
 side = gpuguide.largest_size(
     64,
     16384,
@@ -197,9 +215,11 @@ side = gpuguide.largest_size(
 x, y, out = (torch.randn(side, side, device=device) for _ in range(3))
 w = torch.randn(side, 64, device=device)
 view = x.t()
-copy = timed(torch.Tensor.contiguous, view, label=".contiguous()")
+copy = gpuguide.benchmark(
+    torch.Tensor.contiguous, args=(view,), label=".contiguous()", device=device
+)
 print(f"{side}x{side} float32; view.is_contiguous() = {view.is_contiguous()}")
-print(f".contiguous() copy alone: {spread(copy)}")
+print(f".contiguous() copy alone: {format_cell(copy)}")
 ops = {
     "view + y": lambda v: torch.add(v, y, out=out),
     "sum(view, dim=1)": lambda v: torch.sum(v, dim=1),
@@ -210,17 +230,20 @@ paid = 0
 for ax, (name, op) in zip(axes, ops.items(), strict=True):
     contiguous = view.contiguous()
     assert torch.allclose(op(view), op(contiguous), rtol=1e-4, atol=1e-3)
-    strided = timed(op, view, label=f"{name}, strided")
-    packed = timed(op, contiguous, label=f"{name}, contiguous")
-    gain = strided.median_s - packed.median_s
-    if gain <= 0:
-        verdict = "never pays: the view is not slower"
+    strided, packed = timed(
+        {
+            f"{name}, strided": partial(op, view),
+            f"{name}, contiguous": partial(op, contiguous),
+        }
+    )
+    uses = gpuguide.break_even(copy, strided, packed)
+    if uses is None:
+        verdict = "never measurably pays: the view is not measurably slower"
     else:
-        uses = math.floor(copy.median_s / gain) + 1
         verdict = "pays on the first use" if uses == 1 else f"pays after {uses} uses"
         paid += 1
     print(
-        f"{name}: view {spread(strided)}, contiguous {spread(packed)}; "
+        f"{name}: view {format_cell(strided)}, contiguous {format_cell(packed)}; "
         f"making it contiguous {verdict}"
     )
     bars = {"view": strided, "copy+op": copy.median_ms + packed.median_ms}

@@ -25,6 +25,7 @@ device = gpuguide.pick_device()
 torch.manual_seed(0)
 print(gpuguide.provenance(device))
 small = gpuguide.small_mode()
+fmt = gpuguide.format_bytes
 
 # %%
 # Pitfall 1: operands on different devices
@@ -64,8 +65,8 @@ fixed = model(x_np.to(device=weight.device, dtype=weight.dtype))
 print(f"fixed: input moved to {weight.device} as {weight.dtype}, output {fixed.shape}")
 
 # %%
-# Pitfall 2: keeping losses with their graphs
-# -------------------------------------------
+# Pitfall 2: keeping losses, and what they hold
+# ---------------------------------------------
 # A loss tensor holds a reference to the autograd graph that produced it, and the
 # graph holds the activations saved for the backward pass. Appending ``loss`` to a
 # list keeps all of that alive. How much depends on whether ``backward()`` ran:
@@ -73,17 +74,17 @@ print(f"fixed: input moved to {weight.device} as {weight.dtype}, output {fixed.s
 # * in an evaluation loop (no ``backward``), every kept loss keeps a whole step's
 #   activations, so memory grows by that much per step until it runs out;
 # * in a training loop, ``backward()`` already freed the saved activations, and a
-#   kept loss holds only the graph's small bookkeeping: a slow leak, not a flood
-#   (textbooks often show this mild case as the big one).
+#   kept loss holds only the graph's small bookkeeping.
 #
-# The fix is ``loss.detach()``, a tensor without the graph that stays on the device
-# (``loss.item()`` works too, but waits for the device: see the next page), and
-# ``torch.no_grad()`` around evaluation, which builds no graph at all.
-#
-# Each variant is measured twice after every step: with
-# :func:`gpuguide.track_memory` (the CUDA allocator's count, or the process's
-# resident memory on a CPU), and exactly on any device by counting the saved
-# activations still alive, which ``saved_tensors_hooks`` lets us see.
+# The usual advice is ``loss.detach()``: a tensor without the graph. But a detached
+# tensor shares its storage, and a 0-dim loss can sit on a large one: ``mse_loss``
+# allocates its output with the shape of its input, then shrinks it in place to the
+# 0-dim result, and shrinking a tensor in place keeps its storage. Each kept
+# ``loss.detach()`` then holds as much memory as the model's output. What holds
+# nothing is a copy with a storage of its own, ``loss.detach().clone()`` (it stays
+# on the device and does not wait for it), or a Python number, ``loss.item()``
+# (which waits for the device: see the next page); in evaluation, also wrap the loop
+# in ``torch.no_grad()``, which builds no graph at all.
 batch = (4096 if device.type == "cpu" else 65536) // (8 if small else 1)
 steps = 8 if small else 16
 net = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(64, 64), nn.ReLU())])
@@ -92,11 +93,35 @@ optimizer = torch.optim.SGD(net.parameters(), lr=1e-3)
 xb = torch.randn(batch, 64, device=device)
 yb = torch.randn(batch, 64, device=device)
 own = {t.untyped_storage().data_ptr() for t in (xb, yb, *net.parameters())}
+loss = nn.functional.mse_loss(net(xb), yb)
+loss.backward()  # the first backward allocates the gradients
+optimizer.step()
+print(
+    f"the loss has shape {tuple(loss.shape)}, one float32; its storage holds "
+    f"{fmt(loss.untyped_storage().nbytes())}, as much as the model's output "
+    f"({fmt(4 * batch * 64)}); loss.detach().clone() holds "
+    f"{fmt(loss.detach().clone().untyped_storage().nbytes())}"
+)
+
+
+# %%
+# Each variant runs ``steps`` steps and is measured after every step, twice: with
+# :func:`gpuguide.track_memory` (the CUDA allocator's count, or the process's
+# resident memory on a CPU), and exactly on any device by adding up the storages of
+# the kept values and of the saved activations still alive, which
+# ``saved_tensors_hooks`` lets us see.
+def storages(tensors):
+    """Bytes of the distinct storages of ``tensors``, without the resident ones."""
+    found = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in own:
+            found[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return found
 
 
 def held_after_each_step(keep, train):
-    """MiB held after each step: tracked memory, and saved activations alive."""
-    kept, saved, held, alive, start = [], [], [], [], None
+    """MiB held after each step: tracked, and exactly (kept values + activations)."""
+    kept, saved, held, exact, start = [], [], [], [], None
 
     def pack(t):  # sees every tensor saved for backward
         t = t.detach()  # no grad_fn, so the graph and t form no reference cycle
@@ -113,43 +138,43 @@ def held_after_each_step(keep, train):
                 optimizer.step()
             kept.append(keep(loss))
         start = tracker.report.start_bytes if start is None else start
-        live = {
-            t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
-            for t in (ref() for ref in saved)
-            if t is not None and t.untyped_storage().data_ptr() not in own
-        }
+        activations = storages(ref() for ref in saved)
+        values = storages(kept)
         held.append((tracker.report.end_bytes - start) / 2**20)
-        alive.append(sum(live.values()) / 2**20)
-    return held, alive
+        exact.append(sum({**activations, **values}.values()) / 2**20)
+    return held, exact, sum(values.values()), sum(activations.values())
 
 
-# One step of each kind first: the first backward allocates the gradients.
-nn.functional.mse_loss(net(xb), yb).backward()
-optimizer.step()
-variants, saved_alive = {}, {}
+variants, exact, split = {}, {}, {}
 for label, keep, train in [  # the variant that holds the most memory runs last
+    ("train: append(loss.item())", torch.Tensor.item, True),
+    ("train: append(loss.detach().clone())", lambda t: t.detach().clone(), True),
     ("train: append(loss.detach())", torch.Tensor.detach, True),
-    ("train: append(loss)", lambda loss: loss, True),
-    ("eval: append(loss.detach())", torch.Tensor.detach, False),
-    ("eval: append(loss)", lambda loss: loss, False),
+    ("train: append(loss)", lambda t: t, True),
+    ("eval: append(loss.detach().clone())", lambda t: t.detach().clone(), False),
+    ("eval: append(loss)", lambda t: t, False),
 ]:
-    variants[label], saved_alive[label] = held_after_each_step(keep, train)
+    variants[label], exact[label], *split[label] = held_after_each_step(keep, train)
 print(f"batch {batch} x 64 features, {steps} steps")
-Held = namedtuple("Held", "variant memory_per_step saved_activations_alive_at_the_end")
+Held = namedtuple("Held", "variant tracked_per_step kept_values activations_alive")
 print(
     gpuguide.table(
-        Held(
-            label,
-            f"{(held[-1] - held[0]) / (steps - 1):+.2f} MiB",
-            f"{saved_alive[label][-1]:.1f} MiB",
-        )
-        for label, held in variants.items()
+        (
+            Held(
+                label,
+                f"{(held[-1] - held[0]) / (steps - 1):+.2f} MiB",
+                fmt(split[label][0]),
+                fmt(split[label][1]),
+            )
+            for label, held in variants.items()
+        ),
+        title=f"after {steps} steps: memory tracked per step; held exactly at the end",
     )
 )
-drift = variants["train: append(loss.detach())"][-1]
+drift = variants["train: append(loss.detach().clone())"][-1]
 if device.type == "cpu" and drift > 1:
     print(
-        f"The fixed training loop keeps no activations, yet resident memory grew "
+        f"The fixed training loop holds nothing, yet resident memory grew "
         f"{drift:.1f} MiB: the C allocator keeps blocks that tensors freed. On a CPU, "
         "trust the exact count."
     )
@@ -158,15 +183,22 @@ if device.type == "cpu" and drift > 1:
 # Plot: memory after each step
 # ----------------------------
 # Expect the evaluation loop that keeps ``loss`` to climb by one step's activations
-# per step and the other three to stay flat. Left, what
+# (and one output-sized storage) per step, the loops that keep ``loss.detach()`` or
+# a training ``loss`` to climb by one output-sized storage per step, and the loops
+# that keep a clone or a number to stay flat. Left, what
 # :func:`gpuguide.track_memory` sees: on CUDA the allocator's exact count of tensor
 # bytes; on a CPU the process's resident memory, which also counts memory the C
 # allocator keeps or reuses after tensors are freed, so expect noise of several
-# MiB there. Right, the exact count of saved activations still alive. (In the
-# evaluation loops the variable ``loss`` also keeps the last step's graph alive.)
+# MiB there. Right, the exact count. (In the evaluation loops the variable ``loss``
+# also keeps the last step's graph alive.)
 fig, (ax, ax_exact) = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
 steps_axis = list(range(1, steps + 1))
-growth = variants["eval: append(loss)"]
+
+
+def per_step(label, series):
+    return (series[label][-1] - series[label][0]) / (steps - 1)
+
+
 gpuguide.plot_sweep(
     ax,
     steps_axis,
@@ -174,19 +206,19 @@ gpuguide.plot_sweep(
     xlabel="step (count)",
     ylabel="memory held since the loop began (MiB)",
     title=f"Tracked ({gpuguide.track_memory(device).method}): eval loop keeping "
-    f"losses +{(growth[-1] - growth[0]) / (steps - 1):.1f} MiB/step",
+    f"losses +{per_step('eval: append(loss)', variants):.1f} MiB/step",
     logx=False,
     logy=False,
 )
-exact = saved_alive["eval: append(loss)"]
 gpuguide.plot_sweep(
     ax_exact,
     steps_axis,
-    saved_alive,
+    exact,
     xlabel="step (count)",
-    ylabel="saved activations alive (MiB)",
-    title=f"Exact: each kept eval loss holds {(exact[-1] - exact[0]) / (steps - 1):.1f}"
-    " MiB of activations",
+    ylabel="held by kept values and live activations (MiB)",
+    title=f"Exact: a kept loss.detach() holds "
+    f"{per_step('train: append(loss.detach())', exact):.1f} MiB, a clone "
+    f"{per_step('train: append(loss.detach().clone())', exact):.1f}",
     logx=False,
     logy=False,
 )

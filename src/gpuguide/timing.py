@@ -538,19 +538,28 @@ def _warmup(
     Returns
     -------
     calls, estimate_s
-        Number of warm-up calls and the mean time per call, in seconds.
+        Number of warm-up calls and the mean time per call, in seconds. The
+        first call pays one-time costs (a cuBLAS handle, a compilation), so
+        when there were more calls the estimate leaves it out: otherwise a
+        first call of 100 ms would make a 1 ms operation look slow, and it
+        would get too few timed calls.
     """
     calls = 0
     start = clock()
+    first = 0.0
     while True:
         call()
         if synchronize is not None:
             synchronize()
         calls += 1
         elapsed = clock() - start
+        if calls == 1:
+            first = elapsed
         if elapsed >= warmup_s or calls >= _MAX_WARMUP_CALLS:
             break
-    return calls, max(elapsed, 0.0) / calls
+    if calls > 1:
+        return calls, max(elapsed - first, 0.0) / (calls - 1)
+    return calls, max(elapsed, 0.0)
 
 
 def _rep_count(estimate_s: float, rep_s: float, min_reps: int, max_reps: int) -> int:
