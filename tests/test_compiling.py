@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
+import warnings
 
 import pytest
 import torch
 
 from gpuguide.chapters.compiling import (
+    Autotune,
+    CompilerLog,
     CompilerStart,
+    StepTimes,
+    _held_times,
+    capture_compiler,
     first_calls_s,
+    host_and_gpu_times,
     passes,
     print_recompiles,
     recording,
     start_compiler,
 )
+from gpuguide.timing import Measurement
 
 
 def test_compiler_start_summary_names_every_step():
@@ -126,8 +135,6 @@ def test_first_calls_s_times_that_many_calls():
 
 
 def test_recording_keeps_warnings_by_phase():
-    import warnings
-
     caught = {}
     with recording(caught, "one"):
         warnings.warn("first", DeprecationWarning, stacklevel=1)
@@ -140,6 +147,14 @@ def test_recording_keeps_warnings_by_phase():
     assert caught["two"] == []
 
 
+def test_compiler_start_prints_what_torch_logged_on_one_line():
+    start = CompilerStart(1.0, 2, 0.5, 0.25, logged="1 log message(s) (first: x)")
+    assert str(start).splitlines()[1:] == [
+        "caught while starting the compiler: 1 log message(s) (first: x)"
+    ]
+    assert len(str(CompilerStart(1.0, 2, 0.5, 0.25)).splitlines()) == 1
+
+
 def test_compiler_start_prints_the_warnings_it_caught():
     start = CompilerStart(1.0, 2, 0.5, 0.25, caught=("DeprecationWarning: old",))
     first, second = str(start).splitlines()
@@ -147,3 +162,216 @@ def test_compiler_start_prints_the_warnings_it_caught():
     assert second == "caught while importing inductor (torch's own code): " + (
         "DeprecationWarning: old"
     )
+
+
+def _torch_warning(message, category=UserWarning):
+    """A warning as torch raises one about its own code (attributed to torch)."""
+    warnings.warn_explicit(
+        message, category, "torch/profiler/profiler.py", 1, module="torch.profiler"
+    )
+
+
+def test_recording_leaves_torch_internal_warnings_out_unless_asked():
+    caught = {}
+    with recording(caught, "default"):
+        _torch_warning("about torch's own code")
+        warnings.warn("about the reader's code", UserWarning, stacklevel=1)
+    with recording(caught, "all", torch_internal=True):
+        _torch_warning("a deprecated torch API", DeprecationWarning)
+    assert [str(w.message) for w in caught["default"]] == ["about the reader's code"]
+    assert [str(w.message) for w in caught["all"]] == ["a deprecated torch API"]
+
+
+_TABLE = """AUTOTUNE addmm(2048x768, 2048x256, 256x768)
+strides: [0, 1], [256, 1], [1, 256]
+dtypes: torch.float32, torch.float32, torch.float32
+  triton_mm_14 0.0110 ms 100.0% BLOCK_K=32
+  mm 0.0116 ms 94.8%
+SingleProcess AUTOTUNE benchmarking takes 12.0 seconds and 0.5 seconds precompiling for {n} choices
+"""
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def test_capture_compiler_keeps_tables_logs_and_warnings_off_the_page(capsys):
+    inductor = logging.getLogger("torch._inductor")
+    mine = _Collect()
+    inductor.addHandler(mine)
+    try:
+        with capture_compiler() as log:
+            sys.stderr.write(_TABLE.format(n=22) + _TABLE.format(n=21))
+            logging.getLogger("torch._inductor.select_algorithm").error(
+                "Runtime error during autotuning: \nNo valid triton configs.\nIgnoring."
+            )
+            logging.getLogger("torch._inductor").error("")  # nothing to show
+            _torch_warning("TypedStorage is deprecated")
+            warnings.warn("yours", UserWarning, stacklevel=1)
+            warnings.warn("yours", UserWarning, stacklevel=1)
+        assert capsys.readouterr().err == ""
+        inductor.error("after the block")
+    finally:
+        inductor.removeHandler(mine)
+    assert mine.messages == ["after the block"]  # held back inside only
+    assert log.stderr.count("AUTOTUNE addmm") == 2
+    assert [r.getMessage().splitlines()[1] for r in log.records] == [
+        "No valid triton configs."
+    ]
+    assert log.warnings == ["UserWarning: yours"]
+    assert log.autotunes == [
+        Autotune("addmm(2048x768, 2048x256, 256x768)", 22, 12.5),
+        Autotune("addmm(2048x768, 2048x256, 256x768)", 21, 12.5),
+    ]
+    line = str(log)
+    assert "\n" not in line
+    assert line.startswith(
+        "max-autotune benchmarked 21-22 kernels for each of 2 matmul(s) in 25.0 s; "
+        "1 log message(s) (first: Runtime error during autotuning:"
+    )
+    assert line.endswith("; 1 warning(s): UserWarning: yours")
+
+
+def test_compiler_log_sums_up_nothing_as_nothing_and_other_output_as_lines():
+    assert str(CompilerLog()) == ""
+    assert str(CompilerLog(stderr="a\nb\n")) == "the compiler wrote 2 line(s) to stderr"
+    one = CompilerLog(stderr=_TABLE.format(n=7))
+    assert (
+        str(one)
+        == "max-autotune benchmarked 7 kernels for each of 1 matmul(s) in 12.5 s"
+    )
+
+
+def test_capture_compiler_restores_stderr_and_handlers_on_error():
+    stderr = sys.stderr
+    filters = {id(h): list(h.filters) for h in logging.getLogger("torch").handlers}
+    with pytest.raises(RuntimeError, match="inside"), capture_compiler():
+        raise RuntimeError("inside")
+    assert sys.stderr is stderr
+    assert {id(h): h.filters for h in logging.getLogger("torch").handlers} == filters
+
+
+class _FakeGPU:
+    """Events, a hold and a clock for _held_times: the GPU takes ``gpu_s`` per call,
+    the host ``host_s[i]`` for call ``i``."""
+
+    def __init__(self, host_s, gpu_s):
+        self.host_s, self.gpu_s = list(host_s), gpu_s
+        self.now, self.holds, self.calls, self.syncs = 0.0, [], 0, 0
+
+    def clock(self):
+        return self.now
+
+    def call(self):
+        self.now += self.host_s[self.calls % len(self.host_s)]
+        self.calls += 1
+
+    def hold(self, seconds):
+        self.holds.append(seconds)
+
+    def synchronize(self):
+        self.syncs += 1
+
+    def event(self, enable_timing):
+        assert enable_timing
+        gpu_s = self.gpu_s
+
+        class Event:
+            def record(self):
+                pass
+
+            def elapsed_time(self, end):
+                return gpu_s * 1e3  # ms, as CUDA events
+
+        return Event()
+
+
+def _held(fake, n, hold_s):
+    return _held_times(
+        fake.call,
+        n,
+        hold=fake.hold,
+        hold_s=hold_s,
+        clock=fake.clock,
+        event_factory=fake.event,
+        synchronize=fake.synchronize,
+    )
+
+
+def test_held_times_pairs_host_and_gpu_times_of_each_call():
+    fake = _FakeGPU(host_s=[1e-3], gpu_s=0.25e-3)
+    host, gpu = _held(fake, 4, hold_s=3e-3)
+    assert host == pytest.approx([1e-3] * 4)
+    assert gpu == pytest.approx([0.25e-3] * 4)
+    assert fake.holds == [3e-3] * 4  # one hold per call
+    assert fake.syncs == 8  # before each hold, and before reading the events
+
+
+def test_held_times_grows_a_hold_the_host_outlasted_and_drops_that_gpu_time():
+    fake = _FakeGPU(host_s=[1e-3, 5e-3, 1e-3, 1e-3], gpu_s=2e-3)
+    host, gpu = _held(fake, 4, hold_s=3e-3)
+    assert host == pytest.approx([1e-3, 5e-3, 1e-3, 1e-3])
+    assert len(gpu) == 3  # the second call ended after its hold
+    assert fake.holds == pytest.approx([3e-3, 3e-3, 10e-3, 10e-3])
+
+
+def test_held_times_gives_no_gpu_times_for_a_call_that_waits_for_the_gpu():
+    fake = _FakeGPU(host_s=[1.0], gpu_s=1e-3)  # e.g. .item(): waits out the hold
+
+    def hold(seconds):  # the host waits for the hold to end, however long
+        fake.host_s = [seconds + 1e-3]
+
+    fake.hold = hold
+    host, gpu = _held(fake, 5, hold_s=1e-3)
+    assert len(host) == 5
+    assert gpu == []
+
+
+def _m(label, center, spread=0.01):
+    return Measurement(
+        label, (center * (1 - spread), center, center * (1 + spread)), "cuda:0", "x"
+    )
+
+
+@pytest.mark.parametrize(
+    ("host_s", "gpu_s", "bound", "words"),
+    [
+        (2e-3, 0.5e-3, "host", "host-bound (the GPU idles 75% of a step)"),
+        (0.5e-3, 2e-3, "GPU", "GPU-bound (the host runs ahead)"),
+        (1e-3, 1.005e-3, "neither", "no measurable difference between the two"),
+    ],
+)
+def test_step_times_names_the_side_that_is_measurably_slower(
+    host_s, gpu_s, bound, words
+):
+    times = StepTimes(host=_m("step", host_s), gpu=_m("step", gpu_s))
+    assert times.bound == bound
+    assert str(times).startswith("host ")
+    assert str(times).endswith(words)
+
+
+def test_step_times_marks_a_noisy_time_and_reads_the_cpu_as_the_host():
+    noisy = StepTimes(host=_m("step", 1e-3, spread=0.3), gpu=_m("step", 0.1e-3))
+    assert "NOISY" in str(noisy).split(", GPU")[0]
+    cpu = StepTimes(host=_m("step", 1e-3), gpu=None)
+    assert cpu.bound == "host"
+    assert str(cpu).endswith("per call (the host does the work)")
+    waited = StepTimes(host=_m("step", 1e-3), gpu=None, waits=True)
+    assert str(waited).endswith("per call, waiting for the GPU inside the call")
+
+
+def test_host_and_gpu_times_on_the_cpu_times_the_call():
+    calls = []
+    times = host_and_gpu_times(
+        lambda: calls.append(time.sleep(1e-3)), device="cpu", rep_ms=20, label="nap"
+    )
+    assert times.gpu is None
+    assert times.host.label == "nap"
+    assert times.host.n >= 5
+    assert times.host.median_s >= 1e-3
+    assert len(calls) >= times.host.n

@@ -8,9 +8,10 @@ float32. This page trains one small transformer block three ways from the same
 initial weights on the same data: float32, float16 autocast with a ``GradScaler``,
 and bfloat16 autocast without one.
 
-For each mode it measures the time of one training step, the peak memory of a
-step and the loss reached after a fixed number of steps, and it reports what the
-gradient scaler did. The previous page shows which operations autocast runs in
+For each mode it measures the time of one training step (the modes in alternating
+rounds), the host's time to launch a step next to the GPU's time to run it, the
+peak memory of a step and the loss reached after a fixed number of steps, and it
+reports what the gradient scaler did. The previous page shows which operations autocast runs in
 which dtype, and why float16 needs the scaler while bfloat16 does not.
 """
 
@@ -33,6 +34,7 @@ import torch
 from torch import nn
 
 import gpuguide
+from gpuguide.chapters.compiling import host_and_gpu_times
 
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
@@ -44,9 +46,11 @@ print(f"float32 matmul precision: {torch.get_float32_matmul_precision()!r}")
 # ----------------------------------
 # The transformer block of the previous page classifies sequences of random
 # vectors; the label is the argmax of a fixed random projection of the sequence
-# mean. The width comes from the device's
-# budget; the CPU gets a small batch and a short planned step because its 16-bit
-# matmuls are often many times slower than its float32 ones.
+# mean. The lesson is about tensor cores, so on a GPU the block is as wide as a
+# bfloat16 step of about 10 ms of matmuls allows: wide enough that the GPU's work,
+# not the host's launches, sets the step time in every mode (printed below). The
+# CPU gets a small batch and a short planned step because its 16-bit matmuls are
+# often many times slower than its float32 ones.
 
 
 class Block(nn.Module):
@@ -70,22 +74,28 @@ class Block(nn.Module):
         return self.head(x.mean(dim=1))
 
 
-batch, seq, classes = (32, 16, 10) if device.type == "cpu" else (64, 128, 10)
-step_s = 0.002 if device.type == "cpu" else 0.05  # planned float32 step time
+on_cuda = device.type == "cuda"
+batch, seq, classes = (64, 128, 10) if on_cuda else (32, 16, 10)
 tokens = batch * seq
-# A GPU plans with its datasheet peak. A CPU step this small is bound by the
-# overhead per operation, not by FLOPs, and a measured CPU peak varies with the
-# machine's load, so the CPU plans with the helpers' fixed fallback rate (None).
+# A GPU plans a bfloat16 step with its datasheet peak. A CPU step this small is
+# bound by the overhead per operation, not by FLOPs, and a measured CPU peak varies
+# with the machine's load, so the CPU plans float32 with a fixed fallback rate.
+peaks = gpuguide.device_peaks(device) if on_cuda else None
 width = 16  # small mode: the smallest width
 if not small:
     width = gpuguide.largest_size(
         16,
-        1024,
-        memory_at=lambda d: 4 * (48 * d * d + 20 * tokens * d + batch * seq * seq),
+        4096 if on_cuda else 1024,
+        # three models, each with weights, gradients and AdamW's two moments
+        memory_at=lambda d: 4 * (144 * d * d + 24 * tokens * d + batch * seq * seq),
         flop_at=lambda d: 6 * tokens * 12 * d * d + 12 * batch * seq * seq * d,
-        call_s=step_s,
-        peaks=gpuguide.device_peaks(device) if device.type == "cuda" else None,
-        multiple_of=16,
+        budget=gpuguide.size_budget(
+            device, memory_fraction=0.5, call_s=0.01 if on_cuda else 0.002
+        ),
+        peaks=peaks,
+        flop_per_s=peaks.flops.get("bf16") if on_cuda else None,
+        per_octave=2,
+        multiple_of=64 if on_cuda else 16,
     )
 steps = 10 if small else 40
 print(f"batch {batch} x {seq} tokens, width {width}, {classes} classes, {steps} steps")
@@ -114,7 +124,8 @@ loss_fn = nn.CrossEntropyLoss()
 # stay representable, and divides the gradients before the optimizer step.
 # ``scaler.step`` skips the optimizer step when the scaled gradients contain inf or
 # NaN, and ``scaler.update`` then halves the scale. (``scaler.step`` reads that
-# inf/NaN flag back to the host, a synchronization, unless the optimizer is fused.)
+# inf/NaN flag back to the host, a synchronization, unless the optimizer is fused:
+# on a GPU this page uses the fused AdamW, which takes the flag on the GPU.)
 modes = {"fp32": torch.float32, "fp16 + scaler": torch.float16}
 if device.type == "cuda" and not torch.cuda.is_bf16_supported():
     print("This GPU has no native bfloat16; the bf16 mode needs an Ampere or newer.")
@@ -149,7 +160,7 @@ def make_step(model, optimizer, dtype, scaler):
 runs = {}
 for mode, dtype in modes.items():
     model = copy.deepcopy(initial)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, fused=on_cuda or None)
     scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
     step = make_step(model, optimizer, dtype, scaler)
     generator = torch.Generator(device).manual_seed(1)
@@ -173,15 +184,23 @@ for mode, dtype in modes.items():
 # %%
 # Step time and peak memory
 # -------------------------
-# The step is timed after the training run (the first steps paid the one-time
-# costs), and its memory is tracked over one more step. On CUDA the peak counts
-# tensors in the caching allocator, above what the step started with (weights and
-# optimizer state); on the CPU it is the process's resident memory, which is too
-# coarse to see a model this small.
+# The steps are timed after the training run (the first steps paid the one-time
+# costs), the three modes in five alternating rounds, so that a drift of the
+# machine falls on all of them alike. On a GPU, the host's time to launch a step is
+# then measured next to the GPU's time to run it, from the same steps: with the GPU
+# held busy while the host launches, CUDA events time the work alone. Memory is
+# tracked over one more step. On CUDA the peak counts tensors in the caching
+# allocator, above what the step started with (weights and optimizer state); on
+# the CPU it is the process's resident memory, which is too coarse to see a model
+# this small.
+times = gpuguide.interleave(
+    {mode: lambda step=run["step"]: step(x, y) for mode, run in runs.items()},
+    rep_ms=500,
+    device=device,
+)
 for mode, run in runs.items():
-    run["time"] = gpuguide.benchmark(
-        run["step"], args=(x, y), device=device, label=mode
-    )
+    run["time"] = times[mode]
+    run["split"] = host_and_gpu_times(lambda s=run["step"]: s(x, y), device=device)
     with gpuguide.track_memory(device) as tracker:
         run["step"](x, y)
     run["memory"] = tracker.report
@@ -195,22 +214,39 @@ for mode, run in runs.items():
     rows.append(Row(mode, run["time"], ratio, peak_text, f"{run['final']:.4f}"))
 print(gpuguide.table(rows))
 print(f"step peak measured with: {base['memory'].method}")
+if on_cuda:
+    for mode, run in runs.items():
+        print(f"{mode}: {run['split']}")
 
 # %%
 # Step time
 # ---------
-# On recent data-center GPUs expect the 16-bit modes to be several times faster
-# than true float32 for a block this wide (2-6x is common): the matmuls move to
-# tensor cores, while layer norms, softmax and the optimizer gain less. Small
-# models are partly launch-bound, which caps the gain. Many CPUs have no fast 16-bit matrix
-# units, and there autocast is slower than float32, not faster.
-fastest = min(runs, key=lambda k: runs[k]["time"].median_s)
-speedup = base["time"].median_s / runs[fastest]["time"].median_s
-if fastest == "fp32":
-    finding = "float32 is the fastest mode here: autocast does not pay on this device"
+# On a GPU the 16-bit matmuls run on tensor cores, so on a step bound by its matmuls
+# expect a speed-up of several times, up to the ratio of the two dtypes' peaks
+# (printed below for the datasheet figures); the layer norms, the softmax and the
+# optimizer gain less. A step bound by launches would hide it: check the host and
+# GPU times above. Many CPUs have no fast 16-bit matrix units, and there autocast is
+# slower than float32, not faster.
+verdicts = {m: gpuguide.compare(run["time"], base["time"]) for m, run in runs.items()}
+for mode, c in verdicts.items():
+    if mode == "fp32":
+        continue
+    peak_ratio = None
+    if peaks is not None and peaks.flops.get(mode[:4]) and peaks.flops.get("fp32"):
+        peak_ratio = peaks.flops[mode[:4]] / peaks.flops["fp32"]
+    line = str(c)
+    if peak_ratio is not None:
+        where = c.against(peak_ratio, peak_ratio)
+        line += f": {where} the ratio of the peaks, {gpuguide.format_ratio(peak_ratio)}"
+    print(line)
+sixteen = [c for mode, c in verdicts.items() if mode != "fp32"]
+if any(c.verdict == "faster" for c in sixteen):
+    ratio = gpuguide.format_ratio(max(c.speedup for c in sixteen))
+    finding = f"16-bit autocast: steps up to {ratio} faster than float32"
+elif all(c.verdict == "slower" for c in sixteen):
+    finding = "16-bit autocast: steps slower than float32 on this device"
 else:
-    finding = f"{fastest} autocast: a step {gpuguide.format_ratio(speedup)} faster"
-print(finding)
+    finding = "16-bit autocast: no step measurably faster than float32"
 fig, ax = plt.subplots()
 gpuguide.plot_bars(
     ax,

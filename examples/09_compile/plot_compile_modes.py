@@ -1,31 +1,29 @@
 """
-torch.compile: compile time against steady-state speed
-======================================================
+torch.compile: compile time against steady-state speed, in two regimes
+======================================================================
 
 ``torch.compile`` traces a model's Python code into graphs, fuses operations and
 generates kernels for them (C++ on a CPU, Triton on a GPU). The first call pays for
-that; later calls with the same input shapes reuse the compiled code. This page
-measures both on a small transformer, for inference and for a training step, in
-eager mode and in each compile mode the device supports: the one-off compile cost,
-the steady-state time, the speed-up and the calls it takes to break even. It also
-counts the graphs compiled during the warm-up and during the timed calls.
+that; later calls with the same input shapes reuse the compiled code. What it saves
+per call depends on where eager mode loses its time, so this page compiles the same
+transformer at two sizes: a small one whose GPU kernels take less time than the host
+needs to launch them (host-bound), and a large one whose matmuls keep the GPU busy
+(GPU-bound). For each, for inference and a training step, it measures the one-off
+compile cost, the steady-state time of eager mode and each compile mode, the host's
+launch time next to the GPU's work, and the calls it takes to break even.
 """
 
 # %%
 # Setup
 # -----
-# On a GPU, inductor warns when float32 matmuls could use TF32 tensor cores but may
-# not; this page allows TF32 for eager and compiled runs alike, so that the compiler
-# is the only thing that changes.
-#
-# Getting the compiler ready is a one-off cost per process, which
+# On a GPU, TF32 tensor cores are allowed for eager and compiled runs alike, so that
+# the compiler is the only thing that changes. Getting the compiler ready is a
+# one-off cost per process, which
 # :func:`~gpuguide.chapters.compiling.start_compiler` pays and times before anything
-# else: importing inductor, starting its compile worker processes (each imports
-# torch, which on a machine with few cores would slow down whatever is being timed)
-# and a one-line compilation. In torch 2.13 the import warns about torch's own use
-# of the deprecated ``torch.jit.script_method``; that warning is caught and printed.
+# else: importing inductor, starting its compile worker processes and a one-line
+# compilation. Whether importing inductor warns depends on the torch release (about
+# torch's own code, which gpuguide ignores); a warning caught is printed.
 import copy
-from typing import NamedTuple
 
 import matplotlib.pyplot as plt
 import torch
@@ -34,23 +32,27 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 import gpuguide
-from gpuguide.chapters.compiling import first_calls_s, recording, start_compiler
+from gpuguide.chapters.compiling import (
+    capture_compiler,
+    first_calls_s,
+    host_and_gpu_times,
+    start_compiler,
+)
 
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
-small = gpuguide.small_mode()
-on_cuda = device.type == "cuda"
+small, on_cuda = gpuguide.small_mode(), device.type == "cuda"
 if on_cuda:
     torch.set_float32_matmul_precision("high")
-
-print(start_compiler(device))  # with any warning caught while importing
+print(start_compiler(device))
 
 # %%
-# The model
-# ---------
-# A pre-norm transformer block written out, so that eager and compiled run the same
-# Python code: layer norm, one QKV projection, scaled dot-product attention, output
-# projection and a GELU MLP, with residual connections.
+# One model, two sizes
+# --------------------
+# A pre-norm transformer block written out: layer norm, one QKV projection, scaled
+# dot-product attention, output projection and a GELU MLP, with residual
+# connections. The small model is fixed; the large one gets as many sequences as
+# the device's budget allows for a training step of about 30 ms.
 
 
 class Block(nn.Module):
@@ -72,31 +74,51 @@ class Block(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
-dim, heads, layers, batch, seq = (256, 4, 4, 16, 128) if on_cuda else (64, 4, 2, 8, 64)
+# dim, heads, layers, sequences, sequence length
+shapes = {"small": (256, 4, 4, 16, 128) if on_cuda else (64, 4, 2, 8, 64)}
+dim, heads, layers, seq = (1024, 8, 2, 256) if on_cuda else (256, 4, 2, 64)
 if small:
-    batch, seq = batch // 2, seq // 2
-base = nn.Sequential(*[Block(dim, heads) for _ in range(layers)]).to(device)
-x = torch.randn(batch, seq, dim, device=device)
-target = torch.randn_like(x)
-print(f"{layers} blocks, dim {dim}, {heads} heads; input {batch} x {seq} x {dim}")
+    dim, seq = 128, 64
+peaks = gpuguide.device_peaks(device) if on_cuda else None  # a CPU: a fixed low rate
+batch = gpuguide.largest_size(
+    1,
+    256,
+    memory_at=lambda b: 4 * layers * (160 * dim * dim + 40 * b * seq * dim),
+    flop_at=lambda b: 6 * b * seq * layers * 12 * dim * dim,
+    budget=gpuguide.size_budget(device, memory_fraction=0.5, call_s=0.03),
+    peaks=peaks,
+    flop_per_s=peaks.flops.get("tf32") if peaks is not None else None,
+)
+shapes["large"] = (dim, heads, layers, batch, seq)
+if small:
+    shapes["small"] = (*shapes["small"][:3], 4, 32)
+models, inputs = {}, {}
+for size, (dim, heads, layers, batch, seq) in shapes.items():
+    blocks = [Block(dim, heads) for _ in range(layers)]
+    models[size] = nn.Sequential(*blocks).to(device)
+    inputs[size] = torch.randn(batch, seq, dim, device=device)
+    params = sum(p.numel() for p in models[size].parameters())
+    print(
+        f"{size}: {layers} blocks, dim {dim}, {params / 1e6:.1f} M parameters; "
+        f"input {batch} x {seq} x {dim}"
+    )
 
 # %%
 # The modes
 # ---------
 # ``"default"`` fuses and generates kernels. ``"reduce-overhead"`` adds CUDA graphs,
-# which replay all of a call's kernel launches at once. ``"max-autotune"`` also
-# benchmarks several kernels for every matmul and keeps the fastest (plus CUDA
-# graphs), which makes compiling much slower; ``"max-autotune-no-cudagraphs"`` is
-# the search alone.
-if on_cuda:
-    modes = ["default", "reduce-overhead", "max-autotune"]
-else:
-    search = device.type == "cpu" and not small
-    modes = ["default"] + (["max-autotune-no-cudagraphs"] if search else [])
+# which replay all of a call's kernel launches at once: the cure for a host-bound
+# model. ``"max-autotune-no-cudagraphs"`` benchmarks several kernels for every matmul
+# and keeps the fastest: worth trying only where matmuls dominate, and it multiplies
+# the compile time (by minutes for a model with many matmul shapes), so it runs on
+# the large model's inference only, on a GPU. (``"max-autotune"`` is the same search
+# plus CUDA graphs.)
+modes = ["default", "reduce-overhead"] if on_cuda else ["default"]
+search = ["max-autotune-no-cudagraphs"] if on_cuda and not small else []
+if not on_cuda:
     print(
-        "reduce-overhead (CUDA graphs) and max-autotune (a search over GPU matmul "
-        f"kernels) need a CUDA GPU; on {device.type} this page runs eager and "
-        f"{', '.join(modes)}."
+        "reduce-overhead (CUDA graphs) needs a CUDA GPU, and this page runs the kernel "
+        f"search (Triton against cuBLAS) on a GPU only; on {device.type}: default."
     )
 
 
@@ -107,7 +129,7 @@ else:
 # backward and an AdamW update; the model is compiled (its backward with it), the
 # optimizer stays eager. ``cudagraph_mark_step_begin`` tells CUDA graphs that a new
 # step starts; it does nothing in the other modes.
-def inference(net):
+def inference(net, x):
     def call():
         with torch.no_grad():
             return net(x)
@@ -115,12 +137,12 @@ def inference(net):
     return call
 
 
-def training(net):
+def training(net, x):
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
 
     def step():
         torch.compiler.cudagraph_mark_step_begin()
-        F.mse_loss(net(x), target).backward()
+        F.mse_loss(net(x), x).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -128,109 +150,97 @@ def training(net):
 
 
 # %%
-# Warm-up apart from steady state, with compilations counted
-# ----------------------------------------------------------
-# A popular book chapter times its compiled transformer after five untimed warm-up
-# calls and never checks that they compiled everything. Here the five warm-up calls
-# are timed one by one with a synchronized host clock (the first compiles; with CUDA
-# graphs the next ones record), and dynamo's counter of compiled graphs is read
-# before and after them and after the steady-state measurement. That measurement
-# runs under the ``"fail_on_recompile"`` stance, which raises on any recompilation,
-# for 200 ms rather than the default 100 ms: the steady state is what is compared.
-CACHE = ("fxgraph_cache_hit", "fxgraph_cache_miss")  # inductor's disk cache
-
-
-class Result(NamedTuple):
-    steady: gpuguide.Measurement  # after the warm-up
-    first_s: float  # the first call, which compiles
-    compile_s: float  # what the warm-up took beyond five steady-state calls
-
-
+# Warm-up apart from steady state, then all variants in rounds
+# ------------------------------------------------------------
+# Each mode compiles a fresh copy of the model, and its first five calls are timed
+# one by one on a synchronized host clock: the first compiles (with CUDA graphs the
+# next ones record). Everything the compiler writes meanwhile (max-autotune prints a
+# table for every matmul it tunes) is captured and summed up in one line. Then eager
+# and the compiled variants run in five rounds, one after the other in each round, so
+# that a drift of the machine falls on all of them, under the ``"fail_on_recompile"``
+# stance, which raises on any recompilation; dynamo's count of compiled graphs must
+# not move. On a GPU, each variant's host launch time and GPU time are measured from
+# the same calls: the GPU is held busy while the host launches, so that CUDA events
+# time its work alone.
 def graphs():
     return counters["stats"]["unique_graphs"]
 
 
-def measure(make_fn, net, label):
-    fn, before, caught = make_fn(net), graphs(), {}
-    cache = dict(counters["inductor"])
-    with recording(caught, label):  # printed below, not hidden
-        first = [first_calls_s(fn, device=device, calls=1) for _ in range(5)]
-    for text in sorted({f"{w.category.__name__}: {w.message}" for w in caught[label]}):
-        print(f"{label}: warning while compiling: {text}")
-    warm = graphs()
-    hits, misses = (counters["inductor"][k] - cache.get(k, 0) for k in CACHE)
-    with torch.compiler.set_stance("fail_on_recompile"):
-        m = gpuguide.benchmark(fn, device=device, label=label, rep_ms=200)
-    assert graphs() == warm, f"{label}: recompiled while timing"
-    print(
-        f"{label}: {warm - before} graph(s) compiled in 5 warm-up calls, "
-        f"{graphs() - warm} while timing; inductor cache: {hits} hit(s), "
-        f"{misses} miss(es)"
-    )
-    return Result(m, first[0], sum(max(t - m.median_s, 0.0) for t in first))
-
-
-results = {}
-for phase, make_fn in [("inference", inference), ("training step", training)]:
-    results[phase] = {}
-    for mode in ["eager", *modes]:
-        torch._dynamo.reset()  # forget the previous mode's graphs
-        net = copy.deepcopy(base).train(make_fn is training)
-        if mode != "eager":
-            net = torch.compile(net, mode=mode)
-        results[phase][mode] = measure(make_fn, net, f"{phase}, {mode}")
+results, rep_ms = {}, 200 if on_cuda else 100  # ms per variant
+for size, model in models.items():
+    for phase, make_fn in [("inference", inference), ("training step", training)]:
+        key, x = f"{size} model, {phase}", inputs[size]
+        torch._dynamo.reset()  # forget the previous graphs
+        variants, warmup = {"eager": make_fn(copy.deepcopy(model), x)}, {}
+        for mode in modes + (search if key == "large model, inference" else []):
+            before, net = graphs(), torch.compile(copy.deepcopy(model), mode=mode)
+            variants[mode] = make_fn(net, x)
+            with capture_compiler() as log:
+                warmup[mode] = [
+                    first_calls_s(variants[mode], device=device, calls=1)
+                    for _ in range(5)
+                ]
+            if str(log):
+                print(f"{key}, {mode}: {log}")
+            assert graphs() > before, f"{key}, {mode}: nothing was compiled"
+        warm = graphs()
+        with torch.compiler.set_stance("fail_on_recompile"):
+            timed = gpuguide.interleave(variants, rep_ms=rep_ms, device=device)
+            split = {name: host_and_gpu_times(fn, device=device, label=name)
+                     for name, fn in variants.items()} if on_cuda else {}  # fmt: skip
+        assert graphs() == warm, f"{key}: recompiled while timing"
+        compile_s = {  # the warm-up calls beyond five steady-state calls
+            mode: sum(max(t - timed[mode].median_s, 0.0) for t in times)
+            for mode, times in warmup.items()
+        }
+        results[key] = (timed, split, compile_s)
 
 # %%
-# The table
-# ---------
-# "compile" is the one-off cost: what the five warm-up calls took beyond five
-# steady-state calls. Compiling pays off after ``compile / (eager - compiled)``
-# calls, never if the compiled model is not faster. Speed-ups of 1.5-3x are often
-# quoted for transformers; expect anything from none to a few times, depending on
-# how much of eager's time goes into launching small operations and moving
-# activations through memory.
-for phase, rows in results.items():
-    eager = rows["eager"].steady.median_s
-    table = []
-    for mode, row in rows.items():
-        saving = eager - row.steady.median_s
-        even = f"{row.compile_s / saving:,.0f} calls" if saving > 0 else "never"
-        table.append(
-            {
-                "phase, mode": f"{phase}, {mode}",
-                "first call": gpuguide.format_time(row.first_s),
-                "compile": None if mode == "eager" else f"{row.compile_s:.2f} s",
-                "steady median ± IQR/2": row.steady,
-                "speed-up": gpuguide.format_ratio(eager / row.steady.median_s),
-                "break-even": None if mode == "eager" else even,
-            }
-        )
-    print(gpuguide.table(table))
-    best = max(eager / rows[mode].steady.median_s for mode in modes)
-    if best < 1:
-        verdict = "no mode beat eager here, against the usual advice"
-    elif best < 1.5:
-        verdict = "a gain, below the 1.5-3x often quoted for transformers"
-    else:
-        verdict = "above" if best > 3 else "within"
-        verdict += " the 1.5-3x often quoted for transformers"
-    print(f"{phase}: best speed-up {gpuguide.format_ratio(best)}: {verdict}")
+# The tables
+# ----------
+# "compile" is what the five warm-up calls took beyond five steady-state calls.
+# Compiling pays off after ``compile / (eager - compiled)`` calls, counted only where
+# the saving is larger than the spread. Below each table, each mode's speed-up over
+# eager, with the range it spans over both interquartile ranges. Speed-ups of 1.5-3x
+# are often quoted for transformers; expect more on a host-bound model with CUDA
+# graphs, and less on a GPU-bound one, whose time goes into matmuls that eager mode
+# already runs well (cuBLAS on a GPU, oneDNN on a CPU). On a CPU there is no launch
+# to hide, but a small model still pays Python's and the dispatcher's cost per
+# operator.
+gains = {}
+for key, (timed, split, compile_s) in results.items():
+    rows, lines, gains[key] = [], [], {}
+    for name, m in timed.items():
+        row = {"mode": name, "time per call": m}
+        if split:
+            row |= {"host (launch)": split[name].host, "GPU (work)": split[name].gpu}
+        row |= {"compile": None, "pays off after": None}
+        if name != "eager":
+            c = gains[key][name] = gpuguide.compare(m, timed["eager"])
+            even = gpuguide.break_even(compile_s[name], timed["eager"], m)
+            row["compile"] = gpuguide.format_time(compile_s[name])
+            row["pays off after"] = "-" if even is None else f"{even:,} calls"
+            lines.append(f"{c}: {c.against(1.5, 3.0)} the 1.5-3x often quoted")
+        rows.append(row)
+    print(gpuguide.table(rows, title=key))
+    if split:
+        print(f"eager: {split['eager']}")
+    print("\n".join(lines))
 
 # %%
 # Steady state
 # ------------
 # Bars are medians with their interquartile range, labelled with their time
 # relative to eager: below 1.00x is faster than eager.
-fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
-for ax, (phase, rows) in zip(axes, results.items(), strict=True):
-    eager = rows["eager"].steady.median_s
-    fastest = min(rows[mode].steady.median_s for mode in modes)
-    ratio = gpuguide.format_ratio(eager / fastest)
+fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+for ax, (key, (timed, _, _)) in zip(axes.flat, results.items(), strict=True):
+    faster = [c.speedup for c in gains[key].values() if c.verdict == "faster"]
+    gain = f"up to {gpuguide.format_ratio(max(faster))}" if faster else "no gain"
     gpuguide.plot_bars(
         ax,
-        {mode: row.steady for mode, row in rows.items()},
+        timed,
         ylabel="time per call (ms)",
-        title=f"{phase}: best compiled mode at {ratio} eager speed",
+        title=f"{key}: {gain}",
         baseline="eager",
     )
 plt.show()
@@ -239,24 +249,21 @@ plt.show()
 # Compile time
 # ------------
 # A training step compiles a forward and a backward graph, so expect it to take
-# longer than inference; on a GPU, expect max-autotune's search to multiply the
-# cost. Inductor keeps the code it generates in a disk cache
-# (``/tmp/torchinductor_<user>`` by default), so a second run of this script, or a
-# mode that shares kernels with an earlier one, compiles faster: the cache hits
-# printed above tell which case this page shows.
-compile_s = {
-    f"{phase}\n{mode}": row.compile_s
-    for phase, rows in results.items()
-    for mode, row in rows.items()
-    if mode != "eager"
+# longer than inference, and max-autotune's search to multiply the cost. Inductor
+# keeps the code it generates in a disk cache (``/tmp/torchinductor_<user>`` by
+# default), so a second run of this script compiles faster.
+cost = {
+    f"{key.replace(' model,', ',')}\n{mode}": seconds
+    for key, (_, _, compile_s) in results.items()
+    for mode, seconds in compile_s.items()
 }
-slowest = max(compile_s, key=compile_s.get)
-fig, ax = plt.subplots()
+slowest = max(cost, key=cost.get)
+fig, ax = plt.subplots(figsize=(10, 4.5))
 gpuguide.plot_bars(
     ax,
-    compile_s,
+    cost,
     ylabel="one-off compile cost (s)",
-    title=f"Compiling costs up to {compile_s[slowest]:.1f} s "
+    title=f"Compiling costs up to {cost[slowest]:.1f} s "
     f"({slowest.replace(chr(10), ', ')})",
 )
 plt.show()
@@ -264,9 +271,10 @@ plt.show()
 # %%
 # What to take away
 # -----------------
-# Time a compiled model after its warm-up, and check that the warm-up compiled
-# everything: a graph counter or the ``"fail_on_recompile"`` stance turns a silent
-# recompilation in the timed region into a visible one. Whether compiling is worth
-# it is a trade between a gain per call and a one-off cost, which the break-even
-# column counts in calls: long training runs and servers amortize it easily, a short
-# script may not.
+# Find out first where eager mode loses its time: when the host's launch time
+# exceeds the GPU's work, CUDA graphs (``"reduce-overhead"``) remove most of the
+# step; when the GPU is busy with large matmuls, compiling fuses the small operations
+# around them and gains little, and a kernel search rarely beats cuBLAS by more than
+# the spread. Time a compiled model after its warm-up, under ``"fail_on_recompile"``,
+# and weigh the gain per call against the one-off cost: the break-even column counts
+# it in calls.

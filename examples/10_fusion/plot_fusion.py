@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide.chapters.compiling import first_calls_s, passes, recording
+from gpuguide.chapters.compiling import first_calls_s, passes
 
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
@@ -65,24 +65,24 @@ def nested_sin(x, depth):
 # Each depth gets its own compiled function: ``torch._dynamo.reset()`` forgets the
 # previous one and ``dynamic=False`` fixes the depth and shape. The first three calls
 # are timed apart; their total minus three steady-state calls is the one-off cost.
-# The first compile in a process imports the compiler, which in torch 2.13 warns
-# about torch's own use of the deprecated ``torch.jit.script_method``: ``recording``
-# catches and keeps every warning, which the page prints at the end.
-caught = {}
+# Then eager and compiled run in five alternating rounds, so that a drift of the
+# machine falls on both. (The first compile in a process imports the compiler;
+# whether that warns depends on the torch release, and such warnings about torch's
+# own code are ignored when gpuguide is imported: :mod:`gpuguide.quiet`.)
 ways = ["eager", "torch.compile"]
 times, counts, names = {w: [] for w in ways}, {w: [] for w in ways}, {}
 one_off = []
 for depth in depths:
     torch._dynamo.reset()
     compiled = torch.compile(nested_sin, dynamic=False, fullgraph=True)
-    with recording(caught, "compile: first 3 calls"):
-        first = first_calls_s(compiled, x, depth, device=device)
-    for way, fn in (("eager", nested_sin), ("torch.compile", compiled)):
-        with recording(caught, f"{way}: later calls"):
-            m = gpuguide.benchmark(fn, args=(x, depth), device=device,
-                                   label=f"{way} k={depth}")  # fmt: skip
-            names[way] = passes(fn, x, depth, device=device)
-        times[way].append(m)
+    first = first_calls_s(compiled, x, depth, device=device)
+    fns = {"eager": nested_sin, "torch.compile": compiled}
+    timed = gpuguide.interleave(
+        {w: lambda f=f, k=depth: f(x, k) for w, f in fns.items()}, device=device
+    )
+    for way, fn in fns.items():
+        names[way] = passes(fn, x, depth, device=device)
+        times[way].append(timed[way])
         counts[way].append(len(names[way]))
     one_off.append(max(first - 3 * times["torch.compile"][-1].median_s, 0.0))
 
@@ -129,13 +129,14 @@ for way in ways:
 # costs more arithmetic per byte than a CPU's memory delivers, so fusion saves the
 # extra passes, each operator's fixed cost and each intermediate's allocation, but
 # not the arithmetic.
-speedups = [e.median_s / c.median_s for e, c in zip(*times.values(), strict=True)]
+gains = [gpuguide.compare(c, e) for e, c in zip(*times.values(), strict=True)]
+speedups = [g.speedup for g in gains]
 print(f"depth {deepest}: torch.compile ran {counts['torch.compile'][-1]} pass(es) "
-      f"instead of {counts['eager'][-1]}, {gpuguide.format_ratio(speedups[-1])} "
-      "eager speed")  # fmt: skip
+      f"instead of {counts['eager'][-1]}; {gains[-1]}")  # fmt: skip
 moved = counts["torch.compile"][-1] * min_bytes / times["torch.compile"][-1].median_s
 share = gpuguide.percent_of_peak(moved, peak_bw)
-if share is not None and share < 50:
+short_of_k = gains[-1].against(deepest, deepest) == "below"  # all of its spread
+if share is not None and share < 50 and short_of_k:
     print(f"The compiled chain moved data at {share:.0f}% of the peak bandwidth: "
           "something other than memory traffic (most likely the sines' arithmetic) "
           "limited it, so fusion could not give a k-fold gain.")  # fmt: skip
@@ -181,14 +182,14 @@ plt.show()
 # ----------------------------------
 # Compiling costs seconds per function (less when inductor's on-disk cache already
 # holds it; the torch.compile chapter covers caching). It pays off after
-# ``one-off cost / time saved per call`` calls, and never if nothing is saved.
+# ``one-off cost / time saved per call`` calls; where the compiled call is not
+# measurably faster (the saving is within the spread), there is no such number.
 for depth, cost, e, c in zip(depths, one_off, *times.values(), strict=True):
-    saved = e.median_s - c.median_s
-    even = f"after {cost / saved:,.0f} calls" if saved > 0 else "never"
-    print(f"k={depth}: compile and first calls cost {cost:.2f} s; pays off {even}")
-for phase, got in caught.items():
-    kinds = sorted({f"{w.category.__name__}: {w.message}".splitlines()[0] for w in got})
-    print(f"warnings in {phase}: {len(got)}" + "".join(f"\n    {k}" for k in kinds))
+    calls = gpuguide.break_even(cost, e, c)
+    even = (
+        "no measurable saving" if calls is None else f"pays off after {calls:,} calls"
+    )
+    print(f"k={depth}: compile and first calls cost {cost:.2f} s; {even}")
 
 # %%
 # What to take away

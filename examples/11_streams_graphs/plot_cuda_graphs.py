@@ -11,19 +11,28 @@ graph records the kernels once and then replays the whole sequence with one laun
 This page times a chain of tiny elementwise operations at several lengths, eagerly and
 replayed from a graph, fits ``time = fixed + per-op cost x ops`` to each, and prints
 the per-op cost and the speed-up. A small MLP with a batch of a few rows shows the
-same on a model, and the one-time cost of capturing is reported on its own.
+same on a model, with the host's launch time next to the GPU's work, and the
+one-time cost of capturing is reported on its own.
 """
 
 # %%
 # Setup
 # -----
 # The tensors have 1024 elements, so each operation's arithmetic takes almost no
-# time and what is left is overhead.
+# time and what is left is overhead. Since overhead is the point, every time on
+# this page is the time per step of a loop that runs step after step
+# (``measure="call"``, the default of :func:`gpuguide.benchmark`): what a training or
+# serving loop pays, launches included. Eager and graph steps run in alternating
+# rounds, so that a drift of the machine falls on both.
+from functools import partial
+
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
 import gpuguide
+from gpuguide.chapters.compiling import host_and_gpu_times
+from gpuguide.tables import format_cell
 
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
@@ -90,17 +99,23 @@ def graph_step(graph):
 # Eager against replayed, for chains of 8 to 256 operations
 # ---------------------------------------------------------
 # Both versions run the same ``copy_`` and the same kernels; only the launching
-# differs. Replaying the graph must give exactly the eager result.
+# differs. Replaying the graph must give exactly the eager result. "speed-up" is
+# eager's median over the graph's, with the range it spans over both
+# interquartile ranges.
 eager, replayed, rows = [], [], []
 for n_ops in op_counts:
-    eager.append(gpuguide.benchmark(eager_step, args=(n_ops,), device=device))
-    rows.append({"ops": n_ops, "eager": eager[-1]})
+    steps = {"eager": partial(eager_step, n_ops)}
     if on_cuda:
         graph, static_out = capture(chain, static_in, n_ops)
-        replayed.append(gpuguide.benchmark(graph_step, args=(graph,), device=device))
-        speedup = eager[-1].median_s / replayed[-1].median_s
+        steps["graph"] = partial(graph_step, graph)
+    timed = gpuguide.interleave(steps, device=device, measure="call")
+    eager.append(timed["eager"])
+    rows.append({"ops": n_ops, "eager": eager[-1]})
+    if on_cuda:
+        replayed.append(timed["graph"])
+        c = gpuguide.compare(replayed[-1], eager[-1])
         rows[-1]["graph"] = replayed[-1]
-        rows[-1]["speed-up"] = gpuguide.format_ratio(speedup)
+        rows[-1]["speed-up"] = f"{c.low:.2f}-{gpuguide.format_ratio(c.high)}"
         rows[-1]["same result"] = torch.equal(static_out, chain(new_data, n_ops))
 print(gpuguide.table(rows))
 
@@ -110,7 +125,8 @@ print(gpuguide.table(rows))
 # A straight line through time against the number of operations: its slope is the
 # cost of one more operation, its intercept the fixed cost of a step. Eagerly the
 # slope is the host's cost per launch; replayed it is roughly the GPU's time per
-# tiny kernel, typically a few times lower.
+# tiny kernel, typically a few times lower. The fit goes through the medians; a fit
+# to noisy times is marked so.
 
 
 def fit(measurements):
@@ -122,15 +138,16 @@ per_op = {"eager": fit(eager)}
 if on_cuda:
     per_op["CUDA graph"] = fit(replayed)
 for name, (slope, intercept) in per_op.items():
+    noisy = any(m.is_noisy for m in (eager if name == "eager" else replayed))
     print(
         f"{name}: {gpuguide.format_time(slope)} per op, "
         f"{gpuguide.format_time(max(intercept, 0.0))} fixed per step"
+        + (" (fit to NOISY times)" if noisy else "")
     )
 if on_cuda:
     ratio = per_op["eager"][0] / per_op["CUDA graph"][0]
     print(f"per-op cost with a graph: {gpuguide.format_ratio(1 / ratio)} the eager one")
-    if ratio < 1:
-        print("Unexpected: replaying was not cheaper per op than launching eagerly.")
+    print(f"at {op_counts[-1]} ops: {gpuguide.compare(replayed[-1], eager[-1])}")
 
 # %%
 # Capturing is a one-time cost
@@ -148,10 +165,12 @@ if on_cuda:
         min_reps=3,
         max_reps=5,
     )
-    saved = eager[-1].median_s - replayed[-1].median_s
-    print(f"capturing {n_ops} ops: {gpuguide.format_time(capturing.median_s)}")
-    if saved > 0:
-        print(f"repaid after {capturing.median_s / saved:.0f} replays")
+    print(f"capturing {n_ops} ops: {format_cell(capturing)}")
+    replays = gpuguide.break_even(capturing, eager[-1], replayed[-1])
+    if replays is not None:
+        print(f"repaid after {replays:,} replays")
+    else:
+        print("never repaid: a replay is not measurably faster than eager")
 
 # %%
 # A small MLP with a tiny batch
@@ -159,6 +178,11 @@ if on_cuda:
 # Eight rows through four 256-wide layers: a dozen kernels that each finish in a few
 # microseconds, the regime of a small model serving one request at a time. A module
 # is captured like any function; ``torch.no_grad()`` keeps autograd out of the graph.
+# Such a step's time swings with the host's speed from run to run, so the two
+# versions run in ten alternating rounds, and the verdict counts only a difference
+# larger than the spread. On a GPU the host's launch time of each version is then
+# measured next to the GPU's work for it (with the GPU held busy while the host
+# launches): eagerly the GPU waits for the host, replayed it does not.
 layers = []
 for _ in range(4):
     layers += [torch.nn.Linear(256, 256), torch.nn.ReLU()]
@@ -173,7 +197,7 @@ def mlp_eager():
     return mlp(static_x)
 
 
-mlp_times = {"eager": gpuguide.benchmark(mlp_eager, device=device)}
+mlp_steps = {"eager": mlp_eager}
 if on_cuda:
     with torch.no_grad():
         mlp_graph, mlp_out = capture(mlp, static_x)
@@ -182,14 +206,15 @@ if on_cuda:
         static_x.copy_(new_x)
         mlp_graph.replay()
 
-    mlp_times["CUDA graph"] = gpuguide.benchmark(mlp_replay, device=device)
+    mlp_steps["CUDA graph"] = mlp_replay
     mlp_replay()
     print(f"MLP output matches eager: {torch.allclose(mlp_out, mlp_eager())}")
-for name, m in mlp_times.items():
-    print(f"MLP, {name}: {m}")
+mlp_times = gpuguide.interleave(mlp_steps, rounds=10, device=device, measure="call")
+for name, fn in mlp_steps.items():
+    split = host_and_gpu_times(fn, device=device)
+    print(f"MLP, {name}: {format_cell(mlp_times[name])} per step; {split}")
 if on_cuda:
-    speedup = mlp_times["eager"].median_s / mlp_times["CUDA graph"].median_s
-    print(f"MLP: the graph is {gpuguide.format_ratio(speedup)} faster than eager")
+    print(f"MLP: {gpuguide.compare(mlp_times['CUDA graph'], mlp_times['eager'])}")
 
 # %%
 # Time against the number of operations
@@ -205,10 +230,13 @@ title = f"Eager: {eager_per_op} per tiny op, time grows with the op count"
 if on_cuda:
     graph_per_op = gpuguide.format_time(per_op["CUDA graph"][0])
     series[f"CUDA graph ({graph_per_op} per op)"] = replayed
-    speedup = eager[-1].median_s / replayed[-1].median_s
-    title = (
-        f"A graph replays {op_counts[-1]} ops {gpuguide.format_ratio(speedup)} faster"
-    )
+    c = gpuguide.compare(replayed[-1], eager[-1])
+    title = f"{op_counts[-1]} ops: no measurable difference between graph and eager"
+    if c.verdict != "no measurable difference":
+        ratio = gpuguide.format_ratio(
+            c.speedup if c.verdict == "faster" else 1 / c.speedup
+        )
+        title = f"A graph replays {op_counts[-1]} ops {ratio} {c.verdict}"
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(
     ax,

@@ -196,10 +196,14 @@ if on_cuda:
 # How much of the shorter stage was hidden?
 # -----------------------------------------
 # ``(copies alone + compute alone - pipeline) / min(copies alone, compute alone)``:
-# 0 means no overlap, 1 that the shorter stage was hidden completely. The first copy
+# 0 means no overlap, 1 that the shorter stage was hidden completely, and below 0
+# that the version took longer than its stages one after the other. The first copy
 # in and the last copy out cannot hide; on a recent data-center GPU expect the pinned
-# pipeline well above one half, the two failures near 0. Data-center GPUs have a copy
-# engine per direction: a third stream for the copies out would overlap them too.
+# pipeline well above one half and the two failures at 0 or below it: waiting for
+# the GPU after every stage adds a round trip per stage, and pageable copies pass
+# through the driver's staging buffer while the host waits, so neither version
+# overlaps and both add time of their own. Data-center GPUs have a copy engine per
+# direction: a third stream for the copies out would overlap them too.
 summary = []
 for name, m in results.items():
     fraction = None

@@ -30,6 +30,7 @@ from gpuguide.chapters.distributed import (
     make_mlp,
     run_workers,
 )
+from gpuguide.tables import format_cell
 
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
@@ -93,11 +94,14 @@ print(config)
 # 8-15 on the other (the rendezvous at ``host:29500`` decides which), ``LOCAL_RANK``
 # 0-7 on each (the GPU a process uses), and ``MASTER_ADDR``/``MASTER_PORT`` naming
 # the store where all 16 meet. The worker above reads them and runs unchanged.
-reports = {}
+reports, steps = {}, []
 for n in world_sizes:
     port = free_port()
     reports[n] = run_workers(ddp_train_worker, n, args=(config,), master_port=port)
-    print(f"world size {n}, MASTER_PORT={port}: rank 0 {reports[n][0].step}")
+    steps.append(
+        {"world size": n, "MASTER_PORT": port, "rank 0's step": reports[n][0].step}
+    )
+print(gpuguide.table(steps))
 
 # %%
 # Every rank ends with the same gradients
@@ -120,42 +124,48 @@ print(
 # samples per step (the usual way to scale DDP). The ideal is N times the
 # throughput of one process; communication and shared resources take their share.
 # On a CPU, N processes need N idle cores: on a small machine the cores, not DDP,
-# limit the scaling.
+# limit the scaling. Even with a core each, processes on one CPU share its memory
+# bandwidth and caches, so a step without communication may take them longer than
+# it takes one process alone; GPUs of their own share nothing of the sort. The
+# comparisons carry the spread of rank 0's steps.
 
 
-def per_sample(report):
+def per_sample(report, label):
     m = report.step
     times = tuple(t / report.samples_per_step for t in m.times_s)
-    return gpuguide.Measurement(m.label, times, m.device, m.method)
+    return gpuguide.Measurement(label, times, m.device, m.method)
+
+
+def renamed(m, label):
+    return gpuguide.Measurement(label, m.times_s, m.device, m.method)
 
 
 throughput = {}
 for n, ranks_n in reports.items():
-    throughput[f"{n} process{'es' if n > 1 else ''}"] = per_sample(ranks_n[0])
+    label = f"training with {n} process{'es' if n > 1 else ''}"
+    throughput[label] = per_sample(ranks_n[0], label)
 one = next(iter(throughput.values()))
 for (label, m), n in zip(throughput.items(), reports, strict=True):
-    speedup = one.median_s / m.median_s
-    print(
-        f"{label}: {gpuguide.format_rate(1 / m.median_s, 'samples/s')}, "
-        f"{gpuguide.format_ratio(speedup)} one process ({speedup / n:.0%} of ideal)"
-    )
-last = list(throughput)[-1]
-alone = reports[world_sizes[0]][0].step_no_sync.median_s
-crowding = ranks[0].step_no_sync.median_s / alone
-print(
-    f"without communication a step of {last} takes {gpuguide.format_ratio(crowding)} "
-    "as long as one process's (1.00x when each has a device or core of its own)"
+    rate = gpuguide.format_rate(1 / m.median_s, "samples/s")
+    if m is one:
+        print(f"{label}: {rate} ({format_cell(m)} per sample)")
+        continue
+    c = gpuguide.compare(m, one)
+    print(f"{label}: {rate}; {c}, {c.speedup / n:.0%} of ideal")
+last, most = list(throughput)[-1], f"{world_sizes[-1]} processes"
+crowding = gpuguide.compare(
+    renamed(ranks[0].step_no_sync, f"a step of {most} without communication"),
+    renamed(reports[world_sizes[0]][0].step_no_sync, "one process's"),
 )
-if speedup < 1:
-    print(
-        f"{last} were slower than one here: the line above and the timings below show why."
-    )
+print(crowding)
+if c.verdict == "slower":
+    print(f"{most} were slower than one here: the lines above and below show why.")
 fig, ax = plt.subplots()
 gpuguide.plot_bars(
     ax,
     throughput,
     ylabel="throughput (samples/s)",
-    title=f"DDP: {last} train {gpuguide.format_ratio(speedup)} as fast as one",
+    title=f"DDP: {most} train {gpuguide.format_ratio(c.speedup)} as fast as one",
     device=where,
     value=lambda s: 1 / s,
 )
@@ -169,16 +179,26 @@ plt.show()
 # gradients, alone. The difference of the first two is the communication the
 # backward pass did *not* hide; compare it with the all-reduce alone.
 r0 = ranks[0]
+print(
+    gpuguide.table(
+        [
+            {"rank 0": m.label, "time": m}
+            for m in (r0.step_no_sync, r0.step, r0.allreduce)
+        ]
+    )
+)
 exposed = r0.step.median_s - r0.step_no_sync.median_s
 hidden = 1 - exposed / r0.allreduce.median_s if r0.allreduce.median_s > 0 else 0.0
-for m in (r0.step_no_sync, r0.step, r0.allreduce):
-    print(m)
-print(
-    f"{gpuguide.format_bytes(r0.gradient_bytes)} of gradients per step; the "
-    f"all-reduce alone takes {gpuguide.format_time(r0.allreduce.median_s)}, the "
-    f"step grows by {gpuguide.format_time(exposed)}: about "
-    f"{min(max(hidden, 0.0), 1.0):.0%} of the communication overlapped the backward"
-)
+grows = gpuguide.compare(r0.step, r0.step_no_sync).verdict == "slower"
+print(f"{gpuguide.format_bytes(r0.gradient_bytes)} of gradients per step; the all-reduce alone takes {format_cell(r0.allreduce)}")  # fmt: skip
+if not grows:
+    hidden = 1.0
+    print("the step with communication is not measurably slower: the backward hid it")
+else:
+    print(
+        f"the step grows by {gpuguide.format_time(exposed)}: about "
+        f"{min(max(hidden, 0.0), 1.0):.0%} of the communication overlapped the backward"
+    )
 if hidden <= 0:
     print(
         "The step grew by at least the all-reduce's own time: nothing was hidden. "
@@ -195,7 +215,9 @@ gpuguide.plot_bars(
     },
     ylabel="time (ms)",
     title=f"All-reduce adds {gpuguide.format_time(exposed)} to a step "
-    f"of {r0.world_size} processes",
+    f"of {r0.world_size} processes"
+    if grows
+    else f"A step of {r0.world_size} processes hides its all-reduce",
     device=where,
 )
 plt.show()
