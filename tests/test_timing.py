@@ -616,6 +616,16 @@ def test_cuda_times_kernel_mode_holds_the_gpu_before_each_chunk():
     )
 
 
+@pytest.mark.parametrize(
+    ("host_call_s", "chunk"),
+    [(0.0, 32), (10e-6, 32), (200e-6, 17), (1e-3, 3), (1.0, 1)],
+)
+def test_kernel_chunk_keeps_the_launch_queue_from_filling(host_call_s, chunk):
+    # A call of 1 ms of host time may launch ~250 kernels: 3 calls fill ~750
+    # of the ~1024 queue entries.
+    assert timing._kernel_chunk(host_call_s) == chunk
+
+
 def test_host_call_s_times_launches_without_waiting():
     clock = StepClock(step=1e-3)  # every clock read advances 1 ms
     syncs, calls = [], []

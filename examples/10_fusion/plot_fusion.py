@@ -97,7 +97,8 @@ for depth in depths:
 
 def rate_text(rate):
     p = gpuguide.percent_of_peak(rate, peak_bw)
-    share = "n/a" if p is None else f"{p:.0f}%"
+    # Above the memory peak, the data came from a cache: not a % of that peak.
+    share = "n/a" if p is None else f"{p:.0f}%" if p <= 100 else "> peak: cached"
     return f"{gpuguide.format_rate(rate, 'B/s')} ({share})"
 
 

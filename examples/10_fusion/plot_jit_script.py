@@ -124,12 +124,14 @@ with recording(caught, "all ways: later calls"):
 # --------------------------
 # "useful" bandwidth counts only the bytes the chain must move (read ``x``, write
 # the result); "moved" counts a read and a write per kernel or operator counted.
-# Percentages are of the device's peak (on a CPU, a quick measured copy rate).
+# Percentages are of the device's peak memory bandwidth (on a CPU, its measured copy
+# ceiling); a rate above it came from a cache and is marked so, not given a percentage.
 
 
 def rate_text(rate):
     p = gpuguide.percent_of_peak(rate, peaks.memory_bandwidth_bytes_per_s)
-    share = "n/a" if p is None else f"{p:.0f}%"
+    # Above the memory peak, the data came from a cache: not a % of that peak.
+    share = "n/a" if p is None else f"{p:.0f}%" if p <= 100 else "> peak: cached"
     return f"{gpuguide.format_rate(rate, 'B/s')} ({share})"
 
 

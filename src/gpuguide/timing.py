@@ -95,10 +95,14 @@ _MAX_WARMUP_CALLS = 1_000_000
 
 #: What :func:`benchmark` can measure on CUDA (see the module's docstring).
 MEASURES = ("call", "kernel")
-#: ``measure="kernel"``: calls queued behind one hold of the GPU. Few enough
-#: that a call of ~20 launches plus its two events stays within the depth of
-#: a stream's launch queue (about a thousand).
+#: ``measure="kernel"``: at most this many calls are queued behind one hold of
+#: the GPU, and fewer for calls that launch many kernels (see _kernel_chunk).
 _KERNEL_CHUNK = 32
+#: Entries a stream's launch queue takes before the host blocks (about 1024),
+#: with a margin, and the fastest host time of one launch: a call that takes
+#: ``t`` on the host launches at most about ``t / _LAUNCH_S`` kernels.
+_QUEUE_DEPTH = 900
+_LAUNCH_S = 4e-6
 #: Host time of one pair of event records, allowed for in the hold.
 _RECORD_S = 5e-6
 
@@ -689,6 +693,17 @@ def _time_on_gpu(call: Callable[[], Any], stream: Any) -> float:  # pragma: no c
     return float(start.elapsed_time(end)) / 1e3
 
 
+def _kernel_chunk(host_call_s: float) -> int:
+    """Calls to queue behind one hold so the launch queue does not fill up.
+
+    If it filled, the host would wait for the GPU in the middle of a chunk and
+    the GPU could run out of queued work, timing the launches again. A call's
+    host time bounds how many kernels (plus its two events) it queues.
+    """
+    entries = max(host_call_s, 0.0) / _LAUNCH_S + 2
+    return max(1, min(_KERNEL_CHUNK, int(_QUEUE_DEPTH // entries)))
+
+
 def _cuda_times(
     call: Callable[[], None],
     n: int,
@@ -707,7 +722,7 @@ def _cuda_times(
     but record and call. Per call: optional ``flush_buffer.zero_()`` (queued
     before the start event, so outside the timed pair), ``start.record()``,
     the call, ``end.record()``. With ``hold`` (``measure="kernel"``), every
-    chunk of :data:`_KERNEL_CHUNK` calls is preceded by ``hold(seconds)``
+    chunk of calls (:func:`_kernel_chunk`) is preceded by ``hold(seconds)``
     for twice the host's time to queue the chunk (from ``host_call_s``), so
     the chunk's calls run back to back on the GPU. One ``synchronize()`` after
     all calls, then the elapsed times are read (milliseconds, converted to
@@ -726,7 +741,7 @@ def _cuda_times(
         (event_factory(enable_timing=True), event_factory(enable_timing=True))
         for _ in range(n)
     ]
-    chunk = _KERNEL_CHUNK if hold is not None else n
+    chunk = _kernel_chunk(host_call_s or 0.0) if hold is not None else n
     per_call_s = (host_call_s or 0.0) + _RECORD_S
     for first in range(0, n, chunk):
         batch = pairs[first : first + chunk]

@@ -6,8 +6,9 @@
 - :mod:`~gpuguide.chapters.mamf`: the best matmul rate a device reaches, from a
   small search over shapes (dtypes).
 - :mod:`~gpuguide.chapters.roofline`: the roofline plot (efficiency patterns).
-- :mod:`~gpuguide.chapters.compiling`: starting ``torch.compile`` and printing its
-  recompilation log (torch.compile, fusion).
+- :mod:`~gpuguide.chapters.compiling`: starting ``torch.compile``, keeping its
+  autotune tables and logs off the page, its recompilation log, and a step's host
+  time beside its GPU time (torch.compile, fusion, mixed precision, CUDA graphs).
 - :mod:`~gpuguide.chapters.timeline`: per-stream timelines from CUDA events (streams).
 - :mod:`~gpuguide.chapters.profiling`: the phases of a training step timed on the
   stream, the profiler's operator table, and torch's messages kept off the page
