@@ -1,11 +1,13 @@
-"""Sessions for gpuguide: ``nox -s tests`` (default), ``nox -s docs``, ``nox -s lint``.
+"""Sessions for gpuguide: ``nox -s tests`` (default), ``nox -s docs``, ``nox -s lint``,
+and ``nox -s compat`` (the tests on the lowest supported and the newest torch).
 
 Environments are kept between runs and reinstalled only when ``pyproject.toml``
 or this file changes. On a Linux machine with no NVIDIA GPU the sessions
-install a CPU build of torch instead of the multi-GB CUDA one; on a GPU
-machine they install the normal build. With ``nox --no-venv`` the sessions
-install nothing and use the packages of the interpreter that runs nox (a GPU
-machine that reaches no package registry).
+(``compat`` excepted) install a CPU build of torch instead of the multi-GB
+CUDA one; on a GPU machine they install the normal build. With ``nox
+--no-venv`` the sessions install nothing and use the packages of the
+interpreter that runs nox (a GPU machine that reaches no package registry);
+``compat`` refuses to run so.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import sys
 from pathlib import Path
 
 import nox
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 nox.needs_version = ">=2025.2.9"
 nox.options.sessions = ["tests"]
@@ -35,6 +39,34 @@ PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 # pip can find locally), then PyTorch's own CPU-only index.
 CPU_TORCH = os.environ.get("GPUGUIDE_CPU_TORCH", "torch==2.13.0")
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+
+#: The newest torch release, the upper end that ``compat`` tests.
+NEWEST_TORCH = "2.15.0"
+
+
+def _lowest_torch() -> str:
+    """The lowest torch that pyproject.toml allows: ``torch>=2.11`` gives "2.11.0"."""
+    for dep in PYPROJECT["project"]["dependencies"]:
+        req = Requirement(dep)
+        bounds = [s.version for s in req.specifier if s.operator in {">=", "==", "~="}]
+        if req.name == "torch" and len(bounds) == 1:
+            release = Version(bounds[0]).release
+            return ".".join(str(n) for n in (*release, 0, 0)[:3])
+    msg = "pyproject.toml must give torch one lower bound, as in torch>=2.11"
+    raise RuntimeError(msg)
+
+
+#: pip settings for ``compat``: no pip configuration files and none of the
+#: settings that could pick another torch than PyPI's (a constraint file that
+#: caps torch, local wheel folders, other indexes). An index mirror given by
+#: PIP_INDEX_URL, certificates and proxies still apply.
+PYPI_ONLY: dict[str, str | None] = {
+    "PIP_CONFIG_FILE": os.devnull,
+    "PIP_CONSTRAINT": None,
+    "PIP_FIND_LINKS": None,
+    "PIP_EXTRA_INDEX_URL": None,
+    "PIP_NO_INDEX": None,
+}
 
 
 def _has_nvidia_gpu() -> bool:
@@ -88,24 +120,53 @@ def _install_torch(session: nox.Session) -> None:
         session.install(CPU_TORCH.split("==")[0], "--index-url", CPU_TORCH_INDEX)
 
 
-def _install(session: nox.Session, *groups: str) -> None:
-    """Install torch, the dependency groups and the package, once per change."""
+def _install(session: nox.Session, *groups: str, torch: str = "") -> None:
+    """Install torch, the dependency groups and the package, once per change.
+
+    With ``torch="2.11.0"``: exactly that release from PyPI (see PYPI_ONLY),
+    and the package itself as a reader installs it (not editable), again on
+    every run so that the tests see the current sources.
+    """
     if _no_venv(session):
         session.log("--no-venv: using the packages this interpreter already has.")
         return
+    env = PYPI_ONLY if torch else None
     key = hashlib.sha256(
         (ROOT / "pyproject.toml").read_bytes()
         + Path(__file__).read_bytes()
-        + repr(groups).encode()
+        + repr((groups, torch)).encode()
     ).hexdigest()
     stamp = Path(session.virtualenv.location) / ".gpuguide-installed"
     if stamp.exists() and stamp.read_text() == key:
         session.log("Environment up to date; nothing to install.")
-        return
-    _install_torch(session)
-    session.install(*nox.project.dependency_groups(PYPROJECT, *groups))
-    session.install("-e", ".")
-    stamp.write_text(key)
+    else:
+        if torch:
+            session.install(f"torch=={torch}", env=env)
+        else:
+            _install_torch(session)
+        session.install(*nox.project.dependency_groups(PYPROJECT, *groups), env=env)
+        if torch:  # the package's own needs; the package itself follows
+            session.install(*PYPROJECT["project"]["dependencies"], env=env)
+        else:
+            session.install("-e", ".")
+        stamp.write_text(key)
+    if torch:
+        session.install("--no-deps", "--force-reinstall", _fresh_copy(session), env=env)
+
+
+def _fresh_copy(session: nox.Session) -> str:
+    """What the package is built from, copied afresh into the session's tmp.
+
+    setuptools builds in the source tree and keeps ``build/lib`` between
+    builds, so a module deleted from src/ would live on in the wheel.
+    """
+    tree = Path(session.create_tmp()) / "package"
+    shutil.rmtree(tree, ignore_errors=True)
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    shutil.copytree(ROOT / "src", tree / "src", ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, tree / name)
+    return str(tree)
 
 
 def _env(session: nox.Session) -> dict[str, str]:
@@ -191,3 +252,37 @@ def lint(session: nox.Session) -> None:
         session.log("mypy is not installed here: type checking skipped.")
         return
     session.run(_python(session), "-m", "mypy")  # its settings are in pyproject.toml
+
+
+@nox.session
+@nox.parametrize("torch", [_lowest_torch(), NEWEST_TORCH])
+def compat(session: nox.Session, torch: str) -> None:
+    """Unit tests and every example as a script on the lowest and newest torch.
+
+    The lowest is read from pyproject.toml. Each torch comes from PyPI, whatever
+    this machine's pip configuration says; on Linux that is a CUDA build of
+    several GB, which runs on a CPU too. posargs go to pytest.
+    """
+    if _no_venv(session):
+        session.error(
+            f"compat installs torch {torch} in its own environment; "
+            "run it without --no-venv"
+        )
+    _install(session, "test", torch=torch)
+    # PyPI's own build: its distribution version has no local label (+cpu).
+    code = (
+        "import importlib.metadata as m, torch; "
+        "print(m.version('torch'), torch.__version__, torch.version.cuda)"
+    )
+    out = session.run("python", "-c", code, silent=True) or ""
+    dist, version, cuda = out.split()[-3:]
+    if dist != torch:
+        session.error(f"expected torch {torch} from PyPI, found {dist}")
+    build = "a CPU build" if cuda == "None" else f"a CUDA {cuda} build"
+    session.log(f"Running on torch {version}, {build}.")
+    # The site build (tests/test_docs_build.py) runs the examples once more,
+    # through Sphinx: the docs session's job, not a torch version's.
+    session.run(
+        "python", "-m", "pytest", "--ignore=tests/test_docs_build.py",
+        *session.posargs, env=_env(session),
+    )  # fmt: skip
