@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import logging
 import random
+import sys
 import warnings
 
 import numpy as np
@@ -149,3 +152,25 @@ def test_state_module_keeps_one_warning_context():
     reset_torch_state(when="before")  # a failed example never ran its "after"
     reset_torch_state(when="after")
     assert "warnings" not in _gallery._state
+
+
+def test_torch_logs_go_to_the_build_log_not_the_page(monkeypatch, capfd):
+    page = io.StringIO()
+    logger = logging.getLogger("torch")
+    # As in torch 2.15: a handler that writes to whatever sys.stderr is now.
+    handler = logging.StreamHandler()
+    monkeypatch.setattr(logger, "handlers", [handler])
+    try:
+        _gallery.reset_torch_state(when="before")
+        monkeypatch.setattr(sys, "stderr", page)
+        handler.setStream(page)
+        logger.warning("No CUDA runtime is found")
+    finally:
+        monkeypatch.undo()
+        _gallery.reset_torch_state(when="after")
+    assert page.getvalue() == ""
+    assert "No CUDA runtime is found" in capfd.readouterr().err
+    # Applied once per handler, however many examples run.
+    _gallery.reset_torch_state(when="before")
+    _gallery.reset_torch_state(when="before")
+    _gallery.reset_torch_state(when="after")

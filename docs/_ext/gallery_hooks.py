@@ -10,7 +10,8 @@ into the next page's measurements. :func:`reset_torch_state` is registered in
 ``docs/conf.py`` as a ``reset_modules`` hook that runs before and after every
 example. Before an example it also turns warnings into errors, so a warning
 that an example does not catch on purpose fails the build; warnings that torch
-attributes to its own modules are ignored (:mod:`gpuguide.quiet`).
+attributes to its own modules are ignored (:mod:`gpuguide.quiet`), and torch's
+log lines go to the build's log instead of the page.
 
 sphinx-gallery re-executes an example only when its source changed (an ``.md5``
 file beside each generated page), so a build on a GPU after one on the CPU would
@@ -25,6 +26,7 @@ and says in its log what changed.
 from __future__ import annotations
 
 import json
+import logging
 import random
 import shutil
 import sys
@@ -35,7 +37,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from sphinx.util import logging
+from sphinx.util import logging as sphinx_logging
 
 from gpuguide.device import DeviceInfo, describe_device
 from gpuguide.env import small_mode
@@ -136,6 +138,41 @@ def _reset_cuda() -> None:
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
 
 
+class _ToBuildLog(logging.Filter):
+    """Send a torch log record to the build's own log, not to the page.
+
+    sphinx-gallery points ``sys.stderr`` at the page while an example runs, and
+    from torch 2.15 on torch's log handlers write to whatever ``sys.stderr`` is
+    at that moment, so a line such as ``W... No CUDA runtime is found`` would
+    land on the page. This filter writes the record to the process's real
+    stderr (``sys.__stderr__``, the build log) and stops the handler.
+    """
+
+    def __init__(self, handler: logging.Handler) -> None:
+        super().__init__()
+        self.handler = handler
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        stream = sys.__stderr__
+        if stream is not None:
+            stream.write(self.handler.format(record) + "\n")
+            stream.flush()
+        return False
+
+
+def _torch_logs_to_build_log() -> None:
+    """Add :class:`_ToBuildLog` to every handler of torch's loggers (once each)."""
+    names = [
+        name
+        for name in logging.root.manager.loggerDict
+        if name == "torch" or name.startswith("torch.")
+    ]
+    for name in names:
+        for handler in logging.getLogger(name).handlers:
+            if not any(isinstance(f, _ToBuildLog) for f in handler.filters):
+                handler.addFilter(_ToBuildLog(handler))
+
+
 def _errors_for_warnings() -> None:
     warnings.simplefilter("error")
     for category, message in _ALLOWED_WARNINGS:
@@ -199,6 +236,7 @@ def reset_torch_state(
         saved.__enter__()
         _state["warnings"] = saved
         _errors_for_warnings()
+        _torch_logs_to_build_log()
 
 
 class ChapterOrder:
@@ -262,7 +300,7 @@ def copy_artifacts(source: str | Path, target: str | Path) -> list[Path]:
 #: the fingerprint of the last build that executed every example and passed.
 FINGERPRINT_FILE = ".gpuguide-fingerprint.json"
 
-_logger = logging.getLogger(__name__)
+_logger = sphinx_logging.getLogger(__name__)
 
 # What check_fingerprint saw at the start of a build, for record_after_build.
 _pending: dict[str, Any] = {}
