@@ -72,6 +72,7 @@ __all__ = [
     "benchmark",
     "bytes_per_s",
     "flops_per_s",
+    "gpu_hold",
     "matmul_flop",
 ]
 
@@ -426,7 +427,7 @@ def benchmark(
             hold = host_call_s = None
             if measure == "kernel":
                 host_call_s = _host_call_s(call, estimate, torch.cuda.synchronize)
-                hold = _gpu_hold(stream)
+                hold = gpu_hold(stream)
             times = _cuda_times(
                 call,
                 n,
@@ -650,8 +651,13 @@ def _sleep_rate(sleep: Callable[[int], None], stream: Any) -> float:
 _SLEEP_RATES: dict[int, float] = {}
 
 
-def _gpu_hold(stream: Any) -> Callable[[float], None]:
-    """A function that keeps the GPU busy on ``stream`` for about ``s`` seconds.
+def gpu_hold(stream: Any = None) -> Callable[[float], None]:
+    """A function that keeps the GPU busy on the current stream for about ``s`` s.
+
+    While the GPU is held, the host can queue work behind the hold; once it
+    ends, the queued kernels run back to back, without waiting for launches.
+    ``stream`` is the stream the calibration's events are recorded on
+    (default: the current one).
 
     ``torch.cuda._sleep`` (a spin kernel, in every torch this guide supports)
     with its clock rate measured once per device; where it is missing, zeroing

@@ -56,6 +56,7 @@ from gpuguide.timing import (
     SMALL_REP_MS,
     Measurement,
     benchmark,
+    gpu_hold,
 )
 from gpuguide.units import format_time
 from gpuguide.verdicts import compare
@@ -526,39 +527,6 @@ class StepTimes:
         return text + "no measurable difference between the two"
 
 
-_SLEEP_RATES: dict[int, float] = {}
-
-
-def _gpu_hold(device_index: int) -> Callable[[float], None] | None:
-    """Keeps the current CUDA stream busy for about ``s`` seconds, or None.
-
-    ``torch.cuda._sleep`` spins for a number of GPU cycles; its rate is
-    measured once per device.
-    """
-    import torch
-
-    sleep = getattr(torch.cuda, "_sleep", None)
-    if sleep is None:  # pragma: no cover - every supported torch has it
-        return None
-    if device_index not in _SLEEP_RATES:
-        cycles = 1 << 20
-        for _ in range(2):  # the first run may load the kernel
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            sleep(cycles)
-            end.record()
-            end.synchronize()
-            seconds = max(float(start.elapsed_time(end)) / 1e3, 1e-9)
-        _SLEEP_RATES[device_index] = cycles / seconds
-    rate = _SLEEP_RATES[device_index]
-
-    def hold(seconds: float) -> None:
-        sleep(max(1, round(seconds * rate)))
-
-    return hold
-
-
 def _held_times(
     call: Callable[[], Any],
     n: int,
@@ -675,10 +643,7 @@ def host_and_gpu_times(
         whole = time.perf_counter() - t0
         hold_s = 2 * launched + 100e-6
         n = min(max(math.ceil(rep / 1e3 / (hold_s + whole)), min_reps), max_reps)
-        hold = _gpu_hold(index)
-        if hold is None:  # pragma: no cover - every supported torch has _sleep
-            m = benchmark(fn, device=dev, label=label, rep_ms=rep)
-            return StepTimes(host=m, gpu=None)
+        hold = gpu_hold(torch.cuda.current_stream())
         host, gpu = _held_times(
             fn,
             n,
