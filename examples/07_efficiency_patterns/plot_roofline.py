@@ -230,13 +230,15 @@ rows = [
         "compute": format_rate(p.flops_per_s, "FLOP/s"),
         "bandwidth": format_rate(p.bytes_per_s, "B/s"),
         "FLOP/byte": f"{p.intensity:.3g}",
-        "% roof": f"{percent[p.label]:.0f}%",
+        # Above 100% the roof was not the limit (a cache, or a measured lower
+        # bound on a CPU): no percentage is printed for it.
+        "% roof": f"{percent[p.label]:.0f}%" if percent[p.label] <= 100 else "> roof",
         "regime": regime[p.label],
     }
     for p in everything
 ]
 print(gpuguide.table(rows))
-above = [p.label for p in everything if percent[p.label] > 101]
+above = [p.label for p in everything if percent[p.label] > 100]
 if above:
     print(
         f"Above the roof: {', '.join(above)}. The roof is a lower bound here, or "
