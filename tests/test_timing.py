@@ -785,3 +785,33 @@ def test_a_slow_first_call_does_not_shrink_the_number_of_timed_calls():
     assert m.warmup_calls == 6  # 100 ms + 5 x 1 ms
     assert m.n == 20  # from the 1 ms estimate, not (105 / 6) ms
     assert m.median_s == pytest.approx(0.001)
+
+
+def test_gpu_hold_calibrates_the_sleep_kernel_once_per_device(monkeypatch):
+    slept, streams = [], []
+
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
+
+        def record(self, stream=None):
+            streams.append(stream)
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):
+            return 0.5  # ms for the 2^20 calibration cycles: 2.1 GHz
+
+    monkeypatch.setattr(torch.cuda, "_sleep", slept.append, raising=False)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 7)
+    monkeypatch.setattr(timing, "_SLEEP_RATES", {})
+    hold = timing.gpu_hold("stream7")
+    assert slept == [1 << 20, 1 << 20]  # calibrated twice, the second counts
+    assert set(streams) == {"stream7"}
+    hold(1e-3)
+    assert slept[-1] == round(1e-3 * (1 << 20) / 0.5e-3)
+    timing.gpu_hold("stream7")(1e-6)
+    assert len(slept) == 4  # no second calibration on the same device
+    assert slept[-1] == max(1, round(1e-6 * (1 << 20) / 0.5e-3))
