@@ -315,21 +315,27 @@ def test_held_times_pairs_host_and_gpu_times_of_each_call():
 def test_held_times_grows_a_hold_the_host_outlasted_and_drops_that_gpu_time():
     fake = _FakeGPU(host_s=[1e-3, 5e-3, 1e-3, 1e-3], gpu_s=2e-3)
     host, gpu = _held(fake, 4, hold_s=3e-3)
-    assert host == pytest.approx([1e-3, 5e-3, 1e-3, 1e-3])
-    assert len(gpu) == 3  # the second call ended after its hold
-    assert fake.holds == pytest.approx([3e-3, 3e-3, 10e-3, 10e-3])
+    # The second call ended after its hold: neither of its times is kept (its
+    # host time includes waiting for the hold), and the hold grows.
+    assert host == pytest.approx([1e-3] * 4)
+    assert len(gpu) == 4
+    assert fake.holds == pytest.approx([3e-3, 3e-3, 10e-3, 10e-3, 10e-3])
 
 
 def test_held_times_gives_no_gpu_times_for_a_call_that_waits_for_the_gpu():
     fake = _FakeGPU(host_s=[1.0], gpu_s=1e-3)  # e.g. .item(): waits out the hold
 
     def hold(seconds):  # the host waits for the hold to end, however long
+        fake.holds.append(seconds)
         fake.host_s = [seconds + 1e-3]
 
     fake.hold = hold
     host, gpu = _held(fake, 5, hold_s=1e-3)
     assert len(host) == 5
     assert gpu == []
+    # It stops holding after three misses in a row, instead of doubling the
+    # hold for every call (which would grow without bound).
+    assert len(fake.holds) == 3
 
 
 def _m(label, center, spread=0.01):

@@ -801,17 +801,21 @@ def test_gpu_hold_calibrates_the_sleep_kernel_once_per_device(monkeypatch):
             pass
 
         def elapsed_time(self, end):
-            return 0.5  # ms for the 2^20 calibration cycles: 2.1 GHz
+            # ms for the 2^20 calibration cycles: the clock ramps up to 2.1 GHz.
+            return elapsed.pop(0)
+
+    elapsed = [1.0, 0.5, 0.6]
 
     monkeypatch.setattr(torch.cuda, "_sleep", slept.append, raising=False)
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 7)
     monkeypatch.setattr(timing, "_SLEEP_RATES", {})
     hold = timing.gpu_hold("stream7")
-    assert slept == [1 << 20, 1 << 20]  # calibrated twice, the second counts
+    # A warm-up spin, then three timed runs; the highest rate counts.
+    assert slept == [8 << 20, 1 << 20, 1 << 20, 1 << 20]
     assert set(streams) == {"stream7"}
     hold(1e-3)
     assert slept[-1] == round(1e-3 * (1 << 20) / 0.5e-3)
     timing.gpu_hold("stream7")(1e-6)
-    assert len(slept) == 4  # no second calibration on the same device
+    assert len(slept) == 6  # no second calibration on the same device
     assert slept[-1] == max(1, round(1e-6 * (1 << 20) / 0.5e-3))

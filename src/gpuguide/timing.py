@@ -632,12 +632,19 @@ def _host_call_s(
 
 
 def _sleep_rate(sleep: Callable[[int], None], stream: Any) -> float:
-    """Cycles per second of ``torch.cuda._sleep`` on the current device."""
+    """Cycles per second of ``torch.cuda._sleep`` on the current device.
+
+    ``_sleep`` counts SM cycles, so its rate follows the GPU's clock, which
+    may still be low on an idle GPU. The GPU spins for a few milliseconds
+    first, then the highest of three rates is kept: a hold sized at the
+    highest clock is never shorter than asked for.
+    """
     import torch
 
     cycles = 1 << 20
+    sleep(8 * cycles)  # a few ms of work: the clocks ramp up
     rates = []
-    for _ in range(2):  # the first run may include loading the kernel
+    for _ in range(3):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record(stream)
@@ -645,7 +652,7 @@ def _sleep_rate(sleep: Callable[[int], None], stream: Any) -> float:
         end.record(stream)
         end.synchronize()
         rates.append(cycles / max(float(start.elapsed_time(end)) / 1e3, 1e-9))
-    return float(rates[-1])
+    return float(max(rates))
 
 
 _SLEEP_RATES: dict[int, float] = {}

@@ -544,17 +544,21 @@ def _held_times(
     ``synchronize()`` the events give the GPU time. A GPU time counts only
     when the host returned from the call before the hold ended, so that the
     GPU found all of the call's work queued; otherwise the hold doubles for
-    the next call. After ``n`` calls whose GPU times did not count, no GPU
-    times are returned.
+    the next call, and the host time of that call (which waited for the
+    hold) is not kept. After :data:`_MAX_MISSES` such calls in a row the call
+    is taken to wait for the GPU itself (a ``.item()``, a copy to the host):
+    holding cannot hide its launches, so the remaining calls are timed
+    without a hold and no GPU times are returned.
     """
     host: list[float] = []
     gpu: list[float] = []
-    misses = 0
-    while len(host) < n or (len(gpu) < min(n, 3) and misses < n):
+    held, misses = True, 0
+    while len(host) < n or (held and len(gpu) < min(n, 3)):
         start = event_factory(enable_timing=True)
         end = event_factory(enable_timing=True)
         synchronize()
-        hold(hold_s)
+        if held:
+            hold(hold_s)
         start.record()
         t0 = clock()
         call()
@@ -562,14 +566,21 @@ def _held_times(
         end.record()
         synchronize()
         host_s = max(t1 - t0, 0.0)
-        if len(host) < n:
-            host.append(host_s)
-        if host_s < hold_s:
-            gpu.append(start.elapsed_time(end) / 1e3)
-        else:
+        if held and host_s >= hold_s:
             misses += 1
             hold_s = 2 * max(hold_s, host_s)
-    return host, gpu if misses < n else []
+            held = misses < _MAX_MISSES
+            continue
+        misses = 0
+        if len(host) < n:
+            host.append(host_s)
+        if held:
+            gpu.append(start.elapsed_time(end) / 1e3)
+    return host, gpu if held else []
+
+
+#: Calls in a row that outlast their hold before _held_times gives up holding.
+_MAX_MISSES = 3
 
 
 def host_and_gpu_times(
