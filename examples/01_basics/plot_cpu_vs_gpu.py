@@ -101,7 +101,8 @@ def run_sweep(op, shape_at, n_tensors, lo, hi, **fit):
 # %%
 # Reading off the crossover
 # -------------------------
-# The crossover is the smallest size from which on the GPU was faster at every size
+# The crossover is the smallest size from which on the GPU was measurably faster
+# (:func:`gpuguide.compare`: the two interquartile ranges apart) at every size
 # where both ran. Rates are taken at the largest size each series reached and
 # compared with the GPU's datasheet peak or the CPU's measured ceiling; for the
 # "copies" series no peak applies. A matmul rate above the ceiling is a new best rate,
@@ -118,7 +119,7 @@ def crossover(sizes, cpu_times, gpu_times):
     ]
     found = None
     for n, c, g in reversed(both):
-        if g.median_s >= c.median_s:
+        if gpuguide.compare(g, c).verdict != "faster":  # with the spread
             break
         found = n
     return found, both[-1]
@@ -156,7 +157,11 @@ def summarize(name, sizes, series, work_at, unit, of):
             finding.append(f"the CPU reaches {rate}")
             continue
         found, (n, c, g) = crossover(sizes, series[cpu_name], times)
-        speed = f"{gpuguide.format_ratio(c.median_s / g.median_s)} CPU speed"
+        versus = gpuguide.compare(g, c)
+        if versus.measurable:
+            speed = f"{gpuguide.format_ratio(versus.speedup)} CPU speed"
+        else:
+            speed = "no measurable difference from the CPU"
         speed += f" at n={size_text(n)}"
         where = f"from n={size_text(found)} on" if found else "at no measured size"
         print(f"{name}, {label}: faster than the CPU {where}; {speed}")

@@ -111,10 +111,14 @@ if device.type == "cuda":
         print(m)
     extra_s = gpu_only[label].median_s - gpu_only["CUDA events"].median_s
     noisy = any(m.is_noisy for m in gpu_only.values())
-    print(
-        f"the host clock + sync adds {gpuguide.format_time(extra_s)} per sample"
-        f"{' (NOISY)' if noisy else ''}"
-    )
+    versus = gpuguide.compare(gpu_only["CUDA events"], gpu_only[label])
+    if versus.measurable:
+        print(
+            f"the host clock + sync adds {gpuguide.format_time(extra_s)} per sample"
+            f"{' (NOISY)' if noisy else ''}: {versus}"
+        )
+    else:
+        print(f"the host clock + sync adds nothing measurable here: {versus}")
 else:
     print(
         "Asynchronous execution (no-sync clock, synchronize, CUDA events) needs a "

@@ -28,6 +28,7 @@ import torch
 
 import gpuguide
 from gpuguide.memory import rss_bytes
+from gpuguide.sizes import free_memory_bytes
 
 device = gpuguide.pick_device()
 on_gpu = device.type == "cuda"
@@ -233,8 +234,9 @@ def run_with_fallback(rows):
 
 if on_gpu:
     release_cached_memory()
-    free, total = torch.cuda.mem_get_info(device)
-    ran = run_with_fallback((free + 2**30) // ROW_BYTES)  # 1 GiB more than is free
+    total = torch.cuda.mem_get_info(device)[1]
+    # 1 GiB more than is free: free_memory_bytes honours GPUGUIDE_GPU_MEMORY.
+    ran = run_with_fallback((free_memory_bytes(device) + 2**30) // ROW_BYTES)
     release_cached_memory()
     print(
         f"batch {ran} ({fmt(ran * ROW_BYTES)}) ran after the error; now allocated "

@@ -145,8 +145,12 @@ for name, (slope, intercept) in per_op.items():
         + (" (fit to NOISY times)" if noisy else "")
     )
 if on_cuda:
-    ratio = per_op["eager"][0] / per_op["CUDA graph"][0]
-    print(f"per-op cost with a graph: {gpuguide.format_ratio(1 / ratio)} the eager one")
+    eager_slope, graph_slope = per_op["eager"][0], per_op["CUDA graph"][0]
+    if eager_slope > 0 and graph_slope > 0:
+        share = gpuguide.format_ratio(graph_slope / eager_slope)
+        print(f"per-op cost with a graph: {share} the eager one")
+    else:
+        print("per-op cost: the fit found none for one of the two (noise)")
     print(f"at {op_counts[-1]} ops: {gpuguide.compare(replayed[-1], eager[-1])}")
 
 # %%

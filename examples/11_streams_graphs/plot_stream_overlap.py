@@ -221,12 +221,16 @@ if not on_cuda:
         f"On the CPU nothing overlaps: the pipeline took {gpuguide.format_ratio(total)}"
         " the sum of its stages, and a fraction away from 0 is timing noise."
     )
-elif best != "pipelined":
+elif (
+    best != "pipelined"
+    and gpuguide.compare(results[best], results["pipelined"]).measurable
+):
     print(f"Unexpected: {best} beat the pinned pipeline here; see the timeline below.")
 
+gain = gpuguide.compare(results[best], results["serialized"])
 title = f"Fastest: {best}, {gpuguide.format_ratio(speedup)} faster than serialized"
-if best == "serialized":
-    title = "One stage at a time: the pipeline costs the sum of its stages"
+if best == "serialized" or not gain.measurable:
+    title = "No measurable gain over one stage at a time"
 fig, ax = plt.subplots()
 kw = {"title": title, "device": device, "baseline": "serialized"}
 gpuguide.plot_bars(ax, results, ylabel="time for all chunks (ms)", **kw)

@@ -111,8 +111,10 @@ assert torch.allclose(normalise_per_sample(raw), normalise_batched(raw), atol=1e
 #
 # The page profiles once, with no option it does not use (``record_shapes``,
 # ``profile_memory``, ``with_stack``): the profiler is native code (Kineto, on
-# NVIDIA's CUPTI), and an earlier version of this page, which profiled twice, once
-# died in it with a segmentation fault on an H100 shared with other processes.
+# NVIDIA's CUPTI), and an earlier version of this page once died in its first
+# profiling session with a segmentation fault on an H100, while other scripts that
+# also profile ran beside it. The cause is not confirmed; fewer options and one
+# session per process give native code the least to go wrong.
 # What torch prints meanwhile (warnings, Kineto's log lines) is collected.
 activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
 sort_key = "self_device_time_total" if on_cuda else "self_cpu_time_total"
