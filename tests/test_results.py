@@ -1,0 +1,351 @@
+"""Recorded results: recording, the file format, strict loading, merging runs."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pytest
+
+from gpuguide import results
+from gpuguide.device import DeviceInfo
+from gpuguide.results import (
+    RECORD_ENV,
+    SCHEMA_VERSION,
+    DeviceRecord,
+    Result,
+    ResultsFile,
+    ResultsFileError,
+)
+from gpuguide.timing import Measurement
+
+H100 = DeviceRecord(
+    name="NVIDIA H100 80GB HBM3",
+    short_name="H100 SXM5",
+    kind="cuda",
+    torch="2.11.0",
+    cuda="12.8",
+    driver="570.86",
+    date="2025-06-01T12:00:00+00:00",
+)
+CPU = DeviceRecord(
+    name="Intel Xeon",
+    short_name="CPU: Intel Xeon, 2 threads",
+    kind="cpu",
+    torch="2.13.0+cpu",
+    cuda=None,
+    driver=None,
+    date="2025-06-02T12:00:00+00:00",
+)
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    monkeypatch.delenv(RECORD_ENV, raising=False)
+    results.clear()
+    yield
+    results.clear()
+
+
+def _file(**overrides):
+    """A valid results file's JSON object, with top-level keys overridden."""
+    data = {
+        "schema": SCHEMA_VERSION,
+        "device": H100.to_json(),
+        "results": [
+            {
+                "page": "plot_dtypes",
+                "name": "best bf16 matmul",
+                "value": 6.5e14,
+                "unit": "FLOP/s",
+                "spread": {"q25": 6.4e14, "q75": 6.6e14},
+                "config": {"size": 8192, "dtype": "bfloat16", "compiled": False},
+                "runs": 1,
+            }
+        ],
+    }
+    data.update(overrides)
+    return data
+
+
+def _write(tmp_path, data, name="h100.json"):
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+def _raw_value(literal):
+    """A file's text whose first value is ``literal``, written as is."""
+    text = json.dumps(_file(results=[_entry(value="VALUE")]))
+    return text.replace('"VALUE"', literal)
+
+
+def _entry(**overrides):
+    entry = dict(_file()["results"][0])
+    entry.update(overrides)
+    return entry
+
+
+# -- recording ---------------------------------------------------------------------
+
+
+def test_record_keeps_values_in_memory_when_not_recording(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = results.record("copy", 1.5e12, unit="B/s", page="plot_copy", size=1024)
+    assert results.recorded() == (r,)
+    assert (r.page, r.name, r.value, r.unit, r.spread) == (
+        "plot_copy",
+        "copy",
+        1.5e12,
+        "B/s",
+        None,
+    )
+    assert dict(r.config) == {"size": 1024}
+    assert list(tmp_path.iterdir()) == []  # nothing written
+    assert results.flush() is None  # nowhere to write
+    results.clear()
+    assert results.recorded() == ()
+
+
+def test_record_takes_a_measurement_as_median_and_quartiles():
+    m = Measurement("mm", (1.0, 2.0, 3.0, 4.0, 5.0), "cpu", "wall-clock")
+    r = results.record("matmul time", m, page="plot_mm", dtype="float32")
+    assert (r.value, r.unit, r.spread) == (3.0, "s", (2.0, 4.0))
+    with pytest.raises(ValueError, match=r"unit must be 's'.*got 'FLOP/s'"):
+        results.record("x", m, unit="FLOP/s", page="plot_mm")
+    with pytest.raises(ValueError, match="spread must be omitted"):
+        results.record("x", m, spread=(1.0, 2.0), page="plot_mm")
+
+
+def test_recording_the_same_figure_again_replaces_it():
+    results.record("a", 1.0, unit="s", page="p", size=1)
+    results.record("a", 1.0, unit="s", page="p", size=2)
+    results.record("a", 3.0, unit="s", page="p", size=1)
+    assert [(r.value, r.config["size"]) for r in results.recorded()] == [
+        (1.0, 2),
+        (3.0, 1),
+    ]
+
+
+def test_the_page_defaults_to_the_running_script(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["/x/examples/05_dtypes/plot_alignment.py"])
+    assert results.record("a", 1.0, unit="s").page == "plot_alignment"
+    monkeypatch.setattr(sys, "argv", ["-c"])
+    monkeypatch.delattr(sys.modules["__main__"], "__file__", raising=False)
+    with pytest.raises(ValueError, match="page must be given"):
+        results.record("a", 1.0, unit="s")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"name": "", "value": 1.0, "unit": "s"}, "name must be a non-empty string"),
+        ({"name": "a", "value": float("nan"), "unit": "s"}, "value must be a finite"),
+        ({"name": "a", "value": float("inf"), "unit": "s"}, "value must be a finite"),
+        ({"name": "a", "value": True, "unit": "s"}, "value must be a number"),
+        ({"name": "a", "value": "1", "unit": "s"}, "value must be a number"),
+        ({"name": "a", "value": 1.0}, "unit must be given"),
+        ({"name": "a", "value": 1.0, "unit": ""}, "unit must be a non-empty"),
+        (
+            {"name": "a", "value": 1.0, "unit": "s", "spread": (2.0, 1.0)},
+            "q25 <= q75",
+        ),
+        (
+            {"name": "a", "value": 1.0, "unit": "s", "shape": (1, 2)},
+            r"config 'shape' must be a str, int, finite float or bool, got \(1, 2\)",
+        ),
+        (
+            {"name": "a", "value": 1.0, "unit": "s", "ratio": float("nan")},
+            "config 'ratio' must be a finite number",
+        ),
+    ],
+)
+def test_record_rejects_bad_figures(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        results.record(page="p", **kwargs)
+    assert results.recorded() == ()
+
+
+def test_recording_writes_the_file_and_replaces_a_page_at_a_time(tmp_path, monkeypatch):
+    path = tmp_path / "sub" / "h100.json"
+    monkeypatch.setenv(RECORD_ENV, str(path))
+    monkeypatch.setattr(results, "current_device", lambda: H100)
+    results.record("copy", 2.0e12, unit="B/s", page="plot_copy")
+    results.record("old", 1.0, unit="s", page="plot_launch")
+    first = results.load(path)
+    assert first.device == H100
+    assert first.pages == ("plot_copy", "plot_launch")
+
+    # A second run of plot_launch only: its entries are replaced, plot_copy's kept.
+    results.clear()
+    results.record("new", 2.0, unit="s", page="plot_launch")
+    second = results.load(path)
+    assert [(r.page, r.name) for r in second.results] == [
+        ("plot_copy", "copy"),
+        ("plot_launch", "new"),
+    ]
+    assert [p.name for p in path.parent.iterdir()] == ["h100.json"]  # no temp left
+
+
+def test_flush_refuses_a_file_of_another_device(tmp_path):
+    path = _write(tmp_path, _file())
+    results.record("a", 1.0, unit="s", page="p")
+    with pytest.raises(ResultsFileError, match=f"{path}.*H100 SXM5.*Intel Xeon"):
+        results.flush(path, device=CPU)
+    assert results.load(path).device == H100  # untouched
+
+
+def test_flush_refuses_to_overwrite_a_corrupted_file(tmp_path):
+    path = _write(tmp_path, '{"schema": 1, "dev')
+    results.record("a", 1.0, unit="s", page="p")
+    with pytest.raises(ResultsFileError, match=str(path)):
+        results.flush(path, device=H100)
+    assert path.read_text() == '{"schema": 1, "dev'
+
+
+def test_device_record_from_a_device_info():
+    info = DeviceInfo(
+        type="cuda",
+        name="NVIDIA H200",
+        variant="H200 SXM",
+        index=0,
+        sm_count=132,
+        total_memory_bytes=150_000_000_000,
+        compute_capability=(9, 0),
+        torch_version="2.11.0",
+        cuda_version="12.8",
+        driver_version="570.86",
+        cpu_model="Xeon",
+        cpu_cores=16,
+        cpu_threads=16,
+        torch_threads=16,
+        python_version="3.12.0",
+    )
+    device = DeviceRecord.from_info(info, small=False, peaks={"bf16 matmul": 9.9e14})
+    assert (device.short_name, device.kind, device.cuda, device.driver) == (
+        "H200 SXM",
+        "cuda",
+        "12.8",
+        "570.86",
+    )
+    assert device.peaks == {"bf16 matmul": 9.9e14}
+    text = json.dumps({**_file(), "device": device.to_json()})
+    assert results.loads(text).device == device
+
+
+# -- the file format ---------------------------------------------------------------
+
+
+def test_a_file_round_trips(tmp_path):
+    original = results.parse(_file())
+    path = results.save(original, tmp_path / "h100.json")
+    assert results.load(path) == original
+    assert results.loads(results.dumps(original)) == original
+    (result,) = original.results
+    assert result.spread == (6.4e14, 6.6e14)
+    assert dict(result.config) == {"size": 8192, "dtype": "bfloat16", "compiled": False}
+    assert original.for_page("plot_dtypes") == (result,)
+    assert original.for_page("plot_other") == ()
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        pytest.param(json.dumps(_file())[:-20], r"not valid JSON \(line 1, column", id="truncated"),
+        pytest.param("", "not valid JSON", id="empty"),
+        pytest.param("[1, 2]", "must hold a JSON object, got a JSON list", id="not-object"),
+        pytest.param({"device": {}, "results": []}, 'no "schema"', id="no-schema"),
+        pytest.param(_file(schema=2), "schema version 2; this gpuguide reads version 1", id="newer-schema"),
+        pytest.param(_file(schema="1"), '"schema" must be an integer', id="schema-string"),
+        pytest.param(_file(schema=True), '"schema" must be an integer', id="schema-bool"),
+        pytest.param(_file(extra=1), "unknown keys extra", id="foreign-top-key"),
+        pytest.param({"schema": 1, "results": []}, 'no "device"', id="no-device"),
+        pytest.param(_file(device={**H100.to_json(), "date": None}), '"device": date must be', id="device-date-null"),
+        pytest.param(_file(device={k: v for k, v in H100.to_json().items() if k != "torch"}), '"device" lacks torch', id="device-missing-field"),
+        pytest.param(_file(device={**H100.to_json(), "kind": "tpu"}), "kind must be one of cuda, cpu, mps", id="device-kind"),
+        pytest.param(_file(device={**H100.to_json(), "date": "yesterday"}), "date must be an ISO 8601 date", id="device-date"),
+        pytest.param(_file(device={**H100.to_json(), "gpu": "x"}), '"device" has unknown keys gpu', id="device-foreign-key"),
+        pytest.param(_file(results={}), '"results" must be a list', id="results-not-list"),
+        pytest.param(_file(results=[_entry(value="fast")]), r"results\[0\]: value must be a number, got 'fast'", id="value-string"),
+        pytest.param(_file(results=[_entry(value=True)]), r"results\[0\]: value must be a number, got True", id="value-bool"),
+        pytest.param(_file(results=[_entry(value=None)]), r"results\[0\]: value must be a number", id="value-null"),
+        pytest.param(_raw_value("NaN"), "NaN is not a number JSON allows", id="value-nan"),
+        pytest.param(_raw_value("1e999"), "value must be a finite number", id="value-overflow"),
+        pytest.param(_file(results=[_entry(spread={"q25": 2.0, "q75": 1.0})]), "q25 <= q75", id="spread-inverted"),
+        pytest.param(_file(results=[_entry(spread={"q25": 1.0})]), "spread must be", id="spread-incomplete"),
+        pytest.param(_file(results=[_entry(config={"shape": [1, 2]})]), "config 'shape' must be", id="config-list"),
+        pytest.param(_file(results=[_entry(runs=0)]), "runs must be an integer >= 1", id="runs-zero"),
+        pytest.param(_file(results=[{"page": "p", "name": "n", "unit": "s"}]), r"results\[0\] lacks value", id="result-missing"),
+        pytest.param(_file(results=[_entry(note="x")]), r"results\[0\] has unknown keys note", id="result-foreign-key"),
+        pytest.param(_file(results=[_entry(), _entry(value=1.0)]), r"results\[1\] repeats results\[0\]", id="duplicate"),
+    ],
+)  # fmt: skip
+def test_a_bad_file_is_refused_with_its_name_and_problem(tmp_path, data, problem):
+    path = _write(tmp_path, data)
+    with pytest.raises(ResultsFileError) as info:
+        results.load(path)
+    message = str(info.value)
+    assert message.startswith(f"results file {path}: ")
+    assert re.search(problem, message), message
+
+
+def test_a_missing_file_is_refused_with_its_name(tmp_path):
+    path = tmp_path / "absent.json"
+    with pytest.raises(ResultsFileError, match=f"{path}: cannot be read"):
+        results.load(path)
+
+
+def test_results_file_error_is_a_value_error():
+    assert issubclass(ResultsFileError, ValueError)
+
+
+# -- merging runs --------------------------------------------------------------------
+
+
+def _run(device, *figures):
+    return ResultsFile(
+        device=device,
+        results=tuple(
+            Result(page="p", name=name, value=value, unit="s", spread=spread)
+            for name, value, spread in figures
+        ),
+    )
+
+
+def test_merge_takes_medians_and_the_range_of_the_spreads():
+    later = DeviceRecord(**{**H100.to_json(), "date": "2025-07-01T00:00:00+00:00"})
+    merged = results.merge(
+        [
+            _run(H100, ("a", 1.0, (0.9, 1.1)), ("only-first", 5.0, None)),
+            _run(later, ("a", 6.0, (5.5, 6.5))),
+            _run(H100, ("a", 2.0, None)),
+        ]
+    )
+    assert merged.device == later  # the most recent run's provenance
+    a, only_first = merged.results
+    assert (a.value, a.spread, a.runs) == (2.0, (0.9, 6.5), 3)  # mean would be 3
+    assert only_first == _run(H100, ("only-first", 5.0, None)).results[0]
+
+
+def test_merge_keeps_different_configurations_apart():
+    def one(size, value):
+        return ResultsFile(
+            H100, (Result("p", "copy", value, "B/s", None, {"size": size}),)
+        )
+
+    merged = results.merge([one(1, 1.0), one(2, 10.0), one(1, 3.0)])
+    assert [(r.config["size"], r.value, r.runs) for r in merged.results] == [
+        (1, 2.0, 2),
+        (2, 10.0, 1),
+    ]
+
+
+def test_merge_refuses_two_devices_and_two_units():
+    with pytest.raises(ValueError, match=r"one device, got H100 SXM5 \(cuda\) and CPU"):
+        results.merge([_run(H100), _run(CPU)])
+    with pytest.raises(ValueError, match="at least one"):
+        results.merge([])
+    other_unit = ResultsFile(H100, (Result("p", "a", 1.0, "ms"),))
+    with pytest.raises(ValueError, match="one unit in every run, got ms, s"):
+        results.merge([_run(H100, ("a", 1.0, None)), other_unit])
