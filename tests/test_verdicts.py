@@ -170,3 +170,11 @@ def test_interleave_runs_for_real_on_the_cpu():
 def test_interleave_rejects_bad_input(kwargs, error, match):
     with pytest.raises(error, match=match):
         interleave(**kwargs)
+
+
+def test_short_gives_the_speedup_with_its_range_or_no_difference():
+    apart = compare(around("new", 1.0, 0.05), around("old", 2.0, 0.1))
+    assert apart.short.startswith("2.00x (")
+    assert apart.short.endswith("x)")
+    close = compare(around("a", 1.0, 0.2), around("b", 1.05, 0.2))
+    assert close.short.startswith("no measurable difference (")

@@ -220,15 +220,6 @@ del started
 results = timed({label: partial(epoch, loader) for label, loader in loaders.items()})
 
 
-def versus(m, reference):
-    """The speed-up over ``reference`` with its range, or that there is none."""
-    c = gpuguide.compare(m, reference)
-    span = f"{gpuguide.format_ratio(c.low)} to {gpuguide.format_ratio(c.high)}"
-    if not c.measurable:
-        return f"no measurable difference ({span})"
-    return f"{gpuguide.format_ratio(c.speedup)} ({span})"
-
-
 Row = namedtuple("Row", "setting epoch throughput speed_up against")
 rows = []
 for label, m in results.items():
@@ -237,7 +228,7 @@ for label, m in results.items():
     if label == ref:
         rows.append(Row(label, m, speed, None, None))
     else:
-        rows.append(Row(label, m, speed, versus(m, results[ref]), ref))
+        rows.append(Row(label, m, speed, gpuguide.compare(m, results[ref]).short, ref))
 print(gpuguide.table(rows, title=f"one epoch of {SAMPLES} samples"))
 fastest = min(
     (k for k in results if k.startswith("num_workers")),
@@ -251,7 +242,7 @@ gpuguide.plot_bars(
     ax,
     results,
     ylabel="throughput (samples/s)",
-    title=f"{fastest}: {versus(results[fastest], results['baseline'])} the baseline",
+    title=f"{fastest}: {gpuguide.compare(results[fastest], results['baseline']).short} the baseline",
     value=lambda seconds: SAMPLES / seconds,
 )
 plt.show()

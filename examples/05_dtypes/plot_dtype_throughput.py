@@ -187,10 +187,27 @@ for name, found in searches.items():
     if pct is not None:
         percent[f"{name} ({best.shape})"] = pct
 print(gpuguide.table(rows, title=f"best shape per dtype, rates in {unit}"))
-fastest = max(searches, key=lambda k: searches[k].best.flops_per_s)
+
+
+def time_per_flop(name):
+    """The best shape's call times per FLOP, so dtypes at different shapes compare."""
+    best = searches[name].best
+    flop = gpuguide.matmul_flop(*best.shape)
+    m = best.measurement
+    return gpuguide.Measurement(name, [t / flop for t in m.times_s], m.device, m.method)
+
+
+ranked = sorted(searches, key=lambda k: searches[k].best.flops_per_s, reverse=True)
+fastest = ranked[0]
+lead = ""
+if len(ranked) > 1:
+    c = gpuguide.compare(time_per_flop(fastest), time_per_flop(ranked[1]))
+    lead = f"; against {ranked[1]}: {c.short}"
+    if not c.measurable:
+        fastest = f"{fastest} and {ranked[1]}"
 print(
-    f"fastest: {fastest} at {searches[fastest].best.shape}, "
-    f"{gpuguide.format_rate(searches[fastest].best.flops_per_s, 'FLOP/s')}"
+    f"fastest: {ranked[0]} at {searches[ranked[0]].best.shape}, "
+    f"{gpuguide.format_rate(searches[ranked[0]].best.flops_per_s, 'FLOP/s')}{lead}"
 )
 
 # %%

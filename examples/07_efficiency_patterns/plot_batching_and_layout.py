@@ -37,15 +37,6 @@ def timed(variants):
     return gpuguide.interleave(variants, device=device).values()
 
 
-def versus(m, reference):
-    """The speed-up over ``reference`` with its range, or that there is none."""
-    c = gpuguide.compare(m, reference)
-    span = f"{format_ratio(c.low)} to {format_ratio(c.high)}"
-    if not c.measurable:
-        return f"no measurable difference ({span})"
-    return f"{format_ratio(c.speedup)} ({span})"
-
-
 # %%
 # One batched call instead of a loop
 # ----------------------------------
@@ -88,7 +79,12 @@ for B in batches:
     loops.append(loop)
     batched.append(bmm)
     rows.append(
-        {"B": B, "loop": loop, "bmm": bmm, "bmm speed vs loop": versus(bmm, loop)}
+        {
+            "B": B,
+            "loop": loop,
+            "bmm": bmm,
+            "bmm speed vs loop": gpuguide.compare(bmm, loop).short,
+        }
     )
 print(gpuguide.table(rows, title=f"{n}x{n} matrices (results allclose)"))
 if device.type == "cuda":  # how much of bmm's time per call is the GPU's work?

@@ -87,6 +87,17 @@ class Comparison:
         """Whether the intervals are apart (the verdict is not "no difference")."""
         return self.verdict != NO_DIFFERENCE
 
+    @property
+    def short(self) -> str:
+        """The speed-up with its range, for a table cell or a title.
+
+        ``"2.30x (2.10-2.50x)"``, or ``"no measurable difference (0.90-1.10x)"``.
+        """
+        spread = _span(self.low, self.high)
+        if not self.measurable:
+            return f"{NO_DIFFERENCE} ({spread})"
+        return f"{format_ratio(self.speedup)} ({spread})"
+
     def against(self, low: float, high: float) -> str:
         """Place the speed-up against a quoted range ``low``-``high`` (x).
 
