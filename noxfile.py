@@ -1,5 +1,6 @@
 """Sessions for gpuguide: ``nox -s tests`` (default), ``nox -s docs``, ``nox -s lint``,
-and ``nox -s compat`` (the tests on the lowest supported and the newest torch).
+``nox -s record`` (record this device's figures in docs/results) and ``nox -s
+compat`` (the tests on the lowest supported and the newest torch).
 
 Environments are kept between runs and reinstalled only when ``pyproject.toml``
 or this file changes. On a Linux machine with no NVIDIA GPU the sessions
@@ -238,6 +239,26 @@ def docs(session: nox.Session) -> None:
         env=_env(session),
     )  # fmt: skip
     session.log(f"Open {out / 'index.html'} in a browser.")
+
+
+@nox.session
+def record(session: nox.Session) -> None:
+    """Run every page on this device and record its figures in docs/results.
+
+    Writes ``docs/results/<kind>-<device>.json`` (replacing the device's file)
+    when every page ran; a failing page leaves the file as it was. posargs go to
+    ``python -m gpuguide.recorder``: ``--example NAME`` (some pages; the file's
+    other pages are kept), ``--merge`` (merge with the recording already there
+    into medians with their spread), ``--timeout SECONDS`` (per page).
+    """
+    _install(session, "docs")
+    if os.environ.get("GPUGUIDE_SMALL", "").strip() not in ("", "0"):
+        session.warn("GPUGUIDE_SMALL is set: the file will be marked as small sizes.")
+    session.run(
+        _python(session), "-m", "gpuguide.recorder",
+        "--examples", str(ROOT / "examples"), "--results", str(DOCS / "results"),
+        *session.posargs, env=_env(session),
+    )  # fmt: skip
 
 
 @nox.session

@@ -38,6 +38,7 @@ extensions = [
     "myst_parser",
     "sphinx_copybutton",
     "sphinx_gallery.gen_gallery",
+    "results_page",  # docs/_ext: recorded results, validated when the build starts
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "README.md"]

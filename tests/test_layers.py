@@ -20,6 +20,8 @@ import gpuguide
 
 SRC = ROOT / "src"
 FOUNDATION = {"env", "host", "datasheet", "units", "checks", "quiet"}
+#: Programs on top of everything (the check-up and the recorder), imported by none.
+PROGRAMS = {"__main__", "checkup", "recorder"}
 
 
 def _module_name(path: Path, src: Path) -> str:
@@ -120,6 +122,8 @@ def _layer(module: str) -> str:
         return "chapters"
     if len(parts) == 1:
         return "package"
+    if parts[1] in PROGRAMS:
+        return "programs"
     return "foundation" if parts[1] in FOUNDATION else "core"
 
 
@@ -129,6 +133,7 @@ def _layer_violations(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
         "core": {"foundation", "core"},
         "chapters": {"foundation", "core", "chapters"},
         "package": {"foundation", "core"},
+        "programs": {"foundation", "core", "chapters", "programs"},
     }
     return [
         (module, target)
@@ -146,7 +151,7 @@ def analysis():
 def test_the_package_has_its_layers(analysis):
     graph, _ = analysis
     layers = {_layer(m) for m in graph}
-    assert layers == {"package", "foundation", "core", "chapters"}
+    assert layers == {"package", "foundation", "core", "chapters", "programs"}
     assert {m.split(".")[1] for m in graph if _layer(m) == "foundation"} == FOUNDATION
 
 

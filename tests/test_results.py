@@ -101,7 +101,7 @@ def test_record_keeps_values_in_memory_when_not_recording(tmp_path, monkeypatch)
         "B/s",
         None,
     )
-    assert dict(r.config) == {"size": 1024}
+    assert (r.size, dict(r.config)) == (1024, {})  # a size does not identify
     assert list(tmp_path.iterdir()) == []  # nothing written
     assert results.flush() is None  # nowhere to write
     results.clear()
@@ -119,13 +119,34 @@ def test_record_takes_a_measurement_as_median_and_quartiles():
 
 
 def test_recording_the_same_figure_again_replaces_it():
-    results.record("a", 1.0, unit="s", page="p", size=1)
-    results.record("a", 1.0, unit="s", page="p", size=2)
-    results.record("a", 3.0, unit="s", page="p", size=1)
-    assert [(r.value, r.config["size"]) for r in results.recorded()] == [
+    results.record("a", 1.0, unit="s", page="p", n=1)
+    results.record("a", 1.0, unit="s", page="p", n=2)
+    results.record("a", 3.0, unit="s", page="p", n=1)
+    assert [(r.value, r.config["n"]) for r in results.recorded()] == [
         (1.0, 2),
         (3.0, 1),
     ]
+    # at another size it is still the same figure; sweep points differ by x
+    results.record("a", 4.0, unit="s", page="p", n=1, size=64)
+    results.record("a", 5.0, unit="s", page="p", n=1, x=2.0)
+    assert [(r.value, r.size, r.x) for r in results.recorded()] == [
+        (1.0, None, None),
+        (4.0, 64, None),
+        (5.0, None, 2.0),
+    ]
+
+
+def test_size_x_and_peak_round_trip_and_are_checked(tmp_path):
+    r = Result("p", "rate", 1e12, "FLOP/s", size="64x64x64", x=4, peak="bf16")
+    back = results.loads(results.dumps(results.ResultsFile(H100, (r,))))
+    assert back.results == (r,)
+    assert back.results[0].is_sweep_point and back.results[0].x == 4.0
+    with pytest.raises(ValueError, match="peak must be one of"):
+        Result("p", "rate", 1.0, "B/s", peak="hbm")
+    with pytest.raises(ValueError, match="x must be a finite number"):
+        Result("p", "rate", 1.0, "B/s", x=float("inf"))
+    with pytest.raises(ValueError, match="size must be a str"):
+        Result("p", "rate", 1.0, "B/s", size=[1, 2])  # type: ignore[arg-type]
 
 
 def test_the_page_defaults_to_the_running_script(monkeypatch):

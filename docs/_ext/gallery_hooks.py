@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from sphinx.util import logging as sphinx_logging
 
+from gpuguide import results as gpuguide_results
 from gpuguide.device import DeviceInfo, describe_device
 from gpuguide.env import small_mode
 from gpuguide.quiet import ignore_torch_internal_warnings
@@ -191,7 +192,8 @@ def reset_torch_state(
     Resets the TF32 and matmul-precision flags, the default dtype and device,
     the intra-op thread count, cuDNN's autotuner and determinism switches, the
     random seeds (Python, NumPy, torch on every device), dynamo's caches, and
-    CUDA's cached blocks and peak-memory statistics.
+    CUDA's cached blocks and peak-memory statistics, and the figures the
+    previous example recorded (:func:`gpuguide.results.clear`).
 
     Parameters
     ----------
@@ -227,6 +229,7 @@ def reset_torch_state(
     random.seed(SEED)
     np.random.seed(SEED)  # noqa: NPY002 - the legacy global RNG is what examples share
     torch.manual_seed(SEED)
+    gpuguide_results.clear()  # each page's table shows only what it recorded
 
     saved = _state.pop("warnings", None)
     if saved is not None:  # close the previous example's filters first

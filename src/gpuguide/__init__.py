@@ -31,6 +31,8 @@ from gpuguide.memory import MemoryReport, release_host_memory, track_memory
 from gpuguide.peaks import Peaks, device_peaks, percent_of_peak
 from gpuguide.plotting import label_device, plot_bars, plot_sweep
 from gpuguide.quiet import ignore_torch_internal_warnings
+from gpuguide.recordings import show_recorded
+from gpuguide.results import record
 from gpuguide.sizes import SizeBudget, largest_size, size_budget, sweep
 from gpuguide.tables import Table, table
 from gpuguide.timing import (
@@ -79,7 +81,9 @@ __all__ = [
     "plot_bars",
     "plot_sweep",
     "provenance",
+    "record",
     "release_host_memory",
+    "show_recorded",
     "size_budget",
     "small_mode",
     "sweep",

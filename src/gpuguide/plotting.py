@@ -223,6 +223,7 @@ def plot_sweep(
     value: Callable[[float], float] | None = None,
     logx: bool = True,
     logy: bool = True,
+    record: str | None = None,
 ) -> None:
     """Plot one line per series against a size sweep.
 
@@ -251,6 +252,14 @@ def plot_sweep(
         Logarithmic axes (default). The x axis uses base 2 when every size is
         a whole number. Points that a log axis cannot show (<= 0, or not
         finite) are left out.
+    record : str, optional
+        Record the sweep under this name (:func:`gpuguide.results.record`):
+        each point in the base unit of ``ylabel`` (``ms`` is kept as ``s``,
+        ``GB/s`` as ``B/s``), its series named by its label up to the first
+        ``" ("`` (:func:`gpuguide.recordings.series_key`). The recorded
+        devices' curves of the same sweep are then drawn faintly, each device
+        with its own line style and a legend entry marked "recorded"
+        (:func:`gpuguide.recordings.plot_recorded`).
 
     Raises
     ------
@@ -296,6 +305,14 @@ def plot_sweep(
             ax.fill_between(
                 band_x, band_lo, band_hi, color=line.get_color(), alpha=0.2, lw=0
             )
+        if record is not None:
+            _record_series(
+                record, ylabel, name, line_x, line_y, band_x, band_lo, band_hi
+            )
+    if record is not None:
+        from gpuguide.recordings import plot_recorded
+
+        plot_recorded(ax, record, ylabel)
     if logx:
         base = 2 if xs and _all_integers(xs) else 10
         ax.set_xscale("log", base=base)
@@ -307,6 +324,32 @@ def plot_sweep(
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
     label_device(ax.figure, device)
+
+
+def _record_series(
+    record: str,
+    ylabel: str,
+    label: str,
+    xs: Sequence[float],
+    ys: Sequence[float],
+    band_x: Sequence[float],
+    band_lo: Sequence[float],
+    band_hi: Sequence[float],
+) -> None:
+    """Record one plotted series point by point, in the y label's base unit."""
+    from gpuguide.recordings import axis_unit, series_key
+    from gpuguide.results import record as record_figure
+
+    base, scale = axis_unit(ylabel)
+    spreads = {
+        x: (min(lo, hi) * scale, max(lo, hi) * scale)
+        for x, lo, hi in zip(band_x, band_lo, band_hi, strict=True)
+    }
+    for x, y in zip(xs, ys, strict=True):
+        record_figure(
+            record, y * scale, unit=base, spread=spreads.get(x), x=x,
+            series=series_key(label),
+        )  # fmt: skip
 
 
 def plot_bars(

@@ -32,9 +32,9 @@ Examples
 --------
 >>> from gpuguide.results import clear, record, recorded
 >>> clear()
->>> r = record("fp32 matmul", 1.2e12, unit="FLOP/s", page="plot_demo", size=1024)
->>> (r.page, r.name, r.value, dict(r.config))
-('plot_demo', 'fp32 matmul', 1200000000000.0, {'size': 1024})
+>>> r = record("matmul", 1.2e12, unit="FLOP/s", page="plot_demo", size=1024, dtype="fp32")
+>>> (r.page, r.name, r.value, r.size, dict(r.config))
+('plot_demo', 'matmul', 1200000000000.0, 1024, {'dtype': 'fp32'})
 >>> len(recorded())
 1
 >>> clear()
@@ -49,7 +49,7 @@ import statistics
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import MappingProxyType
@@ -60,9 +60,11 @@ from gpuguide.timing import Measurement
 
 if TYPE_CHECKING:
     from gpuguide.device import DeviceInfo
+    from gpuguide.peaks import Peaks
 
 __all__ = [
     "DEVICE_KINDS",
+    "PEAK_NAMES",
     "RECORD_ENV",
     "SCHEMA_VERSION",
     "ConfigValue",
@@ -72,12 +74,14 @@ __all__ = [
     "ResultsFileError",
     "clear",
     "current_device",
+    "default_page",
     "dumps",
     "flush",
     "load",
     "loads",
     "merge",
     "parse",
+    "peak_figures",
     "record",
     "recorded",
     "recording_path",
@@ -98,7 +102,12 @@ _TOP_KEYS = frozenset({"schema", "device", "results"})
 _DEVICE_REQUIRED = ("name", "short_name", "kind", "torch", "cuda", "driver", "date")
 _DEVICE_KEYS = frozenset({*_DEVICE_REQUIRED, "small", "peaks"})
 _RESULT_REQUIRED = ("page", "name", "value", "unit")
-_RESULT_KEYS = frozenset({*_RESULT_REQUIRED, "spread", "config", "runs"})
+_RESULT_KEYS = frozenset(
+    {*_RESULT_REQUIRED, "spread", "config", "runs", "size", "x", "peak"}
+)
+#: What a result's ``peak`` may name: a :class:`gpuguide.peaks.Peaks` figure,
+#: as :meth:`gpuguide.peaks.Peaks.percent_of` takes it.
+PEAK_NAMES = ("fp64", "fp32", "tf32", "fp16", "bf16", "memory", "host_link")
 _SPREAD_KEYS = ("q25", "q75")
 
 
@@ -305,6 +314,16 @@ class Result:
     runs : int
         How many recording runs the figure combines (1, more after
         :func:`merge`).
+    size : str, int, float, bool or None
+        The problem size it was measured at (``8192``, ``"4096x8192x2048"``):
+        shown beside the figure, but not part of what identifies it, so that a
+        GPU's figure at its size and a CPU's at a smaller one line up.
+    x : float or None
+        The point's position on a sweep (its x value); None for a headline
+        figure. Part of what identifies it.
+    peak : str or None
+        The device peak the figure is a share of: one of :data:`PEAK_NAMES`
+        (``"bf16"`` for a bf16 matmul rate, ``"memory"``, ``"host_link"``).
     """
 
     page: str
@@ -314,6 +333,9 @@ class Result:
     spread: tuple[float, float] | None = None
     config: Mapping[str, ConfigValue] = field(default_factory=dict)
     runs: int = 1
+    size: ConfigValue | None = None
+    x: float | None = None
+    peak: str | None = None
 
     def __post_init__(self) -> None:
         _text("page", self.page)
@@ -344,11 +366,26 @@ class Result:
         if self.runs < 1:
             msg = f"runs must be an integer >= 1, got {self.runs!r}"
             raise ValueError(msg)
+        if self.size is not None:
+            object.__setattr__(self, "size", _config_value("size", self.size))
+        if self.x is not None:
+            object.__setattr__(self, "x", _finite("x", self.x))
+        if self.peak is not None and self.peak not in PEAK_NAMES:
+            msg = f"peak must be one of {', '.join(PEAK_NAMES)} or None, got {self.peak!r}"
+            raise ValueError(msg)
 
     @property
-    def key(self) -> tuple[str, str, tuple[tuple[str, ConfigValue], ...]]:
-        """``(page, name, config)``: what identifies a figure across runs."""
-        return (self.page, self.name, tuple(sorted(self.config.items())))
+    def key(
+        self,
+    ) -> tuple[str, str, tuple[tuple[str, ConfigValue], ...], float | None]:
+        """``(page, name, config, x)``: what identifies a figure across runs
+        and devices (its size does not)."""
+        return (self.page, self.name, tuple(sorted(self.config.items())), self.x)
+
+    @property
+    def is_sweep_point(self) -> bool:
+        """Whether the figure is one point of a sweep (it has an ``x``)."""
+        return self.x is not None
 
     def to_json(self) -> dict[str, object]:
         """The result as one entry of a results file's ``"results"``."""
@@ -365,6 +402,10 @@ class Result:
             "spread": spread,
             "config": dict(self.config),
             "runs": self.runs,
+        } | {
+            key: value
+            for key, value in (("size", self.size), ("x", self.x), ("peak", self.peak))
+            if value is not None
         }
 
 
@@ -470,6 +511,9 @@ def _parse_result(data: object, where: str, source: str) -> Result:
             spread=pair,  # type: ignore[arg-type]
             config=config,
             runs=data.get("runs", 1),
+            size=data.get("size"),
+            x=data.get("x"),
+            peak=data.get("peak"),
         )
     except (TypeError, ValueError) as error:
         raise _fail(source, f"{where}: {error}") from None
@@ -670,6 +714,9 @@ def merge(files: Sequence[ResultsFile]) -> ResultsFile:
                 spread=(min(lows), max(highs)),
                 config=group[0].config,
                 runs=sum(r.runs for r in group),
+                size=group[-1].size,
+                x=group[0].x,
+                peak=group[0].peak,
             )
         )
     latest = max((f.device for f in files), key=lambda d: _sort_date(d.date))
@@ -682,6 +729,8 @@ def merge(files: Sequence[ResultsFile]) -> ResultsFile:
 
 _recorded: dict[object, Result] = {}
 _device_cache: list[DeviceRecord] = []
+_with_peaks: dict[tuple[str, str], dict[str, float]] = {}
+_info_cache: list[DeviceInfo] = []
 
 
 def recording_path() -> Path | None:
@@ -698,12 +747,47 @@ def current_device() -> DeviceRecord:
     if not _device_cache:
         from gpuguide.device import describe_device
 
-        _device_cache.append(DeviceRecord.from_info(describe_device()))
+        _info_cache.append(describe_device())
+        _device_cache.append(DeviceRecord.from_info(_info_cache[0]))
     return _device_cache[0]
 
 
-def _default_page() -> str:
-    """The running script's name: sphinx-gallery sets ``sys.argv[0]`` to it."""
+def peak_figures(peaks: Peaks) -> dict[str, float]:
+    """A :class:`gpuguide.peaks.Peaks` as a results file's ``"peaks"``.
+
+    Keys are :data:`PEAK_NAMES`; figures that are unknown are left out.
+    """
+    figures: dict[str, float | None] = {
+        **peaks.flops,
+        "memory": peaks.memory_bandwidth_bytes_per_s,
+        "host_link": peaks.host_link_bytes_per_s,
+    }
+    return {k: v for k, v in figures.items() if k in PEAK_NAMES and v is not None}
+
+
+def _recording_device() -> DeviceRecord:
+    """:func:`current_device` with the device's peaks, for the file's provenance.
+
+    A GPU's are its datasheet figures; a CPU's are measured (once per process,
+    a few seconds), which is why only a recording run asks for them. A device
+    this process did not describe itself gets none.
+    """
+    device = current_device()
+    if device.peaks or not _info_cache:
+        return device
+    if device.key not in _with_peaks:
+        from gpuguide.peaks import device_peaks
+
+        info = _info_cache[0]
+        if DeviceRecord.from_info(info, date=device.date).key != device.key:
+            return device
+        _with_peaks[device.key] = peak_figures(device_peaks(info))
+    return replace(device, peaks=_with_peaks[device.key])
+
+
+def default_page() -> str:
+    """The running script's name, without ``.py`` (sphinx-gallery sets
+    ``sys.argv[0]`` to the page it runs); ``ValueError`` when there is none."""
     main = sys.modules.get("__main__")
     candidates = [sys.argv[0] if sys.argv else "", getattr(main, "__file__", None)]
     for candidate in candidates:
@@ -725,6 +809,9 @@ def record(
     unit: str | None = None,
     spread: tuple[float, float] | None = None,
     page: str | None = None,
+    size: ConfigValue | None = None,
+    peak: str | None = None,
+    x: float | None = None,
     **config: ConfigValue,
 ) -> Result:
     """Record one headline figure of the running page.
@@ -745,8 +832,16 @@ def record(
     page : str, optional
         The page's name; by default the running script's (``sys.argv[0]``,
         which sphinx-gallery sets to the page it runs).
+    size : str, int, float or bool, optional
+        The problem size (``8192``, ``"4096x8192x2048"``): shown with the
+        figure, not part of what identifies it across devices.
+    peak : str, optional
+        The device peak the figure is a share of (:data:`PEAK_NAMES`).
+    x : float, optional
+        The figure's position on a sweep; :func:`gpuguide.plotting.plot_sweep`
+        records its points so.
     **config : str, int, float or bool
-        What the figure was measured with: ``size=8192, dtype="bfloat16"``.
+        What identifies the figure beside its name: ``dtype="bf16", mode="eager"``.
 
     Returns
     -------
@@ -782,12 +877,15 @@ def record(
             raise ValueError(msg)
         number = value
     result = Result(
-        page=_default_page() if page is None else page,
+        page=default_page() if page is None else page,
         name=name,
         value=number,
         unit=unit,
         spread=spread,
         config=config,
+        size=size,
+        x=x,
+        peak=peak,
     )
     _recorded.pop(result.key, None)
     _recorded[result.key] = result
@@ -838,7 +936,7 @@ def flush(
     target = Path(path) if path is not None else recording_path()
     if target is None or not _recorded:
         return None
-    device = device or current_device()
+    device = device or _recording_device()
     mine = recorded()
     pages = {r.page for r in mine}
     kept: tuple[Result, ...] = ()
