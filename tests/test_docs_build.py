@@ -6,6 +6,7 @@ build (``docs/auto_examples``, ``docs/_build``) is never touched.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -34,13 +35,49 @@ def site(tmp_path_factory):
     shutil.copytree(ROOT / "examples", work / "examples")
     shutil.copytree(ROOT / "src", work / "src")
     out = work / "html"
-    env = {**os.environ, "GPUGUIDE_SMALL": "1", "MPLBACKEND": "Agg"}
+    # The recorded results, and a fake GPU recording made from each file's figures,
+    # as a CPU-only build would show a real one.
+    results = work / "results"
+    shutil.copytree(ROOT / "docs" / "results", results)
+    for path in sorted(results.glob("*.json")):
+        data = json.loads(path.read_text())
+        if data["device"]["kind"] == "cpu":
+            data["device"].update(FAKE_GPU)
+            (results / "cuda-fake-h100.json").write_text(json.dumps(data))
+    env = {
+        **os.environ, "GPUGUIDE_SMALL": "1", "MPLBACKEND": "Agg",
+        "GPUGUIDE_RESULTS_DIR": str(results),
+    }  # fmt: skip
     result = subprocess.run(
         [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q",
          str(work / "docs"), str(out)],
         env=env, capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
     return out, result
+
+
+FAKE_GPU = {
+    "kind": "cuda", "name": "NVIDIA H100 80GB HBM3", "short_name": "Fake H100",
+    "cuda": "12.8", "driver": "570.86",
+}  # fmt: skip
+
+
+def test_every_page_with_recorded_figures_shows_each_recorded_device(site):
+    from gpuguide.recordings import load_dir
+
+    out, _ = site
+    files = load_dir(out.parent / "results")
+    assert any(f.device.short_name == "Fake H100" for f in files.values())
+    for script in EXAMPLES:
+        text = _page(out, script).read_text()
+        for f in files.values():
+            if any(not r.is_sweep_point for r in f.for_page(script.stem)):
+                assert f"{f.device.short_name} [rec]" in text, (script.stem, f.device)
+                assert f"recorded {f.device.date[:10]}" in text
+    across = (out / "results.html").read_text()
+    for path, f in files.items():
+        assert path.name in across
+        assert f.device.short_name in across
 
 
 def _page(out, script):
@@ -109,7 +146,7 @@ def test_gallery_lists_every_example(site):
         assert f"{script.stem}.html" in gallery
 
 
-def _mini_site(root, example_code):
+def _mini_site(root, example_code, **extra_env):
     """A site with the project's configuration and a single example."""
     docs, chapter = root / "docs", root / "examples" / "01_only"
     chapter.mkdir(parents=True)
@@ -130,8 +167,8 @@ def _mini_site(root, example_code):
     return subprocess.run(
         [sys.executable, "-m", "sphinx", "-b", "html", "-W", "-q",
          str(docs), str(root / "html")],
-        env={**os.environ, "GPUGUIDE_SMALL": "1"}, capture_output=True, text=True,
-        timeout=600,
+        env={**os.environ, "GPUGUIDE_SMALL": "1", **extra_env}, capture_output=True,
+        text=True, timeout=600,
     )  # fmt: skip
 
 
@@ -172,3 +209,74 @@ def test_an_artifact_is_linked_and_copied(tmp_path):
     (link,) = soup.select("p.gpuguide-download a")
     assert "trace of nothing" in link.get_text()
     assert (page.parent / link["href"]).resolve().read_text() == "{}"
+
+
+# -- recorded results ------------------------------------------------------------------
+
+RECORDING = {
+    "schema": 1,
+    "device": {
+        "name": "NVIDIA H100 80GB HBM3", "short_name": "H100 SXM5", "kind": "cuda",
+        "torch": "2.11.0", "cuda": "12.8", "driver": "570.86",
+        "date": "2026-11-20T10:00:00+00:00", "small": False,
+        "peaks": {"fp32": 6.7e13},
+    },
+    "results": [
+        {"page": "plot_only", "name": "best matmul", "value": 5.1e13,
+         "unit": "FLOP/s", "spread": {"q25": 5.0e13, "q75": 5.2e13},
+         "config": {"dtype": "fp32"}, "size": "8192x8192x8192", "peak": "fp32"},
+    ],
+}  # fmt: skip
+
+RECORDING_EXAMPLE = EXAMPLE_HEAD + (
+    "import gpuguide\n"
+    'gpuguide.record("best matmul", 2.0e9, unit="FLOP/s", size="64x64x64", dtype="fp32")\n'
+    "gpuguide.show_recorded()\n"
+)
+
+
+def _results_folder(tmp_path, text):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "cuda-h100-sxm5.json").write_text(text)
+    return folder
+
+
+def test_a_page_shows_the_recorded_device_beside_its_own_figure(tmp_path):
+    import json
+
+    folder = _results_folder(tmp_path, json.dumps(RECORDING))
+    result = _mini_site(tmp_path, RECORDING_EXAMPLE, GPUGUIDE_RESULTS_DIR=str(folder))
+    assert result.returncode == 0, result.stderr[-3000:]
+    page = tmp_path / "html" / "auto_examples" / "01_only" / "plot_only.html"
+    text = bs4.BeautifulSoup(page.read_text(), "html.parser").get_text()
+    assert "H100 SXM5 [rec]" in text
+    assert "51.0 TFLOP/s (8192x8192x8192)" in text  # the recorded figure
+    assert "2.00 GFLOP/s (64x64x64)" in text  # this run's
+    assert "H100 SXM5 (recorded 2026-11-20, torch 2.11.0, CUDA 12.8)" in text
+
+
+def _broken(kind):
+    import json
+
+    if kind == "truncated JSON":
+        return json.dumps(RECORDING)[:200], "is not valid JSON (line 1, column"
+    data = json.loads(json.dumps(RECORDING))
+    if kind == "wrong schema version":
+        data["schema"] = 2
+        return json.dumps(data), "is schema version 2; this gpuguide reads version 1"
+    data["results"][0]["value"] = "fast"
+    return json.dumps(data), "results[0]: value must be a number, got 'fast'"
+
+
+@pytest.mark.parametrize(
+    "kind", ["truncated JSON", "wrong schema version", "a value that is not a number"]
+)
+def test_a_corrupted_results_file_stops_the_build_naming_the_file(tmp_path, kind):
+    text, problem = _broken(kind)
+    folder = _results_folder(tmp_path, text)
+    result = _mini_site(tmp_path, RECORDING_EXAMPLE, GPUGUIDE_RESULTS_DIR=str(folder))
+    assert result.returncode != 0
+    message = result.stdout + result.stderr
+    assert f"results file {folder / 'cuda-h100-sxm5.json'}: {problem}" in message
+    assert not (tmp_path / "html" / "auto_examples").exists()  # stopped before pages

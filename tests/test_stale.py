@@ -87,15 +87,31 @@ def reruns(srcdir: Path) -> bool:
 # -- the fingerprint -------------------------------------------------------------
 
 
-def test_fingerprint_names_torch_device_mode_and_cap() -> None:
+def test_fingerprint_names_torch_device_mode_and_cap(monkeypatch) -> None:
+    monkeypatch.delenv("GPUGUIDE_RESULTS_DIR", raising=False)
     info = device_mod.describe_device("cpu")
     assert build_fingerprint() == {
         "torch": torch.__version__,
         "device": info.short_name,
         "small mode": "off",
         "GPU memory cap": "none",
+        "recorded results": "none",
     }
     assert build_fingerprint(small=True)["small mode"] == "on"
+
+
+def test_fingerprint_changes_with_the_recorded_results(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("GPUGUIDE_RESULTS_DIR", str(tmp_path))
+    assert build_fingerprint()["recorded results"] == "none"  # an empty folder
+    (tmp_path / "cuda-h100.json").write_text("{}")
+    first = build_fingerprint()["recorded results"]
+    assert first.startswith("1 file(s), sha256 ")
+    (tmp_path / "cuda-h100.json").write_text('{"schema": 1}')
+    second = build_fingerprint()["recorded results"]
+    (tmp_path / "cpu-x.json").write_text("{}")
+    third = build_fingerprint()["recorded results"]
+    assert len({first, second, third}) == 3
+    assert third.startswith("2 file(s)")
 
 
 # -- the decision ----------------------------------------------------------------

@@ -25,6 +25,7 @@ and says in its log what changed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import random
@@ -43,6 +44,7 @@ from gpuguide import results as gpuguide_results
 from gpuguide.device import DeviceInfo, describe_device
 from gpuguide.env import small_mode
 from gpuguide.quiet import ignore_torch_internal_warnings
+from gpuguide.recordings import results_dir
 from gpuguide.units import format_bytes
 
 __all__ = [
@@ -328,8 +330,9 @@ def build_fingerprint(
     -------
     dict of str to str
         ``torch`` (its version), ``device`` (its short name: the GPU variant or
-        name, or the CPU model and threads), ``small mode`` (``on`` or ``off``)
-        and ``GPU memory cap`` (``none`` or the size).
+        name, or the CPU model and threads), ``small mode`` (``on`` or ``off``),
+        ``GPU memory cap`` (``none`` or the size) and ``recorded results`` (a
+        digest of the results files every page shows, :func:`results_digest`).
     """
     info = describe_device() if info is None else info
     small = small_mode() if small is None else small
@@ -339,7 +342,24 @@ def build_fingerprint(
         "device": info.short_name,
         "small mode": "on" if small else "off",
         "GPU memory cap": "none" if cap is None else f"{format_bytes(cap)} ({cap} B)",
+        "recorded results": results_digest(),
     }
+
+
+def results_digest() -> str:
+    """A digest of the files in ``GPUGUIDE_RESULTS_DIR``: names and contents.
+
+    ``"none"`` when the variable is unset or the folder holds no file. A new or
+    re-recorded device changes it, and with it every page's table.
+    """
+    folder = results_dir()
+    files = sorted(folder.glob("*.json")) if folder and folder.is_dir() else []
+    if not files:
+        return "none"
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"{len(files)} file(s), sha256 {digest.hexdigest()[:12]}"
 
 
 def fingerprint_changes(stamp: str | Path, current: Mapping[str, str]) -> list[str]:

@@ -192,18 +192,19 @@ def _bounds(result: Result) -> tuple[float, float]:
     return result.spread if result.spread is not None else (result.value, result.value)
 
 
-def against_recording(live: Result, recording: Result) -> str:
+def against_recording(live: Result, recording: Result, *, sizes: bool = True) -> str:
     """How a figure of this run compares with the same device's recording.
 
     Returns ``"within its spread"`` when the two interquartile ranges overlap,
     else the difference in percent with its direction: ``"12% slower"`` for a
     time that grew or a rate that fell, ``"faster"`` the other way,
     ``"higher"``/``"lower"`` for other units. Figures measured at another size
-    are not compared.
+    are not compared, unless ``sizes`` is False (rates that do not depend on
+    the size once it is large enough, as the check-up's).
     """
     if live.unit != recording.unit:
         return f"not comparable: {live.unit} here, {recording.unit} recorded"
-    if live.size != recording.size:
+    if sizes and live.size != recording.size:
         return f"not comparable: size {live.size} here, {recording.size} recorded"
     (low, high), (rec_low, rec_high) = _bounds(live), _bounds(recording)
     if low <= rec_high and rec_low <= high:
@@ -314,7 +315,11 @@ def show_recorded(page: str | None = None, *, file: TextIO | None = None) -> Non
         if recording.device.short_name in names:
             print(f"[rec] {device_label(recording.device)}", file=out)
     if folder is None:
-        print(f"No recorded devices: {RESULTS_DIR_ENV} is not set.", file=out)
+        print(
+            f"No recorded devices: set {RESULTS_DIR_ENV} to a folder of results "
+            "files (the guide's docs/results) to see them here.",
+            file=out,
+        )
 
 
 # --------------------------------------------------------------------------------------

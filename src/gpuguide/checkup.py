@@ -1,0 +1,366 @@
+"""``python -m gpuguide``: a one-screen check-up of this machine against the guide.
+
+Measures, with the same helpers as the pages that teach them:
+
+- matmul throughput per dtype, the best of a small shape search
+  (:func:`gpuguide.chapters.mamf.search_matmul_shapes`, as on the dtypes page);
+- device memory bandwidth, a large ``x + y`` (the roofline page's streaming
+  size, :func:`gpuguide.chapters.roofline.streaming_elements`);
+- host-device bandwidth, pageable and pinned (CUDA only, as on the transfers page);
+- the time of one tiny call, the launch overhead (as on the roofline page);
+- the cost per operation of a chain of small kernels, launched one by one and
+  replayed from a CUDA graph (CUDA only, as on the CUDA graphs page).
+
+Each figure is printed with its share of the device's peak (the datasheet for
+a GPU, the measured ceiling for a CPU) and beside the same figure of every
+recorded device (``GPUGUIDE_RESULTS_DIR`` or ``--results``). ``--json`` prints
+a results file instead (:mod:`gpuguide.results`, the same schema), whose
+figures carry the pages' names, so that it can be compared with, or merged
+into, a recording.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from gpuguide.chapters.mamf import search_matmul_shapes
+from gpuguide.chapters.roofline import streaming_elements
+from gpuguide.device import describe_device, pick_device, provenance
+from gpuguide.peaks import Peaks, device_peaks
+from gpuguide.quiet import ignore_torch_internal_warnings
+from gpuguide.recordings import (
+    RESULTS_DIR_ENV,
+    against_recording,
+    format_value,
+    load_dir,
+    results_dir,
+)
+from gpuguide.results import (
+    DeviceRecord,
+    Result,
+    ResultsFile,
+    dumps,
+    peak_figures,
+)
+from gpuguide.tables import Table
+from gpuguide.timing import Measurement, benchmark
+from gpuguide.verdicts import interleave
+
+__all__ = ["MATMUL_DTYPES", "checkup", "main", "report"]
+
+#: name -> (dtype, TF32 allowed), as the dtypes page names its variants.
+MATMUL_DTYPES: dict[str, tuple[torch.dtype, bool]] = {
+    "fp64": (torch.float64, False),
+    "fp32": (torch.float32, False),
+    "tf32": (torch.float32, True),
+    "fp16": (torch.float16, False),
+    "bf16": (torch.bfloat16, False),
+}
+#: Bytes per host-device copy.
+COPY_BYTES = 2**26
+#: Elements of the tiny add (the roofline page's).
+TINY = 128
+#: Chain lengths whose difference gives the cost per operation.
+CHAINS = (8, 64)
+
+
+def _spread(nbytes: float, m: Measurement) -> tuple[float, float]:
+    return (nbytes / m.q75_s, nbytes / m.q25_s)
+
+
+def _tf32(allowed: bool) -> Callable[[], None]:
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = allowed
+
+    def restore() -> None:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+
+    return restore
+
+
+def _dtypes(device: torch.device) -> list[str]:
+    names = list(MATMUL_DTYPES)
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 0):
+        names.remove("tf32")
+    if device.type == "mps":
+        names.remove("fp64")
+    return names
+
+
+def matmul_figures(device: torch.device, levels: int, peaks: Peaks) -> list[Result]:
+    """The best rate per dtype from a search over ``levels``**3 shapes."""
+    figures = []
+    for name in _dtypes(device):
+        dtype, tf32 = MATMUL_DTYPES[name]
+        restore = _tf32(tf32)
+        try:
+            plan = peaks.flops_for(dtype, tf32=tf32)
+            found = search_matmul_shapes(
+                dtype, device=device, label=name, flop_per_s=plan, levels=levels
+            )
+        finally:
+            restore()
+        best = found.best
+        figures.append(
+            Result(
+                "plot_dtype_throughput",
+                "best matmul",
+                best.flops_per_s,
+                "FLOP/s",
+                spread=(best.median_flops_per_s, best.flops_per_s),
+                config={"dtype": name},
+                size="x".join(map(str, best.shape)),
+                peak=name,
+            )
+        )
+    return figures
+
+
+def memory_figures(device: torch.device) -> list[Result]:
+    """A large ``x + y`` (bandwidth) and a tiny one (the time of one call)."""
+    n = streaming_elements(device=device)
+    x, y, out = (torch.randn(n, device=device) for _ in range(3))
+    big = benchmark(torch.add, args=(x, y), kwargs={"out": out}, device=device)
+    del x, y, out
+    a, b, c = (torch.randn(TINY, device=device) for _ in range(3))
+    tiny = benchmark(torch.add, args=(a, b), kwargs={"out": c}, device=device)
+    moved = 12 * n
+    return [
+        Result(
+            "plot_roofline",
+            "x + y bandwidth",
+            moved / big.median_s,
+            "B/s",
+            spread=_spread(moved, big),
+            size=n,
+            peak="memory",
+        ),
+        Result(
+            "plot_roofline",
+            "tiny add call",
+            tiny.median_s,
+            "s",
+            spread=(tiny.q25_s, tiny.q75_s),
+            size=TINY,
+        ),
+    ]
+
+
+def _copy(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    return dst.copy_(src)
+
+
+def transfer_figures(device: torch.device) -> list[Result]:
+    """Host-to-device and back, from pageable and from pinned memory (CUDA only)."""
+    if device.type != "cuda":
+        return []
+    numel = COPY_BYTES // 4
+    pageable, on_device = torch.randn(numel), torch.empty(numel, device=device)
+    pinned, pinned_out = pageable.pin_memory(), torch.empty(numel, pin_memory=True)
+    pageable_out = torch.empty(numel)
+    plans = {
+        ("H2D", "pageable"): (on_device, pageable),
+        ("H2D", "pinned"): (on_device, pinned),
+        ("D2H", "pageable"): (pageable_out, on_device),
+        ("D2H", "pinned"): (pinned_out, on_device),
+    }
+    timed = interleave(
+        {" ".join(k): partial(_copy, *p) for k, p in plans.items()},
+        device=device,
+        warmup_ms=10,
+        rep_ms=50,
+    )
+    return [
+        Result(
+            "plot_transfer_bandwidth",
+            f"{way} bandwidth",
+            COPY_BYTES / m.median_s,
+            "B/s",
+            spread=_spread(COPY_BYTES, m),
+            config={"memory": memory},
+            size=COPY_BYTES,
+            peak="host_link",
+        )
+        for (way, memory), m in zip(plans, timed.values(), strict=True)
+    ]
+
+
+def _chain(x: torch.Tensor, n_ops: int) -> torch.Tensor:
+    for _ in range(n_ops):
+        x = torch.sin(x)
+    return x
+
+
+def _capture(x: torch.Tensor, n_ops: int) -> torch.cuda.CUDAGraph:
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            _chain(x, n_ops)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _chain(x, n_ops)
+    return graph
+
+
+def launch_figures(device: torch.device) -> list[Result]:
+    """Cost per operation of a chain of sines, eager and replayed (CUDA only)."""
+    if device.type != "cuda":
+        return []
+    x = torch.randn(1024, device=device)
+    short, long = CHAINS
+    graphs = {n: _capture(x, n) for n in CHAINS}
+    timed = interleave(
+        {
+            "eager short": partial(_chain, x, short),
+            "eager long": partial(_chain, x, long),
+            "graph short": graphs[short].replay,
+            "graph long": graphs[long].replay,
+        },
+        device=device,
+        measure="call",
+    )
+    figures = []
+    for mode in ("eager", "graph"):
+        a, b = timed[f"{mode} short"], timed[f"{mode} long"]
+        per_op = (b.median_s - a.median_s) / (long - short)
+        low = max((b.q25_s - a.q75_s) / (long - short), 0.0)
+        high = max((b.q75_s - a.q25_s) / (long - short), low)
+        figures.append(
+            Result(
+                "plot_cuda_graphs",
+                "per-op cost",
+                max(per_op, 0.0),
+                "s",
+                spread=(min(low, max(per_op, 0.0)), max(high, per_op)),
+                config={"mode": mode},
+                size=f"{short}-{long} ops",
+            )
+        )
+    return figures
+
+
+def checkup(device: torch.device, *, levels: int = 2) -> ResultsFile:
+    """Measure every figure on ``device``; the device's peaks come with them."""
+    info = describe_device(device)
+    peaks = device_peaks(info)
+    figures = [
+        *matmul_figures(device, levels, peaks),
+        *memory_figures(device),
+        *transfer_figures(device),
+        *launch_figures(device),
+    ]
+    record = DeviceRecord.from_info(info, peaks=peak_figures(peaks))
+    return ResultsFile(device=record, results=tuple(figures))
+
+
+def _label(result: Result) -> str:
+    config = " ".join(str(v) for v in result.config.values())
+    return f"{result.name} {config}".strip()
+
+
+def report(measured: ResultsFile, recorded: Sequence[ResultsFile] = ()) -> str:
+    """The one-screen report: each figure, its % of peak, the recorded devices'."""
+    device = measured.device
+    shown = [f for f in recorded if f.results]
+    own = next((f for f in shown if f.device.key == device.key), None)
+    header = ["figure", "this machine", "size", "% of peak"]
+    header += [f"{f.device.short_name} [rec]" for f in shown]
+    if own is not None:
+        header.append("against its recording")
+    rows = []
+    for result in measured.results:
+        peak = device.peaks.get(result.peak or "")
+        pct = f"{100 * result.value / peak:.0f}%" if peak else "-"
+        row = [
+            _label(result),
+            format_value(result.value, result.unit),
+            str(result.size or "-"),
+            pct,
+        ]
+        for f in shown:
+            match = next((r for r in f.results if r.key == result.key), None)
+            row.append(format_value(match.value, match.unit) if match else "-")
+        if own is not None:
+            match = next((r for r in own.results if r.key == result.key), None)
+            row.append(against_recording(result, match, sizes=False) if match else "-")
+        rows.append(tuple(row))
+    kind = "measured ceiling" if device.kind == "cpu" else "datasheet"
+    lines = [
+        f"gpuguide check-up on {device.short_name}",
+        str(Table(header=tuple(header), rows=tuple(rows))),
+        f"% of peak: of this device's {kind} figure; [rec]: recorded, not measured now.",
+    ]
+    if not shown:
+        lines.append(
+            f"No recorded devices to compare with (--results or {RESULTS_DIR_ENV})."
+        )
+    if device.kind != "cuda":
+        lines.append(
+            "Host-device copies and CUDA graphs need a CUDA GPU: not measured."
+        )
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gpuguide",
+        description=(
+            "Check this machine: matmul rate per dtype (a small shape search), "
+            "memory and host-device bandwidth, launch overhead and CUDA-graph "
+            "replay, against the datasheet peak and the recorded devices."
+        ),
+    )
+    parser.add_argument(
+        "--device", help="cpu, cuda, cuda:1, mps (default: the best one)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print a results file (JSON)"
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        metavar="DIR",
+        help=f"recorded results to compare with (default: ${RESULTS_DIR_ENV})",
+    )
+    parser.add_argument(
+        "--levels",
+        type=int,
+        default=2,
+        metavar="N",
+        help="sizes per matmul dimension in the shape search (default 2: 8 shapes)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the check-up; returns the exit status (2 for bad arguments or devices)."""
+    ignore_torch_internal_warnings()
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.levels < 1:
+        parser.error(f"--levels must be >= 1, got {args.levels}")
+    try:
+        device = pick_device(args.device)
+        folder = args.results or results_dir()
+        recorded = tuple(load_dir(folder).values()) if folder else ()
+    except (RuntimeError, ValueError) as error:  # ResultsFileError is a ValueError
+        print(f"python -m gpuguide: error: {error}", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    measured = checkup(device, levels=args.levels)
+    if args.json:
+        sys.stdout.write(dumps(measured))
+        return 0
+    print(provenance(device))
+    print(report(measured, recorded))
+    print(f"({time.perf_counter() - start:.0f} s)")
+    return 0
