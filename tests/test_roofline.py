@@ -13,7 +13,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from gpuguide.chapters.roofline import REGIMES, RooflinePoint, plot_roofline
+from gpuguide.chapters import roofline
+from gpuguide.chapters.roofline import (
+    REGIMES,
+    STREAMING_MIN_ELEMENTS,
+    RooflinePoint,
+    plot_roofline,
+    streaming_elements,
+)
 from gpuguide.device import describe_device
 from gpuguide.timing import Measurement
 
@@ -213,3 +220,59 @@ def test_plot_roofline_shows_points_above_the_roof(ax: plt.Axes) -> None:
     )
     lo, hi = ax.get_ylim()
     assert lo < 10.0 < 100.0 < hi  # the roof and the point, in TFLOP/s
+
+
+# -- streaming_elements --------------------------------------------------------
+
+
+def fake_largest(monkeypatch, answer: int) -> dict:
+    """Make ``largest_size`` return ``answer``; the dict gets its arguments."""
+    seen: dict = {}
+
+    def largest(lo, hi, **kwargs):
+        seen.update(kwargs, lo=lo, hi=hi)
+        return answer
+
+    monkeypatch.setattr(roofline, "largest_size", largest)
+    return seen
+
+
+def test_streaming_elements_asks_for_four_float32_tensors(monkeypatch) -> None:
+    seen = fake_largest(monkeypatch, 2**20)
+    assert streaming_elements(device="cpu", small=True) == 2**20
+    assert (seen["lo"], seen["hi"], seen["device"]) == (2**12, 2**28, "cpu")
+    # x, y, z and out in float32; z + x*y: 2 FLOP and 16 bytes per element.
+    assert seen["memory_at"](1000) == 16_000
+    assert seen["flop_at"](1000) == 2_000
+    assert seen["traffic_at"](1000) == 16_000
+
+
+@pytest.mark.parametrize(
+    ("fits", "small", "expected"),
+    [
+        (2**20, False, STREAMING_MIN_ELEMENTS),  # raised past the caches
+        (2**26, False, 2**26),  # already larger
+        (2**20, True, 2**20),  # small mode keeps what fits
+    ],
+)
+def test_streaming_elements_floor_outside_small_mode(
+    monkeypatch, fits: int, small: bool, expected: int
+) -> None:
+    fake_largest(monkeypatch, fits)
+    assert streaming_elements(small=small) == expected
+
+
+@pytest.mark.parametrize(("env", "expected"), [("1", 2**14), ("", 2**24)])
+def test_streaming_elements_follows_small_mode_by_default(
+    monkeypatch, env: str, expected: int
+) -> None:
+    monkeypatch.setenv("GPUGUIDE_SMALL", env)
+    fake_largest(monkeypatch, 2**14)
+    assert streaming_elements() == expected
+
+
+def test_streaming_elements_on_this_machine() -> None:
+    n = streaming_elements(device="cpu", small=False)
+    assert STREAMING_MIN_ELEMENTS <= n <= 2**28
+    assert n & (n - 1) == 0  # a power of two
+    assert STREAMING_MIN_ELEMENTS == 2**24

@@ -42,7 +42,10 @@ print(f"  {cpu_peaks.detail}")
 if on_gpu and not peaks.known:
     print(f"{peaks.name}: peak FLOP/s and bandwidth unknown, so no percentages")
 if not on_gpu:
-    print("The GPU curves need a GPU to measure; this run shows the CPU curves.")
+    print(
+        "The GPU curves need a GPU to measure; this run shows the CPU curves, and "
+        "those of the recorded GPUs faintly, with their figures at the end."
+    )
 
 # %%
 # The two operations
@@ -81,7 +84,7 @@ def run_sweep(op, shape_at, n_tensors, lo, hi, **fit):
     cpu_sizes = gpuguide.sweep(lo, hi, device=cpu, call_s=cpu_call_s, **fit)
     gpu_sizes = gpuguide.sweep(lo, hi, **fit) if on_gpu else []
     sizes = sorted(set(cpu_sizes) | set(gpu_sizes))
-    series = {cpu_name: [], "GPU, data on device": [], "GPU incl. copies": []}
+    series = {"CPU": [], "GPU, data on device": [], "GPU incl. copies": []}
     for n in sizes:
         host = [torch.randn(shape_at(n)) for _ in range(n_tensors)]  # last: `out`
         on_cpu = on_device = copies = None
@@ -95,7 +98,7 @@ def run_sweep(op, shape_at, n_tensors, lo, hi, **fit):
             copies = gpuguide.benchmark(with_copies, args=host[:-1], device=device)
         for label, m in zip(series, (on_cpu, on_device, copies), strict=True):
             series[label].append(m)
-    return sizes, series if on_gpu else {cpu_name: series[cpu_name]}
+    return sizes, series if on_gpu else {"CPU": series["CPU"]}
 
 
 # %%
@@ -132,7 +135,7 @@ def size_text(n):
 def share(of, label, rate):
     if "copies" in label:
         return ""
-    on = cpu_peaks if label == cpu_name else peaks
+    on = cpu_peaks if label == "CPU" else peaks
     pct = on.percent_of(rate, of, tf32=tf32)
     if pct is None:
         return ""
@@ -147,16 +150,26 @@ def share(of, label, rate):
 
 def summarize(name, sizes, series, work_at, unit, of):
     labelled, finding = {}, []
+    peak = "memory" if of == "memory" else "tf32" if tf32 else "fp32"
     for label, times in series.items():
         n, m = [(n, m) for n, m in zip(sizes, times, strict=True) if m][-1]
-        note = share(of, label, work_at(n) / m.median_s)
-        rate = gpuguide.format_rate(work_at(n) / m.median_s, unit)
+        work = work_at(n)
+        note = share(of, label, work / m.median_s)
+        rate = gpuguide.format_rate(work / m.median_s, unit)
         print(f"{name}, {label}, n={size_text(n)}: {rate}{note}")
-        if label == cpu_name:
-            labelled[label] = times
+        # Recorded: each processor's own rate, as a share of the peak of the run's
+        # device (a GPU run's CPU series is its host's, with no recorded peak).
+        if "copies" not in label:
+            gpuguide.record(
+                f"{name} rate", work / m.median_s, unit=unit, size=n, on=label,
+                spread=(work / m.q75_s, work / m.q25_s),
+                peak=peak if (label == "CPU") != on_gpu else None,
+            )  # fmt: skip
+        if label == "CPU":
+            labelled[f"CPU ({cpu_name.removeprefix('CPU: ')})"] = times
             finding.append(f"the CPU reaches {rate}")
             continue
-        found, (n, c, g) = crossover(sizes, series[cpu_name], times)
+        found, (n, c, g) = crossover(sizes, series["CPU"], times)
         versus = gpuguide.compare(g, c)
         if versus.measurable:
             speed = f"{gpuguide.format_ratio(versus.speedup)} CPU speed"
@@ -165,7 +178,7 @@ def summarize(name, sizes, series, work_at, unit, of):
         speed += f" at n={size_text(n)}"
         where = f"from n={size_text(found)} on" if found else "at no measured size"
         print(f"{name}, {label}: faster than the CPU {where}; {speed}")
-        labelled[f"{label}: {speed}"] = times
+        labelled[f"{label} ({speed})"] = times
         how = "with copies" if "copies" in label else "on device"
         finding.append(f"from n={size_text(found)} {how}" if found else f"never {how}")
     if on_gpu:
@@ -212,6 +225,7 @@ gpuguide.plot_sweep(
     xlabel="matrix side n (elements)",
     ylabel="time (ms)",
     title=f"matmul: {finding}",
+    record="matmul time",
 )
 plt.show()
 
@@ -249,6 +263,7 @@ gpuguide.plot_sweep(
     xlabel="vector length (elements)",
     ylabel="time (ms)",
     title=f"x*a+b: {finding}",
+    record="x * a + b time",
 )
 plt.show()
 
@@ -259,3 +274,11 @@ plt.show()
 # operation. Large matrix multiplications gain the most, elementwise work at best the
 # bandwidth ratio, and data that crosses the host link for one use may be better
 # left on the CPU. Faster copies (pinned memory, non-blocking) come later.
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

@@ -137,6 +137,9 @@ m_host, m_copy, m_both = gpuguide.interleave(
 ).values()
 for m in (m_dev, m_host, m_copy, m_both):
     print(m)
+gpuguide.record("randn on the device", m_dev, size=f"{n}x{n}")
+gpuguide.record("randn on the CPU", m_host, size=f"{n}x{n}")
+gpuguide.record("randn on the CPU, then .to(device)", m_both, size=f"{n}x{n}")
 
 # %%
 # What the numbers say
@@ -152,6 +155,11 @@ parts_s = m_host.median_s + m_copy.median_s
 print(f"x_host.to(device) is x_host: {x_host.to(device) is x_host}")
 if device.type != "cpu":
     rate = gpuguide.bytes_per_s(nbytes, m_copy.median_s)
+    spread = (nbytes / m_copy.q75_s, nbytes / m_copy.q25_s)
+    gpuguide.record(
+        "H2D bandwidth", rate, unit="B/s", spread=spread, size=nbytes,
+        peak="host_link", memory="pageable",
+    )  # fmt: skip
     pct = gpuguide.device_peaks(device).percent_of(rate, "host_link")
     of_link = "link peak unknown" if pct is None else f"{pct:.0f}% of the link's peak"
     print(
@@ -213,3 +221,11 @@ gpuguide.plot_bars(
     title=title,
 )
 plt.show()
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

@@ -57,6 +57,7 @@ ref = gpuguide.benchmark(
     torch.matmul, args=(a, b), kwargs={"out": out}, label="reference"
 )
 print(ref)
+gpuguide.record("reference matmul", ref, size=n)
 
 
 def as_measurement(label, times_s, method):
@@ -287,7 +288,9 @@ else:
 # -------------------------
 # Ratios to the reference median: 1.00x is right, below 1 underestimates, above 1
 # overestimates. The y axis turns logarithmic when the methods differ by more than
-# 10x, as the no-sync clock on a GPU does.
+# 10x, as the no-sync clock on a GPU does. Three ratios are recorded, each with the
+# range its quartiles allow: the no-sync clock (a GPU's pitfall), the first call
+# (every device's) and ``Timer`` with one thread (a CPU's).
 methods = {
     "reference": ref,
     "host clock, no sync": no_sync,
@@ -299,6 +302,11 @@ methods = {
 for label, m in methods.items():
     ratio = gpuguide.format_ratio(m.median_s / ref.median_s)
     print(f"{label}: {ratio} the reference")
+    if label in ("host clock, no sync", "first call", "Timer, 1 thread"):
+        gpuguide.record(
+            "time / reference", m.median_s / ref.median_s, unit="x", size=n,
+            spread=(m.q25_s / ref.q75_s, m.q75_s / ref.q25_s), method=label,
+        )  # fmt: skip
 worst = max(methods, key=lambda k: abs(math.log(methods[k].median_s / ref.median_s)))
 fig, ax = plt.subplots()
 gpuguide.plot_bars(
@@ -312,3 +320,11 @@ medians = [m.median_s for m in methods.values()]
 if max(medians) > 10 * min(medians):
     ax.set_yscale("log")
 plt.show()
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

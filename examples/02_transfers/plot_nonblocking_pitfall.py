@@ -124,6 +124,7 @@ numel = n * n
 for name, counts in wrong.items():
     bad = sum(c > 0 for c in counts)
     mean = sum(counts) / len(counts) / numel
+    gpuguide.record("wrong elements, unsafe read", 100 * mean, unit="%", case=name)
     print(
         f"unsafe read, {name}: wrong in {bad} of {trials} trials, "
         f"{max(counts)} of {numel} elements at worst, {mean:.1%} on average"
@@ -196,6 +197,8 @@ times = gpuguide.interleave(
 for m in times.values():
     print(m)
 copy, event, serial, overlap = times.values()
+gpuguide.record("copy + host work", serial, size=4 * n * n, order="one after the other")
+gpuguide.record("copy + host work", overlap, size=4 * n * n, order="overlapped")
 copy_s, serial_s = copy.median_s, serial.median_s
 wait = gpuguide.compare(event, copy)
 print(f"the event wait against a blocking copy: {wait}")
@@ -232,3 +235,11 @@ plt.show()
 # worth it only when the host has work to do before it needs the data. A pinned
 # *source* of a host-to-device copy has the mirror-image hazard: do not overwrite it
 # until the copy is done.
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

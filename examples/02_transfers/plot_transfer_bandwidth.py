@@ -39,7 +39,8 @@ if on_gpu:
 else:
     print(
         "H2D/D2H copies, pinned memory and the cost of pin_memory() need a CUDA GPU; "
-        "this run measures host-to-host copy_ bandwidth instead."
+        "this run measures host-to-host copy_ bandwidth instead. H2D and D2H figures "
+        "recorded on GPUs are at the end of the page."
     )
 
 # %%
@@ -147,7 +148,8 @@ def gbps(key):
 # the faster the link, the larger the gain: well under 2x on PCIe 3.0, several times
 # on PCIe 5.0. The seeds quote 16 and 32 GB/s for the link: the peaks of PCIe 3.0
 # and 4.0 x16, not of every machine. The verdicts compare the medians with their
-# spread (:func:`gpuguide.compare`).
+# spread (:func:`gpuguide.compare`). The rates at the largest size are recorded,
+# pageable and pinned, with the range their quartiles give.
 for key, ms in results.items():
     rate, m = n_max / ms[-1].median_s, ms[-1]
     pct = peaks.percent_of(rate, "host_link") if on_gpu else None
@@ -156,6 +158,16 @@ for key, ms in results.items():
         f"{'' if pct is None else f', {pct:.0f}% of the link peak'} "
         f"(median {format_cell(m)})"
     )
+    spread = (n_max / m.q75_s, n_max / m.q25_s)
+    if on_gpu and key[1] in ("pageable", "pinned"):
+        gpuguide.record(
+            f"{key[0]} bandwidth", rate, unit="B/s", spread=spread, size=n_max,
+            peak="host_link", memory=key[1],
+        )  # fmt: skip
+    elif not on_gpu:
+        gpuguide.record(
+            "host-to-host bandwidth", rate, unit="B/s", spread=spread, size=n_max
+        )
 for direction in ("H2D", "D2H") if on_gpu else ():
     pageable, pinned, pinned_async = (results[direction, w][-1] for w in WAYS)
     pinning = gpuguide.compare(pinned, pageable)
@@ -212,6 +224,7 @@ for direction in ("H2D", "D2H") if on_gpu else ("host-to-host",):
     gpuguide.plot_sweep(
         ax, sizes, series, xlabel="copy size (bytes)", ylabel="bandwidth (GB/s)",
         title=f"{direction}: up to {format_rate(best, 'B/s')}{of_link}",
+        record=f"{direction} bandwidth by size",
     )  # fmt: skip
     # On the CPU: device_peaks' large-copy rate counts bytes read plus written.
     ref = link if on_gpu else peaks.memory_bandwidth_bytes_per_s / 2
@@ -291,3 +304,11 @@ else:
 # ``DataLoader(pin_memory=True)``, which pins in a background thread), not tensors
 # you send once. The next page shows what goes wrong when a non-blocking copy to the
 # host is read too early.
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

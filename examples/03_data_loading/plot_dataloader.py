@@ -130,7 +130,8 @@ def timed(variants):
 # slower decides what workers can do. When loading is the slower side (the loop is
 # *loader-bound*), workers that load in parallel can speed up an epoch up to that
 # ratio, or to the number of free cores if that is smaller. When the model is slower,
-# workers can at best hide the loading behind it.
+# workers can at best hide the loading behind it. Both rates are recorded, in samples
+# per second with the range their quartiles give.
 baseline = make_loader()
 premade = list(baseline)  # the same batches, made once
 
@@ -152,6 +153,11 @@ print(
     f"per epoch of {SAMPLES} samples: loading {format_cell(load)}, the model "
     f"{format_cell(compute)}: {regime} ({bound})"
 )
+for side, m in {"loading alone": load, "model alone": compute}.items():
+    gpuguide.record(
+        side, SAMPLES / m.median_s, unit="samples/s", size=SAMPLES,
+        spread=(SAMPLES / m.q75_s, SAMPLES / m.q25_s),
+    )  # fmt: skip
 
 # %%
 # Starting workers: once, or every epoch
@@ -236,6 +242,10 @@ fastest = min(
 )
 gain = gpuguide.compare(results[fastest], results["baseline"])
 print(f"workers, at their best: {gain}")
+gpuguide.record(
+    "workers' best speed-up", gain.speedup, unit="x", spread=(gain.low, gain.high),
+    size=SAMPLES,
+)  # fmt: skip
 
 fig, ax = plt.subplots()
 gpuguide.plot_bars(
@@ -295,3 +305,11 @@ plt.show()
 # per-batch overhead. Pinned memory speeds the copy to a GPU, which matters once
 # loading keeps up. Keep spawned workers persistent, and let an epoch finish (or
 # run out its batches) before you drop its loader.
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

@@ -91,6 +91,7 @@ blocks = nn.ModuleList(
 ).to(device)
 x = torch.randn(batch, width, device=device)
 y = torch.randn(batch, width, device=device)
+dims = f"{depth}x{width}, batch {batch}"  # shown with the recorded figures
 print(f"{depth} blocks, width {width}, batch {batch}")
 
 # %%
@@ -128,6 +129,8 @@ times = gpuguide.interleave(
 memory = {name: peak_rise(partial(run, mode))[0] for name, mode in modes.items()}
 rows = [{"mode": k, "peak rise": fmt(memory[k]), "time": t} for k, t in times.items()]
 print(gpuguide.table(rows))
+for mode in ("grad enabled", "no_grad"):
+    gpuguide.record("forward peak rise", memory[mode], unit="B", size=dims, mode=mode)
 saving = 1 - memory["no_grad"] / max(memory["grad enabled"], 1)
 print(f"no_grad's peak is {saving:.0%} lower than with grad enabled")
 speed = gpuguide.compare(times["inference_mode"], times["grad enabled"])
@@ -199,6 +202,9 @@ rows = [
 ]
 print(gpuguide.table(rows))
 print(f"How the peak was measured: {note}")
+for name in variants:
+    gpuguide.record("backward peak rise", peak[name], unit="B", size=dims, variant=name)
+    gpuguide.record("step time", step_time[name], size=dims, variant=name)
 
 # Which layers did the checkpointed step run again? Count each Linear's calls.
 linears = [m for m in blocks.modules() if isinstance(m, nn.Linear)]
@@ -263,3 +269,11 @@ plt.show()
 # must later enter autograd): the memory of a graph nobody will use is the largest
 # waste here. Checkpoint blocks when activations, not weights, are what does not
 # fit: it buys a larger batch or a deeper model for at most one extra forward pass.
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

@@ -36,7 +36,10 @@ device = device if on_gpu else torch.device("cpu")  # MPS has no allocator stati
 fmt = gpuguide.format_bytes
 print(gpuguide.provenance(device))
 if not on_gpu:
-    print("Allocator counters, the driver's view and OOM need a CUDA GPU: RSS here.")
+    print(
+        "Allocator counters, the driver's view and OOM need a CUDA GPU: RSS here; "
+        "the figures recorded on GPUs are at the end of the page."
+    )
 
 # %%
 # Three views of GPU memory
@@ -109,7 +112,9 @@ if on_gpu:
     print(gpuguide.table(Stage(s.child, *map(fmt, s[1:])) for s in stages))
     if len(stages) == 3 and code == 0:
         imported, context, _ = stages
-        cost = fmt(context.driver_used - imported.driver_used - context.reserved)
+        context_bytes = context.driver_used - imported.driver_used - context.reserved
+        gpuguide.record("CUDA context", context_bytes, unit="B")
+        cost = fmt(context_bytes)
         print(
             f"The CUDA context cost {cost} on top of the allocator's "
             f"{fmt(context.reserved)}"
@@ -144,24 +149,24 @@ print(f"tensor size: {fmt(n)}")
 history, steps = [], []
 
 
-def record(label):
+def log_step(label):
     numbers = gpu_memory() if on_gpu else {"process RSS": rss_bytes()}
     history.append((label, numbers))
     steps.append({"step": label} | {k: fmt(v) for k, v in numbers.items()})
 
 
 release_cached_memory()
-record("start")
+log_step("start")
 a = torch.ones(n, dtype=torch.uint8, device=device)
-record("a = ones(n)")
+log_step("a = ones(n)")
 del a
-record("del a")
+log_step("del a")
 b = torch.ones(n, dtype=torch.uint8, device=device)
-record("b = ones(n), same size")
+log_step("b = ones(n), same size")
 del b
-record("del b")
+log_step("del b")
 release_cached_memory()
-record("empty_cache()" if on_gpu else "malloc_trim(0)")
+log_step("empty_cache()" if on_gpu else "malloc_trim(0)")
 print(gpuguide.table(steps))
 
 # %%
@@ -179,6 +184,9 @@ for key, deltas in change.items():
     print(f"change in {key}: " + ", ".join(fmt(d) for d in deltas))
 if on_gpu:
     held = change["driver used"]
+    cached = series["reserved"][2] - series["reserved"][0]  # still reserved after del
+    gpuguide.record("cached after del", cached, unit="B", size=fmt(n))
+    gpuguide.record("returned by empty_cache", -held[4], unit="B", size=fmt(n))
     title = "del keeps the block cached; empty_cache returns it"
     if not (abs(held[1]) < n / 2 and abs(held[2]) < n / 2 and held[4] < -n / 2):
         title = "Allocated, reserved and driver-used memory over the steps"
@@ -189,6 +197,7 @@ else:
     if did[0] != did[1]:
         title = f"glibc {did[0]} on the first del and {did[1]} on the second"
     print(f"{title}; malloc_trim(0) then returned {fmt(-held[4])}.")
+    gpuguide.record("returned by malloc_trim", -held[4], unit="B", size=fmt(n))
 
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(
@@ -201,6 +210,7 @@ gpuguide.plot_sweep(
     device=device,
     logx=False,
     logy=False,
+    record="memory by step" if on_gpu else None,  # RSS is another measurement
 )
 ax.set_xticks(
     range(len(history)), [label for label, _ in history], rotation=20, ha="right"
@@ -252,3 +262,11 @@ else:
 # Read ``memory_allocated`` for what tensors need, ``memory_reserved`` for what PyTorch
 # holds and the driver for what is left, contexts included. A reserved-minus-allocated
 # gap is the cache doing its job, not a leak. Next: a training step's memory, by part.
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

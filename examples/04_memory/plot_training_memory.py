@@ -71,6 +71,7 @@ loss_fn = nn.MSELoss()
 x = torch.randn(batch, width, device=device)
 y = torch.randn(batch, width, device=device)
 print(f"{depth} blocks, width {width}, batch {batch}: {params:,} parameters")
+dims = f"{depth}x{width}, batch {batch}"  # shown with the recorded figures
 
 
 def train_step():
@@ -133,6 +134,8 @@ del loss
 expected = fmt(saved_per_row * batch)  # 9 fp32 numbers per row and block
 print(f"saved for backward: {fmt(sum(saved.values()))} (expected {expected})")
 print(f"measured rise during forward + backward: {fmt(parts['activations'])}")
+gpuguide.record("saved for backward", sum(saved.values()), unit="B", size=dims)
+gpuguide.record("activations", parts["activations"], unit="B", size=dims)
 
 # %%
 # The breakdown
@@ -142,6 +145,8 @@ print(f"measured rise during forward + backward: {fmt(parts['activations'])}")
 # single activation. How large the activations are depends on the batch and the
 # architecture, not on the parameter count; here they usually dominate.
 weights = parts["weights"]
+state = weights + parts["gradients"] + parts["Adam state"]
+gpuguide.record("weights, gradients and Adam", state, unit="B", size=dims)
 rows = [
     {"part": k, "size": fmt(v), "vs weights": f"{v / weights:.2f}x"}
     for k, v in parts.items()
@@ -187,6 +192,7 @@ if on_gpu:
     timeline = memory_timeline(snapshot, trace=index)
     rise = timeline.peak_allocated_bytes - timeline.allocated_bytes[0]
     peak = fmt(timeline.peak_allocated_bytes)
+    gpuguide.record("snapshot peak rise", rise, unit="B", size=dims)
     print(
         f"{timeline.events} allocator events; peak {peak}, {fmt(rise)} above the start"
     )
@@ -210,3 +216,11 @@ gpuguide.download_link(
 # Plan for 16 bytes per parameter for fp32 training with Adam, plus activations that
 # grow with the batch. The next page cuts the activations: no graph at all for
 # inference, and checkpointing for training.
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

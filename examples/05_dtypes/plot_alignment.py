@@ -124,6 +124,10 @@ print(
     f"worst n={worst} at {worst_ratio:.2f}; median over all bases "
     f"{statistics.median(ratios.values()):.2f}. Verdict: {verdict}."
 )
+gpuguide.record(
+    "misaligned/aligned", ratios[last], unit="x", size=last, dtype=dtype_name
+)
+gpuguide.record("worst misaligned", worst_ratio, unit="x", size=worst, dtype=dtype_name)
 print(
     f"A 16x cliff would be a ratio of {1 / 16:.3f}; "
     f"the worst seen here was {worst_ratio:.2f}."
@@ -141,17 +145,18 @@ gpuguide.plot_sweep(
     ax,
     sizes,
     {
-        "aligned (n % 8 == 0)": [
+        f"aligned ({dtype_name}, n % 8 == 0)": [
             rate[n] / scale if aligned(n) else None for n in sizes
         ],
-        f"misaligned: {overall} aligned (median)": [
+        f"misaligned ({dtype_name}, median {overall} aligned)": [
             None if aligned(n) else rate[n] / scale for n in sizes
         ],
     },
     xlabel="matrix side n (elements)",
-    ylabel=f"{dtype_name} matmul throughput ({unit})",
+    ylabel=f"matmul throughput ({unit})",
     title=f"Misaligned sizes at n~{last} run at "
     f"{gpuguide.format_ratio(ratios[last])} the aligned rate",
+    record="matmul throughput",
 )
 plt.show()
 
@@ -202,6 +207,11 @@ rows = [
     for label, m in fix.items()
 ]
 print(gpuguide.table(rows))
+gain = gpuguide.compare(fix[f"padded to {k8}"], fix[f"k={k}"])  # padded in advance
+gpuguide.record(
+    "padded speed-up", gain.speedup, unit="x", spread=(gain.low, gain.high),
+    size=f"{last}x{last}x{k}", dtype=dtype_name,
+)  # fmt: skip
 
 ahead, each = (
     gpuguide.format_ratio(m.median_s / base_s) for m in list(fix.values())[1:]
@@ -253,3 +263,11 @@ else:
 # dimensions that are multiples of 8 (or 64) when you design a model costs nothing;
 # padding at run time costs a copy per call, which the last chart weighs against
 # the gain.
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

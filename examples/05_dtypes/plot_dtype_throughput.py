@@ -187,6 +187,13 @@ for name, found in searches.items():
     if pct is not None:
         percent[f"{name} ({best.shape})"] = pct
 print(gpuguide.table(rows, title=f"best shape per dtype, rates in {unit}"))
+for name, found in searches.items():  # the peak of each variant is named like it
+    best = found.best
+    gpuguide.record(
+        "best matmul", best.flops_per_s, unit="FLOP/s",
+        spread=(best.median_flops_per_s, best.flops_per_s),
+        size="x".join(map(str, best.shape)), peak=name, dtype=name,
+    )  # fmt: skip
 
 
 def time_per_flop(name):
@@ -232,9 +239,11 @@ gpuguide.plot_sweep(
     xlabel="matrix side n (elements)",
     ylabel=f"square matmul throughput ({unit})",
     title=f"{fastest} matmuls are the fastest here",
+    record="square matmul",
 )
 styles = zip("osD^v", ["-", "--", "-.", ":", "-"], strict=True)
-for line, (marker, style) in zip(ax.get_lines(), styles, strict=False):
+own = [line for line in ax.get_lines() if line.get_label() in series]  # not recorded
+for line, (marker, style) in zip(own, styles, strict=False):
     line.set(marker=marker, linestyle=style, markerfacecolor="none")
 ax.legend()
 plt.show()
@@ -312,3 +321,11 @@ plt.show()
 # bf16 keeps fp32's range, fp16 keeps three more mantissa bits. On a CPU without
 # bf16 or fp16 matrix units the low precisions can be slower than fp32: measure
 # before you switch.
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

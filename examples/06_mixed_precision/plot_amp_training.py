@@ -99,6 +99,7 @@ if not small:
     )
 steps = 10 if small else 40
 print(f"batch {batch} x {seq} tokens, width {width}, {classes} classes, {steps} steps")
+dims = f"{batch}x{seq}x{width}"  # batch x tokens x width, shown with recorded figures
 
 torch.manual_seed(0)
 teacher = torch.randn(width, classes, device=device)
@@ -212,6 +213,9 @@ for mode, run in runs.items():
     peak_text = "unknown" if peak is None else gpuguide.format_bytes(peak)
     ratio = gpuguide.format_ratio(run["time"].median_s / base["time"].median_s)
     rows.append(Row(mode, run["time"], ratio, peak_text, f"{run['final']:.4f}"))
+    gpuguide.record("step time", run["time"], size=dims, mode=mode)
+    if peak is not None:
+        gpuguide.record("step peak", peak, unit="B", size=dims, mode=mode)
 print(gpuguide.table(rows))
 print(f"step peak measured with: {base['memory'].method}")
 if on_cuda:
@@ -273,6 +277,7 @@ gpuguide.plot_sweep(
     title=f"All modes train alike: eval losses differ from fp32 by {worst:.2g} at most",
     logx=False,
     logy=False,
+    record="training loss",
 )
 plt.show()
 if device.type == "cpu":
@@ -280,3 +285,11 @@ if device.type == "cpu":
         "The tensor-core speed-up of 16-bit matmuls needs a GPU; this CPU run shows "
         "the numerics, the scaler, and whether 16-bit math pays on this CPU."
     )
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

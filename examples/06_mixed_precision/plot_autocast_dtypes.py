@@ -84,6 +84,7 @@ loss_fn = nn.CrossEntropyLoss()
 x = torch.randn(32, seq, width, device=device)
 y = torch.randint(0, 10, (32,), device=device)
 print(f"batch 32 x {seq} tokens, width {width}")
+dims = f"32x{seq}x{width}"  # batch x tokens x width, shown with recorded figures
 
 # %%
 # Which module produced which dtype
@@ -149,6 +150,7 @@ def saved_bytes(dtype):
 
 saved = {name[d]: saved_bytes(d) for d in (torch.float32, *low)}
 for mode, nbytes in saved.items():
+    gpuguide.record("saved for backward", nbytes, unit="B", size=dims, mode=mode)
     ratio = gpuguide.format_ratio(nbytes / saved["float32"])
     print(f"{mode} saves {gpuguide.format_bytes(nbytes)} for backward ({ratio})")
 fig, ax = plt.subplots()
@@ -198,6 +200,7 @@ edges = torch.linspace(lo, hi, 4 * (hi - lo) + 1)  # quarter decades
 counts = torch.histc(magnitudes, bins=len(edges) - 1, min=lo, max=hi)
 share = (counts / counts.sum() * 100).tolist()
 below = (values.abs() < tiny16).float().mean().item()
+gpuguide.record("below float16's normal range", 100 * below, unit="%", size=dims)
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(
     ax,
@@ -207,8 +210,17 @@ gpuguide.plot_sweep(
     ylabel="share of values (%)",
     title=f"{below:.0%} of activation gradients lie below float16's normal range",
     logy=False,
+    record="gradient magnitudes",
 )
 ax.axvline(tiny16, color="0.3", linestyle="--", label="float16 smallest normal")
 ax.axvline(tiny16 * 2**-10, color="0.3", linestyle=":", label="float16 smallest")
 ax.legend()
 plt.show()
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

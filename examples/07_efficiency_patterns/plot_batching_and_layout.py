@@ -95,6 +95,13 @@ if device.type == "cuda":  # how much of bmm's time per call is the GPU's work?
     )
 
 last = gpuguide.compare(batched[-1], loops[-1])
+gpuguide.record(
+    "bmm speed-up over a loop",
+    last.speedup,
+    unit="x",
+    spread=(last.low, last.high),
+    size=f"B={B}, {n}x{n}",
+)
 ratio = f"{format_ratio(last.speedup)} the speed"
 ratio = ratio if last.measurable else "no measurable difference"
 fig, ax = plt.subplots()
@@ -105,6 +112,7 @@ gpuguide.plot_sweep(
     xlabel="batch size B (matrices)",
     ylabel="time per call (ms)",
     title=f"One bmm call against {B} mm calls: {ratio}",
+    record="loop against bmm",
 )
 plt.show()
 
@@ -154,6 +162,8 @@ for name, fn in versions.items():
 times = gpuguide.interleave(
     {name: partial(fn, x) for name, fn in versions.items()}, device=device
 )
+for name, m in times.items():
+    gpuguide.record(f"{name} update", m, size=numel)
 print(f"x: {numel} float32 ({format_bytes(4 * numel)}); memory from {report.method}")
 Version = namedtuple("Version", "version time peak peak_in_sizes_of_x")
 rows = [
@@ -216,6 +226,7 @@ copy = gpuguide.benchmark(
 )
 print(f"{side}x{side} float32; view.is_contiguous() = {view.is_contiguous()}")
 print(f".contiguous() copy alone: {format_cell(copy)}")
+gpuguide.record(".contiguous() copy", copy, size=f"{side}x{side}")
 ops = {
     "view + y": lambda v: torch.add(v, y, out=out),
     "sum(view, dim=1)": lambda v: torch.sum(v, dim=1),
@@ -259,3 +270,11 @@ plt.show()
 # device. Make a view contiguous only when the operation is measurably slower on it
 # and the copy is reused enough times: time the copy apart from the operation,
 # never inside it.
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

@@ -29,7 +29,11 @@ import torch
 
 import gpuguide
 from gpuguide import format_rate
-from gpuguide.chapters.roofline import RooflinePoint, plot_roofline
+from gpuguide.chapters.roofline import (
+    RooflinePoint,
+    plot_roofline,
+    streaming_elements,
+)
 from gpuguide.tables import format_cell
 
 device = gpuguide.pick_device()
@@ -76,13 +80,15 @@ def size_text(n):
 # All three sit far left of any ridge, so at large sizes expect them on the slanted
 # memory roof: on a GPU at 70-95% of the datasheet bandwidth (the HBM of recent data
 # centre GPUs reaches about 90%), on a CPU, whose roof here is the best rate this
-# page measures, up to 100% of it by construction. Outside small mode each large
-# tensor holds at least 64 MiB, more than a CPU's last-level cache or a GPU's L2, so
-# that main memory, not a cache, feeds them. The tiny add moves a few kilobytes: its
-# time is the fixed cost of one call, so it should land far below the roof. Like
-# every time on this page, it is the time per call of a loop of such calls, launch
-# included (``measure="call"``, the default), because that fixed cost is what this
-# page is about; on a GPU the add's own kernel time is printed too.
+# page measures, up to 100% of it by construction. The large tensors are as large as
+# the device's budget allows (:func:`~gpuguide.chapters.roofline.streaming_elements`),
+# and outside small mode each holds at least 64 MiB, more than a CPU's last-level
+# cache or a GPU's L2, so that main memory, not a cache, feeds them. The tiny add
+# moves a few kilobytes: its time is the fixed cost of one call, so it should land
+# far below the roof. Like every time on this page, it is the time per call of a
+# loop of such calls, launch included (``measure="call"``, the default), because
+# that fixed cost is what this page is about; on a GPU the add's own kernel time is
+# printed too.
 tiny = 128
 x, y, out = (torch.randn(tiny, device=device) for _ in range(3))
 tiny_add = measure(
@@ -96,14 +102,7 @@ if device.type == "cuda":
         f"x + y, {tiny}: {format_cell(times[tiny_add.label])} per call, of which the "
         f'kernel alone takes {format_cell(kernel)} (measure="kernel")'
     )
-big = gpuguide.largest_size(
-    2**12,
-    2**28,
-    memory_at=lambda n: 16 * n,
-    flop_at=lambda n: 2 * n,
-    traffic_at=lambda n: 16 * n,
-)
-big = big if small else max(big, 2**24)
+big = streaming_elements(device=device)
 x, y, z, out = (torch.randn(big, device=device) for _ in range(4))
 n = size_text(big)
 elementwise = [
@@ -120,6 +119,16 @@ elementwise = [
     ),
     measure(f"x.sum(), {n}", torch.sum, x, flop=big, nbytes=4 * big),
 ]
+add = times[elementwise[0].label]  # x + y on the large tensors: 12 bytes/element
+gpuguide.record(
+    "x + y bandwidth",
+    12 * big / add.median_s,
+    unit="B/s",
+    spread=(12 * big / add.q75_s, 12 * big / add.q25_s),
+    size=big,
+    peak="memory",
+)
+gpuguide.record("tiny add call", times[tiny_add.label], size=tiny)
 grow, slower = big / tiny, elementwise[0].seconds / tiny_add.seconds
 fixed = max(0.0, 1.0 - slower / grow)
 print(
@@ -148,6 +157,15 @@ a, b, out = (torch.randn(side, side, device=device) for _ in range(3))
 flop = gpuguide.matmul_flop(side, side, side)
 matmul = measure(
     f"matmul {side}", torch.mm, a, b, out=out, flop=flop, nbytes=12 * side**2
+)
+mm = times[matmul.label]
+gpuguide.record(
+    "float32 matmul rate",
+    flop / mm.median_s,
+    unit="FLOP/s",
+    spread=(flop / mm.q75_s, flop / mm.q25_s),
+    size=side,
+    peak="tf32" if tf32 else "fp32",
 )
 
 # %%
@@ -272,3 +290,11 @@ plt.show()
 # fewer, larger calls (batching, fusion, CUDA graphs), a memory-bound one from moving
 # fewer bytes (fusion, smaller dtypes), and only a compute-bound one from faster
 # arithmetic (tensor cores, lower precision).
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

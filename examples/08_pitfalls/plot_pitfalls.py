@@ -199,6 +199,10 @@ def per_step(label, series):
     return (series[label][-1] - series[label][0]) / (steps - 1)
 
 
+growth = per_step("eval: append(loss)", variants)  # MiB per step, tracked
+detached = per_step("train: append(loss.detach())", exact)  # MiB per step, exact
+gpuguide.record("eval loop keeping losses", growth * 2**20, unit="B", size=batch)
+gpuguide.record("kept loss.detach()", detached * 2**20, unit="B", size=batch)
 gpuguide.plot_sweep(
     ax,
     steps_axis,
@@ -206,9 +210,10 @@ gpuguide.plot_sweep(
     xlabel="step (count)",
     ylabel="memory held since the loop began (MiB)",
     title=f"Tracked ({gpuguide.track_memory(device).method}): eval loop keeping "
-    f"losses +{per_step('eval: append(loss)', variants):.1f} MiB/step",
+    f"losses +{growth:.1f} MiB/step",
     logx=False,
     logy=False,
+    record="memory held, tracked",
 )
 gpuguide.plot_sweep(
     ax_exact,
@@ -216,11 +221,11 @@ gpuguide.plot_sweep(
     exact,
     xlabel="step (count)",
     ylabel="held by kept values and live activations (MiB)",
-    title=f"Exact: a kept loss.detach() holds "
-    f"{per_step('train: append(loss.detach())', exact):.1f} MiB, a clone "
+    title=f"Exact: a kept loss.detach() holds {detached:.1f} MiB, a clone "
     f"{per_step('train: append(loss.detach().clone())', exact):.1f}",
     logx=False,
     logy=False,
+    record="memory held, exact",
 )
 ax_exact.get_legend().remove()
 plt.show()
@@ -282,5 +287,14 @@ gpuguide.plot_sweep(
     title=f"Loss after 40 steps: {curves['zero_grad each step'][-1]:.2g} with "
     f"zero_grad, {curves['never zeroed'][-1]:.2g} without",
     logx=False,
+    record="training loss",
 )
 plt.show()
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

@@ -169,6 +169,12 @@ rows = [
     for width, host, kernels, loops in results
 ]
 print(gpuguide.table(rows, title="time per training step"))
+width, host, kernels, loops = results[-1]  # the widest model: record its step
+for read in ("once at the end", "every step"):
+    gpuguide.record("training step", loops[read], size=width, read=read)
+if on_gpu:
+    gpuguide.record("host: issuing a step", host, size=width)
+    gpuguide.record("GPU: the step's kernels", kernels, size=width)
 if not on_gpu:
     print(
         "On a CPU there is no queue: a call returns when its work is done, so the host "
@@ -215,6 +221,7 @@ gpuguide.plot_sweep(
     xlabel="width (features)",
     ylabel="time per training step (ms)",
     title=title,
+    record="time per training step",
 )
 plt.show()
 
@@ -266,3 +273,11 @@ else:
         "torch.cuda.set_sync_debug_mode needs a CUDA GPU; on a CPU nothing is "
         "queued, so nothing synchronizes."
     )
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

@@ -166,7 +166,7 @@ def graphs():
     return counters["stats"]["unique_graphs"]
 
 
-results, rep_ms = {}, 200 if on_cuda else 100  # ms per variant
+results, shape, rep_ms = {}, {}, 200 if on_cuda else 100  # ms per variant
 for size, model in models.items():
     for phase, make_fn in [("inference", inference), ("training step", training)]:
         key, x = f"{size} model, {phase}", inputs[size]
@@ -194,6 +194,7 @@ for size, model in models.items():
             for mode, times in warmup.items()
         }
         results[key] = (timed, split, compile_s)
+        shape[key] = "x".join(map(str, x.shape))  # the input's, for the record
 
 # %%
 # The tables
@@ -217,6 +218,15 @@ for key, (timed, split, compile_s) in results.items():
         row |= {"compile": None, "pays off after": None}
         if name != "eager":
             c = gains[key][name] = gpuguide.compare(m, timed["eager"])
+            gpuguide.record(
+                "speed-up over eager",
+                c.speedup,
+                unit="x",
+                spread=(c.low, c.high),
+                size=shape[key],
+                workload=key,
+                mode=name,
+            )
             even = gpuguide.break_even(compile_s[name], timed["eager"], m)
             row["compile"] = gpuguide.format_time(compile_s[name])
             row["pays off after"] = "-" if even is None else f"{even:,} calls"
@@ -278,3 +288,11 @@ plt.show()
 # the spread. Time a compiled model after its warm-up, under ``"fail_on_recompile"``,
 # and weigh the gain per call against the one-off cost: the break-even column counts
 # it in calls.
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

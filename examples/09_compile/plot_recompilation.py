@@ -192,12 +192,16 @@ summary = [
 ]
 print(gpuguide.table(summary))
 total = {name: sum(r["times"]) for name, r in runs.items()}
+calls, shape = f"{len(lengths)} calls", f"{batch}x{steady_at}x{dim}"
+for name, r in runs.items():
+    gpuguide.record("whole sequence", total[name], unit="s", size=calls, approach=name)
+    gpuguide.record("steady call", r["steady"], size=shape, approach=name)
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(
     ax,
     list(range(1, len(lengths) + 1)),
     {
-        f"{name}: {sum(r['compiles'])} compiles, {total[name]:.1f} s": [
+        f"{name} ({sum(r['compiles'])} compiles, {total[name]:.1f} s)": [
             t * 1e3 for t in r["times"]
         ]
         for name, r in runs.items()
@@ -207,6 +211,7 @@ gpuguide.plot_sweep(
     title=f"Whole sequence: {min(total.values()):.1f} to {max(total.values()):.1f} s, "
     "set by the compilations",
     logx=False,
+    record="time of each call",
 )
 plt.show()
 
@@ -266,3 +271,11 @@ print(
 # or pad it to a few sizes, and compare steady-state times as well as compile
 # counts. With CUDA graphs (``"reduce-overhead"``) each new shape also records a
 # new graph.
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

@@ -39,7 +39,8 @@ n = gpuguide.largest_size(
 )
 x = torch.randn(n, device=device)
 min_bytes = 2 * x.numel() * x.element_size()  # read x once, write the result once
-print(f"x: {n:,} float32 ({gpuguide.format_bytes(min_bytes // 2)}); depths {depths}")
+x_size = gpuguide.format_bytes(min_bytes // 2)
+print(f"x: {n:,} float32 ({x_size}); depths {depths}")
 peak_text = gpuguide.format_rate(peak_bw, "B/s") if peak_bw else "unknown"
 print(f"peak memory bandwidth: {peak_text} ({peaks.source})")
 if not on_cuda:
@@ -107,6 +108,11 @@ for i, depth in enumerate(depths):
     for way in ways:
         m, k = times[way][i], counts[way][i]
         useful = gpuguide.bytes_per_s(min_bytes, m.median_s)
+        if depth == deepest:  # recorded for the last cell
+            spread = (k * min_bytes / m.q75_s, k * min_bytes / m.q25_s)
+            gpuguide.record("moved bandwidth", k * useful, unit="B/s", size=x_size,
+                            spread=spread, peak="memory", mode=way,
+                            depth=depth)  # fmt: skip
         rows.append(
             {
                 "depth, way": f"k={depth}, {way}",
@@ -132,6 +138,8 @@ for way in ways:
 # not the arithmetic.
 gains = [gpuguide.compare(c, e) for e, c in zip(*times.values(), strict=True)]
 speedups = [g.speedup for g in gains]
+gpuguide.record("compiled speed-up", gains[-1].speedup, unit="x", size=x_size,
+                spread=(gains[-1].low, gains[-1].high), depth=deepest)  # fmt: skip
 print(f"depth {deepest}: torch.compile ran {counts['torch.compile'][-1]} pass(es) "
       f"instead of {counts['eager'][-1]}; {gains[-1]}")  # fmt: skip
 moved = counts["torch.compile"][-1] * min_bytes / times["torch.compile"][-1].median_s
@@ -159,6 +167,7 @@ gpuguide.plot_sweep(
     xlabel="chain depth k (sin calls)",
     ylabel="time per call (ms)",
     title=f"Compiled at depth {deepest}: {gpuguide.format_ratio(speedups[-1])} eager speed",
+    record="time by depth",
 )
 plt.show()
 
@@ -200,3 +209,11 @@ for depth, cost, e, c in zip(depths, one_off, *times.values(), strict=True):
 # CPUs. Check that it did by counting kernels in the profiler, and compare the
 # achieved bandwidth with the peak to see whether memory still limits the fused code.
 # The next page shows the older tool for this, ``torch.jit.script``.
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

@@ -38,7 +38,8 @@ n = gpuguide.largest_size(
 )
 x = torch.randn(n, device=device)
 min_bytes = 2 * x.numel() * x.element_size()  # read x once, write the result once
-print(f"x: {n:,} float32 ({gpuguide.format_bytes(min_bytes // 2)}); depth {depth}")
+x_size = gpuguide.format_bytes(min_bytes // 2)
+print(f"x: {n:,} float32 ({x_size}); depth {depth}")
 if not on_cuda:
     print("Kernel launches and TorchScript's fusers need a GPU; on this CPU the "
           "profiler counts aten operator calls per call instead.")  # fmt: skip
@@ -139,6 +140,9 @@ rows = []
 for way, m in times.items():
     k = len(names[way])
     useful = gpuguide.bytes_per_s(min_bytes, m.median_s)
+    spread = (min_bytes / m.q75_s, min_bytes / m.q25_s)  # for the last cell
+    gpuguide.record("useful bandwidth", useful, unit="B/s", spread=spread,
+                    peak="memory", size=x_size, mode=way, depth=depth)  # fmt: skip
     kinds = ", ".join(f"{names[way].count(s)} x {s}" for s in dict.fromkeys(names[way]))
     rows.append(
         {
@@ -196,3 +200,11 @@ for phase, got in caught.items():
 # ``torch.compile(fn)``: it takes ordinary Python (no ``Final`` or type annotations
 # needed), fuses on CPUs as well as GPUs, and the profiler confirms the fusion as
 # above. Expect its first call to cost seconds rather than milliseconds.
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

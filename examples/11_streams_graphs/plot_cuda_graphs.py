@@ -126,11 +126,12 @@ print(gpuguide.table(rows))
 # cost of one more operation, its intercept the fixed cost of a step. Eagerly the
 # slope is the host's cost per launch; replayed it is roughly the GPU's time per
 # tiny kernel, typically a few times lower. The fit goes through the medians; a fit
-# to noisy times is marked so.
+# to noisy times is marked so. The same fits through the first and the third
+# quartiles give the slope's spread, for the recorded figures (last cell).
 
 
-def fit(measurements):
-    slope, intercept = np.polyfit(op_counts, [m.median_s for m in measurements], 1)
+def fit(measurements, at="median_s"):
+    slope, intercept = np.polyfit(op_counts, [getattr(m, at) for m in measurements], 1)
     return slope, intercept
 
 
@@ -138,12 +139,18 @@ per_op = {"eager": fit(eager)}
 if on_cuda:
     per_op["CUDA graph"] = fit(replayed)
 for name, (slope, intercept) in per_op.items():
-    noisy = any(m.is_noisy for m in (eager if name == "eager" else replayed))
+    runs = eager if name == "eager" else replayed
+    noisy = any(m.is_noisy for m in runs)
     print(
         f"{name}: {gpuguide.format_time(slope)} per op, "
         f"{gpuguide.format_time(max(intercept, 0.0))} fixed per step"
         + (" (fit to NOISY times)" if noisy else "")
     )
+    ends = [slope] + [fit(runs, at)[0] for at in ("q25_s", "q75_s")]
+    if slope > 0:  # a slope of 0 or below is noise, not a cost
+        gpuguide.record("per-op cost", slope, unit="s", spread=(min(ends), max(ends)),
+                        size=f"{op_counts[0]}-{op_counts[-1]} ops",
+                        mode="eager" if name == "eager" else "graph")  # fmt: skip
 if on_cuda:
     eager_slope, graph_slope = per_op["eager"][0], per_op["CUDA graph"][0]
     if eager_slope > 0 and graph_slope > 0:
@@ -249,5 +256,14 @@ gpuguide.plot_sweep(
     xlabel="operations per step (count)",
     ylabel="time per step (ms)",
     title=title,
+    record="step time",
 )
 plt.show()
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

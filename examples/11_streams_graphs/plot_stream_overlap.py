@@ -38,7 +38,8 @@ hi = 4096 if on_cuda else 512
 rows = gpuguide.largest_size(  # pageable, pinned, device buffers: 12 B per element
     64, hi, memory_at=lambda r: 12 * n_chunks * r * d, multiple_of=64
 )
-print(f"{n_chunks} chunks of {gpuguide.format_bytes(rows * d * 4)} each")
+chunk_bytes = gpuguide.format_bytes(rows * d * 4)
+print(f"{n_chunks} chunks of {chunk_bytes} each")
 
 x_pageable = torch.randn(n_chunks, rows, d)
 out_pageable = torch.empty_like(x_pageable)
@@ -211,6 +212,9 @@ for name, m in results.items():
         c = (copies_pageable if "pageable" in name else copies).median_s
         hidden = (c + alone.median_s - m.median_s) / min(c, alone.median_s)
         fraction = f"{hidden:+.2f}"
+        if name != "serialized":  # the pipelines' figures for the last cell
+            gpuguide.record("overlap fraction", hidden, unit="x", version=name,
+                            size=f"{n_chunks} x {chunk_bytes}")  # fmt: skip
     summary.append({"version": name, "median ± IQR/2": m, "overlap fraction": fraction})
 print(gpuguide.table(summary))
 best = min((k for k in results if "alone" not in k), key=lambda k: results[k].median_s)
@@ -264,3 +268,11 @@ for ax, (name, spans) in zip(axes[:, 0], timelines.items(), strict=True):
     print(f"timeline, {name}: done after {end}; {finding}")
     plot_timeline(ax, spans, title=f"{name}: {end}, {finding}")
 plt.show()
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

@@ -246,6 +246,10 @@ gpuguide.download_link(
 # and the matrix products weigh more. The verdict compares the interquartile ranges
 # of the two step times, and says so when they overlap.
 fast = timed["batched"]
+for label, t in timed.items():  # recorded for the last cell
+    gpuguide.record(
+        "step time", t.step, size=f"batch {batch}x{features}", normalisation=label
+    )
 print(gpuguide.table([
     {"normalisation": label, "step": t.step, "normalise phase": t["normalise"]}
     for label, t in timed.items()
@@ -267,3 +271,11 @@ gpuguide.plot_bars(
     title=f"Batching the normalisation: {verdict}",
 )
 plt.show()
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

@@ -141,9 +141,13 @@ def renamed(m, label):
 
 
 throughput = {}
+model_size = f"width {config.width}, batch {config.batch_size}"
 for n, ranks_n in reports.items():
     label = f"training with {n} process{'es' if n > 1 else ''}"
-    throughput[label] = per_sample(ranks_n[0], label)
+    m = throughput[label] = per_sample(ranks_n[0], label)
+    gpuguide.record("throughput", 1 / m.median_s, unit="samples/s", size=model_size,
+                    spread=(1 / m.q75_s, 1 / m.q25_s), processes=n,
+                    backend=config.backend)  # fmt: skip
 one = next(iter(throughput.values()))
 for (label, m), n in zip(throughput.items(), reports, strict=True):
     rate = gpuguide.format_rate(1 / m.median_s, "samples/s")
@@ -187,10 +191,13 @@ print(
         ]
     )
 )
+gradients = gpuguide.format_bytes(r0.gradient_bytes)
+gpuguide.record("all-reduce alone", r0.allreduce, size=gradients,
+                processes=r0.world_size, backend=config.backend)  # fmt: skip
 exposed = r0.step.median_s - r0.step_no_sync.median_s
 hidden = 1 - exposed / r0.allreduce.median_s if r0.allreduce.median_s > 0 else 0.0
 grows = gpuguide.compare(r0.step, r0.step_no_sync).verdict == "slower"
-print(f"{gpuguide.format_bytes(r0.gradient_bytes)} of gradients per step; the all-reduce alone takes {format_cell(r0.allreduce)}")  # fmt: skip
+print(f"{gradients} of gradients per step; the all-reduce alone takes {format_cell(r0.allreduce)}")  # fmt: skip
 if not grows:
     hidden = 1.0
     print("the step with communication is not measurably slower: the backward hid it")
@@ -268,3 +275,11 @@ else:
 # its own data with ``DistributedSampler``. Check the all-reduce's share of a step
 # with ``no_sync()``: when it is large, larger batches per GPU (more compute per
 # byte of gradient) or gradient accumulation help.
+
+# %%
+# Recorded on other devices
+# -------------------------
+# The same figures from every device whose results are kept with the guide, each
+# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
+# them is this run's device, the last column says how this run compares with it.
+gpuguide.show_recorded()

@@ -23,8 +23,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
+from gpuguide.peaks import device_peaks
 from gpuguide.recordings import RESULTS_DIR_ENV, file_name, forget_recordings, load_dir
 from gpuguide.results import (
     RECORD_ENV,
@@ -33,6 +35,7 @@ from gpuguide.results import (
     current_device,
     load,
     merge,
+    peak_figures,
     save,
 )
 
@@ -106,6 +109,8 @@ def record_pages(
             RESULTS_DIR_ENV: os.fspath(results.resolve()),
             "MPLBACKEND": "Agg",
             "PYTHONFAULTHANDLER": "1",
+            # files a page writes for download (traces) stay out of the examples
+            "GPUGUIDE_ARTIFACT_DIR": os.fspath(Path(scratch) / "artifacts"),
         }
         failed = []
         for script in scripts:
@@ -126,6 +131,9 @@ def record_pages(
             msg = f"no page recorded a figure; {target} is unchanged"
             raise RuntimeError(msg)
         new = load(fresh)
+    if not new.device.peaks:  # a CPU's: measured once, here, not inside a page
+        peaks = peak_figures(device_peaks())
+        new = ResultsFile(replace(new.device, peaks=peaks), new.results)
     if merge_runs and target.exists():
         new = merge([load(target), new])
         say(f"merged with the recording already in {target}")

@@ -17,6 +17,7 @@ a table with a device silently missing.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -31,12 +32,19 @@ from gpuguide.results import (
     ResultsFile,
     ResultsFileError,
     current_device,
+    default_page,
     load,
     recorded,
     recording_path,
 )
 from gpuguide.tables import Table
-from gpuguide.units import format_bytes, format_rate, format_time, significant
+from gpuguide.units import (
+    format_bytes,
+    format_rate,
+    format_ratio,
+    format_time,
+    significant,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -198,33 +206,58 @@ def against_recording(live: Result, recording: Result, *, sizes: bool = True) ->
     Returns ``"within its spread"`` when the two interquartile ranges overlap,
     else the difference in percent with its direction: ``"12% slower"`` for a
     time that grew or a rate that fell, ``"faster"`` the other way,
-    ``"higher"``/``"lower"`` for other units. Figures measured at another size
-    are not compared, unless ``sizes`` is False (rates that do not depend on
-    the size once it is large enough, as the check-up's).
+    ``"higher"``/``"lower"`` for other units. A time or an amount (unit
+    ``"s"`` or ``"B"``) measured at another size is not compared; a rate or a
+    ratio is, with both sizes named, unless ``sizes`` is False (the check-up's
+    rates, which do not depend on the size once it is large enough).
     """
     if live.unit != recording.unit:
         return f"not comparable: {live.unit} here, {recording.unit} recorded"
-    if sizes and live.size != recording.size:
-        return f"not comparable: size {live.size} here, {recording.size} recorded"
+    other_size = sizes and live.size != recording.size
+    if other_size and live.unit in ("s", "B"):  # a time or an amount grows with size
+        return f"not comparable: size {_size(live.size)} here, {_size(recording.size)} recorded"
+    note = (
+        f" (at size {_size(live.size)}, recorded at {_size(recording.size)})"
+        if other_size
+        else ""
+    )
     (low, high), (rec_low, rec_high) = _bounds(live), _bounds(recording)
     if low <= rec_high and rec_low <= high:
-        return "within its spread"
+        return "within its spread" + note
     if recording.value == 0:
-        return "higher" if live.value > 0 else "lower"
+        return ("higher" if live.value > 0 else "lower") + note
     ratio = live.value / recording.value
-    percent = f"{abs(ratio - 1) * 100:.0f}%"
+    factor = max(ratio, 1 / ratio) if ratio > 0 else math.inf
+    # "12% slower" for a difference, "3.1x faster" for a multiple
+    percent = f"{abs(ratio - 1) * 100:.0f}%" if factor < 2 else format_ratio(factor)
     if live.unit == "s":
-        return f"{percent} {'slower' if ratio > 1 else 'faster'}"
+        return f"{percent} {'slower' if ratio > 1 else 'faster'}" + note
     if live.unit.endswith("/s"):
-        return f"{percent} {'faster' if ratio > 1 else 'slower'}"
-    return f"{percent} {'higher' if ratio > 1 else 'lower'}"
+        return f"{percent} {'faster' if ratio > 1 else 'slower'}" + note
+    return f"{percent} {'higher' if ratio > 1 else 'lower'}" + note
+
+
+def _size(size: ConfigValue | None) -> str:
+    """A size as a page shows it: powers of two from 1024 up as ``2^k``."""
+    whole = isinstance(size, int) and not isinstance(size, bool)
+    if whole and size >= 1024 and size & (size - 1) == 0:  # type: ignore[operator]
+        return f"2^{size.bit_length() - 1}"  # type: ignore[union-attr]
+    return str(size)
 
 
 def _cell(result: Result | None) -> str:
     if result is None:
         return "-"
     text = format_value(result.value, result.unit)
-    return f"{text} ({result.size})" if result.size is not None else text
+    return f"{text} ({_size(result.size)})" if result.size is not None else text
+
+
+def _running_page(live: Sequence[Result]) -> str | None:
+    """The running script's page; else the page recorded last; else None."""
+    try:
+        return default_page()
+    except ValueError:
+        return live[-1].page if live else None
 
 
 def recorded_table(
@@ -239,7 +272,8 @@ def recorded_table(
     Parameters
     ----------
     page : str, optional
-        The page; by default the one this process recorded last.
+        The page; by default the running script's
+        (:func:`gpuguide.results.default_page`), else the one recorded last.
     live : sequence of Result, optional
         This run's figures; default :func:`gpuguide.results.recorded`.
     files : sequence of ResultsFile, optional
@@ -260,9 +294,9 @@ def recorded_table(
     live = recorded() if live is None else tuple(live)
     files = recordings() if files is None else tuple(files)
     if page is None:
-        if not live:
+        page = _running_page(live)
+        if page is None:
             return None
-        page = live[-1].page
     mine = [r for r in live if r.page == page and not r.is_sweep_point]
     shown = [
         (f, {r.key: r for r in f.for_page(page) if not r.is_sweep_point}) for f in files
@@ -394,8 +428,6 @@ def plot_recorded(
         How many recorded curves were drawn. Each device gets one line style
         and one legend entry, "<device> (recorded <date>)".
     """
-    from gpuguide.results import default_page
-
     base, scale = axis_unit(ylabel)
     page = page or default_page()
     colours = {

@@ -766,14 +766,15 @@ def peak_figures(peaks: Peaks) -> dict[str, float]:
 
 
 def _recording_device() -> DeviceRecord:
-    """:func:`current_device` with the device's peaks, for the file's provenance.
+    """:func:`current_device` with a GPU's datasheet peaks, for the file's provenance.
 
-    A GPU's are its datasheet figures; a CPU's are measured (once per process,
-    a few seconds), which is why only a recording run asks for them. A device
+    A CPU's peaks are measured, which takes seconds and would run in the middle
+    of a page (and draw on its random numbers), so a page leaves them out; the
+    recorder (``nox -s record``) measures them once, after the pages. A device
     this process did not describe itself gets none.
     """
     device = current_device()
-    if device.peaks or not _info_cache:
+    if device.peaks or not _info_cache or device.kind != "cuda":
         return device
     if device.key not in _with_peaks:
         from gpuguide.peaks import device_peaks

@@ -7,7 +7,8 @@ FLOP/byte. :class:`RooflinePoint` holds one such measurement and its rates;
 and the flat compute roof) and the points, each coloured by the regime the page
 found for it, on log-log axes in the style of :mod:`gpuguide.plotting`. Which
 roof applies, and how a regime is decided, is the lesson of the roofline page,
-so that arithmetic lives there.
+so that arithmetic lives there. :func:`streaming_elements` sizes the large
+elementwise tensors the page streams through memory.
 
 Examples
 --------
@@ -24,7 +25,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuguide import checks
+from gpuguide.env import small_mode
 from gpuguide.plotting import COLORS, label_device, require_unit, style_axes
+from gpuguide.sizes import largest_size
 from gpuguide.units import format_rate, format_time
 
 if TYPE_CHECKING:
@@ -34,10 +37,21 @@ if TYPE_CHECKING:
     from gpuguide.device import DeviceInfo
     from gpuguide.timing import Measurement
 
-__all__ = ["REGIMES", "RooflinePoint", "plot_roofline"]
+__all__ = [
+    "REGIMES",
+    "STREAMING_MIN_ELEMENTS",
+    "RooflinePoint",
+    "plot_roofline",
+    "streaming_elements",
+]
 
 #: The regimes :func:`plot_roofline` colours points by.
 REGIMES: tuple[str, ...] = ("overhead-bound", "memory-bound", "compute-bound")
+
+#: Outside small mode, the large elementwise tensors hold at least this many
+#: float32 elements (64 MiB each): more than a CPU's last-level cache or a GPU's
+#: L2, so that main memory, not a cache, feeds them.
+STREAMING_MIN_ELEMENTS = 2**24
 
 #: Colour and marker of each regime on the plot (Okabe-Ito colours).
 _REGIME_STYLE: dict[str, tuple[str, str]] = {
@@ -102,6 +116,44 @@ class RooflinePoint:
             f"{format_rate(self.bytes_per_s, 'B/s')}, "
             f"{self.intensity:.3g} FLOP/byte"
         )
+
+
+def streaming_elements(
+    *,
+    device: torch.device | str | None = None,
+    small: bool | None = None,
+) -> int:
+    """Elements of each large float32 tensor that an elementwise operation streams.
+
+    The largest power of two from ``2**12`` to ``2**28`` for which four such
+    tensors (``x``, ``y``, ``z`` and ``out``: 16 bytes per element) fit the
+    device's memory budget and one ``z + x * y`` over them (2 FLOP and 16 bytes
+    moved per element) fits its time per call
+    (:func:`gpuguide.sizes.largest_size`). Outside small mode it is at least
+    :data:`STREAMING_MIN_ELEMENTS`, so that the tensors outgrow the caches.
+
+    Parameters
+    ----------
+    device : torch.device or str, optional
+        The device; :func:`gpuguide.device.pick_device` chooses when omitted.
+    small : bool, optional
+        Size for small mode; by default :func:`gpuguide.env.small_mode`.
+
+    Returns
+    -------
+    int
+        The number of elements.
+    """
+    elements = largest_size(
+        2**12,
+        2**28,
+        memory_at=lambda n: 16 * n,
+        flop_at=lambda n: 2 * n,
+        traffic_at=lambda n: 16 * n,
+        device=device,
+    )
+    small = small_mode() if small is None else small
+    return elements if small else max(elements, STREAMING_MIN_ELEMENTS)
 
 
 def _flops_unit(peak_flops_per_s: float) -> tuple[float, str]:
