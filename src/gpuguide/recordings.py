@@ -207,20 +207,16 @@ def against_recording(live: Result, recording: Result, *, sizes: bool = True) ->
     else the difference in percent with its direction: ``"12% slower"`` for a
     time that grew or a rate that fell, ``"faster"`` the other way,
     ``"higher"``/``"lower"`` for other units. A time or an amount (unit
-    ``"s"`` or ``"B"``) measured at another size is not compared; a rate or a
-    ratio is, with both sizes named, unless ``sizes`` is False (the check-up's
+    ``"s"`` or ``"B"``) measured at another size is not compared (the table
+    shows both sizes); a rate or a ratio is, marked "(other size)", unless ``sizes`` is False (the check-up's
     rates, which do not depend on the size once it is large enough).
     """
     if live.unit != recording.unit:
         return f"not comparable: {live.unit} here, {recording.unit} recorded"
     other_size = sizes and live.size != recording.size
     if other_size and live.unit in ("s", "B"):  # a time or an amount grows with size
-        return f"not comparable: size {_size(live.size)} here, {_size(recording.size)} recorded"
-    note = (
-        f" (at size {_size(live.size)}, recorded at {_size(recording.size)})"
-        if other_size
-        else ""
-    )
+        return "not comparable: other size"
+    note = " (other size)" if other_size else ""
     (low, high), (rec_low, rec_high) = _bounds(live), _bounds(recording)
     if low <= rec_high and rec_low <= high:
         return "within its spread" + note
