@@ -140,7 +140,8 @@ def test_size_x_and_peak_round_trip_and_are_checked(tmp_path):
     r = Result("p", "rate", 1e12, "FLOP/s", size="64x64x64", x=4, peak="bf16")
     back = results.loads(results.dumps(results.ResultsFile(H100, (r,))))
     assert back.results == (r,)
-    assert back.results[0].is_sweep_point and back.results[0].x == 4.0
+    assert back.results[0].is_sweep_point
+    assert back.results[0].x == 4.0
     with pytest.raises(ValueError, match="peak must be one of"):
         Result("p", "rate", 1.0, "B/s", peak="hbm")
     with pytest.raises(ValueError, match="x must be a finite number"):

@@ -232,15 +232,17 @@ def launch_figures(device: torch.device) -> list[Result]:
     for mode in ("eager", "graph"):
         a, b = timed[f"{mode} short"], timed[f"{mode} long"]
         per_op = (b.median_s - a.median_s) / (long - short)
+        if per_op <= 0:  # lost in the noise: no cost to report, as on the page
+            continue
         low = max((b.q25_s - a.q75_s) / (long - short), 0.0)
-        high = max((b.q75_s - a.q25_s) / (long - short), low)
+        high = max((b.q75_s - a.q25_s) / (long - short), per_op)
         figures.append(
             Result(
                 "plot_cuda_graphs",
                 "per-op cost",
-                max(per_op, 0.0),
+                per_op,
                 "s",
-                spread=(min(low, max(per_op, 0.0)), max(high, per_op)),
+                spread=(min(low, per_op), high),
                 config={"mode": mode},
                 size=f"{short}-{long} ops",
             )
@@ -283,7 +285,7 @@ def report(measured: ResultsFile, recorded: Sequence[ResultsFile] = ()) -> str:
         row = [
             _label(result),
             format_value(result.value, result.unit),
-            str(result.size or "-"),
+            "-" if result.size is None else str(result.size),
             pct,
         ]
         for f in shown:

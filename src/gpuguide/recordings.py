@@ -17,7 +17,6 @@ a table with a device silently missing.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import sys
@@ -220,17 +219,23 @@ def against_recording(live: Result, recording: Result, *, sizes: bool = True) ->
     (low, high), (rec_low, rec_high) = _bounds(live), _bounds(recording)
     if low <= rec_high and rec_low <= high:
         return "within its spread" + note
-    if recording.value == 0:
-        return ("higher" if live.value > 0 else "lower") + note
-    ratio = live.value / recording.value
-    factor = max(ratio, 1 / ratio) if ratio > 0 else math.inf
+    up = live.value > recording.value
+    ratio = live.value / recording.value if recording.value else 0.0
+    if ratio <= 0:  # a zero, or opposite signs: a direction, not a factor
+        return _direction(live.unit, up) + note
+    factor = max(ratio, 1 / ratio)
     # "12% slower" for a difference, "3.1x faster" for a multiple
-    percent = f"{abs(ratio - 1) * 100:.0f}%" if factor < 2 else format_ratio(factor)
-    if live.unit == "s":
-        return f"{percent} {'slower' if ratio > 1 else 'faster'}" + note
-    if live.unit.endswith("/s"):
-        return f"{percent} {'faster' if ratio > 1 else 'slower'}" + note
-    return f"{percent} {'higher' if ratio > 1 else 'lower'}" + note
+    amount = f"{abs(ratio - 1) * 100:.0f}%" if factor < 2 else format_ratio(factor)
+    return f"{amount} {_direction(live.unit, up)}{note}"
+
+
+def _direction(unit: str, up: bool) -> str:
+    """The word for a figure that grew (``up``) or fell: a time that grew is slower."""
+    if unit == "s":
+        return "slower" if up else "faster"
+    if unit.endswith("/s"):
+        return "faster" if up else "slower"
+    return "higher" if up else "lower"
 
 
 def _size(size: ConfigValue | None) -> str:

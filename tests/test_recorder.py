@@ -1,0 +1,223 @@
+"""``python -m gpuguide.recorder``: every page run with recording on, one file per device.
+
+The pages here are tiny scripts in a temporary examples folder; each runs in
+its own process with the real interpreter, as the recorder runs the guide's.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import replace
+
+import pytest
+
+from gpuguide import recorder, recordings, results
+from gpuguide.recordings import RESULTS_DIR_ENV, file_name
+from gpuguide.results import RECORD_ENV, Result, ResultsFile, ResultsFileError
+
+# A page as a reader's: its record() writes the file GPUGUIDE_RECORD names.
+PAGE = """
+import gpuguide
+gpuguide.record("{name}", {value}, unit="s", spread=({value}, {value}))
+"""
+# Records a figure, then fails: nothing of it may reach the results folder.
+FAILING = PAGE + "raise SystemExit(1)\n"
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    monkeypatch.delenv(RECORD_ENV, raising=False)
+    monkeypatch.delenv(RESULTS_DIR_ENV, raising=False)
+    results.clear()
+    recordings.forget_recordings()
+    yield
+    results.clear()
+    recordings.forget_recordings()
+
+
+def _page(examples, chapter, page, body="", **values):
+    script = examples / chapter / f"{page}.py"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(textwrap.dedent(body.format(**values)).lstrip())
+    return script
+
+
+@pytest.fixture
+def examples(tmp_path):
+    """Two chapters of pages, plus a helper module that is not a page."""
+    folder = tmp_path / "examples"
+    _page(folder, "02_b", "plot_two", PAGE, name="b", value=2.0)
+    _page(folder, "01_a", "plot_one", PAGE, name="a", value=1.0)
+    _page(folder, "01_a", "helper", "raise SystemExit('not a page')")
+    return folder
+
+
+@pytest.fixture
+def device():
+    """This machine's device, as the pages' processes record it."""
+    return results.current_device()
+
+
+def _existing(folder, device, *found):
+    """A recording of this device already in the results folder."""
+    path = folder / file_name(device)
+    old = replace(device, date="2024-01-01T00:00:00+00:00")
+    results.save(ResultsFile(device=old, results=found), path)
+    return path
+
+
+def _figures(path):
+    return {(r.page, r.name): r for r in results.load(path).results}
+
+
+# -- which pages ---------------------------------------------------------------------
+
+
+def test_pages_are_every_plot_script_in_chapter_order(examples):
+    assert [p.name for p in recorder.pages(examples)] == ["plot_one.py", "plot_two.py"]
+    chosen = recorder.pages(examples, ["plot_two.py", "examples/01_a/plot_one"])
+    assert [p.stem for p in chosen] == ["plot_two", "plot_one"]
+    with pytest.raises(ValueError, match="no example named 'plot_nope'"):
+        recorder.pages(examples, ["plot_one", "plot_nope"])
+    assert recorder.pages(examples / "missing") == []
+
+
+# -- recording -------------------------------------------------------------------------
+
+
+def test_record_pages_replaces_the_devices_file(examples, tmp_path, device):
+    _page(examples, "03_c", "plot_three", PAGE, name="c", value=3.0)
+    folder = tmp_path / "results"
+    folder.mkdir()
+    other_device = replace(device, short_name="some other device")
+    other = folder / file_name(other_device)
+    results.save(
+        ResultsFile(device=other_device, results=(Result("p", "n", 1.0, "s"),)), other
+    )
+    before = other.read_bytes()
+    path = _existing(folder, device, Result("plot_gone", "old", 9.0, "s"))
+    said = []
+    written = recorder.record_pages(recorder.pages(examples), folder, log=said.append)
+    assert written == path
+    figures = _figures(path)
+    assert sorted(figures) == [
+        ("plot_one", "a"),
+        ("plot_three", "c"),
+        ("plot_two", "b"),
+    ]
+    assert [figures[k].value for k in sorted(figures)] == [1.0, 3.0, 2.0]
+    assert all(r.runs == 1 for r in figures.values())
+    recorded = results.load(path).device
+    assert recorded.key == device.key
+    assert recorded.date != "2024-01-01T00:00:00+00:00"
+    assert recorded.peaks  # a CPU's, measured by the recorder after the pages
+    assert other.read_bytes() == before  # another device's file is left alone
+    assert [line.split()[:2] for line in said[:3]] == [
+        ["ok", "plot_one"],
+        ["ok", "plot_two"],
+        ["ok", "plot_three"],
+    ]
+    assert said[-1] == f"wrote 3 figures of 3 pages to {path}"
+
+
+def test_some_pages_keep_the_other_pages_figures(examples, tmp_path, device, capsys):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    path = _existing(
+        folder,
+        device,
+        Result("plot_one", "a", 5.0, "s"),
+        Result("plot_two", "b", 7.0, "s"),
+        Result("plot_two", "gone", 7.0, "s"),
+    )
+    argv = [
+        "--examples",
+        str(examples),
+        "--results",
+        str(folder),
+        "--example",
+        "plot_two",
+    ]
+    assert recorder.main(argv) == 0
+    assert "ok   plot_two" in capsys.readouterr().out
+    figures = _figures(path)
+    # plot_two's figures replaced (one figure no longer recorded is gone),
+    # plot_one's kept as they were.
+    assert sorted(figures) == [("plot_one", "a"), ("plot_two", "b")]
+    assert (figures["plot_one", "a"].value, figures["plot_two", "b"].value) == (
+        5.0,
+        2.0,
+    )
+
+
+def test_merge_combines_runs_into_medians(examples, tmp_path, device):
+    folder = tmp_path / "results"
+    path = _existing(
+        folder, device, Result("plot_one", "a", 3.0, "s", spread=(2.5, 3.5))
+    )
+    argv = ["--examples", str(examples), "--results", str(folder)]
+    assert recorder.main([*argv, "--example", "plot_one", "--merge"]) == 0
+    merged = _figures(path)["plot_one", "a"]
+    assert (merged.value, merged.spread, merged.runs) == (2.0, (1.0, 3.5), 2)
+
+
+def test_a_failing_page_leaves_the_results_folder_untouched(examples, tmp_path, device):
+    _page(examples, "01_a", "plot_bad", FAILING, name="a", value=100.0)
+    folder = tmp_path / "results"
+    path = _existing(folder, device, Result("plot_one", "a", 5.0, "s"))
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    said = []
+    scripts = recorder.pages(examples, ["plot_bad"])
+    with pytest.raises(
+        RuntimeError, match=rf"1 page\(s\) failed: plot_bad; {path} is unchanged"
+    ):
+        recorder.record_pages(scripts, folder, log=said.append)
+    assert said[0].startswith("FAIL plot_bad")
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+def test_a_page_that_records_nothing_or_hangs_writes_nothing(tmp_path):
+    examples, folder = tmp_path / "examples", tmp_path / "results"
+    quiet = _page(examples, "01_a", "plot_quiet", "print('nothing recorded')")
+    with pytest.raises(RuntimeError, match="no page recorded a figure"):
+        recorder.record_pages([quiet], folder, log=lambda line: None)
+    slow = _page(examples, "01_a", "plot_slow", "import time\ntime.sleep(30)")
+    said = []
+    with pytest.raises(RuntimeError, match="failed: plot_slow"):
+        recorder.record_pages([slow], folder, timeout=1.0, log=said.append)
+    assert said[1] == "timed out after 1 s"
+    assert list(folder.iterdir()) == []
+
+
+def test_a_broken_results_file_stops_before_any_page_runs(tmp_path, capsys):
+    examples, folder = tmp_path / "examples", tmp_path / "results"
+    marker = tmp_path / "ran"
+    _page(examples, "01_a", "plot_one", f"open({str(marker)!r}, 'w').close()")
+    folder.mkdir()
+    broken = folder / "broken.json"
+    broken.write_text('{"schema": 1, "device": {')
+    with pytest.raises(ResultsFileError, match=r"broken\.json: is not valid JSON"):
+        recorder.record_pages(recorder.pages(examples), folder)
+    argv = ["--examples", str(examples), "--results", str(folder)]
+    assert recorder.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: results file ")
+    assert str(broken) in err
+    assert not marker.exists()
+
+
+def test_command_line_errors(examples, tmp_path, capsys):
+    folder = tmp_path / "results"
+    argv = ["--examples", str(examples), "--results", str(folder)]
+    assert recorder.main([*argv, "--example", "plot_nope"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"error: no example named 'plot_nope' in {examples}\n"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert recorder.main(["--examples", str(empty), "--results", str(folder)]) == 2
+    assert capsys.readouterr().err == f"error: no example scripts in {empty}\n"
+    assert not folder.exists()
+    with pytest.raises(SystemExit) as exit_:
+        recorder.main(["--bogus"])
+    assert exit_.value.code == 2
+    assert "error: unrecognized arguments: --bogus" in capsys.readouterr().err
