@@ -109,7 +109,7 @@ def test_results_dir_is_the_variable_or_none(monkeypatch, tmp_path):
 
 def test_file_name_is_kind_and_short_name():
     assert file_name(H100) == "cuda-h100-sxm5.json"
-    assert file_name(CPU) == "cpu-cpu-intel-xeon-2-threads.json"
+    assert file_name(CPU) == "cpu-intel-xeon-2-threads.json"
     # Re-recording a device (another date, torch) lands in the same file.
     assert file_name(replace(H100, date="2026-01-01T00:00:00+00:00", torch="2.15")) == (
         file_name(H100)
@@ -615,7 +615,7 @@ def test_devices_table_has_a_row_per_file(tmp_path):
     assert table.header[-1] == "file"
     assert table.rows == (
         ("CPU: Intel Xeon, 2 threads", "cpu", "2.13.0+cpu", "-", "-", "2025-06-02",
-         "small", "1", "cpu-cpu-intel-xeon-2-threads.json"),
+         "small", "1", "cpu-intel-xeon-2-threads.json"),
         ("H100 SXM5", "cuda", "2.11.0", "12.8", "570.86", "2025-06-01", "full", "3",
          "cuda-h100-sxm5.json"),
     )  # fmt: skip

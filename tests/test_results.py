@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -371,3 +372,22 @@ def test_merge_refuses_two_devices_and_two_units():
     other_unit = ResultsFile(H100, (Result("p", "a", 1.0, "ms"),))
     with pytest.raises(ValueError, match="one unit in every run, got ms, s"):
         results.merge([_run(H100, ("a", 1.0, None)), other_unit])
+
+
+def test_a_cpu_s_ceilings_rise_to_the_best_recorded_rate():
+    cpu = DeviceRecord(
+        "AMD EPYC", "CPU: AMD EPYC, 2 threads", "cpu", "2.13.0", None, None,
+        "2026-11-23T00:00:00+00:00", peaks={"fp32": 100.0, "memory": 50.0},
+    )  # fmt: skip
+    figures = (
+        Result("p", "matmul", 120.0, "FLOP/s", peak="fp32"),
+        Result("p", "add", 40.0, "B/s", peak="memory"),  # below: no change
+        Result("p", "half", 9.0, "FLOP/s", peak="fp16"),  # no fp16 ceiling: none made
+        Result("p", "time", 500.0, "s", peak="fp32"),  # not a rate: ignored
+    )
+    raised = results.with_measured_ceilings(results.ResultsFile(cpu, figures))
+    assert dict(raised.device.peaks) == {"fp32": 120.0, "memory": 50.0}
+    assert raised.results == figures
+    # A GPU's datasheet peaks stay as they are.
+    gpu = results.ResultsFile(replace(H100, peaks={"fp32": 100.0}), figures)
+    assert results.with_measured_ceilings(gpu) is gpu

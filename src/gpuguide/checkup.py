@@ -48,6 +48,7 @@ from gpuguide.results import (
     ResultsFile,
     dumps,
     peak_figures,
+    with_measured_ceilings,
 )
 from gpuguide.tables import Table
 from gpuguide.timing import Measurement, benchmark
@@ -261,7 +262,7 @@ def checkup(device: torch.device, *, levels: int = 2) -> ResultsFile:
         *launch_figures(device),
     ]
     record = DeviceRecord.from_info(info, peaks=peak_figures(peaks))
-    return ResultsFile(device=record, results=tuple(figures))
+    return with_measured_ceilings(ResultsFile(device=record, results=tuple(figures)))
 
 
 def _label(result: Result) -> str:

@@ -37,6 +37,7 @@ from gpuguide.results import (
     merge,
     peak_figures,
     save,
+    with_measured_ceilings,
 )
 
 __all__ = ["main", "pages", "record_pages"]
@@ -134,6 +135,7 @@ def record_pages(
     if not new.device.peaks:  # a CPU's: measured once, here, not inside a page
         peaks = peak_figures(device_peaks())
         new = ResultsFile(replace(new.device, peaks=peaks), new.results)
+    new = with_measured_ceilings(new)
     if merge_runs and target.exists():
         new = merge([load(target), new])
         say(f"merged with the recording already in {target}")

@@ -86,13 +86,16 @@ def results_dir() -> Path | None:
 
 
 def file_name(device: DeviceRecord) -> str:
-    """The file a device's results are kept in: ``"cuda-h100-sxm5.json"``.
+    """The file a device's results are kept in: ``"cuda-h100-sxm5.json"``,
+    ``"cpu-amd-epyc-2-threads.json"``.
 
     Made of the device's kind and short name, so that re-recording a device
     replaces its file and two devices never share one.
     """
-    slug = re.sub(r"[^a-z0-9]+", "-", f"{device.kind} {device.short_name}".lower())
-    return slug.strip("-") + ".json"
+    name = re.sub(r"[^a-z0-9]+", "-", device.short_name.lower()).strip("-")
+    if not name.startswith(f"{device.kind}-"):  # "CPU: AMD EPYC" names its kind
+        name = f"{device.kind}-{name}"
+    return name + ".json"
 
 
 def load_dir(path: str | os.PathLike[str]) -> dict[Path, ResultsFile]:

@@ -86,6 +86,7 @@ __all__ = [
     "recorded",
     "recording_path",
     "save",
+    "with_measured_ceilings",
 ]
 
 #: The version of the file format this module writes and reads.
@@ -763,6 +764,24 @@ def peak_figures(peaks: Peaks) -> dict[str, float]:
         "host_link": peaks.host_link_bytes_per_s,
     }
     return {k: v for k, v in figures.items() if k in PEAK_NAMES and v is not None}
+
+
+def with_measured_ceilings(results_file: ResultsFile) -> ResultsFile:
+    """A CPU's file with each peak raised to the best rate recorded against it.
+
+    A CPU's peaks are not a datasheet's but the best rates measured on it
+    (:func:`gpuguide.peaks.measure_cpu_peaks`), so a page or the check-up that
+    finds a faster shape has found the ceiling; shares of it then read at most
+    100%. A GPU's datasheet peaks are returned unchanged.
+    """
+    device = results_file.device
+    if device.kind != "cpu" or not device.peaks:
+        return results_file
+    peaks = dict(device.peaks)
+    for r in results_file.results:
+        if r.peak in peaks and r.unit.endswith("/s"):
+            peaks[r.peak] = max(peaks[r.peak], r.value)
+    return ResultsFile(replace(device, peaks=peaks), results_file.results)
 
 
 def _recording_device() -> DeviceRecord:
