@@ -221,3 +221,13 @@ def test_command_line_errors(examples, tmp_path, capsys):
         recorder.main(["--bogus"])
     assert exit_.value.code == 2
     assert "error: unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_a_busy_machine_is_warned_about():
+    from gpuguide.recorder import busy_warning
+
+    assert busy_warning(load=0.4, cpus=2) == ""
+    text = busy_warning(load=3.6, cpus=2)
+    assert "load average is 3.6 on 2 CPU(s)" in text
+    assert "record on an idle machine" in text
+    assert isinstance(busy_warning(), str)  # the real load: either answer is fine

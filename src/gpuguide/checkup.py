@@ -96,7 +96,7 @@ def _dtypes(device: torch.device) -> list[str]:
 
 
 def matmul_figures(device: torch.device, levels: int, peaks: Peaks) -> list[Result]:
-    """The best rate per dtype from a search over ``levels``**3 shapes."""
+    """The best rate per dtype from a search over ``levels ** 3`` shapes."""
     figures = []
     for name in _dtypes(device):
         dtype, tf32 = MATMUL_DTYPES[name]

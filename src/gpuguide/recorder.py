@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from gpuguide.host import usable_cpus
 from gpuguide.peaks import device_peaks
 from gpuguide.recordings import RESULTS_DIR_ENV, file_name, forget_recordings, load_dir
 from gpuguide.results import (
@@ -40,7 +41,7 @@ from gpuguide.results import (
     with_measured_ceilings,
 )
 
-__all__ = ["main", "pages", "record_pages"]
+__all__ = ["busy_warning", "main", "pages", "record_pages"]
 
 
 def pages(examples: Path, names: Sequence[str] = ()) -> list[Path]:
@@ -60,6 +61,28 @@ def pages(examples: Path, names: Sequence[str] = ()) -> list[Path]:
             raise ValueError(msg)
         chosen += found
     return chosen
+
+
+def busy_warning(load: float | None = None, cpus: int | None = None) -> str:
+    """A warning when other work keeps the machine's CPUs busy; else ``""``.
+
+    A recording should be made on an otherwise idle machine: another process
+    on the same cores slows every page (a CPU's matmul rate drops many times
+    over). ``load`` defaults to the one-minute load average, ``cpus`` to the
+    usable CPUs.
+    """
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):  # not on every platform
+            return ""
+    cpus = cpus or usable_cpus()
+    if load <= 0.5 * cpus:
+        return ""
+    return (
+        f"warning: the load average is {load:.1f} on {cpus} CPU(s): other work is "
+        "running, and it will slow the pages; record on an idle machine"
+    )
 
 
 def _run_page(script: Path, env: dict[str, str], timeout: float) -> tuple[bool, str]:
@@ -102,6 +125,9 @@ def record_pages(
     load_dir(results)  # a broken folder stops the run before it starts
     device = current_device()
     target = results / file_name(device)
+    busy = busy_warning()
+    if busy:
+        say(busy)
     with tempfile.TemporaryDirectory(prefix="gpuguide-record-") as scratch:
         fresh = Path(scratch) / target.name
         env = {
