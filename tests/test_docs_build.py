@@ -74,10 +74,13 @@ def test_every_page_with_recorded_figures_shows_each_recorded_device(site):
             if any(not r.is_sweep_point for r in f.for_page(script.stem)):
                 assert f"{f.device.short_name} [rec]" in text, (script.stem, f.device)
                 assert f"recorded {f.device.date[:10]}" in text
-    across = (out / "results.html").read_text()
+    across = bs4.BeautifulSoup((out / "results.html").read_text(), "html.parser")
+    devices, *pages = across.select("table")  # the devices, then one per page
     for path, f in files.items():
-        assert path.name in across
-        assert f.device.short_name in across
+        assert path.name in devices.get_text()
+        assert f.device.short_name in devices.get_text()
+    assert len(pages) >= len({p for f in files.values() for p in f.pages}) - 1
+    assert any("% of peak" in t.get_text() for t in pages)
 
 
 def _page(out, script):

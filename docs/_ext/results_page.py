@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from docutils import nodes
-from docutils.statemachine import StringList
+from sphinx import addnodes
 from sphinx.errors import ConfigError
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
@@ -29,7 +29,7 @@ from gpuguide.recordings import RESULTS_DIR_ENV, devices_table, load_dir, page_t
 from gpuguide.results import ResultsFileError
 from gpuguide.tables import Table
 
-__all__ = ["RecordedResults", "check_results", "setup"]
+__all__ = ["RecordedResults", "check_results", "setup", "table_node"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,20 +56,38 @@ def _config_inited(app: Any, config: Any) -> None:
     logger.info(f"recorded results: {count} file(s) in {folder}")
 
 
-def _list_table(table: Table, title: str | None = None) -> list[str]:
-    lines = [f".. list-table:: {title}" if title else ".. list-table::",
-             "   :header-rows: 1", ""]  # fmt: skip
-    for row in (table.header, *table.rows):
-        first, *rest = (cell.replace("|", "\\|") or " " for cell in row)
-        lines.append(f"   * - {first}")
-        lines += [f"     - {cell}" for cell in rest]
-    return [*lines, ""]
+def _row(cells: tuple[str, ...]) -> nodes.row:
+    row = nodes.row()
+    for cell in cells:
+        entry = nodes.entry()
+        entry += nodes.paragraph(text=cell)
+        row += entry
+    return row
+
+
+def table_node(table: Table, title: str | None = None) -> nodes.table:
+    """A :class:`gpuguide.tables.Table` as a docutils table (header row first)."""
+    node = nodes.table(classes=["gpuguide-recorded"])
+    if title:
+        node += nodes.title(text=title)
+    group = nodes.tgroup(cols=len(table.header))
+    node += group
+    for _ in table.header:
+        group += nodes.colspec(colwidth=1)
+    head = nodes.thead()
+    head += _row(table.header)
+    body = nodes.tbody()
+    for row in table.rows:
+        body += _row(row)
+    group += head
+    group += body
+    return node
 
 
 def _page_docs(examples: Path) -> dict[str, str]:
     """Page name -> its document (``auto_examples/05_dtypes/plot_x``)."""
     return {
-        script.stem: f"/auto_examples/{script.parent.name}/{script.stem}"
+        script.stem: f"auto_examples/{script.parent.name}/{script.stem}"
         for script in sorted(examples.glob("*/plot_*.py"))
     }
 
@@ -85,26 +103,30 @@ class RecordedResults(SphinxDirective):
         files = load_dir(folder)  # validated when the build started
         for path in files:
             self.env.note_dependency(os.fspath(path))
-        lines: list[str] = []
         if not files:
-            lines.append(f"No results files in ``{folder.name}/`` yet.")
-        else:
-            lines += _list_table(devices_table(files), "Recorded devices")
-            docs = _page_docs(Path(self.config.gpuguide_examples_dir))
-            recorded = list(files.values())
-            pages = list(dict.fromkeys(p for f in recorded for p in f.pages))
-            order = list(docs)
-            pages.sort(key=lambda p: (order.index(p) if p in order else len(order), p))
-            for page in pages:
-                table = page_table(page, recorded)
-                if table is None:
-                    continue
-                link = f":doc:`{page} <{docs[page]}>`" if page in docs else page
-                lines += [f".. rubric:: {link}", "", *_list_table(table)]
-        node = nodes.section()
-        node.document = self.state.document
-        self.state.nested_parse(StringList(lines, source="recorded-results"), 0, node)
-        return list(node.children)
+            return [nodes.paragraph(text=f"No results files in {folder.name}/ yet.")]
+        out: list[nodes.Node] = [table_node(devices_table(files), "Recorded devices")]
+        docs = _page_docs(Path(self.config.gpuguide_examples_dir))
+        recorded = list(files.values())
+        order = list(docs)
+        pages = list(dict.fromkeys(p for f in recorded for p in f.pages))
+        pages.sort(key=lambda p: (order.index(p) if p in order else len(order), p))
+        for page in pages:
+            table = page_table(page, recorded)
+            if table is None:
+                continue
+            heading = nodes.rubric()
+            if page in docs:
+                link = addnodes.pending_xref(
+                    "", refdomain="std", reftype="doc", reftarget=docs[page],
+                    refexplicit=True, refwarn=True, refdoc=self.env.docname,
+                )  # fmt: skip
+                link += nodes.inline(text=page)
+                heading += link
+            else:
+                heading += nodes.Text(page)
+            out += [heading, table_node(table)]
+        return out
 
 
 def setup(app: Any) -> dict[str, Any]:
