@@ -1,6 +1,7 @@
 """Sessions for gpuguide: ``nox -s tests`` (default), ``nox -s docs``, ``nox -s lint``,
-``nox -s record`` (record this device's figures in docs/results) and ``nox -s
-compat`` (the tests on the lowest supported and the newest torch).
+``nox -s record`` (record this device's figures in docs/results), ``nox -s
+compat`` (the tests on the lowest supported and the newest torch) and ``nox -s
+build`` (the sdist and wheel in dist/, checked with twine).
 
 Environments are kept between runs and reinstalled only when ``pyproject.toml``
 or this file changes. On a Linux machine with no NVIDIA GPU the sessions
@@ -34,6 +35,7 @@ nox.options.default_venv_backend = "virtualenv"
 ROOT = Path(__file__).resolve().parent
 DOCS = ROOT / "docs"
 BUILD = DOCS / "_build"
+DIST = ROOT / "dist"
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 
 # The CPU build tried first on a machine without an NVIDIA GPU (a wheel that
@@ -181,8 +183,12 @@ def _env(session: nox.Session) -> dict[str, str]:
 
 
 def _has_module(session: nox.Session, name: str) -> bool:
+    # A dotted name ("build.__main__") tells a package from a folder of that name
+    # in the working directory; its parent missing means the module is too.
     code = (
-        f"import importlib.util; print(importlib.util.find_spec({name!r}) is not None)"
+        "import importlib.util\n"
+        f"try: print(importlib.util.find_spec({name!r}) is not None)\n"
+        "except ModuleNotFoundError: print(False)"
     )
     out = session.run(_python(session), "-c", code, silent=True)
     return (out or "").strip() == "True"
@@ -273,6 +279,36 @@ def lint(session: nox.Session) -> None:
         session.log("mypy is not installed here: type checking skipped.")
         return
     session.run(_python(session), "-m", "mypy")  # its settings are in pyproject.toml
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Build the sdist and wheel into dist/ and check their metadata with twine."""
+    args = ["--outdir", str(DIST)]
+    if _no_venv(session):
+        # No package registry: build with this interpreter's setuptools.
+        missing = [
+            name
+            for name, module in (
+                ("build", "build.__main__"),
+                ("twine", "twine.__main__"),
+                ("setuptools", "setuptools.build_meta"),
+            )
+            if not _has_module(session, module)
+        ]
+        if missing:
+            session.error(
+                f"--no-venv: {', '.join(missing)} not installed in {sys.executable}; "
+                "install them there, or run without --no-venv"
+            )
+        args.append("--no-isolation")
+    else:
+        session.install(*nox.project.dependency_groups(PYPROJECT, "build"))
+    for old in DIST.glob("gpuguide-*"):  # check only what this run builds
+        old.unlink()
+    session.run(_python(session), "-m", "build", *args, str(ROOT))
+    built = sorted(str(path) for path in DIST.glob("gpuguide-*"))
+    session.run(_python(session), "-m", "twine", "check", "--strict", *built)
 
 
 @nox.session

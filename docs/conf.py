@@ -39,6 +39,8 @@ extensions = [
     "sphinx_copybutton",
     "sphinx_gallery.gen_gallery",
     "results_page",  # docs/_ext: recorded results, validated when the build starts
+    "site_wheel",  # docs/_ext: the helpers' wheel on the site, its install command
+    "landing",  # docs/_ext: banner and chapter cards; actions and provenance on top
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "README.md"]
@@ -59,6 +61,19 @@ html_theme_options = {
     "footer_end": ["sphinx-version"],
 }
 html_show_sourcelink = False
+html_static_path = ["_static"]
+html_css_files = ["gpuguide.css"]
+html_logo = "_static/logo.svg"
+html_favicon = "_static/favicon.svg"
+# The theme's light/dark switch starts from "auto" (an empty mode is an error in
+# the browser's console).
+html_context = {"default_mode": "auto"}
+# Where the site is served: downloaded scripts and notebooks install the helpers'
+# wheel from <html_baseurl>_downloads/ (docs/_ext/site_wheel.py). The default is
+# the README's `python -m http.server -d docs/_build/html 8000`.
+html_baseurl = (
+    os.environ.get("GPUGUIDE_SITE_URL", "").strip() or "http://localhost:8000/"
+)
 
 # Execute every example whose file name starts with plot_.
 EXECUTED = r"/plot_"
@@ -76,10 +91,10 @@ sphinx_gallery_conf = {
     "download_all_examples": True,
     "min_reported_time": 0,
     "show_memory": False,
-    "first_notebook_cell": (
-        "# This notebook needs the small gpuguide helper package:\n"
-        "# pip install . from a clone of the guide's repository."
-    ),
+    # No sg_execution_times pages: they load jQuery and DataTables from CDNs, which
+    # fail offline, and list timings the pages themselves print.
+    "write_computation_times": False,
+    # "first_notebook_cell": set by site_wheel from html_baseurl (%pip install <wheel>)
 }
 
 

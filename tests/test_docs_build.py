@@ -34,6 +34,8 @@ def site(tmp_path_factory):
     )
     shutil.copytree(ROOT / "examples", work / "examples")
     shutil.copytree(ROOT / "src", work / "src")
+    for name in ("pyproject.toml", "README.md"):  # the site carries the helpers' wheel
+        shutil.copy2(ROOT / name, work / name)
     out = work / "html"
     # The recorded results, and a fake GPU recording made from each file's figures,
     # as a CPU-only build would show a real one.
@@ -84,6 +86,45 @@ def test_every_page_with_recorded_figures_shows_each_recorded_device(site):
     }
     assert len(pages) == len(headline)
     assert any("% of peak" in t.get_text() for t in pages)
+
+
+def test_the_landing_page_has_a_banner_and_a_card_per_chapter(site):
+    import torch
+
+    out, _ = site
+    soup = bs4.BeautifulSoup((out / "index.html").read_text(), "html.parser")
+    banner = soup.select_one("div.gpuguide-banner").get_text(" ", strip=True)
+    assert "built and measured on" in banner
+    assert torch.__version__ in banner
+    assert "Each page also shows the results recorded on:" in banner
+    assert "Fake H100" in banner  # the fake GPU's file
+    cards = soup.select("div.gpuguide-card")
+    assert len(cards) == len({s.parent.name for s in EXAMPLES}) == 13
+    for card in cards:
+        image, link = card.select_one("img"), card.select_one("a")
+        assert (out / image["src"]).is_file(), image["src"]
+        assert (out / link["href"]).is_file(), link["href"]
+        assert link["href"].endswith("/index.html")
+
+
+def test_every_example_page_opens_with_its_actions_and_provenance(site):
+    out, _ = site
+    for script in EXAMPLES:
+        page = _page(out, script)
+        soup = bs4.BeautifulSoup(page.read_text(), "html.parser")
+        top = soup.select_one("div.gpuguide-page-top")
+        assert top is not None, script.stem
+        assert "Measured on" in top.get_text(), script.stem
+        # it comes before the page's first code cell
+        first_code = soup.select_one("div.highlight-Python")
+        assert first_code is not None
+        assert str(soup).index("gpuguide-page-top") < str(soup).index(
+            str(first_code)[:60]
+        )
+        hrefs = [a["href"] for a in top.select("a")]
+        assert [h.rsplit(".", 1)[-1] for h in hrefs] == ["py", "ipynb", "zip"]
+        for href in hrefs:
+            assert (page.parent / href).resolve().is_file(), (script.stem, href)
 
 
 def _page(out, script):

@@ -12,6 +12,9 @@ multiply-add per 16 bytes of memory traffic, memory-bound at every size).
 Each size is timed on the CPU, on the GPU with the data already there, and on the GPU
 including copying the inputs in and the result out. The printout gives the crossover
 sizes, the speed-up, and the achieved FLOP/s and GB/s as a percentage of peak.
+
+See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
+:doc:`the roofline and its three regimes </concepts/roofline>`.
 """
 
 # %%

@@ -11,6 +11,8 @@ It then measures what creating a tensor on the CPU and moving it costs compared 
 creating it on the device directly. A popular notebook timed this as one step and
 credited the whole difference to the transfer; here the CPU random number generator
 and the copy are timed separately, so you can see which of the two dominates.
+
+See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 """
 
 # %%

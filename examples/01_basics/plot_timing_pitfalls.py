@@ -10,6 +10,8 @@ On a GPU the largest error comes from asynchronous execution: a host clock read
 right after a CUDA call measures the launch, not the work. Other pitfalls apply to
 every device: the first call, trusting one sample, creating the inputs inside the
 timed region, and ``torch.utils.benchmark.Timer``'s default of one CPU thread.
+
+See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 """
 
 # %%

@@ -11,6 +11,8 @@ This page provokes that race on purpose and counts the wrong elements, then chec
 fixes (waiting on an event, or a blocking copy) and times them against each other, and
 with host work placed between the copy and the wait, which is what non-blocking copies
 are for.
+
+See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 """
 
 # %%

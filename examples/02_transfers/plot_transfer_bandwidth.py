@@ -11,6 +11,8 @@ memory made with ``pin_memory()``, and from pinned memory with ``non_blocking=Tr
 It then times ``pin_memory()`` itself. Pinning copies the tensor into a new buffer, so
 it pays off only when that buffer is used for several transfers; the printout gives
 the break-even number of copies.
+
+See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 """
 
 # %%

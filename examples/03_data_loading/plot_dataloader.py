@@ -13,6 +13,9 @@ side, which decides what workers can do, then times an epoch while changing one
 DataLoader setting at a time: ``num_workers``, ``batch_size``, ``pin_memory``,
 ``prefetch_factor``, ``persistent_workers``. Every verdict is computed with the
 spread of the measurements.
+
+See also the concept page
+:doc:`Amdahl's law for a training step </concepts/amdahl>`.
 """
 
 # %%

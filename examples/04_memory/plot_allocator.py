@@ -11,6 +11,8 @@ which counts everything on the GPU, CUDA contexts and other processes included.
 This page measures what a CUDA context costs (a popular notebook printed 0 MB for it:
 ``memory_allocated`` cannot see it), follows the three numbers as a tensor is made,
 deleted, reused and released, and recovers from an out-of-memory error.
+
+See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 """
 
 # %%

@@ -13,6 +13,8 @@ Throughput is normalised per size (``2 n^3`` FLOP), so a misaligned size that co
 no more than its neighbours shows the same FLOP/s. The printout gives the ratio of
 misaligned to aligned throughput and whether a cliff showed up; the last part times
 the usual fix, padding the inner dimension to a multiple of 8.
+
+See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 """
 
 # %%

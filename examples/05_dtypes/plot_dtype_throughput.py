@@ -12,6 +12,9 @@ held against the dense peak of the device actually measured.
 
 Speed is half of the trade: the page then multiplies the same random matrices in
 each dtype and compares the result with an fp64 reference.
+
+See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
+:doc:`the roofline and its three regimes </concepts/roofline>`.
 """
 
 # %%

@@ -13,6 +13,10 @@ rounds), the host's time to launch a step next to the GPU's time to run it, the
 peak memory of a step and the loss reached after a fixed number of steps, and it
 reports what the gradient scaler did. The previous page shows which operations autocast runs in
 which dtype, and why float16 needs the scaler while bfloat16 does not.
+
+See also the concept pages
+:doc:`the roofline and its three regimes </concepts/roofline>` and
+:doc:`Amdahl's law for a training step </concepts/amdahl>`.
 """
 
 # %%

@@ -12,6 +12,8 @@ records, from the run itself, which module produced which dtype, how many bytes
 the forward pass keeps for the backward pass in each mode, and how many real
 gradient values float16 cannot represent, which is why float16 training needs a
 gradient scaler and bfloat16 training does not.
+
+See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 """
 
 # %%

@@ -12,6 +12,9 @@ over a range of batch sizes; the time and the peak memory of ``x * a + b`` again
 ``x.mul_(a).add_(b)``; and three operations on a transposed view, with the
 ``.contiguous()`` copy timed on its own so that you can see after how many uses it
 pays for itself.
+
+See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
+:doc:`the roofline and its three regimes </concepts/roofline>`.
 """
 
 # %%

@@ -14,6 +14,9 @@ large matrix multiplication and a matrix multiplication whose inner dimension gr
 For each it prints the time, the achieved FLOP/s and GB/s, the intensity, the
 percentage of the roof reached and the regime, and places all of them on a roofline
 drawn from the device's peaks.
+
+See also the concept page
+:doc:`the roofline and its three regimes </concepts/roofline>`.
 """
 
 # %%

@@ -14,6 +14,9 @@ loss is read back: every step, every tenth step, or once at the end, for models 
 growing width. What a read costs depends on how the host's time per step compares
 with the GPU's, so both are printed next to it. On a GPU the page also lists the
 operations in a step that synchronize, as PyTorch reports them.
+
+See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
+:doc:`the roofline and its three regimes </concepts/roofline>`.
 """
 
 # %%

@@ -11,6 +11,10 @@ needs to launch them (host-bound), and a large one whose matmuls keep the GPU bu
 (GPU-bound). For each, for inference and a training step, it measures the one-off
 compile cost, the steady-state time of eager mode and each compile mode, the host's
 launch time next to the GPU's work, and the calls it takes to break even.
+
+See also the concept pages
+:doc:`the roofline and its three regimes </concepts/roofline>` and
+:doc:`Amdahl's law for a training step </concepts/amdahl>`.
 """
 
 # %%

@@ -12,6 +12,9 @@ This page runs the chain eagerly and under ``torch.compile`` for several depths.
 counts the kernels (on a CPU, the operators) of one call with the profiler, times the
 steady state apart from the first calls, and turns the times into bandwidth: for the
 bytes the chain must move, and for the bytes each way actually moves.
+
+See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
+:doc:`the roofline and its three regimes </concepts/roofline>`.
 """
 
 # %%

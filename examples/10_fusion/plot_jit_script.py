@@ -11,6 +11,9 @@ claim that the scripted chain runs as one fused kernel from its second call on.
 Then the same chain runs three ways (eager, scripted, compiled) with one change
 between them. For each way it prints the kernels (on a CPU, operators) of one call,
 the one-off cost of the first calls, the steady-state time and the bandwidth.
+
+See also the concept page
+:doc:`the roofline and its three regimes </concepts/roofline>`.
 """
 
 # %%

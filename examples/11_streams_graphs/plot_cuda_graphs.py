@@ -13,6 +13,9 @@ replayed from a graph, fits ``time = fixed + per-op cost x ops`` to each, and pr
 the per-op cost and the speed-up. A small MLP with a batch of a few rows shows the
 same on a model, with the host's launch time next to the GPU's work, and the
 one-time cost of capturing is reported on its own.
+
+See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
+:doc:`the roofline and its three regimes </concepts/roofline>`.
 """
 
 # %%

@@ -12,6 +12,9 @@ A popular blog post put upload, compute and download on three streams but
 synchronized each stream before starting the next, and saw little gain: with a wait
 between stages no overlap is possible. Here the overlap is computed from the
 timings and drawn from CUDA events recorded on each stream.
+
+See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
+:doc:`Amdahl's law for a training step </concepts/amdahl>`.
 """
 
 # %%

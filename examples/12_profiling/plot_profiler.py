@@ -13,6 +13,10 @@ pass that autograd runs on a thread of its own.
 
 The profile points at one bottleneck: the step normalises its batch one sample at a
 time in a Python loop. The page fixes it and measures the step before and after.
+
+See also the concept pages
+:doc:`the roofline and its three regimes </concepts/roofline>` and
+:doc:`Amdahl's law for a training step </concepts/amdahl>`.
 """
 
 # %%

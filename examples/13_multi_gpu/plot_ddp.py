@@ -12,6 +12,9 @@ step with one process and with several, and measures the throughput (samples/s) 
 each and the time a step spends on the gradient all-reduce. With two or more CUDA
 GPUs it uses the NCCL backend, one GPU per process; otherwise the processes train
 on CPU cores with the gloo backend.
+
+See also the concept page
+:doc:`Amdahl's law for a training step </concepts/amdahl>`.
 """
 
 # %%

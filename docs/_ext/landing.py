@@ -1,0 +1,168 @@
+"""The landing page's banner and chapter cards, and the top of each example page.
+
+``build-banner`` says what this copy of the site was measured on (the device,
+torch, CUDA, the date of the build) and which devices have recorded results.
+``chapter-cards`` shows one card per chapter of the gallery: the thumbnail of
+the chapter's first page, the chapter's title and first sentence, linking to
+the chapter.
+
+On every example page, a row of actions (download the script, download the
+notebook, download both zipped) and the page's provenance line ("Measured on
+...", copied from the page's own output) are put right under the title, so that
+a reader sees what the numbers were measured on without scrolling.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from docutils import nodes
+from sphinx.util.docutils import SphinxDirective
+
+from gpuguide.device import describe_device
+from gpuguide.recordings import load_dir, results_dir
+
+__all__ = [
+    "BuildBanner",
+    "ChapterCards",
+    "banner_text",
+    "chapters",
+    "page_top",
+    "setup",
+]
+
+
+def banner_text(now: datetime | None = None) -> str:
+    """One sentence: the device, torch, CUDA and date this build measured on."""
+    info = describe_device()
+    cuda = f"CUDA {info.cuda_version}" if info.cuda_version else "no CUDA"
+    when = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%d")
+    device = info.name if info.type == "cpu" else f"{info.short_name} ({info.name})"
+    kind = "the CPU" if info.type == "cpu" else "the GPU"
+    return (
+        f"This copy of the guide was built and measured on {kind} {device}, "
+        f"with torch {info.torch_version} and {cuda}, on {when}."
+    )
+
+
+def _first_sentence(text: str) -> str:
+    flat = " ".join(text.split())
+    match = re.match(r"(.+?[.!?])(\s|$)", flat)
+    return match.group(1) if match else flat
+
+
+def chapters(examples: Path) -> list[dict[str, str]]:
+    """Each chapter folder's title, first sentence, folder and first page."""
+    found = []
+    for folder in sorted(p for p in examples.iterdir() if p.is_dir()):
+        header = folder / "GALLERY_HEADER.rst"
+        if not header.exists():
+            continue
+        lines = header.read_text(encoding="utf-8").splitlines()
+        title = lines[0].strip()
+        body = "\n".join(lines[2:]).strip().split("\n\n")[0]
+        order = folder / "order.txt"
+        pages = [
+            line.strip().removesuffix(".py")
+            for line in (order.read_text().splitlines() if order.exists() else [])
+            if line.strip() and not line.startswith("#")
+        ] or sorted(p.stem for p in folder.glob("plot_*.py"))
+        found.append(
+            {
+                "title": title,
+                "sentence": _first_sentence(body),
+                "folder": folder.name,
+                "page": pages[0],
+            }
+        )
+    return found
+
+
+class BuildBanner(SphinxDirective):
+    """``.. build-banner::``: what the build measured on; the recorded devices."""
+
+    def run(self) -> list[nodes.Node]:
+        text = banner_text()
+        folder = results_dir()
+        files = load_dir(folder) if folder and folder.is_dir() else {}
+        if files:
+            names = ", ".join(f.device.short_name for f in files.values())
+            text += f" Each page also shows the results recorded on: {names}."
+        box = nodes.container(classes=["gpuguide-banner"])
+        box += nodes.paragraph(text=text)
+        return [box]
+
+
+class ChapterCards(SphinxDirective):
+    """``.. chapter-cards::``: one card per chapter, with a thumbnail."""
+
+    def run(self) -> list[nodes.Node]:
+        examples = Path(self.config.gpuguide_examples_dir)
+        grid = nodes.container(classes=["gpuguide-cards"])
+        for chapter in chapters(examples):
+            folder, page = chapter["folder"], chapter["page"]
+            card = nodes.container(classes=["gpuguide-card"])
+            thumb = f"/auto_examples/{folder}/images/thumb/sphx_glr_{page}_thumb.png"
+            target = f"auto_examples/{folder}/index"
+            uri = self.env.app.builder.get_relative_uri(self.env.docname, target)
+            link = nodes.reference("", "", internal=True, refuri=uri)
+            link += nodes.image(
+                uri=thumb, alt=chapter["title"], classes=["gpuguide-thumb"]
+            )
+            link += nodes.strong(text=chapter["title"])
+            card += nodes.paragraph("", "", link)
+            card += nodes.paragraph(text=chapter["sentence"])
+            grid += card
+        return [grid]
+
+
+_TITLE = re.compile(r"^(?P<title>[^\n]+)\n(?P<rule>=+)\n", re.MULTILINE)
+_PROVENANCE = re.compile(r"^\s+(Measured on [^\n]+)$", re.MULTILINE)
+
+
+def page_top(source: str, script: str) -> str:
+    """An example page's reST with actions and provenance under its title.
+
+    ``script`` is the page's file name (``plot_alignment.py``). A page whose
+    output has no provenance line gets the actions only; a page already done
+    is returned unchanged.
+    """
+    if "gpuguide-page-top" in source:
+        return source
+    anchor = source.find(".. rst-class:: sphx-glr-example-title")
+    title = _TITLE.search(source, anchor if anchor >= 0 else 0)
+    if title is None:
+        return source
+    stem = script.removesuffix(".py")
+    actions = (
+        f":download:`Download the script <{stem}.py>` · "
+        f":download:`Download the notebook <{stem}.ipynb>` · "
+        f":download:`Download both (zip) <{stem}.zip>`"
+    )
+    lines = ["", ".. container:: gpuguide-page-top", "", f"   {actions}", ""]
+    found = _PROVENANCE.search(source, title.end())
+    if found:
+        text = found.group(1).strip().replace("\\", "\\\\").replace("|", "\\|")
+        lines += [f"   {text}", ""]
+    return source[: title.end()] + "\n".join(lines) + "\n" + source[title.end() :]
+
+
+def _source_read(app: Any, docname: str, source: list[str]) -> None:
+    parts = docname.split("/")
+    if len(parts) == 3 and parts[0] == "auto_examples" and parts[2].startswith("plot_"):
+        source[0] = page_top(source[0], parts[2] + ".py")
+
+
+def setup(app: Any) -> dict[str, Any]:
+    app.connect("source-read", _source_read)
+    if "gpuguide_examples_dir" not in app.config.values:
+        here = Path(__file__).resolve().parent.parent
+        app.add_config_value(
+            "gpuguide_examples_dir", str(here.parent / "examples"), "env"
+        )
+    app.add_directive("build-banner", BuildBanner)
+    app.add_directive("chapter-cards", ChapterCards)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,65 @@
+"""The landing page's banner and cards, and the top of every example page."""
+
+from __future__ import annotations
+
+from conftest import EXAMPLES, ROOT
+from landing import banner_text, chapters, page_top
+
+import gpuguide
+
+EXAMPLE_RST = """
+.. rst-class:: sphx-glr-example-title
+
+.. _sphx_glr_auto_examples_05_dtypes_plot_x.py:
+
+
+A title
+=======
+
+Intro text.
+
+.. code-block:: none
+
+    Measured on CPU X (2 cores) | torch 2.13.0 | CUDA: none | 2026-11-23 06:00 UTC
+    more output
+"""
+
+
+def test_the_banner_names_the_device_torch_and_date():
+    info = gpuguide.describe_device()
+    text = banner_text()
+    assert info.torch_version in text
+    assert (info.name if info.type == "cpu" else info.short_name) in text
+    assert text.startswith("This copy of the guide was built and measured on")
+
+
+def test_every_chapter_has_a_card_with_a_first_page_and_a_sentence():
+    found = chapters(ROOT / "examples")
+    assert len(found) == len({p.parent.name for p in EXAMPLES}) == 13
+    for chapter in found:
+        assert (
+            ROOT / "examples" / chapter["folder"] / f"{chapter['page']}.py"
+        ).exists()
+        assert chapter["title"].startswith("Chapter ")
+        assert chapter["sentence"].endswith((".", "!", "?"))
+        assert "\n" not in chapter["sentence"]
+
+
+def test_actions_and_provenance_go_under_the_title():
+    out = page_top(EXAMPLE_RST, "plot_x.py")
+    top = out.index(".. container:: gpuguide-page-top")
+    assert out.index("=======") < top < out.index("Intro text.")
+    block = out[top : out.index("Intro text.")]
+    assert ":download:`Download the script <plot_x.py>`" in block
+    assert ":download:`Download the notebook <plot_x.ipynb>`" in block
+    # the provenance line, its | escaped so that reST does not read substitutions
+    assert "Measured on CPU X (2 cores) \\| torch 2.13.0 \\| CUDA: none" in block
+    assert page_top(out, "plot_x.py") == out  # done once only
+
+
+def test_a_page_without_provenance_gets_the_actions_only():
+    source = EXAMPLE_RST.replace("Measured on", "Something else")
+    out = page_top(source, "plot_x.py")
+    assert "Download the script" in out
+    assert "Measured on" not in out
+    assert page_top("no title here", "plot_x.py") == "no title here"
