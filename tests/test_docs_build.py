@@ -122,7 +122,7 @@ def test_every_example_page_opens_with_its_actions_and_provenance(site):
             str(first_code)[:60]
         )
         hrefs = [a["href"] for a in top.select("a")]
-        assert [h.rsplit(".", 1)[-1] for h in hrefs] == ["py", "ipynb", "zip"]
+        assert [h.rsplit(".", 1)[-1] for h in hrefs] == ["py", "ipynb", "zip", "txt"]
         for href in hrefs:
             assert (page.parent / href).resolve().is_file(), (script.stem, href)
 

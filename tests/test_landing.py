@@ -52,6 +52,7 @@ def test_actions_and_provenance_go_under_the_title():
     block = out[top : out.index("Intro text.")]
     assert ":download:`Download the script <plot_x.py>`" in block
     assert ":download:`Download the notebook <plot_x.ipynb>`" in block
+    assert "`View the source <plot_x.py.txt>`__" in block
     # the provenance line, its | escaped so that reST does not read substitutions
     assert "Measured on CPU X (2 cores) \\| torch 2.13.0 \\| CUDA: none" in block
     assert page_top(out, "plot_x.py") == out  # done once only
@@ -63,3 +64,20 @@ def test_a_page_without_provenance_gets_the_actions_only():
     assert "Download the script" in out
     assert "Measured on" not in out
     assert page_top("no title here", "plot_x.py") == "no title here"
+
+
+def test_the_sources_are_copied_as_text_next_to_their_pages(tmp_path):
+    from landing import copy_sources
+
+    out = tmp_path / "html"
+    (out / "auto_examples" / "05_dtypes").mkdir(parents=True)
+    count = copy_sources(ROOT / "examples", out)
+    copied = sorted((out / "auto_examples" / "05_dtypes").glob("*.py.txt"))
+    assert (
+        count
+        == len(copied)
+        == len(list((ROOT / "examples" / "05_dtypes").glob("plot_*.py")))
+    )
+    for text in copied:
+        original = ROOT / "examples" / "05_dtypes" / text.name.removesuffix(".txt")
+        assert text.read_bytes() == original.read_bytes()

@@ -7,7 +7,7 @@ the chapter's first page, the chapter's title and first sentence, linking to
 the chapter.
 
 On every example page, a row of actions (download the script, download the
-notebook, download both zipped) and the page's provenance line ("Measured on
+notebook, download both zipped, view the source as text) and the page's provenance line ("Measured on
 ...", copied from the page's own output) are put right under the title, so that
 a reader sees what the numbers were measured on without scrolling.
 """
@@ -15,6 +15,7 @@ a reader sees what the numbers were measured on without scrolling.
 from __future__ import annotations
 
 import re
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ __all__ = [
     "ChapterCards",
     "banner_text",
     "chapters",
+    "copy_sources",
     "page_top",
     "setup",
 ]
@@ -140,7 +142,8 @@ def page_top(source: str, script: str) -> str:
     actions = (
         f":download:`Download the script <{stem}.py>` · "
         f":download:`Download the notebook <{stem}.ipynb>` · "
-        f":download:`Download both (zip) <{stem}.zip>`"
+        f":download:`Download both (zip) <{stem}.zip>` · "
+        f"`View the source <{stem}.py.txt>`__"
     )
     lines = ["", ".. container:: gpuguide-page-top", "", f"   {actions}", ""]
     found = _PROVENANCE.search(source, title.end())
@@ -156,8 +159,29 @@ def _source_read(app: Any, docname: str, source: list[str]) -> None:
         source[0] = page_top(source[0], parts[2] + ".py")
 
 
+def copy_sources(examples: Path, outdir: Path) -> int:
+    """Copy every example script next to its page as ``<name>.py.txt``.
+
+    A ``.txt`` file is shown by a browser, where a ``.py`` one is downloaded:
+    this is what "View the source" opens. Returns how many were copied.
+    """
+    count = 0
+    for script in sorted(examples.glob("*/plot_*.py")):
+        target = outdir / "auto_examples" / script.parent.name / f"{script.name}.txt"
+        if target.parent.is_dir():
+            shutil.copyfile(script, target)
+            count += 1
+    return count
+
+
+def _build_finished(app: Any, exception: Exception | None) -> None:
+    if exception is None and app.builder.format == "html":
+        copy_sources(Path(app.config.gpuguide_examples_dir), Path(app.outdir))
+
+
 def setup(app: Any) -> dict[str, Any]:
     app.connect("source-read", _source_read)
+    app.connect("build-finished", _build_finished)
     if "gpuguide_examples_dir" not in app.config.values:
         here = Path(__file__).resolve().parent.parent
         app.add_config_value(
