@@ -61,10 +61,13 @@ html_theme_options = {
     "footer_end": ["sphinx-version"],
 }
 html_show_sourcelink = False
-html_static_path = ["_static"]
+# Absolute, so that a site built from another source folder with this
+# configuration (the tests' small sites) finds them too.
+STATIC = Path(__file__).resolve().parent / "_static"
+html_static_path = [str(STATIC)]
 html_css_files = ["gpuguide.css"]
-html_logo = "_static/logo.svg"
-html_favicon = "_static/favicon.svg"
+html_logo = str(STATIC / "logo.svg")
+html_favicon = str(STATIC / "favicon.svg")
 # The theme's light/dark switch starts from "auto" (an empty mode is an error in
 # the browser's console).
 html_context = {"default_mode": "auto"}
