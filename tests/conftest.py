@@ -1,8 +1,13 @@
-"""Shared test set-up: the ``gpu`` marker, paths, matplotlib, sample /proc texts."""
+"""Shared test set-up: the ``gpu`` marker, paths, matplotlib, sample /proc texts, and
+the site built once for the whole session."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,3 +86,54 @@ def _clean_matplotlib() -> Iterator[None]:
 def ax() -> plt.Axes:
     """Fresh axes on a new figure."""
     return plt.subplots()[1]
+
+
+#: The fake GPU whose recording the site build shows beside the CPU's.
+FAKE_GPU = {
+    "kind": "cuda", "name": "NVIDIA H100 80GB HBM3", "short_name": "Fake H100",
+    "cuda": "12.8", "driver": "570.86",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def site(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The whole site built once, at small sizes: its output folder and the build's
+    result (test_docs_build.py and test_browser.py share it).
+
+    The build runs in a copy of ``docs/`` and ``examples/`` so the reader's own
+    build (``docs/auto_examples``, ``docs/_build``) is never touched.
+    """
+    work = tmp_path_factory.mktemp("site")
+    shutil.copytree(
+        ROOT / "docs",
+        work / "docs",
+        ignore=shutil.ignore_patterns(
+            "_build", "auto_examples", "sg_execution_times.rst"
+        ),
+    )
+    shutil.copytree(ROOT / "examples", work / "examples")
+    shutil.copytree(ROOT / "src", work / "src")
+    for name in ("pyproject.toml", "README.md"):  # the site carries the helpers' wheel
+        shutil.copy2(ROOT / name, work / name)
+    out = work / "html"
+    # The recorded results, and a fake GPU recording made from each file's figures,
+    # as a CPU-only build would show a real one.
+    results = work / "results"
+    shutil.copytree(ROOT / "docs" / "results", results)
+    for path in sorted(results.glob("*.json")):
+        data = json.loads(path.read_text())
+        if data["device"]["kind"] == "cpu":
+            data["device"].update(FAKE_GPU)
+            (results / "cuda-fake-h100.json").write_text(json.dumps(data))
+    env = {
+        **os.environ, "GPUGUIDE_SMALL": "1", "MPLBACKEND": "Agg",
+        "GPUGUIDE_RESULTS_DIR": str(results),
+    }  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q",
+         str(work / "docs"), str(out)],
+        env=env, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    return out, result

@@ -1,15 +1,12 @@
-"""Build the whole site once, at small sizes, and check the generated HTML.
+"""Check the HTML of the whole site, built once at small sizes.
 
-The build runs in a copy of ``docs/`` and ``examples/`` so the reader's own
-build (``docs/auto_examples``, ``docs/_build``) is never touched.
+The build is conftest's session-wide ``site`` fixture (shared with the browser test).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -20,48 +17,6 @@ bs4 = pytest.importorskip("bs4")
 pytest.importorskip("sphinx_gallery")
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    work = tmp_path_factory.mktemp("site")
-    shutil.copytree(
-        ROOT / "docs",
-        work / "docs",
-        ignore=shutil.ignore_patterns(
-            "_build", "auto_examples", "sg_execution_times.rst"
-        ),
-    )
-    shutil.copytree(ROOT / "examples", work / "examples")
-    shutil.copytree(ROOT / "src", work / "src")
-    for name in ("pyproject.toml", "README.md"):  # the site carries the helpers' wheel
-        shutil.copy2(ROOT / name, work / name)
-    out = work / "html"
-    # The recorded results, and a fake GPU recording made from each file's figures,
-    # as a CPU-only build would show a real one.
-    results = work / "results"
-    shutil.copytree(ROOT / "docs" / "results", results)
-    for path in sorted(results.glob("*.json")):
-        data = json.loads(path.read_text())
-        if data["device"]["kind"] == "cpu":
-            data["device"].update(FAKE_GPU)
-            (results / "cuda-fake-h100.json").write_text(json.dumps(data))
-    env = {
-        **os.environ, "GPUGUIDE_SMALL": "1", "MPLBACKEND": "Agg",
-        "GPUGUIDE_RESULTS_DIR": str(results),
-    }  # fmt: skip
-    result = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q",
-         str(work / "docs"), str(out)],
-        env=env, capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
-    return out, result
-
-
-FAKE_GPU = {
-    "kind": "cuda", "name": "NVIDIA H100 80GB HBM3", "short_name": "Fake H100",
-    "cuda": "12.8", "driver": "570.86",
-}  # fmt: skip
 
 
 def test_every_page_with_recorded_figures_shows_each_recorded_device(site):
