@@ -1,0 +1,283 @@
+"""A downloaded script and notebook, run as a reader runs them.
+
+A small site (one example) is built for the address ``http://127.0.0.1:<port>/``
+and served there. The test then takes the notebook and the script from the
+build's ``_downloads/``, makes a fresh virtual environment outside the
+repository, installs the helpers with the command the notebook's first cell
+gives (the CPU-only variant where this machine has no NVIDIA GPU), and runs the
+script with that environment's Python and the notebook with its Jupyter
+(``nbconvert --execute``, whose first cell runs the ``%pip install`` again).
+
+Only a fresh environment that cannot get torch and the rest from any index
+(no network and no local wheel folder) skips; a failure to install the helpers'
+wheel, or of either run, fails.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+pytest.importorskip("sphinx_gallery")
+
+pytestmark = pytest.mark.slow
+
+EXAMPLE = '''"""
+Only
+====
+
+One example, run as a reader runs it.
+"""
+
+import matplotlib.pyplot as plt
+import torch
+
+import gpuguide
+
+device = gpuguide.pick_device()
+print(gpuguide.provenance(device))
+print(f"helpers from {gpuguide.__file__}")
+x = torch.linspace(0.0, 1.0, 50)
+fig, ax = plt.subplots()
+ax.plot(x.numpy(), (x * x).numpy())
+gpuguide.label_device(fig, device)
+plt.show()
+'''
+
+#: pip's words when no index can give it a package (offline, no local wheels).
+NO_PACKAGE = re.compile(r"No matching distribution found for ([A-Za-z0-9_.\-]+)")
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def served(tmp_path):
+    """A server on 127.0.0.1 (a free port), serving ``tmp_path/site/html``."""
+    html = tmp_path / "site" / "html"
+    handler = functools.partial(_Quiet, directory=str(html))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/", html
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def _build(root: Path, url: str) -> subprocess.CompletedProcess[str]:
+    """The site with the project's configuration and only ``EXAMPLE``, for ``url``."""
+    docs, chapter = root / "docs", root / "examples" / "01_only"
+    chapter.mkdir(parents=True)
+    docs.mkdir()
+    shutil.copytree(ROOT / "docs" / "_static", docs / "_static")  # logo, favicon, css
+    (docs / "conf.py").write_text(
+        f"__file__ = {str(ROOT / 'docs' / 'conf.py')!r}\n"
+        f"exec(compile(open(__file__).read(), __file__, 'exec'))\n"
+        f"sphinx_gallery_conf['examples_dirs'] = [{str(root / 'examples')!r}]\n"
+        f"ARTIFACTS = Path({str(root / 'artifacts')!r})\n"
+        f"os.environ['GPUGUIDE_ARTIFACT_DIR'] = str(ARTIFACTS)\n"
+    )
+    (docs / "index.rst").write_text(
+        "Mini\n====\n\n.. toctree::\n\n   auto_examples/index\n"
+    )
+    (root / "examples" / "GALLERY_HEADER.rst").write_text("Gallery\n=======\n")
+    (chapter / "GALLERY_HEADER.rst").write_text("Only\n----\n")
+    (chapter / "plot_only.py").write_text(EXAMPLE)
+    env = {
+        **os.environ, "GPUGUIDE_SMALL": "1", "MPLBACKEND": "Agg",
+        "GPUGUIDE_SITE_URL": url,
+    }  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "html", "-W", "-q",
+         str(docs), str(root / "html")],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+def _has_nvidia_gpu() -> bool:
+    return shutil.which("nvidia-smi") is not None or Path("/dev/nvidia0").exists()
+
+
+def _install_command(cell: str, url: str) -> str:
+    """The ``%pip install`` line of the notebook's first cell (CPU-only where no GPU)."""
+    lines = [line.strip() for line in cell.splitlines()]
+    plain = [line for line in lines if line.startswith("%pip install")]
+    cpu = [
+        line.removeprefix("#").strip()
+        for line in lines
+        if line.startswith("#") and "%pip install" in line
+    ]
+    assert len(plain) == 1, cell
+    assert len(cpu) == 1, cell
+    assert f'"{url}_downloads/gpuguide-' in plain[0], (url, cell)
+    return plain[0] if _has_nvidia_gpu() else cpu[0]
+
+
+def _unreachable_index(install: list[str]) -> str | None:
+    """The index in the pip arguments that cannot be reached from here, if any."""
+    for flag, value in itertools.pairwise(install):
+        if flag == "--extra-index-url":
+            try:
+                with urllib.request.urlopen(value.rstrip("/") + "/", timeout=10):
+                    pass
+            except OSError:
+                return value
+    return None
+
+
+def _reader_env(venv: Path, home: Path) -> dict[str, str]:
+    """The environment of a reader's shell with ``venv`` activated; no PYTHONPATH."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTHON", "JUPYTER", "IPYTHON", "VIRTUAL_ENV", "CONDA"))
+    }
+    env.update(
+        PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        VIRTUAL_ENV=str(venv),
+        PYTHONNOUSERSITE="1",
+        JUPYTER_DATA_DIR=str(home / "jupyter-data"),
+        JUPYTER_CONFIG_DIR=str(home / "jupyter-config"),
+        IPYTHONDIR=str(home / "ipython"),
+        MPLCONFIGDIR=str(home / "matplotlib"),
+        GPUGUIDE_SMALL="1",
+    )
+    return env
+
+
+def _run(args: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+
+def _pip(venv: Path, args: list[str], env: dict[str, str], cwd: Path) -> None:
+    """Run pip in ``venv``; skip only where an index cannot give a package."""
+    done = _run(
+        [str(venv / "bin" / "python"), "-m", "pip", *args],
+        env=env, cwd=cwd, timeout=900,
+    )  # fmt: skip
+    if done.returncode == 0:
+        return
+    output = done.stdout + done.stderr
+    missing = NO_PACKAGE.search(output)
+    if missing and not missing.group(1).lower().startswith("gpuguide"):
+        pytest.skip(
+            f"a fresh environment cannot get {missing.group(1)!r} here "
+            f"(no network and no local wheel folder?): pip {' '.join(args)}\n"
+            + output[-1500:]
+        )
+    pytest.fail(f"pip {' '.join(args)} failed:\n{output[-5000:]}")
+
+
+def test_a_downloaded_notebook_and_script_run_in_a_fresh_environment(tmp_path, served):
+    started = time.perf_counter()
+    url, html = served
+    built = _build(tmp_path / "site", url)
+    assert built.returncode == 0, built.stderr[-3000:]
+
+    (notebook,) = (html / "_downloads").rglob("plot_only.ipynb")
+    (script,) = (html / "_downloads").rglob("plot_only.py")
+    cell = "".join(json.loads(notebook.read_text())["cells"][0]["source"])
+    command = _install_command(cell, url)
+    # The script's header gives the same command as the notebook's cell.
+    header = script.read_text().split('"""', 1)[0]
+    assert f"#   {command.removeprefix('%')}\n" in header, (command, header)
+    install = shlex.split(command.removeprefix("%pip"))
+
+    # The helpers' wheel is served where the command points.
+    (wheel_url,) = [a for a in install if a.startswith(url)]
+    with urllib.request.urlopen(wheel_url, timeout=30) as response:
+        assert response.read()[:2] == b"PK", wheel_url  # a zip
+
+    # The reader's folder and environment, outside the repository.
+    reader = tmp_path / "reader"
+    reader.mkdir()
+    assert not reader.resolve().is_relative_to(ROOT)
+    for path in (notebook, script):
+        shutil.copy2(path, reader / path.name)
+    venv = tmp_path / "venv"
+    made = _run([sys.executable, "-m", "venv", str(venv)], timeout=300)
+    assert made.returncode == 0, made.stderr
+    env = _reader_env(venv, tmp_path / "home")
+    python = str(venv / "bin" / "python")
+
+    index = _unreachable_index(install)
+    if index is not None:
+        # This machine cannot reach PyTorch's CPU index, so the command cannot get
+        # its CPU-only torch; without it pip would take the newest torch from the
+        # other indexes (on Linux the CUDA build, several GB) after retrying the
+        # index for every package. So take this interpreter's torch from the local
+        # wheels first (the command then keeps it) and let pip not retry.
+        import torch
+
+        env["PIP_RETRIES"] = "0"
+        _pip(venv, ["install", f"torch=={torch.__version__}"], env, reader)
+    _pip(venv, install, env, reader)
+    _pip(venv, ["install", "nbconvert", "ipykernel"], env, reader)
+    if index is None and not _has_nvidia_gpu():  # the CPU-only command did its job
+        torch_build = _run([python, "-c", "import torch; print(torch.__version__)"],
+                           env=env, cwd=reader, timeout=300)  # fmt: skip
+        assert torch_build.stdout.strip().endswith("+cpu"), torch_build.stdout
+    installed = time.perf_counter()
+
+    where = _run([python, "-c", "import gpuguide; print(gpuguide.__file__)"],
+                 env=env, cwd=reader, timeout=300)  # fmt: skip
+    assert where.returncode == 0, where.stderr
+    helpers = Path(where.stdout.strip())
+    assert helpers.is_relative_to(venv), helpers
+    assert "site-packages" in helpers.parts, helpers
+
+    # The script, as `python plot_only.py` in the reader's folder.
+    ran = _run([python, script.name], env={**env, "MPLBACKEND": "Agg"},
+               cwd=reader, timeout=600)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert f"helpers from {helpers}" in ran.stdout, ran.stdout
+    assert "Measured on" in ran.stdout, ran.stdout
+    assert "Warning" not in ran.stderr, ran.stderr
+
+    # The notebook, with a kernel that is the environment's own Python.
+    kernel = _run([python, "-m", "ipykernel", "install", "--user",
+                   "--name", "gpuguide-reader"], env=env, cwd=reader, timeout=300)  # fmt: skip
+    assert kernel.returncode == 0, kernel.stderr
+    executed = _run(
+        [str(venv / "bin" / "jupyter"), "nbconvert", "--to", "notebook",
+         "--execute", "--ExecutePreprocessor.kernel_name=gpuguide-reader",
+         "--ExecutePreprocessor.timeout=600", "--output", "executed.ipynb",
+         notebook.name],
+        env=env, cwd=reader, timeout=900,
+    )  # fmt: skip
+    assert executed.returncode == 0, executed.stderr[-5000:]
+    cells = json.loads((reader / "executed.ipynb").read_text())["cells"]
+    outputs = [o for c in cells if c["cell_type"] == "code" for o in c["outputs"]]
+    text = "".join("".join(o.get("text", "")) for o in outputs)
+    errors = [o for o in outputs if o["output_type"] == "error"]
+    assert not errors, errors
+    assert f"helpers from {helpers}" in text, text[-3000:]
+    assert "Measured on" in text, text[-3000:]
+    assert any("image/png" in o.get("data", {}) for o in outputs), "no figure"
+    warnings = [o for o in outputs if o.get("name") == "stderr"]
+    assert not any("Warning" in "".join(o["text"]) for o in warnings), warnings
+
+    print(
+        f"build+install {installed - started:.0f} s, "
+        f"total {time.perf_counter() - started:.0f} s"
+    )
