@@ -81,3 +81,25 @@ def test_the_sources_are_copied_as_text_next_to_their_pages(tmp_path):
     for text in copied:
         original = ROOT / "examples" / "05_dtypes" / text.name.removesuffix(".txt")
         assert text.read_bytes() == original.read_bytes()
+
+
+def test_the_device_figures_name_a_gpu_s_sms_memory_and_datasheet_peaks(monkeypatch):
+    import dataclasses
+
+    import landing
+
+    h100 = dataclasses.replace(
+        gpuguide.describe_device("cpu"), type="cuda", name="NVIDIA H100 80GB HBM3",
+        variant="H100 SXM5", sm_count=132, total_memory_bytes=80 * 2**30,
+        compute_capability=(9, 0), cuda_version="12.8",
+    )  # fmt: skip
+    monkeypatch.setattr(landing, "describe_device", lambda: h100)
+    rows = dict(landing.device_rows())
+    assert rows["device"] == "H100 SXM5"
+    assert rows["streaming multiprocessors"] == "132"
+    assert rows["compute capability"] == "9.0"
+    assert rows["device memory"] == "80.0 GiB"
+    assert rows["peak bf16 matmul"] == gpuguide.format_rate(
+        gpuguide.device_peaks(h100).flops["bf16"], "FLOP/s"
+    )
+    assert rows["source of the peaks"] == gpuguide.device_peaks(h100).source

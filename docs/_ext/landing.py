@@ -29,9 +29,11 @@ from gpuguide.recordings import load_dir, results_dir
 __all__ = [
     "BuildBanner",
     "ChapterCards",
+    "DeviceFigures",
     "banner_text",
     "chapters",
     "copy_sources",
+    "device_rows",
     "page_top",
     "setup",
 ]
@@ -48,6 +50,44 @@ def banner_text(now: datetime | None = None) -> str:
         f"This copy of the guide was built and measured on {kind} {device}, "
         f"with torch {info.torch_version} and {cuda}, on {when}."
     )
+
+
+def device_rows() -> list[tuple[str, str]]:
+    """The build's device in figures: what it is, its SMs and memory, its peaks."""
+    from gpuguide.peaks import device_peaks
+    from gpuguide.units import format_bytes, format_rate
+
+    info = describe_device()
+    peaks = device_peaks(info)
+    rows = [("device", info.short_name if info.type == "cuda" else info.name)]
+    if info.sm_count:
+        rows.append(("streaming multiprocessors", str(info.sm_count)))
+    if info.compute_capability:
+        rows.append(("compute capability", ".".join(map(str, info.compute_capability))))
+    if info.total_memory_bytes:
+        rows.append(("device memory", format_bytes(info.total_memory_bytes)))
+    if info.type == "cpu":
+        rows.append(("cores / threads", f"{info.cpu_cores} / {info.cpu_threads}"))
+    for key in ("fp64", "fp32", "tf32", "fp16", "bf16"):
+        rate = peaks.flops.get(key)
+        if rate is not None:
+            rows.append((f"peak {key} matmul", format_rate(rate, "FLOP/s")))
+    if peaks.memory_bandwidth_bytes_per_s:
+        rows.append(
+            (
+                "peak memory bandwidth",
+                format_rate(peaks.memory_bandwidth_bytes_per_s, "B/s"),
+            )
+        )
+    if peaks.host_link_bytes_per_s:
+        rows.append(
+            (
+                "host link, per direction",
+                format_rate(peaks.host_link_bytes_per_s, "B/s"),
+            )
+        )
+    rows.append(("source of the peaks", peaks.source))
+    return rows
 
 
 def _first_sentence(text: str) -> str:
@@ -96,6 +136,18 @@ class BuildBanner(SphinxDirective):
         box = nodes.container(classes=["gpuguide-banner"])
         box += nodes.paragraph(text=text)
         return [box]
+
+
+class DeviceFigures(SphinxDirective):
+    """``.. device-figures::``: the build's own device as a two-column table."""
+
+    def run(self) -> list[nodes.Node]:
+        from results_page import table_node
+
+        from gpuguide.tables import Table
+
+        rows = tuple(device_rows())
+        return [table_node(Table(header=("this build's device", ""), rows=rows))]
 
 
 class ChapterCards(SphinxDirective):
@@ -189,4 +241,5 @@ def setup(app: Any) -> dict[str, Any]:
         )
     app.add_directive("build-banner", BuildBanner)
     app.add_directive("chapter-cards", ChapterCards)
+    app.add_directive("device-figures", DeviceFigures)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
