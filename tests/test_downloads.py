@@ -146,11 +146,15 @@ def _unreachable_index(install: list[str]) -> str | None:
 
 
 def _reader_env(venv: Path, home: Path) -> dict[str, str]:
-    """The environment of a reader's shell with ``venv`` activated; no PYTHONPATH."""
+    """The environment of a reader's shell with ``venv`` activated: no
+    PYTHONPATH, no MPLBACKEND (the script's run sets its own)."""
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("PYTHON", "JUPYTER", "IPYTHON", "VIRTUAL_ENV", "CONDA"))
+        # nox's MPLBACKEND=Agg would leave the notebook without inline figures
+        if not k.startswith(
+            ("PYTHON", "JUPYTER", "IPYTHON", "VIRTUAL_ENV", "CONDA", "MPLBACKEND")
+        )
     }
     env.update(
         PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
