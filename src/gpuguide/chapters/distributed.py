@@ -23,6 +23,7 @@ Examples
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import socket
@@ -397,7 +398,7 @@ def ddp_train_worker(config: DDPConfig) -> DDPReport:
         buffer = torch.zeros_like(averaged)
         timed_allreduce = timed(dist.all_reduce, "all-reduce alone", buffer)
         dist.barrier()  # every rank is done with its collectives before teardown
-        return DDPReport(
+        report = DDPReport(
             rank=rank,
             world_size=world_size,
             device=str(device),
@@ -411,5 +412,11 @@ def ddp_train_worker(config: DDPConfig) -> DDPReport:
             mean_error=float(mean_error),
             gradient_norm=float(averaged.norm()),
         )
+        # Free DDP, whose Reducer holds the process group, while the group is
+        # still registered: a Reducer freed after destroy_process_group runs
+        # gloo's destructor itself, which was seen to hang joining its threads.
+        ddp = optimizer = step = step_no_sync = None  # type: ignore[assignment]
+        gc.collect()
+        return report
     finally:
         dist.destroy_process_group()
