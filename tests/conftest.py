@@ -137,3 +137,51 @@ def site(
         env=env, capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
     return out, result
+
+
+def build_mini_site(root: Path, example_code: str, **extra_env: str):
+    """Build a site with the project's configuration and one example, at small
+    sizes (``root/html``); returns sphinx's completed process."""
+
+    docs, chapter = root / "docs", root / "examples" / "01_only"
+    chapter.mkdir(parents=True)
+    docs.mkdir()
+    (docs / "conf.py").write_text(
+        f"__file__ = {str(ROOT / 'docs' / 'conf.py')!r}\n"
+        f"exec(compile(open(__file__).read(), __file__, 'exec'))\n"
+        f"sphinx_gallery_conf['examples_dirs'] = [{str(root / 'examples')!r}]\n"
+        f"ARTIFACTS = Path({str(root / 'artifacts')!r})\n"
+        f"os.environ['GPUGUIDE_ARTIFACT_DIR'] = str(ARTIFACTS)\n"
+    )
+    (docs / "index.rst").write_text(
+        "Mini\n====\n\n.. toctree::\n\n   auto_examples/index\n"
+    )
+    (root / "examples" / "GALLERY_HEADER.rst").write_text("Gallery\n=======\n")
+    (chapter / "GALLERY_HEADER.rst").write_text("Only\n----\n")
+    (chapter / "plot_only.py").write_text(example_code)
+    return subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "html", "-W", "-q",
+         str(docs), str(root / "html")],
+        env={**os.environ, "GPUGUIDE_SMALL": "1", **extra_env}, capture_output=True,
+        text=True, timeout=600,
+    )  # fmt: skip
+
+
+def _device_records():
+    from gpuguide.results import DeviceRecord
+
+    h100 = DeviceRecord(
+        name="NVIDIA H100 80GB HBM3", short_name="H100 SXM5", kind="cuda",
+        torch="2.11.0", cuda="12.8", driver="570.86",
+        date="2025-06-01T12:00:00+00:00",
+    )  # fmt: skip
+    cpu = DeviceRecord(
+        name="Intel Xeon", short_name="CPU: Intel Xeon, 2 threads", kind="cpu",
+        torch="2.13.0+cpu", cuda=None, driver=None, date="2025-06-02T12:00:00+00:00",
+    )  # fmt: skip
+    return h100, cpu
+
+
+#: Provenance of a results file from an H100 and from a CPU, for the tests of
+#: recorded results (with ``dataclasses.replace`` for peaks or small mode).
+H100_RECORD, CPU_RECORD = _device_records()

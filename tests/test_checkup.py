@@ -16,34 +16,17 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import CPU_RECORD, H100_RECORD
 
 from gpuguide import checkup, recordings, results
 from gpuguide.chapters.mamf import MatmulShape, ShapeRate, ShapeSearch
 from gpuguide.peaks import GPU_PEAKS
 from gpuguide.recordings import RESULTS_DIR_ENV, against_recording, file_name
-from gpuguide.results import PEAK_NAMES, RECORD_ENV, DeviceRecord, Result, ResultsFile
+from gpuguide.results import PEAK_NAMES, RECORD_ENV, Result, ResultsFile
 from gpuguide.timing import Measurement
 
-H100 = DeviceRecord(
-    name="NVIDIA H100 80GB HBM3",
-    short_name="H100 SXM5",
-    kind="cuda",
-    torch="2.11.0",
-    cuda="12.8",
-    driver="570.86",
-    date="2025-06-01T12:00:00+00:00",
-    peaks={"fp32": 6.7e13, "memory": 3.35e12},
-)
-CPU = DeviceRecord(
-    name="Intel Xeon",
-    short_name="CPU: Intel Xeon, 2 threads",
-    kind="cpu",
-    torch="2.13.0+cpu",
-    cuda=None,
-    driver=None,
-    date="2025-06-02T12:00:00+00:00",
-    peaks={"fp32": 1e11, "memory": 1e10},
-)
+H100 = replace(H100_RECORD, peaks={"fp32": 6.7e13, "memory": 3.35e12})
+CPU = replace(CPU_RECORD, peaks={"fp32": 1e11, "memory": 1e10})
 CPU_DTYPES = ("fp64", "fp32", "fp16", "bf16")
 NO_CUDA = pytest.mark.skipif(
     torch.cuda.is_available(), reason="needs a machine without CUDA"

@@ -5,13 +5,10 @@ The build is conftest's session-wide ``site`` fixture (shared with the browser t
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
-from conftest import EXAMPLES, MEASURED, ROOT, TORCH_LOG
+from conftest import EXAMPLES, MEASURED, TORCH_LOG, build_mini_site
 
 bs4 = pytest.importorskip("bs4")
 pytest.importorskip("sphinx_gallery")
@@ -148,38 +145,12 @@ def test_gallery_lists_every_example(site):
         assert f"{script.stem}.html" in gallery
 
 
-def _mini_site(root, example_code, **extra_env):
-    """A site with the project's configuration and a single example."""
-    docs, chapter = root / "docs", root / "examples" / "01_only"
-    chapter.mkdir(parents=True)
-    docs.mkdir()
-    (docs / "conf.py").write_text(
-        f"__file__ = {str(ROOT / 'docs' / 'conf.py')!r}\n"
-        f"exec(compile(open(__file__).read(), __file__, 'exec'))\n"
-        f"sphinx_gallery_conf['examples_dirs'] = [{str(root / 'examples')!r}]\n"
-        f"ARTIFACTS = Path({str(root / 'artifacts')!r})\n"
-        f"os.environ['GPUGUIDE_ARTIFACT_DIR'] = str(ARTIFACTS)\n"
-    )
-    (docs / "index.rst").write_text(
-        "Mini\n====\n\n.. toctree::\n\n   auto_examples/index\n"
-    )
-    (root / "examples" / "GALLERY_HEADER.rst").write_text("Gallery\n=======\n")
-    (chapter / "GALLERY_HEADER.rst").write_text("Only\n----\n")
-    (chapter / "plot_only.py").write_text(example_code)
-    return subprocess.run(
-        [sys.executable, "-m", "sphinx", "-b", "html", "-W", "-q",
-         str(docs), str(root / "html")],
-        env={**os.environ, "GPUGUIDE_SMALL": "1", **extra_env}, capture_output=True,
-        text=True, timeout=600,
-    )  # fmt: skip
-
-
 EXAMPLE_HEAD = '"""\nOnly\n====\n\nOne example.\n"""\n\nimport warnings\n\n'
 
 
 def test_an_uncaught_warning_fails_the_build(tmp_path):
     code = EXAMPLE_HEAD + 'warnings.warn("nobody caught me", UserWarning)\n'
-    result = _mini_site(tmp_path, code)
+    result = build_mini_site(tmp_path, code)
     assert result.returncode != 0
     assert "nobody caught me" in result.stdout + result.stderr
 
@@ -191,7 +162,7 @@ def test_a_warning_caught_on_purpose_does_not(tmp_path):
         '    warnings.warn("expected", DeprecationWarning)\n'
         'print(f"caught: {caught[0].message}")\n'
     )
-    result = _mini_site(tmp_path, code)
+    result = build_mini_site(tmp_path, code)
     assert result.returncode == 0, result.stderr[-3000:]
     page = tmp_path / "html" / "auto_examples" / "01_only" / "plot_only.html"
     assert "caught: expected" in page.read_text()
@@ -204,7 +175,7 @@ def test_an_artifact_is_linked_and_copied(tmp_path):
         'path.write_text("{}")\n'
         'gpuguide.download_link(path, "trace of nothing")\n'
     )
-    result = _mini_site(tmp_path, code)
+    result = build_mini_site(tmp_path, code)
     assert result.returncode == 0, result.stderr[-3000:]
     page = tmp_path / "html" / "auto_examples" / "01_only" / "plot_only.html"
     soup = bs4.BeautifulSoup(page.read_text(), "html.parser")
@@ -248,7 +219,9 @@ def test_a_page_shows_the_recorded_device_beside_its_own_figure(tmp_path):
     import json
 
     folder = _results_folder(tmp_path, json.dumps(RECORDING))
-    result = _mini_site(tmp_path, RECORDING_EXAMPLE, GPUGUIDE_RESULTS_DIR=str(folder))
+    result = build_mini_site(
+        tmp_path, RECORDING_EXAMPLE, GPUGUIDE_RESULTS_DIR=str(folder)
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     page = tmp_path / "html" / "auto_examples" / "01_only" / "plot_only.html"
     text = bs4.BeautifulSoup(page.read_text(), "html.parser").get_text()
@@ -277,7 +250,9 @@ def _broken(kind):
 def test_a_corrupted_results_file_stops_the_build_naming_the_file(tmp_path, kind):
     text, problem = _broken(kind)
     folder = _results_folder(tmp_path, text)
-    result = _mini_site(tmp_path, RECORDING_EXAMPLE, GPUGUIDE_RESULTS_DIR=str(folder))
+    result = build_mini_site(
+        tmp_path, RECORDING_EXAMPLE, GPUGUIDE_RESULTS_DIR=str(folder)
+    )
     assert result.returncode != 0
     message = result.stdout + result.stderr
     assert f"results file {folder / 'cuda-h100-sxm5.json'}: {problem}" in message

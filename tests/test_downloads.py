@@ -31,7 +31,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, build_mini_site
 
 pytest.importorskip("sphinx_gallery")
 
@@ -82,36 +82,6 @@ def served(tmp_path):
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
-
-
-def _build(root: Path, url: str) -> subprocess.CompletedProcess[str]:
-    """The site with the project's configuration and only ``EXAMPLE``, for ``url``."""
-    docs, chapter = root / "docs", root / "examples" / "01_only"
-    chapter.mkdir(parents=True)
-    docs.mkdir()
-    shutil.copytree(ROOT / "docs" / "_static", docs / "_static")  # logo, favicon, css
-    (docs / "conf.py").write_text(
-        f"__file__ = {str(ROOT / 'docs' / 'conf.py')!r}\n"
-        f"exec(compile(open(__file__).read(), __file__, 'exec'))\n"
-        f"sphinx_gallery_conf['examples_dirs'] = [{str(root / 'examples')!r}]\n"
-        f"ARTIFACTS = Path({str(root / 'artifacts')!r})\n"
-        f"os.environ['GPUGUIDE_ARTIFACT_DIR'] = str(ARTIFACTS)\n"
-    )
-    (docs / "index.rst").write_text(
-        "Mini\n====\n\n.. toctree::\n\n   auto_examples/index\n"
-    )
-    (root / "examples" / "GALLERY_HEADER.rst").write_text("Gallery\n=======\n")
-    (chapter / "GALLERY_HEADER.rst").write_text("Only\n----\n")
-    (chapter / "plot_only.py").write_text(EXAMPLE)
-    env = {
-        **os.environ, "GPUGUIDE_SMALL": "1", "MPLBACKEND": "Agg",
-        "GPUGUIDE_SITE_URL": url,
-    }  # fmt: skip
-    return subprocess.run(
-        [sys.executable, "-m", "sphinx", "-b", "html", "-W", "-q",
-         str(docs), str(root / "html")],
-        env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
 
 
 def _has_nvidia_gpu() -> bool:
@@ -195,7 +165,9 @@ def _pip(venv: Path, args: list[str], env: dict[str, str], cwd: Path) -> None:
 def test_a_downloaded_notebook_and_script_run_in_a_fresh_environment(tmp_path, served):
     started = time.perf_counter()
     url, html = served
-    built = _build(tmp_path / "site", url)
+    built = build_mini_site(
+        tmp_path / "site", EXAMPLE, MPLBACKEND="Agg", GPUGUIDE_SITE_URL=url
+    )
     assert built.returncode == 0, built.stderr[-3000:]
 
     (notebook,) = (html / "_downloads").rglob("plot_only.ipynb")

@@ -234,7 +234,6 @@ def test_a_busy_machine_is_warned_about(monkeypatch, tmp_path, examples):
     text = busy_warning(load=3.6, cpus=2)
     assert "load average is 3.6 on 2 CPU(s)" in text
     assert "record on an idle machine" in text
-    assert isinstance(busy_warning(), str)  # the real load: either answer is fine
 
     monkeypatch.setattr(recorder, "busy_warning", lambda: "warning: busy")
     said = []

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import pytest
+from conftest import CPU_RECORD, H100_RECORD
 
 from gpuguide import recordings, results
 from gpuguide.plotting import plot_sweep
@@ -30,33 +31,14 @@ from gpuguide.recordings import (
 )
 from gpuguide.results import (
     RECORD_ENV,
-    DeviceRecord,
     Result,
     ResultsFile,
     ResultsFileError,
 )
 from gpuguide.timing import Measurement
 
-H100 = DeviceRecord(
-    name="NVIDIA H100 80GB HBM3",
-    short_name="H100 SXM5",
-    kind="cuda",
-    torch="2.11.0",
-    cuda="12.8",
-    driver="570.86",
-    date="2025-06-01T12:00:00+00:00",
-    peaks={"bf16": 9.89e14, "memory": 3.35e12},
-)
-CPU = DeviceRecord(
-    name="Intel Xeon",
-    short_name="CPU: Intel Xeon, 2 threads",
-    kind="cpu",
-    torch="2.13.0+cpu",
-    cuda=None,
-    driver=None,
-    date="2025-06-02T12:00:00+00:00",
-    small=True,
-)
+H100 = replace(H100_RECORD, peaks={"bf16": 9.89e14, "memory": 3.35e12})
+CPU = replace(CPU_RECORD, small=True)
 PAGE = "plot_demo"
 
 

@@ -8,6 +8,7 @@ import sys
 from dataclasses import replace
 
 import pytest
+from conftest import CPU_RECORD, H100_RECORD
 
 from gpuguide import results
 from gpuguide.device import DeviceInfo
@@ -21,24 +22,8 @@ from gpuguide.results import (
 )
 from gpuguide.timing import Measurement
 
-H100 = DeviceRecord(
-    name="NVIDIA H100 80GB HBM3",
-    short_name="H100 SXM5",
-    kind="cuda",
-    torch="2.11.0",
-    cuda="12.8",
-    driver="570.86",
-    date="2025-06-01T12:00:00+00:00",
-)
-CPU = DeviceRecord(
-    name="Intel Xeon",
-    short_name="CPU: Intel Xeon, 2 threads",
-    kind="cpu",
-    torch="2.13.0+cpu",
-    cuda=None,
-    driver=None,
-    date="2025-06-02T12:00:00+00:00",
-)
+H100 = H100_RECORD
+CPU = CPU_RECORD
 
 
 @pytest.fixture(autouse=True)

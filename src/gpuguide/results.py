@@ -53,7 +53,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from gpuguide.env import small_mode
 from gpuguide.timing import Measurement
@@ -459,15 +459,27 @@ def _unknown_keys(data: Mapping[str, object], allowed: frozenset[str]) -> list[s
     return sorted(str(k) for k in data if k not in allowed)
 
 
-def _parse_device(data: object, source: str) -> DeviceRecord:
+def _fields(
+    data: object,
+    where: str,
+    required: Sequence[str],
+    allowed: frozenset[str],
+    source: str,
+) -> dict[str, Any]:
+    """``data`` as a JSON object with every required key and no unknown one."""
     if not isinstance(data, dict):
-        raise _fail(source, f'"device" must be an object, got {data!r}')
-    missing = [k for k in _DEVICE_REQUIRED if k not in data]
+        raise _fail(source, f"{where} must be an object, got {data!r}")
+    missing = [k for k in required if k not in data]
     if missing:
-        raise _fail(source, f'"device" lacks {", ".join(missing)}')
-    unknown = _unknown_keys(data, _DEVICE_KEYS)
+        raise _fail(source, f"{where} lacks {', '.join(missing)}")
+    unknown = _unknown_keys(data, allowed)
     if unknown:
-        raise _fail(source, f'"device" has unknown keys {", ".join(unknown)}')
+        raise _fail(source, f"{where} has unknown keys {', '.join(unknown)}")
+    return data
+
+
+def _parse_device(data: object, source: str) -> DeviceRecord:
+    data = _fields(data, '"device"', _DEVICE_REQUIRED, _DEVICE_KEYS, source)
     try:
         return DeviceRecord(
             name=data["name"],
@@ -485,14 +497,7 @@ def _parse_device(data: object, source: str) -> DeviceRecord:
 
 
 def _parse_result(data: object, where: str, source: str) -> Result:
-    if not isinstance(data, dict):
-        raise _fail(source, f"{where} must be an object, got {data!r}")
-    missing = [k for k in _RESULT_REQUIRED if k not in data]
-    if missing:
-        raise _fail(source, f"{where} lacks {', '.join(missing)}")
-    unknown = _unknown_keys(data, _RESULT_KEYS)
-    if unknown:
-        raise _fail(source, f"{where} has unknown keys {', '.join(unknown)}")
+    data = _fields(data, where, _RESULT_REQUIRED, _RESULT_KEYS, source)
     spread = data.get("spread")
     pair: tuple[object, object] | None = None
     if spread is not None:
