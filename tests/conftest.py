@@ -185,3 +185,17 @@ def _device_records():
 #: Provenance of a results file from an H100 and from a CPU, for the tests of
 #: recorded results (with ``dataclasses.replace`` for peaks or small mode).
 H100_RECORD, CPU_RECORD = _device_records()
+
+
+@pytest.fixture
+def fresh_results(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No recording file, no results folder, nothing recorded or read before."""
+    from gpuguide import recordings, results
+
+    monkeypatch.delenv(results.RECORD_ENV, raising=False)
+    monkeypatch.delenv(recordings.RESULTS_DIR_ENV, raising=False)
+    results.clear()
+    recordings.forget_recordings()
+    yield
+    results.clear()
+    recordings.forget_recordings()

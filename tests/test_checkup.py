@@ -18,11 +18,11 @@ import pytest
 import torch
 from conftest import CPU_RECORD, H100_RECORD
 
-from gpuguide import checkup, recordings, results
+from gpuguide import checkup, results
 from gpuguide.chapters.mamf import MatmulShape, ShapeRate, ShapeSearch
 from gpuguide.peaks import GPU_PEAKS
 from gpuguide.recordings import RESULTS_DIR_ENV, against_recording, file_name
-from gpuguide.results import PEAK_NAMES, RECORD_ENV, Result, ResultsFile
+from gpuguide.results import PEAK_NAMES, Result, ResultsFile
 from gpuguide.timing import Measurement
 
 H100 = replace(H100_RECORD, peaks={"fp32": 6.7e13, "memory": 3.35e12})
@@ -33,15 +33,7 @@ NO_CUDA = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    monkeypatch.delenv(RECORD_ENV, raising=False)
-    monkeypatch.delenv(RESULTS_DIR_ENV, raising=False)
-    results.clear()
-    recordings.forget_recordings()
-    yield
-    results.clear()
-    recordings.forget_recordings()
+pytestmark = pytest.mark.usefixtures("fresh_results")
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from gpuguide import recorder, recordings, results
-from gpuguide.recordings import RESULTS_DIR_ENV, file_name
-from gpuguide.results import RECORD_ENV, Result, ResultsFile, ResultsFileError
+from gpuguide import recorder, results
+from gpuguide.recordings import file_name
+from gpuguide.results import Result, ResultsFile, ResultsFileError
 
 # A page as a reader's: its record() writes the file GPUGUIDE_RECORD names.
 PAGE = """
@@ -28,16 +28,9 @@ REAL_BUSY_WARNING = recorder.busy_warning
 
 
 @pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
+def _fresh(monkeypatch, fresh_results):
     # The machine's load is not what these tests check (it is high under xdist).
     monkeypatch.setattr(recorder, "busy_warning", lambda: "")
-    monkeypatch.delenv(RECORD_ENV, raising=False)
-    monkeypatch.delenv(RESULTS_DIR_ENV, raising=False)
-    results.clear()
-    recordings.forget_recordings()
-    yield
-    results.clear()
-    recordings.forget_recordings()
 
 
 def _page(examples, chapter, page, body="", **values):

@@ -42,16 +42,7 @@ CPU = replace(CPU_RECORD, small=True)
 PAGE = "plot_demo"
 
 
-@pytest.fixture(autouse=True)
-def _fresh(monkeypatch):
-    """No recording file, no results folder, nothing recorded or read before."""
-    monkeypatch.delenv(RECORD_ENV, raising=False)
-    monkeypatch.delenv(RESULTS_DIR_ENV, raising=False)
-    results.clear()
-    recordings.forget_recordings()
-    yield
-    results.clear()
-    recordings.forget_recordings()
+pytestmark = pytest.mark.usefixtures("fresh_results")
 
 
 def _r(
