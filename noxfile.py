@@ -213,14 +213,30 @@ def _docs_args(posargs: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--no-exec", action="store_true")
     parser.add_argument("--example")
     parser.add_argument("--clean", action="store_true")
+    parser.add_argument("--record", action="store_true")
+    parser.add_argument("--merge", action="store_true")
     return parser.parse_known_args(posargs)
 
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """Build the site into docs/_build/html (--no-exec, --example NAME, --clean)."""
+    """Build the site into docs/_build/html (--no-exec, --example NAME, --clean,
+    --record, --merge).
+
+    ``--record``: the same execution of the pages also writes this device's
+    results file, ``docs/results/<kind>-<device>.json`` (validated, replaced in
+    one step, only when every page ran; the log names a page that failed), and
+    the site shows it. With ``--example NAME`` it replaces those pages' figures
+    and keeps the others'; ``--merge`` (implies ``--record``) merges with the
+    earlier recording into medians with their spread, as ``nox -s record``
+    does. Every page of the build is executed, even one that is up to date.
+    """
     _install(session, "docs")
     opts, sphinx_args = _docs_args(session.posargs)
+    if opts.merge:
+        opts.record = True
+    if opts.record and opts.no_exec:
+        session.error("--record needs the pages executed; drop --no-exec")
     if opts.clean:
         for path in (BUILD, DOCS / "auto_examples", DOCS / "sg_execution_times.rst"):
             if path.is_dir():
@@ -232,6 +248,9 @@ def docs(session: nox.Session) -> None:
         # A separate output folder, so the executed pages are kept.
         sphinx_args = ["-D", "plot_gallery=0", *sphinx_args]
         out = BUILD / "html-noexec"
+    if opts.record:
+        mode = "merge" if opts.merge else "replace"
+        sphinx_args = ["-D", f"gpuguide_record={mode}", *sphinx_args]
     if opts.example:
         pattern = opts.example.removesuffix(".py")
         sphinx_args = [

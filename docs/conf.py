@@ -41,6 +41,7 @@ extensions = [
     "results_page",  # docs/_ext: recorded results, validated when the build starts
     "site_wheel",  # docs/_ext: the helpers' wheel on the site, its install command
     "landing",  # docs/_ext: banner and chapter cards; actions and provenance on top
+    "record_build",  # docs/_ext: --record writes this device's results file
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "README.md"]
@@ -80,6 +81,7 @@ html_baseurl = (
 
 # Execute every example whose file name starts with plot_.
 EXECUTED = r"/plot_"
+gpuguide_full_pattern = EXECUTED  # a build with another pattern runs some pages
 
 sphinx_gallery_conf = {
     "examples_dirs": ["../examples"],

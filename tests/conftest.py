@@ -139,9 +139,12 @@ def site(
     return out, result
 
 
-def build_mini_site(root: Path, example_code: str, **extra_env: str):
+def build_mini_site(
+    root: Path, example_code: str, *sphinx_args: str, **extra_env: str
+):
     """Build a site with the project's configuration and one example, at small
-    sizes (``root/html``); returns sphinx's completed process."""
+    sizes (``root/html``), with ``sphinx_args`` added to sphinx's command line;
+    returns sphinx's completed process."""
 
     docs, chapter = root / "docs", root / "examples" / "01_only"
     chapter.mkdir(parents=True)
@@ -161,7 +164,7 @@ def build_mini_site(root: Path, example_code: str, **extra_env: str):
     (chapter / "plot_only.py").write_text(example_code)
     return subprocess.run(
         [sys.executable, "-m", "sphinx", "-b", "html", "-W", "-q",
-         str(docs), str(root / "html")],
+         str(docs), str(root / "html"), *sphinx_args],
         env={**os.environ, "GPUGUIDE_SMALL": "1", **extra_env}, capture_output=True,
         text=True, timeout=600,
     )  # fmt: skip

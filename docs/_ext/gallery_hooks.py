@@ -31,6 +31,7 @@ import logging
 import random
 import shutil
 import sys
+import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -56,6 +57,7 @@ __all__ = [
     "connect_fingerprint",
     "copy_artifacts",
     "fingerprint_changes",
+    "page_times",
     "record_after_build",
     "record_fingerprint",
     "reset_torch_state",
@@ -87,6 +89,19 @@ _PRECISION_PATHS = (
 )
 
 _state: dict[str, Any] = {}
+
+# When each running example started, and how long each finished one took (s).
+_page_started: dict[str, float] = {}
+_page_seconds: dict[str, float] = {}
+
+
+def page_times() -> dict[str, float]:
+    """Seconds each example executed in this process took, by page name.
+
+    Measured by :func:`reset_torch_state` from the end of its call before the
+    example to the start of its call after it.
+    """
+    return dict(_page_seconds)
 
 
 def _resolve(path: str) -> Any:
@@ -215,6 +230,9 @@ def reset_torch_state(
     if when not in ("before", "after"):
         msg = f"when must be 'before' or 'after', got {when!r}"
         raise ValueError(msg)
+    page = Path(fname).stem if fname else None
+    if page is not None and when == "after" and page in _page_started:
+        _page_seconds[page] = time.perf_counter() - _page_started.pop(page)
     _snapshot_defaults()
 
     _reset_precision()
@@ -242,6 +260,8 @@ def reset_torch_state(
         _state["warnings"] = saved
         _errors_for_warnings()
         _torch_logs_to_build_log()
+        if page is not None:
+            _page_started[page] = time.perf_counter()
 
 
 class ChapterOrder:

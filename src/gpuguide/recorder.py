@@ -41,7 +41,7 @@ from gpuguide.results import (
     with_measured_ceilings,
 )
 
-__all__ = ["busy_warning", "main", "pages", "record_pages"]
+__all__ = ["busy_warning", "finish_recording", "main", "pages", "record_pages"]
 
 
 def pages(examples: Path, names: Sequence[str] = ()) -> list[Path]:
@@ -123,8 +123,7 @@ def record_pages(
     say = log
     results.mkdir(parents=True, exist_ok=True)
     load_dir(results)  # a broken folder stops the run before it starts
-    device = current_device()
-    target = results / file_name(device)
+    target = results / file_name(current_device())
     busy = busy_warning()
     if busy:
         say(busy)
@@ -148,28 +147,62 @@ def record_pages(
             if not ok:
                 say(tail)
                 failed.append(script.stem)
-        if failed:
-            msg = (
-                f"{len(failed)} page(s) failed: {', '.join(failed)}; "
-                f"{target} is unchanged"
-            )
-            raise RuntimeError(msg)
-        if not fresh.exists():
-            msg = f"no page recorded a figure; {target} is unchanged"
-            raise RuntimeError(msg)
-        new = load(fresh)
+        return finish_recording(
+            fresh,
+            results,
+            failed=failed,
+            merge_runs=merge_runs,
+            partial=partial,
+            log=say,
+        )
+
+
+def finish_recording(
+    fresh: Path,
+    results: Path,
+    *,
+    failed: Sequence[str] = (),
+    merge_runs: bool = False,
+    partial: bool = False,
+    log: Callable[[str], object] = print,
+) -> Path:
+    """Turn a scratch recording into the device's file in ``results``.
+
+    ``fresh`` is the file the pages recorded into (``GPUGUIDE_RECORD``), by
+    :func:`record_pages` or by a docs build that records
+    (``nox -s docs -- --record``). It is validated, a CPU's peaks are measured
+    (once, here, not inside a page) and the result replaces the device's file,
+    atomically; with ``partial`` (some pages only) it replaces those pages'
+    figures and keeps the others'; with ``merge_runs`` it is merged with the
+    file into medians with their spread (:func:`gpuguide.results.merge`).
+
+    Returns the file written. Raises ``RuntimeError`` when ``failed`` names
+    pages or nothing was recorded (the results folder is then left untouched),
+    and :class:`gpuguide.results.ResultsFileError` for an invalid file.
+    """
+    target = results / file_name(current_device())
+    if failed:
+        msg = (
+            f"{len(failed)} page(s) failed: {', '.join(failed)}; {target} is unchanged"
+        )
+        raise RuntimeError(msg)
+    if not fresh.exists():
+        msg = f"no page recorded a figure; {target} is unchanged"
+        raise RuntimeError(msg)
+    new = load(fresh)
+    target = results / file_name(new.device)
     if not new.device.peaks:  # a CPU's: measured once, here, not inside a page
         peaks = peak_figures(device_peaks())
         new = ResultsFile(replace(new.device, peaks=peaks), new.results)
     new = with_measured_ceilings(new)
     if merge_runs and target.exists():
         new = merge([load(target), new])
-        say(f"merged with the recording already in {target}")
+        log(f"merged with the recording already in {target}")
     elif partial and target.exists():
         new = _keep_other_pages(load(target), new)
     save(new, target)
     forget_recordings()
-    say(f"wrote {len(new.results)} figures of {len(new.pages)} pages to {target}")
+    log(f"wrote {len(new.results)} figures of {len(new.pages)} pages to {target}")
     return target
 
 

@@ -646,6 +646,10 @@ def save(results_file: ResultsFile, path: str | os.PathLike[str]) -> Path:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        # mkstemp makes the file private (0600); a results file is for everyone.
+        umask = os.umask(0)
+        os.umask(umask)
+        Path(tmp).chmod(0o666 & ~umask)
         Path(tmp).replace(target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
