@@ -139,9 +139,7 @@ def site(
     return out, result
 
 
-def build_mini_site(
-    root: Path, example_code: str, *sphinx_args: str, **extra_env: str
-):
+def build_mini_site(root: Path, example_code: str, *sphinx_args: str, **extra_env: str):
     """Build a site with the project's configuration and one example, at small
     sizes (``root/html``), with ``sphinx_args`` added to sphinx's command line;
     returns sphinx's completed process."""
