@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 import time
@@ -10,6 +11,7 @@ import warnings
 import pytest
 import torch
 
+from gpuguide.chapters import compiling
 from gpuguide.chapters.compiling import (
     Autotune,
     CompilerLog,
@@ -336,6 +338,47 @@ def test_held_times_gives_no_gpu_times_for_a_call_that_waits_for_the_gpu():
     # It stops holding after three misses in a row, instead of doubling the
     # hold for every call (which would grow without bound).
     assert len(fake.holds) == 3
+
+
+def test_held_times_finishes_a_step_that_waits_for_the_gpu_every_other_call():
+    # Like a step that calls .item() every other call: the odd calls wait out the
+    # hold, the even ones return at once. Misses that are not in a row count too,
+    # and the hold never grows past its bound.
+    fake = _FakeGPU(host_s=[1e-3], gpu_s=1e-3)
+    waits = []
+
+    def hold(seconds):
+        fake.holds.append(seconds)
+        waits.append(seconds)
+
+    def call():
+        fake.now += (waits[-1] + 1e-3) if fake.calls % 2 else 1e-3
+        fake.calls += 1
+
+    fake.hold, fake.call = hold, call
+    host, gpu = _held(fake, 50, hold_s=2e-3)
+    assert len(host) == 50
+    assert gpu == []  # holding cannot hide launches that wait for the GPU
+    assert fake.calls < 60
+    assert max(fake.holds) <= compiling._MAX_HOLD_S
+
+
+def test_held_times_bounds_the_hold_and_pauses_the_garbage_collector():
+    fake = _FakeGPU(host_s=[2.0, 1e-3, 1e-3], gpu_s=1e-3)  # one call of 2 s
+    enabled = []
+    call = fake.call
+
+    def watched():
+        enabled.append(gc.isenabled())
+        call()
+
+    fake.call = watched
+    host, gpu = _held(fake, 3, hold_s=1e-3)
+    assert len(host) == 3
+    assert len(gpu) == 3
+    assert max(fake.holds) == compiling._MAX_HOLD_S
+    assert not any(enabled)
+    assert gc.isenabled()
 
 
 def _m(label, center, spread=0.01):

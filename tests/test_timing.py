@@ -659,6 +659,9 @@ def fake_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "Event", fake.factory)
     monkeypatch.setattr(timing, "_l2_flush_buffer", lambda: FakeBuffer(fake.log))
     monkeypatch.setattr(torch.cuda, "current_stream", lambda: "stream0")
+    monkeypatch.setattr(
+        torch.cuda, "stream", lambda stream: contextlib.nullcontext(stream)
+    )
     return fake
 
 
@@ -788,7 +791,7 @@ def test_a_slow_first_call_does_not_shrink_the_number_of_timed_calls():
 
 
 def test_gpu_hold_calibrates_the_sleep_kernel_once_per_device(monkeypatch):
-    slept, streams = [], []
+    slept, streams, current = [], [], ["default stream"]
 
     class Event:
         def __init__(self, enable_timing):
@@ -804,18 +807,88 @@ def test_gpu_hold_calibrates_the_sleep_kernel_once_per_device(monkeypatch):
             # ms for the 2^20 calibration cycles: the clock ramps up to 2.1 GHz.
             return elapsed.pop(0)
 
+    @contextlib.contextmanager
+    def on_stream(stream):
+        current.append(stream)
+        try:
+            yield
+        finally:
+            current.pop()
+
+    def sleep(cycles):  # torch.cuda._sleep runs on the current stream
+        slept.append(cycles)
+        streams.append(current[-1])
+
     elapsed = [1.0, 0.5, 0.6]
 
-    monkeypatch.setattr(torch.cuda, "_sleep", slept.append, raising=False)
+    monkeypatch.setattr(torch.cuda, "_sleep", sleep, raising=False)
     monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "stream", on_stream)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 7)
     monkeypatch.setattr(timing, "_SLEEP_RATES", {})
     hold = timing.gpu_hold("stream7")
     # A warm-up spin, then three timed runs; the highest rate counts.
     assert slept == [8 << 20, 1 << 20, 1 << 20, 1 << 20]
-    assert set(streams) == {"stream7"}
     hold(1e-3)
     assert slept[-1] == round(1e-3 * (1 << 20) / 0.5e-3)
+    # The spins and the events that time them, all on the stream given.
+    assert set(streams) == {"stream7"}
+    assert current == ["default stream"]
     timing.gpu_hold("stream7")(1e-6)
     assert len(slept) == 6  # no second calibration on the same device
     assert slept[-1] == max(1, round(1e-6 * (1 << 20) / 0.5e-3))
+
+
+# -- where the work runs, when no device is given -------------------------------------
+
+META_GLOBAL = torch.empty(4, device="meta")
+
+
+def _carried_device(fn):
+    """The device benchmark infers from what ``fn`` carries (meta stands in for
+    CUDA: any device other than the CPU counts)."""
+    return timing._tensor_device(tuple(timing._bound_values(fn)), {})
+
+
+def test_the_device_is_found_in_what_the_callable_carries():
+    x = torch.empty(4, device="meta")
+
+    def closes_over():
+        return x + 1
+
+    layer = torch.nn.Linear(2, 2, device="meta")
+    carriers = {
+        "bound method": x.add_,
+        "partial": functools.partial(torch.add, x),
+        "default argument": lambda a=x: a + 1,
+        "closure": closes_over,
+        "module-level name": lambda: META_GLOBAL + 1,
+        "module": layer,
+        "module's bound method": layer.forward,
+    }
+    for what, fn in carriers.items():
+        assert _carried_device(fn) == torch.device("meta"), what
+    # Nothing carried: a plain function of its arguments, a builtin.
+    assert _carried_device(lambda a: a + 1) is None
+    assert _carried_device(math.sqrt) is None
+
+
+def test_arguments_on_the_cpu_do_not_hide_a_gpu_tensor_the_callable_carries(
+    monkeypatch,
+):
+    x = torch.empty(4, device="meta")
+    monkeypatch.setattr(timing, "pick_device", lambda device: torch.device(device))
+    resolved = timing._resolve_device(None, (torch.ones(2),), {}, x.add_)
+    assert resolved == torch.device("meta")
+    # An explicit device wins; plain CPU work stays on the CPU.
+    assert timing._resolve_device("cpu", (), {}, x.add_) == torch.device("cpu")
+    assert timing._resolve_device(None, (torch.ones(2),), {}, torch.neg).type == "cpu"
+
+
+def test_kernel_mode_refuses_the_host_clock_while_cuda_is_in_use(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.raises(ValueError, match="pass device='cuda'"):
+        benchmark(lambda: None, measure="kernel")
+    # A call measure on the host clock stays allowed (CPU work on a GPU machine).
+    assert benchmark(lambda: None, rep_ms=1).method == "wall-clock"

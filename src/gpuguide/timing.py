@@ -45,9 +45,12 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import gc
+import itertools
 import math
 import time
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -329,8 +332,11 @@ def benchmark(
     device : str or torch.device, optional
         Where the work runs, which decides how it is timed. An explicit
         device wins; otherwise it is inferred from the tensors in ``args``
-        and ``kwargs`` (the first tensor not on the CPU, else ``"cpu"``),
-        else ``"cpu"``. Pass it when ``fn`` captures its GPU tensors.
+        and ``kwargs`` (the first tensor not on the CPU), else from what
+        ``fn`` carries: the tensor or module of a bound method (``x.add_``),
+        a ``functools.partial``'s arguments, default arguments, closure
+        variables and the module-level names its code reads; else ``"cpu"``.
+        Pass it when the GPU tensors are out of those reaches.
     warmup_ms : float, optional
         Warm-up budget, in milliseconds (> 0); default :data:`WARMUP_MS` (25).
     rep_ms : float, optional
@@ -370,6 +376,7 @@ def benchmark(
     ValueError
         For non-positive or non-finite budgets, ``min_reps < 1``,
         ``max_reps < min_reps``, an unknown ``measure``, an unsupported device,
+        ``measure="kernel"`` with no CUDA tensor in reach while CUDA is in use,
         or a ``clock`` with a CUDA device.
     RuntimeError
         If the requested device is not available.
@@ -405,7 +412,8 @@ def benchmark(
     def call() -> None:
         fn(*args, **kwargs)
 
-    resolved = _resolve_device(device, args, kwargs)
+    resolved = _resolve_device(device, args, kwargs, fn)
+    _check_kernel_mode(measure, resolved)
     device_name = str(resolved)
 
     if resolved.type == "cuda":
@@ -513,23 +521,96 @@ def _tensor_device(
     return found
 
 
+def _bound_values(fn: Callable[..., Any]) -> list[Any]:
+    """What ``fn`` carries besides its arguments, where its tensors may be.
+
+    The object a bound method belongs to (``x.add_``), a module itself, a
+    ``functools.partial``'s arguments, a function's default arguments
+    (``lambda a=a: a @ a``), the variables it closes over, and the module-level
+    names its code reads (a page's ``lambda: a @ b``).
+    """
+    import torch
+
+    values: list[Any] = []
+    seen: set[int] = set()
+    pending = [fn]
+    while pending:
+        f = pending.pop(0)
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        if isinstance(f, torch.nn.Module):
+            tensors = itertools.chain(f.parameters(), f.buffers())
+            values.extend(itertools.islice(tensors, 1))
+            continue
+        if isinstance(f, functools.partial):
+            values.extend([*f.args, *f.keywords.values()])
+            pending.append(f.func)
+            continue
+        owner = getattr(f, "__self__", None)
+        if isinstance(owner, torch.nn.Module):
+            pending.append(owner)
+        elif owner is not None and not isinstance(owner, types.ModuleType):
+            values.append(owner)
+        values.extend(getattr(f, "__defaults__", None) or ())
+        values.extend((getattr(f, "__kwdefaults__", None) or {}).values())
+        for cell in getattr(f, "__closure__", None) or ():
+            try:
+                values.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+        code, names = getattr(f, "__code__", None), getattr(f, "__globals__", None)
+        if code is not None and isinstance(names, dict):
+            values.extend(names[n] for n in code.co_names if n in names)
+    return values
+
+
 def _resolve_device(
     device: str | torch.device | None,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    fn: Callable[..., Any] | None = None,
 ) -> torch.device:
-    """The device to time on: the one given, else the arguments', else the CPU.
+    """The device to time on: the one given, else where the work's tensors are.
 
-    Checked with :func:`gpuguide.device.pick_device`, so a CUDA device always
-    carries its index and an unavailable one raises.
+    Without ``device``: the first non-CPU tensor in the arguments, else in what
+    ``fn`` carries (:func:`_bound_values`: ``x.add_`` times on ``x``'s device),
+    else the CPU. Checked with :func:`gpuguide.device.pick_device`, so a CUDA
+    device always carries its index and an unavailable one raises.
     """
     import torch
 
     if device is None:
-        device = _tensor_device(args, kwargs)
-        if device is None or device.type == "cpu":
+        found = _tensor_device(args, kwargs)
+        if (found is None or found.type == "cpu") and fn is not None:
+            carried = _tensor_device(tuple(_bound_values(fn)), {})
+            if carried is not None and carried.type != "cpu":
+                found = carried
+        if found is None or found.type == "cpu":
             return torch.device("cpu")
+        device = found
     return pick_device(device)
+
+
+def _check_kernel_mode(measure: str, resolved: torch.device) -> None:
+    """Refuse ``measure="kernel"`` on the host clock while CUDA is in use.
+
+    On a machine without CUDA in use the two measures time the same thing; on
+    one with it, a kernel measure that found no CUDA tensor would silently
+    time the host's launches instead of the GPU's work.
+    """
+    if measure != "kernel" or resolved.type != "cpu":
+        return
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        msg = (
+            'measure="kernel" times GPU work, but neither the arguments nor what '
+            "fn carries (the object of a bound method, defaults, closure, the "
+            "names its code reads) hold a CUDA tensor, so it would be timed on "
+            "the host clock; pass device='cuda'"
+        )
+        raise ValueError(msg)
 
 
 def _warmup(
@@ -637,21 +718,23 @@ def _sleep_rate(sleep: Callable[[int], None], stream: Any) -> float:
     ``_sleep`` counts SM cycles, so its rate follows the GPU's clock, which
     may still be low on an idle GPU. The GPU spins for a few milliseconds
     first, then the highest of three rates is kept: a hold sized at the
-    highest clock is never shorter than asked for.
+    highest clock is never shorter than asked for. The spins and the events
+    that time them run on ``stream``.
     """
     import torch
 
     cycles = 1 << 20
-    sleep(8 * cycles)  # a few ms of work: the clocks ramp up
-    rates = []
-    for _ in range(3):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record(stream)
-        sleep(cycles)
-        end.record(stream)
-        end.synchronize()
-        rates.append(cycles / max(float(start.elapsed_time(end)) / 1e3, 1e-9))
+    with torch.cuda.stream(stream):
+        sleep(8 * cycles)  # a few ms of work: the clocks ramp up
+        rates = []
+        for _ in range(3):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            sleep(cycles)
+            end.record(stream)
+            end.synchronize()
+            rates.append(cycles / max(float(start.elapsed_time(end)) / 1e3, 1e-9))
     return float(max(rates))
 
 
@@ -659,12 +742,13 @@ _SLEEP_RATES: dict[int, float] = {}
 
 
 def gpu_hold(stream: Any = None) -> Callable[[float], None]:
-    """A function that keeps the GPU busy on the current stream for about ``s`` s.
+    """A function that keeps the GPU busy on ``stream`` for about ``s`` s.
 
     While the GPU is held, the host can queue work behind the hold; once it
     ends, the queued kernels run back to back, without waiting for launches.
-    ``stream`` is the stream the calibration's events are recorded on
-    (default: the current one).
+    ``stream`` (default: the current one when this is called) is where the
+    hold runs and where its calibration is timed; queue the work to be held
+    back on the same stream.
 
     ``torch.cuda._sleep`` (a spin kernel, in every torch this guide supports)
     with its clock rate measured once per device; where it is missing, zeroing
@@ -672,6 +756,7 @@ def gpu_hold(stream: Any = None) -> Callable[[float], None]:
     """
     import torch
 
+    stream = torch.cuda.current_stream() if stream is None else stream
     sleep = getattr(torch.cuda, "_sleep", None)
     if sleep is not None:
         index = torch.cuda.current_device()
@@ -680,15 +765,18 @@ def gpu_hold(stream: Any = None) -> Callable[[float], None]:
         rate = _SLEEP_RATES[index]
 
         def hold(seconds: float) -> None:
-            sleep(max(1, round(seconds * rate)))
+            # _sleep runs on the current stream: make that the hold's stream.
+            with torch.cuda.stream(stream):
+                sleep(max(1, round(seconds * rate)))
 
         return hold
     buffer = _l2_flush_buffer()  # pragma: no cover - every supported torch has _sleep
     per_zero = _time_on_gpu(buffer.zero_, stream)  # pragma: no cover
 
     def fill(seconds: float) -> None:  # pragma: no cover
-        for _ in range(max(1, math.ceil(seconds / max(per_zero, 1e-9)))):
-            buffer.zero_()
+        with torch.cuda.stream(stream):
+            for _ in range(max(1, math.ceil(seconds / max(per_zero, 1e-9)))):
+                buffer.zero_()
 
     return fill  # pragma: no cover
 
@@ -698,10 +786,11 @@ def _time_on_gpu(call: Callable[[], Any], stream: Any) -> float:  # pragma: no c
 
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
-    call()
-    start.record(stream)
-    call()
-    end.record(stream)
+    with torch.cuda.stream(stream):
+        call()
+        start.record(stream)
+        call()
+        end.record(stream)
     end.synchronize()
     return float(start.elapsed_time(end)) / 1e3
 

@@ -36,6 +36,7 @@ compiler ready: import 2.1 s, 2 compile workers 3.2 s, first compilation 1.4 s
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import logging
 import math
@@ -543,44 +544,54 @@ def _held_times(
     between two reads of ``clock`` (its host time), an end event; after a
     ``synchronize()`` the events give the GPU time. A GPU time counts only
     when the host returned from the call before the hold ended, so that the
-    GPU found all of the call's work queued; otherwise the hold doubles for
-    the next call, and the host time of that call (which waited for the
-    hold) is not kept. After :data:`_MAX_MISSES` such calls in a row the call
-    is taken to wait for the GPU itself (a ``.item()``, a copy to the host):
-    holding cannot hide its launches, so the remaining calls are timed
-    without a hold and no GPU times are returned.
+    GPU found all of the call's work queued; otherwise (a miss) the hold
+    doubles for the next call, up to :data:`_MAX_HOLD_S`, and the host time of
+    that call (which waited for the hold) is not kept. After
+    :data:`_MAX_MISSES` misses in all, in a row or not, the call is taken to
+    wait for the GPU itself (a ``.item()``, a copy to the host, every call or
+    only some): holding cannot hide its launches, so the remaining calls are
+    timed without a hold and no GPU times are returned. The garbage
+    collector is paused meanwhile, as :func:`gpuguide.benchmark` does.
     """
     host: list[float] = []
     gpu: list[float] = []
     held, misses = True, 0
-    while len(host) < n or (held and len(gpu) < min(n, 3)):
-        start = event_factory(enable_timing=True)
-        end = event_factory(enable_timing=True)
-        synchronize()
-        if held:
-            hold(hold_s)
-        start.record()
-        t0 = clock()
-        call()
-        t1 = clock()
-        end.record()
-        synchronize()
-        host_s = max(t1 - t0, 0.0)
-        if held and host_s >= hold_s:
-            misses += 1
-            hold_s = 2 * max(hold_s, host_s)
-            held = misses < _MAX_MISSES
-            continue
-        misses = 0
-        if len(host) < n:
-            host.append(host_s)
-        if held:
-            gpu.append(start.elapsed_time(end) / 1e3)
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        while len(host) < n or (held and len(gpu) < min(n, 3)):
+            start = event_factory(enable_timing=True)
+            end = event_factory(enable_timing=True)
+            synchronize()
+            if held:
+                hold(hold_s)
+            start.record()
+            t0 = clock()
+            call()
+            t1 = clock()
+            end.record()
+            synchronize()
+            host_s = max(t1 - t0, 0.0)
+            if held and host_s >= hold_s:
+                misses += 1
+                hold_s = min(2 * max(hold_s, host_s), _MAX_HOLD_S)
+                held = misses < _MAX_MISSES
+                continue
+            if len(host) < n:
+                host.append(host_s)
+            if held:
+                gpu.append(start.elapsed_time(end) / 1e3)
+    finally:
+        if paused:
+            gc.enable()
     return host, gpu if held else []
 
 
-#: Calls in a row that outlast their hold before _held_times gives up holding.
+#: Calls (in all) that outlast their hold before _held_times gives up holding.
 _MAX_MISSES = 3
+
+#: The longest a GPU is held before one call, in seconds.
+_MAX_HOLD_S = 0.5
 
 
 def host_and_gpu_times(
