@@ -771,3 +771,33 @@ def test_device_peaks_real_cuda():
         assert peaks.known is False
     else:
         assert peaks is GPU_PEAKS[expected]
+
+
+def test_a_readers_gpu_above_its_row_gets_a_flag_not_an_error(monkeypatch):
+    # Outside the guide's tests (GPUGUIDE_STRICT_PEAKS unset), a GPU that runs a
+    # little above its datasheet row must not stop a page: no share, a flag.
+    h100 = GPU_PEAKS["H100 SXM5"]
+    monkeypatch.delenv("GPUGUIDE_STRICT_PEAKS", raising=False)
+    assert h100.percent_of(70e9, "host_link") is None
+    flag = h100.share(70e9, "host_link", peak="the link's peak")
+    assert flag == (
+        "above the H100 SXM5 datasheet's 64.0 GB/s for host-link bandwidth: "
+        "another clock, power limit or variant"
+    )
+    # Within the tolerance, and below the peak, a share as before.
+    assert h100.share(64.5e9, "host_link", peak="the link's peak") == (
+        "100% of the link's peak"
+    )
+    assert h100.share(32e9, "host_link") == "50% of peak"
+    # In the guide's tests it is an error again.
+    monkeypatch.setenv("GPUGUIDE_STRICT_PEAKS", "1")
+    with pytest.raises(PeakExceededError):
+        h100.share(70e9, "host_link")
+
+
+def test_share_of_an_unknown_peak():
+    unknown = gpu_peaks("NVIDIA Foo 9000", 200, 200 * GiB)
+    assert unknown.share(1e12, torch.bfloat16) == "peak unknown"
+    assert unknown.share(1e9, "host_link", peak="the link's peak") == (
+        "the link's peak unknown"
+    )

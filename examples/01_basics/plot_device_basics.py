@@ -162,8 +162,9 @@ if device.type != "cpu":
         "H2D bandwidth", rate, unit="B/s", spread=spread, size=nbytes,
         peak="host_link", memory="pageable",
     )  # fmt: skip
-    pct = gpuguide.device_peaks(device).percent_of(rate, "host_link")
-    of_link = "link peak unknown" if pct is None else f"{pct:.0f}% of the link's peak"
+    of_link = gpuguide.device_peaks(device).share(
+        rate, "host_link", peak="the link's peak"
+    )
     print(
         f"copy from pageable memory: {gpuguide.format_rate(rate, 'B/s')} ({of_link})"
         f"{' (NOISY)' if m_copy.is_noisy else ''}"

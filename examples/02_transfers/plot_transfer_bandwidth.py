@@ -154,11 +154,10 @@ def gbps(key):
 # pageable and pinned, with the range their quartiles give.
 for key, ms in results.items():
     rate, m = n_max / ms[-1].median_s, ms[-1]
-    pct = peaks.percent_of(rate, "host_link") if on_gpu else None
+    of_link = f", {peaks.share(rate, 'host_link', peak='the link peak')}"
     print(
         f"{' '.join(key)} at {format_bytes(n_max)}: {format_rate(rate, 'B/s')}"
-        f"{'' if pct is None else f', {pct:.0f}% of the link peak'} "
-        f"(median {format_cell(m)})"
+        f"{of_link if on_gpu else ''} (median {format_cell(m)})"
     )
     spread = (n_max / m.q75_s, n_max / m.q25_s)
     if on_gpu and key[1] in ("pageable", "pinned"):
@@ -217,8 +216,7 @@ for direction in ("H2D", "D2H") if on_gpu else ("host-to-host",):
         for key in keys
     }
     best = max(max(rates) for rates in series.values()) * 1e9
-    pct = peaks.percent_of(best, "host_link") if on_gpu else None
-    of_link = f", {pct:.0f}% of the link peak" if pct else " (link peak unknown)"
+    of_link = f", {peaks.share(best, 'host_link', peak='the link peak')}"
     if not on_gpu:
         series = {"copy_ between CPU tensors": gbps(keys[0])}
         of_link = f"; {format_rate(gbps(keys[0])[-1] * 1e9, 'B/s')} at the largest"

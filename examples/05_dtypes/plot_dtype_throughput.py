@@ -175,6 +175,10 @@ for name, found in searches.items():
     dtype, tf32 = variants[name]
     best, n = found.best, max(times[name])
     pct = peaks.percent_of(best.flops_per_s, dtype, tf32=tf32)
+    if pct is not None:
+        cell = f"{pct:.0f}%"
+    else:  # no figure, or a GPU above its datasheet row (another clock, variant)
+        cell = "n/a" if peaks.flops_for(dtype, tf32=tf32) is None else "above sheet"
     rows.append(
         {
             "dtype": name,
@@ -182,7 +186,7 @@ for name, found in searches.items():
             "best (m x n x k)": str(best.shape),
             unit: best.flops_per_s / scale,
             "median call": best.median_flops_per_s / scale,
-            share: "n/a" if pct is None else f"{pct:.0f}%",
+            share: cell,
             "largest square": n,
             "its rate": rate(name, n, times[name][n].median_s) / scale,
         }

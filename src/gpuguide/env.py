@@ -16,10 +16,12 @@ __all__ = [
     "DEVICE_ENV",
     "GPU_MEMORY_ENV",
     "SMALL_ENV",
+    "STRICT_PEAKS_ENV",
     "device_override",
     "gpu_memory_cap",
     "parse_bytes",
     "small_mode",
+    "strict_peaks",
 ]
 
 #: ``1``/``true``/``yes``/``on``: tiny sizes and budgets (tests, quick builds).
@@ -29,6 +31,9 @@ DEVICE_ENV = "GPUGUIDE_DEVICE"
 #: The GPU memory pages may plan with and allocate (``16GiB``), to prove on a large
 #: GPU that every page fits a smaller one. CUDA only; CPU and MPS runs ignore it.
 GPU_MEMORY_ENV = "GPUGUIDE_GPU_MEMORY"
+#: ``1``/``true``/``yes``/``on``: a rate above a datasheet peak is an error
+#: (the guide's own tests); unset, a page flags it and goes on (a reader's GPU).
+STRICT_PEAKS_ENV = "GPUGUIDE_STRICT_PEAKS"
 #: The directory files for download are written to (set by the docs build).
 ARTIFACT_DIR_ENV = "GPUGUIDE_ARTIFACT_DIR"
 #: The link prefix of those files, as seen from an example page.
@@ -60,6 +65,16 @@ def small_mode() -> bool:
         (case-insensitive).
     """
     return os.environ.get(SMALL_ENV, "").strip().lower() in _TRUE
+
+
+def strict_peaks() -> bool:
+    """Whether a rate above a datasheet peak must raise (``GPUGUIDE_STRICT_PEAKS``).
+
+    The guide's tests set it: there such a rate is a bug in a datasheet row or
+    a measurement. A reader's GPU may run a little above its row (another
+    clock, power limit or variant), so by default the page goes on.
+    """
+    return os.environ.get(STRICT_PEAKS_ENV, "").strip().lower() in _TRUE
 
 
 def device_override() -> str | None:

@@ -11,9 +11,12 @@ so :func:`measure_cpu_peaks` measures a ceiling: the best matmul rate over
 several sizes with all of torch's threads, and the best streaming bandwidth.
 
 A measured rate above a datasheet peak is a bug (a wrong row, or a wrong FLOP
-count or timing), never a result: :meth:`Peaks.percent_of` raises
-:class:`PeakExceededError` for it. A measured ceiling is the best rate seen so
-far, so a rate above it is the new best and reads 100%.
+count or timing) or a GPU that runs above its row (another clock, power limit
+or variant). Where ``GPUGUIDE_STRICT_PEAKS`` is set (the guide's tests),
+:meth:`Peaks.percent_of` raises :class:`PeakExceededError` for it; elsewhere
+(a reader's GPU) it gives no share, and :meth:`Peaks.share` says the rate is
+above the datasheet figure. A measured ceiling is the best rate seen so far,
+so a rate above it is the new best and reads 100%.
 
 All compute rates are in FLOP/s and all bandwidths in bytes/s.
 
@@ -43,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuguide import checks, datasheet, host
 from gpuguide.device import DeviceInfo, pick_device
-from gpuguide.env import small_mode
+from gpuguide.env import small_mode, strict_peaks
 from gpuguide.timing import Measurement, benchmark
 from gpuguide.units import format_bytes, format_rate
 
@@ -242,41 +245,79 @@ class Peaks:
         Returns
         -------
         float or None
-            ``100 * rate / peak``; None where the peak is unknown. Never above
-            100: a rate up to :data:`PEAK_TOLERANCE` times a datasheet peak
-            reads 100 (measurement noise), and a rate above a measured ceiling
-            (``measured=True``) is the new best rate, so it reads 100 too.
+            ``100 * rate / peak``; None where the peak is unknown, and for a
+            rate above ``PEAK_TOLERANCE`` times a datasheet peak when
+            ``GPUGUIDE_STRICT_PEAKS`` is not set (:meth:`share` words it).
+            Never above 100: a rate up to :data:`PEAK_TOLERANCE` times a
+            datasheet peak reads 100 (measurement noise), and a rate above a
+            measured ceiling (``measured=True``) is the new best rate, so it
+            reads 100 too.
 
         Raises
         ------
         PeakExceededError
-            For a rate above ``PEAK_TOLERANCE`` times a datasheet peak. The
-            message names the device, the precision or bandwidth, the measured
-            and the listed figures: the datasheet row is wrong, or the
-            measurement is.
+            Where ``GPUGUIDE_STRICT_PEAKS`` is set (the guide's tests), for a
+            rate above ``PEAK_TOLERANCE`` times a datasheet peak. The message
+            names the device, the precision or bandwidth, the measured and the
+            listed figures: the datasheet row is wrong, or the measurement is.
         ValueError
             For an unknown precision or bandwidth name, or a rate that is
             negative or not finite.
         """
-        peak: float | None
-        if isinstance(of, str) and of.strip().lower() in _BANDWIDTHS:
-            field, what = _BANDWIDTHS[of.strip().lower()]
-            peak, unit = getattr(self, field), "B/s"
-        else:
-            key = _precision_key(of)
-            key = "tf32" if key == "fp32" and tf32 else key
-            what, unit, peak = f"{key} matmul", "FLOP/s", self.flops[key]
+        what, unit, peak = self._peak(of, tf32)
         rate = checks.non_negative("rate", rate)
         if peak is None:
             return None
         if self.measured:
             return min(100.0 * rate / peak, 100.0)
-        return percent_of_peak(
-            rate,
-            peak,
-            limit=PEAK_TOLERANCE,
-            what=f"{self.name}: a measured {what} rate of {format_rate(rate, unit)}",
-            listed=f"{format_rate(peak, unit)} (source: {self.source})",
+        try:
+            return percent_of_peak(
+                rate,
+                peak,
+                limit=PEAK_TOLERANCE,
+                what=f"{self.name}: a measured {what} rate of "
+                f"{format_rate(rate, unit)}",
+                listed=f"{format_rate(peak, unit)} (source: {self.source})",
+            )
+        except PeakExceededError:
+            if strict_peaks():
+                raise
+            return None
+
+    def _peak(self, of: torch.dtype | str, tf32: bool) -> tuple[str, str, float | None]:
+        """What ``of`` names, its unit and its peak (None where unknown)."""
+        if isinstance(of, str) and of.strip().lower() in _BANDWIDTHS:
+            field, what = _BANDWIDTHS[of.strip().lower()]
+            return what, "B/s", getattr(self, field)
+        key = _precision_key(of)
+        key = "tf32" if key == "fp32" and tf32 else key
+        return f"{key} matmul", "FLOP/s", self.flops[key]
+
+    def share(
+        self,
+        rate: float,
+        of: torch.dtype | str,
+        *,
+        tf32: bool = False,
+        peak: str = "peak",
+    ) -> str:
+        """A measured rate's share of its peak, worded for a sentence.
+
+        ``"77% of peak"`` (``peak`` names it: ``"the link's peak"``);
+        ``"peak unknown"``; and for a rate above the datasheet figure beyond
+        :data:`PEAK_TOLERANCE` (no share printed; an error where
+        ``GPUGUIDE_STRICT_PEAKS`` is set): ``"above the H100 SXM5 datasheet's
+        64.0 GB/s: another clock, power limit or variant"``.
+        """
+        percent = self.percent_of(rate, of, tf32=tf32)
+        if percent is not None:
+            return f"{percent:.0f}% of {peak}"
+        what, unit, listed = self._peak(of, tf32)
+        if listed is None:
+            return f"{peak} unknown"
+        return (
+            f"above the {self.name} datasheet's {format_rate(listed, unit)} "
+            f"for {what}: another clock, power limit or variant"
         )
 
 
