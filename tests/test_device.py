@@ -74,6 +74,7 @@ def fake_cuda(monkeypatch):
     """
     monkeypatch.delenv("GPUGUIDE_DEVICE", raising=False)
     monkeypatch.delenv("GPUGUIDE_GPU_MEMORY", raising=False)
+    monkeypatch.delenv("GPUGUIDE_SMALL", raising=False)
     monkeypatch.setattr(device_mod, "_applied_caps", {})
     devices = [H100, props("NVIDIA Foo 9000", 99, 10 * 2**30, 12, 1)]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -234,6 +235,31 @@ def test_cap_follows_the_variable_when_it_changes(monkeypatch, allocator):
     pick_device()  # uncapped again: the whole GPU
     total = H100.total_memory
     assert allocator == [(16 * GiB / total, 0), (8 * GiB / total, 0), (1.0, 0)]
+
+
+def test_small_mode_caps_the_allocator_unless_the_variable_says_otherwise(
+    monkeypatch, allocator
+):
+    monkeypatch.setenv("GPUGUIDE_SMALL", "1")
+    total = H100.total_memory
+    assert device_mod.apply_memory_cap("cuda:0") == 8 * GiB
+    assert describe_device().memory_cap_bytes == 8 * GiB
+    # A GPU smaller than the default is capped at its own memory, no error.
+    small_gpu = props("NVIDIA Tiny", 20, 6 * GiB, 8, 6)
+    fake_cuda_devices = [H100, small_gpu]
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda d: fake_cuda_devices[_index(d)]
+    )
+    monkeypatch.setattr(
+        torch.cuda,
+        "mem_get_info",
+        lambda d: (fake_cuda_devices[_index(d)].total_memory,) * 2,
+    )
+    assert device_mod.apply_memory_cap("cuda:1") == 6 * GiB
+    # The variable wins in small mode too.
+    monkeypatch.setenv("GPUGUIDE_GPU_MEMORY", "2GiB")
+    assert device_mod.apply_memory_cap("cuda:0") == 2 * GiB
+    assert allocator == [(8 * GiB / total, 0), (1.0, 1), (2 * GiB / total, 0)]
 
 
 def test_cpu_and_mps_ignore_the_cap(monkeypatch, no_accelerator):

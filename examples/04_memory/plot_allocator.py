@@ -236,8 +236,13 @@ def run_with_fallback(rows):
             step = torch.empty(rows, ROW_BYTES, dtype=torch.uint8, device=device)
             return step.shape[0]
         except torch.OutOfMemoryError as err:
-            message = textwrap.shorten(str(err).splitlines()[0], 170)
-            print(f"batch {rows} ({fmt(rows * ROW_BYTES)}): {message}")
+            # torch's own figures are the whole GPU's, not a GPUGUIDE_GPU_MEMORY cap.
+            asked = textwrap.shorten(str(err).split(" GPU ")[0], 100)
+            print(
+                f"batch {rows} ({fmt(rows * ROW_BYTES)}): {asked} "
+                f"{fmt(free_memory_bytes(device))} of the {fmt(usable)} this "
+                "process may use was free."
+            )
         torch.cuda.empty_cache()
         rows //= 2
     msg = "not even one sample fits on the GPU"
@@ -247,6 +252,7 @@ def run_with_fallback(rows):
 if on_gpu:
     release_cached_memory()
     total = torch.cuda.mem_get_info(device)[1]
+    usable = gpuguide.describe_device(device).memory_cap_bytes or total
     # 1 GiB more than is free: free_memory_bytes honours GPUGUIDE_GPU_MEMORY.
     ran = run_with_fallback((free_memory_bytes(device) + 2**30) // ROW_BYTES)
     release_cached_memory()

@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 from gpuguide import host
 from gpuguide.datasheet import identify_gpu
-from gpuguide.env import DEVICE_ENV, GPU_MEMORY_ENV, device_override, gpu_memory_cap
+from gpuguide.env import (
+    DEVICE_ENV,
+    GPU_MEMORY_ENV,
+    SMALL_GPU_MEMORY,
+    device_override,
+    gpu_memory_cap,
+    small_mode,
+)
 from gpuguide.units import format_bytes
 
 if TYPE_CHECKING:
@@ -174,10 +181,14 @@ def apply_memory_cap(device: str | torch.device) -> int | None:
         The device; anything but CUDA is left alone (CPU and MPS ignore the
         variable). ``"cuda"`` without an index means the current device.
 
+    In small mode (``GPUGUIDE_SMALL``) an unset variable caps the allocator at
+    :data:`gpuguide.env.SMALL_GPU_MEMORY` (8 GiB, at most the GPU's memory).
+
     Returns
     -------
     int or None
-        The cap in bytes, or None on CPU and MPS and when the variable is unset.
+        The cap in bytes, or None on CPU and MPS and when the variable is unset
+        (outside small mode).
 
     Raises
     ------
@@ -192,12 +203,17 @@ def apply_memory_cap(device: str | torch.device) -> int | None:
     if dev.type != "cuda":
         return None
     cap = gpu_memory_cap()
+    small_default = cap is None and small_mode()
     index = dev.index if dev.index is not None else torch.cuda.current_device()
-    if _applied_caps.get(index) == cap:
+    if not small_default and _applied_caps.get(index) == cap:
         return cap  # also: never capped and no cap asked for, so no CUDA call
     # The allocator's fraction is of the total that cudaMemGetInfo reports.
     total = int(torch.cuda.mem_get_info(index)[1])
-    if cap is not None and cap > total:
+    if small_default:
+        cap = min(SMALL_GPU_MEMORY, total)
+        if _applied_caps.get(index) == cap:
+            return cap
+    elif cap is not None and cap > total:
         name = _clean(str(torch.cuda.get_device_properties(index).name))
         msg = (
             f"{GPU_MEMORY_ENV} asks for {format_bytes(cap)} ({cap:,} bytes), more "

@@ -16,6 +16,7 @@ __all__ = [
     "DEVICE_ENV",
     "GPU_MEMORY_ENV",
     "SMALL_ENV",
+    "SMALL_GPU_MEMORY",
     "STRICT_PEAKS_ENV",
     "device_override",
     "gpu_memory_cap",
@@ -31,6 +32,10 @@ DEVICE_ENV = "GPUGUIDE_DEVICE"
 #: The GPU memory pages may plan with and allocate (``16GiB``), to prove on a large
 #: GPU that every page fits a smaller one. CUDA only; CPU and MPS runs ignore it.
 GPU_MEMORY_ENV = "GPUGUIDE_GPU_MEMORY"
+#: The GPU memory cap in small mode when ``GPUGUIDE_GPU_MEMORY`` is unset (at most
+#: the GPU's memory): small pages need far less, and several of them (the tests,
+#: four at a time) share one GPU without one taking half of it.
+SMALL_GPU_MEMORY = 8 * 2**30
 #: ``1``/``true``/``yes``/``on``: a rate above a datasheet peak is an error
 #: (the guide's own tests); unset, a page flags it and goes on (a reader's GPU).
 STRICT_PEAKS_ENV = "GPUGUIDE_STRICT_PEAKS"
