@@ -164,8 +164,8 @@ for name, (dtype, tf32) in variants.items():
 # peak: the best published result is 794.5 TFLOP/s on an H100 SXM, 80.3% of 989.5
 # (MAMF, ml-engineering), and the largest squares stay a few points lower. TF32 and
 # fp32 land in the same range, fp64 on tensor cores higher (85-97%). A rate above a
-# datasheet peak stops the page with an error: the row or the measurement would be
-# wrong. On a CPU the fp32 and fp64 shares are of the best square matmul rate
+# datasheet peak gets no share, only "above sheet": the row, the measurement or this
+# GPU's clock differs (the guide's own tests treat it as an error). On a CPU the fp32 and fp64 shares are of the best square matmul rate
 # measured there (a lower bound on its peak; a better rate reads 100%), and fp16 and
 # bf16 have no figure.
 unit, scale = ("TFLOP/s", 1e12) if device.type == "cuda" else ("GFLOP/s", 1e9)
