@@ -238,6 +238,13 @@ def test_last_level_cache_ignores_instruction_caches_and_bad_entries(tmp_path):
     assert host.last_level_cache_bytes(tmp_path) == 512 + 1024
 
 
+def test_last_level_cache_without_shared_lists_counts_each_cache_id_once(tmp_path):
+    for cpu in range(4):
+        _cache(tmp_path, cpu, 3, 3, "Unified", "16M", None)
+        (tmp_path / f"cpu{cpu}" / "cache" / "index3" / "id").write_text(f"{cpu // 2}\n")
+    assert host.last_level_cache_bytes(tmp_path) == 2 * 16 * 2**20
+
+
 def test_last_level_cache_unknown_without_cache_folders(tmp_path):
     assert host.last_level_cache_bytes(tmp_path) is None
     (tmp_path / "cpu0").mkdir()

@@ -667,7 +667,8 @@ FULL = peaks_mod._CPU_PLANS[False]
         (32 * MiB, 64 * GiB, 128 * MiB, "4x the 32.0 MiB last-level cache"),
         (48 * MiB, 64 * GiB, 256 * MiB, "5x the 48.0 MiB last-level cache"),  # 2^k
         (8 * MiB, 64 * GiB, 64 * MiB, "8x the 8.00 MiB last-level cache"),  # floor
-        (768 * MiB, 64 * GiB, 4 * GiB, "5x the 768 MiB last-level cache"),
+        (384 * MiB, 64 * GiB, 2 * GiB, "5x the 384 MiB last-level cache"),
+        (768 * MiB, 256 * GiB, 2 * GiB, "3x the 768 MiB last-level cache"),  # 2 GiB
         (768 * MiB, 16 * GiB, 1 * GiB, "1x the 768 MiB last-level cache"),  # memory
         (32 * MiB, 512 * MiB, 64 * MiB, "2x the 32.0 MiB last-level cache"),  # floor
         (None, 64 * GiB, 256 * MiB, "last-level cache size unknown"),

@@ -198,12 +198,10 @@ if on_cuda:
 # %%
 # Timing the stages and the versions in rounds
 # --------------------------------------------
-# A gain from overlap is a small difference of larger times, so the stages alone
-# and every version are timed in the same interleaved rounds
-# (:func:`gpuguide.interleave`): a drift of the machine between measurements (other
-# processes, clocks, the host's memory) then falls on all of them alike and shows
-# up in their spread instead of in the overlap. The pageable version gets its own
-# copies alone, from pageable memory.
+# Overlap is a small difference of larger times, so the stages alone (the pageable
+# version's copies from pageable memory) and every version take turns in the same
+# rounds (:func:`gpuguide.interleave`): a drift of the machine (other processes,
+# clocks, the host's memory) falls on all alike and shows in their spread.
 stages = {
     "copies alone": partial(copies_only, x_pinned, out_pinned),
     "compute alone": compute_only,
@@ -215,19 +213,18 @@ results = gpuguide.interleave({**stages, **versions}, device=device)
 # %%
 # How much of the shorter stage was hidden?
 # -----------------------------------------
-# The overlap fraction of a version is
-# ``(copies alone + compute alone - version) / min(copies alone, compute alone)``,
-# from :func:`~gpuguide.chapters.timeline.stage_overlap`: 0% means it took as long
-# as its stages one after the other, 100% that it hid the shorter stage completely,
-# which is the most overlap can hide, and below 0% that it took longer than its
-# stages in turn. Its range comes from the quartiles of the three times, and a
-# range that holds 0% is no measurable overlap. The first copy in and the last copy
-# out cannot hide; on a recent data-center GPU expect the pinned pipeline well above
-# 50% and the two failures near 0% or below it: waiting for the GPU after every stage
-# adds a round trip per stage, and pageable copies pass through the driver's
-# staging buffer while the host waits, so neither version overlaps and both add
-# time of their own. Data-center GPUs have a copy engine per direction: a third
-# stream for the copies out would overlap them too.
+# A version's overlap fraction is
+# ``(copies alone + compute alone - version) / min(copies alone, compute alone)``
+# (:func:`~gpuguide.chapters.timeline.stage_overlap`): 0% when it took as long as
+# its stages one after the other, 100% when it hid the shorter stage completely, the
+# most overlap can hide, below 0% when it took longer than its stages in turn. Its
+# range comes from the quartiles of the three times; a range that holds 0% is no
+# measurable overlap. The first copy in and the last copy out cannot hide; on a
+# recent data-center GPU expect the pinned pipeline well above 50% and the two
+# failures near 0% or below: waiting for the GPU after every stage adds a round trip
+# per stage, and pageable copies pass through the driver's staging buffer while the
+# host waits. Data-center GPUs have a copy engine per direction: a third stream for
+# the copies out would overlap them too.
 alone = results["compute alone"]
 summary, hidden = [], {}
 for name, m in results.items():
@@ -248,10 +245,10 @@ best = min(versions, key=lambda k: results[k].median_s)
 speedup = results["serialized"].median_s / results[best].median_s
 if not on_cuda:
     why = {
-        NO_OVERLAP: "it took as long as its stages alone, within the spread",
-        "slower than its stages in turn": "switching stages chunk by chunk cost time",
-    }.get(hidden["serialized"].verdict, "its stages ran faster in one loop than in two")
-    print(f"On the CPU one stage runs after the other, so nothing overlaps: {why}.")
+        NO_OVERLAP: "took as long as its stages alone, within the spread",
+        "slower than its stages in turn": "lost time switching stages chunk by chunk",
+    }.get(hidden["serialized"].verdict, "ran its stages faster than they ran alone")
+    print(f"On the CPU stages run in turn, nothing overlaps: serialized {why}.")
 elif (
     best != "pipelined"
     and gpuguide.compare(results[best], results["pipelined"]).measurable

@@ -211,8 +211,13 @@ def last_level_cache_bytes(root: str | os.PathLike[str] | None = None) -> int | 
             continue
         if (kind or "").strip().lower() == "instruction":
             continue
+        # One instance per set of CPUs sharing it (else per cache id, else per CPU).
         shared = (read_text(index / "shared_cpu_list") or "").strip()
-        instances[(int(level), shared or index.parent.parent.name)] = size
+        cache_id = (read_text(index / "id") or "").strip()
+        instance = shared or (
+            f"id {cache_id}" if cache_id else index.parent.parent.name
+        )
+        instances[(int(level), instance)] = size
     if not instances:
         return None
     top = max(level for level, _ in instances)

@@ -390,8 +390,10 @@ _CPU_PLANS = {
 }
 #: The last-level caches' size assumed where the host does not say, in bytes.
 _ASSUMED_CACHE_BYTES = 64 * 2**20
-#: A bandwidth kernel's tensor takes at most this share of the available memory.
+#: A bandwidth kernel's tensor takes at most this share of the available memory,
+#: and at most this many bytes (past the last-level caches of any current CPU).
 _MEMORY_SHARE = 1 / 16
+_MAX_STREAMING_BYTES = 2**31
 
 
 def _streaming_bytes(
@@ -401,7 +403,8 @@ def _streaming_bytes(
 
     ``plan.copy_bytes``, raised to the power of two at or above
     ``plan.cache_multiple`` times the last-level caches, and capped at
-    :data:`_MEMORY_SHARE` of ``available_bytes`` (but not below the plan's).
+    :data:`_MEMORY_SHARE` of ``available_bytes`` and at
+    :data:`_MAX_STREAMING_BYTES` (but not below the plan's).
     """
     nbytes = plan.copy_bytes
     if not plan.cache_multiple:
@@ -409,6 +412,7 @@ def _streaming_bytes(
     cache = _ASSUMED_CACHE_BYTES if cache_bytes is None else cache_bytes
     wanted = 2 ** math.ceil(math.log2(max(plan.cache_multiple * cache, 1)))
     cap = 2 ** math.floor(math.log2(max(available_bytes * _MEMORY_SHARE, 1)))
+    cap = min(cap, _MAX_STREAMING_BYTES)
     nbytes = max(nbytes, min(wanted, cap))
     if cache_bytes is None:
         return nbytes, "last-level cache size unknown"
@@ -422,8 +426,8 @@ def streaming_bytes(*, small: bool | None = None) -> int:
 
     Four times the host's last-level caches
     (:func:`gpuguide.host.last_level_cache_bytes`, 64 MiB where unknown) as a
-    power of two, at least 64 MiB and at most a sixteenth of the available
-    memory; 32 MiB in small mode. Tensors this large stream from main memory:
+    power of two, at least 64 MiB and at most 2 GiB and a sixteenth of the
+    available memory; 32 MiB in small mode. Tensors this large stream from main memory:
     an elementwise operation on them is held against the ceiling at the same
     footing (:func:`gpuguide.chapters.roofline.streaming_elements`).
 
