@@ -427,9 +427,10 @@ def streaming_bytes(*, small: bool | None = None) -> int:
     Four times the host's last-level caches
     (:func:`gpuguide.host.last_level_cache_bytes`, 64 MiB where unknown) as a
     power of two, at least 64 MiB and at most 2 GiB and a sixteenth of the
-    available memory; 32 MiB in small mode. Tensors this large stream from main memory:
-    an elementwise operation on them is held against the ceiling at the same
-    footing (:func:`gpuguide.chapters.roofline.streaming_elements`).
+    available memory; 32 MiB in small mode. Tensors this large stream from
+    main memory, so an elementwise operation on tensors as large is held
+    against the ceiling on the same footing
+    (:func:`gpuguide.chapters.roofline.streaming_elements`).
 
     Parameters
     ----------
