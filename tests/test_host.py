@@ -204,6 +204,67 @@ def test_usable_cpus_falls_back_to_cpu_count(monkeypatch):
 
 
 # --------------------------------------------------------------------------------------
+# Caches
+# --------------------------------------------------------------------------------------
+
+
+def _cache(root: Path, cpu: int, index: int, level, kind, size, shared) -> None:
+    folder = root / f"cpu{cpu}" / "cache" / f"index{index}"
+    folder.mkdir(parents=True)
+    for name, value in (("level", level), ("type", kind), ("size", size)):
+        if value is not None:
+            (folder / name).write_text(f"{value}\n")
+    if shared is not None:
+        (folder / "shared_cpu_list").write_text(f"{shared}\n")
+
+
+def test_last_level_cache_counts_each_instance_of_the_top_level_once(tmp_path):
+    # Two sockets of two CPUs: per-CPU L1 and L2, one 32 MiB L3 per socket.
+    for cpu in range(4):
+        socket = "0-1" if cpu < 2 else "2-3"
+        _cache(tmp_path, cpu, 0, 1, "Data", "32K", str(cpu))
+        _cache(tmp_path, cpu, 1, 1, "Instruction", "32K", str(cpu))
+        _cache(tmp_path, cpu, 2, 2, "Unified", "1M", str(cpu))
+        _cache(tmp_path, cpu, 3, 3, "Unified", "32768K", socket)
+    assert host.last_level_cache_bytes(tmp_path) == 2 * 32 * 2**20
+
+
+def test_last_level_cache_ignores_instruction_caches_and_bad_entries(tmp_path):
+    _cache(tmp_path, 0, 0, 2, "Unified", "512", "0")  # plain bytes
+    _cache(tmp_path, 0, 1, 3, "Instruction", "64M", "0")  # not data
+    _cache(tmp_path, 0, 2, 4, "Unified", "big", "0")  # unreadable size
+    _cache(tmp_path, 0, 3, None, "Unified", "8M", "0")  # no level
+    _cache(tmp_path, 1, 0, 2, "Unified", "1K", None)  # no shared list: its own
+    assert host.last_level_cache_bytes(tmp_path) == 512 + 1024
+
+
+def test_last_level_cache_without_shared_lists_counts_each_cache_id_once(tmp_path):
+    for cpu in range(4):
+        _cache(tmp_path, cpu, 3, 3, "Unified", "16M", None)
+        (tmp_path / f"cpu{cpu}" / "cache" / "index3" / "id").write_text(f"{cpu // 2}\n")
+    assert host.last_level_cache_bytes(tmp_path) == 2 * 16 * 2**20
+
+
+def test_last_level_cache_unknown_without_cache_folders(tmp_path):
+    assert host.last_level_cache_bytes(tmp_path) is None
+    (tmp_path / "cpu0").mkdir()
+    assert host.last_level_cache_bytes(tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("32768K", 32 * 2**20), ("1M", 2**20), ("2G", 2**31), ("512", 512), ("x", None)],
+)
+def test_cache_size_bytes(text, expected):
+    assert host._cache_size_bytes(text) == expected
+
+
+def test_last_level_cache_of_this_machine_is_plausible():
+    size = host.last_level_cache_bytes()
+    assert size is None or 2**16 <= size <= 2**36
+
+
+# --------------------------------------------------------------------------------------
 # Memory
 # --------------------------------------------------------------------------------------
 

@@ -652,7 +652,58 @@ def test_cpu_plans_small_mode_is_smaller():
     assert small.call_s < full.call_s
     assert small.copy_bytes < full.copy_bytes
     assert 1024 <= full.min_n <= full.max_n <= 4096  # a large matmul, not a quick one
-    assert 64 * 2**20 <= 2 * full.copy_bytes <= 256 * 2**20  # bytes read + written
+    assert full.copy_bytes == 64 * 2**20  # at least, past the caches of most CPUs
+    assert full.cache_multiple == 4  # and four times this CPU's last-level caches
+    assert small.cache_multiple == 0  # small mode: quick, not past the caches
+
+
+MiB, GiB = 2**20, 2**30
+FULL = peaks_mod._CPU_PLANS[False]
+
+
+@pytest.mark.parametrize(
+    ("cache", "available", "nbytes", "why"),
+    [
+        (32 * MiB, 64 * GiB, 128 * MiB, "4x the 32.0 MiB last-level cache"),
+        (48 * MiB, 64 * GiB, 256 * MiB, "5x the 48.0 MiB last-level cache"),  # 2^k
+        (8 * MiB, 64 * GiB, 64 * MiB, "8x the 8.00 MiB last-level cache"),  # floor
+        (384 * MiB, 64 * GiB, 2 * GiB, "5x the 384 MiB last-level cache"),
+        (768 * MiB, 256 * GiB, 2 * GiB, "3x the 768 MiB last-level cache"),  # 2 GiB
+        (768 * MiB, 16 * GiB, 1 * GiB, "1x the 768 MiB last-level cache"),  # memory
+        (32 * MiB, 512 * MiB, 64 * MiB, "2x the 32.0 MiB last-level cache"),  # floor
+        (None, 64 * GiB, 256 * MiB, "last-level cache size unknown"),
+    ],
+)
+def test_streaming_bytes_outgrow_the_last_level_caches(cache, available, nbytes, why):
+    assert peaks_mod._streaming_bytes(FULL, cache, available) == (nbytes, why)
+
+
+def test_streaming_bytes_of_a_plan_without_cache_multiple_are_its_own():
+    small = peaks_mod._CPU_PLANS[True]
+    assert peaks_mod._streaming_bytes(small, 2**30, 2**40) == (small.copy_bytes, "")
+
+
+def test_streaming_bytes_read_this_host(monkeypatch):
+    monkeypatch.setattr(peaks_mod.host, "last_level_cache_bytes", lambda: 96 * MiB)
+    monkeypatch.setattr(peaks_mod.host, "available_memory_bytes", lambda: 64 * GiB)
+    assert peaks_mod.streaming_bytes(small=False) == 512 * MiB
+    assert peaks_mod.streaming_bytes(small=True) == 32 * MiB
+    monkeypatch.setenv("GPUGUIDE_SMALL", "1")
+    assert peaks_mod.streaming_bytes() == 32 * MiB
+
+
+def test_memory_ceiling_streams_tensors_past_the_caches(monkeypatch):
+    plan = dataclasses.replace(TINY, cache_multiple=4)
+    monkeypatch.setitem(peaks_mod._CPU_PLANS, True, plan)
+    monkeypatch.setattr(peaks_mod.host, "last_level_cache_bytes", lambda: 4096)
+    monkeypatch.setattr(peaks_mod.host, "available_memory_bytes", lambda: 2**30)
+    bench = FakeBench(lambda n: 1e9)
+    peaks = peaks_mod._measure_cpu_peaks(True, bench=bench, name="x")
+    kernels = [c for c in bench.calls if c["label"] in FakeBench.MOVES]
+    assert {c["args"][0].numel() * 4 for c in kernels} == {4 * 4096}
+    assert "of 16.0 KiB tensors, 4x the 4.00 KiB last-level cache (median" in (
+        peaks.detail
+    )
 
 
 def test_measure_cpu_peaks_rejects_bad_times(monkeypatch):

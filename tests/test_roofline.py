@@ -22,6 +22,7 @@ from gpuguide.chapters.roofline import (
     streaming_elements,
 )
 from gpuguide.device import describe_device
+from gpuguide.peaks import streaming_bytes
 from gpuguide.timing import Measurement
 
 CPU = describe_device("cpu")
@@ -259,7 +260,29 @@ def test_streaming_elements_floor_outside_small_mode(
     monkeypatch, fits: int, small: bool, expected: int
 ) -> None:
     fake_largest(monkeypatch, fits)
-    assert streaming_elements(small=small) == expected
+    assert streaming_elements(device="cuda", small=small) == expected
+
+
+@pytest.mark.parametrize(
+    ("ceiling_bytes", "expected"),
+    [
+        (2**30, 2**28),  # a CPU with large caches: as large as its ceiling's tensors
+        (2**20, STREAMING_MIN_ELEMENTS),  # never below the floor
+    ],
+)
+def test_streaming_elements_on_a_cpu_match_its_memory_ceiling(
+    monkeypatch, ceiling_bytes: int, expected: int
+) -> None:
+    fake_largest(monkeypatch, 2**20)
+    asked = []
+    monkeypatch.setattr(
+        roofline, "streaming_bytes", lambda small: asked.append(small) or ceiling_bytes
+    )
+    assert streaming_elements(device="cpu", small=False) == expected
+    assert asked == [False]
+    assert streaming_elements(device="cuda", small=False) == STREAMING_MIN_ELEMENTS
+    assert streaming_elements(device="cpu", small=True) == 2**20
+    assert asked == [False]  # neither a GPU nor small mode asks
 
 
 @pytest.mark.parametrize(("env", "expected"), [("1", 2**14), ("", 2**24)])
@@ -268,11 +291,11 @@ def test_streaming_elements_follows_small_mode_by_default(
 ) -> None:
     monkeypatch.setenv("GPUGUIDE_SMALL", env)
     fake_largest(monkeypatch, 2**14)
-    assert streaming_elements() == expected
+    assert streaming_elements(device="cuda") == expected
 
 
 def test_streaming_elements_on_this_machine() -> None:
     n = streaming_elements(device="cpu", small=False)
-    assert STREAMING_MIN_ELEMENTS <= n <= 2**28
+    assert max(STREAMING_MIN_ELEMENTS, streaming_bytes(small=False) // 4) <= n
     assert n & (n - 1) == 0  # a power of two
     assert STREAMING_MIN_ELEMENTS == 2**24

@@ -15,15 +15,18 @@ import numpy as np
 import pytest
 
 from gpuguide.chapters.timeline import (
+    NO_OVERLAP,
     Span,
     TimelineRecorder,
     busy_s,
     overlap_s,
     plot_timeline,
     record_timeline,
+    stage_overlap,
     synchronize,
 )
 from gpuguide.plotting import COLORS
+from gpuguide.timing import Measurement
 
 COPY, COMPUTE = "copy stream", "compute stream"
 
@@ -321,6 +324,88 @@ def test_overlap_with_many_intervals_each_side() -> None:
     a = [Span("a", "x", t, t + 1.0) for t in (0.0, 2.0, 4.0)]
     b = [Span("b", "y", 0.5, 2.5), Span("b", "y", 4.5, 10.0)]
     assert overlap_s(a + b, "a", "b") == pytest.approx(0.5 + 0.5 + 0.5)
+
+
+# -- stage_overlap -------------------------------------------------------------
+
+
+def timed(label: str, median: float, half_iqr: float = 0.0) -> Measurement:
+    """Five calls whose quartiles are ``median -/+ half_iqr`` (seconds)."""
+    d = half_iqr
+    times = (median - 4 * d, median - d, median, median + d, median + 4 * d)
+    return Measurement(label, times, "cuda:0", "cuda-events")
+
+
+COPIES, COMPUTE_ALONE = timed("copies", 10.0, 0.01), timed("compute", 8.0, 0.01)
+
+
+def test_stage_overlap_is_the_share_of_the_shorter_stage_hidden() -> None:
+    # 10 + 8 - 12 = 6 s saved of the shorter stage's 8 s
+    o = stage_overlap(timed("pipelined", 12.0, 0.01), (COPIES, COMPUTE_ALONE))
+    assert o.fraction == pytest.approx(0.75)
+    assert o.low < 0.75 < o.high
+    assert o.low == pytest.approx((9.99 + 7.99 - 12.01) / 8.01)
+    assert o.high == pytest.approx((10.01 + 8.01 - 11.99) / 7.99)
+    assert o.verdict == "overlap"
+    percent, (low, high) = o.percent
+    assert (percent, low, high) == pytest.approx((75.0, 100 * o.low, 100 * o.high))
+    assert str(o) == "pipelined hid 75% (75% to 75%) of the shorter stage"
+
+
+def test_stage_overlap_reads_the_same_whichever_stage_comes_first() -> None:
+    version = timed("pipelined", 12.0, 0.5)
+    a = stage_overlap(version, (COPIES, COMPUTE_ALONE))
+    b = stage_overlap(version, (COMPUTE_ALONE, COPIES))
+    assert (a.fraction, a.low, a.high) == pytest.approx((b.fraction, b.low, b.high))
+
+
+def test_stage_overlap_of_stages_in_turn_is_no_measurable_overlap() -> None:
+    o = stage_overlap(timed("serialized", 18.0, 0.1), (COPIES, COMPUTE_ALONE))
+    assert o.fraction == pytest.approx(0.0, abs=1e-12)
+    assert o.low < 0.0 < o.high
+    assert o.verdict == NO_OVERLAP
+    assert str(o).startswith(f"{NO_OVERLAP} in serialized: 0% (")
+
+
+def test_stage_overlap_below_zero_is_a_version_slower_than_its_stages() -> None:
+    # 2 s more than the 18 s of the stages in turn: -25% of the shorter stage
+    o = stage_overlap(timed("sync per stage", 20.0, 0.01), (COPIES, COMPUTE_ALONE))
+    assert o.fraction == pytest.approx(-0.25)
+    assert o.low < -0.25 < o.high < 0.0
+    # a negative saving is widest over the *longer* quartile of the shorter stage
+    assert o.low == pytest.approx((9.99 + 7.99 - 20.01) / 7.99)
+    assert o.high == pytest.approx((10.01 + 8.01 - 19.99) / 8.01)
+    assert o.verdict == "slower than its stages in turn"
+    assert str(o) == (
+        "sync per stage took 25% (25% to 25%) of the shorter stage longer than its "
+        "stages in turn"
+    )
+
+
+def test_stage_overlap_above_one_is_not_called_overlap() -> None:
+    # 6 s for 18 s of stages: saved 12 s, more than the shorter stage's 8 s
+    o = stage_overlap(timed("pageable", 6.0, 0.01), (COPIES, COMPUTE_ALONE))
+    assert o.fraction == pytest.approx(1.5)
+    assert o.verdict == "more than the shorter stage"
+    assert "ran faster inside it than alone, which is no overlap" in str(o)
+
+
+def test_stage_overlap_spread_straddling_zero_hides_a_median_gain() -> None:
+    o = stage_overlap(timed("noisy", 17.0, 3.0), (COPIES, COMPUTE_ALONE))
+    assert o.fraction > 0
+    assert o.verdict == NO_OVERLAP
+
+
+def test_stage_overlap_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="two measurements"):
+        stage_overlap(COPIES, (COPIES,))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Measurement"):
+        stage_overlap(1.0, (COPIES, COMPUTE_ALONE))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Measurement"):
+        stage_overlap(COPIES, (COPIES, 2.0))  # type: ignore[arg-type]
+    zero = Measurement("zero", (0.0, 0.0, 0.0), "cpu", "wall-clock")
+    with pytest.raises(ValueError, match="0 s"):
+        stage_overlap(COPIES, (zero, COPIES))
 
 
 # -- plot_timeline -------------------------------------------------------------

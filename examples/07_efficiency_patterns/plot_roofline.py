@@ -85,8 +85,9 @@ def size_text(n):
 # centre GPUs reaches about 90%), on a CPU, whose roof here is the best rate this
 # page measures, up to 100% of it by construction. The large tensors are as large as
 # the device's budget allows (:func:`~gpuguide.chapters.roofline.streaming_elements`),
-# and outside small mode each holds at least 64 MiB, more than a CPU's last-level
-# cache or a GPU's L2, so that main memory, not a cache, feeds them. The tiny add
+# and outside small mode each holds at least 64 MiB, more than a GPU's L2, and on a
+# CPU four times its last-level cache, as the tensors its memory ceiling is measured
+# with, so that main memory, not a cache, feeds them. The tiny add
 # moves a few kilobytes: its time is the fixed cost of one call, so it should land
 # far below the roof. Like every time on this page, it is the time per call of a
 # loop of such calls, launch included (``measure="call"``, the default), because

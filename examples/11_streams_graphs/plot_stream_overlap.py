@@ -10,8 +10,9 @@ overlap silently disappears: pageable memory and a synchronization inside the lo
 
 A popular blog post put upload, compute and download on three streams but
 synchronized each stream before starting the next, and saw little gain: with a wait
-between stages no overlap is possible. Here the overlap is computed from the
-timings and drawn from CUDA events recorded on each stream.
+between stages no overlap is possible. Here the overlap is computed from timings of
+the stages and the versions taken in the same rounds, and drawn from CUDA events
+recorded on each stream.
 
 See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
 :doc:`Amdahl's law for a training step </concepts/amdahl>`.
@@ -23,11 +24,19 @@ See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
 # A workload of chunks: copy a chunk to the device, run a few rounds of
 # ``tanh(x @ w)`` on it, copy the result back. Host tensors hold all chunks; the
 # device buffers ``x_dev`` are allocated once, one per chunk.
+from functools import partial
+
 import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide.chapters.timeline import overlap_s, plot_timeline, record_timeline
+from gpuguide.chapters.timeline import (
+    NO_OVERLAP,
+    overlap_s,
+    plot_timeline,
+    record_timeline,
+    stage_overlap,
+)
 
 device = gpuguide.pick_device()
 print(gpuguide.provenance(device))
@@ -66,11 +75,12 @@ def compute(x):
 
 
 # %%
-# The stages alone, and balancing them
-# ------------------------------------
+# The stages, and balancing them
+# -------------------------------
 # Overlap helps most when copying and computing take about as long, so the number of
 # matmul rounds per chunk is chosen from two measurements: one chunk's copies in and
-# out, and one round. The copies and the compute of all chunks are then timed alone.
+# out, and one round. The stages of all chunks are timed alone further down, in the
+# same rounds as the versions that combine them.
 
 
 def copies_only(x_host, out_host):
@@ -84,12 +94,9 @@ def compute_only():
         compute(x_dev[i])
 
 
-copies = gpuguide.benchmark(
-    copies_only, args=(x_pinned, out_pinned), device=device, label="copies"
-)
+copies = gpuguide.benchmark(copies_only, args=(x_pinned, out_pinned), device=device)
 one_round = gpuguide.benchmark(compute, args=(x_dev[0],), device=device)
 rounds = max(1, min(64, round(copies.median_s / n_chunks / one_round.median_s)))
-alone = gpuguide.benchmark(compute_only, device=device, label="compute")
 print(f"{rounds} matmul round(s) per chunk")
 
 
@@ -112,10 +119,7 @@ def serialized(x_host, out_host, rec=untraced):
             out_host[i].copy_(y, non_blocking=True)
 
 
-results = {"copies alone": copies, "compute alone": alone}
-results["serialized"] = gpuguide.benchmark(
-    serialized, args=(x_pinned, out_pinned), device=device
-)
+serialized(x_pinned, out_pinned)
 sync()
 expected = out_pinned.clone()
 
@@ -170,9 +174,8 @@ def pipelined(x_host, out_host, rec=untraced, sync_every_stage=False):
 
 
 if on_cuda:
-    results["pipelined"] = gpuguide.benchmark(
-        pipelined, args=(x_pinned, out_pinned), device=device
-    )
+    out_pinned.zero_()
+    pipelined(x_pinned, out_pinned)
     sync()
     print(f"pipelined output equals serialized: {torch.equal(out_pinned, expected)}")
 
@@ -184,50 +187,68 @@ if on_cuda:
 # memory makes the host wait, so it cannot queue ahead. (c2) waits for the GPU after
 # every stage, as the blog post did; an ``.item()``, ``.cpu()`` or ``print`` of a
 # CUDA tensor in the loop blocks the host the same way.
+versions = {"serialized": partial(serialized, x_pinned, out_pinned)}
 if on_cuda:
-    copies_pageable = gpuguide.benchmark(
-        copies_only, args=(x_pageable, out_pageable), device=device
+    versions["pipelined"] = partial(pipelined, x_pinned, out_pinned)
+    versions["pipelined, pageable"] = partial(pipelined, x_pageable, out_pageable)
+    versions["pipelined, sync per stage"] = partial(
+        pipelined, x_pinned, out_pinned, sync_every_stage=True
     )
-    results["pipelined, pageable"] = gpuguide.benchmark(
-        pipelined, args=(x_pageable, out_pageable), device=device
-    )
-    sync_kw = {"sync_every_stage": True}
-    results["pipelined, sync per stage"] = gpuguide.benchmark(
-        pipelined, args=(x_pinned, out_pinned), kwargs=sync_kw, device=device
-    )
+
+# %%
+# Timing the stages and the versions in rounds
+# --------------------------------------------
+# Overlap is a small difference of larger times, so the stages alone (the pageable
+# version's copies from pageable memory) and every version take turns in the same
+# rounds (:func:`gpuguide.interleave`): a drift of the machine (other processes,
+# clocks, the host's memory) falls on all alike and shows in their spread.
+stages = {
+    "copies alone": partial(copies_only, x_pinned, out_pinned),
+    "compute alone": compute_only,
+}
+if on_cuda:
+    stages["copies alone, pageable"] = partial(copies_only, x_pageable, out_pageable)
+results = gpuguide.interleave({**stages, **versions}, device=device)
 
 # %%
 # How much of the shorter stage was hidden?
 # -----------------------------------------
-# ``(copies alone + compute alone - pipeline) / min(copies alone, compute alone)``:
-# 0 means no overlap, 1 that the shorter stage was hidden completely, and below 0
-# that the version took longer than its stages one after the other. The first copy
-# in and the last copy out cannot hide; on a recent data-center GPU expect the pinned
-# pipeline well above one half and the two failures at 0 or below it: waiting for
-# the GPU after every stage adds a round trip per stage, and pageable copies pass
-# through the driver's staging buffer while the host waits, so neither version
-# overlaps and both add time of their own. Data-center GPUs have a copy engine per
-# direction: a third stream for the copies out would overlap them too.
-summary = []
+# A version's overlap fraction is
+# ``(copies alone + compute alone - version) / min(copies alone, compute alone)``
+# (:func:`~gpuguide.chapters.timeline.stage_overlap`): 0% when it took as long as
+# its stages one after the other, 100% when it hid the shorter stage completely, the
+# most overlap can hide, below 0% when it took longer than its stages in turn. Its
+# range comes from the quartiles of the three times; a range that holds 0% is no
+# measurable overlap. The first copy in and the last copy out cannot hide; on a
+# recent data-center GPU expect the pinned pipeline well above 50% and the two
+# failures near 0% or below: waiting for the GPU after every stage adds a round trip
+# per stage, and pageable copies pass through the driver's staging buffer while the
+# host waits. Data-center GPUs have a copy engine per direction: a third stream for
+# the copies out would overlap them too.
+alone = results["compute alone"]
+summary, hidden = [], {}
 for name, m in results.items():
-    fraction = None
-    if "alone" not in name:
-        c = (copies_pageable if "pageable" in name else copies).median_s
-        hidden = (c + alone.median_s - m.median_s) / min(c, alone.median_s)
-        fraction = f"{hidden:+.2f}"
+    row = {"version": name, "median ± IQR/2": m, "overlap fraction": "-"}
+    if name in versions:
+        c = results["copies alone, pageable" if "pageable" in name else "copies alone"]
+        hidden[name] = stage_overlap(m, (c, alone))
+        row["overlap fraction"] = hidden[name].short
         if name != "serialized":  # the pipelines' figures for the last cell
-            gpuguide.record("overlap fraction", hidden, unit="x", version=name,
-                            size=f"{n_chunks} x {chunk_bytes}")  # fmt: skip
-    summary.append({"version": name, "median ± IQR/2": m, "overlap fraction": fraction})
+            percent, spread = hidden[name].percent
+            gpuguide.record("shorter stage hidden", percent, unit="%", spread=spread,
+                            version=name, size=f"{n_chunks} x {chunk_bytes}")  # fmt: skip
+    summary.append(row)
 print(gpuguide.table(summary))
-best = min((k for k in results if "alone" not in k), key=lambda k: results[k].median_s)
+for name in versions:
+    print(hidden[name])
+best = min(versions, key=lambda k: results[k].median_s)
 speedup = results["serialized"].median_s / results[best].median_s
 if not on_cuda:
-    total = results["serialized"].median_s / (copies.median_s + alone.median_s)
-    print(
-        f"On the CPU nothing overlaps: the pipeline took {gpuguide.format_ratio(total)}"
-        " the sum of its stages, and a fraction away from 0 is timing noise."
-    )
+    why = {
+        NO_OVERLAP: "took as long as its stages alone, within the spread",
+        "slower than its stages in turn": "lost time switching stages chunk by chunk",
+    }.get(hidden["serialized"].verdict, "ran its stages faster than they ran alone")
+    print(f"On the CPU stages run in turn, nothing overlaps: serialized {why}.")
 elif (
     best != "pipelined"
     and gpuguide.compare(results[best], results["pipelined"]).measurable

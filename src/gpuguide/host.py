@@ -25,6 +25,7 @@ __all__ = [
     "available_memory_bytes",
     "cpu_model",
     "driver_version",
+    "last_level_cache_bytes",
     "physical_cores",
     "read_text",
     "usable_cpus",
@@ -36,6 +37,7 @@ _PROC_DRIVER_VERSION = "/proc/driver/nvidia/version"
 _MEMINFO = "/proc/meminfo"
 _CGROUP_MAX = "/sys/fs/cgroup/memory.max"
 _CGROUP_CURRENT = "/sys/fs/cgroup/memory.current"
+_SYS_CPU = "/sys/devices/system/cpu"
 
 #: Seconds to wait for ``nvidia-smi`` or ``sysctl`` before giving up.
 _COMMAND_TIMEOUT_S = 5.0
@@ -168,6 +170,58 @@ def usable_cpus() -> int:
         except OSError:  # pragma: no cover - affinity not readable
             pass
     return max(os.cpu_count() or 1, 1)  # pragma: no cover - non-Linux fallback
+
+
+_CACHE_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)", re.IGNORECASE)
+
+
+def _cache_size_bytes(text: str) -> int | None:
+    """A sysfs cache size (``"32768K"``, ``"1M"``, ``"512"``) in bytes, or None."""
+    match = _CACHE_SIZE.match(text)
+    if match is None:
+        return None
+    scale = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[match.group(2).upper()]
+    return int(match.group(1)) * scale
+
+
+def last_level_cache_bytes(root: str | os.PathLike[str] | None = None) -> int | None:
+    """The size of the CPU's last-level caches, all instances together, in bytes.
+
+    Read from Linux's ``/sys/devices/system/cpu/cpu*/cache/index*``: the data
+    or unified caches of the highest level, each instance (one per set of CPUs
+    that share it) counted once, so two sockets with 32 MiB of L3 each give
+    64 MiB. A tensor much larger than this streams from main memory.
+
+    Parameters
+    ----------
+    root : path, optional
+        The directory that holds the ``cpu*`` folders (tests pass a fake one).
+
+    Returns
+    -------
+    int or None
+        Bytes; None where sysfs does not say (not Linux, or no cache folders).
+    """
+    base = Path(_SYS_CPU if root is None else root)
+    instances: dict[tuple[int, str], int] = {}
+    for index in base.glob("cpu[0-9]*/cache/index[0-9]*"):
+        level, kind = read_text(index / "level"), read_text(index / "type")
+        size = _cache_size_bytes(read_text(index / "size") or "")
+        if level is None or not level.strip().isdigit() or size is None:
+            continue
+        if (kind or "").strip().lower() == "instruction":
+            continue
+        # One instance per set of CPUs sharing it (else per cache id, else per CPU).
+        shared = (read_text(index / "shared_cpu_list") or "").strip()
+        cache_id = (read_text(index / "id") or "").strip()
+        instance = shared or (
+            f"id {cache_id}" if cache_id else index.parent.parent.name
+        )
+        instances[(int(level), instance)] = size
+    if not instances:
+        return None
+    top = max(level for level, _ in instances)
+    return sum(size for (level, _), size in instances.items() if level == top)
 
 
 # --------------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ __all__ = [
     "gpu_peaks",
     "measure_cpu_peaks",
     "percent_of_peak",
+    "streaming_bytes",
 ]
 
 #: The precisions a :class:`Peaks` lists, in this order.
@@ -415,15 +416,78 @@ class _CpuPlan:
     call_s: float  # a size above min_n is tried only if its call should take less
     warmup_ms: float
     rep_ms: float
-    copy_bytes: int  # bytes of each tensor of the bandwidth kernels
+    copy_bytes: int  # the least bytes of each tensor of the bandwidth kernels
+    # Each tensor is raised to this many times the last-level caches (0: never).
+    cache_multiple: int = 0
 
 
 #: Per mode (small or not). A full search takes about a second on most CPUs: sizes
 #: double up to ``min_n``, then on while the next call should take under ``call_s``.
+#: The bandwidth kernels' tensors are four times the last-level caches, so that
+#: those serve a small part of the data at most (small mode: 32 MiB, quick).
 _CPU_PLANS = {
-    False: _CpuPlan(256, 1024, 4096, 0.1, 10.0, 50.0, 64 * 2**20),
+    False: _CpuPlan(256, 1024, 4096, 0.1, 10.0, 50.0, 64 * 2**20, cache_multiple=4),
     True: _CpuPlan(128, 256, 512, 0.004, 2.0, 10.0, 32 * 2**20),
 }
+#: The last-level caches' size assumed where the host does not say, in bytes.
+_ASSUMED_CACHE_BYTES = 64 * 2**20
+#: A bandwidth kernel's tensor takes at most this share of the available memory,
+#: and at most this many bytes (past the last-level caches of any current CPU).
+_MEMORY_SHARE = 1 / 16
+_MAX_STREAMING_BYTES = 2**31
+
+
+def _streaming_bytes(
+    plan: _CpuPlan, cache_bytes: int | None, available_bytes: int
+) -> tuple[int, str]:
+    """Bytes of each tensor the bandwidth kernels stream, and how they were chosen.
+
+    ``plan.copy_bytes``, raised to the power of two at or above
+    ``plan.cache_multiple`` times the last-level caches, and capped at
+    :data:`_MEMORY_SHARE` of ``available_bytes`` and at
+    :data:`_MAX_STREAMING_BYTES` (but not below the plan's).
+    """
+    nbytes = plan.copy_bytes
+    if not plan.cache_multiple:
+        return nbytes, ""
+    cache = _ASSUMED_CACHE_BYTES if cache_bytes is None else cache_bytes
+    wanted = 2 ** math.ceil(math.log2(max(plan.cache_multiple * cache, 1)))
+    cap = 2 ** math.floor(math.log2(max(available_bytes * _MEMORY_SHARE, 1)))
+    cap = min(cap, _MAX_STREAMING_BYTES)
+    nbytes = max(nbytes, min(wanted, cap))
+    if cache_bytes is None:
+        return nbytes, "last-level cache size unknown"
+    times = nbytes / cache_bytes
+    how = f"{times:.0f}x" if times >= 1 else f"{times:.2g}x"
+    return nbytes, f"{how} the {format_bytes(cache_bytes)} last-level cache"
+
+
+def streaming_bytes(*, small: bool | None = None) -> int:
+    """Bytes of each tensor with which the CPU's memory ceiling is measured.
+
+    Four times the host's last-level caches
+    (:func:`gpuguide.host.last_level_cache_bytes`, 64 MiB where unknown) as a
+    power of two, at least 64 MiB and at most 2 GiB and a sixteenth of the
+    available memory; 32 MiB in small mode. Tensors this large stream from
+    main memory, so an elementwise operation on tensors as large is held
+    against the ceiling on the same footing
+    (:func:`gpuguide.chapters.roofline.streaming_elements`).
+
+    Parameters
+    ----------
+    small : bool, optional
+        Small mode's size; by default when ``GPUGUIDE_SMALL`` is set.
+    """
+    plan = _CPU_PLANS[small_mode() if small is None else bool(small)]
+    return _host_streaming_bytes(plan)[0]
+
+
+def _host_streaming_bytes(plan: _CpuPlan) -> tuple[int, str]:
+    """:func:`_streaming_bytes` with this host's caches and available memory."""
+    if not plan.cache_multiple:
+        return _streaming_bytes(plan, None, 0)
+    cache, available = host.last_level_cache_bytes(), host.available_memory_bytes()
+    return _streaming_bytes(plan, cache, available)
 
 
 def _best_s(measurement: Measurement) -> float:
@@ -475,21 +539,23 @@ def _matmul_ceiling(
 def _bandwidth_ceiling(
     plan: _CpuPlan, bench: Callable[..., Measurement]
 ) -> tuple[float, str]:
-    """The best bytes/s of three streaming kernels on tensors of ``copy_bytes``.
+    """The best bytes/s of three streaming kernels on tensors past the caches.
 
     A copy (read and write), an add (two reads, a write) and a sum (reads only):
     which one streams fastest depends on the CPU (writes can cost a read for
     ownership that is not counted), so the best of the three is the ceiling.
+    Each tensor holds :func:`_host_streaming_bytes` for the plan.
     """
     import torch
 
-    numel = plan.copy_bytes // 4
+    nbytes, why = _host_streaming_bytes(plan)
+    numel = nbytes // 4
     x, y = torch.ones(numel), torch.ones(numel)
     out = torch.empty(numel)
     kernels = {  # name -> (call, arguments, bytes moved)
-        "copy": (out.copy_, (x,), 2 * plan.copy_bytes),
-        "add": (functools.partial(torch.add, out=out), (x, y), 3 * plan.copy_bytes),
-        "sum": (torch.sum, (x,), plan.copy_bytes),
+        "copy": (out.copy_, (x,), 2 * nbytes),
+        "add": (functools.partial(torch.add, out=out), (x, y), 3 * nbytes),
+        "sum": (torch.sum, (x,), nbytes),
     }
     rates = {}
     for name, (fn, args, moved) in kernels.items():
@@ -508,7 +574,7 @@ def _bandwidth_ceiling(
     article = {"copy": "a", "add": "an", "sum": "a"}
     text = (
         f"memory {format_rate(rates[best][0], 'B/s')} by {article[best]} {best} of "
-        f"{format_bytes(plan.copy_bytes)} tensors (median call "
+        f"{format_bytes(nbytes)} tensors{f', {why}' if why else ''} (median call "
         f"{format_rate(rates[best][1], 'B/s')}; best of copy, add, sum)"
     )
     return rates[best][0], text
@@ -556,8 +622,10 @@ def measure_cpu_peaks(*, small: bool | None = None) -> Peaks:
     that double from 256 to 1024 (128 to 256 in small mode), then on while the
     next call should take under 0.1 s (4 ms) up to 4096 (512), and keeps the
     best rate of any call; and the best bandwidth of a copy, an add and a sum
-    of 64 MiB tensors (32 MiB in small mode), counting bytes read and written. :attr:`Peaks.detail` gives the size of each best rate and the rate of
-    the median call there (the spread). The result is cached for the process,
+    of tensors four times the last-level caches (:func:`streaming_bytes`, at
+    least 64 MiB; 32 MiB in small mode), counting bytes read and written.
+    :attr:`Peaks.detail` gives the size of each best rate and the rate of the
+    median call there (the spread). The result is cached for the process,
     so the cost (about a second; a fraction in small mode) is paid once.
 
     Parameters

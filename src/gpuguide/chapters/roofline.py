@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuguide import checks
+from gpuguide.device import as_device
 from gpuguide.env import small_mode
+from gpuguide.peaks import streaming_bytes
 from gpuguide.plotting import COLORS, label_device, require_unit, style_axes
 from gpuguide.sizes import largest_size
 from gpuguide.units import format_rate, format_time
@@ -49,8 +51,10 @@ __all__ = [
 REGIMES: tuple[str, ...] = ("overhead-bound", "memory-bound", "compute-bound")
 
 #: Outside small mode, the large elementwise tensors hold at least this many
-#: float32 elements (64 MiB each): more than a CPU's last-level cache or a GPU's
-#: L2, so that main memory, not a cache, feeds them.
+#: float32 elements (64 MiB each): more than a GPU's L2, so that main memory, not
+#: a cache, feeds them. On a CPU they hold at least as many bytes as the tensors
+#: its memory ceiling is measured with (:func:`gpuguide.peaks.streaming_bytes`:
+#: four times its last-level caches).
 STREAMING_MIN_ELEMENTS = 2**24
 
 #: Colour and marker of each regime on the plot (Okabe-Ito colours).
@@ -130,7 +134,9 @@ def streaming_elements(
     device's memory budget and one ``z + x * y`` over them (2 FLOP and 16 bytes
     moved per element) fits its time per call
     (:func:`gpuguide.sizes.largest_size`). Outside small mode it is at least
-    :data:`STREAMING_MIN_ELEMENTS`, so that the tensors outgrow the caches.
+    :data:`STREAMING_MIN_ELEMENTS`, and on a CPU at least the elements of
+    the tensors its memory ceiling streams (:func:`gpuguide.peaks.streaming_bytes`),
+    so that the tensors outgrow the caches.
 
     Parameters
     ----------
@@ -153,7 +159,12 @@ def streaming_elements(
         device=device,
     )
     small = small_mode() if small is None else small
-    return elements if small else max(elements, STREAMING_MIN_ELEMENTS)
+    if small:
+        return elements
+    least = STREAMING_MIN_ELEMENTS
+    if as_device(device).type == "cpu":
+        least = max(least, streaming_bytes(small=False) // 4)
+    return max(elements, least)
 
 
 def _flops_unit(peak_flops_per_s: float) -> tuple[float, str]:

@@ -10,7 +10,8 @@ recording starts; elsewhere it synchronizes and reads a host clock.
 torch has it, else the device module's own). :func:`plot_timeline` draws spans
 as horizontal bars, one row per lane, one colour per label, in the guide's
 style; :func:`busy_s` and :func:`overlap_s` say how long lanes were busy, and
-busy at the same time.
+busy at the same time. :func:`stage_overlap` says, from timed runs, how much
+of the shorter of two stages a pipeline hid, with the spread.
 
 Examples
 --------
@@ -39,18 +40,22 @@ from typing import TYPE_CHECKING, Any
 
 from gpuguide.device import DeviceInfo, as_device
 from gpuguide.plotting import COLORS, label_device, require_unit, style_axes
+from gpuguide.timing import Measurement
 
 if TYPE_CHECKING:
     import torch
     from matplotlib.axes import Axes
 
 __all__ = [
+    "NO_OVERLAP",
     "Span",
+    "StageOverlap",
     "TimelineRecorder",
     "busy_s",
     "overlap_s",
     "plot_timeline",
     "record_timeline",
+    "stage_overlap",
     "synchronize",
 ]
 
@@ -445,3 +450,151 @@ def plot_timeline(
 
 def _first_lane(spans: Sequence[Span], label: str) -> str:
     return next(s.lane for s in spans if s.label == label)
+
+
+# --------------------------------------------------------------------------------------
+# Overlap from timed runs
+# --------------------------------------------------------------------------------------
+
+#: The verdict of :class:`StageOverlap` when its range holds 0.
+NO_OVERLAP = "no measurable overlap"
+
+
+@dataclass(frozen=True)
+class StageOverlap:
+    """How much of the shorter of two stages a version hid; by :func:`stage_overlap`.
+
+    The fraction is ``(first + second - version) / min(first, second)`` on the
+    medians: 0 when the version took as long as its stages one after the
+    other, 1 when it hid the shorter stage completely, which is the most that
+    running the two stages at the same time can hide, and below 0 when it took
+    longer than its stages in turn. A fraction above 1 is no overlap: the
+    stages then ran faster inside the version than alone.
+
+    Attributes
+    ----------
+    version : Measurement
+        The version (a pipeline) whose overlap it is.
+    stages : tuple of two Measurement
+        Its two stages, each timed alone.
+    fraction : float
+        The fraction on the medians (dimensionless; :attr:`short` prints it in
+        percent).
+    low, high : float
+        The fraction over the measurements' interquartile ranges: the
+        stages' first quartiles and the version's third give ``low``, the
+        other way round ``high``, each divided by the shorter stage's quartile
+        that makes the range widest.
+    """
+
+    version: Measurement
+    stages: tuple[Measurement, Measurement]
+    fraction: float
+    low: float
+    high: float
+
+    @property
+    def verdict(self) -> str:
+        """What the range shows.
+
+        ``"overlap"`` (the whole range between 0 and 1, or straddling 1),
+        ``"slower than its stages in turn"`` (the whole range below 0),
+        ``"more than the shorter stage"`` (the whole range above 1) or
+        :data:`NO_OVERLAP` (the range holds 0).
+        """
+        if self.low > 1.0:
+            return "more than the shorter stage"
+        if self.low > 0.0:
+            return "overlap"
+        if self.high < 0.0:
+            return "slower than its stages in turn"
+        return NO_OVERLAP
+
+    @property
+    def percent(self) -> tuple[float, tuple[float, float]]:
+        """The fraction and its range in percent: ``(93.4, (92.1, 94.6))``."""
+        return 100 * self.fraction, (100 * self.low, 100 * self.high)
+
+    @property
+    def short(self) -> str:
+        """The fraction in percent with its range: ``"93% (92% to 94%)"``."""
+        return f"{self.fraction:.0%} ({self.low:.0%} to {self.high:.0%})"
+
+    def __str__(self) -> str:
+        name, verdict = self.version.label, self.verdict
+        if verdict == "overlap":
+            return f"{name} hid {self.short} of the shorter stage"
+        if verdict == "slower than its stages in turn":
+            return (
+                f"{name} took {-self.fraction:.0%} ({-self.high:.0%} to "
+                f"{-self.low:.0%}) of the shorter stage longer than its stages in turn"
+            )
+        if verdict == NO_OVERLAP:
+            return f"{NO_OVERLAP} in {name}: {self.short} of the shorter stage"
+        return (
+            f"{name} saved {self.short} of the shorter stage, more than the stage "
+            "itself: its stages ran faster inside it than alone, which is no overlap"
+        )
+
+
+def stage_overlap(
+    version: Measurement, stages: tuple[Measurement, Measurement]
+) -> StageOverlap:
+    """How much of the shorter of two stages ``version`` hid, with the spread.
+
+    Time the stages alone and the version in the same interleaved rounds
+    (:func:`gpuguide.verdicts.interleave`): a fraction is a small difference
+    of larger times, so a drift of the machine between separate measurements
+    would show up in it as overlap, or as its opposite.
+
+    Parameters
+    ----------
+    version : Measurement
+        The version, e.g. a pipeline of copies and compute.
+    stages : tuple of two Measurement
+        The stages it runs, each timed alone (all copies, all compute).
+
+    Returns
+    -------
+    StageOverlap
+        ``str()`` of it is a sentence for the page.
+
+    Raises
+    ------
+    TypeError
+        If an argument is not a :class:`~gpuguide.timing.Measurement`.
+    ValueError
+        For a number of stages other than two, or a stage whose first
+        quartile is 0 s (nothing to divide by).
+
+    Examples
+    --------
+    >>> from gpuguide.timing import Measurement
+    >>> copies = Measurement("copies", (9.9, 10.0, 10.1), "cuda:0", "cuda-events")
+    >>> compute = Measurement("compute", (7.9, 8.0, 8.1), "cuda:0", "cuda-events")
+    >>> pipe = Measurement("pipelined", (10.4, 10.5, 10.6), "cuda:0", "cuda-events")
+    >>> str(stage_overlap(pipe, (copies, compute)))
+    'pipelined hid 94% (91% to 96%) of the shorter stage'
+    """
+    stages = tuple(stages)  # type: ignore[assignment]
+    if len(stages) != 2:
+        msg = f"stages must be two measurements, got {len(stages)}"
+        raise ValueError(msg)
+    for value in (version, *stages):
+        if not isinstance(value, Measurement):
+            msg = f"version and stages must be Measurements, got {type(value).__name__}"
+            raise TypeError(msg)
+    first, second = stages
+    if min(first.q25_s, second.q25_s) <= 0:
+        msg = "a stage took 0 s (below the clock's resolution): nothing to divide by"
+        raise ValueError(msg)
+    shorter = min(first.median_s, second.median_s)
+    shorter_low = min(first.q25_s, second.q25_s)
+    shorter_high = min(first.q75_s, second.q75_s)
+    saved = first.median_s + second.median_s - version.median_s
+    saved_low = first.q25_s + second.q25_s - version.q75_s
+    saved_high = first.q75_s + second.q75_s - version.q25_s
+    # saved / shorter falls with a larger shorter stage when saved >= 0, else rises.
+    low = saved_low / (shorter_high if saved_low >= 0 else shorter_low)
+    high = saved_high / (shorter_low if saved_high >= 0 else shorter_high)
+    return StageOverlap(version, (first, second), saved / shorter, low, high)
