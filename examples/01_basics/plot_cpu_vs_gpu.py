@@ -143,11 +143,12 @@ def share(of, label, rate, work):
     if "copies" in label:
         return ""
     on = cpu_peaks if label == "CPU" else peaks
+    if not on.measured:  # a datasheet's: a share, or a flag above the sheet
+        flag = on.share(rate, of, tf32=tf32)
+        return "" if flag.endswith("unknown") else f" ({flag})"
     pct = on.percent_of(rate, of, tf32=tf32)
     if pct is None:
         return ""
-    if not on.measured:
-        return f" ({pct:.0f}% of peak)"
     if pct < 100:
         return f" ({pct:.0f}% of the CPU's measured ceiling)"
     if of == "memory" and work <= (cache_bytes or 0):  # bytes: each tensor once
