@@ -410,7 +410,9 @@ def test_provenance_cpu_lines():
 )
 def test_provenance_names_the_helpers_version_and_commit(commit, dirty, shown):
     for info in (cpu_info(), cuda_info()):
-        changed = dataclasses.replace(info, gpuguide_commit=commit, gpuguide_dirty=dirty)
+        changed = dataclasses.replace(
+            info, gpuguide_commit=commit, gpuguide_dirty=dirty
+        )
         line = provenance(changed, now=NOW)
         assert shown in line
         assert line.endswith(f"{shown} 2026-11-21 10:42 UTC")

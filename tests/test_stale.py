@@ -417,6 +417,12 @@ def test_sphinx_gallery_reruns_only_when_the_fingerprint_changes(
             textwrap.dedent(EXAMPLE.format(title=title))
         )
     runs = tmp_path / "runs.txt"
+    # The build imports a copy of the helpers, to change one of them below.
+    helpers = tmp_path / "src" / "gpuguide"
+    shutil.copytree(
+        Path(gpuguide.__file__).parent, helpers,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )  # fmt: skip
 
     def sphinx(*args: str, small: str = "0") -> str:
         env = {
@@ -425,6 +431,7 @@ def test_sphinx_gallery_reruns_only_when_the_fingerprint_changes(
             "GPUGUIDE_SMALL": small,
             "GPUGUIDE_DEVICE": "cpu",
             "MPLBACKEND": "Agg",
+            "PYTHONPATH": str(helpers.parent),
         }
         env.pop("GPUGUIDE_GPU_MEMORY", None)
         result = subprocess.run(
@@ -451,3 +458,10 @@ def test_sphinx_gallery_reruns_only_when_the_fingerprint_changes(
     log = sphinx(small="1")  # small mode changed: both pages run again
     assert ran() == ["one", "two"]
     assert "gpuguide: re-executing every example: small mode off -> on" in log
+
+    with (helpers / "units.py").open("a") as units:
+        units.write("\n# a helper changed\n")
+    log = sphinx(small="1")  # a helper changed: both pages run again, and why
+    assert ran() == ["one", "two"]
+    assert "gpuguide: re-executing every example: helpers " in log
+    assert "small mode" not in log

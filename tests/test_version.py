@@ -47,7 +47,9 @@ def test_labels():
     assert version_label("0.1.0", "f4b16f4", True) == "gpuguide 0.1.0 (f4b16f4+dirty)"
     assert version_label("0.1.0", None) == "gpuguide 0.1.0 (commit unknown)"
     assert version_label(None, None) == "gpuguide version unknown"
-    assert VersionInfo("0.2.0", "abcdef1", True).label == "gpuguide 0.2.0 (abcdef1+dirty)"
+    assert (
+        VersionInfo("0.2.0", "abcdef1", True).label == "gpuguide 0.2.0 (abcdef1+dirty)"
+    )
 
 
 def test_the_version_is_the_package_s():
@@ -116,7 +118,9 @@ def test_a_wheel_s_stamp_names_the_commit_where_git_cannot(tmp_path: Path, monke
     package.mkdir(parents=True)
     assert version._describe(package) == VersionInfo(gpuguide.__version__)
     write_stamp(package, "f4b16f4", True)
-    assert version._describe(package) == VersionInfo(gpuguide.__version__, "f4b16f4", True)
+    assert version._describe(package) == VersionInfo(
+        gpuguide.__version__, "f4b16f4", True
+    )
     for broken in ("{", "[]", '{"commit": "not hex"}', '{"dirty": true}'):
         (package / version.STAMP_FILE).write_text(broken)
         assert version._describe(package).commit is None, broken
