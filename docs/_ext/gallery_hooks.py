@@ -23,8 +23,8 @@ GPU memory cap, the recorded results, and digests of the helpers' and these
 extensions' sources) is recorded after a build that executed every example
 without a failure, and a build that finds another fingerprint re-executes every
 example (sphinx-gallery's ``run_stale_examples``) and says in its log what
-changed, e.g. ``gpuguide: re-executing every example: helpers 31 file(s),
-sha256 3f2a... -> 31 file(s), sha256 9bc1...``.
+changed, e.g. ``gpuguide: re-executing every example: helpers 32 file(s),
+sha256 3f2a... -> 32 file(s), sha256 9bc1...``.
 """
 
 from __future__ import annotations
@@ -369,7 +369,7 @@ def build_fingerprint(
 def sources_digest(folder: str | Path | None, pattern: str) -> str:
     """A digest of the files ``pattern`` matches under ``folder``: paths and contents.
 
-    Returns ``"31 file(s), sha256 3f2a9c0d1e4b"`` (paths relative to
+    Returns ``"32 file(s), sha256 3f2a9c0d1e4b"`` (paths relative to
     ``folder``, so the digest does not depend on where the folder is), or
     ``"none"`` when the folder is missing or no file matches. Any change to a
     file's content or name, a new file or a deleted one changes it.

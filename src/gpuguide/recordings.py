@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, TextIO, TypeAlias
 
 from gpuguide.results import (
     ConfigValue,
+    DeviceKey,
     DeviceRecord,
     Result,
     ResultsFile,
@@ -124,7 +125,7 @@ def load_dir(path: str | os.PathLike[str]) -> dict[Path, ResultsFile]:
         msg = f"results folder {os.fspath(folder)}: does not exist or is not a folder"
         raise ResultsFileError(msg)
     files: dict[Path, ResultsFile] = {}
-    seen: dict[tuple[str, str, str | None], Path] = {}
+    seen: dict[DeviceKey, Path] = {}
     for file in sorted(folder.glob("*.json")):
         loaded = load(file)
         key = loaded.device.key

@@ -27,8 +27,8 @@ whose message names the file and the problem, for anything else: truncated
 JSON, a foreign or newer file, a value that is not a number. The gpuguide
 version, commit and dirty mark, and a CPU's ``isa``, were added to schema 1
 later: a file without them reads as "unknown" (and a CPU file without its ISA
-is another device than one with it). :func:`merge`
-combines runs of one device into medians with their spread.
+is another device than one with it). :func:`merge` combines runs of one device
+into medians with their spread.
 
 The package does not know where a repository keeps its results: every
 function takes a path.
@@ -75,6 +75,7 @@ __all__ = [
     "RECORD_ENV",
     "SCHEMA_VERSION",
     "ConfigValue",
+    "DeviceKey",
     "DeviceRecord",
     "Result",
     "ResultsFile",
@@ -105,6 +106,8 @@ DEVICE_KINDS = ("cuda", "cpu", "mps")
 
 #: The types a configuration value may have (floats finite).
 ConfigValue: TypeAlias = str | int | float | bool
+#: What identifies a device across results files (:attr:`DeviceRecord.key`).
+DeviceKey: TypeAlias = tuple[str, str, str | None]
 
 _TOP_KEYS = frozenset({"schema", "device", "results"})
 _DEVICE_REQUIRED = ("name", "short_name", "kind", "torch", "cuda", "driver", "date")
@@ -303,7 +306,7 @@ class DeviceRecord:
             raise ValueError(msg)
 
     @property
-    def key(self) -> tuple[str, str, str | None]:
+    def key(self) -> DeviceKey:
         """``(kind, short_name, isa)``: two records with one key are the same
         device. A CPU recorded without its vector ISA (files from before it was
         recorded) is never the same device as one recorded with it."""
@@ -813,7 +816,7 @@ def merge(files: Sequence[ResultsFile]) -> ResultsFile:
 
 _recorded: dict[object, Result] = {}
 _device_cache: list[DeviceRecord] = []
-_with_peaks: dict[tuple[str, str, str | None], dict[str, float]] = {}
+_with_peaks: dict[DeviceKey, dict[str, float]] = {}
 _info_cache: list[DeviceInfo] = []
 
 
