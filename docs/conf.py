@@ -111,5 +111,6 @@ def _copy_artifacts(app, exception):
 def setup(app):
     app.connect("build-finished", _copy_artifacts)
     # An example is re-executed when its source changed, and every example when
-    # torch's version, the device, small mode or the GPU memory cap changed.
+    # torch's version, the device, small mode, the GPU memory cap, the recorded
+    # results, a helper (src/gpuguide) or a build extension (docs/_ext) changed.
     connect_fingerprint(app, filename_pattern=EXECUTED)

@@ -161,6 +161,22 @@ def test_report_compares_with_this_devices_recording():
     assert "No recorded devices" not in text
 
 
+def test_report_never_compares_a_cpu_with_another_isa():
+    # One model name and thread count, but this CPU names its ISA and the
+    # recording does not: two devices, so no "against its recording".
+    this_cpu = replace(
+        CPU, short_name=f"{CPU.short_name}, AVX-512 BF16", isa="AVX-512 BF16"
+    )
+    measured = ResultsFile(device=this_cpu, results=(_matmul("fp32", 4.4e11),))
+    old = ResultsFile(device=CPU, results=(_matmul("fp32", 3.1e9),))
+    text = checkup.report(measured, [old])
+    header = _line(text, "figure")
+    assert f"{CPU.short_name} [rec]" in header
+    assert "against its recording" not in text
+    again = ResultsFile(device=this_cpu, results=(_matmul("fp32", 4.3e11),))
+    assert "against its recording" in checkup.report(measured, [old, again])
+
+
 def test_report_without_recordings_on_a_gpu():
     measured = ResultsFile(device=H100, results=(_matmul("fp32", 3.35e13), _tiny(5e-6)))
     text = checkup.report(measured)

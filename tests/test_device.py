@@ -13,8 +13,17 @@ from conftest import CPUINFO_X86
 from gpuguide import device as device_mod
 from gpuguide import host
 from gpuguide.device import DeviceInfo, describe_device, pick_device, provenance
+from gpuguide.version import VersionInfo
 
 NOW = datetime(2026, 11, 21, 10, 42, 37, tzinfo=timezone.utc)
+#: The helpers' version every description here names (the real one depends on
+#: the checkout's state).
+VERSION = VersionInfo("0.1.0", commit="abc1234", dirty=False)
+
+
+@pytest.fixture(autouse=True)
+def fixed_version(monkeypatch):
+    monkeypatch.setattr(device_mod, "describe_version", lambda: VERSION)
 
 
 def props(name: str, sms: int, memory: int, major: int = 9, minor: int = 0):
@@ -49,6 +58,7 @@ def cpu_info(**changes) -> DeviceInfo:
         "cuda_version": None,
         "cpu_threads": 2,
         "torch_threads": 2,
+        "cpu_isa": "AVX-512 BF16",
     }
     fields.update(changes)
     return dataclasses.replace(info, **fields)
@@ -277,7 +287,8 @@ def test_describe_device_and_provenance_show_the_cap(monkeypatch, allocator):
     assert info.memory_cap_bytes == 16 * GiB
     line = provenance(info, now=NOW)
     assert line.endswith(
-        "| driver 570.86.15 | GPU memory capped at 16.0 GiB | 2026-11-21 10:42 UTC"
+        "| driver 570.86.15 | GPU memory capped at 16.0 GiB | gpuguide 0.1.0 "
+        "(abc1234) | 2026-11-21 10:42 UTC"
     )
     assert allocator == [(16 * GiB / H100.total_memory, 0)]
 
@@ -345,9 +356,10 @@ def test_describe_device_cpu(no_accelerator):
     assert info.cpu_threads >= 1
     assert info.torch_threads == torch.get_num_threads()
     assert info.cpu_cores is None or info.cpu_cores >= 1
-    assert info.short_name == f"CPU: {info.cpu_model}, " + (
-        "1 thread" if info.cpu_threads == 1 else f"{info.cpu_threads} threads"
-    )
+    threads = "1 thread" if info.cpu_threads == 1 else f"{info.cpu_threads} threads"
+    isa = f", {info.cpu_isa}" if info.cpu_isa else ""
+    assert info.short_name == f"CPU: {info.cpu_model}, {threads}{isa}"
+    assert (info.gpuguide_commit, info.gpuguide_dirty) == ("abc1234", False)
 
 
 def test_describe_device_cuda_uses_device_properties(fake_cuda):
@@ -387,7 +399,7 @@ def test_provenance_cuda_line():
     assert line == (
         "Measured on NVIDIA H100 80GB HBM3 [H100 SXM5] (132 SMs, 79.2 GiB, compute "
         "capability 9.0) | torch 2.13.0 | CUDA 12.8 | driver 570.86.15 | "
-        "2026-11-21 10:42 UTC"
+        "gpuguide 0.1.0 (abc1234) | 2026-11-21 10:42 UTC"
     )
 
 
@@ -404,21 +416,70 @@ def test_provenance_unknown_gpu_and_missing_versions():
 def test_provenance_cpu_lines():
     assert provenance(cpu_info(), now=NOW) == (
         "Measured on CPU Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz (4 cores, 2 "
-        "threads; torch uses 2 threads) | torch 2.13.0+cpu | CUDA: none (CPU-only "
-        "run) | 2026-11-21 10:42 UTC"
+        "threads, AVX-512 BF16; torch uses 2 threads) | torch 2.13.0+cpu | CUDA: "
+        "none (CPU-only run) | gpuguide 0.1.0 (abc1234) | 2026-11-21 10:42 UTC"
     )
     line = provenance(
         cpu_info(cuda_version="12.8", cpu_cores=None, torch_threads=1), now=NOW
     )
-    assert "(2 threads; torch uses 1 thread)" in line
+    assert "(2 threads, AVX-512 BF16; torch uses 1 thread)" in line
     assert "| CUDA 12.8 build, not used |" in line
 
 
+@pytest.mark.parametrize(
+    ("commit", "dirty", "shown"),
+    [
+        ("f4b16f4", False, "| gpuguide 0.1.0 (f4b16f4) |"),
+        ("f4b16f4", True, "| gpuguide 0.1.0 (f4b16f4+dirty) |"),
+        (None, False, "| gpuguide 0.1.0 (commit unknown) |"),
+    ],
+)
+def test_provenance_names_the_helpers_version_and_commit(commit, dirty, shown):
+    for info in (cpu_info(), cuda_info()):
+        changed = dataclasses.replace(
+            info, gpuguide_commit=commit, gpuguide_dirty=dirty
+        )
+        line = provenance(changed, now=NOW)
+        assert shown in line
+        assert line.endswith(f"{shown} 2026-11-21 10:42 UTC")
+
+
+def test_cpu_identity_names_its_vector_isa():
+    # In a VM the model can be just "AMD EPYC": the ISA tells two such CPUs apart.
+    epyc = cpu_info(cpu_model="AMD EPYC", name="AMD EPYC")
+    assert epyc.short_name == "CPU: AMD EPYC, 2 threads, AVX-512 BF16"
+    assert dataclasses.replace(epyc, cpu_isa="AVX2").short_name == (
+        "CPU: AMD EPYC, 2 threads, AVX2"
+    )
+    unknown = dataclasses.replace(epyc, cpu_isa=None)
+    assert unknown.short_name == "CPU: AMD EPYC, 2 threads"
+    assert "(4 cores, 2 threads; torch uses" in provenance(unknown, now=NOW)
+    # A GPU's label is the GPU: the host's ISA does not decide its speed.
+    assert cuda_info().short_name == "H100 SXM5"
+    assert "AVX" not in provenance(cuda_info(), now=NOW)
+
+
+def test_cpu_isa_from_cpuinfo_flags_else_torch(monkeypatch):
+    flags = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx avx2 avx512f\n"
+    assert device_mod._describe_host("cpu", flags).cpu_isa == "AVX-512"
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    assert device_mod._describe_host("cpu", CPUINFO_X86).cpu_isa == "AVX-512"
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    assert device_mod._describe_host("cpu", "").cpu_isa == "AVX2"
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
+    monkeypatch.setattr(device_mod.platform, "machine", lambda: "x86_64")
+    assert device_mod._describe_host("cpu", "").cpu_isa is None
+    monkeypatch.setattr(device_mod.platform, "machine", lambda: "arm64")
+    assert device_mod._describe_host("cpu", "").cpu_isa == "NEON"
+
+
 def test_provenance_mps_line():
-    info = dataclasses.replace(cpu_info(), type="mps", name="Apple M2 GPU (MPS)")
+    info = dataclasses.replace(
+        cpu_info(cpu_isa="NEON BF16"), type="mps", name="Apple M2 GPU (MPS)"
+    )
     line = provenance(info, now=NOW)
     assert line.startswith(
-        "Measured on Apple M2 GPU (MPS) (host CPU: 4 cores, 2 threads;"
+        "Measured on Apple M2 GPU (MPS) (host CPU: 4 cores, 2 threads, NEON BF16;"
     )
     assert "CUDA: none (MPS run)" in line
 

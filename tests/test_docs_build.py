@@ -115,6 +115,7 @@ def test_example_page_has_figures_output_and_provenance(site, script):
     )
     assert MEASURED.search(outputs), outputs[-2000:]
     assert re.search(r"Measured on .+\| torch \S+ \|.+\d{4}-\d{2}-\d{2}", outputs)
+    assert re.search(r"Measured on .+ \| gpuguide \S+ \(.+\) \| \d{4}-", outputs)
     assert "Traceback" not in outputs
     log = TORCH_LOG.search(outputs)
     assert log is None, f"torch's own log on the page: {log and log.group(0)!r}"

@@ -33,6 +33,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, build_mini_site
 
+from gpuguide.version import __version__ as gpuguide_version
+from gpuguide.version import git_commit
+
 pytest.importorskip("sphinx_gallery")
 
 pytestmark = pytest.mark.slow
@@ -228,6 +231,10 @@ def test_a_downloaded_notebook_and_script_run_in_a_fresh_environment(tmp_path, s
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     assert f"helpers from {helpers}" in ran.stdout, ran.stdout
     assert "Measured on" in ran.stdout, ran.stdout
+    # The wheel names the commit it was built from, as the site's own pages do.
+    built_from = git_commit(ROOT)
+    if built_from is not None:
+        assert f"| gpuguide {gpuguide_version} ({built_from[0]}" in ran.stdout
     assert "Warning" not in ran.stderr, ran.stderr
 
     # The notebook, with a kernel that is the environment's own Python.

@@ -107,6 +107,8 @@ def test_example_runs_as_a_script(script, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
     assert re.search(r"^Measured on .+\| torch \S+", out, re.MULTILINE), out[:2000]
+    # Traceable: the helpers' version and commit (or "commit unknown") are named.
+    assert re.search(r"^Measured on .+ \| gpuguide \S+ \(", out, re.MULTILINE)
     assert MEASURED.search(out), "no measured number with a unit in the output"
     assert "Traceback" not in result.stderr
     log = TORCH_LOG.search(out)

@@ -70,6 +70,44 @@ def test_parse_physical_cores(text, cores):
     assert host._parse_physical_cores(text) == cores
 
 
+def _flags(line: str) -> str:
+    return f"processor\t: 0\nmodel name\t: AMD EPYC\n{line}\n\nprocessor\t: 1\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "isa"),
+    [
+        # Sapphire Rapids: AMX, which implies everything below it.
+        (_flags("flags\t\t: fpu avx avx2 avx512f avx512_bf16 amx_bf16 amx_tile"), "AMX"),
+        # Zen 4, Cooper Lake: AVX-512 with bf16 dot products.
+        (_flags("flags\t\t: fpu sse4_2 avx avx2 avx512f avx512bw avx512_bf16"), "AVX-512 BF16"),
+        (_flags("flags\t\t: fpu avx avx2 avx512f avx512dq avx512_vnni"), "AVX-512"),
+        (_flags("flags\t\t: fpu fma avx avx2 avx_vnni"), "AVX2"),  # Alder Lake: VNNI, no AVX-512
+        (_flags("flags\t\t: fpu avx"), "AVX"),
+        (_flags("flags\t\t: fpu sse sse2"), None),
+        # ARM servers: Graviton3 (SVE, bf16), Graviton2 (NEON only).
+        (_flags("Features\t: fp asimd sve bf16 i8mm"), "SVE BF16"),
+        (_flags("Features\t: fp asimd sve2 sve"), "SVE2"),
+        (_flags("Features\t: fp asimd evtstrm"), "NEON"),
+        (CPUINFO_X86, None),  # no flags line: unknown here
+        (CPUINFO_PPC, None),
+        ("", None),
+    ],
+)  # fmt: skip
+def test_parse_vector_isa(text, isa):
+    assert host._parse_vector_isa(text) == isa
+    assert host.vector_isa(text) == isa
+
+
+def test_vector_isa_reads_proc_cpuinfo(tmp_path, monkeypatch):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(_flags("flags\t\t: fpu avx avx2 avx512f"))
+    monkeypatch.setattr(host, "_PROC_CPUINFO", str(cpuinfo))
+    assert host.vector_isa() == "AVX-512"
+    monkeypatch.setattr(host, "_PROC_CPUINFO", str(tmp_path / "missing"))
+    assert host.vector_isa() is None
+
+
 def test_cpu_model_falls_back_to_platform(monkeypatch):
     monkeypatch.setattr(host, "_darwin_cpu_model", lambda: None)
     monkeypatch.setattr(host.platform, "processor", lambda: "")

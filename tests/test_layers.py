@@ -19,7 +19,7 @@ from conftest import ROOT
 import gpuguide
 
 SRC = ROOT / "src"
-FOUNDATION = {"env", "host", "datasheet", "units", "checks", "quiet"}
+FOUNDATION = {"env", "host", "datasheet", "units", "checks", "quiet", "version"}
 #: Programs on top of everything (the check-up and the recorder), imported by none.
 PROGRAMS = {"__main__", "checkup", "recorder"}
 

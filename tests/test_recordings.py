@@ -39,6 +39,10 @@ from gpuguide.timing import Measurement
 
 H100 = replace(H100_RECORD, peaks={"bf16": 9.89e14, "memory": 3.35e12})
 CPU = replace(CPU_RECORD, small=True)
+#: The same CPU model and threads, recorded with its vector ISA: another identity.
+CPU_AVX2 = replace(
+    CPU, short_name="CPU: Intel Xeon, 2 threads, AVX2", isa="AVX2", gpuguide="0.1.0"
+)
 PAGE = "plot_demo"
 
 
@@ -83,6 +87,11 @@ def test_results_dir_is_the_variable_or_none(monkeypatch, tmp_path):
 def test_file_name_is_kind_and_short_name():
     assert file_name(H100) == "cuda-h100-sxm5.json"
     assert file_name(CPU) == "cpu-intel-xeon-2-threads.json"
+    # A CPU's file names what decides its speed: threads and vector ISA.
+    assert file_name(CPU_AVX2) == "cpu-intel-xeon-2-threads-avx2.json"
+    bf16 = replace(CPU_AVX2, short_name="CPU: AMD EPYC, 2 threads, AVX-512 BF16",
+                   isa="AVX-512 BF16")  # fmt: skip
+    assert file_name(bf16) == "cpu-amd-epyc-2-threads-avx-512-bf16.json"
     # Re-recording a device (another date, torch) lands in the same file.
     assert file_name(replace(H100, date="2026-01-01T00:00:00+00:00", torch="2.15")) == (
         file_name(H100)
@@ -187,8 +196,18 @@ def test_device_label_says_recorded_with_date_and_versions():
     assert (
         device_label(H100) == "H100 SXM5 (recorded 2025-06-01, torch 2.11.0, CUDA 12.8)"
     )
+    versioned = replace(H100, gpuguide="0.1.0", commit="f4b16f4", dirty=True)
+    assert device_label(versioned) == (
+        "H100 SXM5 (recorded 2025-06-01, torch 2.11.0, CUDA 12.8, "
+        "gpuguide 0.1.0 (f4b16f4+dirty))"
+    )
     assert device_label(CPU) == (
-        "CPU: Intel Xeon, 2 threads (recorded 2025-06-02, torch 2.13.0+cpu, small sizes)"
+        "CPU: Intel Xeon, 2 threads (recorded 2025-06-02, torch 2.13.0+cpu, "
+        "vector ISA not recorded, small sizes)"
+    )
+    assert device_label(CPU_AVX2) == (
+        "CPU: Intel Xeon, 2 threads, AVX2 (recorded 2025-06-02, torch 2.13.0+cpu, "
+        "gpuguide 0.1.0 (commit unknown), small sizes)"
     )
 
 
@@ -310,6 +329,23 @@ def test_recorded_table_compares_with_this_devices_recording():
         "this run against its recording",
     )
     assert [row[-1] for row in table.rows] == ["within its spread", "2.00x slower", "-"]
+
+
+def test_recorded_table_never_compares_two_identities_of_one_cpu_model():
+    # The old file names the model and threads only; this run's CPU names its
+    # ISA too: 140x apart is another CPU, not a regression of this one.
+    live = (_r("a", 1.0, spread=(0.9, 1.1)),)
+    old = ResultsFile(device=CPU, results=(_r("a", 140.0, spread=(139.0, 141.0)),))
+    table = recorded_table(live=live, files=(old,), device=CPU_AVX2)
+    assert table.header == ("figure", "this run", "CPU: Intel Xeon, 2 threads [rec]")
+    same = ResultsFile(device=CPU_AVX2, results=(_r("a", 140.0, spread=(139, 141)),))
+    table = recorded_table(live=live, files=(old, same), device=CPU_AVX2)
+    assert table.header[-1] == "this run against its recording"
+    assert table.rows[0][-1] == "140x faster"
+    # Even under one short name, another ISA is another device.
+    hidden = ResultsFile(device=replace(CPU_AVX2, isa=None), results=same.results)
+    table = recorded_table(live=live, files=(hidden,), device=CPU_AVX2)
+    assert "this run against its recording" not in table.header
 
 
 def test_recorded_table_defaults_to_the_running_page(monkeypatch):
@@ -583,15 +619,24 @@ def test_percent_of_recorded_peak():
 def test_devices_table_has_a_row_per_file(tmp_path):
     _save(tmp_path, H100, _r("a"), _r("b"), _r("c", x=1.0))
     _save(tmp_path, CPU, _r("a"))
+    _save(tmp_path, CPU_AVX2, _r("a"))
     table = devices_table(load_dir(tmp_path))
     assert table.header[0] == "device"
+    assert table.header[5] == "gpuguide"
     assert table.header[-1] == "file"
     assert table.rows == (
-        ("CPU: Intel Xeon, 2 threads", "cpu", "2.13.0+cpu", "-", "-", "2025-06-02",
-         "small", "1", "cpu-intel-xeon-2-threads.json"),
-        ("H100 SXM5", "cuda", "2.11.0", "12.8", "570.86", "2025-06-01", "full", "3",
-         "cuda-h100-sxm5.json"),
+        ("CPU: Intel Xeon, 2 threads, AVX2", "cpu", "2.13.0+cpu", "-", "-",
+         "0.1.0 (commit unknown)", "2025-06-02", "small", "1",
+         "cpu-intel-xeon-2-threads-avx2.json"),
+        ("CPU: Intel Xeon, 2 threads", "cpu", "2.13.0+cpu", "-", "-", "-",
+         "2025-06-02", "small", "1", "cpu-intel-xeon-2-threads.json"),
+        ("H100 SXM5", "cuda", "2.11.0", "12.8", "570.86", "-", "2025-06-01", "full",
+         "3", "cuda-h100-sxm5.json"),
     )  # fmt: skip
+    stamped = replace(H100, gpuguide="0.1.0", commit="f4b16f4")
+    _save(tmp_path, stamped, _r("a"))
+    row = next(r for r in devices_table(load_dir(tmp_path)).rows if r[0] == "H100 SXM5")
+    assert row[5] == "0.1.0 (f4b16f4)"
     assert devices_table({}).rows == ()
 
 

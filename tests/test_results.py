@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 
 import pytest
-from conftest import CPU_RECORD, H100_RECORD
+from conftest import CPU_RECORD, H100_RECORD, ROOT
 
 from gpuguide import results
 from gpuguide.device import DeviceInfo
@@ -238,8 +238,47 @@ def test_device_record_from_a_device_info():
         "570.86",
     )
     assert device.peaks == {"bf16 matmul": 9.9e14}
+    assert (device.gpuguide, device.commit, device.dirty) == ("0.1.0", None, False)
+    assert device.isa is None  # a GPU's host ISA is not what decides its speed
     text = json.dumps({**_file(), "device": device.to_json()})
     assert results.loads(text).device == device
+    cpu = replace(
+        info, type="cpu", name="AMD EPYC", cpu_model="AMD EPYC", cpu_threads=2,
+        cpu_isa="AVX-512 BF16", gpuguide_commit="f4b16f4", gpuguide_dirty=True,
+    )  # fmt: skip
+    record = DeviceRecord.from_info(cpu, small=False)
+    assert record.short_name == "CPU: AMD EPYC, 2 threads, AVX-512 BF16"
+    assert (record.isa, record.commit, record.dirty) == (
+        "AVX-512 BF16",
+        "f4b16f4",
+        True,
+    )
+    assert record.gpuguide_label == "gpuguide 0.1.0 (f4b16f4+dirty)"
+    saved = results.loads(json.dumps({**_file(), "device": record.to_json()}))
+    assert saved.device == record
+    assert record.to_json()["isa"] == "AVX-512 BF16"
+
+
+def test_the_committed_results_files_load_with_their_provenance():
+    h100 = results.load(ROOT / "docs" / "results" / "cuda-h100-sxm5.json").device
+    assert h100.gpuguide_label == "gpuguide 0.1.0 (f4b16f4)"
+    cpu = results.load(ROOT / "docs" / "results" / "cpu-amd-epyc-2-threads.json").device
+    # Recorded before versions and ISAs were: unknown, and another identity than
+    # the same model and threads recorded with its ISA.
+    assert (cpu.gpuguide, cpu.commit, cpu.isa) == (None, None, None)
+    assert cpu.gpuguide_label == "gpuguide version unknown"
+    with_isa = replace(cpu, short_name=f"{cpu.short_name}, AVX2", isa="AVX2")
+    assert with_isa.key != cpu.key
+
+
+def test_a_file_without_the_newer_device_fields_reads_as_unknown():
+    newer = ("isa", "gpuguide", "commit", "dirty")
+    old = {k: v for k, v in CPU.to_json().items() if k not in newer}
+    device = results.parse(_file(device=old)).device
+    assert (device.isa, device.gpuguide, device.commit, device.dirty) == (
+        None, None, None, False,
+    )  # fmt: skip
+    assert device == CPU
 
 
 # -- the file format ---------------------------------------------------------------
@@ -274,6 +313,14 @@ def test_a_file_round_trips(tmp_path):
         pytest.param(_file(device={**H100.to_json(), "kind": "tpu"}), "kind must be one of cuda, cpu, mps", id="device-kind"),
         pytest.param(_file(device={**H100.to_json(), "date": "yesterday"}), "date must be an ISO 8601 date", id="device-date"),
         pytest.param(_file(device={**H100.to_json(), "gpu": "x"}), '"device" has unknown keys gpu', id="device-foreign-key"),
+        pytest.param(_file(device={**H100.to_json(), "gpuguide": "0.1.0", "commit": "f4b16g4"}), '"device": commit must be a hexadecimal hash', id="commit-not-hex"),
+        pytest.param(_file(device={**H100.to_json(), "gpuguide": "0.1.0", "commit": 4}), '"device": commit must be a hexadecimal hash', id="commit-number"),
+        pytest.param(_file(device={**H100.to_json(), "commit": "f4b16f4"}), '"device": commit .f4b16f4. needs the gpuguide version', id="commit-without-version"),
+        pytest.param(_file(device={**H100.to_json(), "gpuguide": ""}), '"device": gpuguide must be a non-empty string', id="version-empty"),
+        pytest.param(_file(device={**H100.to_json(), "gpuguide": "0.1.0", "commit": "f4b16f4", "dirty": "yes"}), '"device": dirty must be a bool', id="dirty-string"),
+        pytest.param(_file(device={**H100.to_json(), "gpuguide": "0.1.0", "dirty": True}), '"device": dirty must be false when the commit is unknown', id="dirty-without-commit"),
+        pytest.param(_file(device={**H100.to_json(), "isa": "AVX2"}), '"device": isa is a CPU.s vector instruction set, for kind cpu only', id="isa-on-a-gpu"),
+        pytest.param(_file(device={**CPU.to_json(), "isa": ""}), '"device": isa must be a non-empty string', id="isa-empty"),
         pytest.param(_file(results={}), '"results" must be a list', id="results-not-list"),
         pytest.param(_file(results=[_entry(value="fast")]), r"results\[0\]: value must be a number, got 'fast'", id="value-string"),
         pytest.param(_file(results=[_entry(value=True)]), r"results\[0\]: value must be a number, got True", id="value-bool"),

@@ -1,14 +1,16 @@
 """Pages are re-executed when what they measure on changes (docs/_ext/gallery_hooks).
 
 The decision is tested with fake Sphinx applications and faked changes (torch's
-version string, a fake CUDA device, small mode, the GPU memory cap); one test
-builds a two-example site twice to check the hooks against sphinx-gallery itself.
+version string, a fake CUDA device, small mode, the GPU memory cap, a changed
+copy of the helpers or the build's extensions); one test builds a two-example
+site several times to check the hooks against sphinx-gallery itself.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,6 +22,7 @@ import torch
 from conftest import ROOT
 
 import gallery_hooks
+import gpuguide
 from gallery_hooks import (
     FINGERPRINT_FILE,
     build_fingerprint,
@@ -27,6 +30,7 @@ from gallery_hooks import (
     fingerprint_changes,
     record_after_build,
     record_fingerprint,
+    sources_digest,
 )
 from gpuguide import device as device_mod
 from gpuguide import host
@@ -96,6 +100,8 @@ def test_fingerprint_names_torch_device_mode_and_cap(monkeypatch) -> None:
         "small mode": "off",
         "GPU memory cap": "none",
         "recorded results": "none",
+        "helpers": sources_digest(Path(gpuguide.__file__).parent, "**/*.py"),
+        "build extensions": sources_digest(ROOT / "docs" / "_ext", "*.py"),
     }
     assert build_fingerprint(small=True)["small mode"] == "on"
 
@@ -112,6 +118,77 @@ def test_fingerprint_changes_with_the_recorded_results(monkeypatch, tmp_path) ->
     third = build_fingerprint()["recorded results"]
     assert len({first, second, third}) == 3
     assert third.startswith("2 file(s)")
+
+
+def test_source_digests_are_of_the_package_as_imported_not_the_cwd(
+    monkeypatch, tmp_path
+) -> None:
+    assert Path(gpuguide.__file__).resolve().parent == gallery_hooks.HELPERS_DIR
+    assert (ROOT / "docs" / "_ext").resolve() == gallery_hooks.EXTENSIONS_DIR
+    here = build_fingerprint()
+    monkeypatch.chdir(tmp_path)  # a build started from elsewhere
+    assert build_fingerprint() == here
+    modules = len(list(gallery_hooks.HELPERS_DIR.rglob("*.py")))
+    assert here["helpers"].startswith(f"{modules} file(s), sha256 ")
+    extensions = len(list(gallery_hooks.EXTENSIONS_DIR.glob("*.py")))
+    assert here["build extensions"].startswith(f"{extensions} file(s), sha256 ")
+
+
+def test_sources_digest_follows_names_and_contents_not_the_folder(tmp_path) -> None:
+    first = tmp_path / "one" / "gpuguide"
+    shutil.copytree(ROOT / "src" / "gpuguide", first)
+    second = tmp_path / "two" / "gpuguide"
+    shutil.copytree(first, second)
+    digest = sources_digest(first, "**/*.py")
+    assert sources_digest(second, "**/*.py") == digest  # where it lies does not count
+    (second / "__pycache__").mkdir(exist_ok=True)
+    (second / "__pycache__" / "timing.cpython-312.pyc").write_bytes(b"compiled")
+    (second / "_source.json").write_text('{"commit": "abc1234"}')
+    assert sources_digest(second, "**/*.py") == digest  # neither is a source
+    digests = {digest}
+    with (second / "chapters" / "compiling.py").open("a") as f:
+        f.write("# one more line\n")
+    digests.add(sources_digest(second, "**/*.py"))  # a module in a subfolder
+    (second / "timing.py").rename(second / "timing2.py")
+    digests.add(sources_digest(second, "**/*.py"))  # a renamed module
+    (second / "new.py").write_text("")
+    digests.add(sources_digest(second, "**/*.py"))  # a new one
+    assert len(digests) == 4
+    assert sources_digest(tmp_path / "missing", "**/*.py") == "none"
+    assert sources_digest(tmp_path, "*.py") == "none"
+
+
+def _copy_of(monkeypatch, tmp_path: Path, name: str, source: Path) -> Path:
+    """Point the fingerprint's ``name`` folder at a copy of ``source``."""
+    copy = tmp_path / "copies" / source.name
+    shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(gallery_hooks, name, copy)
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "changed", "entry"),
+    [
+        ("HELPERS_DIR", ROOT / "src" / "gpuguide", "timing.py", "helpers"),
+        ("EXTENSIONS_DIR", ROOT / "docs" / "_ext", "landing.py", "build extensions"),
+    ],
+)
+def test_a_changed_source_reruns_every_example_and_says_which(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name, source, changed, entry
+) -> None:
+    copy = _copy_of(monkeypatch, tmp_path, name, source)
+    site = tmp_path / "site"
+    build(site)
+    old = build_fingerprint()[entry]
+    assert not reruns(site)
+    with (copy / changed).open("a") as f:
+        f.write("\n# a change to one file\n")
+    new = build_fingerprint()[entry]
+    app, line = build(site)
+    assert app.config.sphinx_gallery_conf["run_stale_examples"] is True
+    assert line == f"gpuguide: re-executing every example: {entry} {old} -> {new}"
+    assert old != new
+    assert not reruns(site)  # recorded: the next build keeps the pages
 
 
 # -- the decision ----------------------------------------------------------------
@@ -341,6 +418,12 @@ def test_sphinx_gallery_reruns_only_when_the_fingerprint_changes(
             textwrap.dedent(EXAMPLE.format(title=title))
         )
     runs = tmp_path / "runs.txt"
+    # The build imports a copy of the helpers, to change one of them below.
+    helpers = tmp_path / "src" / "gpuguide"
+    shutil.copytree(
+        Path(gpuguide.__file__).parent, helpers,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )  # fmt: skip
 
     def sphinx(*args: str, small: str = "0") -> str:
         env = {
@@ -349,6 +432,7 @@ def test_sphinx_gallery_reruns_only_when_the_fingerprint_changes(
             "GPUGUIDE_SMALL": small,
             "GPUGUIDE_DEVICE": "cpu",
             "MPLBACKEND": "Agg",
+            "PYTHONPATH": str(helpers.parent),
         }
         env.pop("GPUGUIDE_GPU_MEMORY", None)
         result = subprocess.run(
@@ -375,3 +459,10 @@ def test_sphinx_gallery_reruns_only_when_the_fingerprint_changes(
     log = sphinx(small="1")  # small mode changed: both pages run again
     assert ran() == ["one", "two"]
     assert "gpuguide: re-executing every example: small mode off -> on" in log
+
+    with (helpers / "units.py").open("a") as units:
+        units.write("\n# a helper changed\n")
+    log = sphinx(small="1")  # a helper changed: both pages run again, and why
+    assert ran() == ["one", "two"]
+    assert "gpuguide: re-executing every example: helpers " in log
+    assert "small mode" not in log

@@ -15,12 +15,16 @@ log lines go to the build's log instead of the page.
 
 sphinx-gallery re-executes an example only when its source changed (an ``.md5``
 file beside each generated page), so a build on a GPU after one on the CPU would
-keep the CPU's pages. :func:`connect_fingerprint` closes that gap: the
-fingerprint of what the pages measure on (:func:`build_fingerprint`: torch's
-version, the device, small mode, the GPU memory cap) is recorded after a build
-that executed every example without a failure, and a build that finds another
-fingerprint re-executes every example (sphinx-gallery's ``run_stale_examples``)
-and says in its log what changed.
+keep the CPU's pages, and a change to a helper in ``src/gpuguide`` would leave
+every page showing what the old helper measured. :func:`connect_fingerprint`
+closes that gap: the fingerprint of what the pages depend on besides their own
+source (:func:`build_fingerprint`: torch's version, the device, small mode, the
+GPU memory cap, the recorded results, and digests of the helpers' and these
+extensions' sources) is recorded after a build that executed every example
+without a failure, and a build that finds another fingerprint re-executes every
+example (sphinx-gallery's ``run_stale_examples``) and says in its log what
+changed, e.g. ``gpuguide: re-executing every example: helpers 32 file(s),
+sha256 3f2a... -> 32 file(s), sha256 9bc1...``.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import numpy as np
 import torch
 from sphinx.util import logging as sphinx_logging
 
+import gpuguide
 from gpuguide import results as gpuguide_results
 from gpuguide.device import DeviceInfo, describe_device
 from gpuguide.env import small_mode
@@ -49,7 +54,9 @@ from gpuguide.recordings import results_dir
 from gpuguide.units import format_bytes
 
 __all__ = [
+    "EXTENSIONS_DIR",
     "FINGERPRINT_FILE",
+    "HELPERS_DIR",
     "SEED",
     "ChapterOrder",
     "build_fingerprint",
@@ -61,6 +68,8 @@ __all__ = [
     "record_after_build",
     "record_fingerprint",
     "reset_torch_state",
+    "results_digest",
+    "sources_digest",
 ]
 
 #: The seed every example starts from.
@@ -325,6 +334,12 @@ def copy_artifacts(source: str | Path, target: str | Path) -> list[Path]:
 #: the fingerprint of the last build that executed every example and passed.
 FINGERPRINT_FILE = ".gpuguide-fingerprint.json"
 
+#: The helpers the pages import: the package as imported (``src/gpuguide`` in a
+#: checkout, or an installed copy), whatever the working directory is.
+HELPERS_DIR = Path(gpuguide.__file__).resolve().parent
+#: The build's extensions: this module's folder (``docs/_ext``).
+EXTENSIONS_DIR = Path(__file__).resolve().parent
+
 _logger = sphinx_logging.getLogger(__name__)
 
 # What check_fingerprint saw at the start of a build, for record_after_build.
@@ -350,9 +365,12 @@ def build_fingerprint(
     -------
     dict of str to str
         ``torch`` (its version), ``device`` (its short name: the GPU variant or
-        name, or the CPU model and threads), ``small mode`` (``on`` or ``off``),
-        ``GPU memory cap`` (``none`` or the size) and ``recorded results`` (a
-        digest of the results files every page shows, :func:`results_digest`).
+        name, or the CPU model, threads and vector ISA), ``small mode`` (``on``
+        or ``off``), ``GPU memory cap`` (``none`` or the size), ``recorded
+        results`` (a digest of the results files every page shows,
+        :func:`results_digest`), ``helpers`` (a digest of the helpers' sources,
+        ``**/*.py`` under :data:`HELPERS_DIR`) and ``build extensions`` (of
+        ``*.py`` in :data:`EXTENSIONS_DIR`), both :func:`sources_digest`.
     """
     info = describe_device() if info is None else info
     small = small_mode() if small is None else small
@@ -363,7 +381,30 @@ def build_fingerprint(
         "small mode": "on" if small else "off",
         "GPU memory cap": "none" if cap is None else f"{format_bytes(cap)} ({cap} B)",
         "recorded results": results_digest(),
+        "helpers": sources_digest(HELPERS_DIR, "**/*.py"),
+        "build extensions": sources_digest(EXTENSIONS_DIR, "*.py"),
     }
+
+
+def sources_digest(folder: str | Path | None, pattern: str) -> str:
+    """A digest of the files ``pattern`` matches under ``folder``: paths and contents.
+
+    Returns ``"32 file(s), sha256 3f2a9c0d1e4b"`` (paths relative to
+    ``folder``, so the digest does not depend on where the folder is), or
+    ``"none"`` when the folder is missing or no file matches. Any change to a
+    file's content or name, a new file or a deleted one changes it.
+    """
+    root = Path(folder) if folder is not None else None
+    if root is None or not root.is_dir():
+        return "none"
+    files = sorted(p for p in root.glob(pattern) if p.is_file())
+    if not files:
+        return "none"
+    digest = hashlib.sha256()
+    for path in files:
+        name = path.relative_to(root).as_posix().encode()
+        digest.update(name + b"\0" + path.read_bytes() + b"\0")
+    return f"{len(files)} file(s), sha256 {digest.hexdigest()[:12]}"
 
 
 def results_digest() -> str:
@@ -372,14 +413,7 @@ def results_digest() -> str:
     ``"none"`` when the variable is unset or the folder holds no file. A new or
     re-recorded device changes it, and with it every page's table.
     """
-    folder = results_dir()
-    files = sorted(folder.glob("*.json")) if folder and folder.is_dir() else []
-    if not files:
-        return "none"
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return f"{len(files)} file(s), sha256 {digest.hexdigest()[:12]}"
+    return sources_digest(results_dir(), "*.json")
 
 
 def fingerprint_changes(stamp: str | Path, current: Mapping[str, str]) -> list[str]:

@@ -40,15 +40,19 @@ __all__ = [
 
 
 def banner_text(now: datetime | None = None) -> str:
-    """One sentence: the device, torch, CUDA and date this build measured on."""
+    """One sentence: the device, torch, CUDA, gpuguide and date this build measured on."""
     info = describe_device()
     cuda = f"CUDA {info.cuda_version}" if info.cuda_version else "no CUDA"
     when = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%d")
-    device = info.name if info.type == "cpu" else f"{info.short_name} ({info.name})"
+    if info.type == "cpu":
+        device = f"{info.name} ({info.cpu_isa})" if info.cpu_isa else info.name
+    else:
+        device = f"{info.short_name} ({info.name})"
     kind = "the CPU" if info.type == "cpu" else "the GPU"
     return (
         f"This copy of the guide was built and measured on {kind} {device}, "
-        f"with torch {info.torch_version} and {cuda}, on {when}."
+        f"with torch {info.torch_version}, {cuda} and {info.gpuguide_label}, "
+        f"on {when}."
     )
 
 
@@ -68,6 +72,7 @@ def device_rows() -> list[tuple[str, str]]:
         rows.append(("device memory", format_bytes(info.total_memory_bytes)))
     if info.type == "cpu":
         rows.append(("cores / threads", f"{info.cpu_cores} / {info.cpu_threads}"))
+        rows.append(("vector instruction set", info.cpu_isa or "unknown"))
     for key in ("fp64", "fp32", "tf32", "fp16", "bf16"):
         rate = peaks.flops.get(key)
         if rate is not None:

@@ -17,7 +17,10 @@ PyTorch's CPU-only index (the CUDA build of torch on Linux is several GB).
 The wheel is built once per build, offline: from a fresh copy of ``src/``,
 ``pyproject.toml`` and ``README.md`` (setuptools keeps ``build/lib`` in the
 source tree, where a deleted module would live on), with setuptools' own build
-backend in this interpreter (no build isolation, no network).
+backend in this interpreter (no build isolation, no network). The copy is
+stamped with the checkout's commit (:func:`gpuguide.version.write_stamp`), so a
+reader's run of a downloaded page names the commit in its provenance line, as
+the site's own pages do.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from typing import Any
 
 from sphinx.errors import ConfigError, ExtensionError
 from sphinx.util import logging
+
+from gpuguide.version import STAMP_FILE, git_commit, write_stamp
 
 __all__ = [
     "CPU_INDEX",
@@ -62,6 +67,9 @@ CELL_MARK = (
 )
 #: First lines of earlier versions of that cell, replaced as well.
 _OLD_CELLS = ("# This notebook needs the small gpuguide helper package",)
+
+# The checkout's commit and dirty mark when the build started (_config_inited).
+_source_at_start: list[tuple[str, bool] | None] = []
 
 _BUILD_CODE = (
     "import sys, setuptools.build_meta as backend; "
@@ -186,11 +194,16 @@ def stamp_downloads(downloads: Path, url: str) -> int:
     return count
 
 
-def build_wheel(root: Path, outdir: Path) -> Path:
+def build_wheel(
+    root: Path, outdir: Path, *, source: tuple[str, bool] | None = None
+) -> Path:
     """Build the helpers' wheel from the checkout at ``root`` into ``outdir``.
 
     Offline and without build isolation: setuptools' backend runs in this
-    interpreter, on a fresh copy of the sources.
+    interpreter, on a fresh copy of the sources, stamped with ``source`` (a
+    commit and its dirty mark) or else the commit of the checkout at ``root``
+    now (:func:`gpuguide.version.git_commit`); not stamped where ``root`` is no
+    git checkout, so the wheel's runs say "commit unknown".
 
     Raises
     ------
@@ -200,8 +213,11 @@ def build_wheel(root: Path, outdir: Path) -> Path:
     outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gpuguide-wheel-") as tmp:
         tree = Path(tmp) / "package"
-        skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
+        skip = shutil.ignore_patterns("__pycache__", "*.egg-info", STAMP_FILE)
         shutil.copytree(root / "src", tree / "src", ignore=skip)
+        source = source or git_commit(root)
+        if source is not None:
+            write_stamp(tree / "src" / "gpuguide", *source)
         for name in ("pyproject.toml", "README.md"):
             shutil.copy2(root / name, tree / name)
         wheels = Path(tmp) / "wheels"
@@ -228,6 +244,9 @@ def _config_inited(app: Any, config: Any) -> None:
         raise ConfigError(msg)
     url = wheel_url(config.html_baseurl, config.release)
     config.sphinx_gallery_conf["first_notebook_cell"] = first_cell(url)
+    # The commit as the pages run from it: files the build writes later (a
+    # recording in docs/results) must not mark the wheel dirty.
+    _source_at_start[:] = [git_commit(ROOT)]
 
 
 def _build_finished(app: Any, exception: Exception | None) -> None:
@@ -236,7 +255,7 @@ def _build_finished(app: Any, exception: Exception | None) -> None:
     downloads = Path(app.outdir) / "_downloads"
     url = wheel_url(app.config.html_baseurl, app.config.release)
     count = stamp_downloads(downloads, url) if downloads.is_dir() else 0
-    wheel = build_wheel(ROOT, downloads)
+    wheel = build_wheel(ROOT, downloads, source=next(iter(_source_at_start), None))
     if wheel.name != wheel_name(app.config.release):
         msg = f"the wheel is {wheel.name}, the site's links name {url}"
         raise ExtensionError(msg)

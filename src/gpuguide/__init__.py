@@ -6,7 +6,8 @@ here. The package has three layers, each importing only from the ones before:
 - foundation, importing nothing else from gpuguide: the environment switches
   (:mod:`gpuguide.env`), host facts (:mod:`gpuguide.host`), the GPU datasheet
   (:mod:`gpuguide.datasheet`), units (:mod:`gpuguide.units`), argument checks
-  (:mod:`gpuguide.checks`) and torch's own warnings (:mod:`gpuguide.quiet`);
+  (:mod:`gpuguide.checks`), torch's own warnings (:mod:`gpuguide.quiet`) and
+  the helpers' version and commit (:mod:`gpuguide.version`);
 - core: the device and provenance (:mod:`gpuguide.device`), timing
   (:mod:`gpuguide.timing`), memory (:mod:`gpuguide.memory`), peaks
   (:mod:`gpuguide.peaks`), problem sizes (:mod:`gpuguide.sizes`), plots
@@ -44,8 +45,7 @@ from gpuguide.timing import (
 )
 from gpuguide.units import format_bytes, format_rate, format_ratio, format_time
 from gpuguide.verdicts import Comparison, break_even, compare, interleave
-
-__version__ = "0.1.0"
+from gpuguide.version import __version__
 
 ignore_torch_internal_warnings()
 

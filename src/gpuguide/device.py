@@ -7,8 +7,9 @@ is set (:func:`apply_memory_cap`), so that a large GPU runs a page as a smaller
 one would.
 :func:`describe_device` collects what a reader needs to judge a measurement: the
 GPU model and variant (SM count, memory, compute capability), the torch, CUDA and
-driver versions, and the host CPU with its thread counts. :func:`provenance` turns
-that into the one line printed under every measurement.
+driver versions, the host CPU with its thread counts and vector instruction set,
+and the gpuguide version and commit (:mod:`gpuguide.version`). :func:`provenance`
+turns that into the one line printed under every measurement.
 
 Examples
 --------
@@ -38,6 +39,12 @@ from gpuguide.env import (
     small_mode,
 )
 from gpuguide.units import format_bytes
+from gpuguide.version import (
+    VersionInfo,
+    __version__,
+    describe_version,
+    version_label,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -275,6 +282,17 @@ class DeviceInfo:
     memory_cap_bytes : int or None
         The GPU memory this process may allocate, from ``GPUGUIDE_GPU_MEMORY``
         (:func:`apply_memory_cap`); None when uncapped (CUDA only).
+    cpu_isa : str or None
+        The host CPU's widest vector instruction set (``"AVX2"``, ``"AVX-512
+        BF16"``, ``"AMX"``, ``"NEON"``: :func:`gpuguide.host.vector_isa`, else
+        ``torch.backends.cpu.get_cpu_capability()``); None where unknown.
+    gpuguide_version : str
+        The version of these helpers.
+    gpuguide_commit : str or None
+        The commit they were built from (:func:`gpuguide.version.describe_version`);
+        None when unknown.
+    gpuguide_dirty : bool
+        Whether that checkout had uncommitted changes.
     """
 
     type: str
@@ -293,15 +311,29 @@ class DeviceInfo:
     torch_threads: int
     python_version: str
     memory_cap_bytes: int | None = None
+    cpu_isa: str | None = None
+    gpuguide_version: str = __version__
+    gpuguide_commit: str | None = None
+    gpuguide_dirty: bool = False
 
     @property
     def short_name(self) -> str:
-        """A short label for figures: ``"H100 SXM5"``, the GPU name, or the CPU."""
+        """A short label for figures and a device's identity across results files:
+        ``"H100 SXM5"``, the GPU name, or the CPU with what decides its speed,
+        ``"CPU: AMD EPYC, 2 threads, AVX-512 BF16"``."""
         if self.type == "cpu":
-            return f"CPU: {self.cpu_model}, {_count(self.cpu_threads, 'thread')}"
+            label = f"CPU: {self.cpu_model}, {_count(self.cpu_threads, 'thread')}"
+            return f"{label}, {self.cpu_isa}" if self.cpu_isa else label
         if self.type == "cuda" and self.variant:
             return self.variant
         return self.name
+
+    @property
+    def gpuguide_label(self) -> str:
+        """``"gpuguide 0.1.0 (f4b16f4+dirty)"``: the helpers this ran with."""
+        return version_label(
+            self.gpuguide_version, self.gpuguide_commit, self.gpuguide_dirty
+        )
 
 
 def _clean(text: str) -> str:
@@ -314,10 +346,28 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _host_fields(cpuinfo_text: str | None = None) -> dict[str, Any]:
+def _torch_cpu_isa() -> str | None:
+    """The vector ISA torch's CPU kernels use (``"AVX512"`` -> ``"AVX-512"``), for
+    hosts without ``/proc/cpuinfo``; None where torch reports only its default."""
+    import torch
+
+    try:
+        capability = str(torch.backends.cpu.get_cpu_capability())
+    except (AttributeError, RuntimeError):  # pragma: no cover - very old torch
+        return None
+    if capability == "DEFAULT":
+        # Every 64-bit ARM CPU has NEON, the default there (Apple silicon).
+        return "NEON" if platform.machine().lower() in ("arm64", "aarch64") else None
+    return {"AVX512": "AVX-512"}.get(capability, capability)
+
+
+def _host_fields(
+    cpuinfo_text: str | None = None, version: VersionInfo | None = None
+) -> dict[str, Any]:
     """The DeviceInfo fields that describe the host and software, for any device."""
     import torch
 
+    version = version or describe_version()
     return {
         "torch_version": str(torch.__version__),
         "cuda_version": torch.version.cuda,
@@ -326,6 +376,10 @@ def _host_fields(cpuinfo_text: str | None = None) -> dict[str, Any]:
         "cpu_threads": host.usable_cpus(),
         "torch_threads": torch.get_num_threads(),
         "python_version": platform.python_version(),
+        "cpu_isa": host.vector_isa(cpuinfo_text) or _torch_cpu_isa(),
+        "gpuguide_version": version.version,
+        "gpuguide_commit": version.commit,
+        "gpuguide_dirty": version.dirty,
     }
 
 
@@ -470,12 +524,15 @@ def provenance(
     str
         A single line starting with ``"Measured on "``, e.g. ``"Measured on
         NVIDIA H100 80GB HBM3 [H100 SXM5] (132 SMs, 79.2 GiB, compute capability
-        9.0) | torch 2.13.0 | CUDA 12.8 | driver 570.86.15 | 2026-11-21 10:42
-        UTC"`` (with ``"| GPU memory capped at 16.0 GiB"`` before the date
-        when ``GPUGUIDE_GPU_MEMORY`` caps the GPU), or ``"Measured on CPU
-        Intel(R) Xeon(R) Platinum 8375C (2 cores, 2 threads; torch uses 2
-        threads) | torch 2.13.0+cpu | CUDA: none (CPU-only run) | 2026-11-21
-        10:42 UTC"``.
+        9.0) | torch 2.13.0 | CUDA 12.8 | driver 570.86.15 | gpuguide 0.1.0
+        (f4b16f4) | 2026-11-21 10:42 UTC"`` (with ``"| GPU memory capped at
+        16.0 GiB"`` after the driver when ``GPUGUIDE_GPU_MEMORY`` caps the
+        GPU), or ``"Measured on CPU Intel(R) Xeon(R) Platinum 8375C (2 cores,
+        2 threads, AVX-512 BF16; torch uses 2 threads) | torch 2.13.0+cpu |
+        CUDA: none (CPU-only run) | gpuguide 0.1.0 (f4b16f4+dirty) | 2026-11-21
+        10:42 UTC"``. The gpuguide part names the commit the helpers were
+        built from, ``+dirty`` when the checkout had uncommitted changes, or
+        ``commit unknown``.
     """
     info = device if isinstance(device, DeviceInfo) else describe_device(device)
     parts: list[str] = []
@@ -506,6 +563,8 @@ def provenance(
         if info.cpu_cores is not None:
             counts.append(_count(info.cpu_cores, "core"))
         counts.append(_count(info.cpu_threads, "thread"))
+        if info.cpu_isa:
+            counts.append(info.cpu_isa)
         threads = (
             f"{', '.join(counts)}; torch uses {_count(info.torch_threads, 'thread')}"
         )
@@ -520,5 +579,6 @@ def provenance(
             parts.append("CUDA: none (MPS run)")
         else:
             parts.append("CUDA: none (CPU-only run)")
+    parts.append(info.gpuguide_label)
     parts.append(_utc_stamp(now))
     return " | ".join(_clean(part) for part in parts)

@@ -1,6 +1,6 @@
 """Facts about the host machine, read from /proc and the operating system.
 
-The CPU model and core counts, the CPUs this process may use, the NVIDIA driver
+The CPU model, core counts and vector instruction set, the CPUs this process may use, the NVIDIA driver
 version and the memory available, each read without torch. :func:`read_text` is
 the one reader of small text files (``/proc``, ``/sys``) in gpuguide; where a
 file is missing (macOS, a container), each fact falls back to what the platform
@@ -29,6 +29,7 @@ __all__ = [
     "physical_cores",
     "read_text",
     "usable_cpus",
+    "vector_isa",
 ]
 
 # Files read here; module-level so tests can point them elsewhere.
@@ -133,6 +134,53 @@ def _darwin_cpu_model() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return _clean(result.stdout) or None
+
+
+# The widest vector instruction set a CPU flag shows, best first: what decides a
+# CPU's matmul rate more than its model name (in a virtual machine the name can
+# be just "AMD EPYC"). x86 flags are /proc/cpuinfo's "flags", ARM's "Features".
+_X86_ISAS = (
+    ("amx_bf16", "AMX"),
+    ("avx512_bf16", "AVX-512 BF16"),
+    ("avx512f", "AVX-512"),
+    ("avx2", "AVX2"),
+    ("avx", "AVX"),
+)
+_ARM_ISAS = (("sve2", "SVE2"), ("sve", "SVE"), ("asimd", "NEON"))
+
+
+def _parse_vector_isa(cpuinfo_text: str) -> str | None:
+    """The widest vector ISA in ``/proc/cpuinfo`` text, or None.
+
+    x86: ``"AMX"``, ``"AVX-512 BF16"``, ``"AVX-512"``, ``"AVX2"`` or ``"AVX"``
+    (each implies the ones after it). ARM: ``"SVE2"``, ``"SVE"`` or ``"NEON"``,
+    with ``" BF16"`` when the CPU has bf16 instructions. Read from the first
+    processor's flags; None when there are none (another architecture, or no
+    flags line).
+    """
+    for block in _cpuinfo_blocks(cpuinfo_text):
+        if "flags" in block:
+            flags = set(block["flags"].split())
+            return next((name for flag, name in _X86_ISAS if flag in flags), None)
+        if "Features" in block:
+            features = set(block["Features"].split())
+            isa = next((name for flag, name in _ARM_ISAS if flag in features), None)
+            if isa is not None and "bf16" in features:
+                isa += " BF16"
+            return isa
+    return None
+
+
+def vector_isa(cpuinfo_text: str | None = None) -> str | None:
+    """The widest vector instruction set of the host CPU, e.g. ``"AVX-512 BF16"``.
+
+    From ``cpuinfo_text`` (``/proc/cpuinfo`` by default); None where that
+    cannot be read or names none (macOS, Windows: :func:`gpuguide.device.describe_device`
+    then asks torch).
+    """
+    if cpuinfo_text is None:
+        cpuinfo_text = read_text(_PROC_CPUINFO)
+    return _parse_vector_isa(cpuinfo_text) if cpuinfo_text else None
 
 
 def cpu_model(cpuinfo_text: str | None = None) -> str:

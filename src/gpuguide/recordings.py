@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, TextIO, TypeAlias
 
 from gpuguide.results import (
     ConfigValue,
+    DeviceKey,
     DeviceRecord,
     Result,
     ResultsFile,
@@ -87,10 +88,11 @@ def results_dir() -> Path | None:
 
 def file_name(device: DeviceRecord) -> str:
     """The file a device's results are kept in: ``"cuda-h100-sxm5.json"``,
-    ``"cpu-amd-epyc-2-threads.json"``.
+    ``"cpu-amd-epyc-2-threads-avx-512-bf16.json"``.
 
-    Made of the device's kind and short name, so that re-recording a device
-    replaces its file and two devices never share one.
+    Made of the device's kind and short name (which for a CPU names its
+    threads and vector ISA), so that re-recording a device replaces its file
+    and two devices never share one.
     """
     name = re.sub(r"[^a-z0-9]+", "-", device.short_name.lower()).strip("-")
     if not name.startswith(f"{device.kind}-"):  # "CPU: AMD EPYC" names its kind
@@ -123,7 +125,7 @@ def load_dir(path: str | os.PathLike[str]) -> dict[Path, ResultsFile]:
         msg = f"results folder {os.fspath(folder)}: does not exist or is not a folder"
         raise ResultsFileError(msg)
     files: dict[Path, ResultsFile] = {}
-    seen: dict[tuple[str, str], Path] = {}
+    seen: dict[DeviceKey, Path] = {}
     for file in sorted(folder.glob("*.json")):
         loaded = load(file)
         key = loaded.device.key
@@ -184,10 +186,16 @@ def format_value(value: float, unit: str) -> str:
 
 
 def device_label(device: DeviceRecord) -> str:
-    """``"H100 SXM5 (recorded 2026-11-20, torch 2.11.0, CUDA 12.8)"``."""
+    """``"H100 SXM5 (recorded 2026-11-20, torch 2.11.0, CUDA 12.8, gpuguide
+    0.1.0 (f4b16f4))"``; the gpuguide part only where the file names it, and
+    "vector ISA not recorded" for a CPU whose file does not name its ISA."""
     parts = [f"recorded {device.date[:10]}", f"torch {device.torch}"]
     if device.cuda:
         parts.append(f"CUDA {device.cuda}")
+    if device.gpuguide is not None:
+        parts.append(device.gpuguide_label)
+    if device.kind == "cpu" and device.isa is None:
+        parts.append("vector ISA not recorded")
     if device.small:
         parts.append("small sizes")
     return f"{device.short_name} ({', '.join(parts)})"
@@ -292,8 +300,10 @@ def recorded_table(
         A row per figure (sweep points left out; sizes in parentheses), a
         column for this run and one per recorded device with figures for the
         page, and a "this run against its recording" column when one of them
-        is this device. None when neither this run nor any recording has a
-        figure for the page.
+        is this device: the same kind, short name and (for a CPU) vector ISA
+        (:attr:`gpuguide.results.DeviceRecord.key`), so a CPU is never compared
+        with a recording of another CPU that shares its model name. None when
+        neither this run nor any recording has a figure for the page.
     """
     live = recorded() if live is None else tuple(live)
     files = recordings() if files is None else tuple(files)
@@ -474,9 +484,16 @@ def percent_of_recorded_peak(result: Result, device: DeviceRecord) -> float | No
     return 100.0 * result.value / device.peaks[result.peak]
 
 
+def _gpuguide_cell(device: DeviceRecord) -> str:
+    """``"0.1.0 (f4b16f4)"``, ``"0.1.0 (commit unknown)"``, or ``"-"`` (not recorded)."""
+    if device.gpuguide is None:
+        return "-"
+    return device.gpuguide_label.removeprefix("gpuguide ")
+
+
 def devices_table(files: dict[Path, ResultsFile]) -> Table:
     """One row per results file (:func:`load_dir`): device, torch, CUDA,
-    driver, date, sizes, figures and file name."""
+    driver, the gpuguide version and commit, date, sizes, figures and file name."""
     rows = tuple(
         (
             f.device.short_name,
@@ -484,6 +501,7 @@ def devices_table(files: dict[Path, ResultsFile]) -> Table:
             f.device.torch,
             f.device.cuda or "-",
             f.device.driver or "-",
+            _gpuguide_cell(f.device),
             f.device.date[:10],
             "small" if f.device.small else "full",
             str(len(f.results)),
@@ -491,8 +509,8 @@ def devices_table(files: dict[Path, ResultsFile]) -> Table:
         )
         for path, f in files.items()
     )
-    header = ("device", "kind", "torch", "CUDA", "driver", "recorded", "sizes",
-              "figures", "file")  # fmt: skip
+    header = ("device", "kind", "torch", "CUDA", "driver", "gpuguide", "recorded",
+              "sizes", "figures", "file")  # fmt: skip
     return Table(header=header, rows=rows)
 
 

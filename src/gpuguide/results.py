@@ -4,7 +4,8 @@ A page calls :func:`record` once per headline figure (a name, a value with its
 unit and spread, and the configuration it was measured in). The values are kept
 in memory for this process (:func:`recorded`); when the environment variable
 ``GPUGUIDE_RECORD`` names a file, every call also writes them there
-(:func:`flush`), with the run's provenance (device, torch, CUDA, driver, date).
+(:func:`flush`), with the run's provenance (device, torch, CUDA, driver, date,
+the gpuguide version and commit, and a CPU's vector instruction set).
 Re-recording a page replaces that page's entries in the file and keeps the
 other pages', so running every page on a device rebuilds its file page by page.
 
@@ -14,6 +15,7 @@ A results file is JSON with a schema version::
      "device": {"name": "NVIDIA H100 80GB HBM3", "short_name": "H100 SXM5",
                 "kind": "cuda", "torch": "2.11.0", "cuda": "12.8",
                 "driver": "570.86", "date": "2025-06-01T12:00:00+00:00",
+                "gpuguide": "0.1.0", "commit": "f4b16f4", "dirty": false,
                 "small": false, "peaks": {"bf16 matmul": 9.89e14}},
      "results": [{"page": "plot_dtype_throughput", "name": "best bf16 matmul",
                   "value": 6.7e14, "unit": "FLOP/s",
@@ -22,8 +24,11 @@ A results file is JSON with a schema version::
 
 :func:`load` validates a file strictly and raises :class:`ResultsFileError`,
 whose message names the file and the problem, for anything else: truncated
-JSON, a foreign or newer file, a value that is not a number. :func:`merge`
-combines runs of one device into medians with their spread.
+JSON, a foreign or newer file, a value that is not a number. The gpuguide
+version, commit and dirty mark, and a CPU's ``isa``, were added to schema 1
+later: a file without them reads as "unknown" (and a CPU file without its ISA
+is another device than one with it). :func:`merge` combines runs of one device
+into medians with their spread.
 
 The package does not know where a repository keeps its results: every
 function takes a path.
@@ -45,6 +50,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -57,6 +63,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from gpuguide.env import small_mode
 from gpuguide.timing import Measurement
+from gpuguide.version import version_label
 
 if TYPE_CHECKING:
     from gpuguide.device import DeviceInfo
@@ -68,6 +75,7 @@ __all__ = [
     "RECORD_ENV",
     "SCHEMA_VERSION",
     "ConfigValue",
+    "DeviceKey",
     "DeviceRecord",
     "Result",
     "ResultsFile",
@@ -98,10 +106,15 @@ DEVICE_KINDS = ("cuda", "cpu", "mps")
 
 #: The types a configuration value may have (floats finite).
 ConfigValue: TypeAlias = str | int | float | bool
+#: What identifies a device across results files (:attr:`DeviceRecord.key`).
+DeviceKey: TypeAlias = tuple[str, str, str | None]
 
 _TOP_KEYS = frozenset({"schema", "device", "results"})
 _DEVICE_REQUIRED = ("name", "short_name", "kind", "torch", "cuda", "driver", "date")
-_DEVICE_KEYS = frozenset({*_DEVICE_REQUIRED, "small", "peaks"})
+_DEVICE_KEYS = frozenset(
+    {*_DEVICE_REQUIRED, "small", "peaks", "isa", "gpuguide", "commit", "dirty"}
+)
+_COMMIT = re.compile(r"[0-9a-f]{7,40}")
 _RESULT_REQUIRED = ("page", "name", "value", "unit")
 _RESULT_KEYS = frozenset(
     {*_RESULT_REQUIRED, "spread", "config", "runs", "size", "x", "peak"}
@@ -206,6 +219,18 @@ class DeviceRecord:
     peaks : mapping of str to float
         Optional peak rates of the device (``"bf16 matmul"``: FLOP/s), for
         percent-of-peak columns; empty when not recorded.
+    isa : str or None
+        A CPU's widest vector instruction set (``"AVX-512 BF16"``,
+        :attr:`gpuguide.device.DeviceInfo.cpu_isa`), which the short name of a
+        described CPU also names; None when unknown, and always for a GPU.
+    gpuguide : str or None
+        The version of the helpers that measured; None when not recorded
+        (files from before it was).
+    commit : str or None
+        The commit those helpers were built from (hexadecimal, 7 to 40 digits);
+        None when unknown.
+    dirty : bool
+        Whether that checkout had uncommitted changes.
     """
 
     name: str
@@ -217,6 +242,10 @@ class DeviceRecord:
     date: str
     small: bool = False
     peaks: Mapping[str, float] = field(default_factory=dict)
+    isa: str | None = None
+    gpuguide: str | None = None
+    commit: str | None = None
+    dirty: bool = False
 
     def __post_init__(self) -> None:
         _text("name", self.name)
@@ -243,11 +272,51 @@ class DeviceRecord:
                 raise ValueError(msg)
             peaks[key] = number
         object.__setattr__(self, "peaks", MappingProxyType(peaks))
+        self._check_identity()
+        self._check_version()
+
+    def _check_identity(self) -> None:
+        if self.isa is None:
+            return
+        _text("isa", self.isa)
+        if self.kind != "cpu":
+            msg = (
+                f"isa is a CPU's vector instruction set, for kind cpu only; "
+                f"a {self.kind} record has none, got {self.isa!r}"
+            )
+            raise ValueError(msg)
+
+    def _check_version(self) -> None:
+        _optional_text("gpuguide", self.gpuguide)
+        if self.commit is not None:
+            if not isinstance(self.commit, str) or not _COMMIT.fullmatch(self.commit):
+                msg = (
+                    "commit must be a hexadecimal hash of 7 to 40 lower-case digits "
+                    f"or null, got {self.commit!r}"
+                )
+                raise ValueError(msg)
+            if self.gpuguide is None:
+                msg = f"commit {self.commit!r} needs the gpuguide version beside it"
+                raise ValueError(msg)
+        if not isinstance(self.dirty, bool):
+            msg = f"dirty must be a bool, got {self.dirty!r}"
+            raise ValueError(msg)
+        if self.dirty and self.commit is None:
+            msg = "dirty must be false when the commit is unknown, got true"
+            raise ValueError(msg)
 
     @property
-    def key(self) -> tuple[str, str]:
-        """``(kind, short_name)``: two records with one key are the same device."""
-        return (self.kind, self.short_name)
+    def key(self) -> DeviceKey:
+        """``(kind, short_name, isa)``: two records with one key are the same
+        device. A CPU recorded without its vector ISA (files from before it was
+        recorded) is never the same device as one recorded with it."""
+        return (self.kind, self.short_name, self.isa)
+
+    @property
+    def gpuguide_label(self) -> str:
+        """``"gpuguide 0.1.0 (f4b16f4+dirty)"``, ``"gpuguide 0.1.0 (commit
+        unknown)"`` or ``"gpuguide version unknown"``."""
+        return version_label(self.gpuguide, self.commit, self.dirty)
 
     @classmethod
     def from_info(
@@ -274,6 +343,10 @@ class DeviceRecord:
             date=when,
             small=small_mode() if small is None else small,
             peaks=dict(peaks or {}),
+            isa=info.cpu_isa if info.type == "cpu" else None,
+            gpuguide=info.gpuguide_version,
+            commit=info.gpuguide_commit,
+            dirty=info.gpuguide_dirty,
         )
 
     def to_json(self) -> dict[str, object]:
@@ -288,6 +361,10 @@ class DeviceRecord:
             "date": self.date,
             "small": self.small,
         }
+        if self.kind == "cpu":
+            data["isa"] = self.isa
+        if self.gpuguide is not None:
+            data.update(gpuguide=self.gpuguide, commit=self.commit, dirty=self.dirty)
         if self.peaks:
             data["peaks"] = dict(self.peaks)
         return data
@@ -491,6 +568,10 @@ def _parse_device(data: object, source: str) -> DeviceRecord:
             date=data["date"],
             small=data.get("small", False),
             peaks=data.get("peaks", {}),
+            isa=data.get("isa"),
+            gpuguide=data.get("gpuguide"),
+            commit=data.get("commit"),
+            dirty=data.get("dirty", False),
         )
     except (TypeError, ValueError) as error:
         raise _fail(source, f'"device": {error}') from None
@@ -739,7 +820,7 @@ def merge(files: Sequence[ResultsFile]) -> ResultsFile:
 
 _recorded: dict[object, Result] = {}
 _device_cache: list[DeviceRecord] = []
-_with_peaks: dict[tuple[str, str], dict[str, float]] = {}
+_with_peaks: dict[DeviceKey, dict[str, float]] = {}
 _info_cache: list[DeviceInfo] = []
 
 
