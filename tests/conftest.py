@@ -76,6 +76,20 @@ SEED_REFERENCE = re.compile(
 )
 
 
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager):
+    """Without pytest-timeout (an interpreter that has only pytest), accept its
+    setting in pyproject.toml, so that ``--strict-config`` passes; no timeout then."""
+    if not pluginmanager.hasplugin("timeout"):
+        parser.addini("timeout", "seconds per test (pytest-timeout is not installed)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.hasplugin("timeout"):
+        config.addinivalue_line(
+            "markers", "timeout(seconds): pytest-timeout's limit (not installed here)"
+        )
+
+
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]
 ) -> None:
