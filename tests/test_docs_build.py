@@ -20,7 +20,9 @@ from conftest import (
 bs4 = pytest.importorskip("bs4")
 pytest.importorskip("sphinx_gallery")
 
-pytestmark = pytest.mark.slow
+# The first test to use the site pays for its build (about 100 s at small sizes
+# on 2 cores, several minutes on a slow or busy machine), hence the longer limit.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 def test_every_page_with_recorded_figures_shows_each_recorded_device(site):
