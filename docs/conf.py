@@ -18,7 +18,7 @@ if (ROOT / "src" / "gpuguide").is_dir():
 sys.path.insert(0, str(Path(__file__).resolve().parent / "_ext"))
 
 import gpuguide
-from gallery_hooks import connect_fingerprint, copy_artifacts
+from gallery_hooks import connect_fingerprint, copy_artifacts, quiet_build_log
 
 # Files that examples write for download (traces, snapshots) go to _build/artifacts
 # and are copied to <html>/_artifacts when the build ends; pages link to them from
@@ -109,6 +109,7 @@ def _copy_artifacts(app, exception):
 
 
 def setup(app):
+    quiet_build_log()  # no extension's configuration dump in the build's log
     app.connect("build-finished", _copy_artifacts)
     # An example is re-executed when its source changed, and every example when
     # torch's version, the device, small mode, the GPU memory cap, the recorded

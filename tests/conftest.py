@@ -63,6 +63,36 @@ TORCH_LOG = re.compile(
     re.MULTILINE,
 )
 
+#: The repr of a value left as a cell's last expression, which sphinx-gallery (and
+#: Jupyter) print: ``Result(page=..., config=mappingproxy({}), ...)`` from a
+#: ``gpuguide.record(...)``, or a default ``<module.Class object at 0x7f...>``.
+STRAY_REPR = re.compile(
+    r"\bResult\(|\bmappingproxy\(|<[\w.]+ object at 0x[0-9a-fA-F]+>"
+)
+
+#: A reference to the texts the guide was written from, which readers do not have:
+#: "Seed 004 says", "(seed 002 says ~10 us)", "as the seeds say". Random seeds
+#: (``torch.manual_seed``, "seeded the same way") are not references.
+SEED_REFERENCE = re.compile(
+    r"\bseeds?[ /]?\d{3}|\bthe seeds\b|\bseeds? (say|says|quote|quotes)\b"
+    r"|\bsource texts?\b",
+    re.IGNORECASE,
+)
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager):
+    """Without pytest-timeout (an interpreter that has only pytest), accept its
+    setting in pyproject.toml, so that ``--strict-config`` passes; no timeout then."""
+    if not pluginmanager.hasplugin("timeout"):
+        parser.addini("timeout", "seconds per test (pytest-timeout is not installed)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.hasplugin("timeout"):
+        config.addinivalue_line(
+            "markers", "timeout(seconds): pytest-timeout's limit (not installed here)"
+        )
+
 
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]
@@ -104,7 +134,8 @@ def site(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """The whole site built once, at small sizes: its output folder and the build's
-    result (test_docs_build.py and test_browser.py share it).
+    result, whose output is the build log a reader sees (test_docs_build.py and
+    test_browser.py share it).
 
     The build runs in a copy of ``docs/`` and ``examples/`` so the reader's own
     build (``docs/auto_examples``, ``docs/_build``) is never touched.
@@ -136,7 +167,7 @@ def site(
         "GPUGUIDE_RESULTS_DIR": str(results),
     }  # fmt: skip
     result = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q",
+        [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going",
          str(work / "docs"), str(out)],
         env=env, capture_output=True, text=True, timeout=1800,
     )  # fmt: skip

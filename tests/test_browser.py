@@ -29,7 +29,9 @@ import pytest
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, BrowserContext, Page, Route
 
-pytestmark = pytest.mark.slow
+# The first test to use the site pays for its build (conftest's ``site``; about
+# 100 s at small sizes on 2 cores), hence the longer limit.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 #: The viewport: a laptop screen. The provenance line must show within it.
 WIDTH, HEIGHT = 1400, 1000

@@ -8,12 +8,21 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import EXAMPLES, MEASURED, TORCH_LOG, build_mini_site
+from conftest import (
+    EXAMPLES,
+    MEASURED,
+    SEED_REFERENCE,
+    STRAY_REPR,
+    TORCH_LOG,
+    build_mini_site,
+)
 
 bs4 = pytest.importorskip("bs4")
 pytest.importorskip("sphinx_gallery")
 
-pytestmark = pytest.mark.slow
+# The first test to use the site pays for its build (about 100 s at small sizes
+# on 2 cores, several minutes on a slow or busy machine), hence the longer limit.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 def test_every_page_with_recorded_figures_shows_each_recorded_device(site):
@@ -90,6 +99,41 @@ def test_build_has_no_warnings(site):
     assert "WARNING" not in result.stderr, result.stderr[-5000:]
 
 
+#: torch's structured trace (``torch.__trace``) as it would reach a build log: its
+#: records are DEBUG ("V" in torch's format) with a JSON payload.
+TORCH_TRACE = re.compile(
+    r'^V\d{4} \d\d:\d\d:\d\d|"chromium_event"|inductor_config\[', re.MULTILINE
+)
+
+
+def test_the_build_log_is_for_people(site):
+    _, result = site
+    log = result.stdout + result.stderr
+    lines = log.splitlines()
+    assert len(lines) < 1000, f"{len(lines)} lines; the last:\n" + "\n".join(
+        lines[-30:]
+    )
+    trace = TORCH_TRACE.search(log)
+    assert trace is None, (
+        f"torch's trace in the build log: {trace and trace.group(0)!r}"
+    )
+    assert "MdParserConfig(" not in log
+    assert "generating gallery for" in log  # the log is sphinx's, not a quiet one
+
+
+def test_no_page_refers_to_the_seeds(site):
+    out, _ = site
+    pages = sorted(out.rglob("*.html"))
+    assert len(pages) > len(EXAMPLES)
+    found = []
+    for page in pages:
+        text = bs4.BeautifulSoup(page.read_text(), "html.parser").get_text()
+        found += [
+            f"{page.relative_to(out)}: {m[0]}" for m in SEED_REFERENCE.finditer(text)
+        ]
+    assert not found, found
+
+
 def test_landing_and_method_pages_exist(site):
     out, _ = site
     index = (out / "index.html").read_text()
@@ -119,8 +163,10 @@ def test_example_page_has_figures_output_and_provenance(site, script):
     assert "Traceback" not in outputs
     log = TORCH_LOG.search(outputs)
     assert log is None, f"torch's own log on the page: {log and log.group(0)!r}"
-    # A stray value at the end of a cell would show as its default repr.
-    assert not re.search(r"<[\w.]+ object at 0x[0-9a-f]+>", outputs), outputs
+    stray = STRAY_REPR.search(outputs)
+    assert stray is None, (
+        f"a cell's last value on the page: {stray and stray.group(0)!r}"
+    )
 
     # The reader can take the script (and a notebook) away.
     downloads = {a["href"].rsplit("/", 1)[-1] for a in soup.select("a.download")}
@@ -183,6 +229,31 @@ def test_an_artifact_is_linked_and_copied(tmp_path):
     (link,) = soup.select("p.gpuguide-download a")
     assert "trace of nothing" in link.get_text()
     assert (page.parent / link["href"]).resolve().read_text() == "{}"
+
+
+def test_the_checks_catch_a_value_left_at_a_cell_end_and_keep_the_trace_out(tmp_path):
+    code = EXAMPLE_HEAD + (
+        "import logging\n\nimport gpuguide\nimport torch\n\n"
+        'torch._logging.trace_structured("gpuguide_event", payload_fn=lambda: "12345")\n'
+        'logging.getLogger("torch._dynamo").warning("a warning torch prints")\n'
+        'print("the page goes on")\n'
+        'gpuguide.record("left at the end of a cell", 1.0, unit="s")\n'
+    )
+    result = build_mini_site(tmp_path, code)
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = result.stdout + result.stderr
+    assert re.search(r"^W\d{4} .*\] a warning torch prints$", log, re.MULTILINE), log
+    assert TORCH_TRACE.search(log) is None, log[-3000:]
+    assert "gpuguide_event" not in log
+
+    page = tmp_path / "html" / "auto_examples" / "01_only" / "plot_only.html"
+    soup = bs4.BeautifulSoup(page.read_text(), "html.parser")
+    outputs = "\n".join(
+        b.get_text() for b in soup.select("div.sphx-glr-script-out pre")
+    )
+    assert "the page goes on" in outputs
+    assert TORCH_LOG.search(outputs) is None
+    assert STRAY_REPR.search(outputs), outputs  # what the page test fails on
 
 
 # -- recorded results ------------------------------------------------------------------

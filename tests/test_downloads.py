@@ -38,7 +38,9 @@ from gpuguide.version import git_commit
 
 pytest.importorskip("sphinx_gallery")
 
-pytestmark = pytest.mark.slow
+# A site build, a fresh environment and pip installs (72 s on 2 cores from local
+# wheels; minutes more where pip downloads torch).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 EXAMPLE = '''"""
 Only

@@ -7,6 +7,7 @@ docs build runs them.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import re
@@ -99,6 +100,27 @@ def test_pages_that_profile_take_turns(tmp_path):
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
     with lock.open("w") as other:  # released afterwards
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def _cell_ends(source):
+    """The last statement of each ``# %%`` cell of an example's source."""
+    for cell in re.split(r"^# %%.*$", source, flags=re.MULTILINE):
+        body = ast.parse(cell).body
+        if body:
+            yield body[-1]
+
+
+@pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.stem)
+def test_no_cell_ends_with_a_recorded_value(script):
+    # sphinx-gallery and Jupyter print a cell's last value: Result(page=...).
+    ends = [
+        ast.unparse(end)[:80]
+        for end in _cell_ends(script.read_text())
+        if isinstance(end, ast.Expr)
+        and isinstance(end.value, ast.Call)
+        and ast.unparse(end.value.func).split(".")[-1] == "record"
+    ]
+    assert not ends, ends
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.stem)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 import random
+import re
 import sys
 import warnings
 
@@ -174,3 +175,82 @@ def test_torch_logs_go_to_the_build_log_not_the_page(monkeypatch, capfd):
     _gallery.reset_torch_state(when="before")
     _gallery.reset_torch_state(when="before")
     _gallery.reset_torch_state(when="after")
+
+
+@pytest.fixture
+def page(monkeypatch):
+    """The page an example prints to: ``sys.stderr`` while the hooks are in force."""
+    text = io.StringIO()
+    _gallery.reset_torch_state(when="before")
+    monkeypatch.setattr(sys, "stderr", text)
+    yield text
+    monkeypatch.undo()
+    _gallery.reset_torch_state(when="after")
+
+
+def test_a_torch_warning_reaches_the_build_log_in_torchs_format(page, capfd):
+    # torch's own handler on torch._dynamo (registered loggers have their own).
+    logging.getLogger("torch._dynamo").warning("recompiling %s", "forward")
+    err = capfd.readouterr().err
+    assert page.getvalue() == ""
+    assert re.search(r"^W\d{4} .*\] recompiling forward$", err, re.MULTILINE), err
+
+
+def test_what_torch_would_not_print_reaches_no_log(page, capfd):
+    logging.getLogger("torch._dynamo").info("below torch's WARNING level")
+    assert page.getvalue() == ""
+    assert "below torch's WARNING level" not in capfd.readouterr().err
+
+
+def test_torch_structured_trace_stays_out_of_the_build_log(monkeypatch, page, capfd):
+    from torch._logging._internal import LazyTraceHandler, TorchLogsFormatter
+
+    monkeypatch.delenv("TORCH_TRACE", raising=False)
+    trace = logging.getLogger("torch.__trace")
+    handler = LazyTraceHandler(None)  # as torch sets it up without TORCH_TRACE
+    handler.setFormatter(TorchLogsFormatter(trace=True))
+    monkeypatch.setattr(trace, "handlers", [handler])
+    _gallery.reset_torch_state(when="before")  # a later example's hook
+
+    trace.debug("", extra={"metadata": {"chromium_event": {}}, "payload": "{}"})
+    assert page.getvalue() == ""
+    assert "chromium_event" not in capfd.readouterr().err
+    # torch's handler did its job: with no trace folder it removed itself, so
+    # torch builds no more trace records.
+    assert trace.handlers == []
+
+
+def test_a_torch_log_file_gets_its_records(monkeypatch, tmp_path, page, capfd):
+    logger = logging.getLogger("torch._inductor")
+    to_file = logging.FileHandler(tmp_path / "torch.log")  # as TORCH_LOGS_OUT
+    monkeypatch.setattr(logger, "handlers", [to_file])
+    _gallery.reset_torch_state(when="before")
+    logger.warning("kernel choice failed")
+    to_file.close()
+    assert "kernel choice failed" in (tmp_path / "torch.log").read_text()
+    assert "kernel choice failed" not in capfd.readouterr().err
+    assert page.getvalue() == ""
+
+
+def test_quiet_build_log_drops_myst_configuration_not_its_warnings(monkeypatch):
+    name, text = _gallery.UNNEEDED_LINES[0]
+    logger = logging.getLogger(name)
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    monkeypatch.setattr(logger, "handlers", [handler])
+    monkeypatch.setattr(logger, "filters", [])
+    monkeypatch.setattr(logger, "propagate", False)
+    _gallery.quiet_build_log()
+    _gallery.quiet_build_log()  # once per logger
+    assert len(logger.filters) == 1
+
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        logger.info("myst v5.2.0: %s(commonmark_only=False)", text.rstrip("("))
+        logger.info("myst: another line")
+        logger.warning("myst configuration invalid: %s(...)", text.rstrip("("))
+    finally:
+        logger.setLevel(level)
+    assert said == ["myst: another line", f"myst configuration invalid: {text}...)"]

@@ -1,9 +1,9 @@
-"""The pattern that keeps torch's own log lines off the pages can fail."""
+"""The patterns that keep torch's own log lines and stray reprs off the pages can fail."""
 
 from __future__ import annotations
 
 import pytest
-from conftest import TORCH_LOG
+from conftest import STRAY_REPR, TORCH_LOG
 
 # Lines printed on pages of the first H100 build (../shared/gpu-runs).
 SEEN_ON_GPU = [
@@ -35,3 +35,29 @@ def test_torch_logs_are_caught(line):
 @pytest.mark.parametrize("line", CLEAN)
 def test_clean_lines_pass(line):
     assert TORCH_LOG.search(line) is None
+
+
+# Values left at the end of a cell, as sphinx-gallery printed them (the first was
+# on three pages of the H100 build of f4b16f4).
+STRAY = [
+    "Result(page='plot_roofline', name='float32 matmul rate', value=5.2e13, "
+    "unit='FLOP/s', spread=None, config=mappingproxy({}), runs=1, size=8192)",
+    "config=mappingproxy({'dtype': 'bf16'})",
+    "<gpuguide.chapters.data.Loader object at 0x7f3a2c1b9d90>",
+]
+
+MEANT = [
+    "<Measurement 'matmul 256' on cpu: median 221 us, IQR 63 us (29%), 455 runs>",
+    "DDPConfig(backend='gloo', features=256, width=1024, batch_size=128, seed=0)",
+    "Results of this run: 4 figures",
+]
+
+
+@pytest.mark.parametrize("line", STRAY)
+def test_stray_reprs_are_caught(line):
+    assert STRAY_REPR.search("page output\n" + line + "\nmore")
+
+
+@pytest.mark.parametrize("line", MEANT)
+def test_printed_values_pass(line):
+    assert STRAY_REPR.search(line) is None

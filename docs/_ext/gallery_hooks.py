@@ -10,8 +10,10 @@ into the next page's measurements. :func:`reset_torch_state` is registered in
 ``docs/conf.py`` as a ``reset_modules`` hook that runs before and after every
 example. Before an example it also turns warnings into errors, so a warning
 that an example does not catch on purpose fails the build; warnings that torch
-attributes to its own modules are ignored (:mod:`gpuguide.quiet`), and torch's
-log lines go to the build's log instead of the page.
+attributes to its own modules are ignored (:mod:`gpuguide.quiet`), and the
+log lines torch prints go to the build's log instead of the page (its
+structured trace, which prints nothing, is left alone). :func:`quiet_build_log`
+keeps other extensions' lines that no reader needs out of the build's log.
 
 sphinx-gallery re-executes an example only when its source changed (an ``.md5``
 file beside each generated page), so a build on a GPU after one on the CPU would
@@ -58,6 +60,7 @@ __all__ = [
     "FINGERPRINT_FILE",
     "HELPERS_DIR",
     "SEED",
+    "UNNEEDED_LINES",
     "ChapterOrder",
     "build_fingerprint",
     "check_fingerprint",
@@ -65,6 +68,7 @@ __all__ = [
     "copy_artifacts",
     "fingerprint_changes",
     "page_times",
+    "quiet_build_log",
     "record_after_build",
     "record_fingerprint",
     "reset_torch_state",
@@ -173,6 +177,11 @@ class _ToBuildLog(logging.Filter):
     at that moment, so a line such as ``W... No CUDA runtime is found`` would
     land on the page. This filter writes the record to the process's real
     stderr (``sys.__stderr__``, the build log) and stops the handler.
+
+    It goes only on handlers that print (:func:`_prints`), and last among their
+    filters: a record that reaches it has passed the logger's and the handler's
+    levels and the handler's own filters, so it is exactly what torch would
+    have printed.
     """
 
     def __init__(self, handler: logging.Handler) -> None:
@@ -187,17 +196,67 @@ class _ToBuildLog(logging.Filter):
         return False
 
 
+#: torch's structured trace (``TORCH_TRACE``): its handler writes to a file when
+#: a trace folder is set, and otherwise removes itself at its first record.
+_TORCH_TRACE_LOGGER = "torch.__trace"
+
+
+def _prints(handler: logging.Handler) -> bool:
+    """Whether ``handler`` writes its records to a console stream.
+
+    A ``StreamHandler`` does, except a file (``TORCH_LOGS_OUT``) and torch's
+    trace handler, a ``StreamHandler`` that opens its file at the first record.
+    """
+    return (
+        isinstance(handler, logging.StreamHandler)
+        and not isinstance(handler, logging.FileHandler)
+        and type(handler).__name__ != "LazyTraceHandler"
+    )
+
+
 def _torch_logs_to_build_log() -> None:
-    """Add :class:`_ToBuildLog` to every handler of torch's loggers (once each)."""
+    """Add :class:`_ToBuildLog` to every handler of torch's loggers that prints
+    (once each); the structured trace and file handlers are left as they are."""
     names = [
         name
         for name in logging.root.manager.loggerDict
-        if name == "torch" or name.startswith("torch.")
+        if (name == "torch" or name.startswith("torch."))
+        and name != _TORCH_TRACE_LOGGER
     ]
     for name in names:
         for handler in logging.getLogger(name).handlers:
-            if not any(isinstance(f, _ToBuildLog) for f in handler.filters):
+            if _prints(handler) and not any(
+                isinstance(f, _ToBuildLog) for f in handler.filters
+            ):
                 handler.addFilter(_ToBuildLog(handler))
+
+
+class _Unneeded(logging.Filter):
+    """Drop a logger's records below WARNING whose message contains ``text``."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or self.text not in record.getMessage()
+
+
+#: Lines of other extensions that tell a reader of the build log nothing: the
+#: logger and a text of the message. myst prints its whole configuration.
+UNNEEDED_LINES = (("sphinx.myst_parser.sphinx_ext.main", "MdParserConfig("),)
+
+
+def quiet_build_log() -> None:
+    """Keep :data:`UNNEEDED_LINES` out of the build log (once per logger).
+
+    Call it from ``conf.py``'s ``setup(app)``, before the builder starts.
+    Warnings and errors of those loggers still reach the log.
+    """
+    for name, text in UNNEEDED_LINES:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _Unneeded) and f.text == text for f in logger.filters):
+            logger.addFilter(_Unneeded(text))
 
 
 def _errors_for_warnings() -> None:

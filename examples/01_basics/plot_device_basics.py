@@ -132,11 +132,11 @@ m_dev, m_host, m_copy, m_both = gpuguide.interleave(
     device=device,  # CUDA events also time the host's work: the GPU waits for it
     rep_ms=300,
 ).values()
-for m in (m_dev, m_host, m_copy, m_both):
-    print(m)
 gpuguide.record("randn on the device", m_dev, size=f"{n}x{n}")
 gpuguide.record("randn on the CPU", m_host, size=f"{n}x{n}")
 gpuguide.record("randn on the CPU, then .to(device)", m_both, size=f"{n}x{n}")
+for m in (m_dev, m_host, m_copy, m_both):
+    print(m)
 
 # %%
 # What the numbers say

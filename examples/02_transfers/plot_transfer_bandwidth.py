@@ -140,16 +140,16 @@ def gbps(key):
 # %%
 # Pinned against pageable
 # -----------------------
-# Seed 004 says pinning helps because the pages cannot be swapped out. That is what
-# pinning does; the speed comes from how the GPU copies: its copy engines read host
-# memory by DMA, which needs pages the operating system cannot move. From pageable
+# Pinning is often explained as keeping the pages from being swapped out. That is
+# what pinning does; the speed comes from how the GPU copies: its copy engines read
+# host memory by DMA, which needs pages the operating system cannot move. From pageable
 # memory the driver first copies each chunk into a pinned staging buffer, then sends
 # it, so expect pinned copies to be faster and nearer the link's peak (70-90% on a
 # healthy PCIe link). By how much depends on the link: a pageable copy is held back
 # by the host's own copy into the staging buffer, a pinned one only by the link, so
 # the faster the link, the larger the gain: well under 2x on PCIe 3.0, several times
-# on PCIe 5.0. The seeds quote 16 and 32 GB/s for the link: the peaks of PCIe 3.0
-# and 4.0 x16, not of every machine. The verdicts compare the medians with their
+# on PCIe 5.0. The 16 and 32 GB/s often quoted for the link are the peaks of PCIe
+# 3.0 and 4.0 x16, not of every machine. The verdicts compare the medians with their
 # spread (:func:`gpuguide.compare`). The rates at the largest size are recorded,
 # pageable and pinned, with the range their quartiles give.
 for key, ms in results.items():
@@ -172,10 +172,7 @@ for key, ms in results.items():
 for direction in ("H2D", "D2H") if on_gpu else ():
     pageable, pinned, pinned_async = (results[direction, w][-1] for w in WAYS)
     pinning = gpuguide.compare(pinned, pageable)
-    seeds = (
-        ", as the seeds say" if pinning.verdict == "faster" else ", unlike the seeds"
-    )
-    print(f"{direction}: {pinning}{seeds}")
+    print(f"{direction}: {pinning}")
     print(f"{direction}: {gpuguide.compare(pinned_async, pinned)}")
 if on_gpu:
     first, last = results["H2D", "pageable"][0], results["H2D", "pageable"][-1]
@@ -184,7 +181,7 @@ if on_gpu:
     print(
         f"smallest pageable H2D copy, {format_bytes(sizes[0])}: {format_cell(first)} "
         f"per call, {format_time(bytes_s)} of it for the bytes at the large-copy "
-        f"rate, the rest a fixed cost per copy (seed 002 says ~10 us)"
+        f"rate, the rest a fixed cost per copy (about 10 us on typical systems)"
     )
     # The copy engine's own time for a pinned copy of that size, launches hidden.
     engine = gpuguide.benchmark(

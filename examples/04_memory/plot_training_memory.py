@@ -132,10 +132,10 @@ with torch.autograd.graph.saved_tensors_hooks(count_saved, lambda t: t):
     loss = loss_fn(model(x), y)
 del loss
 expected = fmt(saved_per_row * batch)  # 9 fp32 numbers per row and block
-print(f"saved for backward: {fmt(sum(saved.values()))} (expected {expected})")
-print(f"measured rise during forward + backward: {fmt(parts['activations'])}")
 gpuguide.record("saved for backward", sum(saved.values()), unit="B", size=dims)
 gpuguide.record("activations", parts["activations"], unit="B", size=dims)
+print(f"saved for backward: {fmt(sum(saved.values()))} (expected {expected})")
+print(f"measured rise during forward + backward: {fmt(parts['activations'])}")
 
 # %%
 # The breakdown

@@ -171,6 +171,7 @@ gpuguide.record(
     size=side,
     peak="tf32" if tf32 else "fp32",
 )
+print(mm)
 
 # %%
 # From memory- to compute-bound: growing the inner dimension
