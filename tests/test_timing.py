@@ -761,9 +761,13 @@ def test_benchmark_cuda_kernel_mode_hides_the_launch():
     x = torch.zeros(1024, device="cuda")
     call = benchmark(x.add_, args=(1.0,), rep_ms=20)
     kernel = benchmark(x.add_, args=(1.0,), rep_ms=20, measure="kernel")
+    # Timed on the GPU (x.add_ carries its tensor), not on the host clock.
     assert kernel.method == "cuda-events-queued"
-    # A 4 KiB add takes a few us of GPU time; launching it takes longer.
-    assert kernel.median_s < call.median_s
+    assert call.method == "cuda-events"
+    # A 4 KiB add takes a few us of GPU time. Launching it usually takes longer,
+    # but a call measure whose host got ahead reads the kernel too (3.52 us
+    # against 3.55 us on an H100): the kernel measure is never measurably longer.
+    assert kernel.median_s <= 1.1 * call.median_s
     assert kernel.median_s < 20e-6
 
 
