@@ -114,6 +114,7 @@ def test_git_failing_to_start_tells_nothing(checkout: Path, monkeypatch):
 
 
 def test_a_wheel_s_stamp_names_the_commit_where_git_cannot(tmp_path: Path, monkeypatch):
+    monkeypatch.delenv(version.COMMIT_ENV, raising=False)
     package = tmp_path / "site-packages" / "gpuguide"
     package.mkdir(parents=True)
     assert version._describe(package) == VersionInfo(gpuguide.__version__)
@@ -126,6 +127,23 @@ def test_a_wheel_s_stamp_names_the_commit_where_git_cannot(tmp_path: Path, monke
         assert version._describe(package).commit is None, broken
     with pytest.raises(ValueError, match="hexadecimal"):
         write_stamp(package, "HEAD", False)
+
+
+def test_a_copy_without_git_takes_the_commit_from_the_environment(
+    tmp_path: Path, monkeypatch
+):
+    copy = tmp_path / "copy" / "src" / "gpuguide"  # a GPU machine's copy, no .git
+    copy.mkdir(parents=True)
+    monkeypatch.setenv(version.COMMIT_ENV, "2417E61+dirty")
+    assert version._describe(copy) == VersionInfo(gpuguide.__version__, "2417e61", True)
+    monkeypatch.setenv(version.COMMIT_ENV, "2417e61")
+    assert version._describe(copy).label.endswith("(2417e61)")
+    # A stamp wins over the variable; a value that is no hash tells nothing.
+    write_stamp(copy, "f4b16f4", False)
+    assert version._describe(copy).commit == "f4b16f4"
+    (copy / version.STAMP_FILE).unlink()
+    monkeypatch.setenv(version.COMMIT_ENV, "main")
+    assert version._describe(copy).commit is None
 
 
 @needs_git

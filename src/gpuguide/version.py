@@ -6,7 +6,7 @@ numbers, as ``gpuguide 0.1.0 (f4b16f4)``, with ``+dirty`` when the checkout
 had uncommitted changes (``gpuguide 0.1.0 (f4b16f4+dirty)``), and ``commit
 unknown`` where it cannot be told.
 
-:func:`describe_version` finds the commit in one of two places:
+:func:`describe_version` finds the commit in one of three places:
 
 - the git checkout the package is imported from (``src/gpuguide`` tracked by
   git): ``git rev-parse`` and ``git status``, run once per process, quietly, and
@@ -15,7 +15,10 @@ unknown`` where it cannot be told.
   checkout), the checkout tells nothing;
 - else a stamp file, ``_source.json`` beside this module, that the site's
   wheel is built with (``docs/_ext/site_wheel.py`` calls :func:`write_stamp`),
-  so a reader who installs that wheel still runs with the commit named.
+  so a reader who installs that wheel still runs with the commit named;
+- else the variable ``GPUGUIDE_COMMIT`` (``2417e61`` or ``2417e61+dirty``), for
+  a copy of a checkout without its ``.git`` folder (a GPU machine's copy, a
+  tarball): whoever makes the copy knows the commit.
 
 A foundation module: it imports nothing else from gpuguide.
 """
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "COMMIT_ENV",
     "STAMP_FILE",
     "VersionInfo",
     "__version__",
@@ -46,6 +50,9 @@ __version__ = "0.1.0"
 
 #: The file, beside this module in a built wheel, that names the commit.
 STAMP_FILE = "_source.json"
+
+#: The commit of a copy without its ``.git`` folder: ``2417e61`` or ``2417e61+dirty``.
+COMMIT_ENV = "GPUGUIDE_COMMIT"
 
 #: Seconds to wait for one git command before giving up.
 _GIT_TIMEOUT_S = 5.0
@@ -187,8 +194,17 @@ def _read_stamp(package_dir: Path) -> tuple[str, bool] | None:
     return commit, dirty is True
 
 
+def _commit_from_env() -> tuple[str, bool] | None:
+    """The commit ``GPUGUIDE_COMMIT`` names; None when unset or not a hash."""
+    text = os.environ.get(COMMIT_ENV, "").strip().lower()
+    commit = text.removesuffix("+dirty")
+    if not _HASH.fullmatch(commit):
+        return None
+    return commit, text.endswith("+dirty")
+
+
 def _describe(package_dir: Path) -> VersionInfo:
-    found = git_commit(package_dir) or _read_stamp(package_dir)
+    found = git_commit(package_dir) or _read_stamp(package_dir) or _commit_from_env()
     if found is None:
         return VersionInfo(__version__)
     return VersionInfo(__version__, commit=found[0], dirty=found[1])
@@ -199,6 +215,7 @@ def describe_version() -> VersionInfo:
     """The version of these helpers and the commit they come from, once per process.
 
     From the git checkout the package is imported from, else from the stamp a
-    built wheel carries, else with the commit unknown. Never raises.
+    built wheel carries, else from ``GPUGUIDE_COMMIT``, else with the commit
+    unknown. Never raises.
     """
     return _describe(_PACKAGE_DIR)
