@@ -37,6 +37,27 @@ def test_clearly_apart_is_faster_and_slower_both_ways():
     assert str(back).startswith("old is 2.00x slower than new (")
 
 
+def test_a_difference_under_the_minimum_effect_is_no_verdict_either_way():
+    # Tight, non-overlapping intervals 3% apart: what two builds of the same page
+    # on the same GPU can differ by, so no verdict that a rebuild could reverse.
+    new, old = around("new", 1.00, 0.002), around("old", 1.03, 0.002)
+    c = compare(new, old)
+    assert c.low > 1.0  # the intervals are apart ...
+    assert c.verdict == NO_DIFFERENCE  # ... but the effect is under 5%
+    assert c.within_min_effect
+    assert str(c).startswith("no measurable difference between new and old: they")
+    assert "less than 5%, as two builds can" in str(c)
+    assert c.short.startswith("no measurable difference, less than 5% (1.0")
+    assert compare(old, new).verdict == NO_DIFFERENCE
+    assert break_even(1.0, old, new) is None
+    # From 5% on, apart intervals give a verdict both ways.
+    far = around("far", 1.06, 0.002)
+    assert compare(new, far).verdict == "faster"
+    assert compare(far, new).verdict == "slower"
+    assert not compare(new, far).within_min_effect
+    assert verdicts.MIN_EFFECT == pytest.approx(1.05)
+
+
 def test_overlapping_intervals_are_no_measurable_difference():
     a, b = around("a", 1.00, 0.2), around("b", 1.05, 0.2)
     c = compare(a, b)

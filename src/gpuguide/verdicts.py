@@ -7,8 +7,13 @@ interval is its interquartile range (the middle half of its calls), and:
 
 - :func:`compare` gives the ratio of two measurements' medians with the range
   the ratio spans over their intervals, and a verdict: ``"faster"`` or
-  ``"slower"`` only when the intervals do not overlap, else ``"no measurable
-  difference"``;
+  ``"slower"`` only when the intervals do not overlap and the medians differ
+  by at least :data:`MIN_EFFECT` (5%), else ``"no measurable difference"``:
+  two builds of the same pages on the same GPU differ by a few percent (clocks,
+  temperature, what ran before), so a smaller difference would not say the same
+  thing twice (an H100's pinned copy with ``non_blocking`` read "no measurable
+  difference (0.97-1.02x)" in one build and "1.03x faster (1.02-1.04x)" in the
+  next);
 - :meth:`Comparison.against` places that ratio above, within or below a
   quoted range (e.g. "speed-ups of 1.5-3x are typical");
 - :func:`break_even` gives the number of uses after which a one-off cost
@@ -39,6 +44,7 @@ from gpuguide.timing import REP_MS, Measurement, benchmark
 from gpuguide.units import format_ratio
 
 __all__ = [
+    "MIN_EFFECT",
     "NO_DIFFERENCE",
     "Comparison",
     "break_even",
@@ -46,8 +52,11 @@ __all__ = [
     "interleave",
 ]
 
-#: The verdict when the two intervals overlap.
+#: The verdict when the two intervals overlap, or the medians are within MIN_EFFECT.
 NO_DIFFERENCE = "no measurable difference"
+
+#: The smallest ratio of medians a verdict calls faster or slower (and its inverse).
+MIN_EFFECT = 1.05
 
 
 @dataclass(frozen=True)
@@ -75,12 +84,21 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        """``"faster"``, ``"slower"`` or :data:`NO_DIFFERENCE`."""
-        if self.low > 1.0:
+        """``"faster"``, ``"slower"`` or :data:`NO_DIFFERENCE`.
+
+        Faster (slower) when the intervals are apart and the medians' ratio is
+        at least :data:`MIN_EFFECT` (at most its inverse).
+        """
+        if self.low > 1.0 and self.speedup >= MIN_EFFECT:
             return "faster"
-        if self.high < 1.0:
+        if self.high < 1.0 and self.speedup <= 1 / MIN_EFFECT:
             return "slower"
         return NO_DIFFERENCE
+
+    @property
+    def within_min_effect(self) -> bool:
+        """Intervals apart, but the medians closer than :data:`MIN_EFFECT`."""
+        return not self.measurable and (self.low > 1.0 or self.high < 1.0)
 
     @property
     def measurable(self) -> bool:
@@ -94,6 +112,8 @@ class Comparison:
         ``"2.30x (2.10-2.50x)"``, or ``"no measurable difference (0.90-1.10x)"``.
         """
         spread = _span(self.low, self.high)
+        if self.within_min_effect:
+            return f"{NO_DIFFERENCE}, less than {_min_effect()} ({spread})"
         if not self.measurable:
             return f"{NO_DIFFERENCE} ({spread})"
         return f"{format_ratio(self.speedup)} ({spread})"
@@ -123,7 +143,17 @@ class Comparison:
         if self.verdict == "slower":
             slow = _span(1 / self.high, 1 / self.low)
             return f"{a} is {format_ratio(1 / self.speedup)} slower than {b} ({slow})"
+        if self.within_min_effect:
+            return (
+                f"{NO_DIFFERENCE} between {a} and {b}: they differ by less than "
+                f"{_min_effect()}, as two builds can (speed-up {spread})"
+            )
         return f"{NO_DIFFERENCE} between {a} and {b} (speed-up {spread})"
+
+
+def _min_effect() -> str:
+    """``"5%"``: :data:`MIN_EFFECT` as a percentage."""
+    return f"{100 * (MIN_EFFECT - 1):.0f}%"
 
 
 def _span(low: float, high: float) -> str:
