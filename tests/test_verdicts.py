@@ -55,7 +55,7 @@ def test_a_difference_under_the_minimum_effect_is_no_verdict_either_way():
     assert compare(new, far).verdict == "faster"
     assert compare(far, new).verdict == "slower"
     assert not compare(new, far).within_min_effect
-    assert verdicts.MIN_EFFECT == pytest.approx(1.05)
+    assert pytest.approx(1.05) == verdicts.MIN_EFFECT
 
 
 def test_overlapping_intervals_are_no_measurable_difference():
