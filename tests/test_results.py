@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 from conftest import CPU_RECORD, H100_RECORD, ROOT
 
+import gpuguide
 from gpuguide import results
 from gpuguide.device import DeviceInfo
 from gpuguide.results import (
@@ -261,7 +262,10 @@ def test_device_record_from_a_device_info():
 
 def test_the_committed_results_files_load_with_their_provenance():
     h100 = results.load(ROOT / "docs" / "results" / "cuda-h100-sxm5.json").device
-    assert h100.gpuguide_label == "gpuguide 0.1.0 (f4b16f4)"
+    # A GPU recording names the helpers' version and a commit, from a clean tree.
+    assert h100.gpuguide == gpuguide.__version__
+    assert re.fullmatch(r"[0-9a-f]{7,40}", h100.commit or "")
+    assert h100.gpuguide_label == f"gpuguide {h100.gpuguide} ({h100.commit})"
     cpu = results.load(ROOT / "docs" / "results" / "cpu-amd-epyc-2-threads.json").device
     # Recorded before versions and ISAs were: unknown, and another identity than
     # the same model and threads recorded with its ISA.
