@@ -24,6 +24,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -167,7 +168,29 @@ def _pip(venv: Path, args: list[str], env: dict[str, str], cwd: Path) -> None:
     pytest.fail(f"pip {' '.join(args)} failed:\n{output[-5000:]}")
 
 
-def test_a_downloaded_notebook_and_script_run_in_a_fresh_environment(tmp_path, served):
+@pytest.fixture
+def outside_the_repository():
+    """A function giving a fresh folder outside the repository: ``tmp_path``
+    itself where it is outside, else one in the system's temporary folder."""
+    made: list[Path] = []
+
+    def folder(tmp_path: Path) -> Path:
+        if not tmp_path.resolve().is_relative_to(ROOT):
+            return tmp_path
+        for base in ("/tmp", "/var/tmp", str(Path.home())):
+            if Path(base).is_dir() and not Path(base).resolve().is_relative_to(ROOT):
+                made.append(Path(tempfile.mkdtemp(prefix="gpuguide-reader-", dir=base)))
+                return made[-1]
+        pytest.fail("no writable folder outside the repository for the reader")
+
+    yield folder
+    for path in made:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_downloaded_notebook_and_script_run_in_a_fresh_environment(
+    tmp_path, served, outside_the_repository
+):
     started = time.perf_counter()
     url, html = served
     built = build_mini_site(
@@ -189,16 +212,18 @@ def test_a_downloaded_notebook_and_script_run_in_a_fresh_environment(tmp_path, s
     with urllib.request.urlopen(wheel_url, timeout=30) as response:
         assert response.read()[:2] == b"PK", wheel_url  # a zip
 
-    # The reader's folder and environment, outside the repository.
-    reader = tmp_path / "reader"
+    # The reader's folder and environment, outside the repository (nox's compat
+    # sessions put the temporary folder inside it, under .nox).
+    outside = outside_the_repository(tmp_path)
+    reader = outside / "reader"
     reader.mkdir()
     assert not reader.resolve().is_relative_to(ROOT)
     for path in (notebook, script):
         shutil.copy2(path, reader / path.name)
-    venv = tmp_path / "venv"
+    venv = outside / "venv"
     made = _run([sys.executable, "-m", "venv", str(venv)], timeout=300)
     assert made.returncode == 0, made.stderr
-    env = _reader_env(venv, tmp_path / "home")
+    env = _reader_env(venv, outside / "home")
     python = str(venv / "bin" / "python")
 
     index = _unreachable_index(install)

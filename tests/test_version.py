@@ -160,7 +160,8 @@ def test_this_checkout_describes_itself():
     if found is None:
         pytest.skip("the tests do not run from a git checkout")
     info = version.describe_version()
-    if Path(gpuguide.__file__).resolve().is_relative_to(ROOT.resolve()):
+    # Imported from this checkout's src/ (not a copy installed into .nox or .venv).
+    if Path(gpuguide.__file__).resolve().is_relative_to((ROOT / "src").resolve()):
         assert (info.commit, info.dirty) == found
 
 
