@@ -160,6 +160,7 @@ def site(
     for path in sorted(results.glob("*.json")):
         data = json.loads(path.read_text())
         if data["device"]["kind"] == "cpu":
+            data["device"].pop("isa", None)  # a CPU's vector ISA; no GPU has one
             data["device"].update(FAKE_GPU)
             (results / "cuda-fake-h100.json").write_text(json.dumps(data))
     env = {
