@@ -110,15 +110,15 @@ def run_sweep(op, shape_at, n_tensors, lo, hi, **fit):
 # Reading off the crossover
 # -------------------------
 # The crossover is the smallest size from which on the GPU was measurably faster
-# (:func:`gpuguide.compare`: the two interquartile ranges apart) at every size
-# where both ran. Rates are taken at the largest size each series reached and
-# compared with the GPU's datasheet peak or the CPU's measured ceiling; for the
-# "copies" series no peak applies. A rate above the CPU's ceiling is a new best rate,
-# so it reads "at the ceiling": the memory ceiling streams tensors four times the
-# CPU's last-level cache, and ``x * a + b`` writes one byte in four, the ceiling's
-# copy and add one in two and one in three (a write also costs a read that none of
-# them counts), so it can stream a little faster. Only where all its tensors fit
-# that cache is a higher bandwidth the cache's. No share is printed above 100%.
+# (:func:`gpuguide.compare`: the interquartile ranges apart, the medians 5% or more) at
+# every size where both ran. Rates are taken at the largest size each series reached and
+# compared with the GPU's datasheet peak or the CPU's measured ceiling; for the "copies"
+# series no peak applies. A rate above the CPU's ceiling is a new best rate, so it reads
+# "at the ceiling": the memory ceiling streams tensors four times the CPU's last-level
+# cache, and ``x * a + b`` writes one byte in four, the ceiling's copy and add one in
+# two and one in three (a write also costs a read that none of them counts), so it can
+# stream a little faster. Only where all its tensors fit that cache is a higher
+# bandwidth the cache's. No share is printed above 100%.
 
 
 def crossover(sizes, cpu_times, gpu_times):

@@ -129,15 +129,9 @@ def rate(name, n, seconds):
 
 for name in [k for k in ("tf32", "fp16", "bf16") if k in times]:
     n = max(set(times[name]) & set(times["fp32"]))  # the largest size both reached
-    low, ref = times[name][n], times["fp32"][n]
-    if low.q75_s < ref.q25_s:  # every quartile of the times apart, not only medians
-        verdict = "faster"
-    elif low.q25_s > ref.q75_s:
-        verdict = "SLOWER, against the usual advice"
-    else:
-        verdict = "no measurable difference: the IQRs overlap"
-    speed = gpuguide.format_ratio(ref.median_s / low.median_s)
-    print(f"{name} at n={n}: {speed} fp32's rate ({verdict})")
+    c = gpuguide.compare(times[name][n], times["fp32"][n])  # with the spread
+    advice = ", against the usual advice" if c.verdict == "slower" else ""
+    print(f"{c}{advice}")
 
 # %%
 # The best rate: a search over shapes
