@@ -284,11 +284,3 @@ plt.show()
 # operation. Large matrix multiplications gain the most, elementwise work at best the
 # bandwidth ratio, and data that crosses the host link for one use may be better
 # left on the CPU. Faster copies (pinned memory, non-blocking) come later.
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

@@ -322,11 +322,3 @@ medians = [m.median_s for m in methods.values()]
 if max(medians) > 10 * min(medians):
     ax.set_yscale("log")
 plt.show()
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

@@ -237,11 +237,3 @@ plt.show()
 # worth it only when the host has work to do before it needs the data. A pinned
 # *source* of a host-to-device copy has the mirror-image hazard: do not overwrite it
 # until the copy is done.
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

@@ -301,11 +301,3 @@ else:
 # ``DataLoader(pin_memory=True)``, which pins in a background thread), not tensors
 # you send once. The next page shows what goes wrong when a non-blocking copy to the
 # host is read too early.
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

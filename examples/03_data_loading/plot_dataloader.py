@@ -308,11 +308,3 @@ plt.show()
 # per-batch overhead. Pinned memory speeds the copy to a GPU, which matters once
 # loading keeps up. Keep spawned workers persistent, and let an epoch finish (or
 # run out its batches) before you drop its loader.
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

@@ -269,11 +269,3 @@ plt.show()
 # must later enter autograd): the memory of a graph nobody will use is the largest
 # waste here. Checkpoint blocks when activations, not weights, are what does not
 # fit: it buys a larger batch or a deeper model for at most one extra forward pass.
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

@@ -270,11 +270,3 @@ else:
 # Read ``memory_allocated`` for what tensors need, ``memory_reserved`` for what PyTorch
 # holds and the driver for what is left, contexts included. A reserved-minus-allocated
 # gap is the cache doing its job, not a leak. Next: a training step's memory, by part.
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

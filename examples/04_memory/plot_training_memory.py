@@ -216,11 +216,3 @@ gpuguide.download_link(
 # Plan for 16 bytes per parameter for fp32 training with Adam, plus activations that
 # grow with the batch. The next page cuts the activations: no graph at all for
 # inference, and checkpointing for training.
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

@@ -265,11 +265,3 @@ else:
 # dimensions that are multiples of 8 (or 64) when you design a model costs nothing;
 # padding at run time costs a copy per call, which the last chart weighs against
 # the gain.
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

@@ -322,11 +322,3 @@ plt.show()
 # bf16 keeps fp32's range, fp16 keeps three more mantissa bits. On a CPU without
 # bf16 or fp16 matrix units the low precisions can be slower than fp32: measure
 # before you switch.
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

@@ -289,11 +289,3 @@ if device.type == "cpu":
         "The tensor-core speed-up of 16-bit matmuls needs a GPU; this CPU run shows "
         "the numerics, the scaler, and whether 16-bit math pays on this CPU."
     )
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

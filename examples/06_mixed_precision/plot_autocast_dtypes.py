@@ -218,11 +218,3 @@ ax.axvline(tiny16, color="0.3", linestyle="--", label="float16 smallest normal")
 ax.axvline(tiny16 * 2**-10, color="0.3", linestyle=":", label="float16 smallest")
 ax.legend()
 plt.show()
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

@@ -273,11 +273,3 @@ plt.show()
 # device. Make a view contiguous only when the operation is measurably slower on it
 # and the copy is reused enough times: time the copy apart from the operation,
 # never inside it.
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

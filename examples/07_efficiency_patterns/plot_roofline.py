@@ -295,11 +295,3 @@ plt.show()
 # fewer, larger calls (batching, fusion, CUDA graphs), a memory-bound one from moving
 # fewer bytes (fusion, smaller dtypes), and only a compute-bound one from faster
 # arithmetic (tensor cores, lower precision).
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

@@ -322,11 +322,3 @@ plt.show()
 # the spread. Time a compiled model after its warm-up, under ``"fail_on_recompile"``,
 # and weigh the gain per call against the one-off cost: the break-even column counts
 # it in calls.
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

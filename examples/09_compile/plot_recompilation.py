@@ -271,11 +271,3 @@ print(
 # or pad it to a few sizes, and compare steady-state times as well as compile
 # counts. With CUDA graphs (``"reduce-overhead"``) each new shape also records a
 # new graph.
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

@@ -212,11 +212,3 @@ for depth, cost, e, c in zip(depths, one_off, *times.values(), strict=True):
 # CPUs. Check that it did by counting kernels in the profiler, and compare the
 # achieved bandwidth with the peak to see whether memory still limits the fused code.
 # The next page shows the older tool for this, ``torch.jit.script``.
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

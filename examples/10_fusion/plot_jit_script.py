@@ -203,11 +203,3 @@ for phase, got in caught.items():
 # ``torch.compile(fn)``: it takes ordinary Python (no ``Final`` or type annotations
 # needed), fuses on CPUs as well as GPUs, and the profiler confirms the fusion as
 # above. Expect its first call to cost seconds rather than milliseconds.
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

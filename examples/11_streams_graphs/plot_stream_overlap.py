@@ -292,11 +292,3 @@ for ax, (name, spans) in zip(axes[:, 0], timelines.items(), strict=True):
     print(f"timeline, {name}: done after {end}; {finding}")
     plot_timeline(ax, spans, title=f"{name}: {end}, {finding}")
 plt.show()
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

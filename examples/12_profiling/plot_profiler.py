@@ -275,11 +275,3 @@ gpuguide.plot_bars(
     title=f"Batching the normalisation: {verdict}",
 )
 plt.show()
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

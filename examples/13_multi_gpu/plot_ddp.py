@@ -278,11 +278,3 @@ else:
 # its own data with ``DistributedSampler``. Check the all-reduce's share of a step
 # with ``no_sync()``: when it is large, larger batches per GPU (more compute per
 # byte of gradient) or gradient accumulation help.
-
-# %%
-# Recorded on other devices
-# -------------------------
-# The same figures from every device whose results are kept with the guide, each
-# measured when it was recorded, not in this run (see :doc:`/results`). Where one of
-# them is this run's device, the last column says how this run compares with it.
-gpuguide.show_recorded()

@@ -33,11 +33,13 @@ from gpuguide.peaks import Peaks, device_peaks, percent_of_peak
 from gpuguide.plotting import label_device, plot_bars, plot_sweep
 from gpuguide.quiet import ignore_torch_internal_warnings
 from gpuguide.recordings import show_recorded
+from gpuguide.report import Page, report, setup
 from gpuguide.results import record
 from gpuguide.sizes import SizeBudget, largest_size, size_budget, sweep
 from gpuguide.tables import Table, table
 from gpuguide.timing import (
     Measurement,
+    Rate,
     benchmark,
     bytes_per_s,
     flops_per_s,
@@ -55,7 +57,9 @@ __all__ = [
     "DownloadLink",
     "Measurement",
     "MemoryReport",
+    "Page",
     "Peaks",
+    "Rate",
     "SizeBudget",
     "Table",
     "__version__",
@@ -83,7 +87,9 @@ __all__ = [
     "provenance",
     "record",
     "release_host_memory",
+    "report",
     "show_recorded",
+    "setup",
     "size_budget",
     "small_mode",
     "sweep",

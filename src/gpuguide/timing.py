@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 from gpuguide import checks
 from gpuguide.device import pick_device
 from gpuguide.env import small_mode
-from gpuguide.units import format_time, significant, time_unit
+from gpuguide.units import format_rate, format_time, significant, time_unit
 
 if TYPE_CHECKING:
     import torch
@@ -72,6 +72,7 @@ __all__ = [
     "SMALL_WARMUP_MS",
     "WARMUP_MS",
     "Measurement",
+    "Rate",
     "benchmark",
     "bytes_per_s",
     "flops_per_s",
@@ -242,6 +243,37 @@ class Measurement:
         """Whether the IQR is more than ``NOISY_RELATIVE_IQR`` of the median."""
         return self.relative_iqr > NOISY_RELATIVE_IQR
 
+    def rate(self, work: float, unit: str = "FLOP/s") -> Rate:
+        """``work`` per call as a rate, with the spread of the calls.
+
+        Parameters
+        ----------
+        work : float
+            What one call does, in the unit's numerator: FLOP for ``"FLOP/s"``,
+            bytes (read plus written) for ``"B/s"``, tokens for ``"tok/s"``.
+        unit : str
+            The rate's unit.
+
+        Returns
+        -------
+        Rate
+            ``work / median_s``, between ``work / q75_s`` and ``work / q25_s``.
+
+        Examples
+        --------
+        >>> m = Measurement("mm", (1e-3, 1e-3, 2e-3), "cpu", "wall-clock")
+        >>> str(m.rate(2e9))
+        '2.00 TFLOP/s (1.33-2.00)'
+        """
+        work = checks.non_negative("work", work)
+        q25, median, q75 = self.q25_s, self.median_s, self.q75_s
+        if q25 <= 0:
+            msg = f"{self.label!r}: a rate needs times > 0, got a first quartile of 0"
+            raise ValueError(msg)
+        return Rate(
+            work / median, unit, work / q75, work / q25, self.label, self.device
+        )
+
     def __repr__(self) -> str:
         median = self.median_s
         scale, unit = time_unit(median)
@@ -258,6 +290,56 @@ class Measurement:
             limit = significant(NOISY_RELATIVE_IQR * 100, 2)
             text += f", NOISY (IQR > {limit}% of median)"
         return text + ">"
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A rate derived from a :class:`Measurement`, with the spread of its calls.
+
+    Prints as ``"41.2 TFLOP/s (40.8-41.5)"``: the rate of the median call, and
+    in brackets the rates of the third and first quartile calls, in the same
+    prefix.
+
+    Attributes
+    ----------
+    value : float
+        The rate of the median call, in ``unit``.
+    unit : str
+        ``"FLOP/s"``, ``"B/s"`` or another rate.
+    low, high : float
+        The rates at the third and the first quartile of the times.
+    label : str
+        What was measured (the measurement's label).
+    device : str
+        Where it ran (the measurement's device).
+    """
+
+    value: float
+    unit: str
+    low: float
+    high: float
+    label: str = ""
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        for name in ("value", "low", "high"):
+            checks.non_negative(name, getattr(self, name))
+        if not self.low <= self.value <= self.high:
+            msg = f"low <= value <= high must hold, got {self.low}, {self.value}, {self.high}"
+            raise ValueError(msg)
+
+    @property
+    def spread(self) -> str:
+        """``"40.8-41.5"``: the interval in the value's prefix, without the unit."""
+        prefix = format_rate(self.value, self.unit).split()[-1][: -len(self.unit)]
+        scale = 1000.0 ** ("kMGTPE".find(prefix) + 1) if prefix else 1.0
+        return f"{significant(self.low / scale)}-{significant(self.high / scale)}"
+
+    def __str__(self) -> str:
+        return f"{format_rate(self.value, self.unit)} ({self.spread})"
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
 
 
 def flops_per_s(flop: float, seconds: float) -> float:

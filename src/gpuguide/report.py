@@ -1,0 +1,244 @@
+"""A page's setup and its headline figures: one call each.
+
+:func:`setup` is a page's first line: it picks the device, seeds torch,
+prints the provenance line and returns a :class:`Page` that knows small mode
+and the device's peaks. :func:`report` is one headline figure: it prints the
+value with its spread, its share of a named peak and its place against a
+quoted range, and records it for the results files
+(:func:`gpuguide.results.record`).
+
+Examples
+--------
+>>> page = setup()  # doctest: +SKIP
+Measured on CPU ... | torch 2.13.0+cpu | CUDA: none (CPU-only run) | ...
+>>> m = gpuguide.benchmark(torch.mm, args=(a, a))  # doctest: +SKIP
+>>> report("fp32 matmul", m.rate(2 * n**3), peak="fp32", size=n)  # doctest: +SKIP
+fp32 matmul: 1.52 TFLOP/s (1.49-1.53), 84% of the fp32 peak
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, TextIO
+
+from gpuguide import checks
+from gpuguide.device import DeviceInfo, describe_device, pick_device, provenance
+from gpuguide.env import small_mode
+from gpuguide.peaks import Peaks, device_peaks
+from gpuguide.results import ConfigValue, Result, record
+from gpuguide.timing import Measurement, Rate
+from gpuguide.units import format_rate, format_ratio, format_time, significant
+from gpuguide.verdicts import Comparison
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["Page", "report", "setup"]
+
+#: Where the headline of a figure falls against a quoted range.
+PLACES = ("above", "within", "below")
+
+
+@dataclass(frozen=True)
+class Page:
+    """What a page needs to know about the run: device, small mode, peaks.
+
+    Attributes
+    ----------
+    device : torch.device
+        Where the page measures.
+    small : bool
+        Whether ``GPUGUIDE_SMALL`` asks for small sizes and short budgets.
+    """
+
+    device: torch.device
+    small: bool = False
+    _out: TextIO | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def info(self) -> DeviceInfo:
+        """The device's description (name, memory, CPU model)."""
+        return describe_device(self.device)
+
+    @cached_property
+    def peaks(self) -> Peaks:
+        """The device's peaks: a GPU's datasheet, a CPU's measured ceilings."""
+        return device_peaks(self.device)
+
+    @property
+    def cuda(self) -> bool:
+        """Whether the page runs on a CUDA GPU."""
+        return self.device.type == "cuda"
+
+    def needs_cuda(self, lesson: str) -> bool:
+        """Whether ``lesson`` can run here; on another device, say so in one line.
+
+        Use as ``if page.needs_cuda("CUDA graphs"):`` around the part of a
+        page that only a CUDA GPU can run.
+        """
+        if not isinstance(lesson, str) or not lesson.strip():
+            msg = f"lesson must be a non-empty string, got {lesson!r}"
+            raise ValueError(msg)
+        if self.cuda:
+            return True
+        print(
+            f"{lesson}: needs a CUDA GPU, and this run is on {self.info.short_name}; "
+            "this part does not run here.",
+            file=self._out or sys.stdout,
+        )
+        return False
+
+
+_current: list[Page] = []
+
+
+def setup(
+    prefer: str | torch.device | None = None,
+    *,
+    seed: int | None = 0,
+    file: TextIO | None = None,
+) -> Page:
+    """A page's first call: pick the device, seed torch, print the provenance.
+
+    Parameters
+    ----------
+    prefer : str or torch.device, optional
+        As for :func:`gpuguide.pick_device` (by default the best device
+        present, or ``GPUGUIDE_DEVICE``).
+    seed : int or None
+        ``torch.manual_seed(seed)`` unless None.
+    file : text stream, optional
+        Where the provenance line goes (standard output by default).
+    """
+    import torch
+
+    device = pick_device(prefer)
+    if seed is not None:
+        torch.manual_seed(checks.integer("seed", seed, minimum=0))
+    page = Page(device, small_mode(), file)
+    print(provenance(device), file=file or sys.stdout)
+    _current[:] = [page]
+    return page
+
+
+def _peaks_for(device: str) -> Peaks:
+    for page in _current:
+        if page.device.type == device.split(":")[0]:
+            return page.peaks
+    return device_peaks(device)
+
+
+def _place(low: float, high: float, quoted: tuple[float, float]) -> str:
+    q_low, q_high = (checks.positive("quoted", q) for q in quoted)
+    if q_high < q_low:
+        msg = f"quoted must be (low, high) with low <= high, got {quoted!r}"
+        raise ValueError(msg)
+    if low > q_high:
+        return "above"
+    if high < q_low:
+        return "below"
+    return "within"
+
+
+def _quoted_text(quoted: tuple[float, float], unit: str) -> str:
+    low, high = quoted
+    if unit == "x":
+        return f"{significant(low)}-{format_ratio(high)}"
+    if unit == "s":
+        return f"{significant(low)}-{significant(high)} s"
+    return f"{format_rate(low, unit)} to {format_rate(high, unit)}"
+
+
+def report(
+    name: str,
+    value: Rate | Measurement | Comparison | float,
+    *,
+    unit: str | None = None,
+    peak: str | float | None = None,
+    quoted: tuple[float, float] | None = None,
+    size: ConfigValue | None = None,
+    file: TextIO | None = None,
+    **config: ConfigValue,
+) -> Result:
+    """Print one headline figure with its spread, share of peak and verdict; record it.
+
+    Parameters
+    ----------
+    name : str
+        What the figure is (``"best bf16 matmul"``).
+    value : Rate, Measurement, Comparison or float
+        The figure. A :class:`~gpuguide.timing.Rate` or a
+        :class:`~gpuguide.timing.Measurement` brings its spread, a
+        :class:`~gpuguide.verdicts.Comparison` its speed-up, range and
+        verdict; a plain number needs ``unit``.
+    unit : str, optional
+        The unit of a plain number.
+    peak : str or float, optional
+        What the rate is a share of: a precision (``"bf16"``), ``"memory"`` or
+        ``"host_link"``, read from the peaks of the device the rate was
+        measured on; or a number in the rate's unit.
+    quoted : (float, float), optional
+        A published range in the figure's unit (a speed-up in x): the line
+        says whether the figure is above, within or below it, with its spread.
+    size : str, int, float or bool, optional
+        The problem size, shown with the recorded figure.
+    file : text stream, optional
+        Where the line goes (standard output by default).
+    **config : str, int, float or bool
+        What identifies the figure beside its name (``dtype="bf16"``).
+
+    Returns
+    -------
+    Result
+        The recorded figure.
+    """
+    low = high = None
+    device = None
+    if isinstance(value, Rate):
+        number, unit, low, high, device = (
+            value.value, value.unit, value.low, value.high, value.device,
+        )  # fmt: skip
+        text = str(value)
+    elif isinstance(value, Measurement):
+        number, unit, low, high = value.median_s, "s", value.q25_s, value.q75_s
+        text = (
+            f"{format_time(number)} per call ({format_time(low)}-{format_time(high)})"
+        )
+    elif isinstance(value, Comparison):
+        number, unit, low, high = value.speedup, "x", value.low, value.high
+        text = str(value)
+    else:
+        if unit is None:
+            msg = f"unit must be given for a plain number (reporting {name!r})"
+            raise ValueError(msg)
+        number = float(value)
+        if not math.isfinite(number):
+            msg = f"value must be finite, got {value!r}"
+            raise ValueError(msg)
+        text = (
+            format_rate(number, unit)
+            if unit.endswith("/s")
+            else f"{significant(number)} {unit}"
+        )
+    parts = [f"{name}: {text}"]
+    peak_name = None
+    if peak is not None:
+        if isinstance(peak, str):
+            peak_name = peak
+            peaks = _peaks_for(device or "cpu")
+            parts.append(peaks.share(number, peak, peak=f"the {peak} peak"))
+        else:
+            share = 100 * number / checks.positive("peak", peak)
+            parts.append(f"{share:.0f}% of {format_rate(peak, unit)}")
+    if quoted is not None:
+        lo, hi = (number, number) if low is None or high is None else (low, high)
+        place = _place(lo, hi, quoted)
+        parts.append(f"{place} the quoted {_quoted_text(quoted, unit)}")
+    print(", ".join(parts), file=file or sys.stdout)
+    spread = None if low is None or high is None else (low, high)
+    return record(
+        name, number, unit=unit, spread=spread, size=size, peak=peak_name, **config
+    )
