@@ -29,11 +29,11 @@ from gpuguide.device import DeviceInfo, describe_device, pick_device, provenance
 from gpuguide.env import small_mode
 from gpuguide.host import usable_cpus
 from gpuguide.memory import MemoryReport, release_host_memory, track_memory
+from gpuguide.page import Page, report, setup
 from gpuguide.peaks import Peaks, device_peaks, percent_of_peak
 from gpuguide.plotting import label_device, plot_bars, plot_sweep
 from gpuguide.quiet import ignore_torch_internal_warnings
 from gpuguide.recordings import show_recorded
-from gpuguide.report import Page, report, setup
 from gpuguide.results import record
 from gpuguide.sizes import SizeBudget, largest_size, size_budget, sweep
 from gpuguide.tables import Table, table
@@ -88,8 +88,8 @@ __all__ = [
     "record",
     "release_host_memory",
     "report",
-    "show_recorded",
     "setup",
+    "show_recorded",
     "size_budget",
     "small_mode",
     "sweep",

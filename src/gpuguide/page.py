@@ -30,7 +30,7 @@ from gpuguide.env import small_mode
 from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.results import ConfigValue, Result, record
 from gpuguide.timing import Measurement, Rate
-from gpuguide.units import format_rate, format_ratio, format_time, significant
+from gpuguide.units import format_rate, format_time, significant
 from gpuguide.verdicts import Comparison
 
 if TYPE_CHECKING:
@@ -146,10 +146,12 @@ def _place(low: float, high: float, quoted: tuple[float, float]) -> str:
 def _quoted_text(quoted: tuple[float, float], unit: str) -> str:
     low, high = quoted
     if unit == "x":
-        return f"{significant(low)}-{format_ratio(high)}"
+        return f"{low:g}-{high:g}x"
     if unit == "s":
-        return f"{significant(low)}-{significant(high)} s"
-    return f"{format_rate(low, unit)} to {format_rate(high, unit)}"
+        return f"{format_time(low)} to {format_time(high)}"
+    if unit.endswith("/s"):
+        return f"{format_rate(low, unit)} to {format_rate(high, unit)}"
+    return f"{low:g}-{high:g} {unit}"
 
 
 def report(

@@ -1,0 +1,151 @@
+"""The page API: setup(), Page.needs_cuda(), Measurement.rate() and report()."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from gpuguide import page as report_module
+from gpuguide import results
+from gpuguide.page import Page, report, setup
+from gpuguide.timing import Measurement, Rate
+from gpuguide.verdicts import compare
+
+PAGE = "plot_report_test"
+
+
+def _m(label, *times):
+    return Measurement(label, times, "cpu", "wall-clock")
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    monkeypatch.delenv(results.RECORD_ENV, raising=False)
+    monkeypatch.setattr(results, "default_page", lambda: PAGE)
+    results.clear()
+    yield
+    results.clear()
+    report_module._current.clear()
+
+
+def test_rate_keeps_the_quartiles_as_its_spread():
+    m = _m("mm", 1e-3, 1e-3, 2e-3, 4e-3, 4e-3)  # q25 1 ms, median 2 ms, q75 4 ms
+    r = m.rate(8e9, "FLOP/s")
+    assert (r.value, r.low, r.high) == (4e12, 2e12, 8e12)
+    assert str(r) == "4.00 TFLOP/s (2.00-8.00)"
+    assert (r.label, r.device, r.unit) == ("mm", "cpu", "FLOP/s")
+
+
+def test_rate_prints_its_spread_in_the_prefix_of_its_value():
+    r = _m("copy", 0.0099, 0.01, 0.0102).rate(1e9, "B/s")
+    assert str(r) == "100 GB/s (99.0-101)"
+    assert f"{r:>30}".strip() == str(r)
+    assert str(Rate(5.0, "tok/s", 4.0, 6.0)) == "5.00 tok/s (4.00-6.00)"
+
+
+def test_rate_refuses_a_zero_quartile_and_an_inverted_interval():
+    with pytest.raises(ValueError, match="quartile of 0"):
+        _m("z", 0.0, 0.0, 1.0).rate(1.0)
+    with pytest.raises(ValueError, match="low <= value <= high"):
+        Rate(5.0, "B/s", 6.0, 7.0)
+
+
+def test_report_prints_one_line_with_spread_and_share_and_records_it():
+    out = io.StringIO()
+    rate = _m("mm", 1e-3, 1e-3, 2e-3, 4e-3, 4e-3).rate(8e9)
+    result = report("matmul", rate, peak=8e12, size=64, file=out, dtype="fp32")
+    assert out.getvalue() == "matmul: 4.00 TFLOP/s (2.00-8.00), 50% of 8.00 TFLOP/s\n"
+    assert result.value == 4e12
+    assert result.spread == (2e12, 8e12)
+    assert (result.unit, result.size, dict(result.config)) == (
+        "FLOP/s",
+        64,
+        {"dtype": "fp32"},
+    )
+    assert results.recorded() == (result,)
+
+
+@pytest.mark.parametrize(
+    ("quoted", "place"),
+    [((1e12, 1.5e12), "above"), ((3e12, 5e12), "within"), ((9e12, 1e13), "below")],
+)
+def test_report_places_the_spread_against_a_quoted_range(quoted, place):
+    out = io.StringIO()
+    rate = _m("mm", 1e-3, 1e-3, 2e-3, 4e-3, 4e-3).rate(8e9)
+    report("matmul", rate, quoted=quoted, file=out)
+    assert f", {place} the quoted " in out.getvalue()
+
+
+def test_report_of_a_comparison_prints_the_verdict_and_records_the_speedup():
+    out = io.StringIO()
+    fast, slow = _m("fused", 1.0, 1.1, 1.2), _m("eager", 2.0, 2.1, 2.2)
+    result = report("fusion", compare(fast, slow), quoted=(1.5, 3.0), file=out)
+    line = out.getvalue()
+    assert line.startswith("fusion: fused is 1.91x faster than eager (1.78-2.05x)")
+    assert line.rstrip().endswith("within the quoted 1.5-3x")
+    assert result.unit == "x"
+    assert result.spread == pytest.approx((2.05 / 1.15, 2.15 / 1.05))
+
+
+def test_report_of_a_measurement_records_seconds_with_quartiles():
+    out = io.StringIO()
+    result = report("step", _m("step", 0.001, 0.002, 0.003), file=out)
+    assert out.getvalue() == "step: 2.00 ms per call (1.50 ms-2.50 ms)\n"
+    assert (result.unit, result.spread) == ("s", (0.0015, 0.0025))
+
+
+def test_report_of_a_number_needs_a_unit_and_a_finite_value():
+    with pytest.raises(ValueError, match="unit must be given"):
+        report("x", 3.0)
+    with pytest.raises(ValueError, match="finite"):
+        report("x", float("nan"), unit="B")
+    with pytest.raises(ValueError, match="low <= high"):
+        report("x", 3.0, unit="B", quoted=(2.0, 1.0))
+
+
+def test_report_reads_a_named_peak_from_the_pages_device(monkeypatch):
+    from gpuguide.peaks import Peaks
+
+    peaks = Peaks("CPU: test", {"fp32": 1e12}, memory_bandwidth_bytes_per_s=1e11)
+    page = Page(torch.device("cpu"))
+    monkeypatch.setitem(page.__dict__, "peaks", peaks)
+    report_module._current[:] = [page]
+    out = io.StringIO()
+    result = report(
+        "copy", _m("copy", 0.01, 0.01, 0.01).rate(2e8, "B/s"), peak="memory", file=out
+    )
+    assert out.getvalue() == "copy: 20.0 GB/s (20.0-20.0), 20% of the memory peak\n"
+    assert result.peak == "memory"
+
+
+def test_setup_prints_the_provenance_and_seeds(monkeypatch):
+    monkeypatch.setenv("GPUGUIDE_DEVICE", "cpu")
+    monkeypatch.setenv("GPUGUIDE_SMALL", "1")
+    out = io.StringIO()
+    page = setup(seed=3, file=out)
+    first = torch.rand(1)
+    setup(seed=3, file=out)
+    assert torch.equal(first, torch.rand(1))
+    assert page.device == torch.device("cpu")
+    assert page.small
+    assert not page.cuda
+    assert out.getvalue().startswith("Measured on CPU")
+
+
+def test_needs_cuda_says_so_in_one_line_on_a_cpu():
+    out = io.StringIO()
+    page = Page(torch.device("cpu"), _out=out)
+    assert page.needs_cuda("CUDA graphs") is False
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("CUDA graphs: needs a CUDA GPU")
+    with pytest.raises(ValueError, match="lesson must be"):
+        page.needs_cuda(" ")
+
+
+def test_needs_cuda_is_silent_on_a_gpu():
+    out = io.StringIO()
+    assert Page(torch.device("cuda"), _out=out).needs_cuda("streams") is True
+    assert out.getvalue() == ""
