@@ -56,7 +56,10 @@ def test_report_prints_one_line_with_spread_and_share_and_records_it():
     out = io.StringIO()
     rate = _m("mm", 1e-3, 1e-3, 2e-3, 4e-3, 4e-3).rate(8e9)
     result = report("matmul", rate, peak=8e12, size=64, file=out, dtype="fp32")
-    assert out.getvalue() == "matmul: 4.00 TFLOP/s (2.00-8.00), 50% of 8.00 TFLOP/s\n"
+    assert out.getvalue() == (
+        "matmul: 4.00 TFLOP/s (2.00-8.00) NOISY (spread > 10% of the median), "
+        "50% of 8.00 TFLOP/s\n"
+    )
     assert result.value == 4e12
     assert result.spread == (2e12, 8e12)
     assert (result.unit, result.size, dict(result.config)) == (
@@ -92,7 +95,9 @@ def test_report_of_a_comparison_prints_the_verdict_and_records_the_speedup():
 def test_report_of_a_measurement_records_seconds_with_quartiles():
     out = io.StringIO()
     result = report("step", _m("step", 0.001, 0.002, 0.003), file=out)
-    assert out.getvalue() == "step: 2.00 ms per call (1.50 ms-2.50 ms)\n"
+    assert out.getvalue() == (
+        "step: 2.00 ms per call (1.50 ms-2.50 ms) NOISY (spread > 10% of the median)\n"
+    )
     assert (result.unit, result.spread) == ("s", (0.0015, 0.0025))
 
 
@@ -149,3 +154,9 @@ def test_needs_cuda_is_silent_on_a_gpu():
     out = io.StringIO()
     assert Page(torch.device("cuda"), _out=out).needs_cuda("streams") is True
     assert out.getvalue() == ""
+
+
+def test_report_flags_no_noise_within_a_tenth_of_the_median():
+    out = io.StringIO()
+    report("step", _m("step", 0.0100, 0.0101, 0.0102), file=out)
+    assert "NOISY" not in out.getvalue()

@@ -22,14 +22,14 @@ import math
 import sys
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gpuguide import checks
 from gpuguide.device import DeviceInfo, describe_device, pick_device, provenance
 from gpuguide.env import small_mode
 from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.results import ConfigValue, Result, record
-from gpuguide.timing import Measurement, Rate
+from gpuguide.timing import NOISY_RELATIVE_IQR, Measurement, Rate
 from gpuguide.units import format_rate, format_time, significant
 from gpuguide.verdicts import Comparison
 
@@ -225,6 +225,10 @@ def report(
             if unit.endswith("/s")
             else f"{significant(number)} {unit}"
         )
+    timed = isinstance(value, (Rate, Measurement)) and number > 0
+    relative = (high - low) / number if timed and low and high else 0.0
+    if relative > NOISY_RELATIVE_IQR:
+        text += f" NOISY (spread > {100 * NOISY_RELATIVE_IQR:.0f}% of the median)"
     parts = [f"{name}: {text}"]
     peak_name = None
     if peak is not None:
@@ -241,6 +245,7 @@ def report(
         parts.append(f"{place} the quoted {_quoted_text(quoted, unit)}")
     print(", ".join(parts), file=file or sys.stdout)
     spread = None if low is None or high is None else (low, high)
+    extra: dict[str, Any] = dict(config)  # what identifies the figure
     return record(
-        name, number, unit=unit, spread=spread, size=size, peak=peak_name, **config
+        name, number, unit=unit, spread=spread, size=size, peak=peak_name, **extra
     )
