@@ -149,9 +149,10 @@ against_reference(inside)
 # block, so it may read slightly higher). A shared machine drifts between two
 # measurements taken one after the other, so the two tools take turns for a few
 # rounds and each one's times are pooled. ``Timer`` uses one thread unless told
-# otherwise: on a CPU with idle cores it is then slower, by up to the number of cores
-# (on a busy one, where threads wait for cores anyway, less); on a GPU it makes little
-# difference. ``Timer``'s IQR is the spread of block means, not of single calls.
+# otherwise: on a CPU with idle cores it is then slower, by up to the number of cores;
+# on a busy one, where torch's threads wait for each other's cores, it can even be
+# faster. On a GPU it makes little difference. ``Timer``'s IQR is the spread of block
+# means, not of single calls.
 method = "wall-clock" if device.type == "cpu" else "wall-clock+sync"
 
 
