@@ -1,15 +1,13 @@
 """
-Timing pitfalls
-===============
+Timing pitfalls on every device: first calls, one sample, what is in the timed call
+===================================================================================
 
-A timing is only as good as what it actually measures. This page times one matrix
-multiplication several wrong ways and one right way, and shows how far off each
-wrong way is, as a ratio to the median from :func:`gpuguide.benchmark`.
-
-On a GPU the largest error comes from asynchronous execution: a host clock read
-right after a CUDA call measures the launch, not the work. Other pitfalls apply to
-every device: the first call, trusting one sample, creating the inputs inside the
-timed region, and ``torch.utils.benchmark.Timer``'s default of one CPU thread.
+A timing is only as good as what it actually measures. After the previous page's
+asynchronous execution, four more ways to time one matrix multiplication wrongly,
+which apply on a CPU as on a GPU: timing the first call, trusting one sample,
+creating the inputs inside the timed call, and ``torch.utils.benchmark.Timer``'s
+default of one CPU thread. Each is set against the median from
+:func:`gpuguide.benchmark`, with a verdict that carries its spread.
 
 See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 """
@@ -21,7 +19,6 @@ See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 import math
 import subprocess
 import sys
-import time
 
 import matplotlib.pyplot as plt
 import torch
@@ -29,20 +26,12 @@ from torch.utils import benchmark as torch_benchmark
 
 import gpuguide
 
-device = gpuguide.pick_device()
-print(gpuguide.provenance(device))
-small = gpuguide.small_mode()
-reps = 5 if small else 30
-
+page = gpuguide.setup()
+device = page.device
 n = gpuguide.largest_size(
-    64,
-    16384,
-    memory_at=lambda n: 12 * n * n,
-    flop_at=lambda n: gpuguide.matmul_flop(n, n, n),
-    traffic_at=lambda n: 12 * n * n,
-    call_s=0.005,
-    multiple_of=64,
-)
+    64, 16384, memory_at=lambda n: 12 * n * n, flop_at=lambda n: 2 * n**3,
+    traffic_at=lambda n: 12 * n * n, call_s=0.005, multiple_of=64,
+)  # fmt: skip
 a, b, out = (torch.randn(n, n, device=device) for _ in range(3))
 print(f"float32 matmul, n = {n}")
 
@@ -50,92 +39,37 @@ print(f"float32 matmul, n = {n}")
 # The reference
 # -------------
 # :func:`gpuguide.benchmark` warms up, then times each call on its own (CUDA events
-# on a GPU, a monotonic clock on the CPU) and reports the median and the IQR. Every
-# ratio below is relative to this median. One untimed call first: the first matmul
-# of a size pays one-time costs (pitfall 2), which would make the warm-up's estimate
-# of a call, and with it the number of timed calls, far too small.
+# on a GPU, a monotonic clock on the CPU) and reports the median and the IQR. One
+# untimed call comes first: the first matmul of a size can pay one-time costs
+# (pitfall 1), which would make the warm-up's estimate of a call, and with it the
+# number of timed calls, far too small.
 torch.matmul(a, b, out=out)
 ref = gpuguide.benchmark(
-    torch.matmul, args=(a, b), kwargs={"out": out}, label="reference"
+    torch.matmul, args=(a, b), kwargs={"out": out}, label="the reference"
 )
-print(ref)
-gpuguide.record("reference matmul", ref, size=n)
+gpuguide.report("reference matmul", ref, size=n)
 
 
 def as_measurement(label, times_s, method):
     return gpuguide.Measurement(label, tuple(times_s), str(device), method)
 
 
-# %%
-# Pitfall 1: a host clock that does not wait
-# ------------------------------------------
-# This is the obvious way to time a call. On a CPU it is right, because the matmul
-# is done when the call returns. On a GPU the call only queues a kernel and returns,
-# typically after 5-50 us whatever the size, so the clock measures the launch.
-samples = []
-for _ in range(reps):
-    t0 = time.perf_counter()
-    torch.matmul(a, b, out=out)
-    samples.append(time.perf_counter() - t0)
-# Drain the queue before going on (torch.cpu.synchronize() does nothing).
-getattr(torch, device.type).synchronize()
-no_sync = as_measurement("host clock, no sync", samples, "wall-clock")
-print(no_sync)
+def against_reference(m):
+    """Print and record how ``m`` compares with the reference, with the spread."""
+    c = gpuguide.compare(m, ref)
+    return gpuguide.report("against the reference", c, size=n, method=m.label)
+
 
 # %%
-# The fixes: synchronize, or use CUDA events
-# ------------------------------------------
-# ``torch.cuda.synchronize()`` before starting and before stopping the clock makes
-# the host wait for the GPU; each sample then also holds the launch and the
-# synchronization's latency, tens of microseconds. CUDA events are timestamps
-# recorded on the GPU's stream, so they time what the GPU did, without host overhead.
-gpu_only = {}
-if device.type == "cuda":
-    samples = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        torch.matmul(a, b, out=out)
-        torch.cuda.synchronize()
-        samples.append(time.perf_counter() - t0)
-    label = "host clock + sync"
-    gpu_only[label] = as_measurement(label, samples, "wall-clock+sync")
-
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for start, end in zip(starts, ends, strict=True):
-        start.record()
-        torch.matmul(a, b, out=out)
-        end.record()
-    torch.cuda.synchronize()
-    samples = [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends, strict=True)]
-    gpu_only["CUDA events"] = as_measurement("CUDA events", samples, "cuda-events")
-    for m in gpu_only.values():
-        print(m)
-    extra_s = gpu_only[label].median_s - gpu_only["CUDA events"].median_s
-    noisy = any(m.is_noisy for m in gpu_only.values())
-    versus = gpuguide.compare(gpu_only["CUDA events"], gpu_only[label])
-    if versus.measurable:
-        print(
-            f"the host clock + sync adds {gpuguide.format_time(extra_s)} per sample"
-            f"{' (NOISY)' if noisy else ''}: {versus}"
-        )
-    else:
-        print(f"the host clock + sync adds nothing measurable here: {versus}")
-else:
-    print(
-        "Asynchronous execution (no-sync clock, synchronize, CUDA events) needs a "
-        "CUDA GPU; on a CPU, where a call returns when its work is done, the plain "
-        "clock above is correct."
-    )
-
-# %%
-# Pitfall 2: the first call
+# Pitfall 1: the first call
 # -------------------------
-# The first matmul in a process pays one-time costs: on a GPU, creating the cuBLAS
+# The first matmul in a process can pay one-time costs: on a GPU, creating the cuBLAS
 # handle and workspace and loading kernels; on a CPU, starting the thread pool.
 # Earlier pages of this gallery ran in this process and paid them already, so the
-# first call is timed in a fresh process, after making the inputs there.
+# first three calls are timed in a fresh process, after making the inputs there.
+# The first call often pays the most, but the ones after it need not be back at the
+# reference's speed either: each allocates a fresh result, in a process that is still
+# cold. The lines below say which calls were measurably slower than the reference.
 FIRST_CALLS = """
 import sys, time, torch
 device, n = torch.device(sys.argv[1]), int(sys.argv[2])
@@ -154,43 +88,40 @@ run = subprocess.run(
     text=True,
     check=True,
 )
-first, second, third = (float(s) for s in run.stdout.split())
-cold = as_measurement("first call", [first], "wall-clock+sync")
-print(
-    f"fresh process: first call {gpuguide.format_time(first)}, then "
-    f"{gpuguide.format_time(second)} and {gpuguide.format_time(third)}; "
-    f"the first is {gpuguide.format_ratio(first / ref.median_s)} the reference"
-)
+calls = [
+    as_measurement(f"{nth} call", [float(s)], "wall-clock+sync")
+    for nth, s in zip(("first", "second", "third"), run.stdout.split(), strict=True)
+]
+print("fresh process: " + ", ".join(f"{c.label} {c.median_ms:.3g} ms" for c in calls))
+slower = [c.label for c in calls if gpuguide.compare(c, ref).verdict == "slower"]
+print(f"measurably slower than the reference: {', '.join(slower) or 'none'}")
+cold = calls[0]
+against_reference(cold)
+
 
 # %%
-# Pitfall 3: trusting one sample
+# Pitfall 2: trusting one sample
 # ------------------------------
 # Even warm, single calls differ (other processes, clock changes, page faults, the
 # GPU's power state). The reference's calls, in order, show the spread a one-shot
 # timing draws from: expect a few percent on a quiet GPU, more on a shared CPU.
 print(
-    f"{ref.n} single calls: min {gpuguide.format_time(ref.min_s)}, median "
-    f"{gpuguide.format_time(ref.median_s)}, max {gpuguide.format_time(ref.max_s)}"
+    f"{ref.n} single calls: min {ref.min_s * 1e3:.3g} ms, median "
+    f"{ref.median_s * 1e3:.3g} ms, max {ref.max_s * 1e3:.3g} ms"
 )
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(
-    ax,
-    list(range(1, ref.n + 1)),
-    {"one call": [t * 1e3 for t in ref.times_s]},
-    xlabel="call (index)",
-    ylabel="time (ms)",
-    title=f"Single calls vary: the slowest is "
-    f"{gpuguide.format_ratio(ref.max_s / ref.median_s)} the median",
-    logx=False,
-    logy=False,
-)
+    ax, list(range(1, ref.n + 1)), {"one call": [t * 1e3 for t in ref.times_s]},
+    xlabel="call (index)", ylabel="time (ms)", logx=False, logy=False,
+    title=f"Single calls vary: the slowest is {ref.max_s / ref.median_s:.3g}x the median",
+)  # fmt: skip
 ax.axhline(ref.median_ms, color="0.3", linestyle="--", label="median")
 ax.set_ylim(bottom=0)
 ax.legend()
 plt.show()
 
 # %%
-# Pitfall 4: creating the inputs inside the timed call
+# Pitfall 3: creating the inputs inside the timed call
 # ----------------------------------------------------
 # A popular notebook timed functions that call ``torch.randn`` for their own inputs,
 # so every timing included the random number generator and the allocator. The error
@@ -207,20 +138,21 @@ def matmul_with_fresh_inputs():
 inside = gpuguide.benchmark(
     matmul_with_fresh_inputs, device=device, label="randn inside"
 )
-print(inside)
+against_reference(inside)
 
 # %%
-# A second opinion: ``torch.utils.benchmark.Timer``
-# -------------------------------------------------
+# Pitfall 4: ``torch.utils.benchmark.Timer``'s thread count
+# ---------------------------------------------------------
 # ``Timer`` synchronizes CUDA and reports the median over blocks of calls, so with
-# the same thread count it should agree with :func:`gpuguide.benchmark` to within
-# about a percent (on a GPU its host clock also counts one launch and one
-# synchronize per block, so it may read slightly higher). A shared
-# machine drifts between two measurements taken one after the other, so the two tools
-# take turns for a few rounds and each one's times are pooled. ``Timer`` uses one
-# thread unless told otherwise: on a CPU expect it to be slower then, by up to the
-# number of cores; on a GPU it makes little difference. ``Timer``'s IQR is the spread
-# of block means, not of single calls, so expect it to look smaller.
+# the same thread count it should agree with :func:`gpuguide.benchmark` within their
+# spread (on a GPU its host clock also counts one launch and one synchronize per
+# block, so it may read slightly higher). A shared machine drifts between two
+# measurements taken one after the other, so the two tools take turns for a few
+# rounds and each one's times are pooled. ``Timer`` uses one thread unless told
+# otherwise: on a CPU with idle cores it is then slower, by up to the number of cores;
+# on a busy one, where torch's threads wait for each other's cores, it can even be
+# faster. On a GPU it makes little difference. ``Timer``'s IQR is the spread of block
+# means, not of single calls.
 method = "wall-clock" if device.type == "cpu" else "wall-clock+sync"
 
 
@@ -234,90 +166,33 @@ def make_timer(num_threads):
 
 all_threads = make_timer(torch.get_num_threads())
 ours_s, theirs_s = [], []
-for _ in range(1 if small else 3):
+for _ in range(1 if page.small else 3):
     ours = gpuguide.benchmark(torch.matmul, args=(a, b), kwargs={"out": out})
     ours_s += ours.times_s
     theirs_s += all_threads.blocked_autorange(min_run_time=ref.n * ref.median_s).times
 ours = as_measurement("gpuguide, taking turns", ours_s, ref.method)
-timer_stats = {
-    "Timer, all threads": as_measurement("Timer, all threads", theirs_s, method),
-    "Timer, 1 thread": as_measurement(
-        "Timer, 1 thread",
-        make_timer(1).blocked_autorange(min_run_time=0.02 if small else 0.2).times,
-        method,
-    ),
-}
-for m in (ours, *timer_stats.values()):
-    print(m)
-verdict = gpuguide.compare(timer_stats["Timer, all threads"], ours)
-gap = 1 / verdict.speedup - 1
-print(
-    f"Timer ({torch.get_num_threads()} threads) vs gpuguide, same rounds: medians "
-    f"differ by {gap:+.1%}; {verdict}"
-)
-
-# %%
-# Pitfall 5: a short kernel's time is its launch
-# ----------------------------------------------
-# CUDA events around one call time the GPU from the moment the host records the
-# start event. When a call's work takes less time than the host needs to launch it
-# (a kernel of a few microseconds), the GPU waits for every launch and the events
-# measure the launch: the time per call of a loop of such calls, which is what such
-# a loop costs. :func:`gpuguide.benchmark` asks which time you mean:
-# ``measure="call"`` (the default) for that, ``measure="kernel"`` for the GPU's
-# work alone, with the launches hidden behind work queued ahead. For calls of more
-# than about 50 us of GPU work the two agree, as for the matmul above (the reference
-# is a ``"call"`` time); below that, choose the one your question is about, and say
-# which. Here an add of 16384 floats (64 KiB per tensor), both ways.
-if device.type == "cuda":
-    u, v, w = (torch.randn(16384, device=device) for _ in range(3))
-    labels = {"call": "time per call (launch included)", "kernel": "the kernel alone"}
-    per_call, kernel = (
-        gpuguide.benchmark(
-            torch.add, args=(u, v), kwargs={"out": w}, measure=kind, label=label
-        )
-        for kind, label in labels.items()
-    )
-    print(f"{per_call}\n{kernel}\n{gpuguide.compare(per_call, kernel)}")
-else:
-    print(
-        "On a CPU a call returns when its work is done, so there is no launch to hide "
-        'and measure="kernel" times the same thing as measure="call".'
-    )
+timer = as_measurement(f"Timer, {torch.get_num_threads()} threads", theirs_s, method)
+one_s = make_timer(1).blocked_autorange(min_run_time=0.02 if page.small else 0.2).times
+one_thread = as_measurement("Timer, 1 thread", one_s, method)
+print(f"{ours}\n{timer}\n{one_thread}")
+gpuguide.report("Timer against gpuguide", gpuguide.compare(timer, ours), size=n)
+against_reference(one_thread)
 
 # %%
 # How wrong is each method?
 # -------------------------
-# Ratios to the reference median: 1.00x is right, below 1 underestimates, above 1
-# overestimates. The y axis turns logarithmic when the methods differ by more than
-# 10x, as the no-sync clock on a GPU does. Three ratios are recorded, each with the
-# range its quartiles allow: the no-sync clock (a GPU's pitfall), the first call
-# (every device's) and ``Timer`` with one thread (a CPU's).
-methods = {
-    "reference": ref,
-    "host clock, no sync": no_sync,
-    **gpu_only,
-    "first call": cold,
-    "randn inside": inside,
-    **timer_stats,
-}
-for label, m in methods.items():
-    ratio = gpuguide.format_ratio(m.median_s / ref.median_s)
-    print(f"{label}: {ratio} the reference")
-    if label in ("host clock, no sync", "first call", "Timer, 1 thread"):
-        gpuguide.record(
-            "time / reference", m.median_s / ref.median_s, unit="x", size=n,
-            spread=(m.q25_s / ref.q75_s, m.q75_s / ref.q25_s), method=label,
-        )  # fmt: skip
-worst = max(methods, key=lambda k: abs(math.log(methods[k].median_s / ref.median_s)))
+# Each bar is a median with its IQR, labelled with its ratio to the reference: 1.00x
+# is right, above 1 overestimates. The y axis turns logarithmic when the methods
+# differ by more than 10x.
+methods = {"reference": ref, "first call": cold, "randn inside": inside}
+methods.update({"Timer, all threads": timer, "Timer, 1 thread": one_thread})
+worst = max(methods.values(), key=lambda m: abs(math.log(m.median_s / ref.median_s)))
 fig, ax = plt.subplots()
 gpuguide.plot_bars(
-    ax,
-    methods,
-    ylabel="median time (ms)",
-    title=f"Worst method here: {worst}, "
-    f"{gpuguide.format_ratio(methods[worst].median_s / ref.median_s)} the real time",
-)
+    ax, methods, ylabel="median time (ms)",
+    title=f"Worst method here: {worst.label}; time / reference "
+    f"{gpuguide.compare(ref, worst).short}",
+)  # fmt: skip
 medians = [m.median_s for m in methods.values()]
 if max(medians) > 10 * min(medians):
     ax.set_yscale("log")
