@@ -44,19 +44,17 @@ params = depth * (8 * width * width + 5 * width)
 resident = 16 * params  # bytes: fp32 weights, gradients and Adam's two moments
 saved_per_row = 4 * 9 * width * depth  # bytes autograd saves per sample (fp32)
 batch = gpuguide.largest_size(
-    64,
-    2**16,
+    64, 2**16, call_s=0.05,
     memory_at=lambda b: resident + saved_per_row * b,
     flop_at=lambda b: 6 * params * b,
-    call_s=0.05,
     peaks=page.peaks if page.cuda else None,  # None: low fallback rates on a CPU
+)  # fmt: skip
+wide = 4 * width
+blocks = (
+    nn.Sequential(nn.Linear(width, wide), nn.GELU(), nn.Linear(wide, width))
+    for _ in range(depth)
 )
-model = nn.Sequential(
-    *(
-        nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
-        for _ in range(depth)
-    )
-).to(device)
+model = nn.Sequential(*blocks).to(device)
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 loss_fn = nn.MSELoss()
 x = torch.randn(batch, width, device=device)
@@ -94,13 +92,13 @@ parts = {
         t for state in optimizer.state.values() for t in state.values() if t.dim()
     ),
 }
-resident_storages = {t.untyped_storage().data_ptr() for t in (*model.parameters(), x, y)}
+resident_ptrs = {t.untyped_storage().data_ptr() for t in (*model.parameters(), x, y)}
 saved = {}
 
 
 def count_saved(t):
     storage = t.untyped_storage()
-    if storage.data_ptr() not in resident_storages:
+    if storage.data_ptr() not in resident_ptrs:
         saved[storage.data_ptr()] = storage.nbytes()
     return t
 
@@ -109,14 +107,13 @@ with torch.autograd.graph.saved_tensors_hooks(count_saved, lambda t: t):
     loss = loss_fn(model(x), y)
 del loss
 parts["activations"] = sum(saved.values())
-expected = fmt(saved_per_row * batch)  # 9 fp32 numbers per row and block
-gpuguide.report("activations saved for backward", parts["activations"], unit="B", size=dims)
-print(f"(expected {expected}: 9 fp32 numbers per sample and block)")
+gpuguide.report("saved for backward", parts["activations"], unit="B", size=dims)
+print(f"(expected {fmt(saved_per_row * batch)}: 9 fp32 numbers per sample and block)")
 
 # %%
 # The measured peak holds more than the activations
 # -------------------------------------------------
-# ``gpuguide.track_memory`` measures how far memory rises above what was resident
+# ``track_memory`` measures how far memory rises above what was resident
 # before the forward pass (``zero_grad(set_to_none=False)`` keeps the gradient buffers
 # allocated, so that the rise does not count them again). Expect the rise to exceed
 # the saved activations: at the peak, backward's gradients and temporaries sit on top
@@ -162,25 +159,19 @@ plt.show()
 # ---------------------------------------
 # ``torch.cuda.memory._record_memory_history`` makes the caching allocator log every
 # allocation and free with a Python stack; ``_dump_snapshot`` writes the log and the
-# allocator's state to a pickle. Each event in the log changes the memory in use by
-# its size: ``alloc`` adds, ``free_completed`` removes (and ``segment_*`` events
-# change what the allocator reserved from the driver), so a running sum from the
-# counters read before recording draws the memory over the step. Each step climbs
+# allocator's state to a pickle. Each ``alloc`` event in the log adds its size to the
+# memory held by tensors and each ``free_completed`` removes it, so a running sum from
+# ``memory_allocated()`` read before recording draws that memory over the steps (the
+# ``segment_*`` events likewise change what the allocator reserved). Each step climbs
 # through the forward pass as activations pile up, peaks around the start of backward,
 # and falls as backward frees them. Open the downloadable file at
 # https://pytorch.org/memory_viz: its "Active Memory Timeline" shows every allocation
 # as a band, with the Python line that made it.
-SIGNS = {
-    "allocated (tensors)": {"alloc": 1, "free_completed": -1},
-    "reserved (allocator cache)": {
-        "segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1
-    },
-}  # fmt: skip
 if page.needs_cuda("A memory snapshot of the CUDA caching allocator"):
     index = device.index if device.index is not None else torch.cuda.current_device()
     path = gpuguide.artifact_path("training_step_memory_snapshot.pickle")
     torch.cuda.synchronize(device)
-    start = [torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)]
+    start = torch.cuda.memory_allocated(device)
     torch.cuda.memory._record_memory_history(
         max_entries=100_000, stacks="python", clear_history=True
     )
@@ -192,27 +183,20 @@ if page.needs_cuda("A memory snapshot of the CUDA caching allocator"):
     finally:
         torch.cuda.memory._record_memory_history(enabled=None)
     events = pickle.loads(path.read_bytes())["device_traces"][index]
-    curves = {
-        name: list(
-            itertools.accumulate(
-                (sign.get(e["action"], 0) * e["size"] for e in events), initial=begin
-            )
-        )
-        for (name, sign), begin in zip(SIGNS.items(), start, strict=True)
-    }
-    allocated = curves["allocated (tensors)"]
-    peak = max(allocated)
-    print(f"{len(events)} allocator events; peak {fmt(peak)}")
-    gpuguide.report("snapshot peak rise", peak - allocated[0], unit="B", size=dims)
+    sign = {"alloc": 1, "free_completed": -1}
+    steps = [sign.get(e["action"], 0) * e["size"] for e in events]
+    allocated = list(itertools.accumulate(steps, initial=start))
+    peak_rise = max(allocated) - start
+    print(f"{len(events)} allocator events; peak {fmt(max(allocated))}")
+    gpuguide.report("snapshot peak rise", peak_rise, unit="B", size=dims)
     fig, ax = plt.subplots()
     gpuguide.plot_sweep(
         ax,
         range(len(allocated)),
-        {name: [b / 2**20 for b in curve] for name, curve in curves.items()},
+        {"allocated (tensors)": [b / 2**20 for b in allocated]},
         xlabel="allocator event (index)",
         ylabel="memory (MiB)",
-        title=f"Activations pile up and drain each step: {fmt(peak - allocated[0])} "
-        "above the start",
+        title=f"Activations pile up and drain each step: {fmt(peak_rise)} above the start",
         logx=False,
         logy=False,
     )
