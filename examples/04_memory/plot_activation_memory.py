@@ -219,11 +219,7 @@ fig, axes = plt.subplots(1, 3, figsize=(11, 4))
 panels = [
     ("kept for backward (MiB)", mib(kept), f"{kept_share:.0%} less kept"),
     ("peak memory rise (MiB)", mib(peak), f"{share:.0%} lower peak"),
-    (
-        "time per training step (ms)",
-        step_time,
-        f"plain against checkpointed:\n{cost.short}",
-    ),
+    ("step time (ms)", step_time, f"plain against checkpointed:\n{cost.short}"),
 ]
 for ax, (ylabel, values, title) in zip(axes, panels, strict=True):
     gpuguide.plot_bars(ax, values, ylabel=ylabel, title=title)
