@@ -160,3 +160,11 @@ def test_report_flags_no_noise_within_a_tenth_of_the_median():
     out = io.StringIO()
     report("step", _m("step", 0.0100, 0.0101, 0.0102), file=out)
     assert "NOISY" not in out.getvalue()
+
+
+def test_report_prints_bytes_in_binary_units_and_records_bytes():
+    out = io.StringIO()
+    kept = report("kept for backward", 18 * 2**20, unit="B", size="4x64", file=out)
+    report("returned", 512, unit="B", file=out)
+    assert out.getvalue() == "kept for backward: 18.0 MiB\nreturned: 512 B\n"
+    assert (kept.value, kept.unit, kept.size) == (18 * 2**20, "B", "4x64")

@@ -30,24 +30,18 @@ from torch.utils.checkpoint import checkpoint
 
 import gpuguide
 
-device = gpuguide.pick_device()
-print(gpuguide.provenance(device))
-on_gpu = device.type == "cuda"
+page = gpuguide.setup()
+device = page.device
 fmt = gpuguide.format_bytes
-torch.manual_seed(0)
 
 
-def noisy(measurements):
-    """A warning to append to a comparison of noisy timings, else nothing."""
-    names = [m.label for m in measurements.values() if m.is_noisy]
-    return f" (noisy timings: {', '.join(names)}; a busy machine?)" if names else ""
+def mib(sizes):
+    return {name: size / 2**20 for name, size in sizes.items()}
 
 
 def peak_rise(fn, repeats=3):
-    """Lowest rise of memory above its start over ``repeats`` runs of ``fn()``.
-
-    The lowest, because what glibc keeps from frees inside a run only adds to RSS.
-    """
+    """Lowest rise of memory over ``repeats`` runs of ``fn()`` (what glibc keeps
+    from frees inside a run only adds to RSS), and how it was measured."""
     reports = []
     for _ in range(repeats):
         gpuguide.release_host_memory()
@@ -58,11 +52,9 @@ def peak_rise(fn, repeats=3):
 
 
 def kept_for_backward(fn):
-    """Bytes of the tensors autograd saves for backward while ``fn()`` runs.
-
-    Counted once per storage, leaving out the weights and the batch (resident).
-    """
-    resident = {t.untyped_storage().data_ptr() for t in (*blocks.parameters(), x, y)}
+    """Bytes of the tensors autograd saves while ``fn()`` runs, once per storage,
+    without the weights and the batch (resident anyway)."""
+    resident = {t.untyped_storage().data_ptr() for t in (*model.parameters(), x, y)}
     saved = {}
 
     def pack(t):
@@ -75,20 +67,20 @@ def kept_for_backward(fn):
     return sum(saved.values())
 
 
-width, depth = (1024, 8) if on_gpu and not gpuguide.small_mode() else (64, 4)
+width, depth = (1024, 8) if page.cuda and not page.small else (64, 4)
 params = depth * (8 * width * width + 5 * width)
 batch = gpuguide.largest_size(
-    64,
-    2**16,
-    memory_at=lambda b: 4 * (4 * params + 9 * b * width * depth),
-    flop_at=lambda b: 6 * params * b,
-    call_s=0.05,
-    peaks=gpuguide.device_peaks(device) if on_gpu else None,  # None: low fallback rates
-)
-blocks = nn.ModuleList(
-    nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+    64, 2**16, call_s=0.05,
+    memory_at=lambda b: 4 * (4 * params + 9 * b * width * depth),  # bytes, fp32
+    flop_at=lambda b: 6 * params * b,  # a training step
+    peaks=page.peaks if page.cuda else None,  # None: low fallback rates on a CPU
+)  # fmt: skip
+wide = 4 * width
+blocks = [
+    nn.Sequential(nn.Linear(width, wide), nn.GELU(), nn.Linear(wide, width))
     for _ in range(depth)
-).to(device)
+]
+model = nn.Sequential(*blocks).to(device)
 x = torch.randn(batch, width, device=device)
 y = torch.randn(batch, width, device=device)
 dims = f"{depth}x{width}, batch {batch}"  # shown with the recorded figures
@@ -102,14 +94,6 @@ print(f"{depth} blocks, width {width}, batch {batch}")
 # comes. Under ``no_grad`` nothing is saved, so expect the peak to drop to about two
 # layers' worth of activations. ``inference_mode`` also skips autograd's version
 # counters and view tracking; its tensors cannot be used in autograd later.
-
-
-def forward(h):
-    for block in blocks:
-        h = block(h)
-    return h
-
-
 modes = {
     "grad enabled": contextlib.nullcontext,
     "no_grad": torch.no_grad,
@@ -119,7 +103,7 @@ modes = {
 
 def run(mode):
     with mode():
-        return forward(x)
+        return model(x)
 
 
 # The three take turns for five rounds, so that a drift of the machine falls on all.
@@ -135,22 +119,13 @@ saving = 1 - memory["no_grad"] / max(memory["grad enabled"], 1)
 print(f"no_grad's peak is {saving:.0%} lower than with grad enabled")
 speed = gpuguide.compare(times["inference_mode"], times["grad enabled"])
 print(f"time: {speed}")
-
-fig, (ax_memory, ax_time) = plt.subplots(1, 2, figsize=(9, 4))
-gpuguide.plot_bars(
-    ax_memory,
-    {name: size / 2**20 for name, size in memory.items()},
-    ylabel="peak memory rise (MiB)",
-    title=f"Without a graph, {saving:.0%} less memory",
-)
-gpuguide.plot_bars(
-    ax_time,
-    times,
-    ylabel="forward time (ms)",
-    title=f"and {gpuguide.format_ratio(speed.speedup)} the speed"
-    if speed.measurable
-    else "and no measurable difference in time",
-)
+fig, axes = plt.subplots(1, 2, figsize=(9, 4))
+panels = [
+    ("peak memory rise (MiB)", mib(memory), f"Without a graph, {saving:.0%} less"),
+    ("forward time (ms)", times, f"inference_mode against grad:\n{speed.short}"),
+]
+for ax, (ylabel, values, title) in zip(axes, panels, strict=True):
+    gpuguide.plot_bars(ax, values, ylabel=ylabel, title=title)
 plt.show()
 
 # %%
@@ -164,14 +139,14 @@ plt.show()
 # The same weights and optimizer serve both variants: checkpointing is the only change.
 # Expect the saved tensors to shrink to about a ninth (block inputs only); the peak
 # falls less, because backward still rebuilds one block's activations at a time next
-# to the gradients flowing back. Expect the cost to be at most one extra forward
-# pass, a third more time on a step whose backward costs twice its forward, and less
-# in practice: this checkpointing stops recomputing a block as soon as it has rebuilt
-# every tensor backward needs. Backward needs the second ``Linear``'s input, not its
-# output, so that layer is not run again: expect about half a forward pass more, a
-# sixth more time, where the matmuls dominate the step (a large model on a GPU), and
-# a share that depends on the per-call overheads elsewhere.
-optimizer = torch.optim.Adam(blocks.parameters(), lr=1e-4)
+# to the gradients flowing back. The time it costs is the layers it runs again plus
+# its own work per block. It stops recomputing a block once it has rebuilt every
+# tensor backward needs: backward needs the second ``Linear``'s input, not its
+# output, so that layer is not run again (counted below). Where the matmuls dominate
+# (a large model on a GPU), expect about half a forward pass more, a sixth more time
+# per step; where per-call overheads weigh (a small model, a CPU), its bookkeeping
+# adds to that, and the cost can pass a whole forward pass.
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 loss_fn = nn.MSELoss()
 
 
@@ -187,8 +162,8 @@ def train_step(net):
     optimizer.step()
 
 
-train_step(forward)  # creates the gradients and Adam's state
-variants = {"plain": forward, "checkpointed": checkpointed_forward}
+train_step(model)  # creates the gradients and Adam's state
+variants = {"plain": model, "checkpointed": checkpointed_forward}
 step_time = gpuguide.interleave(
     {name: partial(train_step, net) for name, net in variants.items()}, device=device
 )
@@ -202,61 +177,49 @@ rows = [
 ]
 print(gpuguide.table(rows))
 print(f"How the peak was measured: {note}")
-for name in variants:
+for name in variants:  # the table's figures, recorded
     gpuguide.record("backward peak rise", peak[name], unit="B", size=dims, variant=name)
     gpuguide.record("step time", step_time[name], size=dims, variant=name)
 
-# Which layers did the checkpointed step run again? Count each Linear's calls.
-linears = [m for m in blocks.modules() if isinstance(m, nn.Linear)]
-runs = dict.fromkeys(linears, 0)
-hooks = [
-    m.register_forward_hook(lambda m, *_: runs.update({m: runs[m] + 1}))
-    for m in linears
-]
+# Which layers did the checkpointed step run again? Count the Linear layers' calls.
+linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+calls = []
+hooks = [m.register_forward_hook(lambda m, *_: calls.append(m)) for m in linears]
 loss = loss_fn(checkpointed_forward(x), y)
-forward_runs = sum(runs.values())
+forward_calls = len(calls)
 loss.backward()
-rerun = sum(runs.values()) - forward_runs
 for hook in hooks:
     hook.remove()
-print(f"backward ran {rerun} of the {len(linears)} Linear layers again")
+print(
+    f"backward ran {len(calls) - forward_calls} of {len(linears)} Linear layers again"
+)
 
 # %%
 # Memory saved against time added
 # -------------------------------
 # Three numbers per variant: the tensors autograd keeps between forward and backward
-# (counted exactly, as on the previous page), the measured peak, and the time.
+# (counted exactly, as on the previous page), the measured peak, and the time. The
+# last line counts the times in forward passes (with grad enabled, timed above); in
+# brackets, the range of the step times' ratio.
 saved = peak["plain"] - peak["checkpointed"]
 share = saved / max(peak["plain"], 1)
 kept_share = 1 - kept["checkpointed"] / max(kept["plain"], 1)
-slowdown = gpuguide.compare(step_time["plain"], step_time["checkpointed"])
-if slowdown.verdict == "faster":  # plain is measurably faster: checkpointing costs
-    cost = (
-        f"{slowdown.speedup - 1:.0%} more time "
-        f"({slowdown.low - 1:.0%} to {slowdown.high - 1:.0%})"
-    )
-else:
-    cost = "no measurable extra time"
-print(f"checkpointing saves {fmt(saved)} ({share:.0%}) for {cost} per step")
-print(f"it keeps {kept_share:.0%} less for backward{noisy(step_time)}")
-if device.type == "cpu":
-    print(
-        "On the CPU the peak is read from RSS, which also holds memory glibc keeps "
-        "after frees during backward; the kept tensors are counted exactly."
-    )
+print(
+    f"checkpointing keeps {kept_share:.0%} less and lowers the peak rise by {fmt(saved)} ({share:.0%})"
+)
+cost = gpuguide.compare(step_time["plain"], step_time["checkpointed"])
+gpuguide.report("checkpointing's cost", cost, size=dims)
+step_passes = step_time["plain"].median_s / times["grad enabled"].median_s
+extra = [(ratio - 1) * step_passes for ratio in (cost.speedup, cost.low, cost.high)]
+print(
+    f"in forward passes: a plain step takes {step_passes:.2f}, checkpointing adds "
+    f"{extra[0]:.2f} ({extra[1]:.2f} to {extra[2]:.2f})"
+)
 fig, axes = plt.subplots(1, 3, figsize=(11, 4))
 panels = [
-    (
-        "kept for backward (MiB)",
-        {k: v / 2**20 for k, v in kept.items()},
-        f"{kept_share:.0%} less kept",
-    ),
-    (
-        "peak memory rise (MiB)",
-        {k: v / 2**20 for k, v in peak.items()},
-        f"{share:.0%} lower peak",
-    ),
-    ("time per training step (ms)", step_time, f"for {cost}"),
+    ("kept for backward (MiB)", mib(kept), f"{kept_share:.0%} less kept"),
+    ("peak memory rise (MiB)", mib(peak), f"{share:.0%} lower peak"),
+    ("step time (ms)", step_time, f"plain against checkpointed:\n{cost.short}"),
 ]
 for ax, (ylabel, values, title) in zip(axes, panels, strict=True):
     gpuguide.plot_bars(ax, values, ylabel=ylabel, title=title)
@@ -268,4 +231,5 @@ plt.show()
 # Wrap inference in ``torch.inference_mode()`` (or ``no_grad`` where the results
 # must later enter autograd): the memory of a graph nobody will use is the largest
 # waste here. Checkpoint blocks when activations, not weights, are what does not
-# fit: it buys a larger batch or a deeper model for at most one extra forward pass.
+# fit: it buys a larger batch or a deeper model for the layers it recomputes and its
+# own per-block work, a cost to measure on your model as this page did.

@@ -10,15 +10,15 @@ which counts everything on the GPU, CUDA contexts and other processes included.
 
 This page measures what a CUDA context costs (a popular notebook printed 0 MB for it:
 ``memory_allocated`` cannot see it), follows the three numbers as a tensor is made,
-deleted, reused and released, and recovers from an out-of-memory error.
-
-See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
+deleted, reused and released, and recovers from an out-of-memory error. See also the
+concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 """
 
 # %%
 # Setup
 # -----
-import ctypes
+# Without CUDA the page follows the process's resident memory (RSS) on the CPU
+# (MPS has no allocator statistics).
 import itertools
 import subprocess
 import sys
@@ -32,16 +32,9 @@ import gpuguide
 from gpuguide.memory import rss_bytes
 from gpuguide.sizes import free_memory_bytes
 
-device = gpuguide.pick_device()
-on_gpu = device.type == "cuda"
-device = device if on_gpu else torch.device("cpu")  # MPS has no allocator statistics
+page = gpuguide.setup(None if torch.cuda.is_available() else "cpu")
+device, on_gpu = page.device, page.cuda
 fmt = gpuguide.format_bytes
-print(gpuguide.provenance(device))
-if not on_gpu:
-    print(
-        "Allocator counters, the driver's view and OOM need a CUDA GPU: RSS here; "
-        "the figures recorded on GPUs are at the end of the page."
-    )
 
 # %%
 # Three views of GPU memory
@@ -64,11 +57,11 @@ def gpu_memory():
     }
 
 
-if on_gpu:
+if page.needs_cuda("The allocator's and the driver's counters"):
     now = gpu_memory()
     print(", ".join(f"{name} {fmt(v)}" for name, v in now.items()))
-    outside = now["driver used"] - now["reserved"]
-    print(f"outside the allocator: {fmt(outside)} (contexts, kernels, other processes)")
+    outside = fmt(now["driver used"] - now["reserved"])
+    print(f"outside the allocator: {outside} (contexts, kernels, other processes)")
 
 # %%
 # What a CUDA context costs
@@ -89,8 +82,6 @@ stage("+ CUDA context + 1-element tensor")
 (x.new_ones(1024, 1024) @ x.new_ones(1024, 1024)).sum().item()
 stage("+ first matmul (cuBLAS)")
 """
-
-
 Stage = namedtuple("Stage", "child driver_used reserved allocated")
 
 
@@ -109,55 +100,43 @@ def probe_context():
     return stages, child.returncode
 
 
-if on_gpu:
+if page.needs_cuda("A CUDA context's memory"):
     stages, code = probe_context()
     print(gpuguide.table(Stage(s.child, *map(fmt, s[1:])) for s in stages))
     if len(stages) == 3 and code == 0:
         imported, context, _ = stages
         context_bytes = context.driver_used - imported.driver_used - context.reserved
-        gpuguide.record("CUDA context", context_bytes, unit="B")
-        cost = fmt(context_bytes)
+        gpuguide.report("CUDA context", context_bytes, unit="B")
         print(
-            f"The CUDA context cost {cost} on top of the allocator's "
-            f"{fmt(context.reserved)}"
+            f"That is on top of the allocator's {fmt(context.reserved)}; "
+            f"memory_allocated() saw {fmt(context.allocated)}: the one small tensor."
         )
-        print(f"memory_allocated() saw {fmt(context.allocated)}: the one small tensor.")
     else:
         print(f"The child process failed (exit code {code}); its error went to stderr.")
 
 # %%
 # Allocate, delete, reuse, release
 # --------------------------------
-# A large tensor (sized by the device's budget) is created, deleted, created again,
-# deleted, and then the cache is released with ``torch.cuda.empty_cache()``. On the
-# CPU, glibc may keep freed memory or hand it back to the OS; ``malloc_trim(0)`` hands
-# back what it kept, the nearest equivalent of ``empty_cache``.
-libc = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
-
-
-def release_cached_memory():
-    if on_gpu:
-        torch.cuda.empty_cache()
-    elif libc is not None and hasattr(libc, "malloc_trim"):
-        libc.malloc_trim(0)
-
-
-peaks = gpuguide.device_peaks(device) if on_gpu else None  # None: low fallback rates
-# Powers of two from 2 MiB: whole blocks of the allocator's large pool.
+# A large tensor (sized by the device's budget, in powers of two from 2 MiB: whole
+# blocks of the allocator's large pool) is created, deleted, created again, deleted,
+# and then the cache is released with ``torch.cuda.empty_cache()``. On the CPU,
+# ``malloc_trim(0)`` (``gpuguide.release_host_memory``) hands back what glibc kept
+# from frees, the nearest equivalent of ``empty_cache``.
+release = torch.cuda.empty_cache if on_gpu else gpuguide.release_host_memory
 n = gpuguide.largest_size(
-    2**21, 2**40, memory_at=int, traffic_at=int, device=device, peaks=peaks
-)
+    2**21, 2**40, memory_at=int, traffic_at=int, device=device,
+    peaks=page.peaks if on_gpu else None,  # None: low fallback rates on a CPU
+)  # fmt: skip
 print(f"tensor size: {fmt(n)}")
-history, steps = [], []
+history, rows = {}, []
 
 
 def log_step(label):
-    numbers = gpu_memory() if on_gpu else {"process RSS": rss_bytes()}
-    history.append((label, numbers))
-    steps.append({"step": label} | {k: fmt(v) for k, v in numbers.items()})
+    history[label] = gpu_memory() if on_gpu else {"process RSS": rss_bytes()}
+    rows.append({"step": label} | {k: fmt(v) for k, v in history[label].items()})
 
 
-release_cached_memory()
+release()
 log_step("start")
 a = torch.ones(n, dtype=torch.uint8, device=device)
 log_step("a = ones(n)")
@@ -167,9 +146,9 @@ b = torch.ones(n, dtype=torch.uint8, device=device)
 log_step("b = ones(n), same size")
 del b
 log_step("del b")
-release_cached_memory()
+release()
 log_step("empty_cache()" if on_gpu else "malloc_trim(0)")
-print(gpuguide.table(steps))
+print(gpuguide.table(rows))
 
 # %%
 # What each step did
@@ -178,29 +157,26 @@ print(gpuguide.table(steps))
 # PyTorch's cache, not to the driver. The second tensor reuses it (reserved does not
 # grow); only ``empty_cache`` returns memory to the driver, which helps other
 # processes, not this one: its next large allocation must ask the driver again. On
-# the CPU, glibc unmaps a freed block it got with ``mmap``, but each such free raises
-# its ``mmap`` threshold (up to 32 MiB): a later block may come from its heap and stay.
-series = {key: [numbers[key] for _, numbers in history] for key in history[0][1]}
+# the CPU, glibc unmaps a large block on ``del`` if it got it with ``mmap``, and may
+# keep it if it came from its heap (a heap with room, or an ``mmap`` threshold raised
+# by an earlier free, up to 32 MiB); the next tensor may or may not reuse a kept block.
+series = {key: [step[key] for step in history.values()] for key in history["start"]}
 change = {k: [y - x for x, y in itertools.pairwise(v)] for k, v in series.items()}
-for key, deltas in change.items():
-    print(f"change in {key}: " + ", ".join(fmt(d) for d in deltas))
 if on_gpu:
     held = change["driver used"]
     cached = series["reserved"][2] - series["reserved"][0]  # still reserved after del
-    gpuguide.record("cached after del", cached, unit="B", size=fmt(n))
-    gpuguide.record("returned by empty_cache", -held[4], unit="B", size=fmt(n))
+    gpuguide.report("cached after del", cached, unit="B", size=fmt(n))
+    gpuguide.report("returned by empty_cache", -held[4], unit="B", size=fmt(n))
     title = "del keeps the block cached; empty_cache returns it"
     if not (abs(held[1]) < n / 2 and abs(held[2]) < n / 2 and held[4] < -n / 2):
         title = "Allocated, reserved and driver-used memory over the steps"
 else:
-    held = change["process RSS"]
-    did = ["kept the block" if d > -n / 2 else "unmapped it" for d in held[1:4:2]]
-    title = f"On both dels, glibc {did[0]}"
-    if did[0] != did[1]:
-        title = f"glibc {did[0]} on the first del and {did[1]} on the second"
-    print(f"{title}; malloc_trim(0) then returned {fmt(-held[4])}.")
-    gpuguide.record("returned by malloc_trim", -held[4], unit="B", size=fmt(n))
-
+    held = change["process RSS"]  # after a, del a, b, del b, malloc_trim
+    freed = ["kept it" if d > -n / 2 else "returned it to the OS" for d in held[1:4:2]]
+    took = "reused the kept block" if held[2] < n / 2 else "took new memory"
+    title = f"del a: glibc {freed[0]}; b {took}"
+    print(f"{title}; del b: glibc {freed[1]}.")
+    gpuguide.report("returned by malloc_trim", -held[4], unit="B", size=fmt(n))
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(
     ax,
@@ -212,11 +188,8 @@ gpuguide.plot_sweep(
     device=device,
     logx=False,
     logy=False,
-    record="memory by step" if on_gpu else None,  # RSS is another measurement
 )
-ax.set_xticks(
-    range(len(history)), [label for label, _ in history], rotation=20, ha="right"
-)
+ax.set_xticks(range(len(history)), list(history), rotation=20, ha="right")
 plt.show()
 
 # %%
@@ -225,7 +198,8 @@ plt.show()
 # Asking for more than the driver has free raises ``torch.OutOfMemoryError`` at once
 # (after the allocator has released its cache and tried again); nothing stays
 # allocated. Retry with a smaller batch *after* the ``except`` block: inside it, the
-# exception's traceback keeps the failed call's frames and their tensors alive.
+# exception's traceback keeps the failed call's frames and their tensors alive. (A
+# CPU is not pushed this far: Linux may kill a process that asks too much.)
 ROW_BYTES = 2**20  # one sample's activations in this stand-in for a training step
 
 
@@ -238,31 +212,27 @@ def run_with_fallback(rows):
         except torch.OutOfMemoryError as err:
             # torch's own figures are the whole GPU's, not a GPUGUIDE_GPU_MEMORY cap.
             asked = textwrap.shorten(str(err).split(" GPU ")[0], 100)
-            print(
-                f"batch {rows} ({fmt(rows * ROW_BYTES)}): {asked} "
-                f"{fmt(free_memory_bytes(device))} of the {fmt(usable)} this "
-                "process may use was free."
-            )
+            free = fmt(free_memory_bytes(device))
+            print(f"batch {rows} ({fmt(rows * ROW_BYTES)}): {asked} {free} of the "
+                  f"{fmt(usable)} this process may use was free.")  # fmt: skip
         torch.cuda.empty_cache()
         rows //= 2
     msg = "not even one sample fits on the GPU"
     raise RuntimeError(msg)
 
 
-if on_gpu:
-    release_cached_memory()
+if page.needs_cuda("Recovering from CUDA out-of-memory"):
+    release()
     total = torch.cuda.mem_get_info(device)[1]
-    usable = gpuguide.describe_device(device).memory_cap_bytes or total
+    usable = page.info.memory_cap_bytes or total
     # 1 GiB more than is free: free_memory_bytes honours GPUGUIDE_GPU_MEMORY.
     ran = run_with_fallback((free_memory_bytes(device) + 2**30) // ROW_BYTES)
-    release_cached_memory()
+    release()
     print(
         f"batch {ran} ({fmt(ran * ROW_BYTES)}) ran after the error; now allocated "
         f"{fmt(torch.cuda.memory_allocated(device))}, driver free "
         f"{fmt(torch.cuda.mem_get_info(device)[0])} of {fmt(total)}"
     )
-else:
-    print("Out-of-memory is not provoked on the CPU: Linux may kill, not raise.")
 
 # %%
 # What to take away

@@ -5,9 +5,9 @@ Where a training step's memory goes
 A model that fits in memory for inference can still run out of memory in training.
 Each parameter also gets a gradient, Adam keeps two running averages per parameter,
 and the forward pass keeps activations alive until backward has used them. This page
-takes one training step of a small MLP apart: weights, gradients and optimizer state
-are counted from their tensors, the activations are measured as the rise of memory
-during forward and backward.
+takes one training step of a small MLP apart: weights, gradients, optimizer state and
+the activations are counted from their tensors, and the peak rise of memory during
+forward and backward is measured beside them.
 
 On a GPU it also records a memory snapshot of two training steps, draws the memory in
 use after every allocator event, and offers the snapshot for download, to explore in
@@ -17,9 +17,7 @@ PyTorch's memory viewer.
 # %%
 # Setup
 # -----
-# On the CPU the activations are measured from the process's resident memory (RSS):
-# before each measurement ``malloc_trim(0)`` asks glibc to hand back the memory it
-# kept from earlier frees, so that new tensors show up as new resident pages.
+import itertools
 import pickle
 
 import matplotlib.pyplot as plt
@@ -27,14 +25,10 @@ import torch
 from torch import nn
 
 import gpuguide
-from gpuguide.chapters.snapshot import memory_timeline, plot_memory_timeline
 
-device = gpuguide.pick_device()
-torch.manual_seed(0)
-print(gpuguide.provenance(device))
-on_gpu = device.type == "cuda"
+page = gpuguide.setup()
+device = page.device
 fmt = gpuguide.format_bytes
-
 
 # %%
 # The model and its size
@@ -45,27 +39,22 @@ fmt = gpuguide.format_bytes
 # ``4 width`` pre-activation (for GELU's derivative) and GELU's output (for the second
 # ``Linear``), about ``9 * batch * width`` floats in all. The batch is the largest that
 # fits the device's time and memory budget for one step (``6 * params * batch`` FLOP).
-width, depth = (1024, 8) if on_gpu and not gpuguide.small_mode() else (64, 4)
+width, depth = (1024, 8) if page.cuda and not page.small else (64, 4)
 params = depth * (8 * width * width + 5 * width)
 resident = 16 * params  # bytes: fp32 weights, gradients and Adam's two moments
 saved_per_row = 4 * 9 * width * depth  # bytes autograd saves per sample (fp32)
 batch = gpuguide.largest_size(
-    64,
-    2**16,
+    64, 2**16, call_s=0.05,
     memory_at=lambda b: resident + saved_per_row * b,
     flop_at=lambda b: 6 * params * b,
-    call_s=0.05,
-    peaks=gpuguide.device_peaks(device) if on_gpu else None,  # None: low fallback rates
+    peaks=page.peaks if page.cuda else None,  # None: low fallback rates on a CPU
+)  # fmt: skip
+wide = 4 * width
+blocks = (
+    nn.Sequential(nn.Linear(width, wide), nn.GELU(), nn.Linear(wide, width))
+    for _ in range(depth)
 )
-
-
-def block():
-    return nn.Sequential(
-        nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
-    )
-
-
-model = nn.Sequential(*(block() for _ in range(depth))).to(device)
+model = nn.Sequential(*blocks).to(device)
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 loss_fn = nn.MSELoss()
 x = torch.randn(batch, width, device=device)
@@ -83,13 +72,13 @@ def train_step():
 train_step()  # the first step creates the gradients and Adam's state
 
 # %%
-# Count the resident parts, measure the activations
-# -------------------------------------------------
-# Weights, gradients and Adam's two moments are tensors that stay allocated between
-# steps, so their size is the sum of ``numel() * element_size()``. The activations
-# exist only during the step: ``gpuguide.track_memory`` measures how far memory rises
-# above what was resident before the forward pass. ``zero_grad(set_to_none=False)``
-# keeps the gradient buffers allocated, so that the rise does not count them again.
+# Count every part from its tensors
+# ---------------------------------
+# Weights, gradients and Adam's two moments stay allocated between steps, so their
+# size is the sum of ``numel() * element_size()``. The activations exist only during
+# the step: ``torch.autograd.graph.saved_tensors_hooks`` sees every tensor the forward
+# pass saves for backward. Counting them once each (by storage), without the
+# parameters and the batch that were resident anyway, gives their exact size.
 
 
 def nbytes(tensors):
@@ -103,27 +92,13 @@ parts = {
         t for state in optimizer.state.values() for t in state.values() if t.dim()
     ),
 }
-optimizer.zero_grad(set_to_none=False)
-gpuguide.release_host_memory()
-with gpuguide.track_memory(device) as tracked:
-    loss_fn(model(x), y).backward()
-parts["activations"] = tracked.report.peak_increase_bytes
-print(tracked.report)
-
-# %%
-# What autograd saved
-# -------------------
-# ``torch.autograd.graph.saved_tensors_hooks`` sees every tensor the forward pass
-# saves for backward. Counting them once each (by storage), without the parameters
-# and the batch that were resident anyway, gives the exact size of the activations;
-# the measured rise also holds the gradients flowing backward and temporaries.
-resident = {t.untyped_storage().data_ptr() for t in (*model.parameters(), x, y)}
+resident_ptrs = {t.untyped_storage().data_ptr() for t in (*model.parameters(), x, y)}
 saved = {}
 
 
 def count_saved(t):
     storage = t.untyped_storage()
-    if storage.data_ptr() not in resident:
+    if storage.data_ptr() not in resident_ptrs:
         saved[storage.data_ptr()] = storage.nbytes()
     return t
 
@@ -131,11 +106,28 @@ def count_saved(t):
 with torch.autograd.graph.saved_tensors_hooks(count_saved, lambda t: t):
     loss = loss_fn(model(x), y)
 del loss
-expected = fmt(saved_per_row * batch)  # 9 fp32 numbers per row and block
-gpuguide.record("saved for backward", sum(saved.values()), unit="B", size=dims)
-gpuguide.record("activations", parts["activations"], unit="B", size=dims)
-print(f"saved for backward: {fmt(sum(saved.values()))} (expected {expected})")
-print(f"measured rise during forward + backward: {fmt(parts['activations'])}")
+parts["activations"] = sum(saved.values())
+gpuguide.report("saved for backward", parts["activations"], unit="B", size=dims)
+print(f"(expected {fmt(saved_per_row * batch)}: 9 fp32 numbers per sample and block)")
+
+# %%
+# The measured peak holds more than the activations
+# -------------------------------------------------
+# ``track_memory`` measures how far memory rises above what was resident
+# before the forward pass (``zero_grad(set_to_none=False)`` keeps the gradient buffers
+# allocated, so that the rise does not count them again). Expect the rise to exceed
+# the saved activations: at the peak, backward's gradients and temporaries sit on top
+# of them. On a GPU the rise counts bytes held by tensors; on the CPU it is the
+# process's resident memory (RSS), which also holds what the C allocator keeps after
+# frees, so it is not a count of activations.
+optimizer.zero_grad(set_to_none=False)
+gpuguide.release_host_memory()  # malloc_trim(0): freed memory leaves RSS first
+with gpuguide.track_memory(device) as tracked:
+    loss_fn(model(x), y).backward()
+rise = tracked.report.peak_increase_bytes
+gpuguide.report("peak rise in forward + backward", rise, unit="B", size=dims)
+print(f"The rise is {rise / parts['activations']:.2f}x the saved activations.")
+print(f"How the rise was measured: {tracked.report.note}")
 
 # %%
 # The breakdown
@@ -143,16 +135,15 @@ print(f"measured rise during forward + backward: {fmt(parts['activations'])}")
 # Expect the gradients to match the weights and Adam's state to be twice the weights:
 # with fp32 weights, weights + gradients + Adam take 16 bytes per parameter before a
 # single activation. How large the activations are depends on the batch and the
-# architecture, not on the parameter count; here they usually dominate.
+# architecture, not on the parameter count.
 weights = parts["weights"]
 state = weights + parts["gradients"] + parts["Adam state"]
-gpuguide.record("weights, gradients and Adam", state, unit="B", size=dims)
+gpuguide.report("weights, gradients and Adam", state, unit="B", size=dims)
 rows = [
     {"part": k, "size": fmt(v), "vs weights": f"{v / weights:.2f}x"}
     for k, v in parts.items()
 ]
 print(gpuguide.table(rows))
-print(f"How this was measured: {tracked.report.note}")
 fig, ax = plt.subplots()
 gpuguide.plot_bars(
     ax,
@@ -168,16 +159,19 @@ plt.show()
 # ---------------------------------------
 # ``torch.cuda.memory._record_memory_history`` makes the caching allocator log every
 # allocation and free with a Python stack; ``_dump_snapshot`` writes the log and the
-# allocator's state to a pickle. The drawing below adds up the allocation sizes event
-# by event: each step climbs through the forward pass as activations pile up, peaks
-# around the start of backward, and falls as backward frees them; ``zero_grad`` frees
-# the gradients and backward allocates them again. Open the downloadable file at
+# allocator's state to a pickle. Each ``alloc`` event in the log adds its size to the
+# memory held by tensors and each ``free_completed`` removes it, so a running sum from
+# ``memory_allocated()`` read before recording draws that memory over the steps (the
+# ``segment_*`` events likewise change what the allocator reserved). Each step climbs
+# through the forward pass as activations pile up, peaks around the start of backward,
+# and falls as backward frees them. Open the downloadable file at
 # https://pytorch.org/memory_viz: its "Active Memory Timeline" shows every allocation
 # as a band, with the Python line that made it.
-if on_gpu:
+if page.needs_cuda("A memory snapshot of the CUDA caching allocator"):
     index = device.index if device.index is not None else torch.cuda.current_device()
     path = gpuguide.artifact_path("training_step_memory_snapshot.pickle")
     torch.cuda.synchronize(device)
+    start = torch.cuda.memory_allocated(device)
     torch.cuda.memory._record_memory_history(
         max_entries=100_000, stacks="python", clear_history=True
     )
@@ -188,27 +182,28 @@ if on_gpu:
         torch.cuda.memory._dump_snapshot(str(path))
     finally:
         torch.cuda.memory._record_memory_history(enabled=None)
-    snapshot = pickle.loads(path.read_bytes())
-    timeline = memory_timeline(snapshot, trace=index)
-    rise = timeline.peak_allocated_bytes - timeline.allocated_bytes[0]
-    peak = fmt(timeline.peak_allocated_bytes)
-    gpuguide.record("snapshot peak rise", rise, unit="B", size=dims)
-    print(
-        f"{timeline.events} allocator events; peak {peak}, {fmt(rise)} above the start"
-    )
+    events = pickle.loads(path.read_bytes())["device_traces"][index]
+    sign = {"alloc": 1, "free_completed": -1}
+    steps = [sign.get(e["action"], 0) * e["size"] for e in events]
+    allocated = list(itertools.accumulate(steps, initial=start))
+    peak_rise = max(allocated) - start
+    print(f"{len(events)} allocator events; peak {fmt(max(allocated))}")
+    gpuguide.report("snapshot peak rise", peak_rise, unit="B", size=dims)
     fig, ax = plt.subplots()
-    plot_memory_timeline(
+    gpuguide.plot_sweep(
         ax,
-        snapshot,
-        title=f"Activations pile up and drain each step: {fmt(rise)} above the start",
-        trace=index,
+        range(len(allocated)),
+        {"allocated (tensors)": [b / 2**20 for b in allocated]},
+        xlabel="allocator event (index)",
+        ylabel="memory (MiB)",
+        title=f"Activations pile up and drain each step: {fmt(peak_rise)} above the start",
+        logx=False,
+        logy=False,
     )
     plt.show()
-else:
-    print("A memory snapshot logs the CUDA caching allocator's events: it needs a GPU.")
 gpuguide.download_link(
     path, "memory snapshot (pickle; open it at https://pytorch.org/memory_viz)"
-) if on_gpu else None
+) if page.cuda else None
 
 # %%
 # What to take away

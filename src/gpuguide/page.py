@@ -30,7 +30,7 @@ from gpuguide.env import small_mode
 from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.results import ConfigValue, Result, record
 from gpuguide.timing import NOISY_RELATIVE_IQR, Measurement, Rate
-from gpuguide.units import format_rate, format_time, significant
+from gpuguide.units import format_bytes, format_rate, format_time, significant
 from gpuguide.verdicts import Comparison
 
 if TYPE_CHECKING:
@@ -177,7 +177,8 @@ def report(
         :class:`~gpuguide.verdicts.Comparison` its speed-up, range and
         verdict; a plain number needs ``unit``.
     unit : str, optional
-        The unit of a plain number.
+        The unit of a plain number; bytes (``"B"``) print in binary units
+        (``"18.0 MiB"``).
     peak : str or float, optional
         What the rate is a share of: a precision (``"bf16"``), ``"memory"`` or
         ``"host_link"``, read from the peaks of the device the rate was
@@ -220,11 +221,12 @@ def report(
         if not math.isfinite(number):
             msg = f"value must be finite, got {value!r}"
             raise ValueError(msg)
-        text = (
-            format_rate(number, unit)
-            if unit.endswith("/s")
-            else f"{significant(number)} {unit}"
-        )
+        if unit.endswith("/s"):
+            text = format_rate(number, unit)
+        elif unit == "B":
+            text = format_bytes(number)
+        else:
+            text = f"{significant(number)} {unit}"
     timed = isinstance(value, (Rate, Measurement)) and number > 0
     relative = (high - low) / number if timed and low and high else 0.0
     if relative > NOISY_RELATIVE_IQR:

@@ -2,7 +2,6 @@
 
 - :mod:`~gpuguide.chapters.data`: a synthetic image dataset with a CPU-cost knob
   (data loading).
-- :mod:`~gpuguide.chapters.snapshot`: CUDA memory snapshots, read and drawn (memory).
 - :mod:`~gpuguide.chapters.mamf`: the best matmul rate a device reaches, from a
   small search over shapes (dtypes).
 - :mod:`~gpuguide.chapters.roofline`: the roofline plot (efficiency patterns).
