@@ -21,10 +21,8 @@ from torch import nn
 
 import gpuguide
 
-device = gpuguide.pick_device()
-torch.manual_seed(0)
-print(gpuguide.provenance(device))
-small = gpuguide.small_mode()
+page = gpuguide.setup()
+device, small = page.device, page.small
 fmt = gpuguide.format_bytes
 
 # %%
@@ -35,11 +33,8 @@ fmt = gpuguide.format_bytes
 # silently: the first operation that mixes them raises a ``RuntimeError``.
 model = nn.Linear(64, 8).to(device)
 x = torch.randn(16, 64)  # no device=: this is a CPU tensor
-if device.type == "cpu":
-    print(
-        "A real CPU/GPU mismatch needs a GPU; here a 'meta' tensor (shape and dtype, "
-        "no data) plays the input on the other device."
-    )
+if device.type == "cpu" and not page.needs_cuda("A real CPU/GPU mismatch"):
+    print("Here a 'meta' tensor (shape and dtype, no data) plays the other device.")
     x = torch.randn(16, 64, device="meta")
 try:
     model(x)
@@ -201,8 +196,8 @@ def per_step(label, series):
 
 growth = per_step("eval: append(loss)", variants)  # MiB per step, tracked
 detached = per_step("train: append(loss.detach())", exact)  # MiB per step, exact
-gpuguide.record("eval loop keeping losses", growth * 2**20, unit="B", size=batch)
-gpuguide.record("kept loss.detach()", detached * 2**20, unit="B", size=batch)
+gpuguide.report("eval loop keeping losses", growth * 2**20, unit="B", size=batch)
+gpuguide.report("kept loss.detach()", detached * 2**20, unit="B", size=batch)
 gpuguide.plot_sweep(
     ax,
     steps_axis,
@@ -213,7 +208,6 @@ gpuguide.plot_sweep(
     f"losses +{growth:.1f} MiB/step",
     logx=False,
     logy=False,
-    record="memory held, tracked",
 )
 gpuguide.plot_sweep(
     ax_exact,
@@ -225,7 +219,6 @@ gpuguide.plot_sweep(
     f"{per_step('train: append(loss.detach().clone())', exact):.1f}",
     logx=False,
     logy=False,
-    record="memory held, exact",
 )
 ax_exact.get_legend().remove()
 plt.show()
@@ -287,6 +280,5 @@ gpuguide.plot_sweep(
     title=f"Loss after 40 steps: {curves['zero_grad each step'][-1]:.2g} with "
     f"zero_grad, {curves['never zeroed'][-1]:.2g} without",
     logx=False,
-    record="training loss",
 )
 plt.show()
