@@ -1,9 +1,6 @@
-"""Tests for gpuguide.chapters.roofline: measured points and the roofline plot."""
+"""Tests for gpuguide.chapters.roofline: the roofline plot and the streaming size."""
 
 from __future__ import annotations
-
-import dataclasses
-import math
 
 import matplotlib as mpl
 
@@ -17,67 +14,31 @@ from gpuguide.chapters import roofline
 from gpuguide.chapters.roofline import (
     REGIMES,
     STREAMING_MIN_ELEMENTS,
-    RooflinePoint,
     plot_roofline,
     streaming_elements,
 )
 from gpuguide.device import describe_device
 from gpuguide.peaks import streaming_bytes
-from gpuguide.timing import Measurement
 
 CPU = describe_device("cpu")
 #: A made-up device: 10 TFLOP/s and 1 TB/s, so the ridge is at 10 FLOP/byte.
 PEAKS = {"peak_flops_per_s": 10e12, "peak_bytes_per_s": 1e12}
 
 
-def point(intensity: float, percent: float, seconds: float, label: str = "op"):
+def point(intensity: float, percent: float, label: str = "op"):
     """A point at ``intensity`` reaching ``percent`` of the PEAKS roof."""
     roof = min(PEAKS["peak_flops_per_s"], intensity * PEAKS["peak_bytes_per_s"])
-    flop = roof * percent / 100 * seconds
-    return RooflinePoint(label, flop=flop, nbytes=flop / intensity, seconds=seconds)
-
-
-# -- RooflinePoint -------------------------------------------------------------
-
-
-def test_point_rates_and_intensity() -> None:
-    p = RooflinePoint("add", flop=1e9, nbytes=12e9, seconds=0.01)
-    assert p.intensity == pytest.approx(1 / 12)
-    assert p.flops_per_s == pytest.approx(1e11)
-    assert p.bytes_per_s == pytest.approx(1.2e12)
-    assert str(p) == "add: 10.0 ms, 100 GFLOP/s, 1.20 TB/s, 0.0833 FLOP/byte"
-
-
-def test_point_is_frozen_and_stores_floats() -> None:
-    p = RooflinePoint("mm", flop=2, nbytes=3, seconds=1)
-    assert isinstance(p.flop, float)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        p.flop = 5.0  # type: ignore[misc]
-
-
-@pytest.mark.parametrize("field", ["flop", "nbytes", "seconds"])
-@pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf])
-def test_point_rejects_bad_numbers(field: str, bad: float) -> None:
-    values = {"flop": 1.0, "nbytes": 1.0, "seconds": 1.0, field: bad}
-    with pytest.raises(ValueError, match=field):
-        RooflinePoint("x", **values)
-
-
-def test_point_from_measurement_uses_the_median() -> None:
-    m = Measurement("mm", (0.001, 0.002, 0.010), "cpu", "wall-clock")
-    p = RooflinePoint.from_measurement("mm", flop=4e6, nbytes=1e6, measurement=m)
-    assert p.seconds == pytest.approx(0.002)
-    assert p.flops_per_s == pytest.approx(2e9)
+    return label, (intensity, roof * percent / 100)
 
 
 # -- plot_roofline -------------------------------------------------------------
 
 
-def by_intensity(points, extra=()) -> dict[str, str]:
+def by_intensity(points) -> dict[str, str]:
     """Each point's regime by the ridge of PEAKS alone (the page adds overhead)."""
     return {
-        p.label: "memory-bound" if p.intensity < 10 else "compute-bound"
-        for p in [*points, *extra]
+        label: "memory-bound" if intensity < 10 else "compute-bound"
+        for label, (intensity, _) in points.items()
     }
 
 
@@ -91,12 +52,10 @@ def roof_line(ax: plt.Axes):
 
 
 def test_plot_roofline_draws_roof_ridge_and_points(ax: plt.Axes) -> None:
-    points = [
-        point(0.1, 1.0, 5e-6, "tiny add"),
-        point(0.1, 80.0, 1e-2, "big add"),
-        point(100.0, 70.0, 1e-2, "matmul"),
-    ]
-    regimes = {"tiny add": "overhead-bound"} | by_intensity(points[1:])
+    points = dict(
+        [point(0.1, 1.0, "tiny add"), point(0.1, 80.0, "big add"), point(100.0, 70.0, "matmul")]
+    )  # fmt: skip
+    regimes = by_intensity(points) | {"tiny add": "overhead-bound"}
     plot_roofline(
         ax,
         points,
@@ -121,26 +80,22 @@ def test_plot_roofline_draws_roof_ridge_and_points(ax: plt.Axes) -> None:
     ridge = [ln for ln in ax.lines if ln.get_linestyle() == ":"]
     assert len(ridge) == 1
     assert "ridge 10 FLOP/byte" in texts(ax)
-    for p in points:
-        assert p.label in texts(ax)
+    for label in points:
+        assert label in texts(ax)
     # One legend entry per regime, markers at the points' coordinates.
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert set(REGIMES) <= set(legend)
     offsets = np.vstack([np.asarray(c.get_offsets()) for c in ax.collections])
-    assert offsets[:, 0].tolist() == pytest.approx([p.intensity for p in points])
+    assert offsets[:, 0].tolist() == pytest.approx([x for x, _ in points.values()])
     assert offsets[:, 1].tolist() == pytest.approx(
-        [p.flops_per_s / 1e12 for p in points]
+        [rate / 1e12 for _, rate in points.values()]
     )
     labels = [t.get_text() for t in ax.figure.texts]
     assert f"measured on {CPU.short_name}" in labels
 
 
 def test_plot_roofline_colours_points_by_regime(ax: plt.Axes) -> None:
-    points = [
-        point(0.1, 1.0, 5e-6, "a"),
-        point(0.1, 1.0, 6e-6, "b"),
-        point(5, 1, 1, "c"),
-    ]
+    points = dict([point(0.1, 1.0, "a"), point(0.1, 2.0, "b"), point(5, 1, "c")])
     regimes = {"a": "overhead-bound", "b": "overhead-bound", "c": "compute-bound"}
     plot_roofline(ax, points, regimes=regimes, **PEAKS, title="t", device=CPU)
     first, second, third = ax.collections
@@ -156,16 +111,28 @@ def test_plot_roofline_colours_points_by_regime(ax: plt.Axes) -> None:
 def test_plot_roofline_needs_a_known_regime_for_every_point(ax, regimes) -> None:
     with pytest.raises(ValueError, match=r"regimes must give each point.*\['a'\]"):
         plot_roofline(
-            ax, [point(1, 1, 1, "a")], regimes=regimes, **PEAKS, title="t", device=CPU
-        )
+            ax, dict([point(1, 1, "a")]), regimes=regimes, **PEAKS, title="t", device=CPU
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+@pytest.mark.parametrize("where", [0, 1])
+def test_plot_roofline_rejects_a_point_that_is_not_positive(ax, bad, where) -> None:
+    value = [1.0, 1e9]
+    value[where] = bad
+    with pytest.raises(ValueError, match="'a' must be a finite number > 0"):
+        plot_roofline(
+            ax, {"a": tuple(value)}, regimes={"a": "memory-bound"}, **PEAKS,
+            title="t", device=CPU,
+        )  # fmt: skip
 
 
 def test_plot_roofline_uses_gflops_for_a_slow_device(ax: plt.Axes) -> None:
     peaks = {"peak_flops_per_s": 200e9, "peak_bytes_per_s": 30e9}
-    p = RooflinePoint("mm", flop=2e9, nbytes=1e7, seconds=0.02)
     plot_roofline(
-        ax, [p], regimes={"mm": "compute-bound"}, **peaks, title="t", device=CPU
-    )
+        ax, {"mm": (200.0, 100e9)}, regimes={"mm": "compute-bound"}, **peaks,
+        title="t", device=CPU,
+    )  # fmt: skip
     assert ax.get_ylabel() == "achieved compute (GFLOP/s)"
     (offsets,) = [c.get_offsets() for c in ax.collections]
     assert float(offsets[0, 1]) == pytest.approx(100.0)
@@ -174,10 +141,10 @@ def test_plot_roofline_uses_gflops_for_a_slow_device(ax: plt.Axes) -> None:
 
 
 def test_plot_roofline_sweeps(ax: plt.Axes) -> None:
-    run = [point(k, 50.0, 1e-3, f"k={k}") for k in (0.5, 2.0, 8.0, 32.0)]
+    run = dict(point(k, 50.0, f"k={k}") for k in (0.5, 2.0, 8.0, 32.0))
     plot_roofline(
         ax,
-        [],
+        {},
         regimes=by_intensity(run),
         **PEAKS,
         title="t",
@@ -185,7 +152,7 @@ def test_plot_roofline_sweeps(ax: plt.Axes) -> None:
         sweeps={"matmul, k grows": run},
     )
     (line,) = [ln for ln in ax.lines if ln.get_label() == "matmul, k grows"]
-    assert list(line.get_xdata()) == pytest.approx([p.intensity for p in run])
+    assert list(line.get_xdata()) == pytest.approx([x for x, _ in run.values()])
     assert "k=0.5" in texts(ax)
     assert "k=32.0" in texts(ax)
     assert "k=2.0" not in texts(ax)
@@ -195,29 +162,29 @@ def test_plot_roofline_sweeps(ax: plt.Axes) -> None:
 
 
 def test_plot_roofline_sweep_of_one_point(ax: plt.Axes) -> None:
-    only = point(1.0, 50.0, 1e-3, "only")
+    only = dict([point(1.0, 50.0, "only")])
     plot_roofline(
-        ax, [], regimes=by_intensity([only]), **PEAKS, title="t", device=CPU,
-        sweeps={"s": [only], "e": []},
+        ax, {}, regimes=by_intensity(only), **PEAKS, title="t", device=CPU,
+        sweeps={"s": only, "e": {}},
     )  # fmt: skip
     assert texts(ax).count("only") == 1
 
 
 def test_plot_roofline_rejects_no_points_and_bad_peaks(ax: plt.Axes) -> None:
     with pytest.raises(ValueError, match="at least one point"):
-        plot_roofline(ax, [], regimes={}, **PEAKS, title="t", device=CPU)
-    p = point(1.0, 50.0, 1e-3)
+        plot_roofline(ax, {}, regimes={}, **PEAKS, title="t", device=CPU)
+    p = dict([point(1.0, 50.0)])
     with pytest.raises(ValueError, match="peak_bytes_per_s"):
         plot_roofline(
-            ax, [p], regimes=by_intensity([p]), peak_flops_per_s=1e12,
+            ax, p, regimes=by_intensity(p), peak_flops_per_s=1e12,
             peak_bytes_per_s=0, title="t", device=CPU,
         )  # fmt: skip
 
 
 def test_plot_roofline_shows_points_above_the_roof(ax: plt.Axes) -> None:
-    above = point(100.0, 1000.0, 1e-3, "above")  # 10x the compute roof
+    above = dict([point(100.0, 1000.0, "above")])  # 10x the compute roof
     plot_roofline(
-        ax, [above], regimes=by_intensity([above]), **PEAKS, title="t", device=CPU
+        ax, above, regimes=by_intensity(above), **PEAKS, title="t", device=CPU
     )
     lo, hi = ax.get_ylim()
     assert lo < 10.0 < 100.0 < hi  # the roof and the point, in TFLOP/s

@@ -4,8 +4,8 @@ Three common training-loop bugs
 
 Some training-loop mistakes crash at once, others quietly cost memory or
 correctness. This page makes three happen, measures them and fixes each: operands
-on different devices (an immediate error), losses kept with their autograd graphs
-(memory that grows every step), and gradients never zeroed (no convergence).
+on different devices (an error), losses kept with their autograd graphs (memory
+that grows every step), and gradients never zeroed (no convergence).
 """
 
 # %%
@@ -21,34 +21,28 @@ from torch import nn
 
 import gpuguide
 
-device = gpuguide.pick_device()
-torch.manual_seed(0)
-print(gpuguide.provenance(device))
-small = gpuguide.small_mode()
+page = gpuguide.setup()
+device, small = page.device, page.small
 fmt = gpuguide.format_bytes
 
 # %%
 # Pitfall 1: operands on different devices
 # ----------------------------------------
 # ``.to(device)`` moves a module's parameters, but a tensor created later lands on
-# the CPU unless it is given ``device=``. PyTorch never copies between devices
-# silently: the first operation that mixes them raises a ``RuntimeError``.
+# the CPU unless given ``device=``, and the first operation that mixes devices
+# raises a ``RuntimeError``: PyTorch never copies between them silently.
 model = nn.Linear(64, 8).to(device)
 x = torch.randn(16, 64)  # no device=: this is a CPU tensor
-if device.type == "cpu":
-    print(
-        "A real CPU/GPU mismatch needs a GPU; here a 'meta' tensor (shape and dtype, "
-        "no data) plays the input on the other device."
-    )
+if device.type == "cpu" and not page.needs_cuda("A real CPU/GPU mismatch"):
+    print("Here a 'meta' tensor (shape and dtype, no data) plays the other device.")
     x = torch.randn(16, 64, device="meta")
 try:
     model(x)
 except RuntimeError as err:
     print(f"RuntimeError: {err}")
 
-# A close relative on every device: NumPy arrays are float64 by default, and
+# A close relative on every device: NumPy arrays are float64 by default and
 # ``torch.from_numpy`` keeps their dtype, while the model's weights are float32.
-# Moving such a tensor to the right device is not enough.
 x_np = torch.from_numpy(np.random.default_rng(0).standard_normal((16, 64)))
 try:
     model(x_np.to(device))
@@ -67,31 +61,25 @@ print(f"fixed: input moved to {weight.device} as {weight.dtype}, output {fixed.s
 # %%
 # Pitfall 2: keeping losses, and what they hold
 # ---------------------------------------------
-# A loss tensor holds a reference to the autograd graph that produced it, and the
-# graph holds the activations saved for the backward pass. Appending ``loss`` to a
-# list keeps all of that alive. How much depends on whether ``backward()`` ran:
+# A loss holds a reference to the autograd graph that produced it, and the graph
+# holds the activations saved for the backward pass. Appending ``loss`` to a list
+# keeps all of that alive: in an evaluation loop (no ``backward``) a whole step's
+# activations per kept loss; in a training loop, where ``backward()`` freed them,
+# only the graph's small bookkeeping.
 #
-# * in an evaluation loop (no ``backward``), every kept loss keeps a whole step's
-#   activations, so memory grows by that much per step until it runs out;
-# * in a training loop, ``backward()`` already freed the saved activations, and a
-#   kept loss holds only the graph's small bookkeeping.
-#
-# The usual advice is ``loss.detach()``: a tensor without the graph. But a detached
-# tensor shares its storage, and a 0-dim loss can sit on a large one: ``mse_loss``
-# allocates its output with the shape of its input, then shrinks it in place to the
-# 0-dim result, and shrinking a tensor in place keeps its storage. Each kept
-# ``loss.detach()`` then holds as much memory as the model's output. What holds
-# nothing is a copy with a storage of its own, ``loss.detach().clone()`` (it stays
-# on the device and does not wait for it), or a Python number, ``loss.item()``
-# (which waits for the device: see the next page); in evaluation, also wrap the loop
-# in ``torch.no_grad()``, which builds no graph at all.
+# The usual advice is ``loss.detach()``: a tensor without the graph. But it shares
+# its storage, and a 0-dim loss can sit on a large one: ``mse_loss`` allocates its
+# output with the shape of its input, then shrinks it in place to the 0-dim result,
+# keeping the storage, as large as the model's output. What holds nothing is
+# ``loss.detach().clone()`` (its own storage, on the device, without waiting) or
+# ``loss.item()`` (a number, which waits for the device: see the next page); in
+# evaluation, also wrap the loop in ``torch.no_grad()``, which builds no graph.
 batch = (4096 if device.type == "cpu" else 65536) // (8 if small else 1)
 steps = 8 if small else 16
 net = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(64, 64), nn.ReLU())])
 net = net.to(device)
 optimizer = torch.optim.SGD(net.parameters(), lr=1e-3)
-xb = torch.randn(batch, 64, device=device)
-yb = torch.randn(batch, 64, device=device)
+xb, yb = (torch.randn(batch, 64, device=device) for _ in range(2))
 own = {t.untyped_storage().data_ptr() for t in (xb, yb, *net.parameters())}
 loss = nn.functional.mse_loss(net(xb), yb)
 loss.backward()  # the first backward allocates the gradients
@@ -106,17 +94,13 @@ print(
 
 # %%
 # Each variant runs ``steps`` steps and is measured after every step, twice: with
-# :func:`gpuguide.track_memory` (the CUDA allocator's count, or the process's
-# resident memory on a CPU), and exactly on any device by adding up the storages of
-# the kept values and of the saved activations still alive, which
+# :func:`gpuguide.track_memory`, and exactly on any device by adding up the storages
+# of the kept values and of the saved activations still alive, which
 # ``saved_tensors_hooks`` lets us see.
 def storages(tensors):
     """Bytes of the distinct storages of ``tensors``, without the resident ones."""
-    found = {}
-    for t in tensors:
-        if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in own:
-            found[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-    return found
+    found = (t.untyped_storage() for t in tensors if isinstance(t, torch.Tensor))
+    return {s.data_ptr(): s.nbytes() for s in found if s.data_ptr() not in own}
 
 
 def held_after_each_step(keep, train):
@@ -145,6 +129,11 @@ def held_after_each_step(keep, train):
     return held, exact, sum(values.values()), sum(activations.values())
 
 
+def per_step(label, series):
+    """MiB more held after each step, on average over the loop."""
+    return (series[label][-1] - series[label][0]) / (steps - 1)
+
+
 variants, exact, split = {}, {}, {}
 for label, keep, train in [  # the variant that holds the most memory runs last
     ("train: append(loss.item())", torch.Tensor.item, True),
@@ -157,20 +146,12 @@ for label, keep, train in [  # the variant that holds the most memory runs last
     variants[label], exact[label], *split[label] = held_after_each_step(keep, train)
 print(f"batch {batch} x 64 features, {steps} steps")
 Held = namedtuple("Held", "variant tracked_per_step kept_values activations_alive")
-print(
-    gpuguide.table(
-        (
-            Held(
-                label,
-                f"{(held[-1] - held[0]) / (steps - 1):+.2f} MiB",
-                fmt(split[label][0]),
-                fmt(split[label][1]),
-            )
-            for label, held in variants.items()
-        ),
-        title=f"after {steps} steps: memory tracked per step; held exactly at the end",
-    )
-)
+rows = [
+    Held(label, f"{per_step(label, variants):+.2f} MiB", *map(fmt, split[label]))
+    for label in variants
+]
+title = f"after {steps} steps: memory tracked per step; held exactly at the end"
+print(gpuguide.table(rows, title=title))
 drift = variants["train: append(loss.detach().clone())"][-1]
 if device.type == "cpu" and drift > 1:
     print(
@@ -184,59 +165,36 @@ if device.type == "cpu" and drift > 1:
 # ----------------------------
 # Expect the evaluation loop that keeps ``loss`` to climb by one step's activations
 # (and one output-sized storage) per step, the loops that keep ``loss.detach()`` or
-# a training ``loss`` to climb by one output-sized storage per step, and the loops
-# that keep a clone or a number to stay flat. Left, what
-# :func:`gpuguide.track_memory` sees: on CUDA the allocator's exact count of tensor
-# bytes; on a CPU the process's resident memory, which also counts memory the C
-# allocator keeps or reuses after tensors are freed, so expect noise of several
-# MiB there. Right, the exact count. (In the evaluation loops the variable ``loss``
-# also keeps the last step's graph alive.)
+# a training ``loss`` by one output-sized storage per step, and those that keep a
+# clone or a number to stay flat. Left, what :func:`gpuguide.track_memory` sees: on
+# CUDA the allocator's exact count; on a CPU the process's resident memory, with
+# what the C allocator keeps after tensors are freed (noise of several MiB). Right,
+# the exact count. (In the evaluation loops ``loss`` also keeps the last graph.)
 fig, (ax, ax_exact) = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
 steps_axis = list(range(1, steps + 1))
-
-
-def per_step(label, series):
-    return (series[label][-1] - series[label][0]) / (steps - 1)
-
-
+linear = {"xlabel": "step (count)", "logx": False, "logy": False}
 growth = per_step("eval: append(loss)", variants)  # MiB per step, tracked
 detached = per_step("train: append(loss.detach())", exact)  # MiB per step, exact
-gpuguide.record("eval loop keeping losses", growth * 2**20, unit="B", size=batch)
-gpuguide.record("kept loss.detach()", detached * 2**20, unit="B", size=batch)
-gpuguide.plot_sweep(
-    ax,
-    steps_axis,
-    variants,
-    xlabel="step (count)",
-    ylabel="memory held since the loop began (MiB)",
-    title=f"Tracked ({gpuguide.track_memory(device).method}): eval loop keeping "
-    f"losses +{growth:.1f} MiB/step",
-    logx=False,
-    logy=False,
-    record="memory held, tracked",
-)
-gpuguide.plot_sweep(
-    ax_exact,
-    steps_axis,
-    exact,
-    xlabel="step (count)",
-    ylabel="held by kept values and live activations (MiB)",
-    title=f"Exact: a kept loss.detach() holds {detached:.1f} MiB, a clone "
-    f"{per_step('train: append(loss.detach().clone())', exact):.1f}",
-    logx=False,
-    logy=False,
-    record="memory held, exact",
-)
+gpuguide.report("eval loop keeping losses", growth * 2**20, unit="B", size=batch)
+gpuguide.report("kept loss.detach()", detached * 2**20, unit="B", size=batch)
+method = gpuguide.track_memory(device).method
+clone = per_step("train: append(loss.detach().clone())", exact)
+for where, series, ylabel, title in [
+    (ax, variants, "memory held since the loop began (MiB)",
+     f"Tracked ({method}): eval loop keeping losses +{growth:.1f} MiB/step"),
+    (ax_exact, exact, "held by kept values and live activations (MiB)",
+     f"Exact: a kept loss.detach() holds {detached:.1f} MiB, a clone {clone:.1f}"),
+]:  # fmt: skip
+    gpuguide.plot_sweep(where, steps_axis, series, ylabel=ylabel, title=title, **linear)
 ax_exact.get_legend().remove()
 plt.show()
 
 # %%
 # Pitfall 3: gradients that are never zeroed
 # ------------------------------------------
-# ``backward()`` *adds* to ``.grad``; it does not overwrite it. Called ``k`` times on
-# the same batch without zeroing, the gradient is ``k`` times the gradient of one
-# batch. (Gradient accumulation over micro-batches uses exactly this, on purpose,
-# and zeroes after the optimizer step.)
+# ``backward()`` *adds* to ``.grad``: called ``k`` times on the same batch without
+# zeroing, the gradient is ``k`` times that of one batch. (Gradient accumulation
+# uses exactly this, on purpose, and zeroes after the optimizer step.)
 true_w = torch.randn(16, 1, device=device)
 model = nn.Linear(16, 1).to(device)
 x = torch.randn(64, 16, device=device)
@@ -251,9 +209,8 @@ for k, norm in enumerate(norms, start=1):
 # The cost: a run that does not converge
 # --------------------------------------
 # Two runs of plain SGD on a linear regression, from the same weights on the same
-# batches; the only difference is ``optimizer.zero_grad(set_to_none=True)`` at the
-# start of each step. Without it every update uses the sum of all gradients so far,
-# which overshoots and oscillates instead of settling.
+# batches, differ only by ``optimizer.zero_grad(set_to_none=True)`` at each step.
+# Without it every update uses the sum of all gradients so far, which overshoots.
 start_weights = nn.Linear(16, 1).to(device).state_dict()
 Run = namedtuple("Run", "run grad_norm_every_8_steps loss_after_40_steps")
 curves, rows = {}, []
@@ -287,6 +244,5 @@ gpuguide.plot_sweep(
     title=f"Loss after 40 steps: {curves['zero_grad each step'][-1]:.2g} with "
     f"zero_grad, {curves['never zeroed'][-1]:.2g} without",
     logx=False,
-    record="training loss",
 )
 plt.show()

@@ -1,27 +1,18 @@
 """Draw the roofline: measured operations between the memory and compute roofs.
 
-An operation that performs ``flop`` floating-point operations while moving
-``nbytes`` to and from memory has an *arithmetic intensity* of ``flop / nbytes``
-FLOP/byte. :class:`RooflinePoint` holds one such measurement and its rates;
 :func:`plot_roofline` draws the two roofs of a device (the slanted memory roof
-and the flat compute roof) and the points, each coloured by the regime the page
-found for it, on log-log axes in the style of :mod:`gpuguide.plotting`. Which
-roof applies, and how a regime is decided, is the lesson of the roofline page,
-so that arithmetic lives there. :func:`streaming_elements` sizes the large
-elementwise tensors the page streams through memory.
-
-Examples
---------
->>> from gpuguide.chapters.roofline import RooflinePoint
->>> add = RooflinePoint("x + y", flop=2**24, nbytes=12 * 2**24, seconds=1.0e-4)
->>> round(add.intensity, 4)
-0.0833
+and the flat compute roof) and measured operations, each at its arithmetic
+intensity (FLOP/byte) and achieved FLOP/s and coloured by the regime the page
+found for it, on log-log axes in the style of :mod:`gpuguide.plotting`. Counting
+FLOP and bytes, which roof applies and how a regime is decided are the lesson of
+the roofline page, so that arithmetic lives there. :func:`streaming_elements`
+sizes the large elementwise tensors the page (and :mod:`gpuguide.checkup`)
+stream through memory.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuguide import checks
@@ -30,19 +21,17 @@ from gpuguide.env import small_mode
 from gpuguide.peaks import streaming_bytes
 from gpuguide.plotting import COLORS, label_device, require_unit, style_axes
 from gpuguide.sizes import largest_size
-from gpuguide.units import format_rate, format_time
+from gpuguide.units import format_rate
 
 if TYPE_CHECKING:
     import torch
     from matplotlib.axes import Axes
 
     from gpuguide.device import DeviceInfo
-    from gpuguide.timing import Measurement
 
 __all__ = [
     "REGIMES",
     "STREAMING_MIN_ELEMENTS",
-    "RooflinePoint",
     "plot_roofline",
     "streaming_elements",
 ]
@@ -63,63 +52,6 @@ _REGIME_STYLE: dict[str, tuple[str, str]] = {
     "memory-bound": (COLORS[0], "o"),
     "compute-bound": (COLORS[2], "^"),
 }
-
-
-@dataclass(frozen=True)
-class RooflinePoint:
-    """One measured operation: its work, its memory traffic and its time.
-
-    Parameters
-    ----------
-    label : str
-        What was measured, e.g. ``"x + y, 2^24"``.
-    flop : float
-        Floating-point operations per call (> 0), counted analytically.
-    nbytes : float
-        Bytes read plus bytes written per call (> 0), counted analytically as
-        the least traffic the operation needs (each operand moved once).
-    seconds : float
-        Time per call (> 0), usually a median.
-    """
-
-    label: str
-    flop: float
-    nbytes: float
-    seconds: float
-
-    def __post_init__(self) -> None:
-        for name in ("flop", "nbytes", "seconds"):
-            object.__setattr__(self, name, checks.positive(name, getattr(self, name)))
-
-    @classmethod
-    def from_measurement(
-        cls, label: str, *, flop: float, nbytes: float, measurement: Measurement
-    ) -> RooflinePoint:
-        """A point timed by the median of a :class:`~gpuguide.timing.Measurement`."""
-        return cls(label, flop, nbytes, measurement.median_s)
-
-    @property
-    def intensity(self) -> float:
-        """Arithmetic intensity, in FLOP/byte: ``flop / nbytes``."""
-        return self.flop / self.nbytes
-
-    @property
-    def flops_per_s(self) -> float:
-        """Achieved compute rate, in FLOP/s: ``flop / seconds``."""
-        return self.flop / self.seconds
-
-    @property
-    def bytes_per_s(self) -> float:
-        """Achieved bandwidth, in bytes/s: ``nbytes / seconds``."""
-        return self.nbytes / self.seconds
-
-    def __str__(self) -> str:
-        return (
-            f"{self.label}: {format_time(self.seconds)}, "
-            f"{format_rate(self.flops_per_s, 'FLOP/s')}, "
-            f"{format_rate(self.bytes_per_s, 'B/s')}, "
-            f"{self.intensity:.3g} FLOP/byte"
-        )
 
 
 def streaming_elements(
@@ -207,14 +139,14 @@ def _label_points(ax: Axes, items: Sequence[tuple[str, float, float]]) -> None:
 
 def plot_roofline(
     ax: Axes,
-    points: Sequence[RooflinePoint],
+    points: Mapping[str, tuple[float, float]],
     *,
     regimes: Mapping[str, str],
     peak_flops_per_s: float,
     peak_bytes_per_s: float,
     title: str,
     device: torch.device | str | DeviceInfo | None = None,
-    sweeps: Mapping[str, Sequence[RooflinePoint]] | None = None,
+    sweeps: Mapping[str, Mapping[str, tuple[float, float]]] | None = None,
 ) -> None:
     """Draw the roofline and the measured points on log-log axes.
 
@@ -227,8 +159,9 @@ def plot_roofline(
     ----------
     ax : matplotlib.axes.Axes
         Where to draw.
-    points : sequence of RooflinePoint
-        Single measurements, each annotated with its label.
+    points : mapping of str to (float, float)
+        Single measurements, label -> (intensity in FLOP/byte, achieved
+        FLOP/s), each annotated with its label.
     regimes : mapping of str to str
         Each point's label -> its regime, one of :data:`REGIMES`.
     peak_flops_per_s, peak_bytes_per_s : float
@@ -236,25 +169,29 @@ def plot_roofline(
     title, device
         As for :func:`gpuguide.plotting.plot_sweep`: the finding, and the device
         named on the figure.
-    sweeps : mapping of str to sequence of RooflinePoint, optional
-        Name -> points of one sweep, joined by a line in the legend; only the
-        first and last point of a sweep are annotated.
+    sweeps : mapping of str to points, optional
+        Name -> the points of one sweep, in order, joined by a line in the
+        legend; only the first and last point of a sweep are annotated.
 
     Raises
     ------
     ValueError
-        For peaks that are not positive and finite, no points at all, or a
-        point without a regime from :data:`REGIMES`.
+        For peaks that are not positive and finite, no points at all, a point
+        whose intensity or rate is not positive, or a point without a regime
+        from :data:`REGIMES`.
     """
     flops = checks.positive("peak_flops_per_s", peak_flops_per_s)
     bandwidth = checks.positive("peak_bytes_per_s", peak_bytes_per_s)
-    sweeps = dict(sweeps or {})
-    everything = list(points) + [p for run in sweeps.values() for p in run]
+    runs = {name: list(run.items()) for name, run in (sweeps or {}).items()}
+    everything = list(points.items()) + [p for run in runs.values() for p in run]
     if not everything:
         msg = "points must hold at least one point, got none"
         raise ValueError(msg)
+    for label, (intensity, rate) in everything:
+        checks.positive(f"the intensity of {label!r}", intensity)
+        checks.positive(f"the FLOP/s of {label!r}", rate)
     unknown = sorted(
-        {p.label for p in everything if regimes.get(p.label) not in REGIMES}
+        {label for label, _ in everything if regimes.get(label) not in REGIMES}
     )
     if unknown:
         msg = f"regimes must give each point one of {REGIMES}; not given for {unknown}"
@@ -263,7 +200,7 @@ def plot_roofline(
     xlabel = require_unit("arithmetic intensity (FLOP/byte)")
     ylabel = require_unit(f"achieved compute ({unit})")
     ridge = flops / bandwidth
-    intensities = [p.intensity for p in everything] + [ridge]
+    intensities = [x for _, (x, _) in everything] + [ridge]
     x_lo, x_hi = min(intensities) / 4, max(intensities) * 4
     style_axes(ax)
 
@@ -276,13 +213,13 @@ def plot_roofline(
     ax.plot(roof_x, roof_y, color="0.2", lw=2.2, label=roof_label, zorder=2)
     ax.axvline(ridge, color="0.5", ls=":", lw=1.2, zorder=1)
 
-    labelled = list(points)
-    for i, (name, run) in enumerate(sweeps.items()):
+    labelled = list(points.items())
+    for i, (name, run) in enumerate(runs.items()):
         if not run:
             continue
         ax.plot(
-            [p.intensity for p in run],
-            [p.flops_per_s / scale for p in run],
+            [x for _, (x, _) in run],
+            [rate / scale for _, (_, rate) in run],
             color=COLORS[(4 + i) % len(COLORS)],
             lw=1.2,
             ls="--",
@@ -291,12 +228,12 @@ def plot_roofline(
         )
         labelled += [run[0]] if len(run) == 1 else [run[0], run[-1]]
     seen: set[str] = set()
-    for p in everything:
-        kind = regimes[p.label]
+    for label, (intensity, rate) in everything:
+        kind = regimes[label]
         color, marker = _REGIME_STYLE[kind]
         ax.scatter(
-            [p.intensity],
-            [p.flops_per_s / scale],
+            [intensity],
+            [rate / scale],
             color=color,
             marker=marker,
             s=42,
@@ -310,7 +247,7 @@ def plot_roofline(
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(x_lo, x_hi)
-    rates = [p.flops_per_s for p in everything]
+    rates = [rate for _, (_, rate) in everything]
     low, high = min(min(rates), roof_y[0] * scale), max(max(rates), flops)
     ax.set_ylim(low / scale / 3, high / scale * 3)
     ax.annotate(
@@ -322,7 +259,7 @@ def plot_roofline(
         fontsize="x-small",
         color="0.35",
     )
-    _label_points(ax, [(p.label, p.intensity, p.flops_per_s / scale) for p in labelled])
+    _label_points(ax, [(label, x, rate / scale) for label, (x, rate) in labelled])
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)

@@ -1,0 +1,114 @@
+"""
+Batching small operations into one call
+=======================================
+
+Every PyTorch call pays a fixed cost before its arithmetic starts: Python,
+PyTorch's dispatcher and, on a GPU, a kernel launch. A loop of small operations
+pays it once per operation; one batched call pays it once. This page measures a
+loop of small matrix multiplications against one ``torch.bmm`` over a range of
+batch sizes, so you can see what batching buys on your device.
+
+See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
+:doc:`the roofline and its three regimes </concepts/roofline>`.
+"""
+
+# %%
+# Setup
+# -----
+from functools import partial
+
+import matplotlib.pyplot as plt
+import torch
+
+import gpuguide
+from gpuguide.tables import format_cell
+
+page = gpuguide.setup()
+device = page.device
+
+# %%
+# A loop of calls and one batched call
+# ------------------------------------
+# ``B`` pairs of small ``n x n`` matrices are stacked into ``(B, n, n)`` tensors once,
+# outside the timed region. The loop multiplies them one pair at a time; the batched
+# version makes one ``torch.bmm`` call. Both write into the same preallocated
+# ``out``, so the only difference is the number of calls.
+
+
+def loop_mm(a, b, out):
+    for i in range(a.shape[0]):
+        torch.mm(a[i], b[i], out=out[i])
+    return out
+
+
+def batched_mm(a, b, out):
+    return torch.bmm(a, b, out=out)
+
+
+# %%
+# Timing both as the batch grows
+# ------------------------------
+# The fixed cost of a call is the point here, so each time is per call as a loop of
+# calls runs it, launches included (``measure="call"``, the default), and the two
+# versions take turns for five rounds (:func:`gpuguide.interleave`), so that a drift
+# of the machine's speed falls on both. Expect the loop to be slower already at
+# ``B = 1``, where it also pays for indexing ``a[i]``, ``b[i]`` and ``out[i]``. As
+# ``B`` grows, the loop's time grows with ``B`` while a small ``bmm`` costs about
+# one launch: on a GPU, whose launch dwarfs the arithmetic of a 64 x 64 product,
+# expect the speed-up to grow about as fast as ``B``; on a CPU, where a product's
+# arithmetic costs about as much as a call, expect far less.
+n = 32 if page.small else 64
+batches = [1, 4, 16, 64] if page.small else [1, 4, 16, 64, 256]
+loops, batched, rows = [], [], []
+for B in batches:
+    a, b, out = (torch.randn(B, n, n, device=device) for _ in range(3))
+    looped = loop_mm(a, b, torch.empty_like(out))
+    assert torch.allclose(looped, batched_mm(a, b, out), atol=1e-4), "results differ"
+    versions = {
+        "loop": partial(loop_mm, a, b, out),
+        "bmm": partial(batched_mm, a, b, out),
+    }
+    times = gpuguide.interleave(
+        {f"{name}, B={B}": fn for name, fn in versions.items()}, device=device
+    )
+    loop, bmm = times.values()
+    loops.append(loop)
+    batched.append(bmm)
+    speed = gpuguide.compare(bmm, loop).short
+    rows.append({"B": B, "loop": loop, "bmm": bmm, "bmm speed vs loop": speed})
+print(gpuguide.table(rows, title=f"{n}x{n} matrices (results allclose)"))
+last = gpuguide.compare(batched[-1], loops[-1])
+gpuguide.report("bmm speed-up over a loop", last, size=f"B={B}, {n}x{n}")
+if device.type == "cuda":  # how much of bmm's time per call is the GPU's work?
+    work = gpuguide.benchmark(batched_mm, args=(a, b, out), measure="kernel")
+    print(
+        f"the GPU's own work in one bmm of {B} products: {format_cell(work)} "
+        f'(measure="kernel"), of {format_cell(batched[-1])} per call'
+    )
+
+# %%
+# Plot: time per call against the batch size
+# -------------------------------------------
+# The loop's time grows in proportion to ``B``; the batched call's grows only by the
+# arithmetic it adds. So the lines part by as much as a call's fixed cost outweighs
+# one product's arithmetic: widely on a GPU, less on a CPU. The title gives the
+# speed-up at the largest batch, with its spread.
+ratio = last.short.split(" (")[0]
+fig, ax = plt.subplots()
+gpuguide.plot_sweep(
+    ax,
+    batches,
+    {"loop of torch.mm": loops, f"torch.bmm ({ratio} at B={B})": batched},
+    xlabel="batch size B (matrices)",
+    ylabel="time per call (ms)",
+    title=f"One bmm call against {B} mm calls: {last.short}",
+    record="loop against bmm",
+)
+plt.show()
+
+# %%
+# What to take away
+# -----------------
+# Batch small operations into one call whenever the data allows it (``torch.bmm``
+# for matrix products, a batch dimension for a model's inputs): the fewer the
+# calls, the less the fixed cost of each matters.
