@@ -99,7 +99,7 @@ side = gpuguide.largest_size(
 a, b, out = (torch.randn(side, side, device=device) for _ in range(3))
 flop, nbytes, precision = mm_flop(side), mm_bytes(side), "tf32" if tf32 else "fp32"
 mm = measure(f"matmul {side}", torch.mm, a, b, out=out, flop=flop, nbytes=nbytes)
-rate = gpuguide.report("float32 matmul rate", mm.rate(flop), peak=precision, size=side)
+gpuguide.report("float32 matmul rate", mm.rate(flop), peak=precision, size=side)
 
 # %%
 # From memory- to compute-bound: growing the inner dimension

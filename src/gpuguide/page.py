@@ -28,7 +28,7 @@ from gpuguide import checks
 from gpuguide.device import DeviceInfo, describe_device, pick_device, provenance
 from gpuguide.env import small_mode
 from gpuguide.peaks import Peaks, device_peaks
-from gpuguide.results import ConfigValue, Result, record
+from gpuguide.results import ConfigValue, record
 from gpuguide.timing import NOISY_RELATIVE_IQR, Measurement, Rate
 from gpuguide.units import format_bytes, format_rate, format_time, significant
 from gpuguide.verdicts import Comparison
@@ -164,7 +164,7 @@ def report(
     size: ConfigValue | None = None,
     file: TextIO | None = None,
     **config: ConfigValue,
-) -> Result:
+) -> None:
     """Print one headline figure with its spread, share of peak and verdict; record it.
 
     Parameters
@@ -193,10 +193,11 @@ def report(
     **config : str, int, float or bool
         What identifies the figure beside its name (``dtype="bf16"``).
 
-    Returns
-    -------
-    Result
-        The recorded figure.
+    Notes
+    -----
+    Nothing is returned, so that a page's cell that ends with the call shows
+    only the printed line; :func:`gpuguide.results.recorded` lists what was
+    recorded.
     """
     low = high = None
     device = None
@@ -231,7 +232,8 @@ def report(
     relative = (high - low) / number if timed and low and high else 0.0
     if relative > NOISY_RELATIVE_IQR:
         text += f" NOISY (spread > {100 * NOISY_RELATIVE_IQR:.0f}% of the median)"
-    parts = [f"{name}: {text}"]
+    where = f" ({', '.join(str(v) for v in config.values())})" if config else ""
+    parts = [f"{name}{where}: {text}"]
     peak_name = None
     if peak is not None:
         if isinstance(peak, str):
@@ -248,6 +250,4 @@ def report(
     print(", ".join(parts), file=file or sys.stdout)
     spread = None if low is None or high is None else (low, high)
     extra: dict[str, Any] = dict(config)  # what identifies the figure
-    return record(
-        name, number, unit=unit, spread=spread, size=size, peak=peak_name, **extra
-    )
+    record(name, number, unit=unit, spread=spread, size=size, peak=peak_name, **extra)
