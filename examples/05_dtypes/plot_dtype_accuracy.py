@@ -52,9 +52,10 @@ if ref_dtype == torch.float32:
 # The same random matrices, drawn in the reference dtype, are rounded to each dtype
 # and multiplied there; the result is compared with the reference product. Two
 # measures: the largest error over the largest entry of the reference (normwise),
-# and the median of the elementwise relative errors. Expect each to be of the order
-# of the format's unit roundoff, half its ``eps``: fp16 and TF32 keep 10 mantissa
-# bits, bf16 only 7, fp32 23.
+# and the median of the elementwise relative errors. Expect the 16-bit errors near
+# the format's unit roundoff, half its ``eps`` (fp16 and TF32 keep 10 mantissa bits,
+# bf16 only 7); fp32's (23 bits), far smaller, can reach several to tens of times
+# its roundoff, as the rounding errors of long sums add up.
 n = 128 if page.small else (256 if device.type == "cpu" else 2048)
 a = torch.randn(n, n, device=device, dtype=ref_dtype)
 b = torch.randn(n, n, device=device, dtype=ref_dtype)
@@ -70,7 +71,8 @@ for name, dtype in variants.items():
     roundoff[name] = 2.0**-11 if name == "tf32" else torch.finfo(dtype).eps / 2
     print(
         f"  {name}: max|err|/max|ref| {normwise[name]:.2e}, median relative error "
-        f"{median_rel:.2e}, unit roundoff {roundoff[name]:.2e}"
+        f"{median_rel:.2e}, unit roundoff {roundoff[name]:.2e} (the median error is "
+        f"{gpuguide.format_ratio(median_rel / roundoff[name])} of it)"
     )
 
 # %%

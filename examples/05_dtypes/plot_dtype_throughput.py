@@ -7,7 +7,7 @@ fp16 and bf16: on NVIDIA GPUs from Ampere on, TF32, fp16 and bf16 run on tensor
 cores, whose peaks are many times the fp32 figure; on a CPU its instruction set
 decides. This page measures FLOP/s per dtype over square matmuls of growing size,
 then searches matmul shapes, after Stas Bekman's MAMF finder, for the best rate the
-device reaches. What the lower precisions cost in accuracy is the next page's.
+device reaches. What lower precisions cost in accuracy is the next page's subject.
 
 See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
 :doc:`the roofline and its three regimes </concepts/roofline>`.
