@@ -6,13 +6,9 @@ A common piece of advice says that fp16 matmuls should have every dimension a
 multiple of 8 (16 bytes), or tensor cores go unused and performance falls off a
 cliff. A popular notebook repeated it with a "16x" figure, but every size it timed
 was a multiple of 16, so the cliff was never measured. This page measures both
-sides: on a GPU, square fp16 matmuls at aligned sizes (``n`` a multiple of 8) next
-to misaligned neighbours such as ``n - 1`` and ``n + 1``.
-
-Throughput is normalised per size (``2 n^3`` FLOP), so a misaligned size that costs
-no more than its neighbours shows the same FLOP/s. The printout gives the ratio of
-misaligned to aligned throughput and whether a cliff showed up; the last part times
-the usual fix, padding the inner dimension to a multiple of 8.
+sides: square matmuls at aligned sizes (``n`` a multiple of 8) next to misaligned
+neighbours such as ``n - 1`` and ``n + 1``, compared at equal work (time per FLOP),
+with their spread. The last part times the usual fix, padding the inner dimension.
 
 See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 """
@@ -20,29 +16,27 @@ See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 # %%
 # Setup
 # -----
-# On a CUDA GPU the sweep runs in fp16, the dtype that has used tensor cores the
-# longest. Elsewhere it runs in fp32, where the only alignment effect to look for is
-# the width of the CPU's vector registers.
-import statistics
-
+# On a GPU the sweep runs in fp16, the dtype that has used tensor cores the longest.
+# On a CPU it runs in fp32, where what alignment can change is how the rows fall on
+# the vector registers and cache lines.
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
 import gpuguide
 
-device = gpuguide.pick_device()
-print(gpuguide.provenance(device))
-dtype = torch.float16 if device.type != "cpu" else torch.float32
-dtype_name = {torch.float16: "fp16", torch.float32: "fp32"}[dtype]
-if device.type != "cuda":
-    print(
-        "Tensor cores need an NVIDIA GPU; this run measures the same sweep in "
-        f"{dtype_name} on {device.type}, where only vector-width alignment can matter."
-    )
-peaks = gpuguide.device_peaks(device)
-peak = peaks.flops_for(dtype)
-print(f"dtype {dtype_name}; peak {gpuguide.format_rate(peak, 'FLOP/s')} ({peaks.name})")
+page = gpuguide.setup()
+device = page.device
+dtype, dtype_name = (
+    (torch.float32, "fp32") if device.type == "cpu" else (torch.float16, "fp16")
+)
+if not page.needs_cuda("fp16 on tensor cores"):
+    print(f"The same sweep runs here in {dtype_name}.")
+
+
+def flop(n):  # a square matmul of side n: a multiply and an add per term
+    return 2 * n**3
+
 
 # %%
 # Aligned sizes and their misaligned neighbours
@@ -50,132 +44,85 @@ print(f"dtype {dtype_name}; peak {gpuguide.format_rate(peak, 'FLOP/s')} ({peaks.
 # Base sizes are multiples of 64 that fit the device's time budget at this dtype's
 # peak. Around each base ``b`` the sweep takes three aligned sizes (``b - 8``, ``b``,
 # ``b + 8``) and three misaligned ones (``b - 2``, ``b - 1``, ``b + 1``): ``b - 2`` is
-# even but not a multiple of 8, the other two are odd.
+# even but not a multiple of 8, the other two are odd. Only ``torch.mm`` is timed, on
+# a short budget; small sizes take less time on a GPU than launching them, so the
+# timer takes the matmul's own GPU time (``measure="kernel"``), not the launches.
 bases = gpuguide.sweep(
-    64,
-    8192,
-    memory_at=lambda b: 3 * (b + 8) ** 2 * dtype.itemsize,
-    flop_at=lambda b: gpuguide.matmul_flop(b + 8, b + 8, b + 8),
-    flop_per_s=peak,
-    peaks=None,  # where this dtype's peak is unknown, plan at the low fallback rate
-    multiple_of=64,
-)
+    64, 8192, memory_at=lambda b: 3 * (b + 8) ** 2 * dtype.itemsize,
+    flop_at=lambda b: flop(b + 8), flop_per_s=page.peaks.flops_for(dtype),
+    peaks=None, multiple_of=64,  # an unknown peak plans at a low fallback rate
+)  # fmt: skip
 offsets = (-8, -2, -1, 0, 1, 8)
-
-
-def aligned(n):
-    return n % 8 == 0
-
-
 print(f"bases: {bases}; offsets: {offsets}")
-
-# %%
-# Measuring
-# ---------
-# Inputs and output are created before timing; only ``torch.mm(a, b, out=out)`` is
-# timed, on a shorter budget than the default to keep 6 sizes per base affordable.
-# The rate is computed from each size's own FLOP count. The small sizes take a few
-# microseconds on a GPU, less than launching them, so the timer measures the
-# matmul's own GPU time (``measure="kernel"``: the launches are hidden), not the
-# time per call of a loop, which would be the launch time at every small size.
-rate = {}  # n -> FLOP/s
-for base in bases:
-    for n in (base + d for d in offsets):
-        a, b, out = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(3))
-        m = gpuguide.benchmark(
-            torch.mm,
-            args=(a, b),
-            kwargs={"out": out},
-            label=f"mm {n}",
-            warmup_ms=10,
-            rep_ms=50,
-            measure="kernel",
-        )
-        rate[n] = gpuguide.flops_per_s(gpuguide.matmul_flop(n, n, n), m.median_s)
+times = {}  # n -> Measurement
+for n in (base + d for base in bases for d in offsets):
+    a, b, out = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(3))
+    times[n] = gpuguide.benchmark(
+        torch.mm, args=(a, b), kwargs={"out": out}, label=f"mm {n}",
+        warmup_ms=10, rep_ms=50, measure="kernel",
+    )  # fmt: skip
 del a, b, out
+
 
 # %%
 # Did the cliff show up?
 # ----------------------
-# For each base, the median throughput of the misaligned sizes over the median of
-# the aligned ones. Below 1 means misaligned sizes are slower. Small sizes cannot
-# keep a GPU busy, so read the verdict at the largest base, where they can.
-unit, scale = ("TFLOP/s", 1e12) if device.type == "cuda" else ("GFLOP/s", 1e9)
-ratios = {}
+# Sizes of different work compare per FLOP: a call's time over its size's FLOP.
+# Around each base, the three misaligned sizes are pooled (nine quantiles of each
+# size's calls, so each size weighs the same) and compared with the three aligned
+# ones: a size that ran unusually slow or fast widens the range rather than deciding
+# the verdict. A ratio below 1 means misaligned sizes are slower. Small sizes cannot
+# keep a GPU busy, so read the verdict at the largest base. What decides it: on a
+# GPU, whether cuBLAS has a fast tensor-core kernel for rows that do not start on
+# 16-byte boundaries (it depends on the GPU and the cuBLAS version); on a CPU, how
+# the BLAS library blocks and packs the matrices, and at small sizes the noise of a
+# shared machine.
+def per_flop(label, sizes):
+    calls = [times[n].quantile(q / 10) / flop(n) for n in sizes for q in range(1, 10)]
+    return gpuguide.Measurement(label, calls, times[sizes[0]].device, "per FLOP")
+
+
+unit, scale = ("TFLOP/s", 1e12) if page.cuda else ("GFLOP/s", 1e9)
+rate = {n: m.rate(flop(n)).value / scale for n, m in times.items()}
 for base in bases:
     sizes = [base + d for d in offsets]
-    good = statistics.median(rate[n] for n in sizes if aligned(n))
-    bad = statistics.median(rate[n] for n in sizes if not aligned(n))
-    ratios[base] = bad / good
-    row = ", ".join(f"{n}: {rate[n] / scale:.3g}" for n in sizes)
-    print(f"around {base} ({unit}) {row}; misaligned/aligned {ratios[base]:.2f}")
+    c = gpuguide.compare(
+        per_flop(f"misaligned n~{base}", [n for n in sizes if n % 8]),
+        per_flop(f"aligned n~{base}", [n for n in sizes if n % 8 == 0]),
+    )
+    row = ", ".join(f"{n}: {rate[n]:.3g}" for n in sizes)
+    print(f"around {base} ({unit}) {row}; misaligned/aligned {c.short}")
 
 last = bases[-1]
-worst = min((n for n in rate if abs(n - last) <= 8 and not aligned(n)), key=rate.get)
-worst_ratio = rate[worst] / rate[last]
-if ratios[last] < 0.5:
-    verdict = "a cliff: misaligned sizes ran at less than half the aligned rate"
-elif ratios[last] < 0.9:
-    verdict = "a penalty, but no cliff: misaligned sizes ran 10-50% slower"
-elif ratios[last] > 1.1:
-    verdict = "no cliff: misaligned sizes ran more than 10% faster, not slower"
-else:
-    verdict = "no cliff: misaligned sizes ran within 10% of the aligned rate"
-print(
-    f"at n~{last}: misaligned/aligned = {ratios[last]:.2f} (median of the three), "
-    f"worst n={worst} at {worst_ratio:.2f}; median over all bases "
-    f"{statistics.median(ratios.values()):.2f}. Verdict: {verdict}."
+gpuguide.report(
+    f"{dtype_name} matmul", times[last].rate(flop(last)), peak=dtype_name, size=last
 )
-gpuguide.record(
-    "misaligned/aligned", ratios[last], unit="x", size=last, dtype=dtype_name
+gpuguide.report("misaligned/aligned", c, size=last, dtype=dtype_name)  # the last base
+worst = min((last + d for d in offsets if d % 8), key=rate.get)
+worst_c = gpuguide.compare(
+    per_flop(f"n={worst}", [worst]), per_flop(f"n={last}", [last])
 )
-gpuguide.record("worst misaligned", worst_ratio, unit="x", size=worst, dtype=dtype_name)
+gpuguide.report("worst misaligned", worst_c, size=worst, dtype=dtype_name)
 print(
-    f"A 16x cliff would be a ratio of {1 / 16:.3f}; "
-    f"the worst seen here was {worst_ratio:.2f}."
+    f"At n~{last}: {'a' if c.high < 0.5 else 'no'} cliff, a cliff being a whole range "
+    f"of misaligned/aligned below 0.5. A 16x cliff would be {1 / 16:.3f}; the worst "
+    f"size here ran at {worst_c.speedup:.2f}."
 )
 
 # %%
 # Throughput against size
 # -----------------------
-# Two series over the same axis: aligned sizes and misaligned ones. A cliff shows as
-# the misaligned points sitting well below the aligned line at every base.
+# Aligned sizes and misaligned ones as two series: a cliff shows as the misaligned
+# points sitting well below the aligned line at every large base.
 sizes = sorted(rate)
-overall = gpuguide.format_ratio(statistics.median(ratios.values()))
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(
-    ax,
-    sizes,
-    {
-        f"aligned ({dtype_name}, n % 8 == 0)": [
-            rate[n] / scale if aligned(n) else None for n in sizes
-        ],
-        f"misaligned ({dtype_name}, median {overall} aligned)": [
-            None if aligned(n) else rate[n] / scale for n in sizes
-        ],
-    },
-    xlabel="matrix side n (elements)",
-    ylabel=f"matmul throughput ({unit})",
-    title=f"Misaligned sizes at n~{last} run at "
-    f"{gpuguide.format_ratio(ratios[last])} the aligned rate",
-    record="matmul throughput",
-)
-plt.show()
-
-# %%
-# A closer look at the largest base
-# ---------------------------------
-# The same six sizes as bars, each labelled with its throughput relative to ``b``.
-fig, ax = plt.subplots()
-gpuguide.plot_bars(
-    ax,
-    {f"n={last + d}": rate[last + d] / scale for d in offsets},
-    ylabel=f"throughput ({unit})",
-    title=f"Around n={last}, the worst misaligned size reaches "
-    f"{gpuguide.format_ratio(worst_ratio)} the rate of n={last}",
-    baseline=f"n={last}",
-)
-ax.set_xlabel("matrix side n (elements)")
+    ax, sizes,
+    {f"aligned ({dtype_name}, n % 8 == 0)": [None if n % 8 else rate[n] for n in sizes],
+     f"misaligned ({dtype_name})": [rate[n] if n % 8 else None for n in sizes]},
+    xlabel="matrix side n (elements)", ylabel=f"matmul throughput ({unit})",
+    title=f"At n~{last}, misaligned/aligned: {c.short}",
+)  # fmt: skip
 plt.show()
 
 # %%
@@ -184,7 +131,7 @@ plt.show()
 # In a model the awkward dimension is usually one, e.g. a layer width or a
 # vocabulary size. Here ``x @ w`` has aligned ``m = n = b`` and an inner dimension
 # ``k = b + 1``. Zero-padding ``k`` to a multiple of 8 only adds products with zero,
-# so the exact product stays the same. Compared with the unpadded matmul, one thing
+# so the exact product stays the same. Against the unpadded matmul, one thing
 # changes at a time: inputs padded in advance (as when a layer is built with a padded
 # width), or padding done inside every call.
 k = last + 1
@@ -198,55 +145,40 @@ def pad_then_mm(x, w):
     return torch.mm(F.pad(x, (0, k8 - k)), F.pad(w, (0, 0, 0, k8 - k)))
 
 
-fix = {
-    f"k={k}": gpuguide.benchmark(torch.mm, args=(x, w), label=f"k={k}"),
-    f"padded to {k8}": gpuguide.benchmark(torch.mm, args=(x8, w8), label="padded"),
-    "pad + mm each call": gpuguide.benchmark(pad_then_mm, args=(x, w), label="pad+mm"),
-}
-base_s = fix[f"k={k}"].median_s
-rows = [
-    {"matmul": label, "time": m, "speed": gpuguide.format_ratio(base_s / m.median_s)}
-    for label, m in fix.items()
-]
-print(gpuguide.table(rows))
-gain = gpuguide.compare(fix[f"padded to {k8}"], fix[f"k={k}"])  # padded in advance
-gpuguide.record(
-    "padded speed-up", gain.speedup, unit="x", spread=(gain.low, gain.high),
-    size=f"{last}x{last}x{k}", dtype=dtype_name,
-)  # fmt: skip
-
-ahead, each = (
-    gpuguide.format_ratio(m.median_s / base_s) for m in list(fix.values())[1:]
-)
+calls = {f"k={k}": (torch.mm, x, w), f"padded to {k8}": (torch.mm, x8, w8)}
+calls["pad + mm each call"] = (pad_then_mm, x, w)
+fix = {name: gpuguide.benchmark(fn, args=args, label=name) for name, (fn, *args) in calls.items()}  # fmt: skip
+print(gpuguide.table({"matmul": name, "time": m} for name, m in fix.items()))
+plain, ahead, each = fix.values()
+gain = gpuguide.compare(ahead, plain)
+gpuguide.report("padded speed-up", gain, size=f"{last}x{last}x{k}", dtype=dtype_name)
+print(gpuguide.compare(each, plain))
 fig, ax = plt.subplots()
 gpuguide.plot_bars(
-    ax,
-    fix,
-    ylabel="time per matmul (ms)",
-    title=f"Time vs k={k}: padded in advance {ahead}, padding every call {each}",
-)
+    ax, fix, ylabel="time per matmul (ms)",
+    title=f"Padded in advance against k={k}: {gain.short}",
+)  # fmt: skip
 plt.show()
 
 # %%
 # Same product, different rounding
 # --------------------------------
-# The computed products need not be equal, though: the padded matmul runs another
-# kernel, which adds up the ``k`` products in another order, and every partial sum and
-# the result are rounded. So the two results differ by rounding, which shows as a
-# difference of the order of the dtype's ``eps`` times the size of the entries, and
-# both stay as close to the exact product (computed in higher precision) as each
-# other. Differences and errors below are in units of ``eps`` times the largest entry.
+# The computed products need not be equal, though: the padded matmul may run another
+# kernel, which adds up the ``k`` products in another order, and every partial sum
+# is rounded. So the two results may differ by rounding, of the order of the dtype's
+# ``eps`` times the size of the entries, while both stay as close to the exact
+# product (computed in higher precision) as each other. Differences and errors below
+# are in units of ``eps`` times the largest entry.
 ref_dtype = torch.float32 if device.type == "mps" else torch.float64
 exact = x.to(ref_dtype) @ w.to(ref_dtype)
-unit = torch.finfo(dtype).eps * exact.abs().max().item()
+eps = torch.finfo(dtype).eps * exact.abs().max().item()
 unpadded, padded = torch.mm(x, w).to(ref_dtype), torch.mm(x8, w8).to(ref_dtype)
 gap = (unpadded - padded).abs().max().item()
 errors = [(r - exact).abs().max().item() for r in (unpadded, padded)]
-del exact, unpadded, padded
 print(
-    f"max |padded - unpadded| = {gap:.3g}, {gap / unit:.2g} {dtype_name} eps of the "
-    f"largest entry; against the exact product: unpadded {errors[0] / unit:.2g} eps, "
-    f"padded {errors[1] / unit:.2g} eps"
+    f"max |padded - unpadded| = {gap:.3g}, {gap / eps:.2g} {dtype_name} eps of the "
+    f"largest entry; against the exact product: unpadded {errors[0] / eps:.2g} eps, "
+    f"padded {errors[1] / eps:.2g} eps"
 )
 if gap == 0:
     print("Here the two products are identical: the sums ran in the same order.")
@@ -261,7 +193,6 @@ else:
 # -----------------
 # Whether misaligned shapes cost much depends on the GPU, the dtype and the cuBLAS
 # version: recent libraries have kernels for any shape, so the penalty may be a few
-# percent or a few times, and the verdict above says which it was here. Choosing
+# percent or a few times, and the verdicts above say which it was here. Choosing
 # dimensions that are multiples of 8 (or 64) when you design a model costs nothing;
-# padding at run time costs a copy per call, which the last chart weighs against
-# the gain.
+# padding at run time costs a copy per call, which the chart weighs against the gain.

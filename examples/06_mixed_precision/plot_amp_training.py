@@ -4,34 +4,24 @@ Mixed-precision training with autocast
 
 Automatic mixed precision (AMP) runs the matrix multiplications of a training step
 in a 16-bit format and keeps the numerically touchy operations, and the weights, in
-float32. This page trains one small transformer block three ways from the same
-initial weights on the same data: float32, float16 autocast with a ``GradScaler``,
-and bfloat16 autocast without one.
+float32. This page trains one small transformer block from the same weights on the
+same data in float32, float16 autocast with a ``GradScaler`` and bfloat16 autocast
+without one, and measures each mode's step time, peak memory and loss reached. The
+previous page shows which operations autocast runs in which dtype.
 
-For each mode it measures the time of one training step (the modes in alternating
-rounds), the host's time to launch a step next to the GPU's time to run it, the
-peak memory of a step and the loss reached after a fixed number of steps, and it
-reports what the gradient scaler did. The previous page shows which operations autocast runs in
-which dtype, and why float16 needs the scaler while bfloat16 does not.
-
-See also the concept pages
-:doc:`the roofline and its three regimes </concepts/roofline>` and
+See also :doc:`the roofline </concepts/roofline>` and
 :doc:`Amdahl's law for a training step </concepts/amdahl>`.
 """
 
 # %%
 # Setup
 # -----
-# The current spelling is ``torch.autocast(device_type, dtype=...)`` and
-# ``torch.amp.GradScaler(device_type)``; the older ``torch.cuda.amp.autocast`` and
-# ``torch.cuda.amp.GradScaler`` that many tutorials still show are deprecated.
-# The float32 baseline is true float32: with the default matmul precision,
-# ``"highest"``, float32 matmuls do not use tensor cores. (``"high"`` lets them use
-# TF32 on Ampere and newer GPUs, ``"medium"`` even bfloat16: a cheaper first step
-# than autocast, and a different baseline.)
+# The current spellings are ``torch.autocast(device_type, dtype=...)`` and
+# ``torch.amp.GradScaler(device_type)``. The float32 baseline is true float32: at
+# the default matmul precision, ``"highest"``, matmuls do not use TF32.
 import copy
+import functools
 import itertools
-from collections import namedtuple
 
 import matplotlib.pyplot as plt
 import torch
@@ -40,21 +30,17 @@ from torch import nn
 import gpuguide
 from gpuguide.chapters.compiling import host_and_gpu_times
 
-device = gpuguide.pick_device()
-print(gpuguide.provenance(device))
-small = gpuguide.small_mode()
+page = gpuguide.setup()
+device, on_cuda = page.device, page.cuda
 print(f"float32 matmul precision: {torch.get_float32_matmul_precision()!r}")
 
 # %%
 # A small model and a synthetic task
 # ----------------------------------
-# The transformer block of the previous page classifies sequences of random
-# vectors; the label is the argmax of a fixed random projection of the sequence
-# mean. The lesson is about tensor cores, so on a GPU the block is as wide as a
-# bfloat16 step of about 10 ms of matmuls allows: wide enough that the GPU's work,
-# not the host's launches, sets the step time in every mode (printed below). The
-# CPU gets a small batch and a short planned step because its 16-bit matmuls are
-# often many times slower than its float32 ones.
+# The previous page's transformer block classifies random sequences by a fixed
+# projection of their mean. On a GPU it is as wide as a bfloat16 step of about 10 ms
+# of matmuls allows, so that the GPU's work, not the launches, sets the step time; a
+# CPU gets a small step, as without 16-bit matrix instructions 16-bit steps are slow.
 
 
 class Block(nn.Module):
@@ -78,34 +64,19 @@ class Block(nn.Module):
         return self.head(x.mean(dim=1))
 
 
-on_cuda = device.type == "cuda"
 batch, seq, classes = (64, 128, 10) if on_cuda else (32, 16, 10)
-tokens = batch * seq
-# A GPU plans a bfloat16 step with its datasheet peak. A CPU step this small is
-# bound by the overhead per operation, not by FLOPs, and a measured CPU peak varies
-# with the machine's load, so the CPU plans float32 with a fixed fallback rate.
-peaks = gpuguide.device_peaks(device) if on_cuda else None
-width = 16  # small mode: the smallest width
-if not small:
-    width = gpuguide.largest_size(
-        16,
-        4096 if on_cuda else 1024,
-        # three models, each with weights, gradients and AdamW's two moments
-        memory_at=lambda d: 4 * (144 * d * d + 24 * tokens * d + batch * seq * seq),
-        flop_at=lambda d: 6 * tokens * 12 * d * d + 12 * batch * seq * seq * d,
-        budget=gpuguide.size_budget(
-            device, memory_fraction=0.5, call_s=0.01 if on_cuda else 0.002
-        ),
-        peaks=peaks,
-        flop_per_s=peaks.flops.get("bf16") if on_cuda else None,
-        per_octave=2,
-        multiple_of=64 if on_cuda else 16,
-    )
-steps = 10 if small else 40
+tokens, steps = batch * seq, 10 if page.small else 40
+width = 16 if page.small else gpuguide.largest_size(
+    16, 4096 if on_cuda else 1024, per_octave=2, multiple_of=64 if on_cuda else 16,
+    budget=gpuguide.size_budget(device, memory_fraction=0.5, call_s=0.01 if on_cuda else 0.002),
+    # three models, each with weights, gradients and AdamW's two moments
+    memory_at=lambda d: 4 * (144 * d * d + 24 * tokens * d + batch * seq * seq),
+    flop_at=lambda d: 6 * tokens * 12 * d * d + 12 * batch * seq * seq * d,
+    peaks=page.peaks if on_cuda else None,
+    flop_per_s=page.peaks.flops.get("bf16") if on_cuda else None,
+)  # fmt: skip
 print(f"batch {batch} x {seq} tokens, width {width}, {classes} classes, {steps} steps")
 dims = f"{batch}x{seq}x{width}"  # batch x tokens x width, shown with recorded figures
-
-torch.manual_seed(0)
 teacher = torch.randn(width, classes, device=device)
 
 
@@ -122,170 +93,108 @@ loss_fn = nn.CrossEntropyLoss()
 # %%
 # One training step, three modes
 # ------------------------------
-# Only the forward pass and the loss go inside ``autocast``; ``backward`` runs
-# outside it and uses the dtypes the forward chose. The weights stay float32.
-# bfloat16 has float32's exponent range, so its gradients need no scaling. float16
-# does: the scaler multiplies the loss (by 2**16 at first) so that small gradients
-# stay representable, and divides the gradients before the optimizer step.
-# ``scaler.step`` skips the optimizer step when the scaled gradients contain inf or
-# NaN, and ``scaler.update`` then halves the scale. (``scaler.step`` reads that
-# inf/NaN flag back to the host, a synchronization, unless the optimizer is fused:
-# on a GPU this page uses the fused AdamW, which takes the flag on the GPU.)
-modes = {"fp32": torch.float32, "fp16 + scaler": torch.float16}
-if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-    print("This GPU has no native bfloat16; the bf16 mode needs an Ampere or newer.")
-else:
-    modes["bf16"] = torch.bfloat16
+# Only the forward pass and the loss go inside ``autocast``; ``backward`` uses the
+# dtypes the forward chose, and the weights stay float32. bfloat16 has float32's
+# range, so its gradients need no scaling. float16 does: the scaler multiplies the
+# loss (by 2**16 at first) so that small gradients stay representable, divides the
+# gradients before the optimizer step, skips that step when they hold inf or NaN
+# (a read-back to the host, unless the optimizer is fused) and then halves the scale.
+# Each mode trains from a copy of the same weights on the same batches.
+modes = {"fp32": torch.float32, "fp16 + scaler": torch.float16, "bf16": torch.bfloat16}
 
 
-def make_step(model, optimizer, dtype, scaler):
-    def step(x, y):
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-            loss = loss_fn(model(x), y)
-        if scaler is None:
-            loss.backward()
-            optimizer.step()
-        else:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-        return loss
-
-    return step
+def train_step(model, optimizer, dtype, scaler, x, y):
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+        loss = loss_fn(model(x), y)
+    if scaler is None:
+        loss.backward()
+        optimizer.step()
+    else:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    return loss
 
 
-# %%
-# Train each mode from the same weights
-# -------------------------------------
-# Every run starts from a copy of ``initial`` and sees the same fresh batches in
-# the same order (a generator seeded the same way for each run). Losses are kept on
-# the device and read once at the end; the scaler's scale is read after every step
-# (a synchronization, harmless in this untimed loop) to count the steps it skipped.
 runs = {}
 for mode, dtype in modes.items():
     model = copy.deepcopy(initial)
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, fused=on_cuda or None)
     scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
-    step = make_step(model, optimizer, dtype, scaler)
+    step = functools.partial(train_step, model, optimizer, dtype, scaler)
     generator = torch.Generator(device).manual_seed(1)
     losses = torch.zeros(steps, device=device)
     scales = [scaler.get_scale()] if scaler is not None else []
     for i in range(steps):
         losses[i] = step(*make_batch(batch, generator)).detach()
         if scaler is not None:
-            scales.append(scaler.get_scale())
+            scales.append(scaler.get_scale())  # a sync, harmless in this untimed loop
     with torch.no_grad():
         final = loss_fn(model(x_eval), y_eval).item()  # evaluated in float32
     runs[mode] = {"step": step, "losses": losses.tolist(), "final": final}
-    if scaler is not None:  # the scale only drops on a step that was skipped
+    if scaler is not None:
         skipped = sum(after < before for before, after in itertools.pairwise(scales))
         print(
             f"{mode}: GradScaler scale {scales[0]:g} at the start, {scales[-1]:g} "
             f"after {steps} steps; {skipped} steps skipped for inf/NaN gradients"
         )
 
-
 # %%
 # Step time and peak memory
 # -------------------------
-# The steps are timed after the training run (the first steps paid the one-time
-# costs), the three modes in five alternating rounds, so that a drift of the
-# machine falls on all of them alike. On a GPU, the host's time to launch a step is
-# then measured next to the GPU's time to run it, from the same steps: with the GPU
-# held busy while the host launches, CUDA events time the work alone. Memory is
-# tracked over one more step. On CUDA the peak counts tensors in the caching
-# allocator, above what the step started with (weights and optimizer state); on
-# the CPU it is the process's resident memory, which is too coarse to see a model
-# this small.
-times = gpuguide.interleave(
-    {mode: lambda step=run["step"]: step(x, y) for mode, run in runs.items()},
-    rep_ms=500,
-    device=device,
-)
+# The steps are timed after training, the modes in five alternating rounds; on a GPU
+# the host's time to launch a step is printed beside the GPU's time to run it. The
+# peak of one more step is the CUDA allocator's above the weights and optimizer
+# state, or on the CPU the process's resident memory (too coarse for this model).
+steps_of = {mode: lambda s=run["step"]: s(x, y) for mode, run in runs.items()}
+times = gpuguide.interleave(steps_of, rep_ms=500, device=device)
 for mode, run in runs.items():
-    run["time"] = times[mode]
-    run["split"] = host_and_gpu_times(lambda s=run["step"]: s(x, y), device=device)
+    gpuguide.report(f"{mode} step time", times[mode], size=dims)
+    if on_cuda:
+        print(f"{mode}: {host_and_gpu_times(steps_of[mode], device=device)}")
     with gpuguide.track_memory(device) as tracker:
         run["step"](x, y)
-    run["memory"] = tracker.report
-base = runs["fp32"]
-Row = namedtuple("Row", "mode step_time vs_fp32 step_peak eval_loss")
-rows = []
-for mode, run in runs.items():
-    peak = run["memory"].peak_increase_bytes
-    peak_text = "unknown" if peak is None else gpuguide.format_bytes(peak)
-    ratio = gpuguide.format_ratio(run["time"].median_s / base["time"].median_s)
-    rows.append(Row(mode, run["time"], ratio, peak_text, f"{run['final']:.4f}"))
-    gpuguide.record("step time", run["time"], size=dims, mode=mode)
-    if peak is not None:
-        gpuguide.record("step peak", peak, unit="B", size=dims, mode=mode)
-print(gpuguide.table(rows))
-print(f"step peak measured with: {base['memory'].method}")
-if on_cuda:
-    for mode, run in runs.items():
-        print(f"{mode}: {run['split']}")
+    if (peak := tracker.report.peak_increase_bytes) is not None:
+        gpuguide.report(f"{mode} step peak", peak, unit="B", size=dims)
+print(f"step peak measured with: {tracker.report.method}")
 
 # %%
 # Step time
 # ---------
-# On a GPU the 16-bit matmuls run on tensor cores, so on a step bound by its matmuls
-# expect a speed-up of several times, up to the ratio of the two dtypes' peaks
-# (printed below for the datasheet figures); the layer norms, the softmax and the
-# optimizer gain less. A step bound by launches would hide it: check the host and
-# GPU times above. Many CPUs have no fast 16-bit matrix units, and there autocast is
-# slower than float32, not faster.
-verdicts = {m: gpuguide.compare(run["time"], base["time"]) for m, run in runs.items()}
+# On a GPU the 16-bit matmuls run on tensor cores: on a step bound by its matmuls
+# expect several times fp32's speed, up to the ratio of the datasheet peaks (norms,
+# softmax and optimizer gain less). On a CPU its vector instructions decide (named in
+# the provenance line): bf16 matmuls are fast only with AVX512-BF16 or AMX, fp16 ones
+# with AVX512-FP16 or AMX-FP16, and a step this small may lose more to autocast's
+# casts than its matmuls gain.
+flops = page.peaks.flops if on_cuda else {}
+verdicts = {m: gpuguide.compare(times[m], times["fp32"]) for m in runs if m != "fp32"}
 for mode, c in verdicts.items():
-    if mode == "fp32":
-        continue
-    peak_ratio = None
-    if peaks is not None and peaks.flops.get(mode[:4]) and peaks.flops.get("fp32"):
-        peak_ratio = peaks.flops[mode[:4]] / peaks.flops["fp32"]
-    line = str(c)
-    if peak_ratio is not None:
-        where = c.against(peak_ratio, peak_ratio)
-        line += f": {where} the ratio of the peaks, {gpuguide.format_ratio(peak_ratio)}"
-    print(line)
-sixteen = [c for mode, c in verdicts.items() if mode != "fp32"]
-if any(c.verdict == "faster" for c in sixteen):
-    ratio = gpuguide.format_ratio(max(c.speedup for c in sixteen))
-    finding = f"16-bit autocast: steps up to {ratio} faster than float32"
-elif all(c.verdict == "slower" for c in sixteen):
-    finding = "16-bit autocast: steps slower than float32 on this device"
-else:
-    finding = "16-bit autocast: no step measurably faster than float32"
+    if flops.get(mode[:4]) and flops.get("fp32"):  # a datasheet's peaks
+        ratio = flops[mode[:4]] / flops["fp32"]
+        c = f"{c}: {c.against(ratio, ratio)} the ratio of the peaks, {ratio:.3g}x"
+    print(c)
+fastest = max(verdicts.values(), key=lambda c: c.speedup)
 fig, ax = plt.subplots()
 gpuguide.plot_bars(
-    ax,
-    {mode: run["time"] for mode, run in runs.items()},
-    ylabel="time per training step (ms)",
-    title=finding,
-)
+    ax, times, ylabel="time per training step (ms)", title=f"16-bit autocast: {fastest}"
+)  # fmt: skip
 plt.show()
 
 # %%
 # Loss curves
 # -----------
-# Mixed precision changes the rounding of every step, so the curves are not
-# identical, but they should track each other closely; a curve that stalls or
-# jumps points at overflow (fp16 without a scaler) or a loss computed in 16 bits.
-worst = max(abs(run["final"] - base["final"]) for run in runs.values())
+# Mixed precision changes the rounding of every step, so the curves differ but should
+# track each other; one that stalls or jumps points at overflow (fp16, no scaler).
+print(", ".join(f"{mode}: eval loss {run['final']:.4f}" for mode, run in runs.items()))
+worst = max(abs(run["final"] - runs["fp32"]["final"]) for run in runs.values())
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(
-    ax,
-    list(range(1, steps + 1)),
+    ax, list(range(1, steps + 1)),
     {f"{mode} (eval {run['final']:.3f})": run["losses"] for mode, run in runs.items()},
-    xlabel="training step (count)",
-    ylabel="training loss (nats)",
-    title=f"All modes train alike: eval losses differ from fp32 by {worst:.2g} at most",
-    logx=False,
-    logy=False,
-    record="training loss",
-)
+    xlabel="training step (count)", ylabel="training loss (nats)",
+    title=f"Eval losses differ from fp32's by {worst:.2g} at most",
+    logx=False, logy=False,
+)  # fmt: skip
 plt.show()
-if device.type == "cpu":
-    print(
-        "The tensor-core speed-up of 16-bit matmuls needs a GPU; this CPU run shows "
-        "the numerics, the scaler, and whether 16-bit math pays on this CPU."
-    )

@@ -7,11 +7,10 @@ inside the autocast region each operation picks its own dtype: matrix
 multiplications run in float16 or bfloat16, operations that need range or
 accuracy (reductions, normalizations, the loss) stay in float32.
 
-This page looks at one forward and backward pass of a small transformer block and
-records, from the run itself, which module produced which dtype, how many bytes
-the forward pass keeps for the backward pass in each mode, and how many real
-gradient values float16 cannot represent, which is why float16 training needs a
-gradient scaler and bfloat16 training does not.
+This page runs a small transformer block and reads from the run itself which module
+produced which dtype, how many bytes the forward pass keeps for backward in each
+mode, and how many gradient values float16 cannot represent: why float16 training
+needs a gradient scaler and bfloat16 training does not.
 
 See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 """
@@ -30,32 +29,26 @@ from torch import nn
 
 import gpuguide
 
-device = gpuguide.pick_device()
-print(gpuguide.provenance(device))
+page = gpuguide.setup()
+device = page.device
 low = [torch.float16, torch.bfloat16]
-if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-    print("This GPU has no native bfloat16 (it needs Ampere or newer): float16 only.")
-    low = [torch.float16]
 name = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 # %%
 # Three formats
 # -------------
-# float16 has 5 exponent bits: a narrow range, with normal numbers only down to
-# about 6e-5 (smaller values lose precision as subnormals, then become zero).
-# bfloat16 keeps float32's 8 exponent bits, so it has float32's range, and pays with
-# fewer mantissa bits: a coarser step between neighbouring values.
+# float16 has 5 exponent bits: normal numbers only down to about 6e-5 (smaller ones
+# lose precision as subnormals, then become zero). bfloat16 keeps float32's 8, so
+# its range, and pays with fewer mantissa bits: coarser steps between values.
 Format = namedtuple("Format", "dtype max smallest_normal smallest_subnormal eps")
 infos = [torch.finfo(dtype) for dtype in (torch.float32, *low)]
-print(
-    gpuguide.table(Format(f.dtype, f.max, f.tiny, f.tiny * f.eps, f.eps) for f in infos)
-)
+print(gpuguide.table(Format(f.dtype, f.max, f.tiny, f.tiny * f.eps, f.eps) for f in infos))  # fmt: skip
 
 # %%
 # The model
 # ---------
-# One pre-norm transformer block with the attention written out, so that its
-# softmax is a module whose output we can watch, and a classification head.
+# One pre-norm transformer block with the attention written out (its softmax a
+# module whose output we can watch), and a classification head.
 
 
 class Block(nn.Module):
@@ -79,8 +72,7 @@ class Block(nn.Module):
         return self.head(x.mean(dim=1))
 
 
-torch.manual_seed(0)
-width, seq = (64, 16) if device.type == "cpu" or gpuguide.small_mode() else (512, 128)
+width, seq = (64, 16) if device.type == "cpu" or page.small else (512, 128)
 model = Block(width, 10).to(device)
 loss_fn = nn.CrossEntropyLoss()
 x = torch.randn(32, seq, width, device=device)
@@ -91,24 +83,20 @@ dims = f"32x{seq}x{width}"  # batch x tokens x width, shown with recorded figure
 # %%
 # Which module produced which dtype
 # ---------------------------------
-# Forward hooks record the dtype each module received and returned (input ->
-# output) during one autocast forward pass per 16-bit format. Expect every
-# ``Linear`` to return 16-bit values. Which other operations autocast keeps in
-# float32 differs between devices (on CUDA softmax and layer norm do, on the CPU
-# fewer ops are listed), so the table comes from this run, not from a list typed by
-# hand. Functions called inside ``forward`` (``q @ k``) follow the same rules.
-outputs = {}
-
-
-def keep_output(module_name):
-    def hook(module, inputs, output):
-        outputs[module_name] = (inputs[0].dtype, output)
-
-    return hook
-
-
+# Forward hooks record the dtype each module received and returned during one
+# autocast forward pass per 16-bit format. Expect every ``Linear`` to return 16-bit
+# values. Which other operations autocast keeps in float32 differs between devices
+# (on CUDA softmax and layer norm do, on the CPU fewer), so the table comes from
+# this run. Functions called inside ``forward`` (``q @ k``) follow the same rules.
 watched = {n: m for n, m in model.named_modules() if n} | {"loss": loss_fn}
-handles = [m.register_forward_hook(keep_output(n)) for n, m in watched.items()]
+names, outputs = {m: n for n, m in watched.items()}, {}
+
+
+def keep_output(module, inputs, output):
+    outputs[names[module]] = (inputs[0].dtype, output)
+
+
+handles = [m.register_forward_hook(keep_output) for m in watched.values()]
 short = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 rows = {}  # module name -> its row, in the order the modules returned
 for dtype in low:
@@ -130,10 +118,9 @@ model.zero_grad(set_to_none=True)
 # What the forward pass keeps for backward
 # ----------------------------------------
 # Most of a training step's memory beyond the weights is the activations saved for
-# the backward pass. A ``saved_tensors_hooks`` pair sees each one as it is saved,
-# the same way on every device. Expect the 16-bit modes to keep somewhat more than
-# half of float32's bytes: float32 outputs and 16-bit copies of the weights are
-# saved too.
+# backward; a ``saved_tensors_hooks`` pair sees each one as it is saved, on every
+# device. Expect the 16-bit modes to keep somewhat more than half of float32's
+# bytes: float32 outputs and 16-bit copies of the weights are saved too.
 
 
 def saved_bytes(dtype):
@@ -152,29 +139,24 @@ def saved_bytes(dtype):
 
 saved = {name[d]: saved_bytes(d) for d in (torch.float32, *low)}
 for mode, nbytes in saved.items():
-    gpuguide.record("saved for backward", nbytes, unit="B", size=dims, mode=mode)
-    ratio = gpuguide.format_ratio(nbytes / saved["float32"])
-    print(f"{mode} saves {gpuguide.format_bytes(nbytes)} for backward ({ratio})")
+    gpuguide.report(f"{mode} saved for backward", nbytes, unit="B", size=dims)
 fig, ax = plt.subplots()
+kept = min(saved.values()) / saved["float32"]
 gpuguide.plot_bars(
-    ax,
-    {mode: nbytes / 2**20 for mode, nbytes in saved.items()},
+    ax, {mode: nbytes / 2**20 for mode, nbytes in saved.items()},
     ylabel="saved for backward (MiB)",
-    title=f"Autocast keeps {min(saved.values()) / saved['float32']:.0%} of float32's "
-    "activation bytes",
-)
+    title=f"Autocast keeps {kept:.0%} of float32's activation bytes",
+)  # fmt: skip
 plt.show()
 
 # %%
 # Gradients that float16 cannot hold
 # ----------------------------------
 # The backward pass of an autocast region computes activation gradients in 16 bits.
-# Here they are computed once in float32 (the gradient of the loss with respect to
-# every module's output) and then rounded to each format. Typical activation
-# gradients are tiny, often below float16's smallest normal number: some become
-# zero and many lose precision. Multiplying the loss by the ``GradScaler``'s
-# default starting scale, 2**16, shifts them back into range; bfloat16 needs no
-# shift.
+# Here they are computed once in float32 (the loss's gradient with respect to every
+# module's output) and rounded to each format. Activation gradients are tiny, often
+# below float16's smallest normal number: some become zero, many lose precision.
+# The ``GradScaler``'s starting scale, 2**16, shifts them back into range.
 loss = loss_fn(model(x), y)  # float32; the hooks keep every module's output
 for handle in handles:
     handle.remove()
@@ -202,18 +184,15 @@ edges = torch.linspace(lo, hi, 4 * (hi - lo) + 1)  # quarter decades
 counts = torch.histc(magnitudes, bins=len(edges) - 1, min=lo, max=hi)
 share = (counts / counts.sum() * 100).tolist()
 below = (values.abs() < tiny16).float().mean().item()
-gpuguide.record("below float16's normal range", 100 * below, unit="%", size=dims)
+gpuguide.report("below float16's normal range", 100 * below, unit="%", size=dims)
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(
-    ax,
-    (10 ** ((edges[:-1] + edges[1:]) / 2)).tolist(),
+    ax, (10 ** ((edges[:-1] + edges[1:]) / 2)).tolist(),
     {"activation gradients (float32 run)": share},
-    xlabel="|gradient| (loss per unit of activation)",
-    ylabel="share of values (%)",
+    xlabel="|gradient| (loss per unit of activation)", ylabel="share of values (%)",
     title=f"{below:.0%} of activation gradients lie below float16's normal range",
     logy=False,
-    record="gradient magnitudes",
-)
+)  # fmt: skip
 ax.axvline(tiny16, color="0.3", linestyle="--", label="float16 smallest normal")
 ax.axvline(tiny16 * 2**-10, color="0.3", linestyle=":", label="float16 smallest")
 ax.legend()
