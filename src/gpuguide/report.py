@@ -188,7 +188,8 @@ def report(
     file : text stream, optional
         Where the line goes (standard output by default).
     **config : str, int, float or bool
-        What identifies the figure beside its name (``dtype="bf16"``).
+        What identifies the figure beside its name (``dtype="bf16"``); the
+        printed line shows the values after the name (``"name (bf16): ..."``).
 
     Returns
     -------
@@ -223,7 +224,9 @@ def report(
             if unit.endswith("/s")
             else f"{significant(number)} {unit}"
         )
-    parts = [f"{name}: {text}"]
+    # What tells apart figures of one name (memory="pinned"), beside the name.
+    label = f"{name} ({', '.join(map(str, config.values()))})" if config else name
+    parts = [f"{label}: {text}"]
     peak_name = None
     if peak is not None:
         if isinstance(peak, str):
