@@ -7,10 +7,9 @@ finished. For a copy *to the GPU* that is safe: later GPU work on the same strea
 waits for it. For a copy *to the host* into pinned memory it is a trap: the host can
 read the destination before the data has arrived, and gets whatever was there before.
 
-This page provokes that race on purpose and counts the wrong elements, then checks two
-fixes (waiting on an event, or a blocking copy) and times them against each other, and
-with host work placed between the copy and the wait, which is what non-blocking copies
-are for.
+This page provokes that race and counts the wrong elements, checks two fixes (waiting
+on an event, or a blocking copy), and times them, also with host work placed between
+the copy and the wait, which is what non-blocking copies are for.
 
 See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 """
@@ -18,26 +17,23 @@ See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 # %%
 # Setup
 # -----
-# The race needs a CUDA GPU. Without one the page runs the same code on the CPU.
+# The race needs a CUDA GPU. Without one the same code runs on the CPU, where
+# ``copy_`` is synchronous even with ``non_blocking=True``: expect 0 wrong there.
+from functools import partial
+from types import SimpleNamespace
+
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.ticker import MaxNLocator
 
 import gpuguide
-from gpuguide import format_bytes, format_ratio, format_time
+from gpuguide import format_bytes, format_time
 
-device = gpuguide.pick_device()
-on_gpu = device.type == "cuda" and torch.cuda.is_available()
-if not on_gpu:
-    device = torch.device("cpu")
-print(gpuguide.provenance(device))
-trials = 5 if gpuguide.small_mode() else 20
+page = gpuguide.setup()
+on_gpu = page.needs_cuda("The race of a non-blocking copy to the host")
+device = page.device if on_gpu else torch.device("cpu")
 synchronize = torch.cuda.synchronize if on_gpu else torch.cpu.synchronize
-if not on_gpu:
-    print(
-        "On a CPU-only machine copy_ is synchronous even with non_blocking=True, so "
-        "the race cannot happen; the same code runs here and should find 0 wrong."
-    )
+trials = 5 if page.small else 20
 
 # %%
 # The source and the destination
@@ -46,28 +42,24 @@ if not on_gpu:
 # queued after it waits that long on the GPU. The destination is pinned: into
 # pageable memory the CUDA driver finishes a device-to-host copy before returning,
 # ``non_blocking`` or not, and there is no race (and no overlap either).
+
+
+def matrix_bytes(n):
+    return 4 * n * n  # one n x n float32 matrix
+
+
 n = gpuguide.largest_size(
-    64, 8192, memory_at=lambda n: 16 * n * n, multiple_of=64,
-    flop_at=lambda n: gpuguide.matmul_flop(n, n, n), traffic_at=lambda n: 12 * n * n,
-    device=device, call_s=0.01,
+    64, 8192, memory_at=lambda n: 4 * matrix_bytes(n), multiple_of=64, device=device,
+    flop_at=lambda n: 2 * n**3, traffic_at=lambda n: 3 * matrix_bytes(n), call_s=0.01,
 )  # fmt: skip
 a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
 src = torch.empty(n, n, device=device)
 dst = torch.empty(n, n, pin_memory=on_gpu)
-print(f"source: the {n} x {n} float32 result of a matmul, {format_bytes(4 * n * n)}")
-
-
-class HostEvent:
-    """Stands in for ``torch.cuda.Event`` on the CPU, where a copy is done on return."""
-
-    def record(self):
-        pass
-
-    def synchronize(self):
-        pass
-
-
-done = torch.cuda.Event() if on_gpu else HostEvent()
+nbytes = matrix_bytes(n)
+print(f"source: the {n} x {n} float32 result of a matmul, {format_bytes(nbytes)}")
+# On the CPU a copy is done when copy_ returns: the event is a stand-in doing nothing.
+nothing = SimpleNamespace(record=lambda: None, synchronize=lambda: None)
+done = torch.cuda.Event() if on_gpu else nothing
 
 
 def produce():
@@ -116,28 +108,17 @@ cases = {"copy behind a matmul": produce, "copy alone": lambda: None}
 wrong = {
     name: [trial(prep, unsafe) for _ in range(trials)] for name, prep in cases.items()
 }
-fixes = {"event": with_event, "blocking": blocking}
-fixed = {
-    name: sum(trial(produce, fix) for _ in range(trials)) for name, fix in fixes.items()
-}
 print(f"after synchronize(), dst equals src.cpu(): {torch.equal(dst, src.cpu())}")
-
-numel = n * n
 for name, counts in wrong.items():
-    bad = sum(c > 0 for c in counts)
-    mean = sum(counts) / len(counts) / numel
-    gpuguide.record("wrong elements, unsafe read", 100 * mean, unit="%", case=name)
     print(
-        f"unsafe read, {name}: wrong in {bad} of {trials} trials, "
-        f"{max(counts)} of {numel} elements at worst, {mean:.1%} on average"
+        f"unsafe read, {name}: wrong in {sum(c > 0 for c in counts)} of {trials} "
+        f"trials, at worst {max(counts)} of {n * n} elements"
     )
-for name, total in fixed.items():
+    mean = 100 * sum(counts) / (trials * n * n)
+    gpuguide.report("wrong elements, unsafe read", mean, unit="%", case=name)
+for name, fix in {"event": with_event, "blocking": blocking}.items():
+    total = sum(trial(produce, fix) for _ in range(trials))
     print(f"fix '{name}': {total} wrong elements in {trials} trials")
-if on_gpu and not any(any(c) for c in wrong.values()):
-    print(
-        "The race did not show up in this run, but nothing prevents it: a check "
-        "that passes by luck proves nothing about the next run."
-    )
 
 # %%
 # How often was the read wrong?
@@ -147,17 +128,13 @@ if on_gpu and not any(any(c) for c in wrong.values()):
 # read through the buffer: the outcome depends on which is faster, so expect anything
 # from none to many wrong elements.
 runs = sum(c > 0 for counts in wrong.values() for c in counts)
-title = (
-    f"Read before the copy finished: wrong in {runs} of {2 * trials} trials"
-    if on_gpu
-    else f"CPU copies are synchronous: {runs} wrong reads in {2 * trials} trials"
-)
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(
     ax, list(range(1, trials + 1)),
-    {name: [100 * c / numel for c in counts] for name, counts in wrong.items()},
-    xlabel="trial (index)", ylabel="wrong elements (%)", title=title,
-    device=device, logx=False, logy=False,
+    {name: [100 * c / (n * n) for c in counts] for name, counts in wrong.items()},
+    xlabel="trial (index)", ylabel="wrong elements (%)", device=device,
+    title=f"Read before waiting for the copy: wrong in {runs} of {2 * trials} trials",
+    logx=False, logy=False,
 )  # fmt: skip
 ax.set_ylim(-5, 105)
 ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -170,60 +147,44 @@ plt.show()
 # wait for the same copy, so expect the same time. Then with host work (copying a
 # batch of the same size between two pageable buffers): after a blocking copy the two
 # run one after the other; between a non-blocking copy and the wait they overlap, so
-# expect the time of the longer one instead of the sum. On the CPU the event is a
-# stand-in that does nothing and nothing overlaps: the pairs differ only by the
-# stand-in's own calls (a fraction of a microsecond) and noise.
-# The four take turns for five rounds (:func:`gpuguide.interleave`), and each pair is
-# compared with its spread (:func:`gpuguide.compare`).
+# expect the time of the longer one instead of the sum. On the CPU the copy is done
+# before the host work starts, so nothing overlaps, and the event is a stand-in that
+# does nothing: the pairs differ only by its calls (a fraction of a microsecond).
+# The four take turns for five rounds (:func:`gpuguide.interleave`).
 batch, staging = torch.randn(n, n), torch.empty(n, n)
-
-
-def host_work():
-    staging.copy_(batch)
-
-
-def blocking_then_work():
-    blocking()
-    host_work()
-
-
+host_work = partial(staging.copy_, batch)
 times = gpuguide.interleave(
     {
         "blocking copy": blocking,
         "non_blocking + event": with_event,
-        "blocking, then host work": blocking_then_work,
+        "blocking, then host work": lambda: (blocking(), host_work()),
         "non_blocking, host work, event": lambda: with_event(host_work),
     },
     device=device,
 )
-for m in times.values():
-    print(m)
 copy, event, serial, overlap = times.values()
-gpuguide.record("copy + host work", serial, size=4 * n * n, order="one after the other")
-gpuguide.record("copy + host work", overlap, size=4 * n * n, order="overlapped")
-copy_s, serial_s = copy.median_s, serial.median_s
-wait = gpuguide.compare(event, copy)
-print(f"the event wait against a blocking copy: {wait}")
-noisy = " (NOISY)" if copy.is_noisy or serial.is_noisy else ""
-shorter_s = max(min(copy_s, serial_s - copy_s), 0)  # the most overlap can save
+print(f"the event wait against a blocking copy: {gpuguide.compare(event, copy)}")
+gpuguide.report("copy + host work", serial, size=nbytes, order="one after the other")
+gpuguide.report("copy + host work", overlap, size=nbytes, order="overlapped")
+work_s = max(serial.median_s - copy.median_s, 0.0)  # the host work alone
 print(
-    f"the most overlap could save (the shorter part): {format_time(shorter_s)}{noisy}"
+    f"a blocking copy takes {format_time(copy.median_s)}, the host work about "
+    f"{format_time(work_s)}: overlap can save at most "
+    f"{format_time(min(copy.median_s, work_s))}"
 )
 gain = gpuguide.compare(overlap, serial)
 print(f"with host work: {gain}")
+saved = "no measurable overlap"
 if gain.verdict == "faster":
-    saved = f"overlap saves {format_time(serial_s - overlap.median_s)}"
-    print(f"{saved}, {1 - overlap.median_s / serial_s:.0%} of the serial time{noisy}")
-else:
-    saved = "no measurable overlap"
-    if not on_gpu:
-        print("(on a CPU the copy is done before the host work starts)")
-scale, unit = (1e6, "us") if copy_s < 1e-3 else (1e3, "ms")
+    saved_s = serial.median_s - overlap.median_s
+    saved = f"overlap saves {format_time(saved_s)}"
+    print(f"{saved}, {saved_s / serial.median_s:.0%} of the serial time")
+scale, unit = (1e6, "us") if copy.median_s < 1e-3 else (1e3, "ms")
 fig, ax = plt.subplots()
 bars = {k.replace(", ", ",\n").replace(" + ", "\n+ "): m for k, m in times.items()}
 gpuguide.plot_bars(
     ax, bars, ylabel=f"time ({unit})", device=device, value=lambda s: s * scale,
-    title=f"Event wait: {format_ratio(event.median_s / copy_s)} a blocking copy; "
+    title=f"Event wait: {event.median_s / copy.median_s:.2f}x a blocking copy; "
     f"with host work: {saved}",
 )  # fmt: skip
 plt.show()
@@ -233,7 +194,7 @@ plt.show()
 # -----------------
 # A non-blocking copy to the host is finished only when something says so: an event's
 # ``synchronize()``, ``torch.cuda.synchronize()``, or a later blocking call. Reading
-# before that is a race that may pass a test and fail in production. Non-blocking is
-# worth it only when the host has work to do before it needs the data. A pinned
-# *source* of a host-to-device copy has the mirror-image hazard: do not overwrite it
-# until the copy is done.
+# before that is a race that can pass a test by luck and fail in production.
+# Non-blocking is worth it only when the host has work to do before it needs the data.
+# A pinned *source* of a host-to-device copy has the mirror-image hazard: do not
+# overwrite it until the copy is done.

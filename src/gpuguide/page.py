@@ -191,7 +191,8 @@ def report(
     file : text stream, optional
         Where the line goes (standard output by default).
     **config : str, int, float or bool
-        What identifies the figure beside its name (``dtype="bf16"``).
+        What identifies the figure beside its name (``dtype="bf16"``); the
+        printed line shows the values after the name (``"name (bf16): ..."``).
 
     Notes
     -----

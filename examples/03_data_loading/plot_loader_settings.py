@@ -1,0 +1,156 @@
+"""
+DataLoader settings, one at a time
+==================================
+
+Worker processes are the ``DataLoader`` setting that matters most when loading is the
+slower side (previous page). This page measures the others, each changed alone
+against a baseline: ``persistent_workers`` (start the workers once, not every
+epoch), ``batch_size``, ``pin_memory`` (page-locked batches, for faster copies to a
+GPU) and ``prefetch_factor`` (how many batches each worker prepares ahead). A popular
+text switched on workers and pinned memory together, so its timing cannot tell which
+one helped; here each is measured alone, with the spread of its measurements.
+
+See also the concept page :doc:`Amdahl's law for a training step </concepts/amdahl>`.
+"""
+
+# %%
+# Setup
+# -----
+# The same small model and synthetic samples as on the previous page: on a CPU the
+# model gets one thread and the workers the other cores; an epoch is 256 samples
+# (512 where at least 8 cores can run workers), in batches of 64.
+from functools import partial
+
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Subset
+
+import gpuguide
+from gpuguide.chapters.data import SyntheticImages
+from gpuguide.chapters.spawning import spawn_safe
+
+page = gpuguide.setup()
+device, cores = page.device, gpuguide.usable_cpus()
+if device.type == "cpu":
+    torch.set_num_threads(1)
+    print(f"{cores} usable CPU cores; the model uses 1 thread, workers the others")
+SAMPLES = 512 if cores >= 8 and not page.small else 256
+dataset = SyntheticImages(2**20, shape=(3, 32, 32), work=2)
+
+# %%
+# The training step, one epoch and a loader
+# -----------------------------------------
+# A timed call is one epoch: every batch of the loader through a training step, run
+# to its end, so that no batch is on its way from a worker when a loader is deleted.
+# Workers are spawned (``multiprocessing_context="spawn"``): each imports the dataset
+# by name, and :func:`~gpuguide.chapters.spawning.spawn_safe` keeps it from
+# re-running this page. A loader changes one setting of the baseline.
+model = nn.Sequential(
+    nn.Flatten(), nn.Linear(3 * 32 * 32, 512), nn.ReLU(), nn.Linear(512, 10)
+).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+loss_fn = nn.CrossEntropyLoss()
+
+
+def train_step(images, labels):
+    images = images.to(device, non_blocking=True)
+    labels = labels.to(device, non_blocking=True)
+    loss = loss_fn(model(images), labels)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+def epoch(loader, step=train_step):
+    with spawn_safe():  # where a loader starts its workers
+        batches = iter(loader)
+    for images, labels in batches:
+        step(images, labels)
+
+
+def make_loader(samples=SAMPLES, **change):
+    settings = {"batch_size": 64, "num_workers": 0, "pin_memory": False, **change}
+    if settings["num_workers"] > 0:
+        settings["multiprocessing_context"] = "spawn"
+        settings.setdefault("persistent_workers", True)
+    return DataLoader(Subset(dataset, range(samples)), **settings)
+
+
+# %%
+# Starting workers: once, or every epoch
+# --------------------------------------
+# Without ``persistent_workers`` a loader starts new workers at every epoch, and a
+# spawned worker imports torch before its first sample (typically one to a few
+# seconds). The two loaders below differ only in ``persistent_workers``; each epoch
+# is a single batch, after one untimed epoch (which starts the persistent worker).
+first_batch = {}
+for name, persistent in (("new", False), ("persistent", True)):
+    loader = make_loader(64, num_workers=1, persistent_workers=persistent)
+    first_batch[name] = gpuguide.benchmark(
+        partial(epoch, loader, step=lambda images, labels: None),
+        label=f"one-batch epoch, {name} worker",
+        warmup_ms=1.0, min_reps=1, max_reps=1,
+    )  # fmt: skip
+    del loader
+fresh, kept = first_batch["new"].median_s, first_batch["persistent"].median_s
+gpuguide.report(
+    "start-up saved per epoch by persistent workers", fresh - kept, unit="s"
+)
+print(
+    f"(a one-batch epoch: {gpuguide.format_time(fresh)} with a new worker, "
+    f"{gpuguide.format_time(kept)} with a persistent one)"
+)
+
+# %%
+# One setting at a time
+# ---------------------
+# The baseline prepares batches of 64 in the main process. A larger batch saves only
+# the work done once per batch (here half the optimizer steps). Pinned memory speeds
+# the copy to the GPU, a small part of this step, and needs an accelerator.
+# ``prefetch_factor`` exists only with workers, so its loader keeps one worker and is
+# compared with ``num_workers=1``: one worker busy all the time gains nothing from
+# preparing more batches ahead. Expect each of them to matter little, unless the
+# printed verdicts say otherwise. The workers of every loader start together in one
+# untimed epoch; then the loaders take turns, so a drift of the machine falls on all.
+loaders = {"baseline": make_loader(), "batch_size=128": make_loader(batch_size=128)}
+if page.needs_cuda("pin_memory=True (page-locked batches for copies to a GPU)"):
+    loaders["pin_memory=True"] = make_loader(pin_memory=True)
+loaders["num_workers=1"] = make_loader(num_workers=1)
+if not page.small:
+    loaders["1 worker, prefetch 4"] = make_loader(num_workers=1, prefetch_factor=4)
+with spawn_safe():
+    started = [iter(loader) for loader in loaders.values()]  # all workers at once
+for batches in started:
+    for _ in batches:  # the rest of this untimed epoch
+        pass
+del started
+results = gpuguide.interleave(
+    {label: partial(epoch, loader) for label, loader in loaders.items()},
+    device=device, warmup_ms=1, min_reps=10,
+)  # fmt: skip
+for label, against in (
+    ("batch_size=128", "baseline"),
+    ("pin_memory=True", "baseline"),
+    ("1 worker, prefetch 4", "num_workers=1"),
+):
+    if label in results:
+        gain = gpuguide.compare(results[label], results[against])
+        gpuguide.report(f"speed-up of {label}", gain, size=SAMPLES)
+
+fig, ax = plt.subplots()
+gpuguide.plot_bars(
+    ax, results, ylabel="throughput (samples/s)", value=lambda s: SAMPLES / s,
+    title=f"One setting at a time: epochs of {SAMPLES} samples",
+)  # fmt: skip
+plt.show()
+del loaders  # the workers are idle: every epoch ran to its end
+
+# %%
+# What to take away
+# -----------------
+# Keep spawned workers persistent: a new worker pays its start-up at every epoch.
+# Larger batches cut per-batch overhead; pinned memory speeds the copy to a GPU,
+# which matters once loading keeps up; prefetching more helps only workers that are
+# sometimes idle. Let an epoch finish (or run out its batches) before you drop its
+# loader.
