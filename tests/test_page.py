@@ -170,3 +170,31 @@ def test_report_prints_bytes_in_binary_units_and_records_bytes():
     kept = results.recorded()[0]
     assert out.getvalue() == "kept for backward: 18.0 MiB\nreturned: 512 B\n"
     assert (kept.value, kept.unit, kept.size) == (18 * 2**20, "B", "4x64")
+
+
+def test_a_plain_number_prints_and_records_its_spread():
+    out = io.StringIO()
+    report("shorter stage hidden", 93.7, unit="%", spread=(91.0, 96.0), file=out)
+    assert out.getvalue() == "shorter stage hidden: 93.7 % (91.0-96.0)\n"
+    (result,) = results.recorded()
+    assert (result.spread, result.unit) == ((91.0, 96.0), "%")
+
+
+def test_a_negative_spread_reads_with_to():
+    out = io.StringIO()
+    report("hidden", -19.3, unit="%", spread=(-25.0, -14.0), file=out)
+    assert out.getvalue() == "hidden: -19.3 % (-25.0 to -14.0)\n"
+
+
+def test_plain_seconds_print_as_times():
+    out = io.StringIO()
+    report("per-op cost", 8.75e-6, unit="s", spread=(8.1e-6, 9.3e-6), file=out)
+    assert out.getvalue() == "per-op cost: 8.75 us (8.10 us-9.30 us)\n"
+
+
+def test_a_spread_must_be_a_range_and_only_for_a_plain_number():
+    with pytest.raises(ValueError, match="low <= high"):
+        report("x", 1.0, unit="%", spread=(2.0, 1.0), file=io.StringIO())
+    m = Measurement("step", (1e-3, 2e-3, 3e-3), "cpu", "wall-clock")
+    with pytest.raises(ValueError, match="brings its own"):
+        report("step", m, spread=(1e-3, 3e-3), file=io.StringIO())

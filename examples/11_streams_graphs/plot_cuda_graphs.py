@@ -8,11 +8,9 @@ When the kernels are tiny the GPU finishes each one before the host has launched
 next, so the run time grows with the number of operations, not with the data. A CUDA
 graph records the kernels once and then replays the whole sequence with one launch.
 
-This page times a chain of tiny elementwise operations at several lengths, eagerly and
-replayed from a graph, fits ``time = fixed + per-op cost x ops`` to each, and prints
-the per-op cost and the speed-up. A small MLP with a batch of a few rows shows the
-same on a model, with the host's launch time next to the GPU's work, and the
-one-time cost of capturing is reported on its own.
+This page times chains of tiny operations, eagerly and replayed from a graph, fits
+``time = fixed + per-op cost x ops`` to each, and prints the per-op cost and the
+speed-up; then the one-time cost of capturing, and the same on a small MLP.
 
 See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
 :doc:`the roofline and its three regimes </concepts/roofline>`.
@@ -21,12 +19,9 @@ See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
 # %%
 # Setup
 # -----
-# The tensors have 1024 elements, so each operation's arithmetic takes almost no
-# time and what is left is overhead. Since overhead is the point, every time on
-# this page is the time per step of a loop that runs step after step
-# (``measure="call"``, the default of :func:`gpuguide.benchmark`): what a training or
-# serving loop pays, launches included. Eager and graph steps run in alternating
-# rounds, so that a drift of the machine falls on both.
+# Every time on this page is the time per step of a loop that runs step after step
+# (``measure="call"``): what a training or serving loop pays, launches included.
+# Without a CUDA GPU the page measures the eager per-op cost that a graph removes.
 from functools import partial
 
 import matplotlib.pyplot as plt
@@ -35,25 +30,19 @@ import torch
 
 import gpuguide
 from gpuguide.chapters.compiling import host_and_gpu_times
-from gpuguide.tables import format_cell
 
-device = gpuguide.pick_device()
-print(gpuguide.provenance(device))
-small = gpuguide.small_mode()
-on_cuda = device.type == "cuda"
-op_counts = [8, 16, 32, 64] if small else [8, 16, 32, 64, 128, 256]
-if not on_cuda:
-    print(
-        "CUDA graphs record and replay GPU kernel launches, so they need a CUDA GPU; "
-        "this run measures the eager per-op overhead that they remove."
-    )
+page = gpuguide.setup()
+device = page.device
+graphs = page.needs_cuda("Capturing and replaying CUDA graphs")
+op_counts = [8, 16, 32, 64] if page.small else [8, 16, 32, 64, 128, 256]
 
 # %%
 # A launch-bound step
 # -------------------
-# A step copies new data into an input tensor and runs a chain of ``n_ops`` sines,
-# one small kernel each. The input stays the same tensor from step to step, which
-# is what a graph needs: it replays on the memory it was captured with.
+# A step copies new data into an input tensor and runs a chain of ``n_ops`` sines
+# on its 1024 elements: one kernel each, whose arithmetic takes almost no time. The
+# input stays the same tensor from step to step, which is what a graph needs: it
+# replays on the memory it was captured with.
 static_in = torch.randn(1024, device=device)
 new_data = torch.randn(1024, device=device)
 
@@ -93,8 +82,8 @@ def capture(fn, *args):
     return graph, static_out
 
 
-def graph_step(graph):
-    static_in.copy_(new_data)
+def replay(graph, static, new):
+    static.copy_(new)
     graph.replay()
 
 
@@ -102,104 +91,89 @@ def graph_step(graph):
 # Eager against replayed, for chains of 8 to 256 operations
 # ---------------------------------------------------------
 # Both versions run the same ``copy_`` and the same kernels; only the launching
-# differs. Replaying the graph must give exactly the eager result. "speed-up" is
-# eager's median over the graph's, with the range it spans over both
-# interquartile ranges.
-eager, replayed, rows = [], [], []
+# differs. They run in alternating rounds, so that a drift of the machine falls on
+# both, and replaying the graph must give exactly the eager result.
+times = {"eager": []} | ({"graph": []} if graphs else {})
+rows = []
 for n_ops in op_counts:
     steps = {"eager": partial(eager_step, n_ops)}
-    if on_cuda:
+    if graphs:
         graph, static_out = capture(chain, static_in, n_ops)
-        steps["graph"] = partial(graph_step, graph)
+        steps["graph"] = partial(replay, graph, static_in, new_data)
     timed = gpuguide.interleave(steps, device=device, measure="call")
-    eager.append(timed["eager"])
-    rows.append({"ops": n_ops, "eager": eager[-1]})
-    if on_cuda:
-        replayed.append(timed["graph"])
-        c = gpuguide.compare(replayed[-1], eager[-1])
-        rows[-1]["graph"] = replayed[-1]
-        rows[-1]["speed-up"] = f"{c.low:.2f}-{gpuguide.format_ratio(c.high)}"
+    for mode, m in timed.items():
+        times[mode].append(m)
+    rows.append({"ops": n_ops, **timed})
+    if graphs:
+        rows[-1]["speed-up"] = gpuguide.compare(timed["graph"], timed["eager"]).short
         rows[-1]["same result"] = torch.equal(static_out, chain(new_data, n_ops))
 print(gpuguide.table(rows))
 
 # %%
 # The cost of one operation
 # -------------------------
-# A straight line through time against the number of operations: its slope is the
-# cost of one more operation, its intercept the fixed cost of a step. Eagerly the
-# slope is the host's cost per launch; replayed it is roughly the GPU's time per
-# tiny kernel, typically a few times lower. The fit goes through the medians; a fit
-# to noisy times is marked so. The same fits through the first and the third
-# quartiles give the slope's spread, for the recorded figures (last cell).
+# A line through time against the number of operations: its slope is the cost of
+# one more operation (eagerly the host's cost per launch; replayed roughly the GPU's
+# time per tiny kernel, typically a few times lower), its intercept the fixed cost
+# of a step. Fits through the first and the third quartiles give the slope's range.
+slopes, series = {}, {}
+for mode, runs in times.items():
+    fits = [np.polyfit(op_counts, [getattr(m, q) for m in runs], 1)
+            for q in ("median_s", "q25_s", "q75_s")]  # fmt: skip
+    (slope, fixed), ends = fits[0], [fit[0] for fit in fits]
+    noisy = " (fit to NOISY times)" if any(m.is_noisy for m in runs) else ""
+    lost = "" if slope > 0 else "; no per-op cost: the slope is lost in the noise"
+    fixed_s = gpuguide.format_time(max(fixed, 0.0))
+    print(f"{mode}: {fixed_s} fixed per step{noisy}{lost}")
+    label = f"{mode} ({gpuguide.format_time(slope)} per op)" if slope > 0 else mode
+    series[label] = runs
+    if slope > 0:
+        slopes[mode] = slope
+        gpuguide.report("per-op cost", slope, unit="s", spread=(min(ends), max(ends)),
+                        size=f"{op_counts[0]}-{op_counts[-1]} ops", mode=mode)  # fmt: skip
+if graphs:
+    if len(slopes) == 2:
+        print(f"per-op cost with a graph: {slopes['graph'] / slopes['eager']:.2g}x the eager one")  # fmt: skip
+    at_most = gpuguide.compare(times["graph"][-1], times["eager"][-1])
+    print(f"at {op_counts[-1]} ops: {at_most}")
 
-
-def fit(measurements, at="median_s"):
-    slope, intercept = np.polyfit(op_counts, [getattr(m, at) for m in measurements], 1)
-    return slope, intercept
-
-
-per_op = {"eager": fit(eager)}
-if on_cuda:
-    per_op["CUDA graph"] = fit(replayed)
-for name, (slope, intercept) in per_op.items():
-    runs = eager if name == "eager" else replayed
-    noisy = any(m.is_noisy for m in runs)
-    print(
-        f"{name}: {gpuguide.format_time(slope)} per op, "
-        f"{gpuguide.format_time(max(intercept, 0.0))} fixed per step"
-        + (" (fit to NOISY times)" if noisy else "")
-    )
-    ends = [slope] + [fit(runs, at)[0] for at in ("q25_s", "q75_s")]
-    if slope > 0:  # a slope of 0 or below is noise, not a cost
-        gpuguide.record("per-op cost", slope, unit="s", spread=(min(ends), max(ends)),
-                        size=f"{op_counts[0]}-{op_counts[-1]} ops",
-                        mode="eager" if name == "eager" else "graph")  # fmt: skip
-if on_cuda:
-    eager_slope, graph_slope = per_op["eager"][0], per_op["CUDA graph"][0]
-    if eager_slope > 0 and graph_slope > 0:
-        share = gpuguide.format_ratio(graph_slope / eager_slope)
-        print(f"per-op cost with a graph: {share} the eager one")
-    else:
-        print("per-op cost: the fit found none for one of the two (noise)")
-    print(f"at {op_counts[-1]} ops: {gpuguide.compare(replayed[-1], eager[-1])}")
+# Both axes of the plot are logarithmic: a line of slope one is a constant cost per
+# operation. ``torch.compile(mode="reduce-overhead")`` captures such graphs for you
+# after fusing what it can (chapter 9); either way the shapes must stay the same
+# from step to step, or each new shape needs a graph of its own.
+title = "Eager: time grows with the op count"
+if graphs:
+    title = f"A graph against eager at {op_counts[-1]} ops: {at_most.short}"
+fig, ax = plt.subplots()
+gpuguide.plot_sweep(
+    ax, op_counts, series, xlabel="operations per step (count)",
+    ylabel="time per step (ms)", title=title,
+)  # fmt: skip
+plt.show()
 
 # %%
 # Capturing is a one-time cost
 # ----------------------------
-# Capture runs the warm-up calls and records every kernel; it is paid once per
-# graph, like a compilation, so it is timed apart from the steady state above.
-if on_cuda:
-    n_ops = op_counts[-1]
+# Capture (warm-up calls included) is paid once per graph, like a compilation.
+if graphs:
     capturing = gpuguide.benchmark(
-        capture,
-        args=(chain, static_in, n_ops),
-        device=device,
-        warmup_ms=1.0,
-        rep_ms=1.0,
-        min_reps=3,
-        max_reps=5,
-    )
-    print(f"capturing {n_ops} ops: {format_cell(capturing)}")
-    replays = gpuguide.break_even(capturing, eager[-1], replayed[-1])
-    if replays is not None:
-        print(f"repaid after {replays:,} replays")
-    else:
-        print("never repaid: a replay is not measurably faster than eager")
+        capture, args=(chain, static_in, op_counts[-1]), device=device,
+        warmup_ms=1.0, rep_ms=1.0, min_reps=3, max_reps=5,
+    )  # fmt: skip
+    print(f"capturing {op_counts[-1]} ops: {gpuguide.format_time(capturing.median_s)}")
+    replays = gpuguide.break_even(capturing, times["eager"][-1], times["graph"][-1])
+    print(f"repaid after {replays:,} replays" if replays else
+          "never repaid: a replay is not measurably faster than eager")  # fmt: skip
 
 # %%
 # A small MLP with a tiny batch
 # -----------------------------
-# Eight rows through four 256-wide layers: a dozen kernels that each finish in a few
-# microseconds, the regime of a small model serving one request at a time. A module
-# is captured like any function; ``torch.no_grad()`` keeps autograd out of the graph.
-# Such a step's time swings with the host's speed from run to run, so the two
-# versions run in ten alternating rounds, and the verdict counts only a difference
-# larger than the spread. On a GPU the host's launch time of each version is then
-# measured next to the GPU's work for it (with the GPU held busy while the host
-# launches): eagerly the GPU waits for the host, replayed it does not.
-layers = []
-for _ in range(4):
-    layers += [torch.nn.Linear(256, 256), torch.nn.ReLU()]
+# Eight rows through four 256-wide layers, a dozen kernels of a few microseconds: a
+# small model serving one request at a time, captured like any function
+# (``torch.no_grad()`` keeps autograd out of the graph). On a GPU each version's
+# host time to launch is measured next to the GPU's work for it (the GPU held busy
+# meanwhile): eagerly the GPU waits for the host, replayed it does not.
+layers = [m for _ in range(4) for m in (torch.nn.Linear(256, 256), torch.nn.ReLU())]
 mlp = torch.nn.Sequential(*layers).to(device).eval()
 static_x = torch.randn(8, 256, device=device)
 new_x = torch.randn(8, 256, device=device)
@@ -212,53 +186,15 @@ def mlp_eager():
 
 
 mlp_steps = {"eager": mlp_eager}
-if on_cuda:
+if graphs:
     with torch.no_grad():
         mlp_graph, mlp_out = capture(mlp, static_x)
-
-    def mlp_replay():
-        static_x.copy_(new_x)
-        mlp_graph.replay()
-
-    mlp_steps["CUDA graph"] = mlp_replay
-    mlp_replay()
+    mlp_steps["graph"] = partial(replay, mlp_graph, static_x, new_x)
+    mlp_steps["graph"]()
     print(f"MLP output matches eager: {torch.allclose(mlp_out, mlp_eager())}")
 mlp_times = gpuguide.interleave(mlp_steps, rounds=10, device=device, measure="call")
 for name, fn in mlp_steps.items():
-    split = host_and_gpu_times(fn, device=device)
-    print(f"MLP, {name}: {format_cell(mlp_times[name])} per step; {split}")
-if on_cuda:
-    print(f"MLP: {gpuguide.compare(mlp_times['CUDA graph'], mlp_times['eager'])}")
-
-# %%
-# Time against the number of operations
-# -------------------------------------
-# Both axes are logarithmic: a line of slope one means a constant cost per
-# operation. ``torch.compile(mode="reduce-overhead")`` captures CUDA graphs like
-# these for you, after fusing what it can (chapter 9); capturing by hand is for code
-# you cannot or do not want to compile. Either way the shapes must stay the same
-# from step to step, or each new shape needs a graph of its own.
-eager_per_op = gpuguide.format_time(per_op["eager"][0])
-series = {f"eager ({eager_per_op} per op)": eager}
-title = f"Eager: {eager_per_op} per tiny op, time grows with the op count"
-if on_cuda:
-    graph_per_op = gpuguide.format_time(per_op["CUDA graph"][0])
-    series[f"CUDA graph ({graph_per_op} per op)"] = replayed
-    c = gpuguide.compare(replayed[-1], eager[-1])
-    title = f"{op_counts[-1]} ops: no measurable difference between graph and eager"
-    if c.verdict != "no measurable difference":
-        ratio = gpuguide.format_ratio(
-            c.speedup if c.verdict == "faster" else 1 / c.speedup
-        )
-        title = f"A graph replays {op_counts[-1]} ops {ratio} {c.verdict}"
-fig, ax = plt.subplots()
-gpuguide.plot_sweep(
-    ax,
-    op_counts,
-    series,
-    xlabel="operations per step (count)",
-    ylabel="time per step (ms)",
-    title=title,
-    record="step time",
-)
-plt.show()
+    step = gpuguide.format_time(mlp_times[name].median_s)
+    print(f"MLP, {name}: {step} per step; {host_and_gpu_times(fn, device=device)}")
+if graphs:
+    print(f"MLP: {gpuguide.compare(mlp_times['graph'], mlp_times['eager'])}")

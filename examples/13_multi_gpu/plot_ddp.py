@@ -3,15 +3,12 @@ Several GPUs: DistributedDataParallel
 =====================================
 
 DistributedDataParallel (DDP) trains one copy of the model per GPU, each in its own
-process and on its own share of the data. During the backward pass the processes
-average their gradients with an all-reduce, so every copy takes the same optimizer
-step and the copies stay identical.
-
-This page starts the processes the way ``torchrun`` does, runs the same DDP training
-step with one process and with several, and measures the throughput (samples/s) of
-each and the time a step spends on the gradient all-reduce. With two or more CUDA
-GPUs it uses the NCCL backend, one GPU per process; otherwise the processes train
-on CPU cores with the gloo backend.
+process and on its own share of the data; during the backward pass the processes
+average their gradients with an all-reduce, so the copies stay identical. This page
+starts the processes the way ``torchrun`` does, runs the same DDP training step
+with one process and with several, and measures the throughput (samples/s) and the
+time a step spends on the all-reduce: with NCCL on two or more CUDA GPUs, one per
+process, else with gloo on CPU cores.
 
 See also the concept page
 :doc:`Amdahl's law for a training step </concepts/amdahl>`.
@@ -22,39 +19,36 @@ See also the concept page
 # -----
 # On a CPU each process gets one thread, so that N processes use N cores and the
 # comparison with one process is fair. Process counts stop at the usable cores.
+import socket
+import time
+from dataclasses import replace
+
 import matplotlib.pyplot as plt
 import torch
+import torch.multiprocessing as mp
 
 import gpuguide
 from gpuguide.chapters.distributed import (
     DDPConfig,
     ddp_train_worker,
-    free_port,
     make_mlp,
-    run_workers,
+    run_rank,
 )
-from gpuguide.tables import format_cell
+from gpuguide.chapters.spawning import spawn_safe
 
-device = gpuguide.pick_device()
-print(gpuguide.provenance(device))
-small = gpuguide.small_mode()
-gpus = torch.cuda.device_count() if device.type == "cuda" else 0
+page = gpuguide.setup()
+gpus = torch.cuda.device_count() if page.cuda else 0
 if gpus >= 2:
     world_sizes = [n for n in (1, 2, 4, 8) if n <= gpus]
     config = DDPConfig("nccl", features=1024, width=4096, batch_size=256, steps=20)
-    where = "cuda"
 else:
     cores = gpuguide.usable_cpus()
-    world_sizes = [n for n in (1, 2, 4) if n <= max(cores, 2)][: 2 if small else 3]
-    width = 512 if small else 1024
-    config = DDPConfig(
-        "gloo", width=width, batch_size=128, steps=5 if small else 10, cpu_threads=1
-    )
-    where = "cpu"
-    print(
-        f"Scaling over GPUs needs at least 2 CUDA GPUs (this run has {gpus or 'none'}): "
-        f"the processes below train on CPU cores ({cores} usable) with gloo."
-    )
+    world_sizes = [n for n in (1, 2, 4) if n <= max(cores, 2)][: 2 if page.small else 3]
+    config = DDPConfig("gloo", width=512 if page.small else 1024, batch_size=128,
+                       steps=5 if page.small else 10, cpu_threads=1)  # fmt: skip
+    print(f"Scaling over GPUs needs at least 2 CUDA GPUs (this run has {gpus or 'none'}): "
+          f"the processes below train on CPU cores ({cores} usable) with gloo.")  # fmt: skip
+where = "cuda" if gpus >= 2 else "cpu"
 print(config)
 
 # %%
@@ -78,12 +72,11 @@ print(config)
 # %%
 # Launching one process per device
 # --------------------------------
-# ``run_workers`` does on one machine what ``torchrun`` does: it starts
-# ``world_size`` processes with the ``"spawn"`` method (``torch.multiprocessing``)
-# and gives each ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
-# ``MASTER_PORT``. Rank 0 opens a rendezvous store on that port; a free one is
-# found by binding a socket to port 0. Each rank times its steps with
-# :func:`gpuguide.benchmark` and sends its report back through a queue.
+# ``launch`` does on one machine what ``torchrun`` does: it starts ``world_size``
+# processes with the ``"spawn"`` method, and each (``run_rank``) sets its ``RANK``,
+# ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` before it calls
+# the worker. Rank 0 opens a rendezvous store on that port; a free one is found by
+# binding a socket to port 0. Each rank sends its report back through a queue.
 #
 # On several machines, ``torchrun`` starts the same worker. For two machines with
 # eight GPUs each, run on both:
@@ -97,13 +90,32 @@ print(config)
 # 8-15 on the other (the rendezvous at ``host:29500`` decides which), ``LOCAL_RANK``
 # 0-7 on each (the GPU a process uses), and ``MASTER_ADDR``/``MASTER_PORT`` naming
 # the store where all 16 meet. The worker above reads them and runs unchanged.
-reports, steps = {}, []
-for n in world_sizes:
-    port = free_port()
-    reports[n] = run_workers(ddp_train_worker, n, args=(config,), master_port=port)
-    steps.append(
-        {"world size": n, "MASTER_PORT": port, "rank 0's step": reports[n][0].step}
-    )
+
+
+def launch(world_size, timeout_s=600):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = mp.get_context("spawn").SimpleQueue()
+    args = (ddp_train_worker, (config,), world_size, "127.0.0.1", port, results)
+    with spawn_safe():  # the children import what they run; they skip this page
+        ranks = mp.start_processes(run_rank, args=args, nprocs=world_size,
+                                   join=False, start_method="spawn")  # fmt: skip
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not ranks.join(timeout=0.05):  # raises if a rank failed
+            if time.monotonic() > deadline:
+                msg = f"{world_size} processes still running after {timeout_s} s"
+                raise TimeoutError(msg)
+    finally:
+        for process in ranks.processes:
+            if process.is_alive():
+                process.kill()
+    return [report for _, report in sorted(results.get() for _ in range(world_size))]
+
+
+reports = {n: launch(n) for n in world_sizes}
+steps = [{"world size": n, "rank 0's step": r[0].step} for n, r in reports.items()]
 print(gpuguide.table(steps))
 
 # %%
@@ -131,51 +143,28 @@ print(
 # bandwidth and caches, so a step without communication may take them longer than
 # it takes one process alone; GPUs of their own share nothing of the sort. The
 # comparisons carry the spread of rank 0's steps.
-
-
-def per_sample(report, label):
-    m = report.step
-    times = tuple(t / report.samples_per_step for t in m.times_s)
-    return gpuguide.Measurement(label, times, m.device, m.method)
-
-
-def renamed(m, label):
-    return gpuguide.Measurement(label, m.times_s, m.device, m.method)
-
-
-throughput = {}
 model_size = f"width {config.width}, batch {config.batch_size}"
-for n, ranks_n in reports.items():
+throughput = {}  # time per sample of rank 0's steps: a Measurement to compare
+for n, (r0, *_) in reports.items():
     label = f"training with {n} process{'es' if n > 1 else ''}"
-    m = throughput[label] = per_sample(ranks_n[0], label)
-    gpuguide.record("throughput", 1 / m.median_s, unit="samples/s", size=model_size,
-                    spread=(1 / m.q75_s, 1 / m.q25_s), processes=n,
-                    backend=config.backend)  # fmt: skip
-one = next(iter(throughput.values()))
-for (label, m), n in zip(throughput.items(), reports, strict=True):
-    rate = gpuguide.format_rate(1 / m.median_s, "samples/s")
-    if m is one:
-        print(f"{label}: {rate} ({format_cell(m)} per sample)")
-        continue
-    c = gpuguide.compare(m, one)
-    print(f"{label}: {rate}; {c}, {c.speedup / n:.0%} of ideal")
-last, most = list(throughput)[-1], f"{world_sizes[-1]} processes"
-crowding = gpuguide.compare(
-    renamed(ranks[0].step_no_sync, f"a step of {most} without communication"),
-    renamed(reports[world_sizes[0]][0].step_no_sync, "one process's"),
-)
-print(crowding)
+    per_sample = [t / r0.samples_per_step for t in r0.step.times_s]
+    throughput[label] = replace(r0.step, label=label, times_s=per_sample)
+    c = gpuguide.compare(throughput[label], next(iter(throughput.values())))
+    print(f"{c}, {c.speedup / n:.0%} of ideal" if n > 1 else f"{label}, the baseline:")
+    gpuguide.report("throughput", r0.step.rate(r0.samples_per_step, "samples/s"),
+                    size=model_size, processes=n, backend=config.backend)  # fmt: skip
+most = f"{world_sizes[-1]} processes"
+print(gpuguide.compare(
+    replace(ranks[0].step_no_sync, label=f"a step of {most} without communication"),
+    replace(reports[world_sizes[0]][0].step_no_sync, label="one process's"),
+))  # fmt: skip
 if c.verdict == "slower":
     print(f"{most} were slower than one here: the lines above and below show why.")
 fig, ax = plt.subplots()
 gpuguide.plot_bars(
-    ax,
-    throughput,
-    ylabel="throughput (samples/s)",
+    ax, throughput, ylabel="throughput (samples/s)", device=where, value=lambda s: 1 / s,
     title=f"DDP: {most} train {gpuguide.format_ratio(c.speedup)} as fast as one",
-    device=where,
-    value=lambda s: 1 / s,
-)
+)  # fmt: skip
 plt.show()
 
 # %%
@@ -187,49 +176,29 @@ plt.show()
 # backward pass did *not* hide; compare it with the all-reduce alone.
 r0 = ranks[0]
 print(
-    gpuguide.table(
-        [
-            {"rank 0": m.label, "time": m}
-            for m in (r0.step_no_sync, r0.step, r0.allreduce)
-        ]
-    )
+    gpuguide.table([{"rank 0": m.label, "time": m} for m in (r0.step_no_sync, r0.step)])
 )
 gradients = gpuguide.format_bytes(r0.gradient_bytes)
-gpuguide.record("all-reduce alone", r0.allreduce, size=gradients,
+print(f"{gradients} of gradients per step")
+gpuguide.report("all-reduce alone", r0.allreduce, size=gradients,
                 processes=r0.world_size, backend=config.backend)  # fmt: skip
 exposed = r0.step.median_s - r0.step_no_sync.median_s
-hidden = 1 - exposed / r0.allreduce.median_s if r0.allreduce.median_s > 0 else 0.0
+grown = gpuguide.format_time(exposed)
+hidden = min(max(1 - exposed / r0.allreduce.median_s, 0.0), 1.0)
 grows = gpuguide.compare(r0.step, r0.step_no_sync).verdict == "slower"
-print(f"{gradients} of gradients per step; the all-reduce alone takes {format_cell(r0.allreduce)}")  # fmt: skip
-if not grows:
-    hidden = 1.0
-    print("the step with communication is not measurably slower: the backward hid it")
-else:
-    print(
-        f"the step grows by {gpuguide.format_time(exposed)}: about "
-        f"{min(max(hidden, 0.0), 1.0):.0%} of the communication overlapped the backward"
-    )
-if hidden <= 0:
-    print(
-        "The step grew by at least the all-reduce's own time: nothing was hidden. "
-        "DDP also copies gradients into its buckets, and its communication thread "
-        "needs a free core to run beside the backward pass."
-    )
+print(f"the step grows by {grown}: about {hidden:.0%} of the "
+      "communication overlapped the backward" if grows else "the step with "
+      "communication is not measurably slower: the backward hid it")  # fmt: skip
+if grows and hidden == 0:
+    print("DDP also copies gradients into its buckets, and its communication thread "
+          "needs a free core to run beside the backward pass.")  # fmt: skip
 fig, ax = plt.subplots()
 gpuguide.plot_bars(
-    ax,
-    {
-        "step, no_sync": r0.step_no_sync,
-        "step": r0.step,
-        "all-reduce alone": r0.allreduce,
-    },
-    ylabel="time (ms)",
-    title=f"All-reduce adds {gpuguide.format_time(exposed)} to a step "
-    f"of {r0.world_size} processes"
-    if grows
-    else f"A step of {r0.world_size} processes hides its all-reduce",
-    device=where,
-)
+    ax, {"step, no_sync": r0.step_no_sync, "step": r0.step, "all-reduce alone": r0.allreduce},
+    ylabel="time (ms)", device=where,
+    title=f"All-reduce adds {grown} to a step of {most}" if grows
+    else f"A step of {most} hides its all-reduce",
+)  # fmt: skip
 plt.show()
 
 # %%
@@ -244,12 +213,10 @@ plt.show()
 # batch and the interconnect, so it is measured here rather than quoted.
 if gpus >= 2:
     n = world_sizes[-1]
-    model = torch.nn.DataParallel(
-        make_mlp(config.features, config.width, config.classes).to("cuda:0"),
-        device_ids=list(range(n)),
-    )
-    x = torch.randn(n * config.batch_size, config.features, device="cuda:0")
-    y = torch.randint(config.classes, (n * config.batch_size,), device="cuda:0")
+    mlp = make_mlp(config.features, config.width, config.classes).to("cuda:0")
+    model = torch.nn.DataParallel(mlp, device_ids=list(range(n)))
+    x = torch.randn(r0.samples_per_step, config.features, device="cuda:0")
+    y = torch.randint(config.classes, (r0.samples_per_step,), device="cuda:0")
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
 
     def dp_step():
@@ -257,24 +224,10 @@ if gpus >= 2:
         torch.nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
 
-    dp = gpuguide.benchmark(dp_step, device="cuda:0", label="DataParallel step")
-    ddp_rate = 1 / throughput[last].median_s
-    dp_rate = n * config.batch_size / dp.median_s
-    print(
-        f"{n} GPUs, {n * config.batch_size} samples per step: DataParallel "
-        f"{gpuguide.format_rate(dp_rate, 'samples/s')}, DDP "
-        f"{gpuguide.format_rate(ddp_rate, 'samples/s')} "
-        f"({gpuguide.format_ratio(ddp_rate / dp_rate)} DataParallel)"
-    )
-    del model, x, y, optimizer
+    dp = gpuguide.benchmark(dp_step, device="cuda:0", label="DataParallel")
+    print(f"{n} GPUs, {r0.samples_per_step} samples per step: DataParallel "
+          f"{dp.rate(r0.samples_per_step, 'samples/s')}")  # fmt: skip
+    print(gpuguide.compare(replace(r0.step, label="DDP"), dp))
+    del mlp, model, x, y, optimizer
 else:
     print("Comparing nn.DataParallel with DDP needs at least 2 CUDA GPUs.")
-
-# %%
-# What to take away
-# -----------------
-# Use one process per GPU with DDP, launched by ``torchrun`` (or, as here, by
-# spawning processes from code that lives in an importable module). Give each rank
-# its own data with ``DistributedSampler``. Check the all-reduce's share of a step
-# with ``no_sync()``: when it is large, larger batches per GPU (more compute per
-# byte of gradient) or gradient accumulation help.

@@ -154,11 +154,31 @@ def _quoted_text(quoted: tuple[float, float], unit: str) -> str:
     return f"{low:g}-{high:g} {unit}"
 
 
+def _plain_text(number: float, unit: str) -> str:
+    """A plain number in its unit: a rate with its prefix, seconds as a time."""
+    if unit.endswith("/s"):
+        return format_rate(number, unit)
+    if unit == "s":
+        return format_time(number)
+    if unit == "B":
+        return format_bytes(number)
+    return f"{significant(number)} {unit}"
+
+
+def _checked_spread(spread: tuple[float, float]) -> tuple[float, float]:
+    low, high = (float(end) for end in spread)
+    if not (math.isfinite(low) and math.isfinite(high)) or high < low:
+        msg = f"spread must be finite (low, high) with low <= high, got {spread!r}"
+        raise ValueError(msg)
+    return low, high
+
+
 def report(
     name: str,
     value: Rate | Measurement | Comparison | float,
     *,
     unit: str | None = None,
+    spread: tuple[float, float] | None = None,
     peak: str | float | None = None,
     quoted: tuple[float, float] | None = None,
     size: ConfigValue | None = None,
@@ -179,6 +199,9 @@ def report(
     unit : str, optional
         The unit of a plain number; bytes (``"B"``) print in binary units
         (``"18.0 MiB"``).
+    spread : (float, float), optional
+        The range of a plain number, in its unit (e.g. a fit through the first
+        and the third quartiles); printed in brackets and recorded with it.
     peak : str or float, optional
         What the rate is a share of: a precision (``"bf16"``), ``"memory"`` or
         ``"host_link"``, read from the peaks of the device the rate was
@@ -202,6 +225,9 @@ def report(
     """
     low = high = None
     device = None
+    if spread is not None and not isinstance(value, (int, float)):
+        msg = f"spread is for a plain number; a {type(value).__name__} brings its own"
+        raise ValueError(msg)
     if isinstance(value, Rate):
         number, unit, low, high, device = (
             value.value, value.unit, value.low, value.high, value.device,
@@ -223,12 +249,14 @@ def report(
         if not math.isfinite(number):
             msg = f"value must be finite, got {value!r}"
             raise ValueError(msg)
-        if unit.endswith("/s"):
-            text = format_rate(number, unit)
-        elif unit == "B":
-            text = format_bytes(number)
-        else:
-            text = f"{significant(number)} {unit}"
+        text = _plain_text(number, unit)
+        if spread is not None:
+            low, high = _checked_spread(spread)
+            sep = " to " if low < 0 else "-"
+            ends = [_plain_text(end, unit) for end in (low, high)]
+            if unit != "s":
+                ends = [end.removesuffix(f" {unit}") for end in ends]
+            text = f"{text} ({ends[0]}{sep}{ends[1]})"
     timed = isinstance(value, (Rate, Measurement)) and number > 0
     relative = (high - low) / number if timed and low and high else 0.0
     if relative > NOISY_RELATIVE_IQR:

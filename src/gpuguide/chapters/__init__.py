@@ -8,12 +8,11 @@
 - :mod:`~gpuguide.chapters.compiling`: starting ``torch.compile``, keeping its
   autotune tables and logs off the page, its recompilation log, and a step's host
   time beside its GPU time (torch.compile, fusion, mixed precision, CUDA graphs).
-- :mod:`~gpuguide.chapters.timeline`: per-stream timelines from CUDA events (streams).
-- :mod:`~gpuguide.chapters.profiling`: the phases of a training step timed on the
-  stream, the profiler's operator table, and torch's messages kept off the page
-  (profiling).
+- :mod:`~gpuguide.chapters.timeline`: a timeline of the work on each stream, drawn
+  (streams).
 - :mod:`~gpuguide.chapters.spawning` and :mod:`~gpuguide.chapters.distributed`:
-  spawned processes and a timed DDP worker (data loading, multi-GPU).
+  starting processes safely, and what a DDP rank runs: its entry point and a timed
+  worker (data loading, multi-GPU).
 
 They live in modules rather than in the pages for two reasons: their code is
 plumbing, not the lesson, and spawned processes (DataLoader workers, DDP ranks)

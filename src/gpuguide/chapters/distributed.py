@@ -1,23 +1,23 @@
-"""Data-parallel training in several processes: a launcher and a timed DDP worker.
+"""Data-parallel training in spawned processes: what each process imports by name.
 
-:func:`run_workers` does on one machine what ``torchrun`` does: it starts one
-process per rank with the ``"spawn"`` method, sets the environment variables
-that :func:`torch.distributed.init_process_group` reads (``RANK``,
-``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), runs a
-function in each, and returns what each rank returned. :func:`ddp_train_worker`
-is such a function: it trains a small MLP with
+A spawned process imports the function it runs by name (see
+:mod:`gpuguide.chapters.spawning`), so an example page cannot hand it a function
+of its own. This module holds what the DDP page's processes run:
+:func:`run_rank`, the entry point of one process, which sets the environment
+variables that ``torchrun`` would set (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+``MASTER_ADDR``, ``MASTER_PORT``) and calls a function; and
+:func:`ddp_train_worker`, such a function, which trains a small MLP with
 :class:`~torch.nn.parallel.DistributedDataParallel` and times its steps with
-:func:`gpuguide.benchmark`.
-
-Both live in a module because spawned processes import the function they run
-by name (see :mod:`gpuguide.chapters.spawning`); an example page cannot hand them a
-function of its own.
+:func:`gpuguide.benchmark`. The page starts the processes itself.
 
 Examples
 --------
->>> from gpuguide.chapters.distributed import DDPConfig, ddp_train_worker, run_workers
->>> reports = run_workers(ddp_train_worker, 2, args=(DDPConfig(),))  # doctest: +SKIP
->>> reports[0].step  # doctest: +SKIP
+>>> import torch.multiprocessing as mp
+>>> from gpuguide.chapters.distributed import DDPConfig, ddp_train_worker, run_rank
+>>> results = mp.get_context("spawn").SimpleQueue()  # doctest: +SKIP
+>>> mp.start_processes(run_rank, nprocs=2, start_method="spawn",
+...     args=(ddp_train_worker, (DDPConfig(),), 2, "127.0.0.1", 29500, results))  # doctest: +SKIP
+>>> sorted(results.get() for _ in range(2))[0][1].step  # doctest: +SKIP
 <Measurement 'DDP step' on cpu: ...>
 """
 
@@ -26,45 +26,23 @@ from __future__ import annotations
 import gc
 import itertools
 import os
-import socket
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuguide import checks
-from gpuguide.chapters.spawning import spawn_safe
 from gpuguide.timing import Measurement, benchmark
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = [
-    "DDPConfig",
-    "DDPReport",
-    "ddp_train_worker",
-    "free_port",
-    "make_mlp",
-    "run_workers",
-]
+__all__ = ["DDPConfig", "DDPReport", "ddp_train_worker", "make_mlp", "run_rank"]
 
 #: A warm-up budget no call can stay under: ``benchmark`` then warms up with
 #: exactly one call, so every rank makes the same number of calls (each DDP step
 #: is a collective operation; a rank that made one call more would wait forever).
 _ONE_WARMUP_CALL_MS = 1e-6
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` now, chosen by the operating system.
-
-    Binds a socket to port 0, reads the port the system picked, and closes the
-    socket. Another program could take the port before it is used, but a
-    freshly released ephemeral port is rarely reused at once.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def _run_rank(
@@ -76,7 +54,7 @@ def _run_rank(
     master_port: int,
     results: Any,
 ) -> None:
-    """Entry point of one spawned process: set torchrun's variables, call ``fn``."""
+    """Set torchrun's variables for this rank, call ``fn(*args)``, put the result."""
     rank, size = str(local_rank), str(world_size)
     os.environ.update(
         RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=size, LOCAL_WORLD_SIZE=size
@@ -85,107 +63,24 @@ def _run_rank(
     results.put((local_rank, fn(*args)))
 
 
-def _spawned_rank(local_rank: int, *args: Any) -> None:  # pragma: no cover - child
-    """:func:`_run_rank` in a spawned process, which then exits at once.
+def run_rank(local_rank: int, *args: Any) -> None:  # pragma: no cover - child
+    """The entry point of one spawned rank: ``torch.multiprocessing`` passes its index.
 
-    Tearing down the interpreter while gloo's threads still hold tensors can
-    abort the process (``terminate called without an active exception``), a
-    known shutdown race in torch.distributed. The result is already in the
-    queue (a ``SimpleQueue`` writes before ``put`` returns), so the process
-    flushes its output and leaves without that teardown.
+    Called as ``run_rank(local_rank, fn, args, world_size, master_addr,
+    master_port, results)``: sets ``RANK`` and ``LOCAL_RANK`` (the index),
+    ``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``,
+    so that ``fn`` runs as it would under ``torchrun``; puts ``(local_rank,
+    fn(*args))`` in the ``results`` queue; then exits at once. Tearing down the
+    interpreter while gloo's threads still hold tensors can abort the process
+    (``terminate called without an active exception``), a known shutdown race in
+    torch.distributed; the result is already in the queue (a ``SimpleQueue``
+    writes before ``put`` returns), so the process flushes its output and leaves
+    without that teardown.
     """
     _run_rank(local_rank, *args)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
-
-
-def run_workers(
-    fn: Callable[..., Any],
-    world_size: int,
-    *,
-    args: Sequence[Any] = (),
-    master_addr: str = "127.0.0.1",
-    master_port: int | None = None,
-    timeout_s: float = 600.0,
-) -> list[Any]:
-    """Run ``fn(*args)`` in ``world_size`` spawned processes, as torchrun would.
-
-    Each process gets ``RANK`` and ``LOCAL_RANK`` (its index), ``WORLD_SIZE``
-    and ``LOCAL_WORLD_SIZE`` (``world_size``), ``MASTER_ADDR`` and
-    ``MASTER_PORT`` in its environment, so ``fn`` can call
-    ``torch.distributed.init_process_group(backend)`` without arguments, and
-    the same ``fn`` runs unchanged under ``torchrun``.
-
-    Parameters
-    ----------
-    fn : callable
-        Importable by name (a module-level function of a module, not of
-        ``__main__``); its arguments and return value must be picklable.
-    world_size : int
-        Number of processes (>= 1).
-    args : sequence
-        Positional arguments for ``fn``, the same in every process.
-    master_addr : str
-        Address of rank 0's rendezvous store.
-    master_port : int, optional
-        Its port; default a free one (:func:`free_port`).
-    timeout_s : float
-        Seconds to wait for all processes to finish before stopping them.
-
-    Returns
-    -------
-    list
-        What ``fn`` returned in each process, in rank order.
-
-    Raises
-    ------
-    torch.multiprocessing.ProcessRaisedException
-        If ``fn`` raised in a process; the message holds its traceback.
-    torch.multiprocessing.ProcessExitedException
-        If a process died without raising (a signal, ``os._exit``).
-    TimeoutError
-        If the processes did not finish within ``timeout_s``.
-    """
-    import torch.multiprocessing as mp
-
-    world_size = checks.integer("world_size", world_size, minimum=1)
-    port = free_port(master_addr) if master_port is None else int(master_port)
-    results = mp.get_context("spawn").SimpleQueue()
-    with spawn_safe():
-        context = mp.start_processes(
-            _spawned_rank,
-            args=(fn, tuple(args), world_size, master_addr, port, results),
-            nprocs=world_size,
-            join=False,
-            start_method="spawn",
-        )
-    received: dict[int, Any] = {}
-
-    def drain() -> None:
-        while not results.empty():
-            rank, value = results.get()
-            received[rank] = value
-
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not context.join(timeout=0.05):
-            drain()
-            if time.monotonic() > deadline:
-                msg = f"{world_size} processes still running after {timeout_s:g} s"
-                raise TimeoutError(msg)
-        drain()
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
-                process.join()
-        results.close()
-    missing = sorted(set(range(world_size)) - set(received))
-    if missing:  # pragma: no cover - a process that exits 0 always reports
-        msg = f"every rank must return a result, got none from rank(s) {missing}"
-        raise RuntimeError(msg)
-    return [received[rank] for rank in range(world_size)]
 
 
 @dataclass(frozen=True)
@@ -302,7 +197,7 @@ def _flat_grads(model: torch.nn.Module) -> torch.Tensor:
 def ddp_train_worker(config: DDPConfig) -> DDPReport:
     """Train an MLP with DistributedDataParallel in this process; time its steps.
 
-    Run it in every rank, e.g. with :func:`run_workers` or ``torchrun``: it
+    Run it in every rank, e.g. with :func:`run_rank` or under ``torchrun``: it
     reads ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` from the environment.
 
     Parameters
