@@ -32,7 +32,6 @@ from gpuguide.memory import MemoryReport, release_host_memory, track_memory
 from gpuguide.peaks import Peaks, device_peaks, percent_of_peak
 from gpuguide.plotting import label_device, plot_bars, plot_sweep
 from gpuguide.quiet import ignore_torch_internal_warnings
-from gpuguide.recordings import show_recorded
 from gpuguide.report import Page, report, setup
 from gpuguide.results import record
 from gpuguide.sizes import SizeBudget, largest_size, size_budget, sweep
@@ -88,7 +87,6 @@ __all__ = [
     "record",
     "release_host_memory",
     "report",
-    "show_recorded",
     "setup",
     "size_budget",
     "small_mode",

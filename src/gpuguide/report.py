@@ -238,7 +238,8 @@ def report(
         place = _place(lo, hi, quoted)
         parts.append(f"{place} the quoted {_quoted_text(quoted, unit)}")
     print(", ".join(parts), file=file or sys.stdout)
-    spread = None if low is None or high is None else (low, high)
+    figure = value if isinstance(value, (Rate, Measurement, Comparison)) else number
     return record(
-        name, number, unit=unit, spread=spread, size=size, peak=peak_name, **config
-    )
+        name, figure, unit=unit, spread=None, page=None, size=size, peak=peak_name,
+        x=None, **config,
+    )  # fmt: skip
