@@ -8,18 +8,9 @@ also writes them there, with the run's provenance (:class:`DeviceRecord`).
 Re-recording a page replaces that page's figures in the file and keeps the
 other pages'.
 
-A results file is JSON (``docs/_static/results.schema.json`` describes it)::
-
-    {"schema": 1,
-     "device": {"name": "NVIDIA H100 80GB HBM3", "short_name": "H100 SXM5",
-                "kind": "cuda", "torch": "2.11.0", "cuda": "12.8",
-                "driver": "570.86", "date": "2025-06-01T12:00:00+00:00",
-                "gpuguide": "0.1.0", "commit": "f4b16f4", "dirty": false,
-                "small": false, "peaks": {"bf16": 9.89e14}},
-     "results": [{"page": "plot_dtype_throughput", "name": "best bf16 matmul",
-                  "value": 6.7e14, "unit": "FLOP/s",
-                  "spread": {"q25": 6.6e14, "q75": 6.8e14},
-                  "config": {"dtype": "bf16"}, "runs": 1, "size": 8192}]}
+A results file is JSON, ``{"schema": 1, "device": {...}, "results": [...]}``:
+:meth:`DeviceRecord.to_json` and :meth:`Result.to_json` give its parts, and
+``docs/_static/results.schema.json`` (published with the site) describes it.
 
 :func:`load` validates a file strictly: anything else (truncated JSON, a
 foreign or newer file, a value that is not a finite number) raises
@@ -27,7 +18,6 @@ foreign or newer file, a value that is not a finite number) raises
 gpuguide version, commit and dirty mark, and a CPU's ``isa``, came later in
 schema 1: a file without them reads as "unknown". The package does not know
 where a repository keeps its results: every function takes a path.
-
 """
 
 from __future__ import annotations
@@ -486,17 +476,10 @@ def loads(text: str, source: str = "<string>") -> ResultsFile:
 
 
 def load(path: str | os.PathLike[str]) -> ResultsFile:
-    """Read and validate a results file.
-
-    Raises
-    ------
-    ResultsFileError
-        If the file cannot be read, is not JSON (truncated: the message gives
-        line and column), is not a results file of :data:`SCHEMA_VERSION`, or
-        holds a value that is not a finite number, a spread with ``q25 > q75``,
-        a missing or unknown field, or one figure twice. The message starts
-        with the file's path.
-    """
+    """Read and validate a results file; :class:`ResultsFileError`, naming the file,
+    if it cannot be read, is not JSON (truncated: line and column), is not of
+    :data:`SCHEMA_VERSION`, or holds a value that is not a finite number, a
+    spread with ``q25 > q75``, a missing or unknown field, or one figure twice."""
     source = os.fspath(path)
     try:
         text = Path(source).read_text(encoding="utf-8")
