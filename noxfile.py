@@ -272,7 +272,7 @@ def record(session: nox.Session) -> None:
 
     Writes ``docs/results/<kind>-<device>.json`` (replacing the device's file)
     when every page ran; a failing page leaves the file as it was. posargs go to
-    ``python -m gpuguide.recorder``: ``--example NAME`` (some pages; the file's
+    ``python -m gpuguide_tools.recorder``: ``--example NAME`` (some pages; the file's
     other pages are kept), ``--merge`` (merge with the recording already there
     into medians with their spread), ``--timeout SECONDS`` (per page).
     """
@@ -280,7 +280,7 @@ def record(session: nox.Session) -> None:
     if os.environ.get("GPUGUIDE_SMALL", "").strip() not in ("", "0"):
         session.warn("GPUGUIDE_SMALL is set: the file will be marked as small sizes.")
     session.run(
-        _python(session), "-m", "gpuguide.recorder",
+        _python(session), "-m", "gpuguide_tools.recorder",
         "--examples", str(ROOT / "examples"), "--results", str(DOCS / "results"),
         *session.posargs, env=_env(session),
     )  # fmt: skip

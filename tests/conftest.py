@@ -181,8 +181,8 @@ def build_mini_site(root: Path, example_code: str, *sphinx_args: str, **extra_en
     returns sphinx's completed process."""
 
     docs, chapter = root / "docs", root / "examples" / "01_only"
-    chapter.mkdir(parents=True)
-    docs.mkdir()
+    chapter.mkdir(parents=True, exist_ok=True)  # again: an incremental build
+    docs.mkdir(exist_ok=True)
     (docs / "conf.py").write_text(
         f"__file__ = {str(ROOT / 'docs' / 'conf.py')!r}\n"
         f"exec(compile(open(__file__).read(), __file__, 'exec'))\n"
@@ -226,13 +226,11 @@ H100_RECORD, CPU_RECORD = _device_records()
 
 @pytest.fixture
 def fresh_results(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No recording file, no results folder, nothing recorded or read before."""
-    from gpuguide import recordings, results
+    """No recording file, no results folder, nothing recorded before."""
+    from gpuguide import results
 
     monkeypatch.delenv(results.RECORD_ENV, raising=False)
-    monkeypatch.delenv(recordings.RESULTS_DIR_ENV, raising=False)
+    monkeypatch.delenv(results.RESULTS_DIR_ENV, raising=False)
     results.clear()
-    recordings.forget_recordings()
     yield
     results.clear()
-    recordings.forget_recordings()

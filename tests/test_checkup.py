@@ -18,12 +18,13 @@ import pytest
 import torch
 from conftest import CPU_RECORD, H100_RECORD
 
-from gpuguide import checkup, results
+from gpuguide import results
 from gpuguide.chapters.mamf import MatmulShape, ShapeRate, ShapeSearch
 from gpuguide.peaks import GPU_PEAKS
-from gpuguide.recordings import RESULTS_DIR_ENV, against_recording, file_name
-from gpuguide.results import PEAK_NAMES, Result, ResultsFile
+from gpuguide.results import PEAK_NAMES, RESULTS_DIR_ENV, Result, ResultsFile
 from gpuguide.timing import Measurement
+from gpuguide_tools import checkup
+from gpuguide_tools.checkup import against_recording
 
 H100 = replace(H100_RECORD, peaks={"fp32": 6.7e13, "memory": 3.35e12})
 CPU = replace(CPU_RECORD, peaks={"fp32": 1e11, "memory": 1e10})
@@ -199,7 +200,7 @@ def test_main_prints_the_report_against_the_results_folder(
         device=replace(device, date="2024-01-01T00:00:00+00:00"),
         results=(_matmul("fp32", 4e10),),
     )
-    results.save(recording, tmp_path / file_name(device))
+    results.save(recording, tmp_path / device.file_name)
     monkeypatch.setenv(RESULTS_DIR_ENV, str(tmp_path))
     calls = []
 
@@ -215,6 +216,65 @@ def test_main_prints_the_report_against_the_results_folder(
     assert "against its recording" in out
     assert "25% faster" in _line(out, "best matmul fp32")
     assert out.rstrip().endswith(" s)")
+
+
+# -- against the recording: the check-up's column, and the site's -----------------------
+
+
+def _r(name="copy", value=1.0, unit="s", *, spread=None, size=None):
+    return Result("plot_demo", name, value, unit, spread=spread, size=size)
+
+
+@pytest.mark.parametrize(
+    ("live", "recording", "verdict"),
+    [
+        # Interquartile ranges that overlap: no measurable difference.
+        (_r(value=1.1, spread=(1.0, 1.2)), _r(value=1.0, spread=(0.9, 1.05)), "within its spread"),
+        (_r(value=1.0), _r(value=1.0), "within its spread"),
+        # A time that grew is slower, one that shrank faster.
+        (_r(value=1.2, spread=(1.15, 1.25)), _r(value=1.0, spread=(0.95, 1.05)), "20% slower"),
+        (_r(value=0.75), _r(value=1.0), "25% faster"),
+        # A rate the other way round.
+        (_r(value=1.2e12, unit="B/s"), _r(value=1e12, unit="B/s"), "20% faster"),
+        (_r(value=6e11, unit="FLOP/s"), _r(value=1e12, unit="FLOP/s"), "40% slower"),
+        # A multiple reads as one.
+        (_r(value=3.1e12, unit="B/s"), _r(value=1e12, unit="B/s"), "3.1x faster"),
+        (_r(value=1.0), _r(value=4.0), "4.00x faster"),
+        (_r(value=2.0), _r(value=1.0), "2.00x slower"),
+        # Other units only go up or down.
+        (_r(value=30.0, unit="%"), _r(value=20.0, unit="%"), "50% higher"),
+        (_r(value=3.0, unit="B"), _r(value=4.0, unit="B"), "25% lower"),
+        (_r(value=1.0, unit="%"), _r(value=0.0, unit="%"), "higher"),
+        (_r(value=-1.0, unit="%"), _r(value=0.0, unit="%"), "lower"),
+        # Another unit is never compared; a time or an amount at another size
+        # neither; a rate at another size is, marked so.
+        (_r(value=1.0), _r(value=1e9, unit="B/s"), "not comparable: s here, B/s recorded"),
+        (_r(value=2.0, size=1024), _r(value=1.0, size=8192), "not comparable: other size"),
+        (_r(value=2.0, unit="B", size=1), _r(value=1.0, unit="B"), "not comparable: other size"),
+        (_r(value=2.0, unit="B/s", size=1024), _r(value=1.0, unit="B/s", size=8192), "2.00x faster (other size)"),
+        (_r(value=1.0, unit="x", size=1), _r(value=1.0, unit="x", size=2), "within its spread (other size)"),
+    ],
+)  # fmt: skip
+def test_against_recording(live, recording, verdict):
+    assert against_recording(live, recording) == verdict
+
+
+def test_against_recording_across_sizes_when_asked():
+    live, recording = _r(value=1.5, size=1024), _r(value=1.0, size=8192)
+    assert against_recording(live, recording, sizes=False) == "50% slower"
+    # A unit that differs is never compared.
+    other = _r(value=1.0, unit="B/s", size=1024)
+    assert against_recording(other, recording, sizes=False).startswith("not comparable")
+
+
+def test_against_a_recording_a_figure_of_zero_reads_without_infinity():
+    # The check-up clamps a per-op cost that noise made negative to 0 s; a
+    # comparison of it must not read "infx faster".
+    live = _r("per-op cost", 0.0, spread=(0.0, 0.0))
+    recording = _r("per-op cost", 2e-6, spread=(1e-6, 3e-6))
+    verdict = against_recording(live, recording)
+    assert "faster" in verdict
+    assert "inf" not in verdict
 
 
 # -- errors ----------------------------------------------------------------------------
@@ -269,6 +329,8 @@ def test_console_script_rejects_a_bad_level():
     script = Path(sys.executable).with_name("gpuguide-checkup")
     if not script.exists():
         pytest.skip(f"{script} is not installed")
+    if "gpuguide_tools.checkup" not in script.read_text():
+        pytest.skip(f"{script} was installed from an older checkout; reinstall")
     done = subprocess.run(
         [str(script), "--levels", "0"], capture_output=True, text=True, timeout=120,
         check=False,

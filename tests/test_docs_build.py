@@ -25,18 +25,31 @@ pytest.importorskip("sphinx_gallery")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
-def test_every_page_with_recorded_figures_shows_each_recorded_device(site):
-    from gpuguide.recordings import load_dir
+def test_every_page_ends_with_its_recorded_results(site):
+    from gpuguide.results import load_dir
 
     out, _ = site
     files = load_dir(out.parent / "results")
     assert any(f.device.short_name == "Fake H100" for f in files.values())
     for script in EXAMPLES:
-        text = _page(out, script).read_text()
-        for f in files.values():
-            if any(not r.is_sweep_point for r in f.for_page(script.stem)):
-                assert f"{f.device.short_name} [rec]" in text, (script.stem, f.device)
-                assert f"recorded {f.device.date[:10]}" in text
+        soup = bs4.BeautifulSoup(_page(out, script).read_text(), "html.parser")
+        section = soup.select_one("section#recorded-results")
+        assert section is not None, script.stem
+        text = section.get_text(" ", strip=True)
+        recorded = [
+            f for f in files.values()
+            if any(not r.is_sweep_point for r in f.for_page(script.stem))
+        ]  # fmt: skip
+        if not recorded:
+            assert "No device has recorded figures of this page yet." in text
+            continue
+        header = [th.get_text(strip=True) for th in section.select("thead th")]
+        assert header[:2] == ["figure", "this build"], (script.stem, header)
+        for f in recorded:
+            assert f"{f.device.short_name} [rec]" in header, (script.stem, f.device)
+            assert f"recorded {f.device.date[:10]}" in text
+        # The last thing on the page before its running time and downloads.
+        assert not section.find_next_sibling("section"), script.stem
     across = bs4.BeautifulSoup((out / "results.html").read_text(), "html.parser")
     devices, *pages = across.select("table")  # the devices, then one per page
     for path, f in files.items():
@@ -47,6 +60,7 @@ def test_every_page_with_recorded_figures_shows_each_recorded_device(site):
     }
     assert len(pages) == len(headline)
     assert any("% of peak" in t.get_text() for t in pages)
+    assert (out / "_static" / "results.schema.json").is_file()  # published
 
 
 def test_the_landing_page_has_a_banner_and_a_card_per_chapter(site):
@@ -276,7 +290,7 @@ RECORDING = {
 RECORDING_EXAMPLE = EXAMPLE_HEAD + (
     "import gpuguide\n"
     'gpuguide.record("best matmul", 2.0e9, unit="FLOP/s", size="64x64x64", dtype="fp32")\n'
-    "gpuguide.show_recorded()\n"
+    'print("the page prints only its own lines")\n'
 )
 
 
@@ -287,7 +301,18 @@ def _results_folder(tmp_path, text):
     return folder
 
 
-def test_a_page_shows_the_recorded_device_beside_its_own_figure(tmp_path):
+def _section(root):
+    page = root / "html" / "auto_examples" / "01_only" / "plot_only.html"
+    soup = bs4.BeautifulSoup(page.read_text(), "html.parser")
+    section = soup.select_one("section#recorded-results")
+    assert section is not None
+    outputs = "\n".join(
+        b.get_text() for b in soup.select("div.sphx-glr-script-out pre")
+    )
+    return section, outputs
+
+
+def test_the_build_adds_the_recorded_devices_beside_the_pages_own_figure(tmp_path):
     import json
 
     folder = _results_folder(tmp_path, json.dumps(RECORDING))
@@ -295,12 +320,52 @@ def test_a_page_shows_the_recorded_device_beside_its_own_figure(tmp_path):
         tmp_path, RECORDING_EXAMPLE, GPUGUIDE_RESULTS_DIR=str(folder)
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    page = tmp_path / "html" / "auto_examples" / "01_only" / "plot_only.html"
-    text = bs4.BeautifulSoup(page.read_text(), "html.parser").get_text()
-    assert "H100 SXM5 [rec]" in text
+    section, outputs = _section(tmp_path)
+    assert "the page prints only its own lines" in outputs
+    assert "[rec]" not in outputs  # the script prints no table of its own
+    header = [th.get_text(strip=True) for th in section.select("thead th")]
+    assert header == ["figure", "this build", "H100 SXM5 [rec]"]
+    text = section.get_text(" ", strip=True)
     assert "51.0 TFLOP/s (8192x8192x8192)" in text  # the recorded figure
-    assert "2.00 GFLOP/s (64x64x64)" in text  # this run's
+    assert "2.00 GFLOP/s (64x64x64)" in text  # this build's, as the page ran
     assert "H100 SXM5 (recorded 2026-11-20, torch 2.11.0, CUDA 12.8)" in text
+    assert (
+        tmp_path / "docs" / "auto_examples" / "01_only" / "plot_only.recorded.json"
+    ).is_file()
+
+    # Another device recorded since, and a build that runs no page
+    # (plot_gallery=0): the page keeps its run's figures and shows both devices.
+    other = json.loads(json.dumps(RECORDING))
+    other["device"].update(short_name="H200 SXM", name="NVIDIA H200")
+    other["results"][0]["value"] = 7.0e13
+    (folder / "cuda-h200-sxm.json").write_text(json.dumps(other))
+    again = build_mini_site(
+        tmp_path, RECORDING_EXAMPLE, "-D", "plot_gallery=0",
+        GPUGUIDE_RESULTS_DIR=str(folder),
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    section, _ = _section(tmp_path)
+    header = [th.get_text(strip=True) for th in section.select("thead th")]
+    assert header == ["figure", "this build", "H100 SXM5 [rec]", "H200 SXM [rec]"]
+    assert "70.0 TFLOP/s" in section.get_text()
+
+
+def test_a_page_no_device_recorded_says_so_in_one_line(tmp_path):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    result = build_mini_site(
+        tmp_path / "run", RECORDING_EXAMPLE, "-D", "plot_gallery=0",
+        GPUGUIDE_RESULTS_DIR=str(folder),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    section, _ = _section(tmp_path / "run")
+    own = [  # the section's own, not the page's footer (running time, downloads)
+        e for e in section.find_all(["p", "table"], recursive=False)
+        if not any(c.startswith("sphx-glr") for c in e.get("class", []))
+    ]  # fmt: skip
+    assert [p.get_text(strip=True) for p in own] == [
+        "No device has recorded figures of this page yet."
+    ]
 
 
 def _broken(kind):

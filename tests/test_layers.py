@@ -20,8 +20,9 @@ import gpuguide
 
 SRC = ROOT / "src"
 FOUNDATION = {"env", "host", "datasheet", "units", "checks", "quiet", "version"}
-#: Programs on top of everything (the check-up and the recorder), imported by none.
-PROGRAMS = {"__main__", "checkup", "recorder"}
+#: Programs on top of everything, imported by none: ``python -m gpuguide``, which
+#: runs the check-up of the sibling package gpuguide_tools.
+PROGRAMS = {"__main__"}
 
 
 def _module_name(path: Path, src: Path) -> str:
@@ -179,6 +180,28 @@ def test_spawned_targets_live_in_importable_modules(analysis):
 
     assert ddp_train_worker.__module__ == "gpuguide.chapters.distributed"
     assert SyntheticImages.__module__ == "gpuguide.chapters.data"
+
+
+def _imports_of(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_only_python_m_gpuguide_reaches_the_programs_beside_the_helpers():
+    # What a page imports never loads the recorder or the check-up.
+    reaching = sorted(
+        name
+        for name, path in _modules(SRC, "gpuguide").items()
+        if any(m.split(".")[0] == "gpuguide_tools" for m in _imports_of(path))
+    )
+    assert reaching == ["gpuguide.__main__"]
+    tools = _modules(SRC, "gpuguide_tools")
+    assert {"gpuguide_tools.checkup", "gpuguide_tools.recorder"} <= set(tools)
 
 
 def test_top_level_exports_only_the_core():

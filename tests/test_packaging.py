@@ -39,9 +39,11 @@ def test_wheel_has_the_package_and_the_checkup_script(wheel):
         entry_points = whl.read(f"{info}/entry_points.txt").decode()
     assert {"gpuguide/__init__.py", "gpuguide/py.typed"} <= names
     assert "gpuguide/chapters/__init__.py" in names
+    # the programs beside the helpers ship in the same wheel
+    assert {"gpuguide_tools/checkup.py", "gpuguide_tools/recorder.py"} <= names
     assert not any("__pycache__" in name for name in names)
     scripts = entry_points.split("[console_scripts]")[1]
-    assert "gpuguide-checkup = gpuguide.checkup:main" in scripts
+    assert "gpuguide-checkup = gpuguide_tools.checkup:main" in scripts
 
 
 def test_wheel_is_built_from_the_sources_not_a_stale_build_dir(wheel):

@@ -23,7 +23,7 @@ def _m(label, *times):
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
     monkeypatch.delenv(results.RECORD_ENV, raising=False)
-    monkeypatch.setattr(results, "default_page", lambda: PAGE)
+    monkeypatch.setattr(results, "_default_page", lambda: PAGE)
     results.clear()
     yield
     results.clear()

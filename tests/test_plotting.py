@@ -361,3 +361,98 @@ def test_plots_name_the_picked_device_by_default(monkeypatch, ax) -> None:
     assert device_texts(fig) == ["measured on picked GPU"]
     plot_bars(bar_ax, {"a": 1.0}, ylabel="t (ms)", title="t", device=CPU)
     assert device_texts(fig) == [f"measured on {CPU.short_name}"]
+
+
+# -- recording a sweep ---------------------------------------------------------------
+
+
+@pytest.fixture
+def recording(monkeypatch: pytest.MonkeyPatch, fresh_results: None):
+    """plot_sweep(record=...) of a page named plot_demo; what it recorded."""
+    from gpuguide import results
+
+    monkeypatch.setattr("sys.argv", ["/x/examples/01_a/plot_demo.py"])
+    return results.recorded
+
+
+@pytest.mark.parametrize(
+    ("label", "unit", "scale"),
+    [
+        ("time (ms)", "s", 1e-3),
+        ("time (s)", "s", 1.0),
+        ("time per call (us)", "s", 1e-6),
+        ("time (\N{MICRO SIGN}s)", "s", 1e-6),
+        ("time (ns) ", "s", 1e-9),
+        ("bandwidth (GB/s)", "B/s", 1e9),
+        ("bandwidth (GiB/s)", "B/s", 2.0**30),
+        ("throughput (TFLOP/s)", "FLOP/s", 1e12),
+        ("work (GFLOP)", "FLOP", 1e9),
+        ("memory (MiB)", "B", 2.0**20),
+        ("memory (KiB)", "B", 2.0**10),
+        ("speed-up (x)", "x", 1.0),
+        ("share of peak (%)", "%", 1.0),
+        # Binary prefixes are for bytes only; anything else is its own unit.
+        ("time (Mis)", "Mis", 1.0),
+        ("rate (GiFLOP/s)", "GiFLOP/s", 1.0),
+        ("size (elements)", "elements", 1.0),
+    ],
+)
+def test_a_recorded_sweep_is_in_the_base_unit_of_its_axis(
+    ax: plt.Axes, recording, label: str, unit: str, scale: float
+) -> None:
+    plot_sweep(ax, [4], {"a": [1.0]}, xlabel="n (x)", ylabel=label, title="t",
+               device="cpu", record="sweep")  # fmt: skip
+    (point,) = recording()
+    assert point.unit == unit
+    assert point.value == pytest.approx(scale, rel=1e-12)
+
+
+def test_a_sweep_recorded_needs_its_unit_at_the_end_of_the_label(
+    ax: plt.Axes, recording
+) -> None:
+    with pytest.raises(ValueError, match="must end with a unit in parentheses"):
+        plot_sweep(ax, [4], {"a": [1.0]}, xlabel="n (x)", ylabel="time (ms) per call",
+                   title="t", device="cpu", record="sweep")  # fmt: skip
+
+
+def test_plot_sweep_records_every_point_with_its_spread(
+    ax: plt.Axes, recording
+) -> None:
+    fast = Measurement("m", (1e-3, 2e-3, 3e-3, 4e-3, 5e-3), "cpu", "wall-clock")
+    plot_sweep(
+        ax,
+        [256, 512, 1024],
+        {"fp32 (eager)": [fast, fast, fast], "bf16": [0.5, None, 2.0]},
+        xlabel="size (elements)",
+        ylabel="time (ms)",
+        title="t",
+        device="cpu",
+        record="demo sweep",
+    )
+    got = {(r.config["series"], r.x): r for r in recording()}
+    assert sorted(got) == [
+        ("bf16", 256.0),
+        ("bf16", 1024.0),
+        ("fp32", 256.0),
+        ("fp32", 512.0),
+        ("fp32", 1024.0),
+    ]  # each series named by its label up to " ("
+    assert {(r.page, r.name, r.unit) for r in got.values()} == {
+        ("plot_demo", "demo sweep", "s")
+    }
+    point = got["fp32", 512.0]
+    assert point.value == pytest.approx(3e-3)
+    assert point.spread == pytest.approx((2e-3, 4e-3))
+    assert got["bf16", 1024.0].value == pytest.approx(2e-3)
+    assert got["bf16", 1024.0].spread is None
+    # Nothing but this run's curves is drawn.
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "fp32 (eager)",
+        "bf16",
+    ]
+
+
+def test_plot_sweep_without_record_records_nothing(ax: plt.Axes, recording) -> None:
+    plot_sweep(ax, [1.0], {"a": [1.0]}, xlabel="n (x)", ylabel="t (ms)", title="t",
+               device="cpu")  # fmt: skip
+    assert recording() == ()

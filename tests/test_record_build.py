@@ -9,7 +9,6 @@ import record_build
 from conftest import build_mini_site
 
 from gpuguide import results
-from gpuguide.recordings import file_name
 
 RECORDS = """
 \"\"\"
@@ -41,13 +40,16 @@ def test_a_recording_build_writes_the_devices_file(tmp_path):
     assert built.returncode == 0, built.stderr
     path = _only_file(folder)
     recording = results.load(path)
-    assert path.name == file_name(recording.device)
+    assert path.name == recording.device.file_name
     assert recording.pages == ("plot_only",)
     (figure,) = recording.results
     assert (figure.name, figure.value, figure.spread) == ("answer", 42.0, (41.0, 43.0))
     assert recording.device.peaks  # a CPU's, measured once after the pages
     page = tmp_path / "html" / "auto_examples" / "01_only" / "plot_only.html"
     assert "recorded" in page.read_text()
+    # The page's section compares with the recordings the build started with:
+    # none of this page's, so far.
+    assert "No device has recorded figures of this page yet." in page.read_text()
 
 
 def test_a_failing_page_leaves_the_file_as_it_was_and_is_named(tmp_path):

@@ -1,4 +1,5 @@
-"""``python -m gpuguide.recorder``: every page run with recording on, one file per device.
+"""``python -m gpuguide_tools.recorder``: every page run with recording on, one file per
+device; runs merged into medians; a CPU's ceilings.
 
 The pages here are tiny scripts in a temporary examples folder; each runs in
 its own process with the real interpreter, as the recorder runs the guide's.
@@ -10,10 +11,13 @@ import textwrap
 from dataclasses import replace
 
 import pytest
+from conftest import CPU_RECORD, H100_RECORD
 
-from gpuguide import recorder, results
-from gpuguide.recordings import file_name
-from gpuguide.results import Result, ResultsFile, ResultsFileError
+from gpuguide import results
+from gpuguide.results import DeviceRecord, Result, ResultsFile, ResultsFileError
+from gpuguide_tools import recorder
+
+H100, CPU = H100_RECORD, CPU_RECORD
 
 # A page as a reader's: its record() writes the file GPUGUIDE_RECORD names.
 PAGE = """
@@ -58,7 +62,7 @@ def device():
 
 def _existing(folder, device, *found):
     """A recording of this device already in the results folder."""
-    path = folder / file_name(device)
+    path = folder / device.file_name
     old = replace(device, date="2024-01-01T00:00:00+00:00")
     results.save(ResultsFile(device=old, results=found), path)
     return path
@@ -88,7 +92,7 @@ def test_record_pages_replaces_the_devices_file(examples, tmp_path, device):
     folder = tmp_path / "results"
     folder.mkdir()
     other_device = replace(device, short_name="some other device")
-    other = folder / file_name(other_device)
+    other = folder / other_device.file_name
     results.save(
         ResultsFile(device=other_device, results=(Result("p", "n", 1.0, "s"),)), other
     )
@@ -235,3 +239,73 @@ def test_a_busy_machine_is_warned_about(monkeypatch, tmp_path, examples):
     )
     assert said[0] == "warning: busy"  # said before any page runs
     assert said[1].startswith("ok   plot_one")
+
+
+# -- merging runs --------------------------------------------------------------------
+
+
+def _run(device, *figures):
+    return ResultsFile(
+        device=device,
+        results=tuple(
+            Result(page="p", name=name, value=value, unit="s", spread=spread)
+            for name, value, spread in figures
+        ),
+    )
+
+
+def test_merge_takes_medians_and_the_range_of_the_spreads():
+    later = DeviceRecord(**{**H100.to_json(), "date": "2025-07-01T00:00:00+00:00"})
+    merged = recorder.merge(
+        [
+            _run(H100, ("a", 1.0, (0.9, 1.1)), ("only-first", 5.0, None)),
+            _run(later, ("a", 6.0, (5.5, 6.5))),
+            _run(H100, ("a", 2.0, None)),
+        ]
+    )
+    assert merged.device == later  # the most recent run's provenance
+    a, only_first = merged.results
+    assert (a.value, a.spread, a.runs) == (2.0, (0.9, 6.5), 3)  # mean would be 3
+    assert only_first == _run(H100, ("only-first", 5.0, None)).results[0]
+
+
+def test_merge_keeps_different_configurations_apart():
+    def one(size, value):
+        return ResultsFile(
+            H100, (Result("p", "copy", value, "B/s", None, {"size": size}),)
+        )
+
+    merged = recorder.merge([one(1, 1.0), one(2, 10.0), one(1, 3.0)])
+    assert [(r.config["size"], r.value, r.runs) for r in merged.results] == [
+        (1, 2.0, 2),
+        (2, 10.0, 1),
+    ]
+
+
+def test_merge_refuses_two_devices_and_two_units():
+    with pytest.raises(ValueError, match=r"one device, got H100 SXM5 \(cuda\) and CPU"):
+        recorder.merge([_run(H100), _run(CPU)])
+    with pytest.raises(ValueError, match="at least one"):
+        recorder.merge([])
+    other_unit = ResultsFile(H100, (Result("p", "a", 1.0, "ms"),))
+    with pytest.raises(ValueError, match="one unit in every run, got ms, s"):
+        recorder.merge([_run(H100, ("a", 1.0, None)), other_unit])
+
+
+def test_a_cpu_s_ceilings_rise_to_the_best_recorded_rate():
+    cpu = DeviceRecord(
+        "AMD EPYC", "CPU: AMD EPYC, 2 threads", "cpu", "2.13.0", None, None,
+        "2026-11-23T00:00:00+00:00", peaks={"fp32": 100.0, "memory": 50.0},
+    )  # fmt: skip
+    figures = (
+        Result("p", "matmul", 120.0, "FLOP/s", peak="fp32"),
+        Result("p", "add", 40.0, "B/s", peak="memory"),  # below: no change
+        Result("p", "half", 9.0, "FLOP/s", peak="fp16"),  # no fp16 ceiling: none made
+        Result("p", "time", 500.0, "s", peak="fp32"),  # not a rate: ignored
+    )
+    raised = recorder.with_measured_ceilings(results.ResultsFile(cpu, figures))
+    assert dict(raised.device.peaks) == {"fp32": 120.0, "memory": 50.0}
+    assert raised.results == figures
+    # A GPU's datasheet peaks stay as they are.
+    gpu = results.ResultsFile(replace(H100, peaks={"fp32": 100.0}), figures)
+    assert recorder.with_measured_ceilings(gpu) is gpu

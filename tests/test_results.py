@@ -1,4 +1,5 @@
-"""Recorded results: recording, the file format, strict loading, merging runs."""
+"""Recorded results: recording, the file format, strict loading, a folder of files,
+and the JSON Schema the site publishes."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from gpuguide.results import (
     ResultsFile,
     ResultsFileError,
 )
-from gpuguide.timing import Measurement
+from gpuguide.timing import Measurement, Rate
+from gpuguide.verdicts import compare
 
 H100 = H100_RECORD
 CPU = CPU_RECORD
@@ -90,7 +92,6 @@ def test_record_keeps_values_in_memory_when_not_recording(tmp_path, monkeypatch)
     )
     assert (r.size, dict(r.config)) == (1024, {})  # a size does not identify
     assert list(tmp_path.iterdir()) == []  # nothing written
-    assert results.flush() is None  # nowhere to write
     results.clear()
     assert results.recorded() == ()
 
@@ -103,6 +104,27 @@ def test_record_takes_a_measurement_as_median_and_quartiles():
         results.record("x", m, unit="FLOP/s", page="plot_mm")
     with pytest.raises(ValueError, match="spread must be omitted"):
         results.record("x", m, spread=(1.0, 2.0), page="plot_mm")
+
+
+def test_record_takes_a_rate_and_a_comparison_with_their_unit_and_spread():
+    rate = Rate(4.1e13, "FLOP/s", 4.0e13, 4.2e13)
+    r = results.record("fp32 matmul", rate, page="plot_mm", size=8192)
+    assert (r.value, r.unit, r.spread, r.size) == (
+        4.1e13,
+        "FLOP/s",
+        (4.0e13, 4.2e13),
+        8192,
+    )
+    assert results.record("same", rate, unit="FLOP/s", page="p").unit == "FLOP/s"
+    with pytest.raises(ValueError, match=r"unit must be 'FLOP/s'.*Rate, got 'B/s'"):
+        results.record("x", rate, unit="B/s", page="p")
+    fast = Measurement("fast", (1.0, 1.0, 1.0, 1.0), "cpu", "wall-clock")
+    slow = Measurement("slow", (2.0, 2.0, 3.0, 3.0), "cpu", "wall-clock")
+    c = compare(fast, slow)
+    r = results.record("speed-up", c, page="p")
+    assert (r.value, r.unit, r.spread) == (c.speedup, "x", (c.low, c.high))
+    with pytest.raises(ValueError, match="spread must be omitted for a Comparison"):
+        results.record("x", c, spread=(1.0, 2.0), page="p")
 
 
 def test_recording_the_same_figure_again_replaces_it():
@@ -197,19 +219,21 @@ def test_recording_writes_the_file_and_replaces_a_page_at_a_time(tmp_path, monke
     assert [p.name for p in path.parent.iterdir()] == ["h100.json"]  # no temp left
 
 
-def test_flush_refuses_a_file_of_another_device(tmp_path):
+def test_recording_refuses_a_file_of_another_device(tmp_path, monkeypatch):
     path = _write(tmp_path, _file())
-    results.record("a", 1.0, unit="s", page="p")
+    monkeypatch.setenv(RECORD_ENV, str(path))
+    monkeypatch.setattr(results, "current_device", lambda: CPU)
     with pytest.raises(ResultsFileError, match=f"{path}.*H100 SXM5.*Intel Xeon"):
-        results.flush(path, device=CPU)
+        results.record("a", 1.0, unit="s", page="p")
     assert results.load(path).device == H100  # untouched
 
 
-def test_flush_refuses_to_overwrite_a_corrupted_file(tmp_path):
+def test_recording_refuses_to_overwrite_a_corrupted_file(tmp_path, monkeypatch):
     path = _write(tmp_path, '{"schema": 1, "dev')
-    results.record("a", 1.0, unit="s", page="p")
+    monkeypatch.setenv(RECORD_ENV, str(path))
+    monkeypatch.setattr(results, "current_device", lambda: H100)
     with pytest.raises(ResultsFileError, match=str(path)):
-        results.flush(path, device=H100)
+        results.record("a", 1.0, unit="s", page="p")
     assert path.read_text() == '{"schema": 1, "dev'
 
 
@@ -278,7 +302,7 @@ def test_the_committed_results_files_load_with_their_provenance():
 def test_a_file_without_the_newer_device_fields_reads_as_unknown():
     newer = ("isa", "gpuguide", "commit", "dirty")
     old = {k: v for k, v in CPU.to_json().items() if k not in newer}
-    device = results.parse(_file(device=old)).device
+    device = results.loads(json.dumps(_file(device=old))).device
     assert (device.isa, device.gpuguide, device.commit, device.dirty) == (
         None, None, None, False,
     )  # fmt: skip
@@ -289,7 +313,7 @@ def test_a_file_without_the_newer_device_fields_reads_as_unknown():
 
 
 def test_a_file_round_trips(tmp_path):
-    original = results.parse(_file())
+    original = results.loads(json.dumps(_file()))
     path = results.save(original, tmp_path / "h100.json")
     assert results.load(path) == original
     assert results.loads(results.dumps(original)) == original
@@ -359,71 +383,142 @@ def test_results_file_error_is_a_value_error():
     assert issubclass(ResultsFileError, ValueError)
 
 
-# -- merging runs --------------------------------------------------------------------
+# -- a folder of files -----------------------------------------------------------------
 
 
-def _run(device, *figures):
-    return ResultsFile(
-        device=device,
-        results=tuple(
-            Result(page="p", name=name, value=value, unit="s", spread=spread)
-            for name, value, spread in figures
-        ),
-    )
+def _save(folder, device, *found, name=None):
+    path = folder / (name or device.file_name)
+    return results.save(ResultsFile(device=device, results=found), path)
 
 
-def test_merge_takes_medians_and_the_range_of_the_spreads():
-    later = DeviceRecord(**{**H100.to_json(), "date": "2025-07-01T00:00:00+00:00"})
-    merged = results.merge(
-        [
-            _run(H100, ("a", 1.0, (0.9, 1.1)), ("only-first", 5.0, None)),
-            _run(later, ("a", 6.0, (5.5, 6.5))),
-            _run(H100, ("a", 2.0, None)),
-        ]
-    )
-    assert merged.device == later  # the most recent run's provenance
-    a, only_first = merged.results
-    assert (a.value, a.spread, a.runs) == (2.0, (0.9, 6.5), 3)  # mean would be 3
-    assert only_first == _run(H100, ("only-first", 5.0, None)).results[0]
+def test_file_name_is_kind_and_short_name():
+    assert H100.file_name == "cuda-h100-sxm5.json"
+    assert CPU.file_name == "cpu-intel-xeon-2-threads.json"
+    # A CPU's file names what decides its speed: threads and vector ISA.
+    avx2 = replace(CPU, short_name="CPU: Intel Xeon, 2 threads, AVX2", isa="AVX2")
+    assert avx2.file_name == "cpu-intel-xeon-2-threads-avx2.json"
+    # Re-recording a device (another date, torch) lands in the same file.
+    again = replace(H100, date="2026-01-01T00:00:00+00:00", torch="2.15")
+    assert again.file_name == H100.file_name
 
 
-def test_merge_keeps_different_configurations_apart():
-    def one(size, value):
-        return ResultsFile(
-            H100, (Result("p", "copy", value, "B/s", None, {"size": size}),)
+def test_load_dir_of_a_missing_or_empty_folder(tmp_path):
+    with pytest.raises(
+        ResultsFileError, match=r"results folder .*nope: does not exist"
+    ):
+        results.load_dir(tmp_path / "nope")
+    (tmp_path / "file").write_text("{}")
+    with pytest.raises(ResultsFileError, match="not a folder"):
+        results.load_dir(tmp_path / "file")
+    (tmp_path / "README.txt").write_text("not a results file")
+    assert results.load_dir(tmp_path) == {}
+
+
+def test_load_dir_reads_every_file_in_name_order(tmp_path):
+    b = _save(tmp_path, H100, Result("p", "a", 2.0, "s"))
+    a = _save(tmp_path, CPU, Result("p", "a", 3.0, "s"))
+    loaded = results.load_dir(str(tmp_path))
+    assert list(loaded) == [a, b]  # cpu-... before cuda-...
+    assert [f.results[0].value for f in loaded.values()] == [3.0, 2.0]
+
+
+def test_load_dir_refuses_two_files_of_one_device_and_names_a_bad_file(tmp_path):
+    first = _save(tmp_path, H100, Result("p", "a", 1.0, "s"), name="a.json")
+    later = replace(H100, date="2026-01-01T00:00:00+00:00")
+    _save(tmp_path, later, Result("p", "a", 1.0, "s"), name="b.json")
+    with pytest.raises(ResultsFileError, match=r"b\.json: holds H100 SXM5") as error:
+        results.load_dir(tmp_path)
+    assert str(first) in str(error.value)  # names the other file too
+    (tmp_path / "b.json").unlink()
+    bad = tmp_path / "truncated.json"
+    bad.write_text(results.dumps(ResultsFile(CPU, (Result("p", "a", 1.0, "s"),)))[:60])
+    with pytest.raises(ResultsFileError) as error:
+        results.load_dir(tmp_path)
+    assert str(error.value).startswith(f"results file {bad}: is not valid JSON")
+
+
+# -- the JSON Schema -------------------------------------------------------------------
+
+SCHEMA = json.loads((ROOT / "docs" / "_static" / "results.schema.json").read_text())
+
+
+def _schema_errors(value, schema, where="$"):
+    """What ``value`` breaks of ``schema``: the part of JSON Schema the file uses
+    (type, enum, const, required, properties, additionalProperties, items,
+    minimum, exclusiveMinimum, pattern, minLength, $ref to #/$defs)."""
+    if "$ref" in schema:
+        schema = SCHEMA["$defs"][schema["$ref"].rsplit("/", 1)[-1]]
+    types = {"object": dict, "array": list, "string": str, "boolean": bool,
+             "null": type(None), "integer": int, "number": (int, float)}  # fmt: skip
+    allowed = schema.get("type")
+    if allowed is not None:
+        names = [allowed] if isinstance(allowed, str) else allowed
+        fits = any(
+            isinstance(value, types[n])
+            and not (isinstance(value, bool) and n in ("integer", "number"))
+            for n in names
         )
+        if not fits:
+            return [f"{where}: {value!r} is not {allowed}"]
+    errors = []
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append(f"{where}: {value!r} not in {schema['enum']}")
+    if "const" in schema and value != schema["const"]:
+        errors.append(f"{where}: {value!r} != {schema['const']!r}")
+    if isinstance(value, str):
+        if len(value) < schema.get("minLength", 0):
+            errors.append(f"{where}: too short")
+        if "pattern" in schema and not re.search(schema["pattern"], value):
+            errors.append(f"{where}: {value!r} does not match {schema['pattern']}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            errors.append(f"{where}: {value} < {schema['minimum']}")
+        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
+            errors.append(f"{where}: {value} <= {schema['exclusiveMinimum']}")
+    if isinstance(value, dict):
+        errors += [
+            f"{where}: lacks {k}" for k in schema.get("required", []) if k not in value
+        ]
+        properties = schema.get("properties", {})
+        extra = schema.get("additionalProperties", True)
+        for key, item in value.items():
+            if key in properties:
+                errors += _schema_errors(item, properties[key], f"{where}.{key}")
+            elif extra is False:
+                errors.append(f"{where}: unknown key {key}")
+            elif isinstance(extra, dict):
+                errors += _schema_errors(item, extra, f"{where}.{key}")
+    if isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            errors += _schema_errors(item, schema["items"], f"{where}[{i}]")
+    return errors
 
-    merged = results.merge([one(1, 1.0), one(2, 10.0), one(1, 3.0)])
-    assert [(r.config["size"], r.value, r.runs) for r in merged.results] == [
-        (1, 2.0, 2),
-        (2, 10.0, 1),
-    ]
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "docs" / "results").glob("*.json")), ids=lambda p: p.name
+)
+def test_the_committed_files_follow_the_published_schema(path):
+    data = json.loads(path.read_text())
+    assert _schema_errors(data, SCHEMA) == []
+    assert SCHEMA["properties"]["schema"]["const"] == SCHEMA_VERSION
 
 
-def test_merge_refuses_two_devices_and_two_units():
-    with pytest.raises(ValueError, match=r"one device, got H100 SXM5 \(cuda\) and CPU"):
-        results.merge([_run(H100), _run(CPU)])
-    with pytest.raises(ValueError, match="at least one"):
-        results.merge([])
-    other_unit = ResultsFile(H100, (Result("p", "a", 1.0, "ms"),))
-    with pytest.raises(ValueError, match="one unit in every run, got ms, s"):
-        results.merge([_run(H100, ("a", 1.0, None)), other_unit])
-
-
-def test_a_cpu_s_ceilings_rise_to_the_best_recorded_rate():
-    cpu = DeviceRecord(
-        "AMD EPYC", "CPU: AMD EPYC, 2 threads", "cpu", "2.13.0", None, None,
-        "2026-11-23T00:00:00+00:00", peaks={"fp32": 100.0, "memory": 50.0},
-    )  # fmt: skip
-    figures = (
-        Result("p", "matmul", 120.0, "FLOP/s", peak="fp32"),
-        Result("p", "add", 40.0, "B/s", peak="memory"),  # below: no change
-        Result("p", "half", 9.0, "FLOP/s", peak="fp16"),  # no fp16 ceiling: none made
-        Result("p", "time", 500.0, "s", peak="fp32"),  # not a rate: ignored
-    )
-    raised = results.with_measured_ceilings(results.ResultsFile(cpu, figures))
-    assert dict(raised.device.peaks) == {"fp32": 120.0, "memory": 50.0}
-    assert raised.results == figures
-    # A GPU's datasheet peaks stay as they are.
-    gpu = results.ResultsFile(replace(H100, peaks={"fp32": 100.0}), figures)
-    assert results.with_measured_ceilings(gpu) is gpu
+@pytest.mark.parametrize(
+    "data",
+    [
+        _file(schema=2),
+        _file(extra=1),
+        _file(device={**H100.to_json(), "kind": "tpu"}),
+        _file(device={k: v for k, v in H100.to_json().items() if k != "torch"}),
+        _file(results=[_entry(value="fast")]),
+        _file(results=[_entry(spread={"q25": 1.0})]),
+        _file(results=[_entry(config={"shape": [1, 2]})]),
+        _file(results=[_entry(runs=0)]),
+        _file(results=[_entry(note="x")]),
+        _file(results=[_entry(peak="hbm")]),
+    ],
+)
+def test_the_schema_refuses_what_load_refuses(data, tmp_path):
+    assert _schema_errors(data, SCHEMA)
+    with pytest.raises(ResultsFileError):
+        results.load(_write(tmp_path, data))

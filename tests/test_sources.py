@@ -16,6 +16,7 @@ READ = sorted(
         *(ROOT / "docs" / "api").rglob("*"),
         *(ROOT / "docs" / "_ext").glob("*.py"),
         *(ROOT / "src" / "gpuguide").rglob("*.py"),
+        *(ROOT / "src" / "gpuguide_tools").rglob("*.py"),
         ROOT / "README.md",
     }
 )

@@ -99,25 +99,10 @@ def test_fingerprint_names_torch_device_mode_and_cap(monkeypatch) -> None:
         "device": info.short_name,
         "small mode": "off",
         "GPU memory cap": "none",
-        "recorded results": "none",
         "helpers": sources_digest(Path(gpuguide.__file__).parent, "**/*.py"),
         "build extensions": sources_digest(ROOT / "docs" / "_ext", "*.py"),
     }
     assert build_fingerprint(small=True)["small mode"] == "on"
-
-
-def test_fingerprint_changes_with_the_recorded_results(monkeypatch, tmp_path) -> None:
-    monkeypatch.setenv("GPUGUIDE_RESULTS_DIR", str(tmp_path))
-    assert build_fingerprint()["recorded results"] == "none"  # an empty folder
-    (tmp_path / "cuda-h100.json").write_text("{}")
-    first = build_fingerprint()["recorded results"]
-    assert first.startswith("1 file(s), sha256 ")
-    (tmp_path / "cuda-h100.json").write_text('{"schema": 1}')
-    second = build_fingerprint()["recorded results"]
-    (tmp_path / "cpu-x.json").write_text("{}")
-    third = build_fingerprint()["recorded results"]
-    assert len({first, second, third}) == 3
-    assert third.startswith("2 file(s)")
 
 
 def test_source_digests_are_of_the_package_as_imported_not_the_cwd(

@@ -11,6 +11,7 @@ from gpuguide.units import (
     format_rate,
     format_ratio,
     format_time,
+    format_value,
     significant,
 )
 
@@ -152,3 +153,18 @@ def test_time_unit_matches_format_time(seconds, expected):
 )
 def test_significant(value, digits, text):
     assert significant(value, digits) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "text"),
+    [
+        (1.2e-3, "s", "1.20 ms"),
+        (16 * 2**20, "B", "16.0 MiB"),
+        (6.12e14, "FLOP/s", "612 TFLOP/s"),
+        (5e10, "B/s", "50.0 GB/s"),
+        (2.5, "x", "2.50x"),
+        (12.345, "%", "12.3 %"),
+    ],
+)
+def test_format_value(value, unit, text):
+    assert format_value(value, unit) == text

@@ -21,8 +21,7 @@ keep the CPU's pages, and a change to a helper in ``src/gpuguide`` would leave
 every page showing what the old helper measured. :func:`connect_fingerprint`
 closes that gap: the fingerprint of what the pages depend on besides their own
 source (:func:`build_fingerprint`: torch's version, the device, small mode, the
-GPU memory cap, the recorded results, and digests of the helpers' and these
-extensions' sources) is recorded after a build that executed every example
+GPU memory cap, and digests of the helpers' and these extensions' sources) is recorded after a build that executed every example
 without a failure, and a build that finds another fingerprint re-executes every
 example (sphinx-gallery's ``run_stale_examples``) and says in its log what
 changed, e.g. ``gpuguide: re-executing every example: helpers 32 file(s),
@@ -52,7 +51,6 @@ from gpuguide import results as gpuguide_results
 from gpuguide.device import DeviceInfo, describe_device
 from gpuguide.env import small_mode
 from gpuguide.quiet import ignore_torch_internal_warnings
-from gpuguide.recordings import results_dir
 from gpuguide.units import format_bytes
 
 __all__ = [
@@ -67,12 +65,12 @@ __all__ = [
     "connect_fingerprint",
     "copy_artifacts",
     "fingerprint_changes",
+    "page_figures",
     "page_times",
     "quiet_build_log",
     "record_after_build",
     "record_fingerprint",
     "reset_torch_state",
-    "results_digest",
     "sources_digest",
 ]
 
@@ -103,9 +101,18 @@ _PRECISION_PATHS = (
 
 _state: dict[str, Any] = {}
 
-# When each running example started, and how long each finished one took (s).
+# When each running example started, how long each finished one took (s), and
+# the figures it recorded (gpuguide.record) while it ran.
 _page_started: dict[str, float] = {}
 _page_seconds: dict[str, float] = {}
+_page_figures: dict[str, tuple[gpuguide_results.Result, ...]] = {}
+
+
+def page_figures() -> dict[str, tuple[gpuguide_results.Result, ...]]:
+    """The figures each example executed in this process recorded, by page name:
+    every ``gpuguide.record`` (and ``gpuguide.report``) call of its run, taken by
+    :func:`reset_torch_state` after the example (a failed one included)."""
+    return dict(_page_figures)
 
 
 def page_times() -> dict[str, float]:
@@ -278,7 +285,8 @@ def reset_torch_state(
     the intra-op thread count, cuDNN's autotuner and determinism switches, the
     random seeds (Python, NumPy, torch on every device), dynamo's caches, and
     CUDA's cached blocks and peak-memory statistics, and the figures the
-    previous example recorded (:func:`gpuguide.results.clear`).
+    previous example recorded (:func:`gpuguide.results.clear`), after keeping
+    them for :func:`page_figures`.
 
     Parameters
     ----------
@@ -301,6 +309,7 @@ def reset_torch_state(
     page = Path(fname).stem if fname else None
     if page is not None and when == "after" and page in _page_started:
         _page_seconds[page] = time.perf_counter() - _page_started.pop(page)
+        _page_figures[page] = gpuguide_results.recorded()
     _snapshot_defaults()
 
     _reset_precision()
@@ -317,7 +326,7 @@ def reset_torch_state(
     random.seed(SEED)
     np.random.seed(SEED)  # noqa: NPY002 - the legacy global RNG is what examples share
     torch.manual_seed(SEED)
-    gpuguide_results.clear()  # each page's table shows only what it recorded
+    gpuguide_results.clear()  # each page's figures are its own
 
     saved = _state.pop("warnings", None)
     if saved is not None:  # close the previous example's filters first
@@ -425,10 +434,8 @@ def build_fingerprint(
     dict of str to str
         ``torch`` (its version), ``device`` (its short name: the GPU variant or
         name, or the CPU model, threads and vector ISA), ``small mode`` (``on``
-        or ``off``), ``GPU memory cap`` (``none`` or the size), ``recorded
-        results`` (a digest of the results files every page shows,
-        :func:`results_digest`), ``helpers`` (a digest of the helpers' sources,
-        ``**/*.py`` under :data:`HELPERS_DIR`) and ``build extensions`` (of
+        or ``off``), ``GPU memory cap`` (``none`` or the size), ``helpers`` (a
+        digest of the helpers' sources, ``**/*.py`` under :data:`HELPERS_DIR`) and ``build extensions`` (of
         ``*.py`` in :data:`EXTENSIONS_DIR`), both :func:`sources_digest`.
     """
     info = describe_device() if info is None else info
@@ -439,7 +446,6 @@ def build_fingerprint(
         "device": info.short_name,
         "small mode": "on" if small else "off",
         "GPU memory cap": "none" if cap is None else f"{format_bytes(cap)} ({cap} B)",
-        "recorded results": results_digest(),
         "helpers": sources_digest(HELPERS_DIR, "**/*.py"),
         "build extensions": sources_digest(EXTENSIONS_DIR, "*.py"),
     }
@@ -464,15 +470,6 @@ def sources_digest(folder: str | Path | None, pattern: str) -> str:
         name = path.relative_to(root).as_posix().encode()
         digest.update(name + b"\0" + path.read_bytes() + b"\0")
     return f"{len(files)} file(s), sha256 {digest.hexdigest()[:12]}"
-
-
-def results_digest() -> str:
-    """A digest of the files in ``GPUGUIDE_RESULTS_DIR``: names and contents.
-
-    ``"none"`` when the variable is unset or the folder holds no file. A new or
-    re-recorded device changes it, and with it every page's table.
-    """
-    return sources_digest(results_dir(), "*.json")
 
 
 def fingerprint_changes(stamp: str | Path, current: Mapping[str, str]) -> list[str]:

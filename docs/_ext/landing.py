@@ -24,7 +24,7 @@ from docutils import nodes
 from sphinx.util.docutils import SphinxDirective
 
 from gpuguide.device import describe_device
-from gpuguide.recordings import load_dir, results_dir
+from gpuguide.results import load_dir
 
 __all__ = [
     "BuildBanner",
@@ -133,8 +133,8 @@ class BuildBanner(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         text = banner_text()
-        folder = results_dir()
-        files = load_dir(folder) if folder and folder.is_dir() else {}
+        folder = getattr(self.config, "gpuguide_results_dir", "")  # results_page's
+        files = load_dir(folder) if folder and Path(folder).is_dir() else {}
         if files:
             names = ", ".join(f.device.short_name for f in files.values())
             text += f" Each page also shows the results recorded on: {names}."

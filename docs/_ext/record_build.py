@@ -4,13 +4,14 @@ A local Sphinx extension (``docs/conf.py`` lists it). ``nox -s docs -- --record`
 sets ``gpuguide_record`` to ``"replace"`` (``--record --merge``: ``"merge"``); then
 
 1. before sphinx-gallery runs the examples, every example of the build is marked
-   to run (even one whose page is up to date) and ``GPUGUIDE_RECORD`` names a
-   scratch file, so each :func:`gpuguide.record` call of each page lands there;
-2. right after the examples ran, before any page is read, the scratch file is
-   turned into ``docs/results/<kind>-<device>.json`` by
-   :func:`gpuguide.recorder.finish_recording` (validated, written atomically,
-   merged with the earlier recording for ``"merge"``), so the site built in
-   that same run already shows it. A build of some pages
+   to run (even one whose page is up to date);
+2. right after the examples ran, before any page is read, what each page
+   recorded while it ran (every build keeps it: :func:`gallery_hooks.page_figures`)
+   becomes ``docs/results/<kind>-<device>.json`` by
+   :func:`gpuguide_tools.recorder.finish_recording` (validated, written
+   atomically, merged with the earlier recording for ``"merge"``), so the
+   results page of that same build already shows it (each page's own section
+   compares with the earlier recording). A build of some pages
    (``--example NAME``) replaces those pages' figures and keeps the others'.
 
 A page that failed leaves the device's file as it was, and the build log names
@@ -20,9 +21,6 @@ slowest first, with the build's total.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,9 +28,9 @@ from typing import Any
 from sphinx.errors import ConfigError
 from sphinx.util import logging
 
-from gallery_hooks import page_times
-from gpuguide.recorder import finish_recording
-from gpuguide.results import RECORD_ENV
+from gallery_hooks import page_figures, page_times
+from gpuguide.results import ResultsFile, current_device
+from gpuguide_tools.recorder import finish_recording
 
 __all__ = ["MODES", "finish", "setup", "start", "times_summary"]
 
@@ -52,10 +50,11 @@ def _mode(app: Any) -> str:
     return mode
 
 
-def start(app: Any) -> Path | None:
-    """Before the examples run: point ``GPUGUIDE_RECORD`` at a scratch file.
+def start(app: Any) -> str | None:
+    """Before the examples run: mark every example of a recording build to run.
 
-    Returns the scratch file, or None when the build does not record.
+    Returns the mode (``"replace"`` or ``"merge"``), or None when the build
+    does not record.
     """
     _state.clear()
     _state["started"] = time.perf_counter()
@@ -70,26 +69,9 @@ def start(app: Any) -> Path | None:
         )
         raise ConfigError(msg)
     conf["run_stale_examples"] = True  # every page of the build records
-    scratch = Path(tempfile.mkdtemp(prefix="gpuguide-record-"))
-    fresh = scratch / "recording.json"
-    _state.update(
-        mode=mode,
-        scratch=scratch,
-        fresh=fresh,
-        previous=os.environ.get(RECORD_ENV),
-        pattern=conf["filename_pattern"],
-    )
-    os.environ[RECORD_ENV] = os.fspath(fresh)
-    logger.info(f"gpuguide: recording this device's figures ({mode}) into {fresh}")
-    return fresh
-
-
-def _restore_env() -> None:
-    previous = _state.get("previous")
-    if previous is None:
-        os.environ.pop(RECORD_ENV, None)
-    else:
-        os.environ[RECORD_ENV] = previous
+    _state.update(mode=mode, pattern=conf["filename_pattern"])
+    logger.info(f"gpuguide: recording this device's figures ({mode})")
+    return mode
 
 
 def finish(app: Any, *, full_pattern: str) -> Path | None:
@@ -99,16 +81,17 @@ def finish(app: Any, *, full_pattern: str) -> Path | None:
     recording was not written (the reason goes to the log as a warning, so a
     build with ``-W`` fails).
     """
-    if "fresh" not in _state:
+    if "mode" not in _state:
         return None
-    _restore_env()
     conf = app.config.sphinx_gallery_conf
     failed = sorted(Path(name).stem for name in conf["failing_examples"])
-    results = Path(app.config.gpuguide_results_dir)
+    figures = page_figures()
+    ordered = tuple(r for page in sorted(figures) for r in figures[page])
+    new = ResultsFile(current_device(), ordered) if ordered else None
     try:
         written = finish_recording(
-            _state["fresh"],
-            results,
+            new,
+            Path(app.config.gpuguide_results_dir),
             failed=failed,
             merge_runs=_state["mode"] == "merge",
             partial=_state["pattern"] != full_pattern,
@@ -117,8 +100,6 @@ def finish(app: Any, *, full_pattern: str) -> Path | None:
     except (RuntimeError, ValueError) as error:  # ResultsFileError is a ValueError
         logger.warning(f"gpuguide: recording not written: {error}")
         return None
-    finally:
-        shutil.rmtree(_state["scratch"], ignore_errors=True)
     _state["written"] = written
     return written
 

@@ -33,7 +33,6 @@ from gpuguide.page import Page, report, setup
 from gpuguide.peaks import Peaks, device_peaks, percent_of_peak
 from gpuguide.plotting import label_device, plot_bars, plot_sweep
 from gpuguide.quiet import ignore_torch_internal_warnings
-from gpuguide.recordings import show_recorded
 from gpuguide.results import record
 from gpuguide.sizes import SizeBudget, largest_size, size_budget, sweep
 from gpuguide.tables import Table, table
@@ -89,7 +88,6 @@ __all__ = [
     "release_host_memory",
     "report",
     "setup",
-    "show_recorded",
     "size_budget",
     "small_mode",
     "sweep",

@@ -1,6 +1,6 @@
-"""``python -m gpuguide``: the check-up (:mod:`gpuguide.checkup`)."""
+"""``python -m gpuguide``: the check-up (:mod:`gpuguide_tools.checkup`)."""
 
-from gpuguide.checkup import main
+from gpuguide_tools.checkup import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

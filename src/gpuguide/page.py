@@ -277,6 +277,11 @@ def report(
         place = _place(lo, hi, quoted)
         parts.append(f"{place} the quoted {_quoted_text(quoted, unit)}")
     print(", ".join(parts), file=file or sys.stdout)
-    spread = None if low is None or high is None else (low, high)
+    plain = not isinstance(value, (Rate, Measurement, Comparison))
+    figure = number if plain else value
+    interval = (low, high) if plain and low is not None and high is not None else None
     extra: dict[str, Any] = dict(config)  # what identifies the figure
-    record(name, number, unit=unit, spread=spread, size=size, peak=peak_name, **extra)
+    record(
+        name, figure, unit=unit if plain else None, spread=interval, size=size,
+        peak=peak_name, **extra,
+    )  # fmt: skip

@@ -256,10 +256,9 @@ def plot_sweep(
         Record the sweep under this name (:func:`gpuguide.results.record`):
         each point in the base unit of ``ylabel`` (``ms`` is kept as ``s``,
         ``GB/s`` as ``B/s``), its series named by its label up to the first
-        ``" ("`` (:func:`gpuguide.recordings.series_key`). The recorded
-        devices' curves of the same sweep are then drawn faintly, each device
-        with its own line style and a legend entry marked "recorded"
-        (:func:`gpuguide.recordings.plot_recorded`).
+        ``" ("``. Only where the sweep of rates or times is the lesson's
+        headline: the site shows the recorded devices' sweeps beside this
+        build's, not a curve of every loss or memory value.
 
     Raises
     ------
@@ -309,10 +308,6 @@ def plot_sweep(
             _record_series(
                 record, ylabel, name, line_x, line_y, band_x, band_lo, band_hi
             )
-    if record is not None:
-        from gpuguide.recordings import plot_recorded
-
-        plot_recorded(ax, record, ylabel)
     if logx:
         base = 2 if xs and _all_integers(xs) else 10
         ax.set_xscale("log", base=base)
@@ -337,10 +332,9 @@ def _record_series(
     band_hi: Sequence[float],
 ) -> None:
     """Record one plotted series point by point, in the y label's base unit."""
-    from gpuguide.recordings import axis_unit, series_key
     from gpuguide.results import record as record_figure
 
-    base, scale = axis_unit(ylabel)
+    base, scale = _axis_unit(ylabel)
     spreads = {
         x: (min(lo, hi) * scale, max(lo, hi) * scale)
         for x, lo, hi in zip(band_x, band_lo, band_hi, strict=True)
@@ -348,8 +342,40 @@ def _record_series(
     for x, y in zip(xs, ys, strict=True):
         record_figure(
             record, y * scale, unit=base, spread=spreads.get(x), x=x,
-            series=series_key(label),
+            series=label.split(" (", 1)[0].strip(),
         )  # fmt: skip
+
+
+_PREFIXES = {
+    "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+    "m": 1e-3, "u": 1e-6, "\N{MICRO SIGN}": 1e-6, "\N{GREEK SMALL LETTER MU}": 1e-6,
+    "n": 1e-9, "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40,
+}  # fmt: skip
+_AXIS_UNIT = re.compile(r"\(([^()]*)\)\s*$")
+
+
+def _axis_unit(label: str) -> tuple[str, float]:
+    """The base unit and scale of an axis label: ``"time (ms)"`` -> ``("s", 1e-3)``.
+
+    Prefixed seconds, bytes, FLOP and their rates are recognised (SI prefixes,
+    and Ki/Mi/Gi/Ti for bytes); any other unit is its own base, scale 1. A
+    label without a unit in parentheses at its end raises ``ValueError``.
+    """
+    match = _AXIS_UNIT.search(label)
+    if not match or not match.group(1).strip():
+        msg = f"axis label must end with a unit in parentheses to record, got {label!r}"
+        raise ValueError(msg)
+    unit = match.group(1).strip()
+    for base in ("FLOP/s", "B/s", "FLOP", "s", "B"):
+        prefix = unit[: -len(base)]
+        binary = prefix.endswith("i")  # Ki, Mi, ...: for bytes only
+        if (
+            unit.endswith(base)
+            and prefix in _PREFIXES
+            and not (binary and base != "B" and base != "B/s")
+        ):
+            return base, _PREFIXES[prefix]
+    return unit, 1.0
 
 
 def plot_bars(

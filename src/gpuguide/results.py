@@ -1,48 +1,23 @@
-"""Record a page's headline measurements, and read them back from a results file.
+"""Record a page's headline figures, and read them back from results files.
 
-A page calls :func:`record` once per headline figure (a name, a value with its
-unit and spread, and the configuration it was measured in). The values are kept
-in memory for this process (:func:`recorded`); when the environment variable
-``GPUGUIDE_RECORD`` names a file, every call also writes them there
-(:func:`flush`), with the run's provenance (device, torch, CUDA, driver, date,
-the gpuguide version and commit, and a CPU's vector instruction set).
-Re-recording a page replaces that page's entries in the file and keeps the
-other pages', so running every page on a device rebuilds its file page by page.
+A page records a headline figure with :func:`record` (or :func:`gpuguide.report`,
+which prints it first): a name, a value with its unit and spread, and the
+configuration it was measured in. The figures are kept in memory for this
+process (:func:`recorded`); when ``GPUGUIDE_RECORD`` names a file, every call
+also writes them there, with the run's provenance (:class:`DeviceRecord`).
+Re-recording a page replaces that page's figures in the file and keeps the
+other pages'.
 
-A results file is JSON with a schema version::
+A results file is JSON, ``{"schema": 1, "device": {...}, "results": [...]}``:
+:meth:`DeviceRecord.to_json` and :meth:`Result.to_json` give its parts, and
+``docs/_static/results.schema.json`` (published with the site) describes it.
 
-    {"schema": 1,
-     "device": {"name": "NVIDIA H100 80GB HBM3", "short_name": "H100 SXM5",
-                "kind": "cuda", "torch": "2.11.0", "cuda": "12.8",
-                "driver": "570.86", "date": "2025-06-01T12:00:00+00:00",
-                "gpuguide": "0.1.0", "commit": "f4b16f4", "dirty": false,
-                "small": false, "peaks": {"bf16 matmul": 9.89e14}},
-     "results": [{"page": "plot_dtype_throughput", "name": "best bf16 matmul",
-                  "value": 6.7e14, "unit": "FLOP/s",
-                  "spread": {"q25": 6.6e14, "q75": 6.8e14},
-                  "config": {"size": 8192, "dtype": "bfloat16"}, "runs": 1}]}
-
-:func:`load` validates a file strictly and raises :class:`ResultsFileError`,
-whose message names the file and the problem, for anything else: truncated
-JSON, a foreign or newer file, a value that is not a number. The gpuguide
-version, commit and dirty mark, and a CPU's ``isa``, were added to schema 1
-later: a file without them reads as "unknown" (and a CPU file without its ISA
-is another device than one with it). :func:`merge` combines runs of one device
-into medians with their spread.
-
-The package does not know where a repository keeps its results: every
-function takes a path.
-
-Examples
---------
->>> from gpuguide.results import clear, record, recorded
->>> clear()
->>> r = record("matmul", 1.2e12, unit="FLOP/s", page="plot_demo", size=1024, dtype="fp32")
->>> (r.page, r.name, r.value, r.size, dict(r.config))
-('plot_demo', 'matmul', 1200000000000.0, 1024, {'dtype': 'fp32'})
->>> len(recorded())
-1
->>> clear()
+:func:`load` validates a file strictly: anything else (truncated JSON, a
+foreign or newer file, a value that is not a finite number) raises
+:class:`ResultsFileError`, whose message names the file and the problem. The
+gpuguide version, commit and dirty mark, and a CPU's ``isa``, came later in
+schema 1: a file without them reads as "unknown". The package does not know
+where a repository keeps its results: every function takes a path.
 """
 
 from __future__ import annotations
@@ -51,186 +26,187 @@ import json
 import math
 import os
 import re
-import statistics
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from gpuguide.env import small_mode
-from gpuguide.timing import Measurement
+from gpuguide.timing import Measurement, Rate
+from gpuguide.verdicts import Comparison
 from gpuguide.version import version_label
 
 if TYPE_CHECKING:
     from gpuguide.device import DeviceInfo
-    from gpuguide.peaks import Peaks
 
 __all__ = [
-    "DEVICE_KINDS",
-    "PEAK_NAMES",
-    "RECORD_ENV",
-    "SCHEMA_VERSION",
-    "ConfigValue",
-    "DeviceKey",
-    "DeviceRecord",
-    "Result",
-    "ResultsFile",
-    "ResultsFileError",
-    "clear",
-    "current_device",
-    "default_page",
-    "dumps",
-    "flush",
-    "load",
-    "loads",
-    "merge",
-    "parse",
-    "peak_figures",
-    "record",
-    "recorded",
-    "recording_path",
+    "PEAK_NAMES", "RECORD_ENV", "RESULTS_DIR_ENV", "SCHEMA_VERSION", "ConfigValue",
+    "DeviceRecord", "Result", "ResultsFile", "ResultsFileError", "clear",
+    "current_device", "dumps", "load", "load_dir", "loads", "record", "recorded",
     "save",
-    "with_measured_ceilings",
-]
+]  # fmt: skip
 
 #: The version of the file format this module writes and reads.
 SCHEMA_VERSION = 1
 #: A file to record into; unset or empty: :func:`record` keeps values in memory.
 RECORD_ENV = "GPUGUIDE_RECORD"
-#: What ``device.kind`` may be.
-DEVICE_KINDS = ("cuda", "cpu", "mps")
-
+#: The folder of results files the site shows (``docs/results``) and the check-up reads.
+RESULTS_DIR_ENV = "GPUGUIDE_RESULTS_DIR"
+#: What a result's ``peak`` may name (:meth:`gpuguide.peaks.Peaks.share`).
+PEAK_NAMES = ("fp64", "fp32", "tf32", "fp16", "bf16", "memory", "host_link")
 #: The types a configuration value may have (floats finite).
 ConfigValue: TypeAlias = str | int | float | bool
-#: What identifies a device across results files (:attr:`DeviceRecord.key`).
-DeviceKey: TypeAlias = tuple[str, str, str | None]
 
-_TOP_KEYS = frozenset({"schema", "device", "results"})
-_DEVICE_REQUIRED = ("name", "short_name", "kind", "torch", "cuda", "driver", "date")
-_DEVICE_KEYS = frozenset(
-    {*_DEVICE_REQUIRED, "small", "peaks", "isa", "gpuguide", "commit", "dirty"}
-)
+_KINDS = ("cuda", "cpu", "mps")
 _COMMIT = re.compile(r"[0-9a-f]{7,40}")
-_RESULT_REQUIRED = ("page", "name", "value", "unit")
-_RESULT_KEYS = frozenset(
-    {*_RESULT_REQUIRED, "spread", "config", "runs", "size", "x", "peak"}
-)
-#: What a result's ``peak`` may name: a :class:`gpuguide.peaks.Peaks` figure,
-#: as :meth:`gpuguide.peaks.Peaks.percent_of` takes it.
-PEAK_NAMES = ("fp64", "fp32", "tf32", "fp16", "bf16", "memory", "host_link")
-_SPREAD_KEYS = ("q25", "q75")
 
 
 class ResultsFileError(ValueError):
     """A results file that cannot be read: the message names the file and why."""
 
 
-# --------------------------------------------------------------------------------------
-# Checks with one style of message: "<name> must ..., got ..."
-# --------------------------------------------------------------------------------------
+# -- field checks: each returns the value to keep or raises "<name> must be ..., got ..."
+
+
+def _bad(name: str, what: str, value: object) -> ValueError:
+    return ValueError(f"{name} must be {what}, got {value!r}")
 
 
 def _text(name: str, value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        msg = f"{name} must be a non-empty string, got {value!r}"
-        raise ValueError(msg)
-    return value
+    if isinstance(value, str) and value.strip():
+        return value
+    raise _bad(name, "a non-empty string", value)
 
 
-def _optional_text(name: str, value: object) -> str | None:
-    return None if value is None else _text(name, value)
-
-
-def _finite(name: str, value: object) -> float:
-    """``value`` as a finite float; bools and strings are not numbers."""
-    if isinstance(value, (bool, str, bytes)):
-        msg = f"{name} must be a number, got {value!r}"
-        raise ValueError(msg)
+def _number(name: str, value: object) -> float:
+    """A finite float; bools, strings and None are not numbers."""
     try:
+        if isinstance(value, (bool, str, bytes)):
+            raise TypeError
         number = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        msg = f"{name} must be a number, got {value!r}"
-        raise ValueError(msg) from None
+        raise _bad(name, "a number", value) from None
     if not math.isfinite(number):
-        msg = f"{name} must be a finite number, got {value!r}"
-        raise ValueError(msg)
+        raise _bad(name, "a finite number", value)
     return number
 
 
-def _config_value(name: str, value: object) -> ConfigValue:
+def _flag(name: str, value: object) -> bool:
     if isinstance(value, bool):
         return value
-    if isinstance(value, int):
-        return int(value)
+    raise _bad(name, "a bool", value)
+
+
+def _config_value(name: str, value: object) -> ConfigValue:
     if isinstance(value, float):
-        return _finite(name, value)
-    if isinstance(value, str):
+        return _number(name, value)
+    if isinstance(value, (bool, int, str)):
         return value
-    msg = f"{name} must be a str, int, finite float or bool, got {value!r}"
-    raise ValueError(msg)
+    raise _bad(name, "a str, int, finite float or bool", value)
 
 
 def _date(name: str, value: object) -> str:
-    text = _text(name, value)
     try:
-        datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+        _when(_text(name, value))
     except ValueError:
-        msg = f"{name} must be an ISO 8601 date, got {value!r}"
-        raise ValueError(msg) from None
-    return text
+        raise _bad(name, "an ISO 8601 date", value) from None
+    return value  # type: ignore[return-value]
 
 
-def _sort_date(text: str) -> datetime:
+def _when(text: str) -> datetime:
     when = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
-# --------------------------------------------------------------------------------------
-# The data
-# --------------------------------------------------------------------------------------
+def _one_of(options: tuple[str, ...]) -> Callable[[str, object], str]:
+    def check(name: str, value: object) -> str:
+        if value in options:
+            return value
+        raise _bad(name, f"one of {', '.join(options)}", value)
+
+    return check
+
+
+def _commit(name: str, value: object) -> str:
+    if isinstance(value, str) and _COMMIT.fullmatch(value):
+        return value
+    raise _bad(name, "a hexadecimal hash of 7 to 40 lower-case digits or null", value)
+
+
+def _peaks(name: str, value: object) -> Mapping[str, float]:
+    if not isinstance(value, Mapping):
+        raise _bad(name, "a mapping of names to rates", value)
+    peaks = {
+        _text("a peak's name", k): _positive(f"peak {k!r}", v) for k, v in value.items()
+    }
+    return MappingProxyType(peaks)
+
+
+def _positive(name: str, value: object) -> float:
+    if _number(name, value) > 0:
+        return float(value)  # type: ignore[arg-type]
+    raise _bad(name, "> 0", value)
+
+
+def _spread(name: str, value: object) -> tuple[float, float]:
+    pair = value
+    if isinstance(value, Mapping) and set(value) == {"q25", "q75"}:
+        pair = (value["q25"], value["q75"])
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        raise _bad(name, '(q25, q75), {"q25": ..., "q75": ...} or null', value)
+    q25, q75 = _number("spread q25", pair[0]), _number("spread q75", pair[1])
+    if q25 > q75:
+        msg = f"spread must have q25 <= q75, got q25={q25!r} > q75={q75!r}"
+        raise ValueError(msg)
+    return (q25, q75)
+
+
+def _config(name: str, value: object) -> Mapping[str, ConfigValue]:
+    if not isinstance(value, Mapping):
+        raise _bad(name, "a mapping", value)
+    return MappingProxyType(
+        {
+            _text("a config key", k): _config_value(f"config {k!r}", v)
+            for k, v in value.items()
+        }
+    )
+
+
+def _runs(name: str, value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise _bad(name, "an integer >= 1", value)
+
+
+def _optional(check: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
+    return lambda name, value: None if value is None else check(name, value)
+
+
+def _checked(record: object, checks: Mapping[str, Callable[[str, Any], Any]]) -> None:
+    """Check (and normalise) every field of a frozen dataclass, in field order."""
+    for name, check in checks.items():
+        object.__setattr__(record, name, check(name, getattr(record, name)))
+
+
+# -- the data ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class DeviceRecord:
     """Where and when a results file was measured: its provenance.
 
-    Attributes
-    ----------
-    name : str
-        The device name (``"NVIDIA H100 80GB HBM3"``, the CPU model).
-    short_name : str
-        The label for figures (:attr:`gpuguide.device.DeviceInfo.short_name`).
-    kind : str
-        ``"cuda"``, ``"cpu"`` or ``"mps"``.
-    torch : str
-        The torch version.
-    cuda : str or None
-        The CUDA version torch was built with; None for CPU-only builds.
-    driver : str or None
-        The NVIDIA driver version; None where it is not known.
-    date : str
-        When it was measured, ISO 8601 (``"2025-06-01T12:00:00+00:00"``).
-    small : bool
-        Whether the pages ran at small sizes (``GPUGUIDE_SMALL``).
-    peaks : mapping of str to float
-        Optional peak rates of the device (``"bf16 matmul"``: FLOP/s), for
-        percent-of-peak columns; empty when not recorded.
-    isa : str or None
-        A CPU's widest vector instruction set (``"AVX-512 BF16"``,
-        :attr:`gpuguide.device.DeviceInfo.cpu_isa`), which the short name of a
-        described CPU also names; None when unknown, and always for a GPU.
-    gpuguide : str or None
-        The version of the helpers that measured; None when not recorded
-        (files from before it was).
-    commit : str or None
-        The commit those helpers were built from (hexadecimal, 7 to 40 digits);
-        None when unknown.
-    dirty : bool
-        Whether that checkout had uncommitted changes.
+    ``name`` and ``short_name`` (the label for figures), ``kind`` (``"cuda"``,
+    ``"cpu"`` or ``"mps"``), the ``torch`` version, the ``cuda`` and ``driver``
+    versions (None where there are none), the ``date`` (ISO 8601), whether the
+    pages ran at ``small`` sizes, the device's ``peaks`` (:data:`PEAK_NAMES`
+    -> rate, a GPU's datasheet or a CPU's measured ceilings), a CPU's widest
+    vector instruction set ``isa`` (None when unknown, and always for a GPU),
+    and the ``gpuguide`` version, ``commit`` and ``dirty`` mark of the helpers
+    that measured (None: not recorded).
     """
 
     name: str
@@ -248,119 +224,66 @@ class DeviceRecord:
     dirty: bool = False
 
     def __post_init__(self) -> None:
-        _text("name", self.name)
-        _text("short_name", self.short_name)
-        if self.kind not in DEVICE_KINDS:
-            msg = f"kind must be one of {', '.join(DEVICE_KINDS)}, got {self.kind!r}"
-            raise ValueError(msg)
-        _text("torch", self.torch)
-        _optional_text("cuda", self.cuda)
-        _optional_text("driver", self.driver)
-        _date("date", self.date)
-        if not isinstance(self.small, bool):
-            msg = f"small must be a bool, got {self.small!r}"
-            raise ValueError(msg)
-        if not isinstance(self.peaks, Mapping):
-            msg = f"peaks must be a mapping of names to rates, got {self.peaks!r}"
-            raise ValueError(msg)
-        peaks: dict[str, float] = {}
-        for key, rate in self.peaks.items():
-            _text("a peak's name", key)
-            number = _finite(f"peak {key!r}", rate)
-            if number <= 0:
-                msg = f"peak {key!r} must be > 0, got {rate!r}"
-                raise ValueError(msg)
-            peaks[key] = number
-        object.__setattr__(self, "peaks", MappingProxyType(peaks))
-        self._check_identity()
-        self._check_version()
-
-    def _check_identity(self) -> None:
-        if self.isa is None:
-            return
-        _text("isa", self.isa)
-        if self.kind != "cpu":
+        _checked(self, _DEVICE_CHECKS)
+        if self.isa is not None and self.kind != "cpu":
             msg = (
                 f"isa is a CPU's vector instruction set, for kind cpu only; "
                 f"a {self.kind} record has none, got {self.isa!r}"
             )
             raise ValueError(msg)
-
-    def _check_version(self) -> None:
-        _optional_text("gpuguide", self.gpuguide)
-        if self.commit is not None:
-            if not isinstance(self.commit, str) or not _COMMIT.fullmatch(self.commit):
-                msg = (
-                    "commit must be a hexadecimal hash of 7 to 40 lower-case digits "
-                    f"or null, got {self.commit!r}"
-                )
-                raise ValueError(msg)
-            if self.gpuguide is None:
-                msg = f"commit {self.commit!r} needs the gpuguide version beside it"
-                raise ValueError(msg)
-        if not isinstance(self.dirty, bool):
-            msg = f"dirty must be a bool, got {self.dirty!r}"
+        if self.commit is not None and self.gpuguide is None:
+            msg = f"commit {self.commit!r} needs the gpuguide version beside it"
             raise ValueError(msg)
         if self.dirty and self.commit is None:
             msg = "dirty must be false when the commit is unknown, got true"
             raise ValueError(msg)
 
     @property
-    def key(self) -> DeviceKey:
-        """``(kind, short_name, isa)``: two records with one key are the same
-        device. A CPU recorded without its vector ISA (files from before it was
-        recorded) is never the same device as one recorded with it."""
+    def key(self) -> tuple[str, str, str | None]:
+        """``(kind, short_name, isa)``: two records with one key are one device
+        (a CPU recorded without its ISA is never the one recorded with it)."""
         return (self.kind, self.short_name, self.isa)
 
     @property
+    def file_name(self) -> str:
+        """The device's file in a results folder: ``"cuda-h100-sxm5.json"``,
+        ``"cpu-amd-epyc-2-threads-avx2.json"`` (kind and short name)."""
+        name = re.sub(r"[^a-z0-9]+", "-", self.short_name.lower()).strip("-")
+        if not name.startswith(f"{self.kind}-"):  # "CPU: AMD EPYC" names its kind
+            name = f"{self.kind}-{name}"
+        return name + ".json"
+
+    @property
     def gpuguide_label(self) -> str:
-        """``"gpuguide 0.1.0 (f4b16f4+dirty)"``, ``"gpuguide 0.1.0 (commit
-        unknown)"`` or ``"gpuguide version unknown"``."""
+        """``"gpuguide 0.1.0 (f4b16f4+dirty)"``, ``"... (commit unknown)"`` or
+        ``"gpuguide version unknown"``."""
         return version_label(self.gpuguide, self.commit, self.dirty)
 
     @classmethod
     def from_info(
-        cls,
-        info: DeviceInfo,
-        *,
-        date: str | None = None,
-        small: bool | None = None,
+        cls, info: DeviceInfo, *, date: str | None = None, small: bool | None = None,
         peaks: Mapping[str, float] | None = None,
-    ) -> DeviceRecord:
-        """The record of a described device (:func:`gpuguide.device.describe_device`).
-
-        ``date`` defaults to now (UTC, to the second), ``small`` to
-        :func:`gpuguide.env.small_mode`.
-        """
+    ) -> DeviceRecord:  # fmt: skip
+        """The record of a described device; ``date`` defaults to now (UTC),
+        ``small`` to :func:`gpuguide.env.small_mode`."""
         when = date or datetime.now(timezone.utc).replace(microsecond=0).isoformat()
         return cls(
-            name=info.name,
-            short_name=info.short_name,
-            kind=info.type,
-            torch=info.torch_version,
-            cuda=info.cuda_version,
-            driver=info.driver_version,
-            date=when,
-            small=small_mode() if small is None else small,
-            peaks=dict(peaks or {}),
+            name=info.name, short_name=info.short_name, kind=info.type,
+            torch=info.torch_version, cuda=info.cuda_version,
+            driver=info.driver_version, date=when,
+            small=small_mode() if small is None else small, peaks=dict(peaks or {}),
             isa=info.cpu_isa if info.type == "cpu" else None,
-            gpuguide=info.gpuguide_version,
-            commit=info.gpuguide_commit,
+            gpuguide=info.gpuguide_version, commit=info.gpuguide_commit,
             dirty=info.gpuguide_dirty,
-        )
+        )  # fmt: skip
 
     def to_json(self) -> dict[str, object]:
         """The record as the ``"device"`` object of a results file."""
         data: dict[str, object] = {
-            "name": self.name,
-            "short_name": self.short_name,
-            "kind": self.kind,
-            "torch": self.torch,
-            "cuda": self.cuda,
-            "driver": self.driver,
-            "date": self.date,
-            "small": self.small,
-        }
+            "name": self.name, "short_name": self.short_name, "kind": self.kind,
+            "torch": self.torch, "cuda": self.cuda, "driver": self.driver,
+            "date": self.date, "small": self.small,
+        }  # fmt: skip
         if self.kind == "cpu":
             data["isa"] = self.isa
         if self.gpuguide is not None:
@@ -370,38 +293,25 @@ class DeviceRecord:
         return data
 
 
+_DEVICE_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "name": _text, "short_name": _text, "kind": _one_of(_KINDS), "torch": _text,
+    "cuda": _optional(_text), "driver": _optional(_text), "date": _date,
+    "small": _flag, "peaks": _peaks, "isa": _optional(_text),
+    "gpuguide": _optional(_text), "commit": _optional(_commit), "dirty": _flag,
+}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Result:
     """One recorded figure of one page.
 
-    Attributes
-    ----------
-    page : str
-        The page's script name without ``.py`` (``"plot_dtype_throughput"``).
-    name : str
-        What was measured (``"best bf16 matmul"``).
-    value : float
-        The figure (a median), finite.
-    unit : str
-        Its unit (``"s"``, ``"FLOP/s"``, ``"B/s"``).
-    spread : tuple of float or None
-        ``(q25, q75)``, in the unit of ``value``, with ``q25 <= q75``; None when
-        unknown. After :func:`merge`, the range over the runs' spreads.
-    config : mapping of str to str, int, float or bool
-        What it was measured with (``size``, ``dtype``, ``mode``).
-    runs : int
-        How many recording runs the figure combines (1, more after
-        :func:`merge`).
-    size : str, int, float, bool or None
-        The problem size it was measured at (``8192``, ``"4096x8192x2048"``):
-        shown beside the figure, but not part of what identifies it, so that a
-        GPU's figure at its size and a CPU's at a smaller one line up.
-    x : float or None
-        The point's position on a sweep (its x value); None for a headline
-        figure. Part of what identifies it.
-    peak : str or None
-        The device peak the figure is a share of: one of :data:`PEAK_NAMES`
-        (``"bf16"`` for a bf16 matmul rate, ``"memory"``, ``"host_link"``).
+    ``page`` (the script's name without ``.py``), ``name`` (what was
+    measured), the finite ``value`` (a median) and its ``unit`` (``"s"``,
+    ``"FLOP/s"``, ``"B/s"``, ``"x"``), its ``spread`` ``(q25, q75)`` (None:
+    unknown), the ``config`` it was measured with, the number of recording
+    ``runs`` it combines, the problem ``size`` (shown, not part of what
+    identifies the figure), its position ``x`` on a sweep (None for a headline
+    figure) and the device ``peak`` it is a share of (:data:`PEAK_NAMES`).
     """
 
     page: str
@@ -416,46 +326,10 @@ class Result:
     peak: str | None = None
 
     def __post_init__(self) -> None:
-        _text("page", self.page)
-        _text("name", self.name)
-        object.__setattr__(self, "value", _finite("value", self.value))
-        _text("unit", self.unit)
-        if self.spread is not None:
-            if not isinstance(self.spread, (tuple, list)) or len(self.spread) != 2:
-                msg = f"spread must be (q25, q75) or None, got {self.spread!r}"
-                raise ValueError(msg)
-            q25 = _finite("spread q25", self.spread[0])
-            q75 = _finite("spread q75", self.spread[1])
-            if q25 > q75:
-                msg = f"spread must have q25 <= q75, got q25={q25!r} > q75={q75!r}"
-                raise ValueError(msg)
-            object.__setattr__(self, "spread", (q25, q75))
-        if not isinstance(self.config, Mapping):
-            msg = f"config must be a mapping, got {self.config!r}"
-            raise ValueError(msg)
-        config: dict[str, ConfigValue] = {}
-        for key, value in self.config.items():
-            _text("a config key", key)
-            config[key] = _config_value(f"config {key!r}", value)
-        object.__setattr__(self, "config", MappingProxyType(config))
-        if isinstance(self.runs, bool) or not isinstance(self.runs, int):
-            msg = f"runs must be an integer >= 1, got {self.runs!r}"
-            raise ValueError(msg)
-        if self.runs < 1:
-            msg = f"runs must be an integer >= 1, got {self.runs!r}"
-            raise ValueError(msg)
-        if self.size is not None:
-            object.__setattr__(self, "size", _config_value("size", self.size))
-        if self.x is not None:
-            object.__setattr__(self, "x", _finite("x", self.x))
-        if self.peak is not None and self.peak not in PEAK_NAMES:
-            msg = f"peak must be one of {', '.join(PEAK_NAMES)} or None, got {self.peak!r}"
-            raise ValueError(msg)
+        _checked(self, _RESULT_CHECKS)
 
     @property
-    def key(
-        self,
-    ) -> tuple[str, str, tuple[tuple[str, ConfigValue], ...], float | None]:
+    def key(self) -> tuple[str, str, tuple[tuple[str, ConfigValue], ...], float | None]:
         """``(page, name, config, x)``: what identifies a figure across runs
         and devices (its size does not)."""
         return (self.page, self.name, tuple(sorted(self.config.items())), self.x)
@@ -470,34 +344,28 @@ class Result:
         spread = (
             None
             if self.spread is None
-            else {"q25": self.spread[0], "q75": self.spread[1]}
+            else dict(zip(("q25", "q75"), self.spread, strict=True))
         )
-        return {
-            "page": self.page,
-            "name": self.name,
-            "value": self.value,
-            "unit": self.unit,
-            "spread": spread,
-            "config": dict(self.config),
+        data: dict[str, object] = {
+            "page": self.page, "name": self.name, "value": self.value,
+            "unit": self.unit, "spread": spread, "config": dict(self.config),
             "runs": self.runs,
-        } | {
-            key: value
-            for key, value in (("size", self.size), ("x", self.x), ("peak", self.peak))
-            if value is not None
-        }
+        }  # fmt: skip
+        extra = {"size": self.size, "x": self.x, "peak": self.peak}
+        return data | {k: v for k, v in extra.items() if v is not None}
+
+
+_RESULT_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "page": _text, "name": _text, "value": _number, "unit": _text,
+    "spread": _optional(_spread), "config": _config, "runs": _runs,
+    "size": _optional(_config_value), "x": _optional(_number),
+    "peak": _optional(_one_of(PEAK_NAMES)),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
 class ResultsFile:
-    """The contents of a results file: one device's provenance and its results.
-
-    Attributes
-    ----------
-    device : DeviceRecord
-        Where and when the results were measured.
-    results : tuple of Result
-        The figures, page by page.
-    """
+    """The contents of a results file: one device's provenance and its results."""
 
     device: DeviceRecord
     results: tuple[Result, ...] = ()
@@ -516,154 +384,81 @@ class ResultsFile:
 
     def to_json(self) -> dict[str, object]:
         """The file's JSON object."""
+        results = [r.to_json() for r in self.results]
         return {
             "schema": SCHEMA_VERSION,
             "device": self.device.to_json(),
-            "results": [r.to_json() for r in self.results],
+            "results": results,
         }
 
 
-# --------------------------------------------------------------------------------------
-# Reading and writing files
-# --------------------------------------------------------------------------------------
+# -- reading and writing files --------------------------------------------------------------
 
 
 def _fail(source: str, problem: str) -> ResultsFileError:
     return ResultsFileError(f"results file {source}: {problem}")
 
 
-def _unknown_keys(data: Mapping[str, object], allowed: frozenset[str]) -> list[str]:
-    return sorted(str(k) for k in data if k not in allowed)
+def _unknown(data: Mapping[str, object], allowed: Collection[str]) -> str:
+    return ", ".join(sorted(str(k) for k in data if k not in allowed))
 
 
-def _fields(
-    data: object,
-    where: str,
-    required: Sequence[str],
-    allowed: frozenset[str],
-    source: str,
-) -> dict[str, Any]:
-    """``data`` as a JSON object with every required key and no unknown one."""
+def _object(cls: type[Any], data: object, where: str, source: str) -> Any:
+    """``cls`` from a JSON object with its required keys and no unknown one."""
     if not isinstance(data, dict):
         raise _fail(source, f"{where} must be an object, got {data!r}")
+    required = [
+        f.name for f in fields(cls) if f.default is f.default_factory is MISSING
+    ]
     missing = [k for k in required if k not in data]
     if missing:
         raise _fail(source, f"{where} lacks {', '.join(missing)}")
-    unknown = _unknown_keys(data, allowed)
+    unknown = _unknown(data, [f.name for f in fields(cls)])
     if unknown:
-        raise _fail(source, f"{where} has unknown keys {', '.join(unknown)}")
-    return data
-
-
-def _parse_device(data: object, source: str) -> DeviceRecord:
-    data = _fields(data, '"device"', _DEVICE_REQUIRED, _DEVICE_KEYS, source)
+        raise _fail(source, f"{where} has unknown keys {unknown}")
     try:
-        return DeviceRecord(
-            name=data["name"],
-            short_name=data["short_name"],
-            kind=data["kind"],
-            torch=data["torch"],
-            cuda=data["cuda"],
-            driver=data["driver"],
-            date=data["date"],
-            small=data.get("small", False),
-            peaks=data.get("peaks", {}),
-            isa=data.get("isa"),
-            gpuguide=data.get("gpuguide"),
-            commit=data.get("commit"),
-            dirty=data.get("dirty", False),
-        )
-    except (TypeError, ValueError) as error:
-        raise _fail(source, f'"device": {error}') from None
-
-
-def _parse_result(data: object, where: str, source: str) -> Result:
-    data = _fields(data, where, _RESULT_REQUIRED, _RESULT_KEYS, source)
-    spread = data.get("spread")
-    pair: tuple[object, object] | None = None
-    if spread is not None:
-        if not isinstance(spread, dict) or set(spread) != set(_SPREAD_KEYS):
-            problem = f'{where}: spread must be {{"q25": ..., "q75": ...}} or null'
-            raise _fail(source, f"{problem}, got {spread!r}")
-        pair = (spread["q25"], spread["q75"])
-    config = data.get("config", {})
-    if not isinstance(config, dict):
-        raise _fail(source, f"{where}: config must be an object, got {config!r}")
-    try:
-        return Result(
-            page=data["page"],
-            name=data["name"],
-            value=data["value"],
-            unit=data["unit"],
-            spread=pair,  # type: ignore[arg-type]
-            config=config,
-            runs=data.get("runs", 1),
-            size=data.get("size"),
-            x=data.get("x"),
-            peak=data.get("peak"),
-        )
+        return cls(**data)
     except (TypeError, ValueError) as error:
         raise _fail(source, f"{where}: {error}") from None
 
 
-def parse(data: object, source: str = "<data>") -> ResultsFile:
-    """Validate a results file's decoded JSON.
-
-    Parameters
-    ----------
-    data : object
-        What ``json.load`` returned.
-    source : str, optional
-        The file's name, for messages.
-
-    Returns
-    -------
-    ResultsFile
-
-    Raises
-    ------
-    ResultsFileError
-        If ``data`` is not a results file of :data:`SCHEMA_VERSION`; the message
-        names ``source`` and the problem.
-    """
+def _parse(data: object, source: str) -> ResultsFile:
     if not isinstance(data, dict):
-        kind = type(data).__name__
-        raise _fail(source, f"must hold a JSON object, got a JSON {kind}")
+        raise _fail(
+            source, f"must hold a JSON object, got a JSON {type(data).__name__}"
+        )
     if "schema" not in data:
         raise _fail(source, 'has no "schema": not a gpuguide results file')
     schema = data["schema"]
     if isinstance(schema, bool) or not isinstance(schema, int):
         raise _fail(source, f'"schema" must be an integer version, got {schema!r}')
     if schema != SCHEMA_VERSION:
-        raise _fail(
-            source,
-            f"is schema version {schema}; this gpuguide reads version {SCHEMA_VERSION}",
+        problem = (
+            f"is schema version {schema}; this gpuguide reads version {SCHEMA_VERSION}"
         )
-    unknown = _unknown_keys(data, _TOP_KEYS)
+        raise _fail(source, problem)
+    unknown = _unknown(data, ("schema", "device", "results"))
     if unknown:
-        raise _fail(source, f"has unknown keys {', '.join(unknown)}")
+        raise _fail(source, f"has unknown keys {unknown}")
     if "device" not in data:
         raise _fail(source, 'has no "device"')
-    device = _parse_device(data["device"], source)
-    results = data.get("results")
-    if not isinstance(results, list):
-        raise _fail(source, f'"results" must be a list, got {results!r}')
-    parsed = tuple(
-        _parse_result(entry, f"results[{i}]", source) for i, entry in enumerate(results)
-    )
+    device = _object(DeviceRecord, data["device"], '"device"', source)
+    entries = data.get("results")
+    if not isinstance(entries, list):
+        raise _fail(source, f'"results" must be a list, got {entries!r}')
+    results = [
+        _object(Result, e, f"results[{i}]", source) for i, e in enumerate(entries)
+    ]
     seen: dict[object, int] = {}
-    for i, result in enumerate(parsed):
-        if result.key in seen:
-            raise _fail(
-                source,
-                f"results[{i}] repeats results[{seen[result.key]}] "
-                f"({result.page}: {result.name}, same config)",
-            )
-        seen[result.key] = i
-    return ResultsFile(device=device, results=parsed)
+    for i, r in enumerate(results):
+        if r.key in seen:
+            problem = f"results[{i}] repeats results[{seen[r.key]}] ({r.page}: {r.name}, same config)"
+            raise _fail(source, problem)
+        seen[r.key] = i
+    return ResultsFile(device, tuple(results))
 
 
-def _reject_constant(constant: str) -> float:
+def _no_constant(constant: str) -> float:
     msg = f"{constant} is not a number JSON allows"
     raise ValueError(msg)
 
@@ -671,35 +466,20 @@ def _reject_constant(constant: str) -> float:
 def loads(text: str, source: str = "<string>") -> ResultsFile:
     """Validate a results file's text (see :func:`load`)."""
     try:
-        data = json.loads(text, parse_constant=_reject_constant)
+        data = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as error:
-        problem = f"is not valid JSON (line {error.lineno}, column {error.colno}: "
-        raise _fail(source, f"{problem}{error.msg})") from None
+        where = f"line {error.lineno}, column {error.colno}: {error.msg}"
+        raise _fail(source, f"is not valid JSON ({where})") from None
     except ValueError as error:
         raise _fail(source, f"is not valid JSON ({error})") from None
-    return parse(data, source)
+    return _parse(data, source)
 
 
 def load(path: str | os.PathLike[str]) -> ResultsFile:
-    """Read and validate a results file.
-
-    Parameters
-    ----------
-    path : str or path-like
-        The file.
-
-    Returns
-    -------
-    ResultsFile
-
-    Raises
-    ------
-    ResultsFileError
-        If the file cannot be read, is not JSON (truncated: the message gives
-        line and column), is not a results file of :data:`SCHEMA_VERSION`, or
-        holds a value that is not a finite number, a spread with ``q25 > q75``,
-        a missing or unknown field. The message starts with the file's path.
-    """
+    """Read and validate a results file; :class:`ResultsFileError`, naming the file,
+    if it cannot be read, is not JSON (truncated: line and column), is not of
+    :data:`SCHEMA_VERSION`, or holds a value that is not a finite number, a
+    spread with ``q25 > q75``, a missing or unknown field, or one figure twice."""
     source = os.fspath(path)
     try:
         text = Path(source).read_text(encoding="utf-8")
@@ -714,21 +494,17 @@ def dumps(results_file: ResultsFile) -> str:
 
 
 def save(results_file: ResultsFile, path: str | os.PathLike[str]) -> Path:
-    """Write a results file atomically (a temporary file, then a rename over it).
-
-    The directory is created where it is missing. Returns the path written.
-    """
+    """Write a results file atomically (a temporary file, then a rename over it),
+    creating its folder where it is missing. Returns the path written."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    text = dumps(results_file)
     fd, tmp = tempfile.mkstemp(
         dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
     )
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        # mkstemp makes the file private (0600); a results file is for everyone.
-        umask = os.umask(0)
+            handle.write(dumps(results_file))
+        umask = os.umask(0)  # mkstemp makes the file private; a results file is not
         os.umask(umask)
         Path(tmp).chmod(0o666 & ~umask)
         Path(tmp).replace(target)
@@ -738,173 +514,59 @@ def save(results_file: ResultsFile, path: str | os.PathLike[str]) -> Path:
     return target
 
 
-# --------------------------------------------------------------------------------------
-# Merging runs of one device
-# --------------------------------------------------------------------------------------
+def load_dir(path: str | os.PathLike[str]) -> dict[Path, ResultsFile]:
+    """Read and validate every ``*.json`` results file of a folder, in name order.
 
-
-def merge(files: Sequence[ResultsFile]) -> ResultsFile:
-    """Combine runs of one device into medians with their spread.
-
-    Parameters
-    ----------
-    files : sequence of ResultsFile
-        Results of the same device (same ``kind`` and ``short_name``).
-
-    Returns
-    -------
-    ResultsFile
-        For each figure (page, name and configuration): the median of the runs'
-        values, a spread from the lowest ``q25`` to the highest ``q75`` of the
-        runs (a run without a spread counts with its value), and the runs
-        summed. A figure only some runs have is kept as it is. The provenance
-        is that of the most recent run.
-
-    Raises
-    ------
-    ValueError
-        If ``files`` is empty, holds two devices, or one figure in two units.
+    Raises :class:`ResultsFileError` when the folder does not exist, a file is
+    not a valid results file, or two files hold the same device.
     """
-    if not files:
-        msg = "files must hold at least one results file, got none"
-        raise ValueError(msg)
-    first = files[0].device
-    for other in files[1:]:
-        if other.device.key != first.key:
-            msg = (
-                f"files must be of one device, got {first.short_name} "
-                f"({first.kind}) and {other.device.short_name} "
-                f"({other.device.kind})"
-            )
-            raise ValueError(msg)
-    groups: dict[object, list[Result]] = {}
-    for results_file in files:
-        for result in results_file.results:
-            groups.setdefault(result.key, []).append(result)
-    merged: list[Result] = []
-    for group in groups.values():
-        units = {r.unit for r in group}
-        if len(units) > 1:
-            head = group[0]
-            msg = (
-                f"{head.page}: {head.name} must have one unit in every run, got "
-                f"{', '.join(sorted(units))}"
-            )
-            raise ValueError(msg)
-        if len(group) == 1:
-            merged.append(group[0])
-            continue
-        lows = [r.spread[0] if r.spread else r.value for r in group]
-        highs = [r.spread[1] if r.spread else r.value for r in group]
-        merged.append(
-            Result(
-                page=group[0].page,
-                name=group[0].name,
-                value=statistics.median(r.value for r in group),
-                unit=group[0].unit,
-                spread=(min(lows), max(highs)),
-                config=group[0].config,
-                runs=sum(r.runs for r in group),
-                size=group[-1].size,
-                x=group[0].x,
-                peak=group[0].peak,
-            )
-        )
-    latest = max((f.device for f in files), key=lambda d: _sort_date(d.date))
-    return ResultsFile(device=latest, results=tuple(merged))
+    folder = Path(path)
+    if not folder.is_dir():
+        msg = f"results folder {os.fspath(folder)}: does not exist or is not a folder"
+        raise ResultsFileError(msg)
+    files: dict[Path, ResultsFile] = {}
+    for file in sorted(folder.glob("*.json")):
+        loaded = load(file)
+        for other, earlier in files.items():
+            if earlier.device.key == loaded.device.key:
+                device = f"{loaded.device.short_name} ({loaded.device.kind})"
+                problem = f"holds {device}, as {other} does; keep one file per device"
+                raise _fail(os.fspath(file), problem)
+        files[file] = loaded
+    return files
 
 
-# --------------------------------------------------------------------------------------
-# Recording from a page
-# --------------------------------------------------------------------------------------
+# -- recording from a page ---------------------------------------------------------------
 
 _recorded: dict[object, Result] = {}
-_device_cache: list[DeviceRecord] = []
-_with_peaks: dict[DeviceKey, dict[str, float]] = {}
-_info_cache: list[DeviceInfo] = []
+_device: list[DeviceRecord] = []
 
 
-def recording_path() -> Path | None:
-    """The file named by ``GPUGUIDE_RECORD``, or None when it is unset or empty."""
+def _recording_path() -> Path | None:
     name = os.environ.get(RECORD_ENV, "").strip()
     return Path(name) if name else None
 
 
 def current_device() -> DeviceRecord:
-    """The provenance of this process's device (:func:`gpuguide.device.describe_device`).
-
-    Described once per process, then reused.
-    """
-    if not _device_cache:
+    """The provenance of this process's device, described once per process
+    (:func:`gpuguide.device.describe_device`)."""
+    if not _device:
         from gpuguide.device import describe_device
 
-        _info_cache.append(describe_device())
-        _device_cache.append(DeviceRecord.from_info(_info_cache[0]))
-    return _device_cache[0]
+        _device.append(DeviceRecord.from_info(describe_device()))
+    return _device[0]
 
 
-def peak_figures(peaks: Peaks) -> dict[str, float]:
-    """A :class:`gpuguide.peaks.Peaks` as a results file's ``"peaks"``.
-
-    Keys are :data:`PEAK_NAMES`; figures that are unknown are left out.
-    """
-    figures: dict[str, float | None] = {
-        **peaks.flops,
-        "memory": peaks.memory_bandwidth_bytes_per_s,
-        "host_link": peaks.host_link_bytes_per_s,
-    }
-    return {k: v for k, v in figures.items() if k in PEAK_NAMES and v is not None}
-
-
-def with_measured_ceilings(results_file: ResultsFile) -> ResultsFile:
-    """A CPU's file with each peak raised to the best rate recorded against it.
-
-    A CPU's peaks are not a datasheet's but the best rates measured on it
-    (:func:`gpuguide.peaks.measure_cpu_peaks`), so a page or the check-up that
-    finds a faster shape has found the ceiling; shares of it then read at most
-    100%. A GPU's datasheet peaks are returned unchanged.
-    """
-    device = results_file.device
-    if device.kind != "cpu" or not device.peaks:
-        return results_file
-    peaks = dict(device.peaks)
-    for r in results_file.results:
-        if r.peak in peaks and r.unit.endswith("/s"):
-            peaks[r.peak] = max(peaks[r.peak], r.value)
-    return ResultsFile(replace(device, peaks=peaks), results_file.results)
-
-
-def _recording_device() -> DeviceRecord:
-    """:func:`current_device` with a GPU's datasheet peaks, for the file's provenance.
-
-    A CPU's peaks are measured, which takes seconds and would run in the middle
-    of a page (and draw on its random numbers), so a page leaves them out; the
-    recorder (``nox -s record``) measures them once, after the pages. A device
-    this process did not describe itself gets none.
-    """
-    device = current_device()
-    if device.peaks or not _info_cache or device.kind != "cuda":
-        return device
-    if device.key not in _with_peaks:
-        from gpuguide.peaks import device_peaks
-
-        info = _info_cache[0]
-        if DeviceRecord.from_info(info, date=device.date).key != device.key:
-            return device
-        _with_peaks[device.key] = peak_figures(device_peaks(info))
-    return replace(device, peaks=_with_peaks[device.key])
-
-
-def default_page() -> str:
-    """The running script's name, without ``.py`` (sphinx-gallery sets
-    ``sys.argv[0]`` to the page it runs); ``ValueError`` when there is none."""
+def _default_page() -> str:
+    """The running script's name without ``.py`` (sphinx-gallery sets
+    ``sys.argv[0]`` to the page it runs)."""
     main = sys.modules.get("__main__")
     candidates = [sys.argv[0] if sys.argv else "", getattr(main, "__file__", None)]
     for candidate in candidates:
-        if isinstance(candidate, str) and candidate:
-            path = Path(candidate)
-            if path.suffix == ".py" and not path.stem.startswith("__"):
-                return path.stem
+        if isinstance(candidate, str) and candidate.endswith(".py"):
+            stem = Path(candidate).stem
+            if not stem.startswith("__"):
+                return stem
     msg = (
         "page must be given: no running script to name it after "
         f"(sys.argv[0] is {candidates[0]!r}); pass page='plot_...'"
@@ -912,9 +574,35 @@ def default_page() -> str:
     raise ValueError(msg)
 
 
+def _figure(
+    value: float | Measurement | Rate | Comparison, unit: str | None,
+    spread: tuple[float, float] | None,
+) -> tuple[float, str, tuple[float, float] | None]:  # fmt: skip
+    """``(value, unit, spread)`` of a number, or read from a measured object."""
+    if isinstance(value, Measurement):
+        own = ("s", value.median_s, (value.q25_s, value.q75_s))
+    elif isinstance(value, Rate):
+        own = (value.unit, value.value, (value.low, value.high))
+    elif isinstance(value, Comparison):
+        own = ("x", value.speedup, (value.low, value.high))
+    else:
+        if unit is None:
+            msg = "unit must be given for a number, got None"
+            raise ValueError(msg)
+        return value, unit, spread
+    kind = type(value).__name__
+    if unit not in (None, own[0]):
+        msg = f"unit must be {own[0]!r} (or omitted) for a {kind}, got {unit!r}"
+        raise ValueError(msg)
+    if spread is not None:
+        msg = f"spread must be omitted for a {kind} (it has its own), got {spread!r}"
+        raise ValueError(msg)
+    return own[1], own[0], own[2]
+
+
 def record(
     name: str,
-    value: float | Measurement,
+    value: float | Measurement | Rate | Comparison,
     *,
     unit: str | None = None,
     spread: tuple[float, float] | None = None,
@@ -924,83 +612,36 @@ def record(
     x: float | None = None,
     **config: ConfigValue,
 ) -> Result:
-    """Record one headline figure of the running page.
+    """Record one headline figure of the running page; return it as a :class:`Result`.
 
-    Parameters
-    ----------
-    name : str
-        What was measured (``"best bf16 matmul"``); with the page and the
-        configuration, it identifies the figure across devices.
-    value : float or Measurement
-        The figure; a :class:`gpuguide.timing.Measurement` records its median
-        time in seconds with its quartiles as the spread.
-    unit : str
-        The unit of ``value`` (``"FLOP/s"``, ``"B/s"``, ``"s"``); for a
-        Measurement it may be omitted, and must be ``"s"`` if given.
-    spread : tuple of float, optional
-        ``(q25, q75)`` of ``value``, in its unit; for a Measurement, taken from it.
-    page : str, optional
-        The page's name; by default the running script's (``sys.argv[0]``,
-        which sphinx-gallery sets to the page it runs).
-    size : str, int, float or bool, optional
-        The problem size (``8192``, ``"4096x8192x2048"``): shown with the
-        figure, not part of what identifies it across devices.
-    peak : str, optional
-        The device peak the figure is a share of (:data:`PEAK_NAMES`).
-    x : float, optional
-        The figure's position on a sweep; :func:`gpuguide.plotting.plot_sweep`
-        records its points so.
-    **config : str, int, float or bool
-        What identifies the figure beside its name: ``dtype="bf16", mode="eager"``.
+    ``name`` and the ``config`` keywords (``dtype="bf16"``: str, int, finite
+    float or bool) identify the figure across devices, with the ``page`` (by
+    default the running script's name, ``sys.argv[0]``, which sphinx-gallery
+    sets). ``value`` is a :class:`~gpuguide.timing.Measurement` (its median
+    time in ``"s"``), a :class:`~gpuguide.timing.Rate` (its value and unit), a
+    :class:`~gpuguide.verdicts.Comparison` (its speed-up, ``"x"``), each with
+    its own spread, or a number with its ``unit`` and optional ``spread``
+    ``(q25, q75)``. ``size`` is shown with the figure but does not identify it;
+    ``peak`` names the device peak it is a share of (:data:`PEAK_NAMES`); ``x``
+    is its position on a sweep (:func:`gpuguide.plotting.plot_sweep`).
 
-    Returns
-    -------
-    Result
-        What was recorded. Recording the same page, name and configuration
-        again replaces it.
-
-    Raises
-    ------
-    ValueError
-        If ``name`` or ``unit`` is empty, the value or spread is not a finite
-        number, a configuration value has another type, or no page is given
-        and none can be derived.
-
-    Notes
-    -----
-    The figure is kept in memory (:func:`recorded`). When ``GPUGUIDE_RECORD``
-    names a file, it is also written there at once (:func:`flush`), so a page
-    that fails later keeps what it recorded before.
+    Recording the same figure again replaces it. When ``GPUGUIDE_RECORD`` names
+    a file, the figure is written there at once, so a page that fails later
+    keeps it. Raises ``ValueError`` for an empty name or unit, a value or
+    spread that is not finite, a configuration value of another type or no
+    page to name; :class:`ResultsFileError` if ``GPUGUIDE_RECORD`` names an
+    invalid file or one of another device.
     """
-    if isinstance(value, Measurement):
-        if unit not in (None, "s"):
-            msg = f"unit must be 's' (or omitted) for a Measurement, got {unit!r}"
-            raise ValueError(msg)
-        if spread is not None:
-            msg = f"spread must be omitted for a Measurement, got {spread!r}"
-            raise ValueError(msg)
-        unit, number = "s", value.median_s
-        spread = (value.q25_s, value.q75_s)
-    else:
-        if unit is None:
-            msg = f"unit must be given for a number, got None (recording {name!r})"
-            raise ValueError(msg)
-        number = value
+    number, unit, spread = _figure(value, unit, spread)
     result = Result(
-        page=default_page() if page is None else page,
-        name=name,
-        value=number,
-        unit=unit,
-        spread=spread,
-        config=config,
-        size=size,
-        x=x,
-        peak=peak,
-    )
+        page=_default_page() if page is None else page, name=name, value=number,
+        unit=unit, spread=spread, config=config, size=size, x=x, peak=peak,
+    )  # fmt: skip
     _recorded.pop(result.key, None)
     _recorded[result.key] = result
-    if recording_path() is not None:
-        flush()
+    target = _recording_path()
+    if target is not None:
+        _flush(target, current_device())
     return result
 
 
@@ -1014,52 +655,21 @@ def clear() -> None:
     _recorded.clear()
 
 
-def flush(
-    path: str | os.PathLike[str] | None = None,
-    *,
-    device: DeviceRecord | None = None,
-) -> Path | None:
-    """Write what this process recorded into a results file.
-
-    The pages recorded here replace their entries in the file; other pages'
-    entries stay. The file's provenance becomes this run's.
-
-    Parameters
-    ----------
-    path : str or path-like, optional
-        The file; by default the one ``GPUGUIDE_RECORD`` names.
-    device : DeviceRecord, optional
-        The provenance; by default :func:`current_device`.
-
-    Returns
-    -------
-    Path or None
-        The file written; None when there was nothing to write or nowhere to
-        write it.
-
-    Raises
-    ------
-    ResultsFileError
-        If the file exists but is not a valid results file, or holds results
-        of another device (each device records into its own file).
-    """
-    target = Path(path) if path is not None else recording_path()
-    if target is None or not _recorded:
-        return None
-    device = device or _recording_device()
+def _flush(target: Path, device: DeviceRecord) -> Path:
+    """Write what this process recorded into ``target``: its pages' figures
+    replace theirs, the other pages' stay; the provenance becomes this run's."""
     mine = recorded()
-    pages = {r.page for r in mine}
     kept: tuple[Result, ...] = ()
     if target.exists():
         existing = load(target)
         if existing.device.key != device.key:
-            raise _fail(
-                os.fspath(target),
-                f"holds results of {existing.device.short_name} "
-                f"({existing.device.kind}), but this run is on {device.short_name} "
-                f"({device.kind}); record each device into its own file",
+            theirs = f"{existing.device.short_name} ({existing.device.kind})"
+            problem = (
+                f"holds results of {theirs}, but this run is on {device.short_name} "
+                f"({device.kind}); record each device into its own file"
             )
+            raise _fail(os.fspath(target), problem)
+        pages = {r.page for r in mine}
         kept = tuple(r for r in existing.results if r.page not in pages)
-    # Sorted by page; the sort is stable, so each page keeps its own order.
-    ordered = sorted((*kept, *mine), key=lambda r: r.page)
-    return save(ResultsFile(device=device, results=tuple(ordered)), target)
+    ordered = sorted((*kept, *mine), key=lambda r: r.page)  # stable: pages keep order
+    return save(ResultsFile(device, tuple(ordered)), target)

@@ -27,6 +27,7 @@ __all__ = [
     "format_rate",
     "format_ratio",
     "format_time",
+    "format_value",
     "significant",
     "time_unit",
 ]
@@ -212,3 +213,15 @@ def format_ratio(x: float | None) -> str:
         # A whole number: keep its three significant digits ("1.00x").
         text = f"{rounded:.{decimals}f}"
     return f"{text}x"
+
+
+def format_value(value: float, unit: str) -> str:
+    """A figure in its unit: ``"612 TFLOP/s"``, ``"1.20 ms"``, ``"16.0 MiB"``,
+    ``"2.50x"``; any other unit follows three significant digits."""
+    if unit == "s":
+        return format_time(value)
+    if unit == "B":
+        return format_bytes(value)
+    if unit.endswith("/s"):
+        return format_rate(value, unit)
+    return f"{significant(value)}x" if unit == "x" else f"{significant(value)} {unit}"

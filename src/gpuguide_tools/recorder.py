@@ -10,7 +10,7 @@ device's file as it was and the run exits non-zero, naming the page.
 
 Usage::
 
-    python -m gpuguide.recorder [--examples examples] [--results docs/results]
+    python -m gpuguide_tools.recorder [--examples examples] [--results docs/results]
         [--example NAME ...] [--merge] [--timeout SECONDS]
 """
 
@@ -18,30 +18,40 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 from gpuguide.host import usable_cpus
-from gpuguide.peaks import device_peaks
-from gpuguide.recordings import RESULTS_DIR_ENV, file_name, forget_recordings, load_dir
+from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.results import (
+    PEAK_NAMES,
     RECORD_ENV,
+    Result,
     ResultsFile,
     ResultsFileError,
     current_device,
     load,
-    merge,
-    peak_figures,
+    load_dir,
     save,
-    with_measured_ceilings,
 )
 
-__all__ = ["busy_warning", "finish_recording", "main", "pages", "record_pages"]
+__all__ = [
+    "busy_warning",
+    "finish_recording",
+    "main",
+    "merge",
+    "pages",
+    "peak_figures",
+    "record_pages",
+    "with_measured_ceilings",
+]
 
 
 def pages(examples: Path, names: Sequence[str] = ()) -> list[Path]:
@@ -123,7 +133,7 @@ def record_pages(
     say = log
     results.mkdir(parents=True, exist_ok=True)
     load_dir(results)  # a broken folder stops the run before it starts
-    target = results / file_name(current_device())
+    target = results / current_device().file_name
     busy = busy_warning()
     if busy:
         say(busy)
@@ -132,7 +142,6 @@ def record_pages(
         env = {
             **os.environ,
             RECORD_ENV: os.fspath(fresh),
-            RESULTS_DIR_ENV: os.fspath(results.resolve()),
             "MPLBACKEND": "Agg",
             "PYTHONFAULTHANDLER": "1",
             # files a page writes for download (traces) stay out of the examples
@@ -148,7 +157,7 @@ def record_pages(
                 say(tail)
                 failed.append(script.stem)
         return finish_recording(
-            fresh,
+            load(fresh) if fresh.exists() else None,
             results,
             failed=failed,
             merge_runs=merge_runs,
@@ -158,7 +167,7 @@ def record_pages(
 
 
 def finish_recording(
-    fresh: Path,
+    new: ResultsFile | None,
     results: Path,
     *,
     failed: Sequence[str] = (),
@@ -166,32 +175,30 @@ def finish_recording(
     partial: bool = False,
     log: Callable[[str], object] = print,
 ) -> Path:
-    """Turn a scratch recording into the device's file in ``results``.
+    """Turn a fresh recording into the device's file in ``results``.
 
-    ``fresh`` is the file the pages recorded into (``GPUGUIDE_RECORD``), by
-    :func:`record_pages` or by a docs build that records
-    (``nox -s docs -- --record``). It is validated, a CPU's peaks are measured
-    (once, here, not inside a page) and the result replaces the device's file,
-    atomically; with ``partial`` (some pages only) it replaces those pages'
-    figures and keeps the others'; with ``merge_runs`` it is merged with the
-    file into medians with their spread (:func:`gpuguide.results.merge`).
+    ``new`` is what the pages recorded, by :func:`record_pages` or by a docs
+    build that records (``nox -s docs -- --record``). A CPU's peaks are
+    measured (once, here, not inside a page), a GPU's are its datasheet's, and
+    the result replaces the device's file, atomically; with ``partial`` (some
+    pages only) it replaces those pages' figures and keeps the others'; with
+    ``merge_runs`` it is merged with the file into medians with their spread
+    (:func:`merge`).
 
     Returns the file written. Raises ``RuntimeError`` when ``failed`` names
     pages or nothing was recorded (the results folder is then left untouched),
     and :class:`gpuguide.results.ResultsFileError` for an invalid file.
     """
-    target = results / file_name(current_device())
+    target = results / (new.device if new else current_device()).file_name
     if failed:
         msg = (
             f"{len(failed)} page(s) failed: {', '.join(failed)}; {target} is unchanged"
         )
         raise RuntimeError(msg)
-    if not fresh.exists():
+    if new is None or not new.results:
         msg = f"no page recorded a figure; {target} is unchanged"
         raise RuntimeError(msg)
-    new = load(fresh)
-    target = results / file_name(new.device)
-    if not new.device.peaks:  # a CPU's: measured once, here, not inside a page
+    if not new.device.peaks:
         peaks = peak_figures(device_peaks())
         new = ResultsFile(replace(new.device, peaks=peaks), new.results)
     new = with_measured_ceilings(new)
@@ -201,7 +208,6 @@ def finish_recording(
     elif partial and target.exists():
         new = _keep_other_pages(load(target), new)
     save(new, target)
-    forget_recordings()
     log(f"wrote {len(new.results)} figures of {len(new.pages)} pages to {target}")
     return target
 
@@ -214,10 +220,92 @@ def _keep_other_pages(old: ResultsFile, new: ResultsFile) -> ResultsFile:
     return ResultsFile(device=new.device, results=tuple(ordered))
 
 
+def peak_figures(peaks: Peaks) -> dict[str, float]:
+    """A :class:`gpuguide.peaks.Peaks` as a results file's ``"peaks"``: the
+    figures named in :data:`gpuguide.results.PEAK_NAMES` that are known."""
+    figures: dict[str, float | None] = {
+        **peaks.flops,
+        "memory": peaks.memory_bandwidth_bytes_per_s,
+        "host_link": peaks.host_link_bytes_per_s,
+    }
+    return {k: v for k, v in figures.items() if k in PEAK_NAMES and v is not None}
+
+
+def with_measured_ceilings(results_file: ResultsFile) -> ResultsFile:
+    """A CPU's file with each peak raised to the best rate recorded against it.
+
+    A CPU's peaks are the best rates measured on it
+    (:func:`gpuguide.peaks.measure_cpu_peaks`), so a page or the check-up that
+    finds a faster shape has found the ceiling; shares of it then read at most
+    100%. A GPU's datasheet peaks are returned unchanged.
+    """
+    device = results_file.device
+    if device.kind != "cpu" or not device.peaks:
+        return results_file
+    peaks = dict(device.peaks)
+    for r in results_file.results:
+        if r.peak in peaks and r.unit.endswith("/s"):
+            peaks[r.peak] = max(peaks[r.peak], r.value)
+    return ResultsFile(replace(device, peaks=peaks), results_file.results)
+
+
+def _when(date: str) -> datetime:
+    when = datetime.fromisoformat(date[:-1] + "+00:00" if date.endswith("Z") else date)
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def merge(files: Sequence[ResultsFile]) -> ResultsFile:
+    """Combine runs of one device into medians with their spread.
+
+    For each figure (page, name and configuration): the median of the runs'
+    values, a spread from the lowest ``q25`` to the highest ``q75`` (a run
+    without a spread counts with its value), and the runs summed. A figure
+    only some runs have is kept as it is; the provenance is the most recent
+    run's. Raises ``ValueError`` for no files, two devices, or one figure in
+    two units.
+    """
+    if not files:
+        msg = "files must hold at least one results file, got none"
+        raise ValueError(msg)
+    first = files[0].device
+    for other in files[1:]:
+        if other.device.key != first.key:
+            msg = (
+                f"files must be of one device, got {first.short_name} "
+                f"({first.kind}) and {other.device.short_name} ({other.device.kind})"
+            )
+            raise ValueError(msg)
+    groups: dict[object, list[Result]] = {}
+    for results_file in files:
+        for result in results_file.results:
+            groups.setdefault(result.key, []).append(result)
+    merged: list[Result] = []
+    for group in groups.values():
+        head = group[0]
+        units = sorted({r.unit for r in group})
+        if len(units) > 1:
+            msg = f"{head.page}: {head.name} must have one unit in every run, got {', '.join(units)}"
+            raise ValueError(msg)
+        if len(group) == 1:
+            merged.append(head)
+            continue
+        lows = [r.spread[0] if r.spread else r.value for r in group]
+        highs = [r.spread[1] if r.spread else r.value for r in group]
+        value = statistics.median(r.value for r in group)
+        merged.append(
+            replace(
+                head, value=value, spread=(min(lows), max(highs)),
+                runs=sum(r.runs for r in group), size=group[-1].size,
+            )
+        )  # fmt: skip
+    latest = max((f.device for f in files), key=lambda d: _when(d.date))
+    return ResultsFile(device=latest, results=tuple(merged))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; returns the exit status."""
     parser = argparse.ArgumentParser(
-        prog="python -m gpuguide.recorder",
+        prog="python -m gpuguide_tools.recorder",
         description="Run the guide's pages on this device and record their figures.",
     )
     parser.add_argument("--examples", type=Path, default=Path("examples"))

@@ -13,15 +13,18 @@ Measures, with the same helpers as the pages that teach them:
 
 Each figure is printed with its share of the device's peak (the datasheet for
 a GPU, the measured ceiling for a CPU) and beside the same figure of every
-recorded device (``GPUGUIDE_RESULTS_DIR`` or ``--results``). ``--json`` prints
-a results file instead (:mod:`gpuguide.results`, the same schema), whose
-figures carry the pages' names, so that it can be compared with, or merged
-into, a recording.
+recorded device (``GPUGUIDE_RESULTS_DIR`` or ``--results``), with how it
+compares with this device's own recording (:func:`against_recording`, which
+the site's "Recorded results" sections use too). ``--json`` prints a results
+file instead (:mod:`gpuguide.results`, the same schema), whose figures carry
+the pages' names, so that it can be compared with, or merged into, a
+recording.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -35,26 +38,21 @@ from gpuguide.chapters.roofline import streaming_elements
 from gpuguide.device import describe_device, pick_device, provenance
 from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.quiet import ignore_torch_internal_warnings
-from gpuguide.recordings import (
-    RESULTS_DIR_ENV,
-    against_recording,
-    format_value,
-    load_dir,
-    results_dir,
-)
 from gpuguide.results import (
+    RESULTS_DIR_ENV,
     DeviceRecord,
     Result,
     ResultsFile,
     dumps,
-    peak_figures,
-    with_measured_ceilings,
+    load_dir,
 )
 from gpuguide.tables import Table
 from gpuguide.timing import Measurement, benchmark
+from gpuguide.units import format_ratio, format_value
 from gpuguide.verdicts import interleave
+from gpuguide_tools.recorder import peak_figures, with_measured_ceilings
 
-__all__ = ["MATMUL_DTYPES", "checkup", "main", "report"]
+__all__ = ["MATMUL_DTYPES", "against_recording", "checkup", "main", "report"]
 
 #: name -> (dtype, TF32 allowed), as the dtypes page names its variants.
 MATMUL_DTYPES: dict[str, tuple[torch.dtype, bool]] = {
@@ -265,6 +263,48 @@ def checkup(device: torch.device, *, levels: int = 2) -> ResultsFile:
     return with_measured_ceilings(ResultsFile(device=record, results=tuple(figures)))
 
 
+def _bounds(result: Result) -> tuple[float, float]:
+    return result.spread if result.spread is not None else (result.value, result.value)
+
+
+def _direction(unit: str, up: bool) -> str:
+    """The word for a figure that grew (``up``) or fell: a time that grew is slower."""
+    if unit == "s":
+        return "slower" if up else "faster"
+    if unit.endswith("/s"):
+        return "faster" if up else "slower"
+    return "higher" if up else "lower"
+
+
+def against_recording(live: Result, recording: Result, *, sizes: bool = True) -> str:
+    """How a figure of this run compares with the same device's recording.
+
+    ``"within its spread"`` when the two interquartile ranges overlap, else
+    the difference with its direction: ``"12% slower"`` for a time that grew or
+    a rate that fell, ``"3.1x faster"`` for a multiple, ``"higher"``/
+    ``"lower"`` for other units. A time or an amount (``"s"``, ``"B"``)
+    measured at another size is not compared; a rate or a ratio is, marked
+    "(other size)", unless ``sizes`` is False (the check-up's rates, which do
+    not depend on the size once it is large enough).
+    """
+    if live.unit != recording.unit:
+        return f"not comparable: {live.unit} here, {recording.unit} recorded"
+    other_size = sizes and live.size != recording.size
+    if other_size and live.unit in ("s", "B"):  # a time or an amount grows with size
+        return "not comparable: other size"
+    note = " (other size)" if other_size else ""
+    (low, high), (rec_low, rec_high) = _bounds(live), _bounds(recording)
+    if low <= rec_high and rec_low <= high:
+        return "within its spread" + note
+    up = live.value > recording.value
+    ratio = live.value / recording.value if recording.value else 0.0
+    if ratio <= 0:  # a zero, or opposite signs: a direction, not a factor
+        return _direction(live.unit, up) + note
+    factor = max(ratio, 1 / ratio)
+    amount = f"{abs(ratio - 1) * 100:.0f}%" if factor < 2 else format_ratio(factor)
+    return f"{amount} {_direction(live.unit, up)}{note}"
+
+
 def _label(result: Result) -> str:
     config = " ".join(str(v) for v in result.config.values())
     return f"{result.name} {config}".strip()
@@ -353,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--levels must be >= 1, got {args.levels}")
     try:
         device = pick_device(args.device)
-        folder = args.results or results_dir()
+        folder = args.results or os.environ.get(RESULTS_DIR_ENV, "").strip()
         recorded = tuple(load_dir(folder).values()) if folder else ()
     except (RuntimeError, ValueError) as error:  # ResultsFileError is a ValueError
         print(f"python -m gpuguide: error: {error}", file=sys.stderr)

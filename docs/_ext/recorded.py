@@ -1,0 +1,174 @@
+"""Tables of recorded results for the site: each page's section, the results page.
+
+Not part of the gpuguide package: rendering for the docs build. The build adds a
+"Recorded results" section to every example page (``results_page.py``) with
+:func:`recorded_table`: the figures the page recorded while it ran in this
+build, beside each recorded device's (``docs/results``), and where one of them
+is this build's device, how this build compares with its recording
+(:func:`gpuguide_tools.checkup.against_recording`). The "Results across
+devices" page shows :func:`devices_table` and one :func:`page_table` per page.
+Sweep points (figures with an ``x``) are left out of every table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from gpuguide.results import ConfigValue, DeviceRecord, Result, ResultsFile
+from gpuguide.tables import Table
+from gpuguide.units import format_value
+from gpuguide_tools.checkup import against_recording
+
+__all__ = ["device_label", "devices_table", "page_table", "recorded_table"]
+
+
+def device_label(device: DeviceRecord) -> str:
+    """``"H100 SXM5 (recorded 2026-11-20, torch 2.11.0, CUDA 12.8, gpuguide
+    0.1.0 (f4b16f4))"``; the gpuguide part only where the file names it, and
+    "vector ISA not recorded" for a CPU whose file does not name its ISA."""
+    parts = [f"recorded {device.date[:10]}", f"torch {device.torch}"]
+    if device.cuda:
+        parts.append(f"CUDA {device.cuda}")
+    if device.gpuguide is not None:
+        parts.append(device.gpuguide_label)
+    if device.kind == "cpu" and device.isa is None:
+        parts.append("vector ISA not recorded")
+    if device.small:
+        parts.append("small sizes")
+    return f"{device.short_name} ({', '.join(parts)})"
+
+
+def _headlines(results_file: ResultsFile | None, page: str) -> dict[object, Result]:
+    """A file's headline figures of ``page`` (no sweep points), by key."""
+    if results_file is None:
+        return {}
+    return {r.key: r for r in results_file.for_page(page) if not r.is_sweep_point}
+
+
+def _figure(result: Result) -> str:
+    config = ", ".join(f"{k} {v}" for k, v in result.config.items())
+    return f"{result.name}, {config}" if config else result.name
+
+
+def _size(size: ConfigValue | None) -> str:
+    """A size as a page shows it: powers of two from 1024 up as ``2^k``."""
+    whole = isinstance(size, int) and not isinstance(size, bool)
+    if whole and size >= 1024 and size & (size - 1) == 0:  # type: ignore[operator]
+        return f"2^{size.bit_length() - 1}"  # type: ignore[union-attr]
+    return str(size)
+
+
+def _cell(result: Result | None) -> str:
+    if result is None:
+        return "-"
+    text = format_value(result.value, result.unit)
+    return f"{text} ({_size(result.size)})" if result.size is not None else text
+
+
+def recorded_table(
+    page: str, live: ResultsFile | None, files: Sequence[ResultsFile]
+) -> Table | None:
+    """A page's headline figures in this build next to each recorded device's.
+
+    Parameters
+    ----------
+    page : str
+        The page (``"plot_dtype_throughput"``).
+    live : ResultsFile or None
+        What the page recorded when it ran for this build, with this build's
+        device; None when the page was not run (``plot_gallery=0``).
+    files : sequence of ResultsFile
+        The recorded devices (``docs/results``).
+
+    Returns
+    -------
+    Table or None
+        A row per figure (sizes in parentheses), a "this build" column, one
+        column per recorded device with figures of the page, and a "this build
+        against its recording" column where one of them is this build's device
+        (the same kind, short name and, for a CPU, vector ISA). None when no
+        recorded device has a headline figure of the page.
+    """
+    shown = [(f, _headlines(f, page)) for f in files]
+    shown = [(f, by_key) for f, by_key in shown if by_key]
+    if not shown:
+        return None
+    mine = _headlines(live, page)
+    rows_by_key = dict(mine)
+    for _, by_key in shown:
+        for key, result in by_key.items():
+            rows_by_key.setdefault(key, result)
+    own = None
+    if live is not None:
+        own = next((b for f, b in shown if f.device.key == live.device.key), None)
+    header = ["figure", *(["this build"] if live else [])]
+    header += [f"{f.device.short_name} [rec]" for f, _ in shown]
+    header += ["this build against its recording"] if own is not None else []
+    rows = []
+    for key, result in rows_by_key.items():
+        now = mine.get(key)
+        row = [_figure(result), *([_cell(now)] if live else [])]
+        row += [_cell(by_key.get(key)) for _, by_key in shown]
+        if own is not None:
+            then = own.get(key)
+            row.append(against_recording(now, then) if now and then else "-")
+        rows.append(tuple(row))
+    return Table(header=tuple(header), rows=tuple(rows))
+
+
+def _percent_of_peak(result: Result, device: DeviceRecord) -> float | None:
+    if result.peak is None or result.peak not in device.peaks:
+        return None
+    return 100.0 * result.value / device.peaks[result.peak]
+
+
+def page_table(page: str, files: Sequence[ResultsFile]) -> Table | None:
+    """One page's headline figures on every recorded device, with % of its peak
+    (a CPU's measured ceiling, a GPU's datasheet figure); None when no file
+    has a headline figure of the page."""
+    columns = [(f, _headlines(f, page)) for f in files]
+    columns = [(f, by_key) for f, by_key in columns if by_key]
+    if not columns:
+        return None
+    keys: dict[object, Result] = {}
+    for _, by_key in columns:
+        for key, result in by_key.items():
+            keys.setdefault(key, result)
+    rows = []
+    for key, result in keys.items():
+        row = [_figure(result)]
+        for f, by_key in columns:
+            found = by_key.get(key)
+            pct = _percent_of_peak(found, f.device) if found else None
+            row.append(
+                _cell(found) if pct is None else f"{_cell(found)}, {pct:.0f}% of peak"
+            )
+        rows.append(tuple(row))
+    header = ("figure", *(f.device.short_name for f, _ in columns))
+    return Table(header=header, rows=tuple(rows))
+
+
+def _gpuguide_cell(device: DeviceRecord) -> str:
+    """``"0.1.0 (f4b16f4)"``, ``"0.1.0 (commit unknown)"``, or ``"-"`` (not recorded)."""
+    if device.gpuguide is None:
+        return "-"
+    return device.gpuguide_label.removeprefix("gpuguide ")
+
+
+def devices_table(files: dict[Path, ResultsFile]) -> Table:
+    """One row per results file (:func:`gpuguide.results.load_dir`): device,
+    torch, CUDA, driver, the gpuguide version and commit, date, sizes, headline
+    figures and file name."""
+    rows = tuple(
+        (
+            f.device.short_name, f.device.kind, f.device.torch, f.device.cuda or "-",
+            f.device.driver or "-", _gpuguide_cell(f.device), f.device.date[:10],
+            "small" if f.device.small else "full",
+            str(sum(not r.is_sweep_point for r in f.results)), path.name,
+        )
+        for path, f in files.items()
+    )  # fmt: skip
+    header = ("device", "kind", "torch", "CUDA", "driver", "gpuguide", "recorded",
+              "sizes", "figures", "file")  # fmt: skip
+    return Table(header=header, rows=rows)
