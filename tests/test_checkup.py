@@ -19,12 +19,12 @@ import torch
 from conftest import CPU_RECORD, H100_RECORD
 
 from gpuguide import results
-from gpuguide.chapters.mamf import MatmulShape, ShapeRate, ShapeSearch
 from gpuguide.peaks import GPU_PEAKS
 from gpuguide.results import PEAK_NAMES, RESULTS_DIR_ENV, Result, ResultsFile
 from gpuguide.timing import Measurement
 from gpuguide_tools import checkup
 from gpuguide_tools.checkup import against_recording
+from gpuguide_tools.mamf import MatmulShape, ShapeRate, ShapeSearch
 
 H100 = replace(H100_RECORD, peaks={"fp32": 6.7e13, "memory": 3.35e12})
 CPU = replace(CPU_RECORD, peaks={"fp32": 1e11, "memory": 1e10})

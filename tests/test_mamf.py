@@ -1,4 +1,4 @@
-"""Tests for gpuguide.chapters.mamf: the shape grid, the rate statistic, the search.
+"""Tests for gpuguide_tools.mamf: the shape grid, the rate statistic, the search.
 
 A fake benchmark gives every shape a known rate, so that the search is tested
 without timing anything; the CUDA path runs with stand-in tensors.
@@ -11,8 +11,10 @@ import math
 import pytest
 import torch
 
-from gpuguide.chapters import mamf
-from gpuguide.chapters.mamf import (
+from gpuguide.sizes import SizeBudget
+from gpuguide.timing import Measurement
+from gpuguide_tools import mamf
+from gpuguide_tools.mamf import (
     FASTEST_CALLS,
     MatmulShape,
     ShapeRate,
@@ -21,8 +23,6 @@ from gpuguide.chapters.mamf import (
     probe_flops_per_s,
     search_matmul_shapes,
 )
-from gpuguide.sizes import SizeBudget
-from gpuguide.timing import Measurement
 
 
 def _measurement(times, label="x"):

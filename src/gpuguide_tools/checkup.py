@@ -3,7 +3,7 @@
 Measures, with the same helpers as the pages that teach them:
 
 - matmul throughput per dtype, the best of a small shape search
-  (:func:`gpuguide.chapters.mamf.search_matmul_shapes`, as on the dtypes page);
+  (:func:`gpuguide_tools.mamf.search_matmul_shapes`, as on the dtypes page);
 - device memory bandwidth, a large ``x + y`` (the roofline page's streaming
   size, :func:`gpuguide.chapters.roofline.streaming_elements`);
 - host-device bandwidth, pageable and pinned (CUDA only, as on the transfers page);
@@ -33,7 +33,6 @@ from pathlib import Path
 
 import torch
 
-from gpuguide.chapters.mamf import search_matmul_shapes
 from gpuguide.chapters.roofline import streaming_elements
 from gpuguide.device import describe_device, pick_device, provenance
 from gpuguide.peaks import Peaks, device_peaks
@@ -50,6 +49,7 @@ from gpuguide.tables import Table
 from gpuguide.timing import Measurement, benchmark
 from gpuguide.units import format_ratio, format_value
 from gpuguide.verdicts import interleave
+from gpuguide_tools.mamf import search_matmul_shapes
 from gpuguide_tools.recorder import peak_figures, with_measured_ceilings
 
 __all__ = ["MATMUL_DTYPES", "against_recording", "checkup", "main", "report"]

@@ -2,8 +2,6 @@
 
 - :mod:`~gpuguide.chapters.data`: a synthetic image dataset with a CPU-cost knob
   (data loading).
-- :mod:`~gpuguide.chapters.mamf`: the best matmul rate a device reaches, from a
-  small search over shapes (the check-up; the dtypes page shows its own search).
 - :mod:`~gpuguide.chapters.roofline`: the roofline plot (efficiency patterns).
 - :mod:`~gpuguide.chapters.compiling`: starting ``torch.compile``, keeping its
   autotune tables and logs off the page, its recompilation log, and a step's host

@@ -26,7 +26,7 @@ times only ``torch.mm(a, b, out=out)``; TF32 is whatever
 
 Examples
 --------
->>> from gpuguide.chapters.mamf import MatmulShape
+>>> from gpuguide_tools.mamf import MatmulShape
 >>> shape = MatmulShape(4096, 4096, 8192)
 >>> str(shape), shape.flop
 ('4096x4096x8192', 274877906944)
