@@ -451,3 +451,27 @@ def test_sphinx_gallery_reruns_only_when_the_fingerprint_changes(
     assert ran() == ["one", "two"]
     assert "gpuguide: re-executing every example: helpers " in log
     assert "small mode" not in log
+
+
+def test_what_a_removed_example_generated_is_removed(tmp_path):
+    examples, gallery = tmp_path / "examples", tmp_path / "auto_examples"
+    (examples / "01_a").mkdir(parents=True)
+    (examples / "01_a" / "plot_kept.py").write_text('"""Kept\n====\n"""\n')
+    thumbs = gallery / "01_a" / "images" / "thumb"
+    thumbs.mkdir(parents=True)
+    made = {}
+    for stem in ("plot_kept", "plot_gone"):
+        made[stem] = [
+            gallery / "01_a" / f"{stem}{suffix}"
+            for suffix in (".rst", ".py", ".ipynb", ".codeobj.json", ".zip")
+        ] + [
+            gallery / "01_a" / "images" / f"sphx_glr_{stem}_001.png",
+            thumbs / f"sphx_glr_{stem}_thumb.png",
+        ]
+        for path in made[stem]:
+            path.write_text("x")
+    gone = gallery_hooks.remove_orphans(examples, gallery)
+    assert sorted(gone) == sorted(made["plot_gone"])
+    assert not any(path.exists() for path in made["plot_gone"])
+    assert all(path.exists() for path in made["plot_kept"])
+    assert gallery_hooks.remove_orphans(examples, tmp_path / "nowhere") == []

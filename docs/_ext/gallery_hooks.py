@@ -70,6 +70,7 @@ __all__ = [
     "quiet_build_log",
     "record_after_build",
     "record_fingerprint",
+    "remove_orphans",
     "reset_torch_state",
     "sources_digest",
 ]
@@ -587,6 +588,33 @@ def record_after_build(app: Any, exception: BaseException | None) -> Path | None
     return record_fingerprint(pending["stamp"], pending["fingerprint"])
 
 
+def remove_orphans(examples: str | Path, gallery: str | Path) -> list[Path]:
+    """Delete what sphinx-gallery generated for examples that no longer exist.
+
+    A page that was renamed, split or removed leaves its ``.rst``, notebook,
+    script copy and images in the gallery folder, and Sphinx then warns that
+    the old ``.rst`` is in no toctree (a failed build under ``-W``). Returns
+    the files deleted.
+    """
+    examples, gallery = Path(examples), Path(gallery)
+    if not gallery.is_dir():
+        return []
+    gone: list[Path] = []
+    for rst in sorted(gallery.glob("*/plot_*.rst")):
+        chapter, stem = rst.parent.name, rst.stem
+        if (examples / chapter / f"{stem}.py").exists():
+            continue
+        images = rst.parent / "images"
+        for path in (
+            *rst.parent.glob(f"{stem}.*"),
+            *images.glob(f"sphx_glr_{stem}_*"),
+            *(images / "thumb").glob(f"sphx_glr_{stem}_thumb.*"),
+        ):
+            path.unlink()
+            gone.append(path)
+    return gone
+
+
 def connect_fingerprint(app: Any, *, filename_pattern: str) -> None:
     """Connect :func:`check_fingerprint` and :func:`record_after_build` to ``app``.
 
@@ -595,6 +623,13 @@ def connect_fingerprint(app: Any, *, filename_pattern: str) -> None:
     """
 
     def check(app: Any) -> None:
+        conf = app.config.sphinx_gallery_conf
+        for examples, gallery in zip(
+            conf["examples_dirs"], conf["gallery_dirs"], strict=True
+        ):
+            source = Path(app.srcdir) / examples
+            for path in remove_orphans(source, Path(app.srcdir) / gallery):
+                _logger.info(f"gpuguide: removed {path.name}: its example is gone")
         check_fingerprint(app, filename_pattern=filename_pattern)
 
     # After sphinx-gallery fills in plot_gallery (priority 10), before it runs
