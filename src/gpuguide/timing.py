@@ -90,6 +90,9 @@ _RECORD_S = 5e-6
 class Measurement:
     """Times of repeated calls of one operation, with named statistics.
 
+    Quantiles interpolate linearly between the sorted times (numpy's default,
+    ``statistics.quantiles(..., method="inclusive")``).
+
     Parameters
     ----------
     label : str
@@ -103,9 +106,6 @@ class Measurement:
         ``"wall-clock+sync"``.
     warmup_calls : int, optional
         Untimed calls before the timed ones.
-
-    Quantiles interpolate linearly between the sorted times (numpy's default,
-    ``statistics.quantiles(..., method="inclusive")``).
     """
 
     label: str
