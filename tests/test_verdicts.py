@@ -88,6 +88,31 @@ def test_compare_rejects_non_measurements_and_zero_times():
         compare(m("a", 0.0, 0.0, 0.0), m("b", 1.0))
 
 
+@pytest.mark.parametrize(
+    ("median", "expected"),
+    [(5.0, "above"), (2.0, "within"), (1.5, "within"), (1.2, "below"), (0.5, "below")],
+)
+def test_against_a_quoted_range(median, expected):
+    base = around("eager", 10.0, 0.1)
+    c = compare(around("compiled", 10.0 / median, 0.05 / median), base)
+    assert c.against(1.5, 3.0) == expected
+
+
+def test_against_a_range_straddled_by_the_spread_is_within():
+    # Median 3.3x, but the interval reaches below 3x: not "above".
+    c = compare(around("c", 1.0, 0.2), around("e", 3.3, 0.1))
+    assert c.speedup > 3.0
+    assert c.against(1.5, 3.0) == "within"
+
+
+def test_against_checks_the_range():
+    c = compare(around("a", 1.0, 0.1), around("b", 2.0, 0.1))
+    with pytest.raises(ValueError, match="high must be >= low"):
+        c.against(3.0, 1.5)
+    with pytest.raises(ValueError, match="low must be"):
+        c.against(0.0, 1.5)
+
+
 # ---------------------------------------------------------------- break_even
 
 

@@ -8,6 +8,8 @@ again, so a difference counts only when it is larger than the calls' own spread
   intervals, and a verdict: ``"faster"`` or ``"slower"`` only when the intervals
   are apart and the medians differ by at least :data:`MIN_EFFECT` (5%: two
   builds on one GPU differ by a few percent), else ``"no measurable difference"``;
+- :meth:`Comparison.against` places the ratio above, within or below a quoted
+  range ("speed-ups of 1.5-3x are typical");
 - :func:`break_even` gives the uses after which a one-off cost pays for itself,
   or ``None`` when the saving per use is within the spread;
 - :func:`interleave` times variants in rounds, in a rotating order, so that a
@@ -87,6 +89,20 @@ class Comparison:
         if not self.measurable:
             return f"{NO_DIFFERENCE} ({spread})"
         return f"{format_ratio(self.speedup)} ({spread})"
+
+    def against(self, low: float, high: float) -> str:
+        """``"above"`` or ``"below"`` a quoted range ``low``-``high`` (x) when the
+        whole interval of the speed-up is outside it, else ``"within"``."""
+        low = checks.positive("low", low)
+        high = checks.positive("high", high)
+        if high < low:
+            msg = f"high must be >= low, got low={low!r}, high={high!r}"
+            raise ValueError(msg)
+        if self.low > high:
+            return "above"
+        if self.high < low:
+            return "below"
+        return "within"
 
     def __str__(self) -> str:
         a, b = self.subject.label, self.baseline.label
