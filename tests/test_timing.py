@@ -76,7 +76,6 @@ def test_measurement_statistics_match_numpy_linear_quantiles():
     data = np.array(times)
     assert m.n == 7
     assert m.median_s == pytest.approx(np.median(data))
-    assert m.mean_s == pytest.approx(np.mean(data))
     assert m.min_s == 0.001
     assert m.max_s == 0.010
     assert m.q25_s == pytest.approx(np.quantile(data, 0.25))
@@ -84,7 +83,6 @@ def test_measurement_statistics_match_numpy_linear_quantiles():
     assert m.iqr_s == pytest.approx(np.quantile(data, 0.75) - np.quantile(data, 0.25))
     assert m.relative_iqr == pytest.approx(m.iqr_s / np.median(data))
     assert m.median_ms == pytest.approx(np.median(data) * 1e3)
-    assert m.median_us == pytest.approx(np.median(data) * 1e6)
     for q in (0.0, 0.1, 0.33, 0.9, 1.0):
         assert m.quantile(q) == pytest.approx(np.quantile(data, q))
     # statistics.quantiles(method="inclusive") is the same definition.

@@ -1,17 +1,11 @@
 """Files an example writes for its readers to download: traces, snapshots.
 
-Some measurements are better explored than printed: a profiler trace opens in
-Perfetto, a CUDA memory snapshot in PyTorch's memory viewer. An example writes
-such a file to :func:`artifact_path` and ends a cell with
-:func:`download_link`; on the built page that cell shows a download link.
-
-Where the files go depends on how the example runs:
-
-- Run as a script or a notebook, files land in the current directory and the
-  link points there.
-- In the docs build, ``docs/conf.py`` sets ``GPUGUIDE_ARTIFACT_DIR`` (where to
-  write) and ``GPUGUIDE_ARTIFACT_URL`` (the link prefix, relative to an example
-  page), and copies the directory into the HTML output when the build ends.
+A profiler trace opens in Perfetto, a CUDA memory snapshot in PyTorch's memory
+viewer: an example writes such a file to :func:`artifact_path` and ends a cell
+with :func:`download_link`, which the built page shows as a download link. Run as
+a script, files land in the current directory; the docs build sets
+``GPUGUIDE_ARTIFACT_DIR`` (where to write) and ``GPUGUIDE_ARTIFACT_URL`` (the
+link prefix) and copies the files into the site.
 """
 
 from __future__ import annotations
@@ -31,19 +25,11 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def artifact_path(name: str) -> Path:
-    """Where an example should write a file readers can download.
+    """Where an example should write a file readers can download (the folder exists).
 
-    Parameters
-    ----------
-    name
-        A plain file name (letters, digits, ``.``, ``_``, ``-``), unique across
-        the guide, e.g. ``"memory_snapshot.pickle"``.
-
-    Returns
-    -------
-    pathlib.Path
-        ``$GPUGUIDE_ARTIFACT_DIR/name`` in the docs build, ``./name`` otherwise.
-        The directory exists when this returns.
+    ``name`` is a plain file name unique across the guide
+    (``"memory_snapshot.pickle"``): ``$GPUGUIDE_ARTIFACT_DIR/name`` in the docs
+    build, ``./name`` otherwise.
     """
     if not _NAME.match(name):
         msg = f"name must be a plain file name, got {name!r}"
@@ -55,15 +41,8 @@ def artifact_path(name: str) -> Path:
 
 @dataclass(frozen=True)
 class DownloadLink:
-    """A file written by an example, shown as a download link on its page.
-
-    Attributes
-    ----------
-    path
-        Where the file was written.
-    text
-        What the link says, e.g. ``"profiler trace (JSON, open in Perfetto)"``.
-    """
+    """A file an example wrote at ``path``, shown as a download link on its page that
+    says ``text`` (``"profiler trace (JSON, open in Perfetto)"``)."""
 
     path: Path
     text: str
@@ -96,17 +75,10 @@ class DownloadLink:
 
 
 def download_link(path: str | os.PathLike[str], text: str) -> DownloadLink:
-    """Offer a file that an example wrote for download.
+    """Offer a file an example wrote (at :func:`artifact_path`) for download.
 
-    End a cell with the returned object: sphinx-gallery renders it as a link on
-    the page; ``print`` shows where the file is.
-
-    Parameters
-    ----------
-    path
-        The file, usually from :func:`artifact_path`. It must exist.
-    text
-        What the file is, e.g. ``"memory snapshot (pickle)"``.
+    End a cell with the result: the page shows a link that says what the file
+    is (``text``, e.g. ``"memory snapshot (pickle)"``); ``print`` shows the path.
     """
     path = Path(path)
     if not path.is_file():

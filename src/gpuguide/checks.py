@@ -20,7 +20,8 @@ import math
 import operator
 from typing import SupportsIndex, cast
 
-__all__ = ["fraction", "integer", "non_negative", "positive"]
+# The checks of the package's own functions: pages do not need them.
+__all__ = ()
 
 
 def integer(name: str, value: object, *, minimum: int | None = None) -> int:

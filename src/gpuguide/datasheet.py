@@ -1,17 +1,15 @@
 """Datasheet figures of the GPUs gpuguide knows, and how to recognise each one.
 
-Two tables of plain data. :data:`FIGURES` has one row per GPU variant: dense
-peak compute per precision (without the 2:4 sparsity datasheets often quote),
-memory bandwidth and host link bandwidth, and the source of the figures (a key
-of :data:`SOURCES`). FP64 has two columns: the vector rate, and the tensor-core
-rate of A100, H100 and H200, on which cuBLAS runs fp64 matmuls there. :data:`NAMES` says how CUDA names each variant, with the SM count and memory
-that tell variants of one name apart. :func:`identify_gpu` reads the second to
-find a row of the first; a GPU it does not recognise gets no figures, never
-guessed ones. A foundation module: it imports nothing else from gpuguide.
+:data:`FIGURES` has one row per GPU variant: dense peaks per precision (without
+the 2:4 sparsity datasheets often quote; fp64 both as vector and tensor-core
+rate), memory and host-link bandwidth, and a key of :data:`SOURCES`.
+:data:`NAMES` says how CUDA names each variant, with the SM count and memory
+that tell variants apart; :func:`identify_gpu` reads it, and an unknown GPU gets
+no figures, never guessed ones. A foundation module: it imports nothing else
+from gpuguide.
 
 Examples
 --------
->>> from gpuguide.datasheet import FIGURES, identify_gpu
 >>> identify_gpu("NVIDIA H100 80GB HBM3", 132, 85_045_379_072)
 'H100 SXM5'
 >>> FIGURES[0].variant, FIGURES[0].bf16_tflops, FIGURES[0].fp64_tensor_tflops
@@ -23,14 +21,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-__all__ = [
-    "FIGURES",
-    "NAMES",
-    "SOURCES",
-    "GPUFigures",
-    "GPUName",
-    "identify_gpu",
-]
+__all__ = ["FIGURES"]
 
 
 class GPUFigures(NamedTuple):
@@ -146,8 +137,7 @@ _VENDOR_WORDS = frozenset({"nvidia", "tesla", "geforce"})
 
 
 def _normalise(name: str) -> str:
-    """Lower-case GPU name without vendor words: ``"NVIDIA A100-SXM4-80GB"`` ->
-    ``"a100 sxm4 80gb"``."""
+    """Lower-case GPU name without vendor words: ``"a100 sxm4 80gb"``."""
     words = re.sub(r"[\s_\-]+", " ", name.lower()).split()
     while words and words[0] in _VENDOR_WORDS:
         words.pop(0)
@@ -157,24 +147,9 @@ def _normalise(name: str) -> str:
 def identify_gpu(
     name: str, sm_count: int | None, total_memory_bytes: int | None
 ) -> str | None:
-    """The variant a GPU is, from what CUDA reports; None when it is not known.
-
-    Parameters
-    ----------
-    name : str
-        The name CUDA reports, e.g. ``"NVIDIA H100 80GB HBM3"``.
-    sm_count : int or None
-        ``multi_processor_count``; when given it must match the variant's.
-    total_memory_bytes : int or None
-        ``total_memory``; when given it must fit the variant's memory size.
-
-    Returns
-    -------
-    str or None
-        A :data:`FIGURES` variant (``"H100 SXM5"``). None for any other name,
-        and when the SM count or memory contradict the name (a MIG slice, a
-        cut-down part): peaks are never guessed.
-    """
+    """The :data:`FIGURES` variant (``"H100 SXM5"``) a GPU is, from CUDA's name, SM
+    count and memory (each must match where given); None for any other name, or
+    when the SMs or memory contradict it (a MIG slice, a cut-down part)."""
     normalised = _normalise(name)
     for rule in NAMES:
         if normalised not in rule.names:

@@ -1,22 +1,15 @@
 """Pick the device to run on and describe it, for labels and provenance lines.
 
-:func:`pick_device` chooses where an example runs (an explicit choice, then the
-``GPUGUIDE_DEVICE`` environment variable, then CUDA, MPS and the CPU). On a CUDA
-device it also caps this process's allocator at ``GPUGUIDE_GPU_MEMORY`` where that
-is set (:func:`apply_memory_cap`), so that a large GPU runs a page as a smaller
-one would.
-:func:`describe_device` collects what a reader needs to judge a measurement: the
-GPU model and variant (SM count, memory, compute capability), the torch, CUDA and
-driver versions, the host CPU with its thread counts and vector instruction set,
-and the gpuguide version and commit (:mod:`gpuguide.version`). :func:`provenance`
-turns that into the one line printed under every measurement.
+:func:`pick_device` chooses where a page runs (an explicit choice, then
+``GPUGUIDE_DEVICE``, then CUDA, MPS, the CPU) and caps a CUDA allocator at
+``GPUGUIDE_GPU_MEMORY`` (:func:`apply_memory_cap`), so a large GPU runs a page
+as a smaller one would. :func:`describe_device` collects what a reader needs to
+judge a measurement (GPU model and variant, torch, CUDA and driver versions, the
+host CPU, the gpuguide commit), and :func:`provenance` makes it the one line
+printed under every measurement.
 
 Examples
 --------
->>> from gpuguide.device import describe_device, provenance
->>> info = describe_device("cpu")
->>> info.type
-'cpu'
 >>> provenance("cpu").startswith("Measured on CPU ")
 True
 """
@@ -39,24 +32,12 @@ from gpuguide.env import (
     small_mode,
 )
 from gpuguide.units import format_bytes
-from gpuguide.version import (
-    VersionInfo,
-    __version__,
-    describe_version,
-    version_label,
-)
+from gpuguide.version import __version__, describe_version, version_label
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = [
-    "DeviceInfo",
-    "apply_memory_cap",
-    "as_device",
-    "describe_device",
-    "pick_device",
-    "provenance",
-]
+__all__ = ["DeviceInfo", "describe_device", "pick_device", "provenance"]
 
 _SUPPORTED_TYPES = ("cuda", "mps", "cpu")
 
@@ -64,13 +45,8 @@ _SUPPORTED_TYPES = ("cuda", "mps", "cpu")
 _applied_caps: dict[int, int | None] = {}
 
 
-# --------------------------------------------------------------------------------------
-# Choosing a device
-# --------------------------------------------------------------------------------------
-
-
 def _mps_available() -> bool:
-    """Whether this torch build can use Apple's Metal (MPS) backend here."""
+    """Whether this torch build can use Apple's MPS backend here."""
     import torch
 
     mps = getattr(torch.backends, "mps", None)
@@ -117,30 +93,18 @@ def _check_available(device: torch.device) -> torch.device:
 def pick_device(prefer: str | torch.device | None = None) -> torch.device:
     """Choose the device to run on.
 
-    Parameters
-    ----------
-    prefer : str or torch.device, optional
-        An explicit choice such as ``"cuda"``, ``"cuda:1"``, ``"mps"`` or
-        ``"cpu"``. It wins over everything else.
-
-    Returns
-    -------
-    torch.device
-        ``prefer`` if given; else the ``GPUGUIDE_DEVICE`` environment variable if
-        set; else the current CUDA device if CUDA is available; else ``mps`` if
-        available; else ``cpu``. CUDA devices always carry an index (``cuda:0``),
-        and their allocator is capped at ``GPUGUIDE_GPU_MEMORY`` where that is
-        set (:func:`apply_memory_cap`).
+    ``prefer`` (``"cuda:1"``, ``"mps"``, ``"cpu"``...) if given; else
+    ``GPUGUIDE_DEVICE`` if set; else the current CUDA device, else MPS, else
+    the CPU. A CUDA device carries its index and its allocator is capped
+    (:func:`apply_memory_cap`).
 
     Raises
     ------
     RuntimeError
-        If the chosen device (from ``prefer`` or the environment) is not
-        available here, e.g. ``"cuda"`` on a machine without CUDA.
+        If the chosen device is not available here.
     ValueError
-        If the choice is not a device string, or names a device type other than
-        cuda, mps or cpu; or if ``GPUGUIDE_GPU_MEMORY`` is not a size or more
-        than the chosen GPU has.
+        If the choice names no cuda, mps or cpu device, or
+        ``GPUGUIDE_GPU_MEMORY`` is not a size or more than the GPU has.
     """
     import torch
 
@@ -170,39 +134,17 @@ def pick_device(prefer: str | torch.device | None = None) -> torch.device:
 def apply_memory_cap(device: str | torch.device) -> int | None:
     """Cap this process's CUDA allocator on ``device`` at ``GPUGUIDE_GPU_MEMORY``.
 
-    The cap lets a large GPU prove that a page fits a smaller one: with
-    ``GPUGUIDE_GPU_MEMORY=16GiB`` on an 80 GB GPU, the pages plan their sizes
-    with at most 16 GiB (:func:`gpuguide.sizes.free_memory_bytes`) and the
-    allocator raises ``torch.OutOfMemoryError`` beyond it, through
-    ``torch.cuda.set_per_process_memory_fraction(cap / total, device)``. It is set
-    once per device, and again only when the variable changes. The allocator's
-    limit counts what it reserves, not the CUDA context (several hundred MiB
-    that a real card of that size also has to hold).
+    With ``GPUGUIDE_GPU_MEMORY=16GiB`` on an 80 GB GPU, pages plan with at most
+    16 GiB (:func:`gpuguide.sizes.free_memory_bytes`) and the allocator raises
+    ``torch.OutOfMemoryError`` beyond it
+    (``torch.cuda.set_per_process_memory_fraction``; the CUDA context is not
+    counted). Set once per device, again when the variable changes; in small
+    mode an unset variable caps at :data:`gpuguide.env.SMALL_GPU_MEMORY`.
+    :func:`pick_device` calls it for every CUDA device it returns.
 
-    :func:`pick_device` calls it for every CUDA device it returns; call it
-    yourself only for a CUDA device you did not get from there.
-
-    Parameters
-    ----------
-    device : str or torch.device
-        The device; anything but CUDA is left alone (CPU and MPS ignore the
-        variable). ``"cuda"`` without an index means the current device.
-
-    In small mode (``GPUGUIDE_SMALL``) an unset variable caps the allocator at
-    :data:`gpuguide.env.SMALL_GPU_MEMORY` (8 GiB, at most the GPU's memory).
-
-    Returns
-    -------
-    int or None
-        The cap in bytes, or None on CPU and MPS and when the variable is unset
-        (outside small mode).
-
-    Raises
-    ------
-    ValueError
-        If ``GPUGUIDE_GPU_MEMORY`` is not a size (:func:`gpuguide.env.parse_bytes`)
-        or is more than the GPU's memory; the message names the variable, the
-        cap and the GPU's memory.
+    Returns the cap in bytes; None off CUDA and when no cap applies. Raises a
+    ``ValueError`` naming the variable when it is not a size or is more than the
+    GPU's memory.
     """
     import torch
 
@@ -236,63 +178,21 @@ def apply_memory_cap(device: str | torch.device) -> int | None:
     return cap
 
 
-# --------------------------------------------------------------------------------------
-# Describing a device
-# --------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class DeviceInfo:
     """What a measurement ran on: the device, its software stack and the host CPU.
 
-    Attributes
-    ----------
-    type : str
-        ``"cuda"``, ``"mps"`` or ``"cpu"``.
-    name : str
-        The device name: the GPU name as CUDA reports it (``"NVIDIA H100 80GB
-        HBM3"``), ``"Apple M2 GPU (MPS)"``, or the CPU model.
-    variant : str or None
-        The :data:`gpuguide.datasheet.FIGURES` variant this GPU was identified as
-        (``"H100 SXM5"``), ``None`` when unknown or not a GPU.
-    index : int or None
-        The CUDA device index; ``None`` elsewhere.
-    sm_count : int or None
-        Streaming multiprocessors (CUDA only).
-    total_memory_bytes : int or None
-        Device memory as CUDA reports it, in bytes (CUDA only).
-    compute_capability : tuple of int or None
-        ``(major, minor)``, e.g. ``(9, 0)`` (CUDA only).
-    torch_version : str
-        ``torch.__version__``.
-    cuda_version : str or None
-        The CUDA version torch was built with, ``None`` for CPU-only builds.
-    driver_version : str or None
-        The NVIDIA driver version where it could be read (CUDA only).
-    cpu_model : str
-        The host CPU model.
-    cpu_cores : int or None
-        Physical cores of the host, ``None`` where they could not be derived.
-    cpu_threads : int
-        Logical CPUs this process may use.
-    torch_threads : int
-        Threads torch uses for intra-op parallelism on the CPU.
-    python_version : str
-        ``platform.python_version()``.
-    memory_cap_bytes : int or None
-        The GPU memory this process may allocate, from ``GPUGUIDE_GPU_MEMORY``
-        (:func:`apply_memory_cap`); None when uncapped (CUDA only).
-    cpu_isa : str or None
-        The host CPU's widest vector instruction set (``"AVX2"``, ``"AVX-512
-        BF16"``, ``"AMX"``, ``"NEON"``: :func:`gpuguide.host.vector_isa`, else
-        ``torch.backends.cpu.get_cpu_capability()``); None where unknown.
-    gpuguide_version : str
-        The version of these helpers.
-    gpuguide_commit : str or None
-        The commit they were built from (:func:`gpuguide.version.describe_version`);
-        None when unknown.
-    gpuguide_dirty : bool
-        Whether that checkout had uncommitted changes.
+    ``type`` is ``"cuda"``, ``"mps"`` or ``"cpu"``; ``name`` the GPU's name as
+    CUDA reports it, ``"Apple M2 GPU (MPS)"`` or the CPU model; ``variant`` the
+    datasheet variant (``"H100 SXM5"``) where identified. CUDA only (else None):
+    ``index``, ``sm_count``, ``total_memory_bytes``, ``compute_capability``
+    (``(9, 0)``), ``driver_version`` and ``memory_cap_bytes``
+    (:func:`apply_memory_cap`). ``cuda_version`` is torch's build's (None for a
+    CPU-only build). The host: ``cpu_model``, ``cpu_cores`` (physical, None where
+    unknown), ``cpu_threads`` (usable logical CPUs), ``torch_threads``,
+    ``cpu_isa`` (widest vector ISA: ``"AVX2"``, ``"AVX-512 BF16"``, ``"NEON"``).
+    ``gpuguide_version``, ``gpuguide_commit`` and ``gpuguide_dirty`` name the
+    helpers (:func:`gpuguide.version.describe_version`).
     """
 
     type: str
@@ -318,9 +218,8 @@ class DeviceInfo:
 
     @property
     def short_name(self) -> str:
-        """A short label for figures and a device's identity across results files:
-        ``"H100 SXM5"``, the GPU name, or the CPU with what decides its speed,
-        ``"CPU: AMD EPYC, 2 threads, AVX-512 BF16"``."""
+        """A label for figures and a device's identity across results files:
+        ``"H100 SXM5"``, the GPU name, or ``"CPU: AMD EPYC, 2 threads, AVX2"``."""
         if self.type == "cpu":
             label = f"CPU: {self.cpu_model}, {_count(self.cpu_threads, 'thread')}"
             return f"{label}, {self.cpu_isa}" if self.cpu_isa else label
@@ -347,8 +246,8 @@ def _count(n: int, noun: str) -> str:
 
 
 def _torch_cpu_isa() -> str | None:
-    """The vector ISA torch's CPU kernels use (``"AVX512"`` -> ``"AVX-512"``), for
-    hosts without ``/proc/cpuinfo``; None where torch reports only its default."""
+    """The vector ISA torch's CPU kernels use (``"AVX-512"``), for hosts without
+    ``/proc/cpuinfo``; None where torch reports only its default."""
     import torch
 
     try:
@@ -361,13 +260,11 @@ def _torch_cpu_isa() -> str | None:
     return {"AVX512": "AVX-512"}.get(capability, capability)
 
 
-def _host_fields(
-    cpuinfo_text: str | None = None, version: VersionInfo | None = None
-) -> dict[str, Any]:
+def _host_fields(cpuinfo_text: str | None = None) -> dict[str, Any]:
     """The DeviceInfo fields that describe the host and software, for any device."""
     import torch
 
-    version = version or describe_version()
+    version = describe_version()
     return {
         "torch_version": str(torch.__version__),
         "cuda_version": torch.version.cuda,
@@ -393,10 +290,8 @@ def _describe_cuda(
     cpuinfo_text: str | None = None,
     memory_cap_bytes: int | None = None,
 ) -> DeviceInfo:
-    """Describe CUDA device ``index`` from ``props``, which has what
-    ``torch.cuda.get_device_properties(index)`` has (name, SM count, memory,
-    compute capability), the software versions, ``/proc/cpuinfo`` text and the
-    memory cap in force."""
+    """Describe CUDA device ``index`` from ``props`` (as
+    ``torch.cuda.get_device_properties`` gives) and the software versions."""
     name = _clean(str(props.name))
     sm_count = int(props.multi_processor_count)
     total_memory_bytes = int(props.total_memory)
@@ -438,37 +333,17 @@ def _describe_host(device_type: str, cpuinfo_text: str | None = None) -> DeviceI
 
 
 def as_device(device: str | torch.device | None) -> torch.device:
-    """``device`` as a ``torch.device``; ``None`` picks one with :func:`pick_device`.
-
-    Unlike :func:`pick_device`, an explicit device is not checked for being
-    available, so code can be driven with a stand-in backend in tests.
-    """
+    """``device`` as a ``torch.device``, unchecked (tests drive stand-in backends);
+    None picks one with :func:`pick_device`."""
     import torch
 
     return pick_device() if device is None else torch.device(device)
 
 
 def describe_device(device: str | torch.device | None = None) -> DeviceInfo:
-    """Describe a device, its software stack and the host CPU.
+    """Describe a device (:func:`pick_device`'s when omitted), its software and host.
 
-    Parameters
-    ----------
-    device : str or torch.device, optional
-        The device to describe; :func:`pick_device` chooses when omitted.
-
-    Returns
-    -------
-    DeviceInfo
-        For CUDA, the GPU's name, identified variant, SM count, memory and
-        compute capability, the driver version where it can be read, and the
-        ``GPUGUIDE_GPU_MEMORY`` cap, which describing the device applies.
-
-    Raises
-    ------
-    RuntimeError
-        If the device is not available here.
-    ValueError
-        If ``GPUGUIDE_GPU_MEMORY`` is not a size or more than the GPU has.
+    Applies the ``GPUGUIDE_GPU_MEMORY`` cap on CUDA; raises as :func:`pick_device`.
     """
     import torch
 
@@ -486,16 +361,8 @@ def describe_device(device: str | torch.device | None = None) -> DeviceInfo:
     return _describe_host(resolved.type)
 
 
-# --------------------------------------------------------------------------------------
-# Provenance line
-# --------------------------------------------------------------------------------------
-
-
 def _utc_stamp(now: datetime | None) -> str:
-    """``now`` (default: the current time) as ``"2026-11-21 10:42 UTC"``.
-
-    A naive ``now`` is taken to be in UTC already.
-    """
+    """``now`` (default: the current time; naive means UTC) as ``"2026-11-21 10:42 UTC"``."""
     if now is None:
         now = datetime.now(timezone.utc)
     elif now.tzinfo is not None:
@@ -508,31 +375,16 @@ def provenance(
     *,
     now: datetime | None = None,
 ) -> str:
-    """One line that says what a measurement ran on, and when.
+    """One line that says what a measurement ran on, and when (``now``, in UTC).
 
-    Parameters
-    ----------
-    device : str, torch.device or DeviceInfo, optional
-        The device (described with :func:`describe_device`), or a description
-        already made. :func:`pick_device` chooses when omitted.
-    now : datetime, optional
-        The time to print; the current time by default. Printed in UTC (a naive
-        datetime is taken to be UTC).
-
-    Returns
-    -------
-    str
-        A single line starting with ``"Measured on "``, e.g. ``"Measured on
-        NVIDIA H100 80GB HBM3 [H100 SXM5] (132 SMs, 79.2 GiB, compute capability
-        9.0) | torch 2.13.0 | CUDA 12.8 | driver 570.86.15 | gpuguide 0.1.0
-        (f4b16f4) | 2026-11-21 10:42 UTC"`` (with ``"| GPU memory capped at
-        16.0 GiB"`` after the driver when ``GPUGUIDE_GPU_MEMORY`` caps the
-        GPU), or ``"Measured on CPU Intel(R) Xeon(R) Platinum 8375C (2 cores,
-        2 threads, AVX-512 BF16; torch uses 2 threads) | torch 2.13.0+cpu |
-        CUDA: none (CPU-only run) | gpuguide 0.1.0 (f4b16f4+dirty) | 2026-11-21
-        10:42 UTC"``. The gpuguide part names the commit the helpers were
-        built from, ``+dirty`` when the checkout had uncommitted changes, or
-        ``commit unknown``.
+    ``device`` is described with :func:`describe_device` (or is a
+    :class:`DeviceInfo` already). For example ``"Measured on NVIDIA H100 80GB
+    HBM3 [H100 SXM5] (132 SMs, 79.2 GiB, compute capability 9.0) | torch 2.13.0
+    | CUDA 12.8 | driver 570.86.15 | gpuguide 0.1.0 (f4b16f4) | 2026-11-21
+    10:42 UTC"`` (``| GPU memory capped at 16.0 GiB`` after the driver where
+    capped), or ``"Measured on CPU Intel(R) Xeon(R) Platinum 8375C (2 cores, 2
+    threads, AVX-512 BF16; torch uses 2 threads) | torch 2.13.0+cpu | CUDA: none
+    (CPU-only run) | gpuguide 0.1.0 (f4b16f4+dirty) | 2026-11-21 10:42 UTC"``.
     """
     info = device if isinstance(device, DeviceInfo) else describe_device(device)
     parts: list[str] = []

@@ -10,31 +10,17 @@ import math
 import os
 import re
 
-__all__ = [
-    "ARTIFACT_DIR_ENV",
-    "ARTIFACT_URL_ENV",
-    "DEVICE_ENV",
-    "GPU_MEMORY_ENV",
-    "SMALL_ENV",
-    "SMALL_GPU_MEMORY",
-    "STRICT_PEAKS_ENV",
-    "device_override",
-    "gpu_memory_cap",
-    "parse_bytes",
-    "small_mode",
-    "strict_peaks",
-]
+__all__ = ["small_mode"]
 
 #: ``1``/``true``/``yes``/``on``: tiny sizes and budgets (tests, quick builds).
 SMALL_ENV = "GPUGUIDE_SMALL"
 #: The device to run on (``cpu``, ``cuda:1``, ``mps``) instead of the best one.
 DEVICE_ENV = "GPUGUIDE_DEVICE"
 #: The GPU memory pages may plan with and allocate (``16GiB``), to prove on a large
-#: GPU that every page fits a smaller one. CUDA only; CPU and MPS runs ignore it.
+#: GPU that every page fits a smaller one (CUDA only).
 GPU_MEMORY_ENV = "GPUGUIDE_GPU_MEMORY"
 #: The GPU memory cap in small mode when ``GPUGUIDE_GPU_MEMORY`` is unset (at most
-#: the GPU's memory): small pages need far less, and several of them (the tests,
-#: four at a time) share one GPU without one taking half of it.
+#: the GPU's memory), so that tests running four at a time share one GPU.
 SMALL_GPU_MEMORY = 8 * 2**30
 #: ``1``/``true``/``yes``/``on``: a rate above a datasheet peak is an error
 #: (the guide's own tests); unset, a page flags it and goes on (a reader's GPU).
@@ -61,24 +47,14 @@ _SIZE = re.compile(r"\s*(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?P<unit>[a-z
 
 
 def small_mode() -> bool:
-    """Whether the environment asks for small sizes and short time budgets.
-
-    Returns
-    -------
-    bool
-        True when ``GPUGUIDE_SMALL`` is ``1``, ``true``, ``yes`` or ``on``
-        (case-insensitive).
-    """
+    """Whether ``GPUGUIDE_SMALL`` (``1``, ``true``, ``yes``, ``on``) asks for small
+    sizes and short time budgets."""
     return os.environ.get(SMALL_ENV, "").strip().lower() in _TRUE
 
 
 def strict_peaks() -> bool:
-    """Whether a rate above a datasheet peak must raise (``GPUGUIDE_STRICT_PEAKS``).
-
-    The guide's tests set it: there such a rate is a bug in a datasheet row or
-    a measurement. A reader's GPU may run a little above its row (another
-    clock, power limit or variant), so by default the page goes on.
-    """
+    """Whether a rate above a datasheet peak must raise (``GPUGUIDE_STRICT_PEAKS``,
+    set by the guide's tests; a reader's GPU may run above its row)."""
     return os.environ.get(STRICT_PEAKS_ENV, "").strip().lower() in _TRUE
 
 
@@ -88,40 +64,15 @@ def device_override() -> str | None:
 
 
 def parse_bytes(text: str, *, name: str = GPU_MEMORY_ENV) -> int:
-    """A memory size written by a person, in bytes.
+    """A memory size written by a person, in whole bytes (rounded down).
 
-    Parameters
-    ----------
-    text : str
-        A positive number of bytes (``"17179869184"``), or a number and a unit:
-        ``"16GiB"``, ``"16 GiB"``, ``"16384MiB"``, ``"1.5 GiB"``. Units are
-        case-insensitive. With an ``i`` they are binary (IEC: ``KiB``, ``MiB``,
-        ``GiB``, ``TiB``, also written ``Ki`` ... ``Ti``: powers of 1024); without
-        one they are decimal (SI: ``kB``, ``MB``, ``GB``, ``TB``, also written
-        ``k`` ... ``T``: powers of 1000), so ``"16GB"`` and ``"16G"`` are
-        16,000,000,000 bytes (14.9 GiB), less than ``"16GiB"``.
-    name : str
-        What the size is for, named in the error (by default the variable
-        ``GPUGUIDE_GPU_MEMORY``).
+    A number of bytes, or a number and a case-insensitive unit: binary with an
+    ``i`` (``KiB``...``TiB``, ``Ki``...``Ti``), decimal without (``kB``...``TB``,
+    ``k``...``T``). A ``ValueError`` naming ``name`` refuses anything else and
+    sizes under one byte.
 
-    Returns
-    -------
-    int
-        The size in bytes, rounded down to a whole byte.
-
-    Raises
-    ------
-    ValueError
-        If ``text`` is not a number with an optional known unit, or the size is
-        less than one byte (zero or negative). The message names ``name`` and
-        the text.
-
-    Examples
-    --------
-    >>> parse_bytes("16GiB") == 16 * 2**30
-    True
-    >>> parse_bytes("16 GB")
-    16000000000
+    >>> parse_bytes("16GiB") == 16 * 2**30, parse_bytes("16 GB")
+    (True, 16000000000)
     """
     match = _SIZE.fullmatch(text.lower())
     if match is None:
@@ -152,16 +103,8 @@ def parse_bytes(text: str, *, name: str = GPU_MEMORY_ENV) -> int:
 
 
 def gpu_memory_cap() -> int | None:
-    """The GPU memory cap ``GPUGUIDE_GPU_MEMORY`` asks for, in bytes.
-
-    Returns
-    -------
-    int or None
-        The size (see :func:`parse_bytes` for what it accepts), or None when the
-        variable is unset or empty. A value that is not a size raises a
-        ``ValueError`` naming the variable. Applying the cap to a GPU is
-        :func:`gpuguide.device.apply_memory_cap`'s job.
-    """
+    """The GPU memory cap ``GPUGUIDE_GPU_MEMORY`` asks for in bytes
+    (:func:`parse_bytes`), or None when unset."""
     text = os.environ.get(GPU_MEMORY_ENV, "")
     if not text.strip():
         return None

@@ -1,12 +1,10 @@
-"""Facts about the host machine, read from /proc and the operating system.
+"""Facts about the host machine, read from /proc, /sys and the operating system.
 
-The CPU model, core counts and vector instruction set, the CPUs this process may use, the NVIDIA driver
-version and the memory available, each read without torch. :func:`read_text` is
-the one reader of small text files (``/proc``, ``/sys``) in gpuguide; where a
-file is missing (macOS, a container), each fact falls back to what the platform
-module or a command reports. A foundation module: it imports nothing else from
-gpuguide.
-
+The CPU model, cores and vector instruction set, the CPUs this process may use,
+the NVIDIA driver version and the memory available, each read without torch;
+where a file is missing (macOS, a container), from the platform module or a
+command. :func:`read_text` reads every small text file of gpuguide. A
+foundation module: it imports nothing else from gpuguide.
 """
 
 from __future__ import annotations
@@ -21,16 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "available_memory_bytes",
-    "cpu_model",
-    "driver_version",
-    "last_level_cache_bytes",
-    "physical_cores",
-    "read_text",
-    "usable_cpus",
-    "vector_isa",
-]
+__all__ = ["usable_cpus"]
 
 # Files read here; module-level so tests can point them elsewhere.
 _PROC_CPUINFO = "/proc/cpuinfo"
@@ -47,10 +36,7 @@ _FALLBACK_FREE_BYTES = 2**30
 
 
 def read_text(path: str | os.PathLike[str]) -> str | None:
-    """The contents of a small text file, or None if it cannot be read.
-
-    Bytes that are not UTF-8 are replaced, so a malformed file never raises.
-    """
+    """The contents of a small text file (bad UTF-8 replaced), or None if unreadable."""
     try:
         return Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -60,11 +46,6 @@ def read_text(path: str | os.PathLike[str]) -> str | None:
 def _clean(text: str) -> str:
     """Collapse runs of whitespace (newlines included) into single spaces."""
     return " ".join(text.split())
-
-
-# --------------------------------------------------------------------------------------
-# CPU
-# --------------------------------------------------------------------------------------
 
 
 def _cpuinfo_blocks(cpuinfo_text: str) -> list[dict[str, str]]:
@@ -86,11 +67,8 @@ def _cpuinfo_blocks(cpuinfo_text: str) -> list[dict[str, str]]:
 
 
 def _parse_cpu_model(cpuinfo_text: str) -> str | None:
-    """The CPU model named in ``/proc/cpuinfo`` text, or None.
-
-    Reads ``model name`` (x86, most ARM servers), else ``cpu model``, ``Hardware``,
-    ``Model`` or ``cpu`` (other architectures).
-    """
+    """The CPU model in ``/proc/cpuinfo`` text (``model name`` or another
+    architecture's key), or None."""
     blocks = _cpuinfo_blocks(cpuinfo_text)
     for key in ("model name", "cpu model", "Hardware", "Model", "cpu"):
         for block in blocks:
@@ -101,11 +79,8 @@ def _parse_cpu_model(cpuinfo_text: str) -> str | None:
 
 
 def _parse_physical_cores(cpuinfo_text: str) -> int | None:
-    """Physical cores in ``/proc/cpuinfo`` text: unique (physical id, core id) pairs.
-
-    None when any processor block lacks either id (common on ARM and in some
-    virtual machines), since the count could not be derived.
-    """
+    """Unique (physical id, core id) pairs in ``/proc/cpuinfo`` text; None when a
+    processor lacks either (ARM, some virtual machines)."""
     pairs: set[tuple[str, str]] = set()
     processors = 0
     for block in _cpuinfo_blocks(cpuinfo_text):
@@ -136,9 +111,9 @@ def _darwin_cpu_model() -> str | None:
     return _clean(result.stdout) or None
 
 
-# The widest vector instruction set a CPU flag shows, best first: what decides a
-# CPU's matmul rate more than its model name (in a virtual machine the name can
-# be just "AMD EPYC"). x86 flags are /proc/cpuinfo's "flags", ARM's "Features".
+# Vector instruction sets by CPU flag, widest first: they decide a CPU's matmul rate
+# more than its model name ("AMD EPYC" in a virtual machine). x86's "flags", ARM's
+# "Features".
 _X86_ISAS = (
     ("amx_bf16", "AMX"),
     ("avx512_bf16", "AVX-512 BF16"),
@@ -150,14 +125,8 @@ _ARM_ISAS = (("sve2", "SVE2"), ("sve", "SVE"), ("asimd", "NEON"))
 
 
 def _parse_vector_isa(cpuinfo_text: str) -> str | None:
-    """The widest vector ISA in ``/proc/cpuinfo`` text, or None.
-
-    x86: ``"AMX"``, ``"AVX-512 BF16"``, ``"AVX-512"``, ``"AVX2"`` or ``"AVX"``
-    (each implies the ones after it). ARM: ``"SVE2"``, ``"SVE"`` or ``"NEON"``,
-    with ``" BF16"`` when the CPU has bf16 instructions. Read from the first
-    processor's flags; None when there are none (another architecture, or no
-    flags line).
-    """
+    """The widest vector ISA of the first processor in ``/proc/cpuinfo`` text
+    (ARM's with ``" BF16"`` where it has bf16), or None."""
     for block in _cpuinfo_blocks(cpuinfo_text):
         if "flags" in block:
             flags = set(block["flags"].split())
@@ -172,23 +141,16 @@ def _parse_vector_isa(cpuinfo_text: str) -> str | None:
 
 
 def vector_isa(cpuinfo_text: str | None = None) -> str | None:
-    """The widest vector instruction set of the host CPU, e.g. ``"AVX-512 BF16"``.
-
-    From ``cpuinfo_text`` (``/proc/cpuinfo`` by default); None where that
-    cannot be read or names none (macOS, Windows: :func:`gpuguide.device.describe_device`
-    then asks torch).
-    """
+    """The widest vector instruction set of the host CPU (``"AVX-512 BF16"``) from
+    ``cpuinfo_text`` (``/proc/cpuinfo`` by default); None where not found."""
     if cpuinfo_text is None:
         cpuinfo_text = read_text(_PROC_CPUINFO)
     return _parse_vector_isa(cpuinfo_text) if cpuinfo_text else None
 
 
 def cpu_model(cpuinfo_text: str | None = None) -> str:
-    """The host CPU's model, e.g. ``"AMD EPYC 7B13"``.
-
-    From ``cpuinfo_text`` (``/proc/cpuinfo`` by default), else ``sysctl`` on
-    macOS, else the platform module, else ``"unknown CPU"``.
-    """
+    """The host CPU's model (``"AMD EPYC 7B13"``): from ``cpuinfo_text``
+    (``/proc/cpuinfo`` by default), ``sysctl`` on macOS, the platform module."""
     if cpuinfo_text is None:
         cpuinfo_text = read_text(_PROC_CPUINFO)
     model = _parse_cpu_model(cpuinfo_text) if cpuinfo_text else None
@@ -206,10 +168,9 @@ def physical_cores(cpuinfo_text: str | None = None) -> int | None:
 def usable_cpus() -> int:
     """Number of logical CPUs this process may run on (at least 1).
 
-    The CPUs in the process's affinity mask where the platform has one (Linux:
-    a container or ``taskset`` may allow fewer than the machine has), else
-    ``os.cpu_count()``. DataLoader uses the same count when it warns that
-    ``num_workers`` is larger than the machine can run at once.
+    The process's affinity mask where there is one (a container or ``taskset``
+    may allow fewer than the machine has), else ``os.cpu_count()``: the count
+    DataLoader checks ``num_workers`` against.
     """
     getaffinity = getattr(os, "sched_getaffinity", None)
     if getaffinity is not None:
@@ -233,22 +194,11 @@ def _cache_size_bytes(text: str) -> int | None:
 
 
 def last_level_cache_bytes(root: str | os.PathLike[str] | None = None) -> int | None:
-    """The size of the CPU's last-level caches, all instances together, in bytes.
+    """The CPU's last-level caches, all instances together, in bytes (None where
+    sysfs does not say): two sockets with 32 MiB of L3 each give 64 MiB.
 
-    Read from Linux's ``/sys/devices/system/cpu/cpu*/cache/index*``: the data
-    or unified caches of the highest level, each instance (one per set of CPUs
-    that share it) counted once, so two sockets with 32 MiB of L3 each give
-    64 MiB. A tensor much larger than this streams from main memory.
-
-    Parameters
-    ----------
-    root : path, optional
-        The directory that holds the ``cpu*`` folders (tests pass a fake one).
-
-    Returns
-    -------
-    int or None
-        Bytes; None where sysfs does not say (not Linux, or no cache folders).
+    Read from ``cpu*/cache/index*`` under ``root`` (``/sys/devices/system/cpu``):
+    the data or unified caches of the highest level, each shared instance once.
     """
     base = Path(_SYS_CPU if root is None else root)
     instances: dict[tuple[int, str], int] = {}
@@ -272,17 +222,9 @@ def last_level_cache_bytes(root: str | os.PathLike[str] | None = None) -> int | 
     return sum(size for (level, _), size in instances.items() if level == top)
 
 
-# --------------------------------------------------------------------------------------
-# NVIDIA driver
-# --------------------------------------------------------------------------------------
-
-
 def _parse_driver_version(text: str) -> str | None:
-    """The driver version in ``/proc/driver/nvidia/version`` text, or None.
-
-    The first line reads e.g. ``NVRM version: NVIDIA UNIX x86_64 Kernel Module
-    570.86.15  Wed Jan ...`` or ``... Open Kernel Module for x86_64  570.86.15 ...``.
-    """
+    """The driver version in ``/proc/driver/nvidia/version`` text (``... Kernel
+    Module 570.86.15 ...``), or None."""
     match = re.search(r"Kernel Module\b.*?\s(\d+\.\d+(?:\.\d+)*)\s", text + " ")
     return match.group(1) if match else None
 
@@ -331,17 +273,9 @@ def driver_version() -> str | None:
     return _query_driver_version()
 
 
-# --------------------------------------------------------------------------------------
-# Memory
-# --------------------------------------------------------------------------------------
-
-
 def _meminfo_available_bytes(text: str) -> int | None:
-    """Available memory from the text of ``/proc/meminfo``, in bytes.
-
-    ``MemAvailable`` (Linux >= 3.14) where present, else ``MemFree + Buffers +
-    Cached``; None if neither can be read.
-    """
+    """``MemAvailable`` (else ``MemFree + Buffers + Cached``) in ``/proc/meminfo``
+    text, in bytes; None if neither is there."""
     fields = {
         m.group(1): int(m.group(2)) * 1024
         for m in re.finditer(r"^(\w+):\s+(\d+)\s+kB", text, flags=re.MULTILINE)
@@ -362,12 +296,8 @@ def _cgroup_available_bytes(max_text: str, current_text: str) -> int | None:
 
 
 def available_memory_bytes() -> int:
-    """Host memory available to this process, in bytes.
-
-    ``MemAvailable`` from ``/proc/meminfo``, capped by the room left under a
-    cgroup v2 limit where one is set; else the free pages ``sysconf`` reports;
-    else 1 GiB.
-    """
+    """Host memory available to this process, in bytes: ``MemAvailable`` capped by
+    the room under a cgroup v2 limit, else ``sysconf``'s free pages, else 1 GiB."""
     candidates = []
     meminfo = read_text(_MEMINFO)
     if meminfo is not None:

@@ -1,16 +1,14 @@
 """Measure how much memory a block of code uses, on CUDA, MPS or the CPU.
 
 :func:`track_memory` is a context manager. On CUDA it reads PyTorch's caching
-allocator counters (``torch.cuda.memory_allocated`` and friends), which count the
-bytes held by tensors. On the CPU there is no tensor-level counter, so it reads the
-resident set size (RSS) of the whole process: that includes Python objects, library
-code and memory that the C allocator keeps after a tensor is freed. Each
-:class:`MemoryReport` says in its ``note`` which of these it measured.
+allocator counters, the bytes held by tensors; on the CPU, which has no
+tensor-level counter, the resident set size (RSS) of the whole process, which
+also counts Python objects, libraries and memory the C allocator keeps after a
+free. Each :class:`MemoryReport` says in its ``note`` what it measured.
 
 Examples
 --------
 >>> import torch
->>> from gpuguide.memory import track_memory
 >>> with track_memory("cpu") as tracker:
 ...     x = torch.ones(1024, 1024)
 >>> tracker.report.method
@@ -28,7 +26,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any
 
 from gpuguide.device import as_device
 from gpuguide.host import read_text
@@ -37,13 +35,7 @@ from gpuguide.units import format_bytes
 if TYPE_CHECKING:
     import torch
 
-__all__ = [
-    "MemoryReport",
-    "MemoryTracker",
-    "release_host_memory",
-    "rss_bytes",
-    "track_memory",
-]
+__all__ = ["MemoryReport", "release_host_memory", "rss_bytes", "track_memory"]
 
 # Linux files read for the CPU path; module-level so tests can point them elsewhere.
 _STATM = "/proc/self/statm"
@@ -80,42 +72,15 @@ _RSS_FALLBACK_NOTE = (
 )
 
 
-class _CudaMemoryAPI(Protocol):
-    """The part of ``torch.cuda`` that :class:`MemoryTracker` uses (injectable)."""
-
-    def current_device(self) -> int: ...
-    def synchronize(self, device: Any = None) -> None: ...
-    def reset_peak_memory_stats(self, device: Any = None) -> None: ...
-    def memory_allocated(self, device: Any = None) -> int: ...
-    def max_memory_allocated(self, device: Any = None) -> int: ...
-    def max_memory_reserved(self, device: Any = None) -> int: ...
-
-
-class _MPSMemoryAPI(Protocol):
-    """The part of ``torch.mps`` that :class:`MemoryTracker` uses (injectable)."""
-
-    def synchronize(self) -> None: ...
-    def current_allocated_memory(self) -> int: ...
-
-
 @dataclass(frozen=True)
 class MemoryReport:
-    """Memory used by a block of code.
+    """Memory used by a block of code, in bytes.
 
-    Attributes
-    ----------
-    device : str
-        ``"cpu"``, ``"cuda:0"`` or ``"mps"``.
-    method : str
-        ``"cuda-allocator"``, ``"mps-allocator"`` or ``"process-rss"``.
-    start_bytes, end_bytes : int
-        Memory in use when the block started and when it ended, in bytes.
-    peak_bytes : int or None
-        Absolute high-water mark during the block, in bytes (None where unknown).
-    reserved_peak_bytes : int or None
-        CUDA only: peak bytes reserved by the caching allocator.
-    note : str
-        What the numbers can and cannot see.
+    ``method`` is ``"cuda-allocator"``, ``"mps-allocator"`` or
+    ``"process-rss"``; ``start_bytes`` and ``end_bytes`` the memory in use when
+    the block started and ended; ``peak_bytes`` the high-water mark during it
+    (None where unknown); ``reserved_peak_bytes`` the CUDA allocator's reserved
+    peak (else None); ``note`` what the numbers can and cannot see.
     """
 
     device: str
@@ -176,12 +141,8 @@ def _maxrss_bytes() -> int:
 
 
 def rss_bytes() -> int:
-    """Resident set size of this process, in bytes.
-
-    Bytes of physical memory the whole process holds, from ``/proc/self/statm``
-    on Linux. Where ``/proc`` is unavailable (macOS), the process's peak RSS so
-    far from ``getrusage``, the closest figure the standard library offers.
-    """
+    """Resident set size of this process, in bytes (``/proc/self/statm``; where that
+    is missing, the peak RSS so far from ``getrusage``)."""
     text = read_text(_STATM)
     if text is not None:
         return _statm_rss_bytes(text)
@@ -189,17 +150,11 @@ def rss_bytes() -> int:
 
 
 def release_host_memory() -> bool:
-    """Ask the C allocator to return the memory it keeps from frees to the OS.
+    """Ask the C allocator to return freed memory to the OS (``malloc_trim(0)``).
 
-    glibc keeps many freed blocks for reuse, so the process's RSS stays high
-    after tensors are freed, and a later block's rise in RSS reads too low.
-    Calling ``malloc_trim(0)`` first makes CPU measurements comparable.
-    :func:`track_memory` does it when a CPU block starts.
-
-    Returns
-    -------
-    bool
-        True if ``malloc_trim`` was called (glibc on Linux), False elsewhere.
+    glibc keeps freed blocks, so RSS stays high after tensors are freed and a
+    later block's rise reads too low; :func:`track_memory` trims when a CPU
+    block starts. True if it was called (glibc on Linux).
     """
     trim = _malloc_trim()
     if trim is None:
@@ -267,26 +222,11 @@ _active_lock = threading.Lock()
 
 
 class MemoryTracker:
-    """Tracks memory over a ``with`` block; :attr:`report` is set when it exits.
+    """Tracks memory over a ``with`` block (:func:`track_memory` makes one).
 
-    Usually made by :func:`track_memory`. The tracker is its own context manager.
-
-    Parameters
-    ----------
-    device : torch.device or str or None
-        Device to watch; None picks the default (:func:`gpuguide.device.pick_device`).
-    backend : object, optional
-        For tests: replaces ``torch.cuda`` (CUDA devices) or ``torch.mps`` (MPS)
-        with an object offering the same memory functions.
-
-    Attributes
-    ----------
-    device : str
-        The device as a string (``"cuda:0"``, ``"mps"``, ``"cpu"``).
-    method : str
-        How memory is measured (see :class:`MemoryReport`).
-    report : MemoryReport or None
-        None until the block exits, then the measurement (also when it raised).
+    ``report`` is None until the block exits, then a :class:`MemoryReport` (also
+    when the block raised). ``backend`` replaces ``torch.cuda`` or ``torch.mps``
+    in tests.
     """
 
     report: MemoryReport | None
@@ -323,20 +263,15 @@ class MemoryTracker:
         state = "running or not started" if self.report is None else str(self.report)
         return f"<MemoryTracker {self.device} ({self.method}): {state}>"
 
-    # -- backends ---------------------------------------------------------------
-    def _cuda(self) -> _CudaMemoryAPI:
-        if self._backend is not None:
-            return cast("_CudaMemoryAPI", self._backend)
+    def _cuda(self) -> Any:
         import torch
 
-        return cast("_CudaMemoryAPI", torch.cuda)
+        return torch.cuda if self._backend is None else self._backend
 
-    def _mps(self) -> _MPSMemoryAPI:
-        if self._backend is not None:
-            return cast("_MPSMemoryAPI", self._backend)
+    def _mps(self) -> Any:
         import torch
 
-        return cast("_MPSMemoryAPI", torch.mps)
+        return torch.mps if self._backend is None else self._backend
 
     def _current_peak(self) -> tuple[int, int]:
         """The process-wide peak counters this tracker resets: (peak, reserved)."""
@@ -357,7 +292,6 @@ class MemoryTracker:
                 other._carried_peak = max(other._carried_peak, peak)
                 other._carried_reserved = max(other._carried_reserved, reserved)
 
-    # -- context manager -------------------------------------------------------
     def __enter__(self) -> MemoryTracker:
         self.report = None
         self._carried_peak = self._carried_reserved = 0
@@ -390,78 +324,49 @@ class MemoryTracker:
             self.report = self._finish()
 
     def _finish(self) -> MemoryReport:
+        peak: int | None
+        reserved = None
         if self._type == "cuda":
             cuda = self._cuda()
             cuda.synchronize(self._index)
             end = int(cuda.memory_allocated(self._index))
             peak, reserved = self._current_peak()
-            return MemoryReport(
-                device=self.device,
-                method=self.method,
-                start_bytes=self._start,
-                end_bytes=end,
-                peak_bytes=max(peak, self._carried_peak, end),
-                reserved_peak_bytes=max(reserved, self._carried_reserved),
-                note=_CUDA_NOTE,
-            )
-        if self._type == "mps":
+            peak = max(peak, self._carried_peak, end)
+            reserved = max(reserved, self._carried_reserved)
+            note = _CUDA_NOTE
+        elif self._type == "mps":
             mps = self._mps()
             mps.synchronize()
             end = int(mps.current_allocated_memory())
-            return MemoryReport(
-                device=self.device,
-                method=self.method,
-                start_bytes=self._start,
-                end_bytes=end,
-                peak_bytes=None,
-                reserved_peak_bytes=None,
-                note=_MPS_NOTE,
-            )
-        end = rss_bytes()
-        note = _RSS_NOTE
-        if self._uses_hwm:
-            peak = max(self._current_peak()[0], self._carried_peak, self._start, end)
-            note += _PEAK_HWM_NOTE
+            peak, note = None, _MPS_NOTE
         else:
-            assert self._sampler is not None
-            peak = max(self._sampler.stop(), self._start, end)
-            self._sampler = None
-            note += _PEAK_SAMPLED_NOTE
-        if read_text(_STATM) is None:
-            note += _RSS_FALLBACK_NOTE
+            end = rss_bytes()
+            note = _RSS_NOTE
+            if self._uses_hwm:
+                peak = max(
+                    self._current_peak()[0], self._carried_peak, self._start, end
+                )
+                note += _PEAK_HWM_NOTE
+            else:
+                assert self._sampler is not None
+                peak = max(self._sampler.stop(), self._start, end)
+                self._sampler = None
+                note += _PEAK_SAMPLED_NOTE
+            if read_text(_STATM) is None:
+                note += _RSS_FALLBACK_NOTE
         return MemoryReport(
-            device=self.device,
-            method=self.method,
-            start_bytes=self._start,
-            end_bytes=end,
-            peak_bytes=peak,
-            reserved_peak_bytes=None,
-            note=note,
+            self.device, self.method, self._start, end, peak, reserved, note
         )
 
 
 def track_memory(device: torch.device | str | None = None) -> MemoryTracker:
-    """Measure the memory a ``with`` block uses.
+    """Measure the memory a ``with`` block uses on ``device`` (by default the page's).
 
-    Parameters
-    ----------
-    device : torch.device or str or None
-        Device to watch; None picks the default device
-        (:func:`gpuguide.device.pick_device`).
-
-    Returns
-    -------
-    MemoryTracker
-        A context manager that yields itself; its ``report`` is a
-        :class:`MemoryReport` once the block exits (also when the block raises;
-        the exception propagates).
-
-    Notes
-    -----
-    CUDA: the allocator's counters, its peak statistics reset at the start. MPS:
-    ``current_allocated_memory`` at start and end, no peak. CPU: the process's
-    RSS, its peak from the Linux high-water mark (``clear_refs`` + ``VmHWM``)
-    where the kernel allows resetting it, else from a thread sampling every ~1 ms.
+    Returns a :class:`MemoryTracker` whose ``report`` is a :class:`MemoryReport`
+    once the block exits. CUDA: the allocator's counters, its peak statistics
+    reset at the start. MPS: allocated memory at start and end, no peak. CPU:
+    the process's RSS, its peak from the kernel's high-water mark (``VmHWM``,
+    reset through ``clear_refs``) where allowed, else sampled every ~1 ms.
 
     Examples
     --------

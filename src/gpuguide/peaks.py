@@ -1,36 +1,24 @@
 """Peak compute and bandwidth figures to hold a measurement against.
 
-For NVIDIA GPUs the figures are the rows of :mod:`gpuguide.datasheet` (dense
-tensor-core figures, without the 2:4 sparsity that datasheets often quote; for
-fp64 the FP64 tensor-core figure where the GPU has one, since cuBLAS runs fp64
-matmuls on those cores), looked up by :func:`~gpuguide.datasheet.identify_gpu`
-from the name, SM count and memory that ``torch.cuda.get_device_properties``
-reports. An unknown GPU gets unknown peaks (``known=False``, every figure
-``None``): a figure is never guessed. For a CPU there is no datasheet to trust,
-so :func:`measure_cpu_peaks` measures a ceiling: the best matmul rate over
-several sizes with all of torch's threads, and the best streaming bandwidth.
+A known NVIDIA GPU gets the dense datasheet figures of :mod:`gpuguide.datasheet`
+(for fp64 the FP64 tensor-core figure where there is one: cuBLAS runs fp64
+matmuls there), identified from its name, SM count and memory. An unknown GPU
+gets unknown figures (``known=False``): a peak is never guessed. A CPU has no
+datasheet to trust, so :func:`measure_cpu_peaks` measures a ceiling: the best
+matmul rate over several sizes and the best streaming bandwidth.
 
-A measured rate above a datasheet peak is a bug (a wrong row, or a wrong FLOP
-count or timing) or a GPU that runs above its row (another clock, power limit
-or variant). Where ``GPUGUIDE_STRICT_PEAKS`` is set (the guide's tests),
-:meth:`Peaks.percent_of` raises :class:`PeakExceededError` for it; elsewhere
-(a reader's GPU) it gives no share, and :meth:`Peaks.share` says the rate is
-above the datasheet figure. A measured ceiling is the best rate seen so far,
-so a rate above it is the new best and reads 100%.
-
-All compute rates are in FLOP/s and all bandwidths in bytes/s.
+A rate above a datasheet peak is a wrong row, a wrong FLOP count or timing, or
+a GPU clocked above its row: with ``GPUGUIDE_STRICT_PEAKS`` (the guide's tests)
+:meth:`Peaks.percent_of` raises :class:`PeakExceededError`, elsewhere it gives
+no share and :meth:`Peaks.share` says so. A rate above a measured ceiling is the
+new best and reads 100%. Rates are in FLOP/s, bandwidths in bytes/s.
 
 Examples
 --------
 >>> import torch
->>> from gpuguide.peaks import gpu_peaks
 >>> peaks = gpu_peaks("NVIDIA H100 80GB HBM3", 132, 85_045_379_072)
->>> peaks.name
-'H100 SXM5'
->>> peaks.flops_for(torch.bfloat16)
-989500000000000.0
->>> round(peaks.percent_of(798e12, torch.bfloat16), 1)
-80.6
+>>> peaks.name, peaks.flops_for(torch.bfloat16)
+('H100 SXM5', 989500000000000.0)
 >>> round(peaks.percent_of(59.8e12, torch.float64), 1)  # fp64 tensor cores: 67
 89.3
 """
@@ -53,17 +41,7 @@ from gpuguide.units import format_bytes, format_rate
 if TYPE_CHECKING:
     import torch
 
-__all__ = [
-    "GPU_PEAKS",
-    "PEAK_TOLERANCE",
-    "PeakExceededError",
-    "Peaks",
-    "device_peaks",
-    "gpu_peaks",
-    "measure_cpu_peaks",
-    "percent_of_peak",
-    "streaming_bytes",
-]
+__all__ = ["Peaks", "device_peaks", "percent_of_peak"]
 
 #: The precisions a :class:`Peaks` lists, in this order.
 FLOPS_KEYS: tuple[str, ...] = ("fp64", "fp32", "tf32", "fp16", "bf16")
@@ -80,12 +58,10 @@ _DTYPE_ALIASES: dict[str, str] = {
     for alias in aliases
 }
 
-#: A measured rate may exceed a datasheet peak by this factor before it is an error
-#: (and reads 100% up to it). Datasheet peaks assume the boost clock; timing noise
-#: (CUDA events resolve ~0.5 us) and a board clocked a little above the sheet's boost
-#: can put a measurement slightly above it, but a wrong row or FLOP count is off by
-#: a factor: a vector figure held against tensor cores (2x for fp64 on H100), a
-#: missed factor 2 in FLOP, data served from a cache instead of memory.
+#: How far a rate may exceed a datasheet peak before it is an error (it reads 100%
+#: up to there): timing noise and a board clocked a little above the sheet's boost
+#: stay under it; a wrong row or FLOP count is off by a factor (2x for fp64 held
+#: against the vector units of an H100, a missed factor 2, data from a cache).
 PEAK_TOLERANCE = 1.02
 
 #: Names :meth:`Peaks.percent_of` accepts for the two bandwidths: (attribute, what).
@@ -101,13 +77,8 @@ _UNKNOWN_GPU_SOURCE = (
 _MEASURED_CPU_SOURCE = "measured on this CPU (best achieved, not a datasheet)"
 
 
-# --------------------------------------------------------------------------------------
-# The result object
-# --------------------------------------------------------------------------------------
-
-
 def _check_rate(name: str, value: float | None) -> float | None:
-    """``value`` as a float, or None; it must be finite and > 0."""
+    """``value`` as a float > 0, or None."""
     return None if value is None else checks.positive(name, value)
 
 
@@ -122,27 +93,21 @@ class Peaks:
     Attributes
     ----------
     name : str
-        What the figures describe: a :data:`GPU_PEAKS` key (``"H100 SXM5"``),
-        ``"unknown GPU (<name>)"``, ``"Apple GPU (MPS)"`` or ``"CPU: <model>"``.
+        A datasheet variant (``"H100 SXM5"``), ``"unknown GPU (<name>)"``,
+        ``"Apple GPU (MPS)"`` or ``"CPU: <model>"``.
     flops : Mapping[str, float or None]
-        Peak matmul FLOP/s per precision, keys ``"fp64"``, ``"fp32"``,
-        ``"tf32"``, ``"fp16"``, ``"bf16"`` (dense, no sparsity; tensor-core
-        figures where the GPU has them: ``"fp64"`` is the FP64 tensor-core
-        figure on A100, H100 and H200, the vector figure elsewhere; ``"fp32"``
-        is the vector figure, TF32 being its own key). ``None`` where unknown
-        or unsupported. Read-only; missing keys read ``None``.
-    memory_bandwidth_bytes_per_s : float or None
-        Peak device-memory bandwidth, in bytes/s.
-    host_link_bytes_per_s : float or None
-        Peak host-to-device link bandwidth per direction, in bytes/s.
+        Dense matmul FLOP/s per precision (:data:`FLOPS_KEYS`; tensor-core
+        figures where the GPU has them, ``"fp32"`` the vector one); None where
+        unknown or unsupported. Read-only.
+    memory_bandwidth_bytes_per_s, host_link_bytes_per_s : float or None
+        Device-memory bandwidth, and host-link bandwidth per direction.
     source : str
-        Where the figures come from (a datasheet, or "measured ...").
+        Where the figures come from.
     known : bool
-        ``False`` when the device was not identified and every figure is None.
+        False when the device was not identified (every figure None).
     measured : bool
-        ``True`` for figures measured on this machine (a CPU): the best rates
-        seen, lower bounds on the true peaks. ``False`` for datasheet figures,
-        which are ceilings.
+        True for a CPU's measured ceilings (lower bounds on the true peaks),
+        False for datasheet figures.
     detail : str
         How measured figures were found: sizes, best and median rates, threads.
     """
@@ -171,17 +136,8 @@ class Peaks:
 
     def __hash__(self) -> int:
         rates = (self.memory_bandwidth_bytes_per_s, self.host_link_bytes_per_s)
-        return hash(
-            (
-                self.name,
-                tuple(self.flops.items()),
-                *rates,
-                self.source,
-                self.known,
-                self.measured,
-                self.detail,
-            )
-        )
+        flags = (self.source, self.known, self.measured, self.detail)
+        return hash((self.name, tuple(self.flops.items()), *rates, *flags))
 
     def __repr__(self) -> str:
         rates = ", ".join(
@@ -200,28 +156,12 @@ class Peaks:
     def flops_for(
         self, dtype: torch.dtype | str, *, tf32: bool = False
     ) -> float | None:
-        """The peak FLOP/s for matmuls in ``dtype``.
+        """The peak matmul FLOP/s in ``dtype`` (None where unknown).
 
-        Parameters
-        ----------
-        dtype : torch.dtype or str
-            ``torch.float64``, ``torch.float32``, ``torch.float16`` or
-            ``torch.bfloat16``, or one of ``"fp64"``, ``"fp32"``, ``"tf32"``,
-            ``"fp16"``, ``"bf16"`` (torch names such as ``"float32"`` work too).
-        tf32 : bool
-            Whether fp32 matmuls may use TF32 tensor cores (as with
-            ``torch.backends.cuda.matmul.allow_tf32 = True``): fp32 then reads
-            the TF32 figure.
-
-        Returns
-        -------
-        float or None
-            The peak in FLOP/s, ``None`` where unknown or unsupported.
-
-        Raises
-        ------
-        ValueError
-            For a dtype with no figure here (integer, complex, fp8, ...).
+        ``dtype`` is a floating torch dtype or ``"fp64"``, ``"fp32"``,
+        ``"tf32"``, ``"fp16"``, ``"bf16"`` (or a torch name such as
+        ``"float32"``); with ``tf32=True`` fp32 reads the TF32 figure. Any other
+        dtype raises a ``ValueError``.
         """
         key = _precision_key(dtype)
         if key == "fp32" and tf32:
@@ -231,39 +171,31 @@ class Peaks:
     def percent_of(
         self, rate: float, of: torch.dtype | str, *, tf32: bool = False
     ) -> float | None:
-        """A measured rate as a percentage of the peak it must stay under.
+        """A measured rate as a percentage of its peak, at most 100.
 
         Parameters
         ----------
         rate : float
-            The measured rate: FLOP/s for a precision, bytes/s for a bandwidth.
+            FLOP/s for a precision, bytes/s for a bandwidth.
         of : torch.dtype or str
-            A precision, as for :meth:`flops_for`, or ``"memory"`` or
-            ``"host_link"`` for the two bandwidths.
+            A precision (as for :meth:`flops_for`), ``"memory"`` or ``"host_link"``.
         tf32 : bool
             As for :meth:`flops_for`.
 
         Returns
         -------
         float or None
-            ``100 * rate / peak``; None where the peak is unknown, and for a
-            rate above ``PEAK_TOLERANCE`` times a datasheet peak when
-            ``GPUGUIDE_STRICT_PEAKS`` is not set (:meth:`share` words it).
-            Never above 100: a rate up to :data:`PEAK_TOLERANCE` times a
-            datasheet peak reads 100 (measurement noise), and a rate above a
-            measured ceiling (``measured=True``) is the new best rate, so it
-            reads 100 too.
+            ``100 * rate / peak``: 100 up to :data:`PEAK_TOLERANCE` times a
+            datasheet peak and above a measured one. None where the peak is
+            unknown, or the rate is above the tolerance and
+            ``GPUGUIDE_STRICT_PEAKS`` is unset (:meth:`share` words it).
 
         Raises
         ------
         PeakExceededError
-            Where ``GPUGUIDE_STRICT_PEAKS`` is set (the guide's tests), for a
-            rate above ``PEAK_TOLERANCE`` times a datasheet peak. The message
-            names the device, the precision or bandwidth, the measured and the
-            listed figures: the datasheet row is wrong, or the measurement is.
+            With ``GPUGUIDE_STRICT_PEAKS``, for a rate above the tolerance.
         ValueError
-            For an unknown precision or bandwidth name, or a rate that is
-            negative or not finite.
+            For an unknown precision or bandwidth, or a negative rate.
         """
         what, unit, peak = self._peak(of, tf32)
         rate = checks.non_negative("rate", rate)
@@ -302,14 +234,10 @@ class Peaks:
         tf32: bool = False,
         peak: str = "peak",
     ) -> str:
-        """A measured rate's share of its peak, worded for a sentence.
-
-        ``"77% of peak"`` (``peak`` names it: ``"the link's peak"``);
-        ``"peak unknown"``; and for a rate above the datasheet figure beyond
-        :data:`PEAK_TOLERANCE` (no share printed; an error where
-        ``GPUGUIDE_STRICT_PEAKS`` is set): ``"above the H100 SXM5 datasheet's
-        64.0 GB/s: another clock, power limit or variant"``.
-        """
+        """A rate's share of its peak for a sentence: ``"77% of peak"`` (``peak``
+        names it), ``"peak unknown"``, or for a rate above the datasheet figure
+        ``"above the H100 SXM5 datasheet's 64.0 GB/s for ...: another clock,
+        power limit or variant"``."""
         percent = self.percent_of(rate, of, tf32=tf32)
         if percent is not None:
             return f"{percent:.0f}% of {peak}"
@@ -349,18 +277,8 @@ def _unknown(name: str, source: str = _UNKNOWN_GPU_SOURCE) -> Peaks:
     return Peaks(name=name, flops={}, source=source, known=False)
 
 
-# --------------------------------------------------------------------------------------
-# Datasheet figures
-# --------------------------------------------------------------------------------------
-
-
 def _from_datasheet(row: datasheet.GPUFigures) -> Peaks:
-    """Peaks in FLOP/s and bytes/s from a datasheet row in TFLOP/s and GB/s.
-
-    fp64 is the FP64 tensor-core figure where the row has one: cuBLAS runs fp64
-    matmuls on those cores (A100, H100, H200), so the vector figure is no ceiling
-    for them.
-    """
+    """Peaks in FLOP/s and bytes/s from a datasheet row (fp64: tensor cores if any)."""
     fp64 = row.fp64_tensor_tflops if row.fp64_tensor_tflops else row.fp64_tflops
     tflops = (fp64, row.fp32_tflops, row.tf32_tflops, row.fp16_tflops)
     return Peaks(
@@ -382,28 +300,13 @@ GPU_PEAKS: dict[str, Peaks] = {
 
 
 def gpu_peaks(name: str, sm_count: int | None, total_memory_bytes: int | None) -> Peaks:
-    """Datasheet peaks of a GPU, from what ``torch.cuda.get_device_properties`` says.
-
-    Parameters
-    ----------
-    name, sm_count, total_memory_bytes
-        As for :func:`gpuguide.datasheet.identify_gpu`.
-
-    Returns
-    -------
-    Peaks
-        The :data:`GPU_PEAKS` entry, or ``known=False`` peaks named
-        ``"unknown GPU (<name>)"`` with every figure ``None``.
-    """
+    """Datasheet peaks of a GPU from its name, SM count and memory
+    (:func:`~gpuguide.datasheet.identify_gpu`); unknown peaks named
+    ``"unknown GPU (<name>)"`` for a GPU not in :data:`GPU_PEAKS`."""
     variant = datasheet.identify_gpu(name, sm_count, total_memory_bytes)
     if variant is None:
         return _unknown(f"unknown GPU ({' '.join(str(name).split())})")
     return GPU_PEAKS[variant]
-
-
-# --------------------------------------------------------------------------------------
-# Measured CPU peaks
-# --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -421,10 +324,8 @@ class _CpuPlan:
     cache_multiple: int = 0
 
 
-#: Per mode (small or not). A full search takes about a second on most CPUs: sizes
-#: double up to ``min_n``, then on while the next call should take under ``call_s``.
-#: The bandwidth kernels' tensors are four times the last-level caches, so that
-#: those serve a small part of the data at most (small mode: 32 MiB, quick).
+#: Per mode (small or not): about a second on most CPUs (small mode: quick, 32 MiB
+#: tensors); the bandwidth kernels' tensors are four times the last-level caches.
 _CPU_PLANS = {
     False: _CpuPlan(256, 1024, 4096, 0.1, 10.0, 50.0, 64 * 2**20, cache_multiple=4),
     True: _CpuPlan(128, 256, 512, 0.004, 2.0, 10.0, 32 * 2**20),
@@ -440,13 +341,8 @@ _MAX_STREAMING_BYTES = 2**31
 def _streaming_bytes(
     plan: _CpuPlan, cache_bytes: int | None, available_bytes: int
 ) -> tuple[int, str]:
-    """Bytes of each tensor the bandwidth kernels stream, and how they were chosen.
-
-    ``plan.copy_bytes``, raised to the power of two at or above
-    ``plan.cache_multiple`` times the last-level caches, and capped at
-    :data:`_MEMORY_SHARE` of ``available_bytes`` and at
-    :data:`_MAX_STREAMING_BYTES` (but not below the plan's).
-    """
+    """Bytes of each tensor the bandwidth kernels stream, and why: the plan's, raised
+    to a power of two >= ``cache_multiple`` times the caches, within the caps."""
     nbytes = plan.copy_bytes
     if not plan.cache_multiple:
         return nbytes, ""
@@ -465,18 +361,9 @@ def _streaming_bytes(
 def streaming_bytes(*, small: bool | None = None) -> int:
     """Bytes of each tensor with which the CPU's memory ceiling is measured.
 
-    Four times the host's last-level caches
-    (:func:`gpuguide.host.last_level_cache_bytes`, 64 MiB where unknown) as a
-    power of two, at least 64 MiB and at most 2 GiB and a sixteenth of the
-    available memory; 32 MiB in small mode. Tensors this large stream from
-    main memory, so an elementwise operation on tensors as large is held
-    against the ceiling on the same footing
-    (:func:`gpuguide.chapters.roofline.streaming_elements`).
-
-    Parameters
-    ----------
-    small : bool, optional
-        Small mode's size; by default when ``GPUGUIDE_SMALL`` is set.
+    Four times the last-level caches (64 MiB where unknown) as a power of two,
+    at least 64 MiB, at most 2 GiB and a sixteenth of the available memory;
+    32 MiB in small mode (by default when ``GPUGUIDE_SMALL`` is set).
     """
     plan = _CPU_PLANS[small_mode() if small is None else bool(small)]
     return _host_streaming_bytes(plan)[0]
@@ -539,12 +426,10 @@ def _matmul_ceiling(
 def _bandwidth_ceiling(
     plan: _CpuPlan, bench: Callable[..., Measurement]
 ) -> tuple[float, str]:
-    """The best bytes/s of three streaming kernels on tensors past the caches.
+    """The best bytes/s of a copy, an add and a sum of tensors past the caches.
 
-    A copy (read and write), an add (two reads, a write) and a sum (reads only):
-    which one streams fastest depends on the CPU (writes can cost a read for
-    ownership that is not counted), so the best of the three is the ceiling.
-    Each tensor holds :func:`_host_streaming_bytes` for the plan.
+    Which streams fastest depends on the CPU (a write can cost an uncounted read
+    for ownership), so the best of the three is the ceiling.
     """
     import torch
 
@@ -616,53 +501,25 @@ def _measure_cpu_peaks_cached(small: bool) -> Peaks:
 
 
 def measure_cpu_peaks(*, small: bool | None = None) -> Peaks:
-    """Measure what this CPU achieves: a ceiling in place of datasheet peaks.
+    """Measure what this CPU achieves, once per process: a ceiling for its peaks.
 
-    Times square fp32 and fp64 matmuls with all of torch's threads at sizes
-    that double from 256 to 1024 (128 to 256 in small mode), then on while the
-    next call should take under 0.1 s (4 ms) up to 4096 (512), and keeps the
-    best rate of any call; and the best bandwidth of a copy, an add and a sum
-    of tensors four times the last-level caches (:func:`streaming_bytes`, at
-    least 64 MiB; 32 MiB in small mode), counting bytes read and written.
-    :attr:`Peaks.detail` gives the size of each best rate and the rate of the
-    median call there (the spread). The result is cached for the process,
-    so the cost (about a second; a fraction in small mode) is paid once.
-
-    Parameters
-    ----------
-    small : bool, optional
-        Use the small sizes; by default when ``GPUGUIDE_SMALL`` is set.
-
-    Returns
-    -------
-    Peaks
-        ``fp32`` and ``fp64`` in FLOP/s and the memory bandwidth (bytes read
-        plus bytes written per second) as ``memory_bandwidth_bytes_per_s``; the TF32,
-        FP16, BF16 and host-link figures are ``None``. ``measured=True``: they
-        are the best rates seen, lower bounds on the true peaks, and
-        :meth:`Peaks.percent_of` reads a rate above them as 100%.
+    The best rate of any call of square fp32 and fp64 matmuls with all of
+    torch's threads, at sizes doubling from 256 to 1024 and on up to 4096 while
+    a call should take under 0.1 s (small mode, by default when
+    ``GPUGUIDE_SMALL`` is set: 128 to 256, then up to 512 under 4 ms); and the
+    best bandwidth of a copy, an add and a sum of :func:`streaming_bytes`
+    tensors, bytes read plus written. ``measured=True``, TF32, FP16, BF16 and
+    host link unknown; :attr:`Peaks.detail` says where each best rate was found
+    and the rate of the median call there.
     """
     return _measure_cpu_peaks_cached(small_mode() if small is None else bool(small))
-
-
-# --------------------------------------------------------------------------------------
-# Any device
-# --------------------------------------------------------------------------------------
 
 
 def device_peaks(device: str | torch.device | DeviceInfo | None = None) -> Peaks:
     """Peaks for a device: datasheet for a known GPU, measured for a CPU.
 
-    Parameters
-    ----------
-    device : str, torch.device or DeviceInfo, optional
-        The device; :func:`gpuguide.device.pick_device` chooses when omitted.
-
-    Returns
-    -------
-    Peaks
-        CUDA: :func:`gpu_peaks` of the device's properties. CPU:
-        :func:`measure_cpu_peaks`. MPS: unknown peaks (``known=False``).
+    ``device`` is chosen by :func:`~gpuguide.device.pick_device` when omitted.
+    CUDA: :func:`gpu_peaks`; CPU: :func:`measure_cpu_peaks`; MPS: unknown peaks.
     """
     if isinstance(device, DeviceInfo):
         if device.type == "cuda":
@@ -696,25 +553,11 @@ def percent_of_peak(
 ) -> float | None:
     """A measured rate as a percentage of a peak in the same unit.
 
-    Prefer :meth:`Peaks.percent_of`, which knows whether a peak is a datasheet
-    ceiling and names the device in its error. This is the arithmetic.
-
-    Parameters
-    ----------
-    value, peak : float or None
-        The measured rate and the peak, in the same unit.
-    limit : float, optional
-        Treat ``peak`` as a ceiling: a ``value`` above ``limit * peak`` raises
-        :class:`PeakExceededError`, and one between ``peak`` and that reads
-        100. Without it, the plain ratio (which may exceed 100).
-    what, listed : str
-        For the error message: what was measured, and the peak as listed.
-
-    Returns
-    -------
-    float or None
-        ``100 * value / peak``; None when either is unknown (None) or the peak
-        is not positive and finite.
+    Prefer :meth:`Peaks.percent_of`, which knows the peak's kind and names the
+    device. None when either figure is unknown or the peak is not positive and
+    finite. With ``limit`` the peak is a ceiling: a value above ``limit * peak``
+    raises :class:`PeakExceededError` (its message names ``what`` and the peak
+    as ``listed``), and one between reads 100; without, the plain ratio.
     """
     if value is None or peak is None:
         return None

@@ -1,19 +1,13 @@
 """Torch's warnings about its own code: never a reader's error, never on a page.
 
-A foundation module: it imports nothing else from gpuguide (and not torch).
-
-Some torch releases warn from inside torch about torch's own code: torch 2.11
-imports ``torch.utils.mkldnn`` when inductor loads, and that module uses the
-deprecated ``torch.jit.script_method``. Under ``python -W error`` (how the
-tests run every page, and how a careful reader may run one) such a warning
-would end the run, although nothing in the reader's code caused it.
-
-Python's warnings attribute a warning to the module whose frame
-``stacklevel`` points at. A warning *meant for the caller* points at the
-caller's code; one attributed to a module of torch itself is about torch's
-own code. :func:`ignore_torch_internal_warnings` ignores exactly those, and
-:func:`warning_text` turns a warning that a page shows on purpose into one
-clean line (without torch's ``(Triggered internally at ...)`` source path).
+Some torch releases warn about torch's own code (torch 2.11's inductor imports
+``torch.utils.mkldnn``, which uses the deprecated ``torch.jit.script_method``);
+under ``python -W error``, as the tests run every page, that would end a run
+the reader's code did not cause. A warning meant for the caller is attributed to
+the caller's module; :func:`ignore_torch_internal_warnings` ignores those
+attributed to torch's own modules. :func:`warning_text` turns a warning a page
+shows on purpose into one clean line. A foundation module: it imports nothing
+else from gpuguide (and not torch).
 """
 
 from __future__ import annotations
@@ -21,12 +15,7 @@ from __future__ import annotations
 import re
 import warnings
 
-__all__ = [
-    "TORCH_MODULES",
-    "ignore_torch_internal_warnings",
-    "is_torch_internal",
-    "warning_text",
-]
+__all__ = ["ignore_torch_internal_warnings", "warning_text"]
 
 #: The modules whose warnings are about torch's own code: ``torch`` and every
 #: submodule (not ``torchvision`` or other packages that start with "torch").
@@ -38,10 +27,8 @@ _TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)\s*")
 def ignore_torch_internal_warnings() -> None:
     """Ignore warnings that torch attributes to its own modules.
 
-    Adds one filter at the front of the warning filters, so it wins over
-    ``-W error`` and ``warnings.simplefilter("error")`` set before it, while
-    a ``warnings.catch_warnings()`` block that sets its own filters still sees
-    them. Calling it again does not add a second filter.
+    One filter at the front (again: still one), so it wins over ``-W error`` set
+    before it, while a ``catch_warnings()`` block with its own filters sees them.
     """
     warnings.filterwarnings("ignore", module=TORCH_MODULES)
 

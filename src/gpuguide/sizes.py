@@ -1,21 +1,16 @@
 """Pick problem sizes that fit the device: its memory, a time per call, small mode.
 
-A page describes its problem by what one size ``n`` needs, and lets gpuguide
-find the sizes that fit: :func:`largest_size` answers "the largest size that
-fits this device's memory and time budget", :func:`sweep` returns every size of
-a geometric range that fits. ``memory_at(n)`` is the bytes a size allocates;
-``flop_at(n)`` and ``traffic_at(n)`` are the FLOP and the bytes moved by one
-call, from which the time of a call is estimated with the device's peaks (a
-roofline estimate, :func:`estimate_seconds`). The same script therefore runs
-with large sizes on an H100, small ones on a laptop CPU, and tiny ones when
-``GPUGUIDE_SMALL=1`` (tests, quick docs builds). ``GPUGUIDE_GPU_MEMORY=16GiB``
-makes a large GPU plan as a 16 GiB one would (:func:`free_memory_bytes`), and host
-memory is planned as if at most :data:`HOST_MEMORY_BYTES` were free, so that the
-whole CPU build fits in 4 GB whatever the machine.
+A page says what one size ``n`` needs: ``memory_at(n)`` bytes allocated, and
+optionally ``flop_at(n)`` and ``traffic_at(n)`` per call, from which a call's
+time is estimated with the device's peaks (:func:`estimate_seconds`).
+:func:`sweep` returns the sizes of a geometric range that fit the device's
+budget, :func:`largest_size` the largest. So one script runs large sizes on an
+H100, small ones on a laptop, tiny ones with ``GPUGUIDE_SMALL=1``;
+``GPUGUIDE_GPU_MEMORY=16GiB`` plans as a 16 GiB GPU would, and the CPU plans with
+at most :data:`HOST_MEMORY_BYTES`, so a CPU build fits in 4 GB.
 
 Examples
 --------
->>> from gpuguide.sizes import SizeBudget, largest_size, sweep
 >>> budget = SizeBudget(device="cpu", memory_bytes=2**20, call_s=0.02, small=False)
 >>> sweep(16, 1024, budget=budget, memory_at=lambda n: 3 * 4 * n * n)
 [16, 32, 64, 128, 256]
@@ -39,45 +34,24 @@ from gpuguide.units import format_bytes, format_time
 if TYPE_CHECKING:
     import torch
 
-__all__ = [
-    "SizeBudget",
-    "estimate_seconds",
-    "free_memory_bytes",
-    "largest_size",
-    "size_budget",
-    "sweep",
-]
+__all__ = ["SizeBudget", "free_memory_bytes", "largest_size", "size_budget", "sweep"]
 
-#: Memory cap in small mode, in bytes.
+#: Memory (bytes) and time per call (s) caps in small mode.
 SMALL_MEMORY_BYTES = 64 * 2**20
-#: Time-per-call cap in small mode, in seconds.
 SMALL_CALL_S = 0.002
-#: The most host memory a plan counts on as free, in bytes: a quarter of it (512
-#: MiB) per problem size by default. With the build's own ~1-1.5 GiB (Python,
-#: torch, Sphinx, inductor), the CPU build then fits in 4 GB on any machine.
+#: The most host memory a plan counts on as free, in bytes (a quarter of it per
+#: problem size by default): with the build's own ~1.5 GiB, it fits in 4 GB.
 HOST_MEMORY_BYTES = 2 * 2**30
 _DEFAULT_CALL_S = {"cpu": 0.02, "mps": 0.05, "cuda": 0.05}
-#: Rates assumed when the device's peaks are unknown (deliberately low, so that
-#: planned sizes stay small): FLOP/s and bytes/s.
+#: FLOP/s and bytes/s assumed where the peaks are unknown (low: sizes stay small).
 FALLBACK_FLOPS = 1e11
 FALLBACK_BYTES_PER_S = 1e10
 
 
 @dataclass(frozen=True)
 class SizeBudget:
-    """How much an example may use per problem size.
-
-    Attributes
-    ----------
-    device : str
-        ``"cpu"``, ``"cuda:0"`` or ``"mps"``.
-    memory_bytes : int
-        Bytes one problem size may allocate.
-    call_s : float
-        Seconds one call may take.
-    small : bool
-        Whether small mode capped the budget.
-    """
+    """What one problem size may use on ``device``: ``memory_bytes`` allocated,
+    ``call_s`` seconds per call; ``small`` when small mode capped them."""
 
     device: str
     memory_bytes: int
@@ -93,22 +67,11 @@ class SizeBudget:
 
 
 def free_memory_bytes(device: torch.device | str | None = None) -> int:
-    """Memory free on a device, in bytes.
+    """Memory free on a device (the page's when omitted), in bytes.
 
-    Parameters
-    ----------
-    device : torch.device or str or None
-        None picks the default device (:func:`gpuguide.device.pick_device`).
-
-    Returns
-    -------
-    int
-        CUDA: free bytes from ``torch.cuda.mem_get_info``; where
-        ``GPUGUIDE_GPU_MEMORY`` caps the GPU
-        (:func:`gpuguide.device.apply_memory_cap`, applied here if it was not
-        yet), at most the cap minus what this process's allocator already
-        reserved. MPS: the recommended working set minus what the driver already
-        holds. CPU: :func:`gpuguide.host.available_memory_bytes`.
+    CUDA: ``torch.cuda.mem_get_info``'s free bytes, at most the
+    ``GPUGUIDE_GPU_MEMORY`` cap minus what the allocator reserved. MPS: the
+    recommended working set minus the driver's. CPU: the host's available memory.
     """
     import torch
 
@@ -142,27 +105,17 @@ def size_budget(
     call_s: float | None = None,
     small: bool | None = None,
 ) -> SizeBudget:
-    """The memory and time one problem size may use on a device.
+    """The memory and time one problem size may use on a device (the page's).
 
     Parameters
     ----------
-    device : torch.device or str or None
-        None picks the default device.
     memory_fraction : float
         Share of the free memory (:func:`free_memory_bytes`; on the CPU at most
-        :data:`HOST_MEMORY_BYTES`), ``0 < memory_fraction <= 1``.
-    call_s : float or None
-        Seconds one call may take; None uses 0.02 s on CPU and 0.05 s on
-        CUDA and MPS.
-    small : bool or None
-        Cap the budget at 64 MiB and 2 ms per call; None follows
-        :func:`gpuguide.env.small_mode`.
-
-    Returns
-    -------
-    SizeBudget
-        A ``memory_fraction`` outside ``(0, 1]`` or a ``call_s`` that is not a
-        positive finite number raises a ``ValueError``.
+        :data:`HOST_MEMORY_BYTES`), in ``(0, 1]``.
+    call_s : float, optional
+        Seconds per call (> 0); default 0.02 on the CPU, 0.05 on CUDA and MPS.
+    small : bool, optional
+        Cap at 64 MiB and 2 ms per call; by default in small mode.
     """
     checks.fraction("memory_fraction", memory_fraction)
     if call_s is not None:
@@ -191,31 +144,12 @@ def estimate_seconds(
     efficiency: float = 0.5,
     flop_per_s: float | None = None,
 ) -> float:
-    """Roofline estimate of one call's time, for planning sizes (not a result).
+    """Roofline estimate of one call's seconds, for planning sizes (not a result).
 
-    ``max(flop / peak_flops, nbytes / peak_bandwidth) / efficiency``, where
-    ``peak_flops`` is ``flop_per_s`` if given, else the fp32 figure of
-    ``peaks``. Unknown figures (or ``peaks=None``) fall back to 1e11 FLOP/s and
-    1e10 bytes/s, low enough that the planned sizes stay affordable anywhere.
-
-    Parameters
-    ----------
-    flop : float
-        Floating-point operations per call.
-    nbytes : float
-        Bytes moved to and from memory per call.
-    peaks : Peaks or None
-        The device's peaks (:func:`gpuguide.peaks.device_peaks`).
-    efficiency : float
-        Share of the peak expected (``0 < efficiency <= 1``).
-    flop_per_s : float, optional
-        The compute rate to plan with, e.g. another dtype's peak.
-
-    Returns
-    -------
-    float
-        Seconds. A negative or non-finite ``flop`` or ``nbytes``, or an
-        ``efficiency`` outside ``(0, 1]``, raises a ``ValueError``.
+    ``max(flop / flop_per_s, nbytes / bandwidth) / efficiency`` (``efficiency``
+    in ``(0, 1]``), with ``flop_per_s`` by default the fp32 figure of ``peaks``;
+    unknown figures (``peaks=None``) read a deliberately low 1e11 FLOP/s and
+    1e10 bytes/s.
     """
     flop = checks.non_negative("flop", flop)
     nbytes = checks.non_negative("nbytes", nbytes)
@@ -262,55 +196,35 @@ def sweep(
     per_octave: int = 1,
     multiple_of: int = 1,
 ) -> list[int]:
-    """Geometric problem sizes from ``lo`` to ``hi`` that fit the device.
+    """Geometric problem sizes from ``lo`` to ``hi`` that fit the device, increasing.
 
-    Candidates are ``lo * 2**(i / per_octave)`` for ``i = 0, 1, ...``, rounded
-    to the nearest multiple of ``multiple_of`` (at least ``multiple_of``),
-    without duplicates, increasing and ``<= hi``. A candidate ``n`` is kept when
-    ``memory_at(n)`` fits the budget's memory and, if ``flop_at`` or
-    ``traffic_at`` is given, when the estimated time of one call
-    (:func:`estimate_seconds`) fits its time per call.
+    Candidates are ``lo * 2**(i / per_octave)`` rounded to a multiple of
+    ``multiple_of``, up to ``hi``. A size is kept when ``memory_at(n)`` bytes
+    fit the budget and, given ``flop_at`` or ``traffic_at``, when one call's
+    :func:`estimate_seconds` fits its time per call; if none is fast enough the
+    smallest is returned alone.
 
     Parameters
     ----------
     lo, hi : int
-        Smallest and largest size to consider (``1 <= lo <= hi``).
-    memory_at : callable
-        Bytes a problem of size ``n`` allocates.
-    flop_at, traffic_at : callable, optional
-        FLOP and bytes moved to and from memory by one call at size ``n``.
-    device : torch.device or str, optional
-        The device; :func:`gpuguide.device.pick_device` chooses when omitted.
-    call_s : float, optional
-        Seconds one call may take (see :func:`size_budget` for the default).
-    budget : SizeBudget, optional
-        An explicit budget instead of ``size_budget(device, call_s=call_s)``.
+        Smallest and largest size (``1 <= lo <= hi``).
+    memory_at, flop_at, traffic_at : callable
+        Bytes allocated, FLOP and bytes moved by one call, at size ``n``.
+    device, call_s
+        For :func:`size_budget`, unless ``budget`` is given.
     peaks : Peaks or None
-        The rates the time estimate plans with: by default the device's
-        (:func:`gpuguide.peaks.device_peaks`); None plans with deliberately low
-        fallback rates, which keeps a plan independent of a CPU's current load.
-    flop_per_s : float, optional
-        The compute rate to plan with instead of the fp32 peak (another dtype's).
-    efficiency : float
-        Share of the peak a call is expected to reach (``0 < efficiency <= 1``).
-    per_octave : int
-        Sizes per doubling (>= 1).
-    multiple_of : int
-        Round sizes to multiples of this (>= 1), e.g. 8 or 64 for tensor cores.
-
-    Returns
-    -------
-    list of int
-        The sizes that fit, increasing.
+        The rates to plan with: the device's by default; None for low fallback
+        rates (a plan independent of a CPU's current load).
+    flop_per_s, efficiency
+        As for :func:`estimate_seconds`.
+    per_octave, multiple_of : int
+        Sizes per doubling, and the multiple sizes are rounded to (8 or 64 for
+        tensor cores).
 
     Raises
     ------
     ValueError
-        If an argument is out of range or no candidate fits the memory budget.
-        When sizes fit in memory but even the smallest is estimated to take
-        longer than the time per call, the smallest is returned alone.
-    TypeError
-        If ``lo``, ``hi``, ``per_octave`` or ``multiple_of`` is not an int.
+        If an argument is out of range or no size fits the memory budget.
     """
     lo = checks.integer("lo", lo, minimum=1)
     hi = checks.integer("hi", hi, minimum=lo)
@@ -354,11 +268,6 @@ def sweep(
 
 
 def largest_size(lo: int, hi: int, **kwargs: Any) -> int:
-    """The largest size in ``[lo, hi]`` that fits this device's memory and time.
-
-    ``sweep(lo, hi, **kwargs)[-1]``: it takes :func:`sweep`'s arguments
-    (``memory_at``, ``flop_at``, ``traffic_at``, ``device``, ``call_s``, ...) and
-    raises as it does. When only ``lo`` fits in memory but is estimated to be too
-    slow, that is the answer.
-    """
+    """The largest size in ``[lo, hi]`` that fits the device's memory and time:
+    ``sweep(lo, hi, **kwargs)[-1]``, with :func:`sweep`'s arguments."""
     return sweep(lo, hi, **kwargs)[-1]

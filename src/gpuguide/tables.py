@@ -1,16 +1,14 @@
 """Print results as aligned columns, in the spirit of ``torch.utils.benchmark.Compare``.
 
-A page keeps its results as rows, each a small dataclass, a named tuple or a
-dict, and prints ``table(rows)``: one column per field under a header, numbers
-right-aligned and text left-aligned. Cells are formatted by kind, so that every
-table of the guide reads the same: a :class:`~gpuguide.timing.Measurement` as
-its median ± half its IQR (flagged NOISY as its repr is), a float with three
-significant digits (``3.4e+38`` when extreme), None as ``-``, others by ``str``.
+A page keeps its results as rows (dataclasses, named tuples or dicts) and prints
+``table(rows)``: one column per field, numbers right-aligned, text left-aligned.
+Every table formats cells alike: a :class:`~gpuguide.timing.Measurement` as its
+median ± half its IQR (flagged NOISY), a float with three significant digits
+(``3.4e+38`` when extreme), None as ``-``, others by ``str``.
 
 Examples
 --------
 >>> from typing import NamedTuple
->>> from gpuguide.tables import table
 >>> class Row(NamedTuple):
 ...     dtype: str
 ...     largest_n: int
@@ -58,8 +56,7 @@ def format_cell(value: object) -> str:
 
 @dataclass(frozen=True)
 class Table:
-    """Rows of formatted cells (each as long as ``header``) under a header and an
-    optional title line, printed as aligned columns."""
+    """Rows of formatted cells under a header and an optional title, printed aligned."""
 
     header: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
@@ -91,6 +88,7 @@ class Table:
 
 
 def _fields(row: object) -> dict[str, Any]:
+    """A row's fields by name."""
     if isinstance(row, Mapping):
         return dict(row)
     if dataclasses.is_dataclass(row) and not isinstance(row, type):
@@ -107,26 +105,11 @@ def table(
     columns: Sequence[str] | Mapping[str, str] | None = None,
     title: str | None = None,
 ) -> Table:
-    """Lay out result rows as a table; ``print`` it.
+    """Lay out result rows (dataclasses, named tuples or mappings) as a table; ``print`` it.
 
-    Parameters
-    ----------
-    rows : iterable
-        Dataclass instances, named tuples or mappings. Every row needs the
-        fields of the columns.
-    columns : sequence of str or mapping of str to str, optional
-        The fields to show, in order (default: every field of the first row),
-        or a mapping from field to column title. Without a title, a field's
-        name with ``_`` read as a space is its title.
-    title : str, optional
-        A line printed above the table.
-
-    Returns
-    -------
-    Table
-        Prints as aligned columns; cells are formatted with :func:`format_cell`.
-        A row that is not a dataclass, named tuple or mapping raises a
-        ``TypeError``, a column that a row lacks a ``KeyError``.
+    ``columns`` are the fields to show, in order (default: the first row's),
+    or a mapping from field to column title (default: the name, ``_`` as a
+    space); ``title`` is a line above. Cells go through :func:`format_cell`.
     """
     records = [_fields(row) for row in rows]
     if columns is None:

@@ -1,46 +1,32 @@
-"""Time a callable on CPU, CUDA or MPS and report the median with its spread.
+"""Time a callable on CPU, CUDA or MPS: every call's time, the median and its spread.
 
 :func:`benchmark` follows ``triton.testing.do_bench``: warm-up and repetitions
-are time budgets in milliseconds, and on CUDA every call is timed by its own
-pair of CUDA events, with an optional L2 flush queued *before* the start event
-so that it is outside the timed pair, and a single synchronize at the end. On
-the CPU every call is timed on its own with a monotonic host clock; on MPS the
-host clock brackets each call followed by ``torch.mps.synchronize()``.
+are time budgets in ms. On CUDA each call is timed by its own pair of CUDA
+events (an optional L2 flush queued *before* the start event, outside the
+pair), with one synchronize at the end; on the CPU each call is timed on a
+monotonic host clock, on MPS the host clock brackets the call and
+``torch.mps.synchronize()``. On CUDA, ``measure`` says what to time:
 
-On CUDA, what the events measure depends on whether the GPU waits for the
-host, so :func:`benchmark` asks which of two things to measure:
+- ``"call"`` (default): the time per call of a loop that launches call after
+  call, as a training loop does: the launch time when the GPU work is shorter
+  than launching it (a few us), else the GPU's time.
+- ``"kernel"``: the GPU time of the work alone. Before every chunk of calls the
+  GPU is held busy (``torch.cuda._sleep``) for longer than the host needs to
+  queue the chunk, so the calls run back to back and the launches are hidden,
+  as ``do_bench`` reports short kernels.
 
-- ``measure="call"`` (the default): the time per call of a loop that launches
-  call after call, as a training or inference loop does. The events are
-  recorded as the host reaches them, so when a call's kernels take less time
-  than launching them (a few microseconds), the GPU idles between them and the
-  time is the launch time; when the GPU is the slower side, it is the GPU's.
-  It is what a loop of such calls costs per call: the larger of the two.
-- ``measure="kernel"``: the GPU time of the call's work alone. Before every
-  chunk of calls the GPU is held busy (``torch.cuda._sleep``, or zeroing a
-  buffer where that is missing) for longer than the host needs to queue the
-  chunk, so the calls then run back to back and the launches are hidden. This
-  is what ``triton.testing.do_bench`` reports for short kernels (there its L2
-  flush keeps the GPU ahead of the host).
-
-For calls that take more than about 50 us on the GPU the two agree. On the CPU
-and MPS there is no difference: both time the call on the host clock.
-
-On CUDA the warm-up synchronizes after every call, so its per-call estimate is
-an upper bound that includes the launch and the synchronize.
-
-Unlike ``torch.utils.benchmark.Timer``, which times blocks of several calls and
-reports a per-call *block mean*, every entry of :attr:`Measurement.times_s` is
-one call, so the quartiles describe the spread of single calls. For calls of a
-few microseconds or less on the CPU, the clock's own overhead (tens of ns)
-matters; use ``torch.utils.benchmark.Timer`` there.
+The two agree for calls of more than about 50 us of GPU work; on the CPU and MPS
+they are the same. Unlike ``torch.utils.benchmark.Timer`` (means of blocks of
+calls), every entry of :attr:`Measurement.times_s` is one call, so the quartiles
+are the spread of single calls; for calls of a few us on the CPU use ``Timer``.
 
 Examples
 --------
 >>> import torch
 >>> a = torch.randn(256, 256)
 >>> m = benchmark(torch.mm, args=(a, a), label="fp32 matmul 256")
->>> flops_per_s(matmul_flop(256, 256, 256), m.median_s)  # doctest: +SKIP
+>>> print(m.rate(matmul_flop(256, 256, 256)))  # doctest: +SKIP
+1.52 TFLOP/s (1.49-1.53)
 """
 
 from __future__ import annotations
@@ -65,43 +51,31 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "MEASURES",
-    "NOISY_RELATIVE_IQR",
-    "REP_MS",
-    "SMALL_REP_MS",
-    "SMALL_WARMUP_MS",
-    "WARMUP_MS",
     "Measurement",
     "Rate",
     "benchmark",
     "bytes_per_s",
     "flops_per_s",
-    "gpu_hold",
     "matmul_flop",
 ]
 
 #: A measurement whose IQR is more than this fraction of its median is noisy.
 NOISY_RELATIVE_IQR = 0.10
-
-#: Default warm-up and repetition budgets of :func:`benchmark`, in ms (as do_bench).
+#: Default warm-up and repetition budgets of :func:`benchmark`, in ms (as do_bench),
+#: and their caps in small mode (``GPUGUIDE_SMALL=1``).
 WARMUP_MS = 25.0
 REP_MS = 100.0
-#: In small mode (``GPUGUIDE_SMALL=1``) every budget is capped at these, in ms.
 SMALL_WARMUP_MS = 2.0
 SMALL_REP_MS = 10.0
 
-#: Size of the buffer zeroed before each CUDA call when ``flush_l2=True``: larger
-#: than the L2 cache of any current GPU (50 MB on H100, 60 MB on H200), as in
-#: ``triton.testing.do_bench``.
+#: Bytes zeroed before each CUDA call with ``flush_l2=True``: more than the L2 of
+#: any current GPU (50 MB on H100, 60 MB on H200), as in ``do_bench``.
 _L2_FLUSH_BYTES = 256 * 1024 * 1024
-
 #: Safety stop for the warm-up loop, should the clock not advance.
 _MAX_WARMUP_CALLS = 1_000_000
-
-#: What :func:`benchmark` can measure on CUDA (see the module's docstring).
-MEASURES = ("call", "kernel")
+_MEASURES = ("call", "kernel")
 #: ``measure="kernel"``: at most this many calls are queued behind one hold of
-#: the GPU, and fewer for calls that launch many kernels (see _kernel_chunk).
+#: the GPU, fewer for calls that launch many kernels (see _kernel_chunk).
 _KERNEL_CHUNK = 32
 #: Entries a stream's launch queue takes before the host blocks (about 1024),
 #: with a margin, and the fastest host time of one launch: a call that takes
@@ -116,26 +90,22 @@ _RECORD_S = 5e-6
 class Measurement:
     """Times of repeated calls of one operation, with named statistics.
 
+    Quantiles interpolate linearly between the sorted times (numpy's default,
+    ``statistics.quantiles(..., method="inclusive")``).
+
     Parameters
     ----------
     label : str
         What was timed, e.g. ``"fp32 matmul 1024"``.
     times_s : tuple of float
-        The time of each timed call, in seconds (at least one, each finite
-        and non-negative). A list is accepted and stored as a tuple.
+        Each timed call's time, in seconds (at least one, finite, >= 0).
     device : str
-        Where it ran: ``"cpu"``, ``"cuda:0"`` or ``"mps"``.
+        ``"cpu"``, ``"cuda:0"`` or ``"mps"``.
     method : str
-        How it was timed: ``"cuda-events"``, ``"wall-clock"`` or
+        ``"cuda-events"``, ``"cuda-events-queued"``, ``"wall-clock"`` or
         ``"wall-clock+sync"``.
     warmup_calls : int, optional
-        How many untimed calls ran before the timed ones.
-
-    Notes
-    -----
-    Quantiles use linear interpolation between the sorted times (position
-    ``q * (n - 1)``), which is numpy's default ``np.quantile(..., method=
-    "linear")`` and ``statistics.quantiles(..., method="inclusive")``.
+        Untimed calls before the timed ones.
     """
 
     label: str
@@ -160,13 +130,7 @@ class Measurement:
         return tuple(sorted(self.times_s))
 
     def quantile(self, q: float) -> float:
-        """The ``q`` quantile of the times, in seconds (linear interpolation).
-
-        Parameters
-        ----------
-        q : float
-            Between 0 (the minimum) and 1 (the maximum).
-        """
+        """The ``q`` quantile of the times (``0 <= q <= 1``), in seconds."""
         if not 0 <= q <= 1:
             msg = f"q must be in [0, 1], got {q!r}"
             raise ValueError(msg)
@@ -186,11 +150,6 @@ class Measurement:
     def median_s(self) -> float:
         """Median time per call, in seconds."""
         return self.quantile(0.5)
-
-    @property
-    def mean_s(self) -> float:
-        """Mean time per call, in seconds."""
-        return math.fsum(self.times_s) / len(self.times_s)
 
     @property
     def min_s(self) -> float:
@@ -219,10 +178,7 @@ class Measurement:
 
     @property
     def relative_iqr(self) -> float:
-        """IQR as a fraction of the median (0.017 is 1.7 %).
-
-        ``inf`` when the median is zero but the IQR is not, 0 when both are.
-        """
+        """IQR as a fraction of the median (``inf`` for a zero median, 0 if both are 0)."""
         median, iqr = self.median_s, self.iqr_s
         if median == 0:
             return math.inf if iqr > 0 else 0.0
@@ -234,33 +190,16 @@ class Measurement:
         return self.median_s * 1e3
 
     @property
-    def median_us(self) -> float:
-        """Median time per call, in microseconds."""
-        return self.median_s * 1e6
-
-    @property
     def is_noisy(self) -> bool:
-        """Whether the IQR is more than ``NOISY_RELATIVE_IQR`` of the median."""
+        """Whether the IQR is more than ``NOISY_RELATIVE_IQR`` (10%) of the median."""
         return self.relative_iqr > NOISY_RELATIVE_IQR
 
     def rate(self, work: float, unit: str = "FLOP/s") -> Rate:
-        """``work`` per call as a rate, with the spread of the calls.
+        """``work`` per call as a :class:`Rate`, with the spread of the calls.
 
-        Parameters
-        ----------
-        work : float
-            What one call does, in the unit's numerator: FLOP for ``"FLOP/s"``,
-            bytes (read plus written) for ``"B/s"``, tokens for ``"tok/s"``.
-        unit : str
-            The rate's unit.
+        ``work`` is what one call does in the unit's numerator: FLOP for
+        ``"FLOP/s"``, bytes read plus written for ``"B/s"``, tokens for ``"tok/s"``.
 
-        Returns
-        -------
-        Rate
-            ``work / median_s``, between ``work / q75_s`` and ``work / q25_s``.
-
-        Examples
-        --------
         >>> m = Measurement("mm", (1e-3, 1e-3, 2e-3), "cpu", "wall-clock")
         >>> str(m.rate(2e9))
         '2.00 TFLOP/s (1.33-2.00)'
@@ -294,24 +233,11 @@ class Measurement:
 
 @dataclass(frozen=True)
 class Rate:
-    """A rate derived from a :class:`Measurement`, with the spread of its calls.
+    """A rate from a :class:`Measurement`: ``value`` (the median call's) in ``unit``,
+    between ``low`` and ``high`` (the third and first quartile calls').
 
-    Prints as ``"41.2 TFLOP/s (40.8-41.5)"``: the rate of the median call, and
-    in brackets the rates of the third and first quartile calls, in the same
-    prefix.
-
-    Attributes
-    ----------
-    value : float
-        The rate of the median call, in ``unit``.
-    unit : str
-        ``"FLOP/s"``, ``"B/s"`` or another rate.
-    low, high : float
-        The rates at the third and the first quartile of the times.
-    label : str
-        What was measured (the measurement's label).
-    device : str
-        Where it ran (the measurement's device).
+    Prints as ``"41.2 TFLOP/s (40.8-41.5)"``, the spread in the value's prefix.
+    ``label`` and ``device`` are the measurement's.
     """
 
     value: float
@@ -343,41 +269,21 @@ class Rate:
 
 
 def flops_per_s(flop: float, seconds: float) -> float:
-    """Compute rate in FLOP/s from an operation count and a time.
-
-    Parameters
-    ----------
-    flop : float
-        Floating-point operations performed (>= 0), e.g. :func:`matmul_flop`.
-    seconds : float
-        Time taken, in seconds (> 0), e.g. ``Measurement.median_s``.
-    """
+    """FLOP/s from an operation count (>= 0) and a time in seconds (> 0)."""
     return checks.non_negative("flop", flop) / checks.positive("seconds", seconds)
 
 
 def bytes_per_s(nbytes: float, seconds: float) -> float:
-    """Bandwidth in bytes/s from a byte count and a time.
-
-    Parameters
-    ----------
-    nbytes : float
-        Bytes moved (>= 0); for a copy, count bytes read plus bytes written.
-    seconds : float
-        Time taken, in seconds (> 0).
-    """
+    """Bytes/s from a byte count (>= 0; a copy counts read plus written) and a time (> 0)."""
     return checks.non_negative("nbytes", nbytes) / checks.positive("seconds", seconds)
 
 
 def matmul_flop(m: int, n: int, k: int, batch: int = 1) -> int:
-    """FLOP of a (batched) matmul ``(m x k) @ (k x n)``: ``2 * m * n * k * batch``.
-
-    One multiply and one add per inner-product term.
-    """
+    """FLOP of a (batched) matmul ``(m x k) @ (k x n)``: ``2 * m * n * k * batch``."""
     sizes = {"m": m, "n": n, "k": k, "batch": batch}
-    product = 2
-    for name, value in sizes.items():
-        product *= checks.integer(name, value, minimum=0)
-    return product
+    return 2 * math.prod(
+        checks.integer(name, v, minimum=0) for name, v in sizes.items()
+    )
 
 
 def benchmark(
@@ -397,71 +303,54 @@ def benchmark(
 ) -> Measurement:
     """Time ``fn(*args, **kwargs)`` and return every call's time.
 
-    ``fn`` runs repeatedly until ``warmup_ms`` have passed (at least once);
-    the warm-up gives an estimate of one call's time, from which the number
-    of timed calls is ``ceil(rep_ms / estimate)``, clamped to
-    ``[min_reps, max_reps]``. Build the inputs before calling: only ``fn`` is
-    timed.
+    ``fn`` runs until ``warmup_ms`` have passed (at least once); from the
+    warm-up's time per call, ``ceil(rep_ms / estimate)`` calls are timed,
+    clamped to ``[min_reps, max_reps]``. Build the inputs before: only ``fn``
+    is timed.
 
     Parameters
     ----------
     fn : callable
         The operation to time.
     args, kwargs
-        Arguments passed to every call of ``fn``.
+        Arguments of every call.
     label : str, optional
-        Name for the result; defaults to ``fn``'s qualified name.
+        Name of the result; by default ``fn``'s qualified name.
     device : str or torch.device, optional
-        Where the work runs, which decides how it is timed. An explicit
-        device wins; otherwise it is inferred from the tensors in ``args``
-        and ``kwargs`` (the first tensor not on the CPU), else from what
-        ``fn`` carries: the tensor or module of a bound method (``x.add_``),
-        a ``functools.partial``'s arguments, default arguments, closure
-        variables and the module-level names its code reads; else ``"cpu"``.
-        Pass it when the GPU tensors are out of those reaches.
-    warmup_ms : float, optional
-        Warm-up budget, in milliseconds (> 0); default :data:`WARMUP_MS` (25).
-    rep_ms : float, optional
-        Budget for the timed calls, in milliseconds (> 0); default
-        :data:`REP_MS` (100). In small mode (``GPUGUIDE_SMALL=1``) both
-        budgets, given or default, are capped at :data:`SMALL_WARMUP_MS` and
-        :data:`SMALL_REP_MS` (2 and 10 ms), so a page needs no budgets of its
-        own for a quick run.
+        Where the work runs, which decides how it is timed. By default the
+        first non-CPU tensor in ``args``/``kwargs``, else in what ``fn``
+        carries (a bound method's tensor or module, a ``partial``'s arguments,
+        defaults, closure, the module-level names its code reads), else the CPU.
+    warmup_ms, rep_ms : float, optional
+        Budgets in ms (> 0); default :data:`WARMUP_MS` (25) and :data:`REP_MS`
+        (100), capped at 2 and 10 ms in small mode (``GPUGUIDE_SMALL=1``).
     min_reps, max_reps : int
         Bounds on the number of timed calls (``1 <= min_reps <= max_reps``).
     flush_l2 : bool
         CUDA only: zero a 256 MiB buffer before each call, outside the timed
-        event pair, so that every call starts with a cold L2 cache. Ignored on
-        the CPU and MPS.
+        events, so every call starts with a cold L2.
     measure : {"call", "kernel"}
-        CUDA only, see the module's docstring: ``"call"`` times each call of a
-        loop as the host launches it (a short kernel reads as its launch
-        time); ``"kernel"`` hides the launches and times the GPU work alone.
-        The two agree for calls of more than about 50 us of GPU work.
+        CUDA only (see the module): the time per call of a loop, or the GPU
+        work alone with the launches hidden.
     clock : callable, optional
-        Zero-argument callable returning seconds, used instead of
-        ``time.perf_counter`` on the CPU and MPS (tests inject a fake one).
-        Not allowed on CUDA, where CUDA events do the timing.
+        A seconds clock instead of ``time.perf_counter`` (tests); not on CUDA.
 
     Returns
     -------
     Measurement
-        With ``method`` ``"cuda-events"`` (CUDA, ``measure="call"``),
-        ``"cuda-events-queued"`` (CUDA, ``measure="kernel"``), ``"wall-clock"``
-        (CPU) or ``"wall-clock+sync"`` (MPS).
+        ``method`` is ``"cuda-events"`` (``measure="call"``),
+        ``"cuda-events-queued"`` (``"kernel"``), ``"wall-clock"`` (CPU) or
+        ``"wall-clock+sync"`` (MPS).
 
     Raises
     ------
     TypeError
-        If ``fn`` or ``clock`` is not callable, or the repetition bounds are
-        not integers.
+        For a ``fn`` or ``clock`` that is not callable, or non-integer bounds.
     ValueError
-        For non-positive or non-finite budgets, ``min_reps < 1``,
-        ``max_reps < min_reps``, an unknown ``measure``, an unsupported device,
-        ``measure="kernel"`` with no CUDA tensor in reach while CUDA is in use,
-        or a ``clock`` with a CUDA device.
+        For bad budgets or bounds, an unknown ``measure``, ``measure="kernel"``
+        with no CUDA tensor in reach while CUDA is in use, or a ``clock`` on CUDA.
     RuntimeError
-        If the requested device is not available.
+        If the device is not available.
     """
     if not callable(fn):
         msg = f"fn must be callable, got {fn!r}"
@@ -469,9 +358,9 @@ def benchmark(
     if clock is not None and not callable(clock):
         msg = f"clock must be callable, got {clock!r}"
         raise TypeError(msg)
-    if measure not in MEASURES:
+    if measure not in _MEASURES:
         msg = (
-            f"measure must be one of {', '.join(map(repr, MEASURES))}, got {measure!r}"
+            f"measure must be one of {', '.join(map(repr, _MEASURES))}, got {measure!r}"
         )
         raise ValueError(msg)
     warmup_s, rep_s = _budgets_s(warmup_ms, rep_ms)
@@ -560,10 +449,7 @@ def _budgets_s(warmup_ms: float | None, rep_ms: float | None) -> tuple[float, fl
 
 
 def _default_label(fn: Callable[..., Any]) -> str:
-    """``fn``'s qualified name; the plain name when that passes a private class.
-
-    ``torch.mm`` has the qualified name ``_VariableFunctionsClass.mm``: "mm".
-    """
+    """``fn``'s qualified name, or its plain name past a private class (``torch.mm``)."""
     qualname = getattr(fn, "__qualname__", None)
     name = getattr(fn, "__name__", None)
     if isinstance(qualname, str) and not any(
@@ -580,11 +466,7 @@ def _default_label(fn: Callable[..., Any]) -> str:
 def _tensor_device(
     args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> torch.device | None:
-    """The device of the first non-CPU tensor in the arguments, else of any.
-
-    Looks at the arguments and into lists, tuples and dict values in them,
-    up to three levels deep, in order. ``None`` when there is no tensor.
-    """
+    """The first non-CPU tensor's device in the arguments (3 levels deep), else any's."""
     import torch
 
     found = None
@@ -604,13 +486,8 @@ def _tensor_device(
 
 
 def _bound_values(fn: Callable[..., Any]) -> list[Any]:
-    """What ``fn`` carries besides its arguments, where its tensors may be.
-
-    The object a bound method belongs to (``x.add_``), a module itself, a
-    ``functools.partial``'s arguments, a function's default arguments
-    (``lambda a=a: a @ a``), the variables it closes over, and the module-level
-    names its code reads (a page's ``lambda: a @ b``).
-    """
+    """What ``fn`` carries besides its arguments: bound object, module, partial's
+    arguments, defaults, closure and the module-level names its code reads."""
     import torch
 
     values: list[Any] = []
@@ -653,13 +530,8 @@ def _resolve_device(
     kwargs: dict[str, Any],
     fn: Callable[..., Any] | None = None,
 ) -> torch.device:
-    """The device to time on: the one given, else where the work's tensors are.
-
-    Without ``device``: the first non-CPU tensor in the arguments, else in what
-    ``fn`` carries (:func:`_bound_values`: ``x.add_`` times on ``x``'s device),
-    else the CPU. Checked with :func:`gpuguide.device.pick_device`, so a CUDA
-    device always carries its index and an unavailable one raises.
-    """
+    """The device given, else the work's (arguments, then what ``fn`` carries), else
+    the CPU; checked by :func:`~gpuguide.device.pick_device`."""
     import torch
 
     if device is None:
@@ -675,12 +547,8 @@ def _resolve_device(
 
 
 def _check_kernel_mode(measure: str, resolved: torch.device) -> None:
-    """Refuse ``measure="kernel"`` on the host clock while CUDA is in use.
-
-    On a machine without CUDA in use the two measures time the same thing; on
-    one with it, a kernel measure that found no CUDA tensor would silently
-    time the host's launches instead of the GPU's work.
-    """
+    """Refuse ``measure="kernel"`` on the host clock while CUDA is in use (it would
+    time the launches, not the GPU's work)."""
     if measure != "kernel" or resolved.type != "cpu":
         return
     import torch
@@ -701,17 +569,8 @@ def _warmup(
     clock: Callable[[], float],
     synchronize: Callable[[], None] | None,
 ) -> tuple[int, float]:
-    """Call until ``warmup_s`` has passed (at least once).
-
-    Returns
-    -------
-    calls, estimate_s
-        Number of warm-up calls and the mean time per call, in seconds. The
-        first call pays one-time costs (a cuBLAS handle, a compilation), so
-        when there were more calls the estimate leaves it out: otherwise a
-        first call of 100 ms would make a 1 ms operation look slow, and it
-        would get too few timed calls.
-    """
+    """Call until ``warmup_s`` has passed: (calls, mean seconds per call after the
+    first, which pays one-time costs; an upper bound on CUDA, which syncs each)."""
     calls = 0
     start = clock()
     first = 0.0
@@ -745,10 +604,7 @@ def _host_times(
     clock: Callable[[], float],
     synchronize: Callable[[], None] | None = None,
 ) -> list[float]:
-    """Time ``n`` calls one by one with a host clock, in seconds.
-
-    The garbage collector is paused while timing, as ``timeit`` does.
-    """
+    """Time ``n`` calls one by one on a host clock, the GC paused (as ``timeit``)."""
     times = []
     gc_was_enabled = gc.isenabled()
     gc.disable()
@@ -779,11 +635,7 @@ def _host_call_s(
     synchronize: Callable[[], None],
     clock: Callable[[], float] = time.perf_counter,
 ) -> float:
-    """The host's time to launch one call, without waiting for the GPU, in s.
-
-    A few calls (up to 8, fewer when a call takes more than ~0.25 ms) are
-    launched back to back on the host clock, then the GPU is waited for.
-    """
+    """The host's time to launch one call (mean of up to 8 launched back to back), s."""
     calls = min(8, max(1, math.ceil(2e-3 / max(estimate_s, 1e-9))))
     synchronize()
     start = clock()
@@ -795,14 +647,8 @@ def _host_call_s(
 
 
 def _sleep_rate(sleep: Callable[[int], None], stream: Any) -> float:
-    """Cycles per second of ``torch.cuda._sleep`` on the current device.
-
-    ``_sleep`` counts SM cycles, so its rate follows the GPU's clock, which
-    may still be low on an idle GPU. The GPU spins for a few milliseconds
-    first, then the highest of three rates is kept: a hold sized at the
-    highest clock is never shorter than asked for. The spins and the events
-    that time them run on ``stream``.
-    """
+    """Cycles per second of ``torch.cuda._sleep`` on ``stream``: the best of three
+    after a few ms of spinning to ramp the clock, so a hold is never too short."""
     import torch
 
     cycles = 1 << 20
@@ -824,17 +670,12 @@ _SLEEP_RATES: dict[int, float] = {}
 
 
 def gpu_hold(stream: Any = None) -> Callable[[float], None]:
-    """A function that keeps the GPU busy on ``stream`` for about ``s`` s.
+    """A function ``hold(seconds)`` that keeps the GPU busy on ``stream``.
 
-    While the GPU is held, the host can queue work behind the hold; once it
-    ends, the queued kernels run back to back, without waiting for launches.
-    ``stream`` (default: the current one when this is called) is where the
-    hold runs and where its calibration is timed; queue the work to be held
-    back on the same stream.
-
-    ``torch.cuda._sleep`` (a spin kernel, in every torch this guide supports)
-    with its clock rate measured once per device; where it is missing, zeroing
-    a 256 MiB buffer as many times as needed.
+    Work queued on the same stream behind a hold then runs back to back, without
+    waiting for launches. ``stream`` defaults to the current one. Uses
+    ``torch.cuda._sleep`` (its rate measured once per device), else zeroes a
+    256 MiB buffer as often as needed.
     """
     import torch
 
@@ -878,12 +719,8 @@ def _time_on_gpu(call: Callable[[], Any], stream: Any) -> float:  # pragma: no c
 
 
 def _kernel_chunk(host_call_s: float) -> int:
-    """Calls to queue behind one hold so the launch queue does not fill up.
-
-    If it filled, the host would wait for the GPU in the middle of a chunk and
-    the GPU could run out of queued work, timing the launches again. A call's
-    host time bounds how many kernels (plus its two events) it queues.
-    """
+    """Calls to queue behind one hold without filling the launch queue (which would
+    make the host wait mid-chunk and time launches again)."""
     entries = max(host_call_s, 0.0) / _LAUNCH_S + 2
     return max(1, min(_KERNEL_CHUNK, int(_QUEUE_DEPTH // entries)))
 
@@ -902,17 +739,11 @@ def _cuda_times(
 ) -> list[float]:
     """Time ``n`` calls with one CUDA event pair each, in seconds.
 
-    The event pairs are created before the loop, and the loop does nothing
-    but record and call. Per call: optional ``flush_buffer.zero_()`` (queued
-    before the start event, so outside the timed pair), ``start.record()``,
-    the call, ``end.record()``. With ``hold`` (``measure="kernel"``), every
-    chunk of calls (:func:`_kernel_chunk`) is preceded by ``hold(seconds)``
-    for twice the host's time to queue the chunk (from ``host_call_s``), so
-    the chunk's calls run back to back on the GPU. One ``synchronize()`` after
-    all calls, then the elapsed times are read (milliseconds, converted to
-    seconds). ``stream`` is passed to every ``record``. The keyword arguments
-    default to ``torch.cuda.Event``, ``torch.cuda.synchronize`` and a 256 MiB
-    buffer on the current device; tests pass fakes.
+    Per call: optional ``flush_buffer.zero_()`` (before the start event, outside
+    the pair), ``start.record(stream)``, the call, ``end.record(stream)``. With
+    ``hold`` (``measure="kernel"``) each chunk (:func:`_kernel_chunk`) is
+    preceded by a hold of twice the host's time to queue it. One synchronize at
+    the end. Tests pass fake events, synchronize and buffer.
     """
     if event_factory is None or synchronize is None:
         import torch

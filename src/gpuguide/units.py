@@ -1,10 +1,8 @@
 """Human-readable formatting of times, sizes, rates and ratios.
 
-One unit per quantity across the package: times are seconds, sizes are bytes,
-compute rates are FLOP/s and bandwidths are bytes/s. These helpers turn those
-numbers into short strings for printed output, reprs and figure labels, always
-with three significant digits (at most three for ratios). A foundation module:
-it imports nothing else from gpuguide.
+One unit per quantity across the package (seconds, bytes, FLOP/s, bytes/s),
+printed with three significant digits (at most three for ratios). A foundation
+module: it imports nothing else from gpuguide.
 
 Examples
 --------
@@ -22,15 +20,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = [
-    "format_bytes",
-    "format_rate",
-    "format_ratio",
-    "format_time",
-    "format_value",
-    "significant",
-    "time_unit",
-]
+__all__ = ["format_bytes", "format_rate", "format_ratio", "format_time", "format_value"]
 
 #: Time units from the largest down, as (seconds per unit, name). ASCII "us".
 _TIME_UNITS: tuple[tuple[float, str], ...] = (
@@ -46,14 +36,8 @@ _SI_PREFIXES: tuple[str, ...] = ("", "k", "M", "G", "T", "P", "E")
 
 
 def _round_sig(value: float, digits: int) -> tuple[float, int]:
-    """Round ``value`` to ``digits`` significant digits.
-
-    Returns
-    -------
-    rounded, decimals
-        The rounded value and how many decimals show exactly ``digits``
-        significant digits (0 when the value has more integer digits).
-    """
+    """``value`` rounded to ``digits`` significant digits, and the decimals that show
+    them (0 when it has more integer digits)."""
     if value == 0:
         return 0.0, max(digits - 1, 0)
     exponent = math.floor(math.log10(abs(value)))
@@ -67,9 +51,8 @@ def _round_sig(value: float, digits: int) -> tuple[float, int]:
 
 
 def significant(value: float, digits: int = 3) -> str:
-    """``value`` in fixed-point notation with ``digits`` significant digits.
-
-    Integer digits are never rounded away: ``significant(98765.0)`` is ``"98765"``.
+    """``value`` in fixed point with ``digits`` significant digits (integer digits
+    are kept: ``"98765"``).
 
     >>> significant(0.012345), significant(2.5), significant(0.5, 2)
     ('0.0123', '2.50', '0.50')
@@ -79,13 +62,7 @@ def significant(value: float, digits: int = 3) -> str:
 
 
 def time_unit(seconds: float) -> tuple[float, str]:
-    """The unit that :func:`format_time` uses for ``seconds``.
-
-    Returns
-    -------
-    scale, name
-        Seconds per unit and the unit's name, e.g. ``(1e-3, "ms")``.
-    """
+    """The unit :func:`format_time` uses for ``seconds``: ``(1e-3, "ms")``."""
     magnitude = abs(seconds)
     if not math.isfinite(magnitude) or magnitude == 0:
         return 1.0, "s"
@@ -97,21 +74,8 @@ def time_unit(seconds: float) -> tuple[float, str]:
 
 
 def format_time(seconds: float) -> str:
-    """Format a duration in seconds with three significant digits.
-
-    Parameters
-    ----------
-    seconds : float
-        The duration, in seconds. Negative durations keep their sign.
-
-    Returns
-    -------
-    str
-        ``"812 ns"``, ``"12.3 us"``, ``"1.23 ms"`` or ``"2.50 s"`` (ASCII
-        ``us`` for microseconds). Zero reads ``"0 s"``; durations below a
-        nanosecond stay in ns (``"0.500 ns"``); non-finite values read
-        ``"nan s"``/``"inf s"``.
-    """
+    """A duration in seconds as ``"812 ns"``, ``"12.3 us"``, ``"1.23 ms"`` or ``"2.50 s"``
+    (three significant digits; ``"0 s"``; below a ns in ns; ``"inf s"``)."""
     seconds = float(seconds)
     if math.isnan(seconds) or math.isinf(seconds):
         return f"{seconds} s"
@@ -122,19 +86,8 @@ def format_time(seconds: float) -> str:
 
 
 def format_bytes(n: float) -> str:
-    """Format a size in bytes with binary (1024-based) units.
-
-    Parameters
-    ----------
-    n : float
-        The size, in bytes. Negative sizes (a memory decrease) keep their sign.
-
-    Returns
-    -------
-    str
-        ``"512 B"`` (whole bytes), ``"1.50 KiB"``, ``"3.00 MiB"``,
-        ``"79.1 GiB"``: three significant digits above 1 KiB.
-    """
+    """A size in bytes with binary units: ``"512 B"``, ``"1.50 KiB"``, ``"79.1 GiB"``
+    (three significant digits above 1 KiB; a decrease keeps its sign)."""
     n = float(n)
     if math.isnan(n) or math.isinf(n):
         return f"{n} B"
@@ -152,22 +105,8 @@ def format_bytes(n: float) -> str:
 
 
 def format_rate(value: float | None, unit: str) -> str:
-    """Format a rate with an SI prefix and three significant digits.
-
-    Parameters
-    ----------
-    value : float or None
-        The rate in base units per second, e.g. FLOP/s or bytes/s. ``None``
-        (an unknown rate, such as the peak of an unknown GPU) reads ``"n/a"``.
-    unit : str
-        The base unit, e.g. ``"FLOP/s"`` or ``"B/s"``.
-
-    Returns
-    -------
-    str
-        ``"1.20 TFLOP/s"`` for ``(1.2e12, "FLOP/s")``, ``"50.0 GB/s"`` for
-        ``(5e10, "B/s")``. Decimal (1000-based) prefixes up to exa.
-    """
+    """A rate with an SI prefix and three significant digits: ``"1.20 TFLOP/s"`` for
+    ``(1.2e12, "FLOP/s")``, ``"50.0 GB/s"`` for ``(5e10, "B/s")``; None reads ``"n/a"``."""
     if value is None:
         return "n/a"
     value = float(value)
@@ -183,23 +122,9 @@ def format_rate(value: float | None, unit: str) -> str:
 
 
 def format_ratio(x: float | None) -> str:
-    """Format a speed-up or ratio as ``"3.2x"``.
-
-    At most three significant digits, trailing zeros dropped (``"3.2x"``,
-    ``"0.031x"``), except that a whole number keeps three digits so that a
-    baseline reads ``"1.00x"`` (and ``2.0`` reads ``"2.00x"``). Values of 1000
-    and more are shown whole (``"1234x"``).
-
-    Parameters
-    ----------
-    x : float or None
-        The ratio. ``None`` reads ``"n/a"``.
-
-    Returns
-    -------
-    str
-        The ratio followed by ``"x"``.
-    """
+    """A speed-up or ratio as ``"3.2x"``: at most three significant digits without
+    trailing zeros (``"0.031x"``), but ``"1.00x"`` for a whole number, ``"1234x"``
+    from 1000 on; None reads ``"n/a"``."""
     if x is None:
         return "n/a"
     x = float(x)

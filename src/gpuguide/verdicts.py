@@ -1,27 +1,19 @@
 """Verdicts that hold: comparisons computed with the spread, variants in rounds.
 
 A page that says "A is faster than B" must still say it when the build runs
-again. Two medians always differ a little; the difference means something
-only when it is larger than the calls' own spread. Here a measurement's
-interval is its interquartile range (the middle half of its calls), and:
+again, so a difference counts only when it is larger than the calls' own spread
+(a measurement's interval is its interquartile range):
 
-- :func:`compare` gives the ratio of two measurements' medians with the range
-  the ratio spans over their intervals, and a verdict: ``"faster"`` or
-  ``"slower"`` only when the intervals do not overlap and the medians differ
-  by at least :data:`MIN_EFFECT` (5%), else ``"no measurable difference"``:
-  two builds of the same pages on the same GPU differ by a few percent (clocks,
-  temperature, what ran before), so a smaller difference would not say the same
-  thing twice (an H100's pinned copy with ``non_blocking`` read "no measurable
-  difference (0.97-1.02x)" in one build and "1.03x faster (1.02-1.04x)" in the
-  next);
-- :meth:`Comparison.against` places that ratio above, within or below a
-  quoted range (e.g. "speed-ups of 1.5-3x are typical");
-- :func:`break_even` gives the number of uses after which a one-off cost
-  pays for itself, or ``None`` when the saving per use is within the spread;
-- :func:`interleave` times several variants in rounds, one after the other
-  in each round and in a rotating order, so that a drift of the machine
-  (clocks, other processes, a warming GPU) falls on every variant alike and
-  shows up in their spread instead of in their difference.
+- :func:`compare` gives the ratio of two medians, the range it spans over the
+  intervals, and a verdict: ``"faster"`` or ``"slower"`` only when the intervals
+  are apart and the medians differ by at least :data:`MIN_EFFECT` (5%: two
+  builds on one GPU differ by a few percent), else ``"no measurable difference"``;
+- :meth:`Comparison.against` places the ratio above, within or below a quoted
+  range ("speed-ups of 1.5-3x are typical");
+- :func:`break_even` gives the uses after which a one-off cost pays for itself,
+  or ``None`` when the saving per use is within the spread;
+- :func:`interleave` times variants in rounds, in a rotating order, so that a
+  drift of the machine falls on every variant alike and shows in their spread.
 
 Examples
 --------
@@ -43,14 +35,7 @@ from gpuguide import checks
 from gpuguide.timing import REP_MS, Measurement, benchmark
 from gpuguide.units import format_ratio
 
-__all__ = [
-    "MIN_EFFECT",
-    "NO_DIFFERENCE",
-    "Comparison",
-    "break_even",
-    "compare",
-    "interleave",
-]
+__all__ = ["Comparison", "break_even", "compare", "interleave"]
 
 #: The verdict when the two intervals overlap, or the medians are within MIN_EFFECT.
 NO_DIFFERENCE = "no measurable difference"
@@ -63,17 +48,9 @@ MIN_EFFECT = 1.05
 class Comparison:
     """How much faster ``subject`` ran than ``baseline``, with the spread.
 
-    Attributes
-    ----------
-    subject, baseline : Measurement
-        The two measurements; names are their labels.
-    speedup : float
-        ``baseline.median_s / subject.median_s``: above 1 when the subject is
-        faster.
-    low, high : float
-        The speed-up over the two intervals: the baseline's first quartile
-        over the subject's third, and the baseline's third over the subject's
-        first.
+    ``speedup`` is ``baseline.median_s / subject.median_s`` (above 1: the
+    subject is faster); ``low`` and ``high`` the speed-up over the intervals
+    (baseline's first quartile over the subject's third, third over first).
     """
 
     subject: Measurement
@@ -84,11 +61,8 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        """``"faster"``, ``"slower"`` or :data:`NO_DIFFERENCE`.
-
-        Faster (slower) when the intervals are apart and the medians' ratio is
-        at least :data:`MIN_EFFECT` (at most its inverse).
-        """
+        """``"faster"`` (``"slower"``) when the intervals are apart and the ratio is at
+        least :data:`MIN_EFFECT` (at most its inverse), else :data:`NO_DIFFERENCE`."""
         if self.low > 1.0 and self.speedup >= MIN_EFFECT:
             return "faster"
         if self.high < 1.0 and self.speedup <= 1 / MIN_EFFECT:
@@ -107,10 +81,8 @@ class Comparison:
 
     @property
     def short(self) -> str:
-        """The speed-up with its range, for a table cell or a title.
-
-        ``"2.30x (2.10-2.50x)"``, or ``"no measurable difference (0.90-1.10x)"``.
-        """
+        """For a table cell or a title: ``"2.30x (2.10-2.50x)"`` or
+        ``"no measurable difference (0.90-1.10x)"``."""
         spread = _span(self.low, self.high)
         if self.within_min_effect:
             return f"{NO_DIFFERENCE}, less than {_min_effect()} ({spread})"
@@ -119,11 +91,8 @@ class Comparison:
         return f"{format_ratio(self.speedup)} ({spread})"
 
     def against(self, low: float, high: float) -> str:
-        """Place the speed-up against a quoted range ``low``-``high`` (x).
-
-        Returns ``"above"`` or ``"below"`` only when the whole interval of the
-        speed-up is outside the range, else ``"within"``.
-        """
+        """``"above"`` or ``"below"`` a quoted range ``low``-``high`` (x) when the
+        whole interval of the speed-up is outside it, else ``"within"``."""
         low = checks.positive("low", low)
         high = checks.positive("high", high)
         if high < low:
@@ -162,26 +131,12 @@ def _span(low: float, high: float) -> str:
 
 
 def compare(subject: Measurement, baseline: Measurement) -> Comparison:
-    """Compare two measurements' medians, with their spread.
+    """Compare ``subject``'s median with ``baseline``'s, with their spread.
 
-    Parameters
-    ----------
-    subject, baseline : Measurement
-        The variant in question and the one it is measured against.
-
-    Returns
-    -------
-    Comparison
-        ``str()`` of it is a sentence for the page, e.g. ``"compiled is 2.3x
-        faster than eager (2.1-2.5x)"`` or ``"no measurable difference between
-        A and B (speed-up 0.96-1.05x)"``.
-
-    Raises
-    ------
-    TypeError
-        If either is not a :class:`~gpuguide.timing.Measurement`.
-    ValueError
-        If a median or quartile is zero (nothing to divide by).
+    ``str()`` of the :class:`Comparison` is a sentence for the page: ``"compiled
+    is 2.3x faster than eager (2.1-2.5x)"`` or ``"no measurable difference
+    between A and B (speed-up 0.96-1.05x)"``. Raises a ``TypeError`` for a
+    non-:class:`~gpuguide.timing.Measurement`, a ``ValueError`` for a time of 0.
     """
     for name, value in (("subject", subject), ("baseline", baseline)):
         if not isinstance(value, Measurement):
@@ -207,17 +162,10 @@ def break_even(
 ) -> int | None:
     """After how many uses a one-off cost pays for itself, if it measurably does.
 
-    ``cost_s`` is paid once (a copy, a compilation, pinning); each use then
-    takes ``with_`` instead of ``without``. The saving per use must be larger
-    than the spread (:func:`compare` says ``"faster"``), else there is no
-    number to print: ``None``.
-
-    Returns
-    -------
-    int or None
-        The smallest ``k`` with ``cost + k * with_ <= k * without``
-        (medians), at least 1; ``None`` when ``with_`` is not measurably
-        faster.
+    ``cost_s`` is paid once (a compilation, pinning); each use then takes
+    ``with_`` instead of ``without``. The smallest ``k >= 1`` with ``cost + k *
+    with_ <= k * without`` (medians); None unless :func:`compare` finds ``with_``
+    faster.
     """
     cost = cost_s.median_s if isinstance(cost_s, Measurement) else cost_s
     cost = checks.non_negative("cost_s", cost)
@@ -239,21 +187,19 @@ def interleave(
     Parameters
     ----------
     variants : mapping of str to callable
-        Name to a zero-argument callable (build inputs beforehand and capture
-        them, e.g. with :func:`functools.partial` or a lambda).
+        Name to a zero-argument callable (inputs built beforehand).
     rounds : int
-        Number of rounds (>= 1). The order rotates from round to round.
+        Number of rounds (>= 1); the order rotates from round to round.
     rep_ms : float, optional
-        Time budget per variant, split across the rounds (default: that of
-        :func:`~gpuguide.timing.benchmark`).
+        Budget per variant, split across the rounds (default: benchmark's).
     **options
-        Passed to :func:`~gpuguide.timing.benchmark` (``device``, ``warmup_ms``,
-        ``measure``, ``flush_l2``, ...). The warm-up runs in the first round only.
+        For :func:`~gpuguide.timing.benchmark` (``device``, ``warmup_ms``,
+        ``measure``...); the warm-up runs in the first round only.
 
     Returns
     -------
     dict of str to Measurement
-        In the order given; each holds the calls of every round.
+        In the order given, each with the calls of every round.
     """
     rounds = checks.integer("rounds", rounds, minimum=1)
     if not variants:

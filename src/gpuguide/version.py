@@ -1,26 +1,12 @@
 """Which gpuguide measured a figure: its version and the commit it was built from.
 
-Every provenance line (:func:`gpuguide.device.provenance`) and every results
-file (:class:`gpuguide.results.DeviceRecord`) names the helpers that made the
-numbers, as ``gpuguide 0.1.0 (f4b16f4)``, with ``+dirty`` when the checkout
-had uncommitted changes (``gpuguide 0.1.0 (f4b16f4+dirty)``), and ``commit
-unknown`` where it cannot be told.
-
-:func:`describe_version` finds the commit in one of three places:
-
-- the git checkout the package is imported from (``src/gpuguide`` tracked by
-  git): ``git rev-parse`` and ``git status``, run once per process, quietly, and
-  never failing: without git, outside a repository, or with the package
-  installed into an ignored folder of one (a virtual environment in the
-  checkout), the checkout tells nothing;
-- else a stamp file, ``_source.json`` beside this module, that the site's
-  wheel is built with (``docs/_ext/site_wheel.py`` calls :func:`write_stamp`),
-  so a reader who installs that wheel still runs with the commit named;
-- else the variable ``GPUGUIDE_COMMIT`` (``2417e61`` or ``2417e61+dirty``), for
-  a copy of a checkout without its ``.git`` folder (a GPU machine's copy, a
-  tarball): whoever makes the copy knows the commit.
-
-A foundation module: it imports nothing else from gpuguide.
+Provenance lines and results files name the helpers as ``gpuguide 0.1.0
+(f4b16f4)``, ``(f4b16f4+dirty)`` for a checkout with uncommitted changes, or
+``(commit unknown)``. :func:`describe_version` finds the commit in the git
+checkout the package is imported from (once per process, never failing), else in
+the stamp file a site wheel carries (:func:`write_stamp`), else in
+``GPUGUIDE_COMMIT`` (for a copy without ``.git``). A foundation module: it
+imports nothing else from gpuguide.
 """
 
 from __future__ import annotations
@@ -34,16 +20,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = [
-    "COMMIT_ENV",
-    "STAMP_FILE",
-    "VersionInfo",
-    "__version__",
-    "describe_version",
-    "git_commit",
-    "version_label",
-    "write_stamp",
-]
+__all__ = ["STAMP_FILE", "git_commit", "write_stamp"]
 
 #: The helpers' version (also ``gpuguide.__version__``; pyproject.toml's).
 __version__ = "0.1.0"
@@ -61,9 +38,8 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def version_label(version: str | None, commit: str | None, dirty: bool = False) -> str:
-    """``"gpuguide 0.1.0 (f4b16f4)"``, ``"... (f4b16f4+dirty)"``, ``"... (commit
-    unknown)"``; ``"gpuguide version unknown"`` when the version is not known
-    either (a results file from before versions were recorded)."""
+    """``"gpuguide 0.1.0 (f4b16f4+dirty)"``, ``"... (commit unknown)"``, or
+    ``"gpuguide version unknown"`` (an old results file)."""
     if version is None:
         return "gpuguide version unknown"
     if commit is None:
@@ -73,19 +49,8 @@ def version_label(version: str | None, commit: str | None, dirty: bool = False) 
 
 @dataclass(frozen=True)
 class VersionInfo:
-    """The helpers a measurement ran with.
-
-    Attributes
-    ----------
-    version : str
-        The package version (``"0.1.0"``).
-    commit : str or None
-        The abbreviated commit the package was built from (``"f4b16f4"``);
-        None when it cannot be told.
-    dirty : bool
-        Whether the checkout had uncommitted changes (always False when the
-        commit is unknown).
-    """
+    """The helpers a measurement ran with: ``version``, the abbreviated ``commit``
+    (None when unknown) and whether the checkout was ``dirty``."""
 
     version: str
     commit: str | None = None
@@ -102,8 +67,7 @@ def _git(folder: Path, *args: str) -> str | None:
     executable = shutil.which("git")
     if executable is None:
         return None
-    # No index refresh: a status run beside the user's own git commands must not
-    # take the index lock.
+    # No index refresh: never take the lock beside the user's own git commands.
     env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
     try:
         done = subprocess.run(
@@ -120,9 +84,8 @@ def _git(folder: Path, *args: str) -> str | None:
 
 
 def _is_dirty(status: str) -> bool:
-    """Whether ``git status --porcelain --untracked-files=all`` output shows a
-    change: a tracked file changed, or a Python file git does not know (another
-    untracked file, a page's output say, does not count)."""
+    """Whether ``git status --porcelain`` output shows a changed tracked file or an
+    untracked Python file (other untracked files, a page's output, do not count)."""
     for line in status.splitlines():
         if not line.strip():
             continue
@@ -134,22 +97,8 @@ def _is_dirty(status: str) -> bool:
 
 
 def git_commit(folder: str | os.PathLike[str]) -> tuple[str, bool] | None:
-    """The commit of the git checkout that tracks ``folder``, and whether it is dirty.
-
-    Parameters
-    ----------
-    folder : str or path-like
-        A folder whose files git tracks (the package's, or the checkout's root).
-
-    Returns
-    -------
-    tuple of (str, bool) or None
-        The abbreviated commit (``"f4b16f4"``) and whether the checkout has
-        uncommitted changes (:func:`_is_dirty`); None when git is missing or
-        fails, ``folder`` is in no repository or holds no tracked file (a
-        package installed into an ignored virtual environment of a checkout),
-        or the repository has no commit.
-    """
+    """The abbreviated commit of the checkout that tracks ``folder``, and whether it
+    is dirty; None without git, a repository, a tracked file there or a commit."""
     path = Path(folder)
     if not path.is_dir():
         return None
@@ -166,12 +115,8 @@ def git_commit(folder: str | os.PathLike[str]) -> tuple[str, bool] | None:
 
 
 def write_stamp(package_dir: str | os.PathLike[str], commit: str, dirty: bool) -> Path:
-    """Write the stamp that names ``commit`` into a copy of the package to build.
-
-    The site's wheel is built from a fresh copy of ``src/``; the stamp in it
-    lets :func:`describe_version` name the commit where no checkout is at hand.
-    Returns the file written.
-    """
+    """Write the stamp that names ``commit`` into a copy of the package to build (the
+    site's wheel), for :func:`describe_version` without a checkout; return its path."""
     if not _HASH.fullmatch(commit):
         msg = f"commit must be a hexadecimal hash, got {commit!r}"
         raise ValueError(msg)
@@ -212,10 +157,6 @@ def _describe(package_dir: Path) -> VersionInfo:
 
 @functools.lru_cache(maxsize=1)
 def describe_version() -> VersionInfo:
-    """The version of these helpers and the commit they come from, once per process.
-
-    From the git checkout the package is imported from, else from the stamp a
-    built wheel carries, else from ``GPUGUIDE_COMMIT``, else with the commit
-    unknown. Never raises.
-    """
+    """The version of these helpers and their commit (see the module), once per
+    process; never raises."""
     return _describe(_PACKAGE_DIR)
