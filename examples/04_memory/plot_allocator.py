@@ -37,6 +37,7 @@ page = gpuguide.setup(None if torch.cuda.is_available() else "cpu")
 device, on_gpu = page.device, page.cuda
 fmt = gpuguide.format_bytes
 
+
 # %%
 # Three views of GPU memory
 # -------------------------
@@ -45,8 +46,6 @@ fmt = gpuguide.format_bytes
 # and kernel code, libraries' own allocations, and other processes on the same GPU.
 # (``torch.cuda.device_memory_used`` reads the driver's figure through NVML, as
 # ``nvidia-smi`` does, where the ``nvidia-ml-py`` package is installed.)
-
-
 def gpu_memory():
     """Allocated, reserved and driver-used bytes of ``device`` right now."""
     torch.cuda.synchronize(device)
