@@ -176,7 +176,7 @@ overlapped = results[fastest]
 hidden = min(max((serial - overlapped.median_s) / load.median_s, 0.0), 1.0)
 noisy = any(m.is_noisy for m in (load, compute, overlapped))
 print(
-    f"loading + model = {1e3 * serial:.3g} ms; with {fastest} "
+    f"loading + model = {serial:.3g} s; with {fastest} "
     f"{hidden:.0%} of the loading time no longer adds to the epoch"
     f"{' (NOISY)' if noisy else ''}"
 )
