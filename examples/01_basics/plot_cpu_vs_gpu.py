@@ -28,6 +28,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
+from gpuguide import benchmark, compare, plot_sweep, report, sweep
 
 page = gpuguide.setup()
 device, cpu = page.device, torch.device("cpu")
@@ -65,21 +66,21 @@ def time_sweep(op, shape, n_inputs, lo, hi, **fit):
         return op(*(t.to(device) for t in host_inputs), None).cpu()
 
     cpu_s = 0.25 if on_gpu else None  # longer calls: to reach the GPU's sizes
-    cpu_sizes = gpuguide.sweep(lo, hi, device=cpu, call_s=cpu_s, **fit)
-    gpu_sizes = gpuguide.sweep(lo, hi, **fit) if on_gpu else []
+    cpu_sizes = sweep(lo, hi, device=cpu, call_s=cpu_s, **fit)
+    gpu_sizes = sweep(lo, hi, **fit) if on_gpu else []
     sizes = sorted(set(cpu_sizes) | set(gpu_sizes))
     times = {"CPU": [], "GPU, data on device": [], "GPU incl. copies": []}
     for n in sizes:
         host = [torch.randn(shape(n)) for _ in range(n_inputs + 1)]  # the last: `out`
         on_cpu = on_device = copies = None
         if n in cpu_sizes:
-            on_cpu = gpuguide.benchmark(op, args=host, device=cpu, label="CPU")
+            on_cpu = benchmark(op, args=host, device=cpu, label="CPU")
         if n in gpu_sizes:
             resident = [t.to(device) for t in host]
-            on_device = gpuguide.benchmark(
+            on_device = benchmark(
                 op, args=resident, device=device, label="GPU, data on device"
             )
-            copies = gpuguide.benchmark(
+            copies = benchmark(
                 with_copies, args=host[:-1], device=device, label="GPU incl. copies"
             )
         for label, m in zip(times, (on_cpu, on_device, copies), strict=True):
@@ -113,15 +114,13 @@ def show(name, sizes, times, work, unit, peak, xlabel):
     for label, (n, m) in last.items():
         own = "copies" not in label and (label == "CPU") != on_gpu  # run's device
         rate = m.rate(work(n), unit)
-        gpuguide.report(
-            f"{name} rate, {label}", rate, peak=peak if own else None, size=n
-        )
+        report(f"{name} rate, {label}", rate, peak=peak if own else None, size=n)
         if label == "CPU":
             legend[f"CPU ({cpu_name.removeprefix('CPU: ')})"] = times[label]
             title = f"the CPU reaches {rate}"
             continue
         pairs = zip(sizes, times["CPU"], times[label], strict=True)
-        verdicts = [(n, gpuguide.compare(g, c)) for n, c, g in pairs if c and g]
+        verdicts = [(n, compare(g, c)) for n, c, g in pairs if c and g]
         found = None
         for n, versus in reversed(verdicts):
             if versus.verdict != "faster":
@@ -130,12 +129,12 @@ def show(name, sizes, times, work, unit, peak, xlabel):
         n, versus = verdicts[-1]
         where = f"from n={size_text(found)} on" if found else "at no measured size"
         print(f"{name}, {label}: faster than the CPU {where}")
-        gpuguide.report(f"{name} speed-up", versus, size=n, on=label)
+        report(f"{name} speed-up", versus, size=n, on=label)
         legend[f"{label} vs CPU at n={size_text(n)}: {versus.short}"] = times[label]
         if "copies" not in label:
             title = f"the GPU, data on device, is faster {where}"
     _, ax = plt.subplots()
-    gpuguide.plot_sweep(
+    plot_sweep(
         ax, sizes, legend, xlabel=f"{xlabel} (elements)", ylabel="time (ms)",
         title=f"{name}: {title}",
     )  # fmt: skip

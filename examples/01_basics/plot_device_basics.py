@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
+from gpuguide import benchmark, compare, interleave, largest_size, plot_bars, report
 
 page = gpuguide.setup()
 device = page.device
@@ -83,9 +84,9 @@ print(f"a * torch.tensor(2.0) works too: result on {(a * torch.tensor(2.0)).devi
 # matrix, and the matrix is then the largest square that it fills in about 30 ms
 # (2 ms in small mode), within the device's memory budget. How fast that is depends
 # on the CPU alone, whatever the GPU, so the times below scale with the host.
-probe = gpuguide.benchmark(torch.randn, args=(1024, 1024), device="cpu")
+probe = benchmark(torch.randn, args=(1024, 1024), device="cpu")
 generator = probe.rate(1024 * 1024, "numbers/s")
-n = gpuguide.largest_size(
+n = largest_size(
     256, 8192, memory_at=lambda n: 2 * 4 * n * n,
     flop_at=lambda n: n * n,  # one random number per element, at the measured rate
     flop_per_s=generator.value, efficiency=1.0, call_s=0.03, peaks=None,
@@ -107,7 +108,7 @@ print(f"CPU generator: {generator}; matrix {n} x {n} float32, {fmt(nbytes)}")
 # creating a tensor per step runs it, launch included (the default,
 # ``measure="call"``).
 x_host = torch.randn(n, n)
-times = gpuguide.interleave(
+times = interleave(
     {
         "randn on the device": lambda: torch.randn(n, n, device=device),
         "randn on the CPU": lambda: torch.randn(n, n),
@@ -118,7 +119,7 @@ times = gpuguide.interleave(
     rep_ms=300,
 )
 for name, m in times.items():
-    gpuguide.report(name, m, size=f"{n}x{n}")
+    report(name, m, size=f"{n}x{n}")
 on_device, on_host, copy, both = times.values()
 
 # %%
@@ -133,12 +134,10 @@ on_device, on_host, copy, both = times.values()
 # the *same* tensor, so the copy costs almost nothing, and the two ``randn`` are the
 # same operation: expect "no measurable difference".
 print(f"x_host.to(device) is x_host: {x_host.to(device) is x_host}")
-gpuguide.report("creating on the device", gpuguide.compare(on_device, both))
+report("creating on the device", compare(on_device, both))
 if device.type != "cpu":
     rate = copy.rate(nbytes, "B/s")
-    gpuguide.report(
-        "H2D bandwidth", rate, peak="host_link", size=nbytes, memory="pageable"
-    )
+    report("H2D bandwidth", rate, peak="host_link", size=nbytes, memory="pageable")
 
 # %%
 # Do the parts add up?
@@ -175,7 +174,7 @@ else:
         f"{copy.median_s / parts_s:.0%} copy"
     )
 fig, ax = plt.subplots()
-gpuguide.plot_bars(
+plot_bars(
     ax,
     {
         f"randn\ndevice={device.type}": on_device,

@@ -6,9 +6,9 @@ A GPU runs work asynchronously: a CUDA call queues a kernel and returns, and the
 kernel runs later. A host clock read right after the call measures the launch, not
 the work. This page times one matrix multiplication with a host clock that does not
 wait, then with the two fixes, synchronizing before each clock read and CUDA events
-recorded on the GPU's stream, each against the median from
-:func:`gpuguide.benchmark`. Last, for a short kernel, it separates the time of a
-call, launch included, from the kernel's own time.
+recorded on the GPU's stream, each against the median of a careful benchmark.
+Last, for a short kernel, it separates the time of a call, launch included, from
+the kernel's own time.
 
 The pitfalls that apply on every device (the first call, one sample, inputs made in
 the timed call, ``torch.utils.benchmark``'s thread count) are on the next page.
@@ -26,11 +26,12 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
+from gpuguide import Measurement, benchmark, compare, largest_size, plot_bars, report
 
 page = gpuguide.setup()
 device = page.device
 reps = 5 if page.small else 30
-n = gpuguide.largest_size(
+n = largest_size(
     64, 16384, memory_at=lambda n: 12 * n * n, flop_at=lambda n: 2 * n**3,
     traffic_at=lambda n: 12 * n * n, call_s=0.005, multiple_of=64,
 )  # fmt: skip
@@ -46,14 +47,12 @@ print(f"float32 matmul, n = {n}")
 # page), which would make the warm-up's estimate of a call, and with it the number of
 # timed calls, far too small.
 torch.matmul(a, b, out=out)
-ref = gpuguide.benchmark(
-    torch.matmul, args=(a, b), kwargs={"out": out}, label="the reference"
-)
-gpuguide.report("reference matmul", ref, size=n)
+ref = benchmark(torch.matmul, args=(a, b), kwargs={"out": out}, label="the reference")
+report("reference matmul", ref, size=n)
 
 
 def as_measurement(label, times_s, method):
-    return gpuguide.Measurement(label, tuple(times_s), str(device), method)
+    return Measurement(label, tuple(times_s), str(device), method)
 
 
 # %%
@@ -72,8 +71,8 @@ for _ in range(reps):
 getattr(torch, device.type).synchronize()
 no_sync = as_measurement("host clock, no sync", samples, "wall-clock")
 print(no_sync)
-versus = gpuguide.compare(no_sync, ref)
-gpuguide.report("against the reference", versus, size=n, method=no_sync.label)
+versus = compare(no_sync, ref)
+report("against the reference", versus, size=n, method=no_sync.label)
 
 # %%
 # The fixes: synchronize, or use CUDA events
@@ -108,7 +107,7 @@ if page.needs_cuda("Synchronizing and CUDA events"):
     sync, events = gpu_only.values()
     print(f"{sync}\n{events}")
     apart = gpuguide.format_time(abs(sync.median_s - events.median_s))
-    print(f"{gpuguide.compare(events, sync)}; the medians are {apart} apart")
+    print(f"{compare(events, sync)}; the medians are {apart} apart")
 
 # %%
 # A short kernel's time is its launch
@@ -117,7 +116,7 @@ if page.needs_cuda("Synchronizing and CUDA events"):
 # start event. When a call's work takes less time than the host needs to launch it
 # (a kernel of a few microseconds), the GPU waits for every launch and the events
 # measure the launch: the time per call of a loop of such calls, which is what such
-# a loop costs. :func:`gpuguide.benchmark` asks which time you mean:
+# a loop costs. ``benchmark`` asks which time you mean:
 # ``measure="call"`` (the default) for that, ``measure="kernel"`` for the GPU's work
 # alone, with the launches hidden behind work queued ahead. For calls of more than
 # about 50 us of GPU work the two agree, as for the matmul above (the reference is a
@@ -128,12 +127,10 @@ if page.needs_cuda('measure="call" against measure="kernel"'):
     u, v, w = (torch.randn(16384, device=device) for _ in range(3))
     labels = {"call": "time per call (launch included)", "kernel": "the kernel alone"}
     per_call, kernel = (
-        gpuguide.benchmark(
-            torch.add, args=(u, v), kwargs={"out": w}, measure=kind, label=label
-        )
+        benchmark(torch.add, args=(u, v), kwargs={"out": w}, measure=kind, label=label)
         for kind, label in labels.items()
     )
-    print(f"{per_call}\n{kernel}\n{gpuguide.compare(per_call, kernel)}")
+    print(f"{per_call}\n{kernel}\n{compare(per_call, kernel)}")
 
 # %%
 # How wrong is each clock?
@@ -143,11 +140,11 @@ if page.needs_cuda('measure="call" against measure="kernel"'):
 # differ by more than 10x, as the no-sync clock on a GPU does.
 methods = {"reference": ref, "host clock, no sync": no_sync, **gpu_only}
 fig, ax = plt.subplots()
-gpuguide.plot_bars(
+plot_bars(
     ax,
     methods,
     ylabel="median time (ms)",
-    title=f"host clock, no sync / reference: {gpuguide.compare(ref, no_sync).short}",
+    title=f"host clock, no sync / reference: {compare(ref, no_sync).short}",
 )
 medians = [m.median_s for m in methods.values()]
 if max(medians) > 10 * min(medians):

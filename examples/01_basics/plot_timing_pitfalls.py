@@ -6,8 +6,8 @@ A timing is only as good as what it actually measures. After the previous page's
 asynchronous execution, four more ways to time one matrix multiplication wrongly,
 which apply on a CPU as on a GPU: timing the first call, trusting one sample,
 creating the inputs inside the timed call, and ``torch.utils.benchmark.Timer``'s
-default of one CPU thread. Each is set against the median from
-:func:`gpuguide.benchmark`, with a verdict that carries its spread.
+default of one CPU thread. Each is set against the median of a careful benchmark,
+with a verdict that carries its spread.
 
 See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 """
@@ -25,6 +25,7 @@ import torch
 from torch.utils import benchmark as torch_benchmark
 
 import gpuguide
+from gpuguide import Measurement, benchmark, compare, plot_bars, plot_sweep, report
 
 page = gpuguide.setup()
 device = page.device
@@ -44,20 +45,17 @@ print(f"float32 matmul, n = {n}")
 # (pitfall 1), which would make the warm-up's estimate of a call, and with it the
 # number of timed calls, far too small.
 torch.matmul(a, b, out=out)
-ref = gpuguide.benchmark(
-    torch.matmul, args=(a, b), kwargs={"out": out}, label="the reference"
-)
-gpuguide.report("reference matmul", ref, size=n)
+ref = benchmark(torch.matmul, args=(a, b), kwargs={"out": out}, label="the reference")
+report("reference matmul", ref, size=n)
 
 
 def as_measurement(label, times_s, method):
-    return gpuguide.Measurement(label, tuple(times_s), str(device), method)
+    return Measurement(label, tuple(times_s), str(device), method)
 
 
 def against_reference(m):
     """Print and record how ``m`` compares with the reference, with the spread."""
-    c = gpuguide.compare(m, ref)
-    return gpuguide.report("against the reference", c, size=n, method=m.label)
+    report("against the reference", compare(m, ref), size=n, method=m.label)
 
 
 # %%
@@ -93,7 +91,7 @@ calls = [
     for nth, s in zip(("first", "second", "third"), run.stdout.split(), strict=True)
 ]
 print("fresh process: " + ", ".join(f"{c.label} {c.median_ms:.3g} ms" for c in calls))
-slower = [c.label for c in calls if gpuguide.compare(c, ref).verdict == "slower"]
+slower = [c.label for c in calls if compare(c, ref).verdict == "slower"]
 print(f"measurably slower than the reference: {', '.join(slower) or 'none'}")
 cold = calls[0]
 against_reference(cold)
@@ -110,7 +108,7 @@ print(
     f"{ref.median_s * 1e3:.3g} ms, max {ref.max_s * 1e3:.3g} ms"
 )
 fig, ax = plt.subplots()
-gpuguide.plot_sweep(
+plot_sweep(
     ax, list(range(1, ref.n + 1)), {"one call": [t * 1e3 for t in ref.times_s]},
     xlabel="call (index)", ylabel="time (ms)", logx=False, logy=False,
     title=f"Single calls vary: the slowest is {ref.max_s / ref.median_s:.3g}x the median",
@@ -135,16 +133,14 @@ def matmul_with_fresh_inputs():
     return torch.matmul(x, y)
 
 
-inside = gpuguide.benchmark(
-    matmul_with_fresh_inputs, device=device, label="randn inside"
-)
+inside = benchmark(matmul_with_fresh_inputs, device=device, label="randn inside")
 against_reference(inside)
 
 # %%
 # Pitfall 4: ``torch.utils.benchmark.Timer``'s thread count
 # ---------------------------------------------------------
 # ``Timer`` synchronizes CUDA and reports the median over blocks of calls, so with
-# the same thread count it should agree with :func:`gpuguide.benchmark` within their
+# the same thread count it should agree with ``benchmark`` within their
 # spread (on a GPU its host clock also counts one launch and one synchronize per
 # block, so it may read slightly higher). A shared machine drifts between two
 # measurements taken one after the other, so the two tools take turns for a few
@@ -167,15 +163,14 @@ def make_timer(num_threads):
 all_threads = make_timer(torch.get_num_threads())
 ours_s, theirs_s = [], []
 for _ in range(1 if page.small else 3):
-    ours = gpuguide.benchmark(torch.matmul, args=(a, b), kwargs={"out": out})
-    ours_s += ours.times_s
+    ours_s += benchmark(torch.matmul, args=(a, b), kwargs={"out": out}).times_s
     theirs_s += all_threads.blocked_autorange(min_run_time=ref.n * ref.median_s).times
 ours = as_measurement("gpuguide, taking turns", ours_s, ref.method)
 timer = as_measurement(f"Timer, {torch.get_num_threads()} threads", theirs_s, method)
 one_s = make_timer(1).blocked_autorange(min_run_time=0.02 if page.small else 0.2).times
 one_thread = as_measurement("Timer, 1 thread", one_s, method)
 print(f"{ours}\n{timer}\n{one_thread}")
-gpuguide.report("Timer against gpuguide", gpuguide.compare(timer, ours), size=n)
+report("Timer against gpuguide", compare(timer, ours), size=n)
 against_reference(one_thread)
 
 # %%
@@ -188,10 +183,10 @@ methods = {"reference": ref, "first call": cold, "randn inside": inside}
 methods.update({"Timer, all threads": timer, "Timer, 1 thread": one_thread})
 worst = max(methods.values(), key=lambda m: abs(math.log(m.median_s / ref.median_s)))
 fig, ax = plt.subplots()
-gpuguide.plot_bars(
+plot_bars(
     ax, methods, ylabel="median time (ms)",
     title=f"Worst method here: {worst.label}; time / reference "
-    f"{gpuguide.compare(ref, worst).short}",
+    f"{compare(ref, worst).short}",
 )  # fmt: skip
 medians = [m.median_s for m in methods.values()]
 if max(medians) > 10 * min(medians):

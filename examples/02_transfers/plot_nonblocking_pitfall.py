@@ -27,7 +27,7 @@ import torch
 from matplotlib.ticker import MaxNLocator
 
 import gpuguide
-from gpuguide import format_bytes, format_time
+from gpuguide import compare, format_bytes, format_time, interleave, plot_sweep, report
 
 page = gpuguide.setup()
 on_gpu = page.needs_cuda("The race of a non-blocking copy to the host")
@@ -115,7 +115,7 @@ for name, counts in wrong.items():
         f"trials, at worst {max(counts)} of {n * n} elements"
     )
     mean = 100 * sum(counts) / (trials * n * n)
-    gpuguide.report("wrong elements, unsafe read", mean, unit="%", case=name)
+    report("wrong elements, unsafe read", mean, unit="%", case=name)
 for name, fix in {"event": with_event, "blocking": blocking}.items():
     total = sum(trial(produce, fix) for _ in range(trials))
     print(f"fix '{name}': {total} wrong elements in {trials} trials")
@@ -129,7 +129,7 @@ for name, fix in {"event": with_event, "blocking": blocking}.items():
 # from none to many wrong elements.
 runs = sum(c > 0 for counts in wrong.values() for c in counts)
 fig, ax = plt.subplots()
-gpuguide.plot_sweep(
+plot_sweep(
     ax, list(range(1, trials + 1)),
     {name: [100 * c / (n * n) for c in counts] for name, counts in wrong.items()},
     xlabel="trial (index)", ylabel="wrong elements (%)", device=device,
@@ -153,7 +153,7 @@ plt.show()
 # The four take turns for five rounds (:func:`gpuguide.interleave`).
 batch, staging = torch.randn(n, n), torch.empty(n, n)
 host_work = partial(staging.copy_, batch)
-times = gpuguide.interleave(
+times = interleave(
     {
         "blocking copy": blocking,
         "non_blocking + event": with_event,
@@ -163,16 +163,16 @@ times = gpuguide.interleave(
     device=device,
 )
 copy, event, serial, overlap = times.values()
-print(f"the event wait against a blocking copy: {gpuguide.compare(event, copy)}")
-gpuguide.report("copy + host work", serial, size=nbytes, order="one after the other")
-gpuguide.report("copy + host work", overlap, size=nbytes, order="overlapped")
+print(f"the event wait against a blocking copy: {compare(event, copy)}")
+report("copy + host work", serial, size=nbytes, order="one after the other")
+report("copy + host work", overlap, size=nbytes, order="overlapped")
 work_s = max(serial.median_s - copy.median_s, 0.0)  # the host work alone
 print(
     f"a blocking copy takes {format_time(copy.median_s)}, the host work about "
     f"{format_time(work_s)}: overlap can save at most "
     f"{format_time(min(copy.median_s, work_s))}"
 )
-gain = gpuguide.compare(overlap, serial)
+gain = compare(overlap, serial)
 print(f"with host work: {gain}")
 saved = "no measurable overlap"
 if gain.verdict == "faster":

@@ -23,14 +23,11 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide import format_bytes, format_rate, format_time
+from gpuguide import benchmark, break_even, compare, format_bytes, format_time, report
 
 page = gpuguide.setup()
 device, cpu, peaks = page.device, torch.device("cpu"), page.peaks
 on_gpu = page.needs_cuda("H2D and D2H copies, pinned memory and pin_memory()")
-if on_gpu:
-    link = peaks.host_link_bytes_per_s
-    print(f"host link peak per direction: {format_rate(link, 'B/s')} ({peaks.source})")
 # Copy sizes double from 4 KiB up to what fits (on a GPU: four host buffers and one on
 # the device) and the time budget (planned at 10 GB/s, or at the CPU's bandwidth).
 sizes = gpuguide.sweep(
@@ -62,6 +59,10 @@ WAYS = ("pageable", "pinned", "pinned + non_blocking")
 
 
 def time_transfers(n):
+    if not on_gpu:
+        src, dst = torch.randn(n // 4), torch.empty(n // 4)
+        m = benchmark(copy, args=(dst, src), warmup_ms=10, rep_ms=50)
+        return {("host-to-host", "copy_ between CPU tensors"): m}
     pageable, on_device = torch.randn(n // 4), torch.empty(n // 4, device=device)
     pinned = pageable.pin_memory()
     pageable_out, pinned_out = torch.empty(n // 4), torch.empty(n // 4, pin_memory=True)
@@ -80,16 +81,8 @@ def time_transfers(n):
     return dict(zip(plans, found.values(), strict=True))
 
 
-results = {}
-for n in sizes:
-    if on_gpu:
-        found = time_transfers(n)
-    else:
-        src, dst = torch.randn(n // 4), torch.empty(n // 4)
-        m = gpuguide.benchmark(copy, args=(dst, src), warmup_ms=10, rep_ms=50)
-        found = {("host-to-host", "copy_"): m}
-    for key, m in found.items():
-        results.setdefault(key, []).append(m)
+found = [time_transfers(n) for n in sizes]
+results = {key: [at_size[key] for at_size in found] for key in found[0]}
 
 # %%
 # Pinned against pageable
@@ -100,13 +93,11 @@ for n in sizes:
 # (70-90% on a healthy PCIe link), by more the faster the link: well under 2x on PCIe
 # 3.0, several times on PCIe 5.0. A small copy costs mostly a fixed time per copy.
 for (direction, way), ms in results.items():  # at the largest size
-    link_share = {"peak": "host_link", "memory": way} if on_gpu else {}
-    rate = ms[-1].rate(n_max, "B/s")
-    gpuguide.report(f"{direction} bandwidth", rate, size=n_max, **link_share)
+    link = {"peak": "host_link", "memory": way} if on_gpu else {}
+    report(f"{direction} bandwidth", ms[-1].rate(n_max, "B/s"), size=n_max, **link)
 for direction in ("H2D", "D2H") if on_gpu else ():
     pageable, pinned, pinned_async = (results[direction, w][-1] for w in WAYS)
-    print(f"{direction}: {gpuguide.compare(pinned, pageable)}")
-    print(f"{direction}: {gpuguide.compare(pinned_async, pinned)}")
+    print(f"{direction}: {compare(pinned, pageable)}; {compare(pinned_async, pinned)}")
 if on_gpu:
     small, large = results["H2D", "pageable"][0], results["H2D", "pageable"][-1]
     bytes_s = sizes[0] / n_max * large.median_s  # its bytes at the large-copy rate
@@ -116,9 +107,7 @@ if on_gpu:
     )
     src = torch.randn(sizes[0] // 4).pin_memory()
     to = torch.empty(sizes[0] // 4, device=device)
-    engine = gpuguide.benchmark(
-        copy, args=(to, src, True), device=device, measure="kernel"
-    )
+    engine = benchmark(copy, args=(to, src, True), device=device, measure="kernel")
     print(f"on the copy engine alone, a pinned one: {format_time(engine.median_s)}")
 
 # %%
@@ -131,8 +120,8 @@ if on_gpu:
 for direction in ("H2D", "D2H") if on_gpu else ("host-to-host",):
     ways = {way: ms for (d, way), ms in results.items() if d == direction}
     base_s = next(iter(ways.values()))[-1].median_s  # the first way, largest size
-    series = {  # GB/s by size; in the legend, each way against the first
-        f"{way} ({base_s / ms[-1].median_s:.3g}x)": [
+    series = {  # GB/s by size; on a GPU, each way against pageable at the largest
+        f"{way} ({base_s / ms[-1].median_s:.3g}x)" if on_gpu else way: [
             n / m.median_s / 1e9 for n, m in zip(sizes, ms, strict=True)
         ]
         for way, ms in ways.items()
@@ -140,15 +129,14 @@ for direction in ("H2D", "D2H") if on_gpu else ("host-to-host",):
     best = max(max(rates) for rates in series.values()) * 1e9
     if on_gpu:
         finding = peaks.share(best, "host_link", peak="the link peak")
-        ref, what = link, "link peak (datasheet)"
+        ref, what = peaks.host_link_bytes_per_s, "link peak (datasheet)"
     else:  # device_peaks' large-copy rate counts bytes read plus written
-        finding = f"{format_rate(n_max / base_s, 'B/s')} at the largest"
-        series = {"copy_ between CPU tensors": series.popitem()[1]}
         ref, what = peaks.memory_bandwidth_bytes_per_s / 2, "large copy_ (device_peaks)"
+        finding = f"{best / ref:.0%} of a large copy_"
     fig, ax = plt.subplots()
     gpuguide.plot_sweep(
         ax, sizes, series, xlabel="copy size (bytes)", ylabel="bandwidth (GB/s)",
-        title=f"{direction}: up to {format_rate(best, 'B/s')}, {finding}",
+        title=f"{direction}: up to {best / 1e9:.3g} GB/s, {finding}",
     )  # fmt: skip
     ax.axhline(ref / 1e9, color="0.3", ls="--", label=f"{what}: {ref / 1e9:.1f} GB/s")
     ax.set_ylim(top=max(ax.get_ylim()[1], 1.5 * ref / 1e9))
@@ -171,7 +159,7 @@ if on_gpu:
         empty()  # the next pin must allocate
     stats = getattr(torch.cuda, "host_memory_stats", dict)
     before = stats()
-    pin = gpuguide.benchmark(host.pin_memory, device=cpu, label="pin_memory()")
+    pin = benchmark(host.pin_memory, device=cpu, label="pin_memory()")
     after = stats()
     alloc_s = (after[stat] - before.get(stat, 0)) / 1e6 if stat in after else math.nan
     spent = "an unreported time" if math.isnan(alloc_s) else format_time(alloc_s)
@@ -180,13 +168,13 @@ if on_gpu:
     pageable, pinned = (results["H2D", w][-1] for w in WAYS[:2])
     print(f"{pin}; the first call also spent {spent} allocating")
     print(f"pin_memory() is {pin.median_s / pageable.median_s:.3g}x one pageable copy")
-    copies = gpuguide.break_even(pin, pageable, pinned)
+    copies = break_even(pin, pageable, pinned)
+    alloc = "unknown"
+    if math.isfinite(alloc_s):
+        alloc = break_even(pin.median_s + alloc_s, pageable, pinned)
     if copies is None:
         print("pinned copies were not measurably faster here: pinning never pays off")
     else:
-        alloc = "unknown"
-        if math.isfinite(alloc_s):
-            alloc = gpuguide.break_even(pin.median_s + alloc_s, pageable, pinned)
         print(f"break-even: {copies} copies of one pinned buffer ({alloc} with alloc)")
     del host
     if empty is not None:

@@ -28,6 +28,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Subset
 
 import gpuguide
+from gpuguide import benchmark, compare, interleave, plot_bars, report, table
 from gpuguide.chapters.data import SyntheticImages
 from gpuguide.chapters.spawning import spawn_safe
 
@@ -48,7 +49,7 @@ SAMPLES = 64 * max(4, *worker_counts)  # an epoch: a batch of 64 for every worke
 # first ``SAMPLES`` samples (a :class:`~torch.utils.data.Subset`).
 dataset = SyntheticImages(2**20, shape=(3, 32, 32), work=2)
 epoch_data = Subset(dataset, range(SAMPLES))
-print(gpuguide.benchmark(dataset.__getitem__, args=(0,), label="one sample"))
+print(benchmark(dataset.__getitem__, args=(0,), label="one sample"))
 
 # %%
 # The model, one training step and one epoch
@@ -88,8 +89,8 @@ def epoch(loader, step=train_step):
 # does). A worker unpickles the dataset, which imports its class by name, so the class
 # must live in an importable module, not in a notebook or this page. A spawned child
 # also re-runs the parent's main script, hence ``if __name__ == "__main__":`` in
-# scripts; this page, without one, relies on
-# :func:`~gpuguide.chapters.spawning.spawn_safe`. Workers start at ``iter(loader)``.
+# scripts; this page, without one, relies on ``spawn_safe`` (imported in the setup).
+# Workers start at ``iter(loader)``.
 def make_loader(num_workers=0):
     if num_workers == 0:  # the baseline: batches made in the main process
         return DataLoader(epoch_data, batch_size=64)
@@ -103,22 +104,22 @@ def make_loader(num_workers=0):
 # Loader-bound or model-bound?
 # ----------------------------
 # Loading alone runs an epoch of the baseline loader (no workers) without the model;
-# the model alone trains on the same batches made beforehand; the two take turns
-# (:func:`gpuguide.interleave`). When loading is slower (the loop is *loader-bound*),
-# workers can speed up an epoch up to that ratio, or the number of free cores if
-# smaller. When the model is slower, workers can at best hide the loading behind it.
+# the model alone trains on the same batches made beforehand; the two take turns.
+# When loading is slower (the loop is *loader-bound*), workers can speed up an epoch
+# up to that ratio, or the number of free cores if smaller. When the model is slower,
+# workers can at best hide the loading behind it.
 baseline = make_loader()
 premade = list(baseline)  # the same batches, made once
-load, compute = gpuguide.interleave(
+load, compute = interleave(
     {
         "loading alone": partial(epoch, baseline, step=lambda images, labels: None),
         "model alone": partial(epoch, premade),  # an epoch over the list of batches
     },
     device=device, warmup_ms=1, min_reps=10,
 ).values()  # fmt: skip
-gpuguide.report("loading alone", load.rate(SAMPLES, "samples/s"), size=SAMPLES)
-gpuguide.report("model alone", compute.rate(SAMPLES, "samples/s"), size=SAMPLES)
-bound = gpuguide.compare(compute, load)
+report("loading alone", load.rate(SAMPLES, "samples/s"), size=SAMPLES)
+report("model alone", compute.rate(SAMPLES, "samples/s"), size=SAMPLES)
+bound = compare(compute, load)
 regime = {"faster": "loader-bound", "slower": "model-bound"}.get(
     bound.verdict, "neither side measurably slower"
 )
@@ -142,22 +143,22 @@ for batches in started:
     for _ in batches:  # the rest of this untimed epoch
         pass
 del started
-results = gpuguide.interleave(
+results = interleave(
     {label: partial(epoch, loader) for label, loader in loaders.items()},
     device=device, warmup_ms=1, min_reps=10,
 )  # fmt: skip
-vs = {k: gpuguide.compare(m, results["baseline"]).short for k, m in results.items()}
+vs = {k: compare(m, results["baseline"]).short for k, m in results.items()}
 vs["baseline"] = None  # the reference itself
-print(gpuguide.table(
+print(table(
     {"setting": k, "epoch": m, "throughput": m.rate(SAMPLES, "samples/s"),
      "speed-up": vs[k]} for k, m in results.items()
 ))  # fmt: skip
 fastest = min(list(results)[1:], key=lambda k: results[k].median_s)  # of the workers
-gain = gpuguide.compare(results[fastest], results["baseline"])
-gpuguide.report("workers' best speed-up", gain, size=SAMPLES)
+gain = compare(results[fastest], results["baseline"])
+report("workers' best speed-up", gain, size=SAMPLES)
 
 fig, ax = plt.subplots()
-gpuguide.plot_bars(
+plot_bars(
     ax, results, ylabel="throughput (samples/s)", value=lambda s: SAMPLES / s,
     title=f"{fastest}: {gain.short} the baseline",
 )  # fmt: skip
@@ -175,12 +176,12 @@ overlapped = results[fastest]
 hidden = min(max((serial - overlapped.median_s) / load.median_s, 0.0), 1.0)
 noisy = any(m.is_noisy for m in (load, compute, overlapped))
 print(
-    f"loading + model = {gpuguide.format_time(serial)}; with {fastest} "
+    f"loading + model = {serial:.3g} s; with {fastest} "
     f"{hidden:.0%} of the loading time no longer adds to the epoch"
     f"{' (NOISY)' if noisy else ''}"
 )
 fig, ax = plt.subplots()
-gpuguide.plot_bars(
+plot_bars(
     ax,
     {"loading alone": load, "model alone": compute,
      "both, baseline": results["baseline"], f"both, {fastest}": overlapped},

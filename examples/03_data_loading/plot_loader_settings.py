@@ -27,6 +27,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Subset
 
 import gpuguide
+from gpuguide import benchmark, compare, format_time, interleave, plot_bars, report
 from gpuguide.chapters.data import SyntheticImages
 from gpuguide.chapters.spawning import spawn_safe
 
@@ -44,8 +45,8 @@ dataset = SyntheticImages(2**20, shape=(3, 32, 32), work=2)
 # A timed call is one epoch: every batch of the loader through a training step, run
 # to its end, so that no batch is on its way from a worker when a loader is deleted.
 # Workers are spawned (``multiprocessing_context="spawn"``): each imports the dataset
-# by name, and :func:`~gpuguide.chapters.spawning.spawn_safe` keeps it from
-# re-running this page. A loader changes one setting of the baseline.
+# by name, and ``spawn_safe`` keeps it from re-running this page. A loader changes
+# one setting of the baseline.
 model = nn.Sequential(
     nn.Flatten(), nn.Linear(3 * 32 * 32, 512), nn.ReLU(), nn.Linear(512, 10)
 ).to(device)
@@ -87,19 +88,17 @@ def make_loader(samples=SAMPLES, **change):
 first_batch = {}
 for name, persistent in (("new", False), ("persistent", True)):
     loader = make_loader(64, num_workers=1, persistent_workers=persistent)
-    first_batch[name] = gpuguide.benchmark(
+    first_batch[name] = benchmark(
         partial(epoch, loader, step=lambda images, labels: None),
         label=f"one-batch epoch, {name} worker",
         warmup_ms=1.0, min_reps=1, max_reps=1,
     )  # fmt: skip
     del loader
 fresh, kept = first_batch["new"].median_s, first_batch["persistent"].median_s
-gpuguide.report(
-    "start-up saved per epoch by persistent workers", fresh - kept, unit="s"
-)
+report("start-up saved per epoch by persistent workers", fresh - kept, unit="s")
 print(
-    f"(a one-batch epoch: {gpuguide.format_time(fresh)} with a new worker, "
-    f"{gpuguide.format_time(kept)} with a persistent one)"
+    f"(a one-batch epoch: {format_time(fresh)} with a new worker, "
+    f"{format_time(kept)} with a persistent one)"
 )
 
 # %%
@@ -125,7 +124,7 @@ for batches in started:
     for _ in batches:  # the rest of this untimed epoch
         pass
 del started
-results = gpuguide.interleave(
+results = interleave(
     {label: partial(epoch, loader) for label, loader in loaders.items()},
     device=device, warmup_ms=1, min_reps=10,
 )  # fmt: skip
@@ -135,11 +134,11 @@ for label, against in (
     ("1 worker, prefetch 4", "num_workers=1"),
 ):
     if label in results:
-        gain = gpuguide.compare(results[label], results[against])
-        gpuguide.report(f"speed-up of {label}", gain, size=SAMPLES)
+        gain = compare(results[label], results[against])
+        report(f"speed-up of {label}", gain, size=SAMPLES)
 
 fig, ax = plt.subplots()
-gpuguide.plot_bars(
+plot_bars(
     ax, results, ylabel="throughput (samples/s)", value=lambda s: SAMPLES / s,
     title=f"One setting at a time: epochs of {SAMPLES} samples",
 )  # fmt: skip

@@ -9,17 +9,17 @@ activation can be freed as soon as the next layer has read it. For training,
 activation checkpointing (``torch.utils.checkpoint``) keeps only each block's input
 and recomputes the rest during backward: memory for time.
 
-This page measures both on the same MLP as the previous page: the peak memory rise of
-a forward pass in each mode and its time, then a training step with and without
-checkpointing, and prints what checkpointing saved against what it cost.
+This page measures both on the previous page's MLP: a forward pass's peak memory rise
+and time in each mode, then what checkpointing saves in a training step and costs.
 """
 
 # %%
 # Setup
 # -----
-# The model, its size and the memory measurement are those of the previous page: on
-# the CPU the rise is read from the process's RSS after ``malloc_trim(0)`` has handed
-# back what glibc kept from earlier frees.
+# The model, its size and the memory measurement are those of the previous page
+# (:func:`gpuguide.track_memory`): on a GPU the rise of the bytes held by tensors; on
+# the CPU the rise of the process's RSS, after ``malloc_trim(0)`` has handed back what
+# glibc kept from earlier frees.
 import contextlib
 from functools import partial
 
@@ -29,10 +29,10 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import gpuguide
+from gpuguide import compare, format_bytes, interleave, plot_bars, record, report, table
 
 page = gpuguide.setup()
 device = page.device
-fmt = gpuguide.format_bytes
 
 
 def mib(sizes):
@@ -40,20 +40,18 @@ def mib(sizes):
 
 
 def peak_rise(fn, repeats=3):
-    """Lowest rise of memory over ``repeats`` runs of ``fn()`` (what glibc keeps
-    from frees inside a run only adds to RSS), and how it was measured."""
-    reports = []
+    """The lowest rise over ``repeats`` runs (glibc's kept frees only add to RSS)."""
+    rises = []
     for _ in range(repeats):
         gpuguide.release_host_memory()
         with gpuguide.track_memory(device) as tracked:
             fn()
-        reports.append(tracked.report)
-    return min(r.peak_increase_bytes for r in reports), reports[0].note
+        rises.append(tracked.report.peak_increase_bytes)
+    return min(rises)
 
 
 def kept_for_backward(fn):
-    """Bytes of the tensors autograd saves while ``fn()`` runs, once per storage,
-    without the weights and the batch (resident anyway)."""
+    """Bytes autograd saves in ``fn()``, once per storage, but the weights and batch."""
     resident = {t.untyped_storage().data_ptr() for t in (*model.parameters(), x, y)}
     saved = {}
 
@@ -75,77 +73,60 @@ batch = gpuguide.largest_size(
     flop_at=lambda b: 6 * params * b,  # a training step
     peaks=page.peaks if page.cuda else None,  # None: low fallback rates on a CPU
 )  # fmt: skip
-wide = 4 * width
 blocks = [
-    nn.Sequential(nn.Linear(width, wide), nn.GELU(), nn.Linear(wide, width))
+    nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
     for _ in range(depth)
 ]
 model = nn.Sequential(*blocks).to(device)
-x = torch.randn(batch, width, device=device)
-y = torch.randn(batch, width, device=device)
+x, y = (torch.randn(batch, width, device=device) for _ in range(2))
 dims = f"{depth}x{width}, batch {batch}"  # shown with the recorded figures
 print(f"{depth} blocks, width {width}, batch {batch}")
+
 
 # %%
 # Inference: grad mode, ``no_grad`` and ``inference_mode``
 # --------------------------------------------------------
-# The same forward pass three ways. With gradients enabled (the default), every
-# block's saved tensors stay alive as long as the output does, even if backward never
-# comes. Under ``no_grad`` nothing is saved, so expect the peak to drop to about two
-# layers' worth of activations. ``inference_mode`` also skips autograd's version
-# counters and view tracking; its tensors cannot be used in autograd later.
-modes = {
-    "grad enabled": contextlib.nullcontext,
-    "no_grad": torch.no_grad,
-    "inference_mode": torch.inference_mode,
-}
-
-
+# The same forward pass three ways, taking turns. With gradients enabled (the
+# default), every block's saved tensors stay alive as long as the output does, even
+# if backward never comes. Under ``no_grad`` nothing is saved, so expect the peak to
+# drop to about two layers' worth of activations. ``inference_mode`` also skips
+# autograd's version counters and view tracking; its tensors cannot enter autograd.
 def run(mode):
     with mode():
         return model(x)
 
 
-# The three take turns for five rounds, so that a drift of the machine falls on all.
-times = gpuguide.interleave(
-    {name: partial(run, mode) for name, mode in modes.items()}, device=device
-)
-memory = {name: peak_rise(partial(run, mode))[0] for name, mode in modes.items()}
-rows = [{"mode": k, "peak rise": fmt(memory[k]), "time": t} for k, t in times.items()]
-print(gpuguide.table(rows))
+forwards = {
+    "grad enabled": partial(run, contextlib.nullcontext),
+    "no_grad": partial(run, torch.no_grad),
+    "inference_mode": partial(run, torch.inference_mode),
+}
+times = interleave(forwards, device=device)
+memory = {name: peak_rise(forward) for name, forward in forwards.items()}
+print(table({"mode": k, "peak rise": format_bytes(memory[k]), "time": t}
+            for k, t in times.items()))  # fmt: skip
 for mode in ("grad enabled", "no_grad"):
-    gpuguide.record("forward peak rise", memory[mode], unit="B", size=dims, mode=mode)
+    record("forward peak rise", memory[mode], unit="B", size=dims, mode=mode)
 saving = 1 - memory["no_grad"] / max(memory["grad enabled"], 1)
-print(f"no_grad's peak is {saving:.0%} lower than with grad enabled")
-speed = gpuguide.compare(times["inference_mode"], times["grad enabled"])
-print(f"time: {speed}")
-fig, axes = plt.subplots(1, 2, figsize=(9, 4))
-panels = [
-    ("peak memory rise (MiB)", mib(memory), f"Without a graph, {saving:.0%} less"),
-    ("forward time (ms)", times, f"inference_mode against grad:\n{speed.short}"),
-]
-for ax, (ylabel, values, title) in zip(axes, panels, strict=True):
-    gpuguide.plot_bars(ax, values, ylabel=ylabel, title=title)
+speed = compare(times["inference_mode"], times["grad enabled"])
+print(f"no_grad's peak is {saving:.0%} lower than with grad enabled; time: {speed}")
+fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4))
+plot_bars(left, mib(memory), ylabel="peak memory rise (MiB)",
+          title=f"Without a graph, {saving:.0%} less")  # fmt: skip
+plot_bars(right, times, ylabel="forward time (ms)",
+          title=f"inference_mode against grad:\n{speed.short}")  # fmt: skip
 plt.show()
 
 # %%
 # Training: activation checkpointing
 # ----------------------------------
-# ``checkpoint(block, h, use_reentrant=False)`` runs the block without saving its
-# inner tensors, keeps only its input, and runs the block again during backward to
-# get them back. Pass ``use_reentrant=False`` explicitly: without it, PyTorch warns and
-# falls back to the older reentrant variant, which among other limits gives a block's
-# weights no gradient when none of its inputs requires grad (the first block here).
-# The same weights and optimizer serve both variants: checkpointing is the only change.
-# Expect the saved tensors to shrink to about a ninth (block inputs only); the peak
-# falls less, because backward still rebuilds one block's activations at a time next
-# to the gradients flowing back. The time it costs is the layers it runs again plus
-# its own work per block. It stops recomputing a block once it has rebuilt every
-# tensor backward needs: backward needs the second ``Linear``'s input, not its
-# output, so that layer is not run again (counted below). Where the matmuls dominate
-# (a large model on a GPU), expect about half a forward pass more, a sixth more time
-# per step; where per-call overheads weigh (a small model, a CPU), its bookkeeping
-# adds to that, and the cost can pass a whole forward pass.
+# ``checkpoint(block, h, use_reentrant=False)`` keeps only the block's input and runs
+# the block again during backward to get its inner tensors back. Without
+# ``use_reentrant=False`` PyTorch warns and falls back to the older reentrant variant,
+# which among other limits gives a block's weights no gradient when none of its inputs
+# requires grad (the first block here). Expect the saved tensors to shrink to about a
+# ninth (block inputs only); the peak falls less, because backward still rebuilds one
+# block's activations at a time next to the gradients flowing back.
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 loss_fn = nn.MSELoss()
 
@@ -164,72 +145,56 @@ def train_step(net):
 
 train_step(model)  # creates the gradients and Adam's state
 variants = {"plain": model, "checkpointed": checkpointed_forward}
-step_time = gpuguide.interleave(
+step_time = interleave(
     {name: partial(train_step, net) for name, net in variants.items()}, device=device
 )
 kept, peak = {}, {}
 for name, net in variants.items():
     kept[name] = kept_for_backward(lambda net=net: loss_fn(net(x), y))
-    peak[name], note = peak_rise(lambda net=net: loss_fn(net(x), y).backward())
-rows = [
-    {"variant": k, "kept": fmt(kept[k]), "peak rise": fmt(peak[k]), "step time": t}
-    for k, t in step_time.items()
-]
-print(gpuguide.table(rows))
-print(f"How the peak was measured: {note}")
-for name in variants:  # the table's figures, recorded
-    gpuguide.record("backward peak rise", peak[name], unit="B", size=dims, variant=name)
-    gpuguide.record("step time", step_time[name], size=dims, variant=name)
-
-# Which layers did the checkpointed step run again? Count the Linear layers' calls.
-linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
-calls = []
-hooks = [m.register_forward_hook(lambda m, *_: calls.append(m)) for m in linears]
-loss = loss_fn(checkpointed_forward(x), y)
-forward_calls = len(calls)
-loss.backward()
-for hook in hooks:
-    hook.remove()
-print(
-    f"backward ran {len(calls) - forward_calls} of {len(linears)} Linear layers again"
-)
+    peak[name] = peak_rise(lambda net=net: loss_fn(net(x), y).backward())
+    report("backward peak rise", peak[name], unit="B", size=dims, variant=name)
+    report("step time", step_time[name], size=dims, variant=name)
 
 # %%
 # Memory saved against time added
 # -------------------------------
-# Three numbers per variant: the tensors autograd keeps between forward and backward
-# (counted exactly, as on the previous page), the measured peak, and the time. The
-# last line counts the times in forward passes (with grad enabled, timed above); in
-# brackets, the range of the step times' ratio.
+# What autograd keeps (counted exactly, as on the previous page), the peak, and the
+# time, also in forward passes (grad enabled, timed above): the layers run again plus
+# checkpointing's own work per block. It stops recomputing a block once it has rebuilt
+# what backward needs, the second ``Linear``'s input, not its output: forward hooks
+# count the layers run again. Where the matmuls dominate (a large model on a GPU),
+# expect about half a forward pass more; where per-call overheads weigh (a small
+# model, a CPU), its bookkeeping adds to that, past a whole forward pass.
+linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+calls = []
+hooks = [m.register_forward_hook(lambda m, *_: calls.append(m)) for m in linears]
+loss = loss_fn(checkpointed_forward(x), y)
+forward = len(calls)
+loss.backward()
+for hook in hooks:
+    hook.remove()
+print(f"backward ran {len(calls) - forward} of {len(linears)} Linear layers again")
 saved = peak["plain"] - peak["checkpointed"]
 share = saved / max(peak["plain"], 1)
 kept_share = 1 - kept["checkpointed"] / max(kept["plain"], 1)
 print(
-    f"checkpointing keeps {kept_share:.0%} less and lowers the peak rise by {fmt(saved)} ({share:.0%})"
+    f"checkpointing keeps {kept_share:.0%} less ({format_bytes(kept['checkpointed'])} "
+    f"against {format_bytes(kept['plain'])}) and lowers the peak rise by "
+    f"{format_bytes(saved)} ({share:.0%})"
 )
-cost = gpuguide.compare(step_time["plain"], step_time["checkpointed"])
-gpuguide.report("checkpointing's cost", cost, size=dims)
+cost = compare(step_time["plain"], step_time["checkpointed"])
+report("checkpointing's cost", cost, size=dims)
 step_passes = step_time["plain"].median_s / times["grad enabled"].median_s
 extra = [(ratio - 1) * step_passes for ratio in (cost.speedup, cost.low, cost.high)]
 print(
     f"in forward passes: a plain step takes {step_passes:.2f}, checkpointing adds "
     f"{extra[0]:.2f} ({extra[1]:.2f} to {extra[2]:.2f})"
 )
-fig, axes = plt.subplots(1, 3, figsize=(11, 4))
-panels = [
-    ("kept for backward (MiB)", mib(kept), f"{kept_share:.0%} less kept"),
-    ("peak memory rise (MiB)", mib(peak), f"{share:.0%} lower peak"),
-    ("step time (ms)", step_time, f"plain against checkpointed:\n{cost.short}"),
-]
-for ax, (ylabel, values, title) in zip(axes, panels, strict=True):
-    gpuguide.plot_bars(ax, values, ylabel=ylabel, title=title)
+fig, (left, middle, right) = plt.subplots(1, 3, figsize=(11, 4))
+plot_bars(left, mib(kept), ylabel="kept for backward (MiB)",
+          title=f"{kept_share:.0%} less kept")  # fmt: skip
+plot_bars(middle, mib(peak), ylabel="peak memory rise (MiB)",
+          title=f"{share:.0%} lower peak")  # fmt: skip
+plot_bars(right, step_time, ylabel="step time (ms)",
+          title=f"plain against checkpointed:\n{cost.short}")  # fmt: skip
 plt.show()
-
-# %%
-# What to take away
-# -----------------
-# Wrap inference in ``torch.inference_mode()`` (or ``no_grad`` where the results
-# must later enter autograd): the memory of a graph nobody will use is the largest
-# waste here. Checkpoint blocks when activations, not weights, are what does not
-# fit: it buys a larger batch or a deeper model for the layers it recomputes and its
-# own per-block work, a cost to measure on your model as this page did.

@@ -29,12 +29,14 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
+from gpuguide import largest_size, plot_sweep, release_host_memory, report, table
 from gpuguide.memory import rss_bytes
 from gpuguide.sizes import free_memory_bytes
 
 page = gpuguide.setup(None if torch.cuda.is_available() else "cpu")
 device, on_gpu = page.device, page.cuda
 fmt = gpuguide.format_bytes
+
 
 # %%
 # Three views of GPU memory
@@ -44,8 +46,6 @@ fmt = gpuguide.format_bytes
 # and kernel code, libraries' own allocations, and other processes on the same GPU.
 # (``torch.cuda.device_memory_used`` reads the driver's figure through NVML, as
 # ``nvidia-smi`` does, where the ``nvidia-ml-py`` package is installed.)
-
-
 def gpu_memory():
     """Allocated, reserved and driver-used bytes of ``device`` right now."""
     torch.cuda.synchronize(device)
@@ -70,7 +70,9 @@ if page.needs_cuda("The allocator's and the driver's counters"):
 # fresh child process goes through three stages, pausing after each while this one
 # reads the driver's used memory. Expect importing torch to cost nothing on the GPU,
 # the context a few hundred MiB (it depends on the GPU, the driver and how many
-# kernels CUDA loads eagerly), and the first matmul more for cuBLAS.
+# kernels CUDA loads eagerly), and the first matmul more for cuBLAS. The context is
+# what the driver lost at the second stage beyond the allocator's reserved bytes;
+# ``memory_allocated()`` sees only the one small tensor (its column).
 PROBE = """
 import sys, torch
 def stage(name):  # report, then wait while the parent reads the driver's numbers
@@ -102,15 +104,11 @@ def probe_context():
 
 if page.needs_cuda("A CUDA context's memory"):
     stages, code = probe_context()
-    print(gpuguide.table(Stage(s.child, *map(fmt, s[1:])) for s in stages))
+    print(table(Stage(s.child, *map(fmt, s[1:])) for s in stages))
     if len(stages) == 3 and code == 0:
         imported, context, _ = stages
         context_bytes = context.driver_used - imported.driver_used - context.reserved
-        gpuguide.report("CUDA context", context_bytes, unit="B")
-        print(
-            f"That is on top of the allocator's {fmt(context.reserved)}; "
-            f"memory_allocated() saw {fmt(context.allocated)}: the one small tensor."
-        )
+        report("CUDA context", context_bytes, unit="B")
     else:
         print(f"The child process failed (exit code {code}); its error went to stderr.")
 
@@ -120,10 +118,10 @@ if page.needs_cuda("A CUDA context's memory"):
 # A large tensor (sized by the device's budget, in powers of two from 2 MiB: whole
 # blocks of the allocator's large pool) is created, deleted, created again, deleted,
 # and then the cache is released with ``torch.cuda.empty_cache()``. On the CPU,
-# ``malloc_trim(0)`` (``gpuguide.release_host_memory``) hands back what glibc kept
+# ``malloc_trim(0)`` (``release_host_memory``) hands back what glibc kept
 # from frees, the nearest equivalent of ``empty_cache``.
-release = torch.cuda.empty_cache if on_gpu else gpuguide.release_host_memory
-n = gpuguide.largest_size(
+release = torch.cuda.empty_cache if on_gpu else release_host_memory
+n = largest_size(
     2**21, 2**40, memory_at=int, traffic_at=int, device=device,
     peaks=page.peaks if on_gpu else None,  # None: low fallback rates on a CPU
 )  # fmt: skip
@@ -148,7 +146,7 @@ del b
 log_step("del b")
 release()
 log_step("empty_cache()" if on_gpu else "malloc_trim(0)")
-print(gpuguide.table(rows))
+print(table(rows))
 
 # %%
 # What each step did
@@ -165,8 +163,8 @@ change = {k: [y - x for x, y in itertools.pairwise(v)] for k, v in series.items(
 if on_gpu:
     held = change["driver used"]
     cached = series["reserved"][2] - series["reserved"][0]  # still reserved after del
-    gpuguide.report("cached after del", cached, unit="B", size=fmt(n))
-    gpuguide.report("returned by empty_cache", -held[4], unit="B", size=fmt(n))
+    report("cached after del", cached, unit="B", size=fmt(n))
+    report("returned by empty_cache", -held[4], unit="B", size=fmt(n))
     title = "del keeps the block cached; empty_cache returns it"
     if not (abs(held[1]) < n / 2 and abs(held[2]) < n / 2 and held[4] < -n / 2):
         title = "Allocated, reserved and driver-used memory over the steps"
@@ -176,19 +174,14 @@ else:
     took = "reused the kept block" if held[2] < n / 2 else "took new memory"
     title = f"del a: glibc {freed[0]}; b {took}"
     print(f"{title}; del b: glibc {freed[1]}.")
-    gpuguide.report("returned by malloc_trim", -held[4], unit="B", size=fmt(n))
+    report("returned by malloc_trim", -held[4], unit="B", size=fmt(n))
 fig, ax = plt.subplots()
-gpuguide.plot_sweep(
-    ax,
-    range(len(history)),
+plot_sweep(
+    ax, range(len(history)),
     {key: [v / 2**20 for v in values] for key, values in series.items()},
-    xlabel="step (index)",
-    ylabel="memory (MiB)",
-    title=title,
-    device=device,
-    logx=False,
-    logy=False,
-)
+    xlabel="step (index)", ylabel="memory (MiB)", title=title, device=device,
+    logx=False, logy=False,
+)  # fmt: skip
 ax.set_xticks(range(len(history)), list(history), rotation=20, ha="right")
 plt.show()
 

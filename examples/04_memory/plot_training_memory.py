@@ -25,10 +25,10 @@ import torch
 from torch import nn
 
 import gpuguide
+from gpuguide import format_bytes, largest_size, plot_bars, plot_sweep, report, table
 
 page = gpuguide.setup()
 device = page.device
-fmt = gpuguide.format_bytes
 
 # %%
 # The model and its size
@@ -43,7 +43,7 @@ width, depth = (1024, 8) if page.cuda and not page.small else (64, 4)
 params = depth * (8 * width * width + 5 * width)
 resident = 16 * params  # bytes: fp32 weights, gradients and Adam's two moments
 saved_per_row = 4 * 9 * width * depth  # bytes autograd saves per sample (fp32)
-batch = gpuguide.largest_size(
+batch = largest_size(
     64, 2**16, call_s=0.05,
     memory_at=lambda b: resident + saved_per_row * b,
     flop_at=lambda b: 6 * params * b,
@@ -71,6 +71,7 @@ def train_step():
 
 train_step()  # the first step creates the gradients and Adam's state
 
+
 # %%
 # Count every part from its tensors
 # ---------------------------------
@@ -79,8 +80,6 @@ train_step()  # the first step creates the gradients and Adam's state
 # the step: ``torch.autograd.graph.saved_tensors_hooks`` sees every tensor the forward
 # pass saves for backward. Counting them once each (by storage), without the
 # parameters and the batch that were resident anyway, gives their exact size.
-
-
 def nbytes(tensors):
     return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -104,16 +103,15 @@ def count_saved(t):
 
 
 with torch.autograd.graph.saved_tensors_hooks(count_saved, lambda t: t):
-    loss = loss_fn(model(x), y)
-del loss
+    loss_fn(model(x), y)  # the graph, and what it saved, is freed at once
 parts["activations"] = sum(saved.values())
-gpuguide.report("saved for backward", parts["activations"], unit="B", size=dims)
-print(f"(expected {fmt(saved_per_row * batch)}: 9 fp32 numbers per sample and block)")
+report("saved for backward", parts["activations"], unit="B", size=dims)
+print(f"(expected {format_bytes(saved_per_row * batch)}: 9 floats a sample per block)")
 
 # %%
 # The measured peak holds more than the activations
 # -------------------------------------------------
-# ``track_memory`` measures how far memory rises above what was resident
+# :func:`gpuguide.track_memory` measures how far memory rises above what was resident
 # before the forward pass (``zero_grad(set_to_none=False)`` keeps the gradient buffers
 # allocated, so that the rise does not count them again). Expect the rise to exceed
 # the saved activations: at the peak, backward's gradients and temporaries sit on top
@@ -125,7 +123,7 @@ gpuguide.release_host_memory()  # malloc_trim(0): freed memory leaves RSS first
 with gpuguide.track_memory(device) as tracked:
     loss_fn(model(x), y).backward()
 rise = tracked.report.peak_increase_bytes
-gpuguide.report("peak rise in forward + backward", rise, unit="B", size=dims)
+report("peak rise in forward + backward", rise, unit="B", size=dims)
 print(f"The rise is {rise / parts['activations']:.2f}x the saved activations.")
 print(f"How the rise was measured: {tracked.report.note}")
 
@@ -138,20 +136,15 @@ print(f"How the rise was measured: {tracked.report.note}")
 # architecture, not on the parameter count.
 weights = parts["weights"]
 state = weights + parts["gradients"] + parts["Adam state"]
-gpuguide.report("weights, gradients and Adam", state, unit="B", size=dims)
-rows = [
-    {"part": k, "size": fmt(v), "vs weights": f"{v / weights:.2f}x"}
-    for k, v in parts.items()
-]
-print(gpuguide.table(rows))
+report("weights, gradients and Adam", state, unit="B", size=dims)
+print(table({"part": k, "size": format_bytes(v), "vs weights": f"{v / weights:.2f}x"}
+            for k, v in parts.items()))  # fmt: skip
 fig, ax = plt.subplots()
-gpuguide.plot_bars(
-    ax,
-    {name: size / 2**20 for name, size in parts.items()},
-    ylabel="memory (MiB)",
+plot_bars(
+    ax, {name: size / 2**20 for name, size in parts.items()}, ylabel="memory (MiB)",
     title=f"Batch {batch}: activations are {parts['activations'] / weights:.1f}x the weights",
     baseline="weights",
-)
+)  # fmt: skip
 plt.show()
 
 # %%
@@ -161,10 +154,9 @@ plt.show()
 # allocation and free with a Python stack; ``_dump_snapshot`` writes the log and the
 # allocator's state to a pickle. Each ``alloc`` event in the log adds its size to the
 # memory held by tensors and each ``free_completed`` removes it, so a running sum from
-# ``memory_allocated()`` read before recording draws that memory over the steps (the
-# ``segment_*`` events likewise change what the allocator reserved). Each step climbs
-# through the forward pass as activations pile up, peaks around the start of backward,
-# and falls as backward frees them. Open the downloadable file at
+# ``memory_allocated()`` read before recording draws that memory over the steps. Each
+# step climbs through the forward pass as activations pile up, peaks around the start
+# of backward, and falls as backward frees them. Open the downloadable file at
 # https://pytorch.org/memory_viz: its "Active Memory Timeline" shows every allocation
 # as a band, with the Python line that made it.
 if page.needs_cuda("A memory snapshot of the CUDA caching allocator"):
@@ -187,19 +179,14 @@ if page.needs_cuda("A memory snapshot of the CUDA caching allocator"):
     steps = [sign.get(e["action"], 0) * e["size"] for e in events]
     allocated = list(itertools.accumulate(steps, initial=start))
     peak_rise = max(allocated) - start
-    print(f"{len(events)} allocator events; peak {fmt(max(allocated))}")
-    gpuguide.report("snapshot peak rise", peak_rise, unit="B", size=dims)
+    print(f"{len(events)} allocator events; peak {format_bytes(max(allocated))}")
+    report("snapshot peak rise", peak_rise, unit="B", size=dims)
     fig, ax = plt.subplots()
-    gpuguide.plot_sweep(
-        ax,
-        range(len(allocated)),
-        {"allocated (tensors)": [b / 2**20 for b in allocated]},
-        xlabel="allocator event (index)",
-        ylabel="memory (MiB)",
-        title=f"Activations pile up and drain each step: {fmt(peak_rise)} above the start",
-        logx=False,
-        logy=False,
-    )
+    plot_sweep(
+        ax, range(len(allocated)), {"allocated (tensors)": [b / 2**20 for b in allocated]},
+        xlabel="allocator event (index)", ylabel="memory (MiB)", logx=False, logy=False,
+        title=f"Activations pile up and drain each step: {format_bytes(peak_rise)} above the start",
+    )  # fmt: skip
     plt.show()
 gpuguide.download_link(
     path, "memory snapshot (pickle; open it at https://pytorch.org/memory_viz)"

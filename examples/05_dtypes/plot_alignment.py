@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 import gpuguide
+from gpuguide import Measurement, benchmark, compare, plot_bars, plot_sweep, report
 
 page = gpuguide.setup()
 device = page.device
@@ -57,7 +58,7 @@ print(f"bases: {bases}; offsets: {offsets}")
 times = {}  # n -> Measurement
 for n in (base + d for base in bases for d in offsets):
     a, b, out = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(3))
-    times[n] = gpuguide.benchmark(
+    times[n] = benchmark(
         torch.mm, args=(a, b), kwargs={"out": out}, label=f"mm {n}",
         warmup_ms=10, rep_ms=50, measure="kernel",
     )  # fmt: skip
@@ -79,14 +80,14 @@ del a, b, out
 # shared machine.
 def per_flop(label, sizes):
     calls = [times[n].quantile(q / 10) / flop(n) for n in sizes for q in range(1, 10)]
-    return gpuguide.Measurement(label, calls, times[sizes[0]].device, "per FLOP")
+    return Measurement(label, calls, times[sizes[0]].device, "per FLOP")
 
 
 unit, scale = ("TFLOP/s", 1e12) if page.cuda else ("GFLOP/s", 1e9)
 rate = {n: m.rate(flop(n)).value / scale for n, m in times.items()}
 for base in bases:
     sizes = [base + d for d in offsets]
-    c = gpuguide.compare(
+    c = compare(
         per_flop(f"misaligned n~{base}", [n for n in sizes if n % 8]),
         per_flop(f"aligned n~{base}", [n for n in sizes if n % 8 == 0]),
     )
@@ -94,15 +95,11 @@ for base in bases:
     print(f"around {base} ({unit}) {row}; misaligned/aligned {c.short}")
 
 last = bases[-1]
-gpuguide.report(
-    f"{dtype_name} matmul", times[last].rate(flop(last)), peak=dtype_name, size=last
-)
-gpuguide.report("misaligned/aligned", c, size=last, dtype=dtype_name)  # the last base
+report(f"{dtype_name} matmul", times[last].rate(flop(last)), peak=dtype_name, size=last)
+report("misaligned/aligned", c, size=last, dtype=dtype_name)  # the last base
 worst = min((last + d for d in offsets if d % 8), key=rate.get)
-worst_c = gpuguide.compare(
-    per_flop(f"n={worst}", [worst]), per_flop(f"n={last}", [last])
-)
-gpuguide.report("worst misaligned", worst_c, size=worst, dtype=dtype_name)
+worst_c = compare(per_flop(f"n={worst}", [worst]), per_flop(f"n={last}", [last]))
+report("worst misaligned", worst_c, size=worst, dtype=dtype_name)
 print(
     f"At n~{last}: {'a' if c.high < 0.5 else 'no'} cliff, a cliff being a whole range "
     f"of misaligned/aligned below 0.5. A 16x cliff would be {1 / 16:.3f}; the worst "
@@ -116,7 +113,7 @@ print(
 # points sitting well below the aligned line at every large base.
 sizes = sorted(rate)
 fig, ax = plt.subplots()
-gpuguide.plot_sweep(
+plot_sweep(
     ax, sizes,
     {f"aligned ({dtype_name}, n % 8 == 0)": [None if n % 8 else rate[n] for n in sizes],
      f"misaligned ({dtype_name})": [rate[n] if n % 8 else None for n in sizes]},
@@ -147,14 +144,14 @@ def pad_then_mm(x, w):
 
 calls = {f"k={k}": (torch.mm, x, w), f"padded to {k8}": (torch.mm, x8, w8)}
 calls["pad + mm each call"] = (pad_then_mm, x, w)
-fix = {name: gpuguide.benchmark(fn, args=args, label=name) for name, (fn, *args) in calls.items()}  # fmt: skip
+fix = {name: benchmark(fn, args=args, label=name) for name, (fn, *args) in calls.items()}  # fmt: skip
 print(gpuguide.table({"matmul": name, "time": m} for name, m in fix.items()))
 plain, ahead, each = fix.values()
-gain = gpuguide.compare(ahead, plain)
-gpuguide.report("padded speed-up", gain, size=f"{last}x{last}x{k}", dtype=dtype_name)
-print(gpuguide.compare(each, plain))
+gain = compare(ahead, plain)
+report("padded speed-up", gain, size=f"{last}x{last}x{k}", dtype=dtype_name)
+print(compare(each, plain))
 fig, ax = plt.subplots()
-gpuguide.plot_bars(
+plot_bars(
     ax, fix, ylabel="time per matmul (ms)",
     title=f"Padded in advance against k={k}: {gain.short}",
 )  # fmt: skip

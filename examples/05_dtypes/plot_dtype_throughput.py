@@ -28,6 +28,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
+from gpuguide import Measurement, benchmark, compare, plot_sweep, report, sweep
 
 page = gpuguide.setup()
 device, peaks = page.device, page.peaks
@@ -65,19 +66,15 @@ def nbytes(m, n, k, dtype):  # the two inputs and the output
     return (m * k + k * n + m * n) * dtype.itemsize
 
 
-known = {k: peaks.flops_for(d, tf32=k == "tf32") for k, d in variants.items()}
-
-
-def plan_rate(name, dtype):
-    if known[name]:
-        return known[name]
+def probe_rate(dtype):  # the fastest call of a 64 x 64 matmul
     a = torch.randn(64, 64, device=device).to(dtype)
-    probe = gpuguide.benchmark(torch.mm, args=(a, a), device=device, rep_ms=5.0)
+    probe = benchmark(torch.mm, args=(a, a), device=device, rep_ms=5.0)
     return flop(64, 64, 64) / probe.min_s
 
 
+known = {k: peaks.flops_for(d, tf32=k == "tf32") for k, d in variants.items()}
 budget = gpuguide.size_budget(device)
-plan = {name: plan_rate(name, dtype) for name, dtype in variants.items()}
+plan = {k: known[k] or probe_rate(d) for k, d in variants.items()}
 
 # %%
 # Square matmuls of growing size
@@ -88,19 +85,19 @@ plan = {name: plan_rate(name, dtype) for name, dtype in variants.items()}
 times = {}  # name -> {n: Measurement}
 for name, dtype in variants.items():
     times[name] = {}
-    sizes = gpuguide.sweep(
+    sizes = sweep(
         32, 16384, budget=budget, flop_per_s=plan[name], per_octave=2, multiple_of=8,
         memory_at=lambda n, d=dtype: nbytes(n, n, n, d), flop_at=lambda n: flop(n, n, n),
     )  # fmt: skip
     with tf32_matmuls(name == "tf32"):
         for n in sizes:
             a, b, out = (torch.randn(n, n, device=device).to(dtype) for _ in range(3))
-            m = times[name][n] = gpuguide.benchmark(
+            m = times[name][n] = benchmark(
                 torch.mm, args=(a, b), kwargs={"out": out}, label=f"{name} {n}"
             )
             if not known[name] and m.min_s > 2 * budget.call_s:
                 break
-    gpuguide.report(f"{name} square matmul", m.rate(flop(n, n, n)), peak=name, size=n)
+    report(f"{name} square matmul", m.rate(flop(n, n, n)), peak=name, size=n)
 del a, b, out
 
 # Each lower precision against fp32 at the largest size both reached, then bf16
@@ -110,7 +107,7 @@ del a, b, out
 pairs = [("tf32", "fp32"), ("fp16", "fp32"), ("bf16", "fp32"), ("bf16", "fp16")]
 for low, high in (pair for pair in pairs if pair[0] in times):
     n = max(set(times[low]) & set(times[high]))
-    print(gpuguide.compare(times[low][n], times[high][n]))
+    print(compare(times[low][n], times[high][n]))
 
 
 # %%
@@ -125,7 +122,7 @@ for low, high in (pair for pair in pairs if pair[0] in times):
 # fastest calls. The best is the fastest of those three and of the squares above.
 def shapes(dtype, rate):
     lo, levels = (256, 4) if page.cuda else (32, 3)
-    sizes = gpuguide.sweep(
+    sizes = sweep(
         lo, 16384, memory_at=lambda s: nbytes(s, s, s, dtype), peaks=None,
         flop_at=lambda s: flop(s, s, s), budget=budget, flop_per_s=rate, multiple_of=lo,
     )[-(levels - page.small) :]  # fmt: skip
@@ -137,7 +134,7 @@ def shapes(dtype, rate):
 def time_shape(name, dtype, shape, **budgets):
     m, n, k = shape
     a, b, out = (torch.randn(*mn, device=device).to(dtype) for mn in ((m, k), (k, n), (m, n)))  # fmt: skip
-    return gpuguide.benchmark(
+    return benchmark(
         torch.mm, args=(a, b), kwargs={"out": out}, label=f"{name} {m}x{n}x{k}",
         device=device, flush_l2=True, min_reps=5, **budgets,
     )  # fmt: skip
@@ -145,17 +142,16 @@ def time_shape(name, dtype, shape, **budgets):
 
 def per_flop(m, shape):  # the five fastest calls per FLOP: .rate(1) is MAMF's rate
     fastest = sorted(t / flop(*shape) for t in m.times_s)[:5]
-    return gpuguide.Measurement(m.label, fastest, m.device, m.method)
+    return Measurement(m.label, fastest, m.device, m.method)
 
 
+scout = {"warmup_ms": 5, "rep_ms": 20, "max_reps": 100}  # short bursts
 best = {}  # name -> the best shape's five fastest calls, per FLOP
 for name, dtype in variants.items():
     scouted = {}
     with tf32_matmuls(name == "tf32"):
         for shape in shapes(dtype, plan[name]):
-            scouted[shape] = time_shape(
-                name, dtype, shape, warmup_ms=5, rep_ms=20, max_reps=100
-            )
+            scouted[shape] = time_shape(name, dtype, shape, **scout)
             if scouted[shape].min_s > 2 * budget.call_s:
                 break  # larger shapes would take longer still
         top = sorted(scouted, key=lambda s: per_flop(scouted[s], s).median_s)[:3]
@@ -165,7 +161,7 @@ for name, dtype in variants.items():
     best[name] = full[shape]
     size = "x".join(map(str, shape))
     print(f"{name}: the best of {len(scouted)} scouted shapes and the squares: {size}")
-    gpuguide.report("best matmul", best[name].rate(1), peak=name, size=size, dtype=name)
+    report("best matmul", best[name].rate(1), peak=name, size=size, dtype=name)
 
 # %%
 # Throughput against size
@@ -177,7 +173,7 @@ for name, dtype in variants.items():
 # dense peak: the best published is 794.5 TFLOP/s, 80.3% of 989.5 (MAMF). Hold rates
 # against your own device's peaks, and search shapes before calling a rate the best.
 first, second = sorted(best, key=lambda k: best[k].median_s)[:2]
-verdict = gpuguide.compare(best[first], best[second])
+verdict = compare(best[first], best[second])
 print(f"fastest: {verdict}")
 unit, scale = ("TFLOP/s", 1e12) if page.cuda else ("GFLOP/s", 1e9)
 sizes = sorted({n for by_n in times.values() for n in by_n})
@@ -188,7 +184,7 @@ series = {
     for name, by_n in times.items()
 }
 fig, ax = plt.subplots()
-gpuguide.plot_sweep(
+plot_sweep(
     ax, sizes, series, xlabel="matrix side n (elements)",
     ylabel=f"square matmul throughput ({unit})",
     title=f"{first} is the fastest here" if verdict.measurable

@@ -28,11 +28,13 @@ import torch
 from torch import nn
 
 import gpuguide
+from gpuguide import compare, interleave, plot_bars, plot_sweep, report, track_memory
 from gpuguide.chapters.compiling import host_and_gpu_times
 
 page = gpuguide.setup()
 device, on_cuda = page.device, page.cuda
 print(f"float32 matmul precision: {torch.get_float32_matmul_precision()!r}")
+
 
 # %%
 # A small model and a synthetic task
@@ -41,8 +43,6 @@ print(f"float32 matmul precision: {torch.get_float32_matmul_precision()!r}")
 # projection of their mean. On a GPU it is as wide as a bfloat16 step of about 10 ms
 # of matmuls allows, so that the GPU's work, not the launches, sets the step time; a
 # CPU gets a small step, as without 16-bit matrix instructions 16-bit steps are slow.
-
-
 class Block(nn.Module):
     def __init__(self, width, classes):
         super().__init__()
@@ -148,16 +148,15 @@ for mode, dtype in modes.items():
 # peak of one more step is the CUDA allocator's above the weights and optimizer
 # state, or on the CPU the process's resident memory (too coarse for this model).
 steps_of = {mode: lambda s=run["step"]: s(x, y) for mode, run in runs.items()}
-times = gpuguide.interleave(steps_of, rep_ms=500, device=device)
+times = interleave(steps_of, rep_ms=500, device=device)
 for mode, run in runs.items():
-    gpuguide.report(f"{mode} step time", times[mode], size=dims)
+    report(f"{mode} step time", times[mode], size=dims)
     if on_cuda:
         print(f"{mode}: {host_and_gpu_times(steps_of[mode], device=device)}")
-    with gpuguide.track_memory(device) as tracker:
+    with track_memory(device) as tracker:
         run["step"](x, y)
     if (peak := tracker.report.peak_increase_bytes) is not None:
-        gpuguide.report(f"{mode} step peak", peak, unit="B", size=dims)
-print(f"step peak measured with: {tracker.report.method}")
+        report(f"{mode} step peak", peak, unit="B", size=dims)
 
 # %%
 # Step time
@@ -169,7 +168,7 @@ print(f"step peak measured with: {tracker.report.method}")
 # with AVX512-FP16 or AMX-FP16, and a step this small may lose more to autocast's
 # casts than its matmuls gain.
 flops = page.peaks.flops if on_cuda else {}
-verdicts = {m: gpuguide.compare(times[m], times["fp32"]) for m in runs if m != "fp32"}
+verdicts = {m: compare(times[m], times["fp32"]) for m in runs if m != "fp32"}
 for mode, c in verdicts.items():
     if flops.get(mode[:4]) and flops.get("fp32"):  # a datasheet's peaks
         ratio = flops[mode[:4]] / flops["fp32"]
@@ -177,9 +176,8 @@ for mode, c in verdicts.items():
     print(c)
 fastest = max(verdicts.values(), key=lambda c: c.speedup)
 fig, ax = plt.subplots()
-gpuguide.plot_bars(
-    ax, times, ylabel="time per training step (ms)", title=f"16-bit autocast: {fastest}"
-)  # fmt: skip
+plot_bars(ax, times, ylabel="time per training step (ms)",
+          title=f"16-bit autocast: {fastest}")  # fmt: skip
 plt.show()
 
 # %%
@@ -190,7 +188,7 @@ plt.show()
 print(", ".join(f"{mode}: eval loss {run['final']:.4f}" for mode, run in runs.items()))
 worst = max(abs(run["final"] - runs["fp32"]["final"]) for run in runs.values())
 fig, ax = plt.subplots()
-gpuguide.plot_sweep(
+plot_sweep(
     ax, list(range(1, steps + 1)),
     {f"{mode} (eval {run['final']:.3f})": run["losses"] for mode, run in runs.items()},
     xlabel="training step (count)", ylabel="training loss (nats)",

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 import gpuguide
+from gpuguide import plot_bars, plot_sweep, report, table
 
 page = gpuguide.setup()
 device = page.device
@@ -42,15 +43,14 @@ name = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfl
 # its range, and pays with fewer mantissa bits: coarser steps between values.
 Format = namedtuple("Format", "dtype max smallest_normal smallest_subnormal eps")
 infos = [torch.finfo(dtype) for dtype in (torch.float32, *low)]
-print(gpuguide.table(Format(f.dtype, f.max, f.tiny, f.tiny * f.eps, f.eps) for f in infos))  # fmt: skip
+print(table(Format(f.dtype, f.max, f.tiny, f.tiny * f.eps, f.eps) for f in infos))  # fmt: skip
+
 
 # %%
 # The model
 # ---------
 # One pre-norm transformer block with the attention written out (its softmax a
 # module whose output we can watch), and a classification head.
-
-
 class Block(nn.Module):
     def __init__(self, width, classes):
         super().__init__()
@@ -105,7 +105,7 @@ for dtype in low:
     for n, (in_dtype, out) in outputs.items():
         row = rows.setdefault(n, {"module": n, "type": type(watched[n]).__name__})
         row[f"autocast {name[dtype]}"] = f"{short[in_dtype]} -> {short[out.dtype]}"
-print(gpuguide.table(rows.values()))
+print(table(rows.values()))
 
 with torch.autocast(device.type, dtype=low[0]):
     loss = loss_fn(model(x), y)
@@ -114,6 +114,7 @@ weight = model.qkv.weight
 print(f"after an autocast step: weights {weight.dtype}, gradients {weight.grad.dtype}")
 model.zero_grad(set_to_none=True)
 
+
 # %%
 # What the forward pass keeps for backward
 # ----------------------------------------
@@ -121,8 +122,6 @@ model.zero_grad(set_to_none=True)
 # backward; a ``saved_tensors_hooks`` pair sees each one as it is saved, on every
 # device. Expect the 16-bit modes to keep somewhat more than half of float32's
 # bytes: float32 outputs and 16-bit copies of the weights are saved too.
-
-
 def saved_bytes(dtype):
     seen = {}
 
@@ -139,14 +138,12 @@ def saved_bytes(dtype):
 
 saved = {name[d]: saved_bytes(d) for d in (torch.float32, *low)}
 for mode, nbytes in saved.items():
-    gpuguide.report(f"{mode} saved for backward", nbytes, unit="B", size=dims)
+    report(f"{mode} saved for backward", nbytes, unit="B", size=dims)
 fig, ax = plt.subplots()
 kept = min(saved.values()) / saved["float32"]
-gpuguide.plot_bars(
-    ax, {mode: nbytes / 2**20 for mode, nbytes in saved.items()},
-    ylabel="saved for backward (MiB)",
-    title=f"Autocast keeps {kept:.0%} of float32's activation bytes",
-)  # fmt: skip
+plot_bars(ax, {mode: nbytes / 2**20 for mode, nbytes in saved.items()},
+          ylabel="saved for backward (MiB)",
+          title=f"Autocast keeps {kept:.0%} of float32's activation bytes")  # fmt: skip
 plt.show()
 
 # %%
@@ -167,16 +164,14 @@ values = values[values != 0]
 tiny16 = torch.finfo(torch.float16).tiny
 Lost = namedtuple("Lost", "rounded_to zero subnormal")  # subnormals lose precision
 lost = []
-for label, rounded in [
-    ("float16", values.half()),
-    ("float16, loss x 2**16", (values * 2.0**16).half()),
-    ("bfloat16", values.bfloat16()),
-]:
+scaled = (values * 2.0**16).half()  # what the GradScaler's starting scale makes of them
+for label, rounded in [("float16", values.half()), ("float16, loss x 2**16", scaled),
+                       ("bfloat16", values.bfloat16())]:  # fmt: skip
     zero = (rounded == 0).float().mean().item()
     tiny = torch.finfo(rounded.dtype).tiny
     sub = ((rounded != 0) & (rounded.abs() < tiny)).float().mean().item()
     lost.append(Lost(label, f"{zero:.3%}", f"{sub:.3%}"))
-print(gpuguide.table(lost))
+print(table(lost))
 
 magnitudes = values.abs().log10().cpu()
 lo, hi = math.floor(magnitudes.min().item()), math.ceil(magnitudes.max().item())
@@ -184,9 +179,9 @@ edges = torch.linspace(lo, hi, 4 * (hi - lo) + 1)  # quarter decades
 counts = torch.histc(magnitudes, bins=len(edges) - 1, min=lo, max=hi)
 share = (counts / counts.sum() * 100).tolist()
 below = (values.abs() < tiny16).float().mean().item()
-gpuguide.report("below float16's normal range", 100 * below, unit="%", size=dims)
+report("below float16's normal range", 100 * below, unit="%", size=dims)
 fig, ax = plt.subplots()
-gpuguide.plot_sweep(
+plot_sweep(
     ax, (10 ** ((edges[:-1] + edges[1:]) / 2)).tolist(),
     {"activation gradients (float32 run)": share},
     xlabel="|gradient| (loss per unit of activation)", ylabel="share of values (%)",
