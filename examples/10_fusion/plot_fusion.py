@@ -91,12 +91,12 @@ for depth in depths:
 # --------------------------
 # "useful" bandwidth divides the bytes the chain must move (one pass) by the time;
 # "moved" counts one pass per kernel or operator counted. Where each pass is
-# limited by memory (a GPU, with ``x`` far larger than its caches), eager's "moved"
-# rate is the memory's at every depth while its "useful" rate falls as ``1/k``.
-# Where a pass is limited by something else (on a CPU the sine's arithmetic and
-# each operator's fixed costs, with caches that may hold ``x``), the moved rate is
-# whatever that allows, and can change with the depth. For a fused chain, useful and
-# moved are the same.
+# limited by memory (a GPU, with ``x`` far larger than its caches), every eager pass
+# takes the same time, so eager's "moved" rate is the memory's at every depth while
+# its "useful" rate falls as ``1/k``. Where a pass is limited by something else (on
+# a CPU the sine's arithmetic and each operator's fixed costs, with caches that may
+# hold ``x``), its time can change with the depth: below the table, the slowest
+# eager pass against the fastest. For a fused chain, useful and moved are the same.
 
 
 def rate_text(rate):  # a Rate, with its share of the memory peak
@@ -119,10 +119,11 @@ print(gpuguide.table(rows))
 for way in ways:
     kinds = {name: names[way].count(name) for name in names[way]}
     print(f"k={deepest}, {way}: " + ", ".join(f"{c} x {s}" for s, c in kinds.items()))
-low, high = sorted(moved["eager"], key=lambda r: r.value)[:: len(depths) - 1]
-print(f"eager's moved rate over depths {depths}: from {low} to {high}, "
-      + ("the same within their spread: each pass ran at one rate" if high.low <= low.high
-         else "not one rate: a pass cost more at some depths than at others"))  # fmt: skip
+per_pass = [gpuguide.Measurement(f"a pass at k={d}", tuple(t / k for t in m.times_s),
+                                 m.device, m.method)
+            for d, k, m in zip(depths, counts["eager"], times["eager"], strict=True)]  # fmt: skip
+ordered = sorted(per_pass, key=lambda m: m.median_s)
+print(f"eager, time per pass: {gpuguide.compare(ordered[-1], ordered[0])}")
 for way in ways:  # the deepest chain's
     print(f"k={deepest}, {way}:", end=" ")
     gpuguide.report("moved bandwidth", moved[way][-1], peak="memory", size=x_size,
