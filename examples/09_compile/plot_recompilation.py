@@ -137,14 +137,13 @@ def run(name, compiled, prepare=as_is, mark=False, time_steady=True):
     compiling = sum(t for t, c in zip(times, compiles, strict=True) if c)
     print(f"    {sum(compiles)} compilation(s) ({hits} from inductor's disk cache, "
           f"{misses} fresh), in calls that took {compiling:.2f} s")  # fmt: skip
-    result = {"times": times, "compiles": compiles, "compiling": compiling, "last": out}
     if time_steady:
         gpuguide.report("whole sequence", sum(times), unit="s",
                         size=f"{len(lengths)} calls", approach=name)  # fmt: skip
         gpuguide.report("steady call", steady, size=f"{batch}x{steady_at}x{dim}",
                         approach=name)  # fmt: skip
-        runs[name] = result | {"steady": steady}
-    return result
+    runs[name] = {"times": times, "compiles": compiles, "compiling": compiling,
+                  "last": out, "steady": steady}  # fmt: skip
 
 
 runs = {}
@@ -224,8 +223,9 @@ plt.show()
 # instead. Here the limit is lowered to 2, so that the third length hits it.
 default = torch._dynamo.config.recompile_limit
 with torch._dynamo.config.patch(recompile_limit=2):
-    limited = run("static, recompile_limit=2", torch.compile(model, dynamic=False),
-                  time_steady=False)  # fmt: skip
+    run("static, recompile_limit=2", torch.compile(model, dynamic=False),
+        time_steady=False)  # fmt: skip
+limited = runs.pop("static, recompile_limit=2")
 print(f"with the limit at 2 (default {default}): {sum(limited['compiles'])} "
       f"compilations for {len(set(lengths))} lengths; the others ran uncompiled")  # fmt: skip
 torch._logging.set_logs()  # torch's default log settings and handlers again
