@@ -1,4 +1,5 @@
-"""Tests for gpuguide.chapters.compiling: compiler start-up and the recompilation log."""
+"""Tests for gpuguide.chapters.compiling: compiler start-up, its output kept off the
+page, passes, first calls, and host and GPU times."""
 
 from __future__ import annotations
 
@@ -22,8 +23,6 @@ from gpuguide.chapters.compiling import (
     first_calls_s,
     host_and_gpu_times,
     passes,
-    print_recompiles,
-    recording,
     start_compiler,
 )
 from gpuguide.timing import Measurement
@@ -64,50 +63,6 @@ def test_start_compiler_times_each_step_and_leaves_no_graphs():
     torch._dynamo.reset()
 
 
-def test_print_recompiles_prints_the_guard_that_failed(capsys):
-    def double(x):
-        return x * 2
-
-    compiled = torch.compile(double, dynamic=False)
-    torch._dynamo.reset()
-    try:
-        with print_recompiles(prefix="LOG: "):
-            compiled(torch.ones(3))
-            compiled(torch.ones(5))
-    finally:
-        torch._dynamo.reset()
-    out = capsys.readouterr().out
-    assert "LOG: Recompiling function double" in out
-    assert "size mismatch at index 0. expected 3, actual 5" in out
-
-
-def _printers(log):
-    return [h for h in log.handlers if h.__class__.__name__ == "_PrintHandler"]
-
-
-def test_print_recompiles_keeps_other_handlers_and_cleans_up_on_error():
-    dynamo_log = logging.getLogger("torch._dynamo")
-    mine = logging.NullHandler()
-    dynamo_log.addHandler(mine)
-    seen = []
-
-    def fail_inside():
-        with print_recompiles():
-            seen.append((mine in dynamo_log.handlers, len(_printers(dynamo_log))))
-            raise RuntimeError("inside")
-
-    try:
-        before = len(dynamo_log.handlers)
-        with pytest.raises(RuntimeError, match="inside"):
-            fail_inside()
-        assert seen == [(True, 1)]
-        assert mine in dynamo_log.handlers
-        assert len(dynamo_log.handlers) == before
-        assert _printers(dynamo_log) == []
-    finally:
-        dynamo_log.removeHandler(mine)
-
-
 def _chain(x, depth):
     for _ in range(depth):
         x = torch.sin(x)
@@ -136,19 +91,6 @@ def test_first_calls_s_times_that_many_calls():
     assert 0.04 <= seconds < 1.0
 
 
-def test_recording_keeps_warnings_by_phase():
-    caught = {}
-    with recording(caught, "one"):
-        warnings.warn("first", DeprecationWarning, stacklevel=1)
-        warnings.warn("first", DeprecationWarning, stacklevel=1)  # both are kept
-    with recording(caught, "two"):
-        pass
-    with recording(caught, "one"):
-        warnings.warn("again", UserWarning, stacklevel=1)
-    assert [str(w.message) for w in caught["one"]] == ["first", "first", "again"]
-    assert caught["two"] == []
-
-
 def test_compiler_start_prints_what_torch_logged_on_one_line():
     start = CompilerStart(1.0, 2, 0.5, 0.25, logged="1 log message(s) (first: x)")
     assert str(start).splitlines()[1:] == [
@@ -171,17 +113,6 @@ def _torch_warning(message, category=UserWarning):
     warnings.warn_explicit(
         message, category, "torch/profiler/profiler.py", 1, module="torch.profiler"
     )
-
-
-def test_recording_leaves_torch_internal_warnings_out_unless_asked():
-    caught = {}
-    with recording(caught, "default"):
-        _torch_warning("about torch's own code")
-        warnings.warn("about the reader's code", UserWarning, stacklevel=1)
-    with recording(caught, "all", torch_internal=True):
-        _torch_warning("a deprecated torch API", DeprecationWarning)
-    assert [str(w.message) for w in caught["default"]] == ["about the reader's code"]
-    assert [str(w.message) for w in caught["all"]] == ["a deprecated torch API"]
 
 
 _TABLE = """AUTOTUNE addmm(2048x768, 2048x256, 256x768)

@@ -4,22 +4,21 @@ Recompilation: when input shapes change
 
 A compiled function is guarded: dynamo records what it assumed about its inputs
 (shapes, dtypes, devices, grad mode) and checks it on every call; when a guard fails,
-it compiles again, at about the cost of the first compilation. Batches of varying
-sequence length are the usual way to trigger that.
-
-This page sends one sequence of lengths through a small transformer block, shows
-dynamo's recompilation messages, counts compilations and times every call. Then it
-avoids the recompilations three ways: ``dynamic=True``, ``mark_dynamic`` and padding
-to a few bucket sizes, and compares their steady-state speed.
+it compiles again. Batches of varying sequence length are the usual trigger. This
+page sends one sequence of lengths through a small transformer block, shows dynamo's
+recompilation messages, and times every call; then it avoids the recompilations
+three ways (``dynamic=True``, ``mark_dynamic``, padding to a few bucket sizes) and
+compares their steady-state speed.
 """
 
 # %%
 # Setup
 # -----
-# As on the previous page: TF32 on a GPU for eager and compiled alike, and the
+# As on the previous pages: TF32 on a GPU for eager and compiled alike, and the
 # compiler's one-off start-up paid, with
 # :func:`~gpuguide.chapters.compiling.start_compiler`, before anything is timed.
-import time
+import logging
+import re
 
 import matplotlib.pyplot as plt
 import torch
@@ -28,15 +27,13 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 import gpuguide
-from gpuguide.chapters.compiling import print_recompiles, start_compiler
+from gpuguide.chapters.compiling import first_calls_s, start_compiler
 
-device = gpuguide.pick_device()
-print(gpuguide.provenance(device))
-small = gpuguide.small_mode()
-if device.type == "cuda":
+page = gpuguide.setup()
+device, small = page.device, page.small
+if page.cuda:
     torch.set_float32_matmul_precision("high")
-sync = getattr(torch, device.type).synchronize
-print(start_compiler(device))  # with any warning caught while importing
+print(start_compiler(device))
 
 # %%
 # A block that takes a padding mask
@@ -65,31 +62,45 @@ class Block(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
-dim, batch = (256, 16) if device.type == "cuda" else (64, 4)
+dim, batch = (256, 16) if page.cuda else (64, 4)
 model = Block(dim, heads=4).to(device).eval()
 lengths = [32, 33, 64] if small else [32, 33, 64, 33, 32, 64, 33, 32]
-steady_at = 33  # the length whose steady-state time is compared
-buckets = [32, 64]
+steady_at, buckets = 33, [32, 64]  # the length whose steady-state time is compared
 inputs = [torch.randn(batch, n, dim, device=device) for n in lengths]
 print(f"sequence lengths, in call order: {lengths}")
 
+# %%
+# Dynamo's recompilation log, on the page
+# ---------------------------------------
+# ``torch._logging.set_logs(recompiles=True)`` (or ``TORCH_LOGS=recompiles`` in the
+# environment) makes dynamo log the guard that failed each time it recompiles.
+# torch's handler writes to stderr, each message behind a prefix of level, time,
+# process, file and line; here one handler on the ``torch._dynamo`` logger takes its
+# place and prints the messages alone, with each file's folders cut off.
+
+
+FOLDERS = re.compile(r"[^\s'(]*[/\\](?=[^/\\\s']+\.py\b)")  # a Python file's folders
+
+
+class PrintMessages(logging.Handler):
+    def emit(self, record):
+        for line in record.getMessage().splitlines():
+            print("    " + FOLDERS.sub("", line.strip()))
+
+
+torch._logging.set_logs(recompiles=True)
+logging.getLogger("torch._dynamo").handlers = [PrintMessages()]
+
 
 # %%
-# Running the sequence, with the recompilation log on
-# ---------------------------------------------------
-# ``torch._logging.set_logs(recompiles=True)``, or ``TORCH_LOGS=recompiles`` in the
-# environment, makes dynamo log why it recompiles. Its logs go to stderr, which this
-# page does not show, so :func:`~gpuguide.chapters.compiling.print_recompiles` turns
-# the log on and prints the messages. Each call is timed on its own with a
-# synchronized host clock, as each may be a one-off compilation; ``prepare`` makes
-# the block's arguments from a batch, as it is or padded to the next bucket size
-# with the extra positions masked. Then one call at length 33 is timed with
-# :func:`gpuguide.benchmark` under the ``"fail_on_recompile"`` stance, which raises
-# should it recompile.
-def graphs():
-    return counters["stats"]["unique_graphs"]
-
-
+# Running the sequence
+# --------------------
+# Each call is timed on its own with a synchronized host clock, as each may
+# compile; dynamo's count of graphs says which did, and inductor's counters which
+# compilations found their code in its disk cache (the FX graph cache, kept across
+# runs). ``prepare`` makes the block's arguments from a batch, as it is or padded to
+# the next bucket size. Then one call at length 33 is timed under the
+# ``"fail_on_recompile"`` stance, which raises should it recompile.
 def as_is(x):
     return x, torch.zeros(x.shape[:2], dtype=torch.bool, device=x.device)
 
@@ -108,39 +119,35 @@ def run(name, compiled, prepare=as_is, mark=False, time_steady=True):
         for x, pad in args:
             torch._dynamo.mark_dynamic(x, 1)
             torch._dynamo.mark_dynamic(pad, 1)
-    hits = counters["inductor"]["fxgraph_cache_hit"]
-    times, compiles, steady = [], [], None
+    cache = dict(counters["inductor"])
+    times, compiles = [], []
     print(f"{name}:")
-    with print_recompiles(), torch.no_grad():
-        for (x, pad), n in zip(args, lengths, strict=True):
-            before = graphs()
-            sync()
-            t0 = time.perf_counter()
-            out = compiled(x, pad)[:, :n]
-            sync()
-            times.append(time.perf_counter() - t0)
-            compiles.append(graphs() - before)
-        if time_steady:
-            with torch.compiler.set_stance("fail_on_recompile"):
-                steady = gpuguide.benchmark(
-                    compiled,
-                    args=prepare(inputs[lengths.index(steady_at)]),
-                    device=device,
-                    label=name,
-                )
-    hits = counters["inductor"]["fxgraph_cache_hit"] - hits
-    print(
-        f"    {sum(compiles)} compilation(s) ({hits} served from inductor's disk "
-        f"cache), {sum(times):.2f} s for the sequence"
-    )
-    return {"times": times, "compiles": compiles, "last": out, "steady": steady}
+    with torch.no_grad():
+        for x, pad in args:
+            before = counters["stats"]["unique_graphs"]
+            times.append(first_calls_s(compiled, x, pad, device=device, calls=1))
+            compiles.append(counters["stats"]["unique_graphs"] - before)
+        out = compiled(*args[-1])[:, : lengths[-1]]  # without the padding
+        with torch.compiler.set_stance("fail_on_recompile"):
+            steady = time_steady and gpuguide.benchmark(
+                compiled, args=prepare(inputs[lengths.index(steady_at)]),
+                device=device, label=name)  # fmt: skip
+    hits, misses = (counters["inductor"][k] - cache.get(k, 0)
+                    for k in ("fxgraph_cache_hit", "fxgraph_cache_miss"))  # fmt: skip
+    compiling = sum(t for t, c in zip(times, compiles, strict=True) if c)
+    print(f"    {sum(compiles)} compilation(s) ({hits} from inductor's disk cache, "
+          f"{misses} fresh), in calls that took {compiling:.2f} s")  # fmt: skip
+    if time_steady:
+        gpuguide.report("whole sequence", sum(times), unit="s",
+                        size=f"{len(lengths)} calls", approach=name)  # fmt: skip
+        gpuguide.report("steady call", steady, size=f"{batch}x{steady_at}x{dim}",
+                        approach=name)  # fmt: skip
+    runs[name] = {"times": times, "compiles": compiles, "compiling": compiling,
+                  "last": out, "steady": steady}  # fmt: skip
 
 
-runs = {
-    "static (dynamic=False)": run(
-        "static (dynamic=False)", torch.compile(model, dynamic=False)
-    )
-}
+runs = {}
+run("static (dynamic=False)", torch.compile(model, dynamic=False))
 
 # %%
 # The default: automatic dynamic shapes
@@ -148,99 +155,62 @@ runs = {
 # With the default ``dynamic=None`` the first compilation assumes static shapes;
 # when a size changes, dynamo recompiles with that dimension symbolic, and this
 # graph serves every later length: two compilations, however many lengths follow.
-runs["default (dynamic=None)"] = run("default (dynamic=None)", torch.compile(model))
+run("default (dynamic=None)", torch.compile(model))
 
 # %%
-# Fixes 1 and 2: dynamic from the start
-# -------------------------------------
+# Fixes: dynamic from the start, or a few bucket sizes
+# ----------------------------------------------------
 # ``dynamic=True`` makes every dimension symbolic from the first compilation;
 # ``torch._dynamo.mark_dynamic(x, 1)`` marks only the sequence dimension (of ``x``
 # and of the mask), so that the compiler can still specialize on the other sizes.
-runs["dynamic=True"] = run("dynamic=True", torch.compile(model, dynamic=True))
-runs["mark_dynamic(x, 1)"] = run("mark_dynamic(x, 1)", torch.compile(model), mark=True)
-
-# %%
-# Fix 3: pad to a few bucket sizes
-# --------------------------------
 # Rounding each length up to one of a few sizes keeps the kernels static, one
 # compilation per bucket, at the price of computing on the padding (the mask keeps
-# the results right). ``dynamic=False`` keeps the second bucket static too.
-runs["padded to buckets"] = run(
-    "padded to buckets", torch.compile(model, dynamic=False), prepare=padded
-)
+# the results right).
+run("dynamic=True", torch.compile(model, dynamic=True))
+run("mark_dynamic(x, 1)", torch.compile(model), mark=True)
+run("padded to buckets", torch.compile(model, dynamic=False), prepare=padded)
 with torch.no_grad():
     reference = model(*as_is(inputs[-1]))
 error = max((r["last"] - reference).abs().max().item() for r in runs.values())
-print(
-    f"largest difference from eager on the last batch, over all approaches: {error:.1e}"
-)
+print(f"largest difference from eager on the last batch, over all approaches: {error:.1e}")  # fmt: skip
 
 # %%
 # Compilations and time over the sequence
 # ---------------------------------------
-# The number of compilations decides the total; one served from inductor's disk
-# cache (counted above) is cheaper than a fresh one. Only the first call at each
-# new shape (or bucket) should stand out.
-summary = [
-    {
-        "approach": name,
-        "compilations": sum(r["compiles"]),
-        "sequence": f"{sum(r['times']):.2f} s",
-        f"steady at length {steady_at}": r["steady"],
-    }
-    for name, r in runs.items()
-]
-print(gpuguide.table(summary))
+# The title gives the compiling calls' share of the sequences' time. What decides
+# their time is their number and what each one costs: a compilation whose code
+# inductor finds in its disk cache (from an earlier run of this script, or an
+# earlier approach here) skips code generation, and a graph with symbolic sizes
+# costs more to trace than a static one, so fewer compilations need not mean less
+# time. Only the first call at each new shape (or bucket) should stand out.
 total = {name: sum(r["times"]) for name, r in runs.items()}
-calls, shape = f"{len(lengths)} calls", f"{batch}x{steady_at}x{dim}"
-for name, r in runs.items():
-    gpuguide.record("whole sequence", total[name], unit="s", size=calls, approach=name)
-    gpuguide.record("steady call", r["steady"], size=shape, approach=name)
+share = sum(r["compiling"] for r in runs.values()) / sum(total.values())
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(
-    ax,
-    list(range(1, len(lengths) + 1)),
-    {
-        f"{name} ({sum(r['compiles'])} compiles, {total[name]:.1f} s)": [
-            t * 1e3 for t in r["times"]
-        ]
-        for name, r in runs.items()
-    },
-    xlabel="call (index in the sequence)",
-    ylabel="time of the call (ms)",
-    title=f"Whole sequence: {min(total.values()):.1f} to {max(total.values()):.1f} s, "
-    "set by the compilations",
-    logx=False,
-    record="time of each call",
-)
+    ax, list(range(1, len(lengths) + 1)),
+    {f"{name} ({sum(r['compiles'])} compiles, {total[name]:.1f} s)":
+     [t * 1e3 for t in r["times"]] for name, r in runs.items()},
+    xlabel="call (index in the sequence)", ylabel="time of the call (ms)",
+    title=f"Whole sequences of {min(total.values()):.1f} to {max(total.values()):.1f} s, "
+    f"{share:.0%} of it in compiling calls", logx=False)  # fmt: skip
 plt.show()
 
 # %%
 # Steady state: dynamic, static and padded kernels
 # ------------------------------------------------
-# Once compiled, kernels for symbolic sizes may be a little slower than kernels for
-# one size, and a padded batch computes on its padding (64 positions for 33 here).
-# On a GPU this block is small enough that a call's time is mostly the host's
-# (guards, launches), which can hide both. Each approach was timed after its own
-# compilations, so they could not run in alternating rounds; a difference from the
-# static kernel counts only where it is larger than the spread. Bars are relative
-# to the static kernel.
+# Kernels for symbolic sizes may be a little slower than kernels for one size, and
+# a padded batch computes on its padding (64 positions for 33 here); on a GPU this
+# block is small enough that the host's time per call (guards, launches) can hide
+# both. Each approach was timed after its own compilations, not in alternating
+# rounds; a difference counts only where it is larger than the spread.
 steady = {name: r["steady"] for name, r in runs.items()}
 static = steady["static (dynamic=False)"]
-differ = 0
-for m in steady.values():
-    if m is not static:
-        c = gpuguide.compare(m, static)
-        differ += c.measurable
-        print(c)
+verdicts = [gpuguide.compare(m, static) for m in steady.values() if m is not static]
+print("\n".join(map(str, verdicts)))
+differ = f"{sum(c.measurable for c in verdicts)} of {len(verdicts)}"
 fig, ax = plt.subplots()
-gpuguide.plot_bars(
-    ax,
-    steady,
-    ylabel=f"time per call at length {steady_at} (ms)",
-    title=f"At length {steady_at}: {differ} of {len(steady) - 1} approaches "
-    "measurably differ from static",
-)
+gpuguide.plot_bars(ax, steady, ylabel=f"time per call at length {steady_at} (ms)",
+                   title=f"At length {steady_at}: {differ} approaches measurably differ from static")  # fmt: skip
 plt.show()
 
 # %%
@@ -251,23 +221,18 @@ plt.show()
 # warning and runs the function uncompiled for inputs no cached version accepts;
 # with ``fullgraph=True`` or ``config.fail_on_recompile_limit_hit = True`` it raises
 # instead. Here the limit is lowered to 2, so that the third length hits it.
-print(f"torch._dynamo.config.recompile_limit = {torch._dynamo.config.recompile_limit}")
+default = torch._dynamo.config.recompile_limit
 with torch._dynamo.config.patch(recompile_limit=2):
-    limited = run(
-        "static, recompile_limit=2",
-        torch.compile(model, dynamic=False),
-        time_steady=False,
-    )
-print(
-    f"with the limit at 2: {sum(limited['compiles'])} compilations for "
-    f"{len(set(lengths))} lengths; the other lengths ran uncompiled"
-)
+    run("static, recompile_limit=2", torch.compile(model, dynamic=False),
+        time_steady=False)  # fmt: skip
+limited = runs.pop("static, recompile_limit=2")
+print(f"with the limit at 2 (default {default}): {sum(limited['compiles'])} "
+      f"compilations for {len(set(lengths))} lengths; the others ran uncompiled")  # fmt: skip
+torch._logging.set_logs()  # torch's default log settings and handlers again
 
 # %%
 # What to take away
 # -----------------
 # Turn on ``TORCH_LOGS=recompiles`` when a compiled model sees varying inputs: each
 # message names the guard that failed. Declare a varying dimension dynamic up front
-# or pad it to a few sizes, and compare steady-state times as well as compile
-# counts. With CUDA graphs (``"reduce-overhead"``) each new shape also records a
-# new graph.
+# or pad it to a few sizes, and compare steady-state times as well as compile times.

@@ -20,33 +20,35 @@ See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
 # %%
 # Setup
 # -----
-# The tensor is as large as the device's time budget allows for the deepest eager
-# chain, so that on a GPU it is far larger than the caches.
+# One pass over ``x`` reads every value and writes one result: its bytes are
+# declared once, and size ``x`` (as large as the device's time budget allows for
+# the deepest eager chain, so that on a GPU it is far larger than the caches) as
+# well as give the rates below.
 import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
 from gpuguide.chapters.compiling import first_calls_s, passes
 
-device = gpuguide.pick_device()
-print(gpuguide.provenance(device))
-small, on_cuda = gpuguide.small_mode(), device.type == "cuda"
-depths = [1, 4] if small else [1, 4, 16]
+page = gpuguide.setup()
+device = page.device
+depths = [1, 4] if page.small else [1, 4, 16]
 deepest = depths[-1]
 
-peaks = gpuguide.device_peaks(device)
-peak_bw = peaks.memory_bandwidth_bytes_per_s
-# x plus two intermediates alive at once; each sin moves 8 bytes per value
-n = gpuguide.largest_size(
-    2**12, 2**28, memory_at=lambda n: 3 * 4 * n, traffic_at=lambda n: 8 * deepest * n
-)
+
+def pass_bytes(n):  # read n float32 values, write n
+    return 2 * 4 * n
+
+
+n = gpuguide.largest_size(2**12, 2**28, memory_at=lambda n: 3 * 4 * n,
+                          traffic_at=lambda n: deepest * pass_bytes(n))  # fmt: skip
 x = torch.randn(n, device=device)
-min_bytes = 2 * x.numel() * x.element_size()  # read x once, write the result once
-x_size = gpuguide.format_bytes(min_bytes // 2)
-print(f"x: {n:,} float32 ({x_size}); depths {depths}")
+x_size = gpuguide.format_bytes(4 * n)
+peak_bw = page.peaks.memory_bandwidth_bytes_per_s
 peak_text = gpuguide.format_rate(peak_bw, "B/s") if peak_bw else "unknown"
-print(f"peak memory bandwidth: {peak_text} ({peaks.source})")
-if not on_cuda:
+print(f"x: {n:,} float32 ({x_size}); depths {depths}; "
+      f"peak memory bandwidth {peak_text} ({page.peaks.source})")  # fmt: skip
+if not page.cuda:
     print("Kernel launches need a GPU; on this CPU the profiler counts aten operator "
           "calls per call instead, and a compiled graph's generated C++ loop as one.")  # fmt: skip
 
@@ -60,19 +62,13 @@ def nested_sin(x, depth):
 # %%
 # Counting passes with the profiler
 # ---------------------------------
-# ``passes`` runs one call under the profiler and lists what it ran. On a GPU every
-# device event that is neither a copy nor an annotation is a kernel. On a CPU the
-# count is of ``aten::`` operators not called by another one, plus calls into a
-# compiled graph. Each counted pass reads and writes the tensor once, which gives the
-# bytes a way moves. The profiling chapter explains the profiler itself.
-#
-# Each depth gets its own compiled function: ``torch._dynamo.reset()`` forgets the
-# previous one and ``dynamic=False`` fixes the depth and shape. The first three calls
-# are timed apart; their total minus three steady-state calls is the one-off cost.
-# Then eager and compiled run in five alternating rounds, so that a drift of the
-# machine falls on both. (The first compile in a process imports the compiler;
-# whether that warns depends on the torch release, and such warnings about torch's
-# own code are ignored when gpuguide is imported: :mod:`gpuguide.quiet`.)
+# ``passes`` runs one call under the profiler and lists what it ran: on a GPU every
+# kernel, on a CPU every ``aten::`` operator that no other one called, plus calls
+# into a compiled graph. Each depth gets its own compiled function
+# (``torch._dynamo.reset()`` forgets the previous one). The first three calls are
+# timed apart: their total minus three steady-state calls is the one-off cost. Then
+# eager and compiled run in five alternating rounds, so that a drift of the machine
+# falls on both.
 ways = ["eager", "torch.compile"]
 times, counts, names = {w: [] for w in ways}, {w: [] for w in ways}, {}
 one_off = []
@@ -93,101 +89,79 @@ for depth in depths:
 # %%
 # Time, passes and bandwidth
 # --------------------------
-# "useful" bandwidth divides the bytes the chain must move (read ``x``, write the
-# result) by the time; "moved" counts one read and one write per counted pass. Expect
-# eager's "moved" rate to stay at about the same share of the peak at every depth while
-# its "useful" rate falls as ``1/k``; for a fused chain the two are the same.
+# "useful" bandwidth divides the bytes the chain must move (one pass) by the time;
+# "moved" counts one pass per kernel or operator counted. Where each pass is
+# limited by memory (a GPU, with ``x`` far larger than its caches), every eager pass
+# takes the same time, so eager's "moved" rate is the memory's at every depth while
+# its "useful" rate falls as ``1/k``. Where a pass is limited by something else (on
+# a CPU the sine's arithmetic and each operator's fixed costs, with caches that may
+# hold ``x``), its time can change with the depth: below the table, the slowest
+# eager pass against the fastest. For a fused chain, useful and moved are the same.
 
 
-def rate_text(rate):
-    p = gpuguide.percent_of_peak(rate, peak_bw)
+def rate_text(rate):  # a Rate, with its share of the memory peak
+    p = 100 * rate.value / peak_bw if peak_bw else None
     # Above the memory peak, the data came from a cache: not a % of that peak.
-    share = "n/a" if p is None else f"{p:.0f}%" if p <= 100 else "> peak: cached"
-    return f"{gpuguide.format_rate(rate, 'B/s')} ({share})"
+    return f"{rate}, " + (
+        "n/a" if p is None else f"{p:.0f}%" if p <= 100 else "> peak: cached"
+    )
 
 
-rows = []
+rows, moved = [], {w: [] for w in ways}
 for i, depth in enumerate(depths):
     for way in ways:
         m, k = times[way][i], counts[way][i]
-        useful = gpuguide.bytes_per_s(min_bytes, m.median_s)
-        if depth == deepest:  # recorded for the last cell
-            spread = (k * min_bytes / m.q75_s, k * min_bytes / m.q25_s)
-            gpuguide.record("moved bandwidth", k * useful, unit="B/s", size=x_size,
-                            spread=spread, peak="memory", mode=way,
-                            depth=depth)  # fmt: skip
-        rows.append(
-            {
-                "depth, way": f"k={depth}, {way}",
-                "median ± IQR/2": m,
-                "passes": k,
-                "useful (% of peak)": rate_text(useful),
-                "moved (% of peak)": rate_text(k * useful),
-            }
-        )
+        moved[way].append(m.rate(k * pass_bytes(n), "B/s"))
+        rows.append({"depth, way": f"k={depth}, {way}", "median ± IQR/2": m, "passes": k,
+                     "useful, % of peak": rate_text(m.rate(pass_bytes(n), "B/s")),
+                     "moved, % of peak": rate_text(moved[way][-1])})  # fmt: skip
 print(gpuguide.table(rows))
 for way in ways:
     kinds = {name: names[way].count(name) for name in names[way]}
     print(f"k={deepest}, {way}: " + ", ".join(f"{c} x {s}" for s, c in kinds.items()))
+per_pass = [gpuguide.Measurement(f"a pass at k={d}", tuple(t / k for t in m.times_s),
+                                 m.device, m.method)
+            for d, k, m in zip(depths, counts["eager"], times["eager"], strict=True)]  # fmt: skip
+ordered = sorted(per_pass, key=lambda m: m.median_s)
+print(f"eager, time per pass: {gpuguide.compare(ordered[-1], ordered[0])}")
+for way in ways:  # the deepest chain's
+    print(f"k={deepest}, {way}:", end=" ")
+    gpuguide.report("moved bandwidth", moved[way][-1], peak="memory", size=x_size,
+                    mode=way, depth=deepest)  # fmt: skip
 
 # %%
 # What fusion bought
 # ------------------
 # On a GPU with a large tensor, expect the fused chain to take about as long as a
 # single ``sin`` until the depth is large enough for the arithmetic to matter, so it
-# runs close to ``k`` times faster than eager. On a CPU expect less: a vectorised sine
-# costs more arithmetic per byte than a CPU's memory delivers, so fusion saves the
-# extra passes, each operator's fixed cost and each intermediate's allocation, but
-# not the arithmetic.
+# runs close to ``k`` times faster than eager. On a CPU expect less: a vectorised
+# sine costs more arithmetic per byte than a CPU's memory delivers, so fusion saves
+# the extra passes, each operator's fixed cost and each intermediate's allocation,
+# but not the arithmetic. At ``k=1`` there is nothing to fuse: a difference there
+# comes from the compiled code itself (on a CPU, inductor's own vectorised loop
+# against ATen's ``sin``), not from fusion; fusion's part is how the speed-up grows
+# beyond ``k=1``.
 gains = [gpuguide.compare(c, e) for e, c in zip(*times.values(), strict=True)]
-speedups = [g.speedup for g in gains]
-gpuguide.record("compiled speed-up", gains[-1].speedup, unit="x", size=x_size,
-                spread=(gains[-1].low, gains[-1].high), depth=deepest)  # fmt: skip
-print(f"depth {deepest}: torch.compile ran {counts['torch.compile'][-1]} pass(es) "
-      f"instead of {counts['eager'][-1]}; {gains[-1]}")  # fmt: skip
-moved = counts["torch.compile"][-1] * min_bytes / times["torch.compile"][-1].median_s
-share = gpuguide.percent_of_peak(moved, peak_bw)
-short_of_k = gains[-1].against(deepest, deepest) == "below"  # all of its spread
-if share is not None and share < 50 and short_of_k:
+for depth, c in zip(depths, gains, strict=True):
+    print(f"k={depth}{' (nothing to fuse)' if depth == 1 else ''}:", end=" ")
+    if depth < deepest:
+        print(c)
+gpuguide.report("compiled speed-up", gains[-1], size=x_size, depth=deepest)
+share = gpuguide.percent_of_peak(moved["torch.compile"][-1].value, peak_bw)
+if share is not None and share < 50 and gains[-1].against(deepest, deepest) == "below":
     print(f"The compiled chain moved data at {share:.0f}% of the peak bandwidth: "
           "something other than memory traffic (most likely the sines' arithmetic) "
           "limited it, so fusion could not give a k-fold gain.")  # fmt: skip
-rates = [c * min_bytes / m.median_s for w in ways
-         for c, m in zip(counts[w], times[w], strict=True)]  # fmt: skip
-if max(gpuguide.percent_of_peak(r, peak_bw) or 0 for r in rates) > 100:
-    print(f"Some rates exceed the peak: x ({gpuguide.format_bytes(min_bytes // 2)}) "
-          "fits in this device's caches, so repeated passes are served from there.")  # fmt: skip
+if peak_bw and max(r.value for w in ways for r in moved[w]) > peak_bw:
+    print(f"Some rates exceed the peak: x ({x_size}) fits in this device's caches, "
+          "so repeated passes are served from there.")  # fmt: skip
 
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(
-    ax,
-    depths,
-    {
-        "eager": times["eager"],
-        f"torch.compile ({gpuguide.format_ratio(speedups[-1])} eager speed "
-        f"at k={deepest})": times["torch.compile"],
-    },
-    xlabel="chain depth k (sin calls)",
-    ylabel="time per call (ms)",
-    title=f"Compiled at depth {deepest}: {gpuguide.format_ratio(speedups[-1])} eager speed",
-    record="time by depth",
-)
-plt.show()
-
-# %%
-# Speed-up by depth
-# -----------------
-# Each bar is eager's median time divided by the compiled one's at the same depth;
-# the first bar is eager itself, so the labels read as speed-ups. Expect them to grow
-# with the depth on a GPU, towards ``k``.
-bars = {"eager": 1.0} | {f"compiled, k={d}": s for d, s in zip(depths, speedups, strict=True)}  # fmt: skip
-fig, ax = plt.subplots()
-gpuguide.plot_bars(
-    ax,
-    bars,
-    ylabel="speed-up over eager (x)",
-    title=f"Fusion's speed-up over eager: up to {gpuguide.format_ratio(max(speedups))}",
-)
+    ax, depths, {"eager": times["eager"], "torch.compile": times["torch.compile"]},
+    xlabel="chain depth k (sin calls)", ylabel="time per call (ms)",
+    title=f"torch.compile against eager: {gains[0].short} at k=1 (nothing fused),\n"
+    f"{gains[-1].short} at k={deepest}")  # fmt: skip
 plt.show()
 
 # %%

@@ -3,14 +3,13 @@ torch.jit.script is deprecated: fuse with torch.compile
 =======================================================
 
 An older blog post fused a chain of sines with ``torch.jit.script`` and did not say
-that TorchScript was on its way out. In current PyTorch, scripting a function emits
-a deprecation warning that names ``torch.compile`` as the replacement. This page
+that TorchScript was on its way out. In current PyTorch, scripting emits a
+deprecation warning that names ``torch.compile`` as the replacement. This page
 catches that warning on purpose, shows when it is emitted, and checks the post's
 claim that the scripted chain runs as one fused kernel from its second call on.
-
-Then the same chain runs three ways (eager, scripted, compiled) with one change
-between them. For each way it prints the kernels (on a CPU, operators) of one call,
-the one-off cost of the first calls, the steady-state time and the bandwidth.
+Then the same chain runs three ways (eager, scripted, compiled): for each, the
+kernels (on a CPU, operators) of one call, the cost of the first calls, the
+steady-state time and the bandwidth.
 
 See also the concept page
 :doc:`the roofline and its three regimes </concepts/roofline>`.
@@ -19,7 +18,10 @@ See also the concept page
 # %%
 # Setup
 # -----
-# One depth, and a tensor as large as the device's time budget allows for it.
+# One depth, and a tensor as large as the device's time budget allows for it. One
+# pass over ``x`` reads every value and writes one result: its bytes size ``x`` and
+# give the rates below.
+import warnings
 from typing import Final
 
 import matplotlib.pyplot as plt
@@ -27,23 +29,23 @@ import torch
 from torch import nn
 
 import gpuguide
-from gpuguide.chapters.compiling import first_calls_s, passes, recording
+from gpuguide.chapters.compiling import first_calls_s, passes
 
-device = gpuguide.pick_device()
-print(gpuguide.provenance(device))
-small, on_cuda = gpuguide.small_mode(), device.type == "cuda"
-depth = 4 if small else 8
+page = gpuguide.setup()
+device = page.device
+depth = 4 if page.small else 8
 
-peaks = gpuguide.device_peaks(device)
-# x and two intermediates are alive at once; each sin reads and writes every value
-n = gpuguide.largest_size(
-    2**12, 2**28, memory_at=lambda n: 3 * 4 * n, traffic_at=lambda n: 8 * depth * n
-)
+
+def pass_bytes(n):  # read n float32 values, write n
+    return 2 * 4 * n
+
+
+n = gpuguide.largest_size(2**12, 2**28, memory_at=lambda n: 3 * 4 * n,
+                          traffic_at=lambda n: depth * pass_bytes(n))  # fmt: skip
 x = torch.randn(n, device=device)
-min_bytes = 2 * x.numel() * x.element_size()  # read x once, write the result once
-x_size = gpuguide.format_bytes(min_bytes // 2)
+x_size = gpuguide.format_bytes(4 * n)
 print(f"x: {n:,} float32 ({x_size}); depth {depth}")
-if not on_cuda:
+if not page.cuda:
     print("Kernel launches and TorchScript's fusers need a GPU; on this CPU the "
           "profiler counts aten operator calls per call instead.")  # fmt: skip
 
@@ -71,17 +73,20 @@ class NestedSin(nn.Module):
 # %%
 # The warning, and when it comes
 # ------------------------------
-# The build turns warnings into errors, so every call that may warn runs inside
-# ``recording``, which catches warnings and keeps them by phase: scripting, the
-# first calls, the later calls. ``torch.jit.script`` attributes its deprecation
-# warning to torch's own module, like the warnings torch raises about its own code
-# (which ``recording`` leaves ignored, :mod:`gpuguide.quiet`), so the scripting
-# phases ask for torch's warnings too (``torch_internal=True``).
-caught = {}
-with recording(caught, "torch.jit.script(module)", torch_internal=True):
-    scripted = torch.jit.script(NestedSin(depth))
-w = caught["torch.jit.script(module)"][0]
-print(f"torch.jit.script: {w.category.__name__}: {str(w.message).splitlines()[0]}")
+# The build turns warnings into errors, so every ``torch.jit.script`` call runs
+# inside ``warnings.catch_warnings(record=True)``, which keeps what it raised.
+def script(module, raised):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scripted = torch.jit.script(module)
+    raised.append(caught)
+    return scripted
+
+
+scripting = []  # the warnings of each torch.jit.script call
+scripted = script(NestedSin(depth), scripting)
+for w in scripting[0]:
+    print(f"torch.jit.script: {w.category.__name__}: {str(w.message).splitlines()[0]}")
 print("The replacement for speed is torch.compile (torch.export for deployment).")
 
 # %%
@@ -91,8 +96,13 @@ print("The replacement for speed is torch.compile (torch.export for deployment).
 # so fusion, if any, can only start from the second or third call. On a GPU expect
 # the count to drop to one fused kernel; on a CPU its fuser is off by default.
 # ``passes`` lists what one call ran, from the profiler, as on the previous page.
-with recording(caught, "TorchScript: first 3 calls"):
+# These calls run under ``catch_warnings`` too, and the page counts the
+# deprecation warnings among what they raised (the profiler may warn about its own
+# code).
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
     per_call = [len(passes(scripted, x, device=device)) for _ in range(3)]
+called = [w for w in caught if "`torch.jit" in str(w.message)]
 print(f"TorchScript, calls 1, 2, 3: {per_call} kernels/operators per call")
 fused_from = next((i + 1 for i, c in enumerate(per_call) if c < depth), None)
 print(f"fused from call {fused_from} on" if fused_from else "no call was fused here")
@@ -101,100 +111,80 @@ print(f"fused from call {fused_from} on" if fused_from else "no call was fused h
 # Three ways, one chain
 # ---------------------
 # Each way gets a fresh module; only how it runs changes. Its first three calls are
-# timed apart: their total minus three steady-state calls is the one-off cost. Then
-# the three ways run in five alternating rounds, so that a drift of the machine falls
-# on all of them. (The first compile in a process imports the compiler; whether
-# that warns depends on the torch release: about torch's own code, and ignored.)
-
-
-with recording(caught, "torch.jit.script(module)", torch_internal=True):
-    modules = {"eager": NestedSin(depth), "TorchScript": torch.jit.script(NestedSin(depth))}  # fmt: skip
+# timed apart: their time beyond three steady-state calls is what starting cost.
+# For torch.compile that is its compilation, for TorchScript the profiling runs
+# and optimisation of its first calls. Eager mode compiles nothing: whatever it
+# shows is what every way pays on its first calls (the allocator's first blocks,
+# fresh memory pages, cold caches). Then the three ways run in five alternating
+# rounds, so that a drift of the machine falls on all of them.
+modules = {"eager": NestedSin(depth), "TorchScript": script(NestedSin(depth), scripting)}  # fmt: skip
 torch._dynamo.reset()
 modules["torch.compile"] = torch.compile(NestedSin(depth), fullgraph=True)
-firsts, one_off, names = {}, {}, {}
-for way, fn in modules.items():
-    with recording(caught, f"{way}: first 3 calls"):
-        firsts[way] = first_calls_s(fn, x, device=device)
-with recording(caught, "all ways: later calls"):
-    times = gpuguide.interleave(
-        {way: lambda fn=fn: fn(x) for way, fn in modules.items()}, device=device
-    )
-    for way, fn in modules.items():
-        names[way] = passes(fn, x, device=device)
-        one_off[way] = max(firsts[way] - 3 * times[way].median_s, 0.0)
+firsts = {way: first_calls_s(fn, x, device=device) for way, fn in modules.items()}
+times = gpuguide.interleave(
+    {way: lambda fn=fn: fn(x) for way, fn in modules.items()}, device=device
+)
+names = {way: passes(fn, x, device=device) for way, fn in modules.items()}
 
 # %%
 # Passes, time and bandwidth
 # --------------------------
-# "useful" bandwidth counts only the bytes the chain must move (read ``x``, write
-# the result); "moved" counts a read and a write per kernel or operator counted.
-# Percentages are of the device's peak memory bandwidth (on a CPU, its measured copy
-# ceiling); a rate above it came from a cache and is marked so, not given a percentage.
+# "moved" counts a read and a write of ``x`` per kernel or operator counted, as a
+# share of the device's peak memory bandwidth (on a CPU, its measured copy
+# ceiling); a rate above it came from a cache. Below the table, each way's "useful"
+# bandwidth: the bytes the chain must move (read ``x``, write the result) by the
+# time.
 
 
-def rate_text(rate):
-    p = gpuguide.percent_of_peak(rate, peaks.memory_bandwidth_bytes_per_s)
-    # Above the memory peak, the data came from a cache: not a % of that peak.
-    share = "n/a" if p is None else f"{p:.0f}%" if p <= 100 else "> peak: cached"
-    return f"{gpuguide.format_rate(rate, 'B/s')} ({share})"
+def rate_text(rate):  # with its share of the memory peak; above it, a cache served
+    p = gpuguide.percent_of_peak(rate.value, page.peaks.memory_bandwidth_bytes_per_s)
+    return f"{rate}, " + ("n/a" if p is None else f"{p:.0f}%" if p <= 100 else "> peak: cached")  # fmt: skip
 
 
-rows = []
-for way, m in times.items():
-    k = len(names[way])
-    useful = gpuguide.bytes_per_s(min_bytes, m.median_s)
-    spread = (min_bytes / m.q75_s, min_bytes / m.q25_s)  # for the last cell
-    gpuguide.record("useful bandwidth", useful, unit="B/s", spread=spread,
-                    peak="memory", size=x_size, mode=way, depth=depth)  # fmt: skip
-    kinds = ", ".join(f"{names[way].count(s)} x {s}" for s in dict.fromkeys(names[way]))
-    rows.append(
-        {
-            "way": way,
-            "median ± IQR/2": m,
-            "one-off": f"{one_off[way]:.2f} s",
-            "passes": k,
-            "useful (% of peak)": rate_text(useful),
-            "moved (% of peak)": rate_text(k * useful),
-            "what ran": kinds,
-        }
-    )
+rows = [{"way": way, "median ± IQR/2": m, "passes": len(names[way]),
+         "first 3 calls, beyond steady": f"{max(firsts[way] - 3 * m.median_s, 0):.2f} s",
+         "moved, % of peak": rate_text(m.rate(len(names[way]) * pass_bytes(n), "B/s")),
+         "what ran": ", ".join(f"{names[way].count(s)} x {s}" for s in dict.fromkeys(names[way]))}
+        for way, m in times.items()]  # fmt: skip
 print(gpuguide.table(rows))
 if names["TorchScript"] == names["eager"]:
     print("TorchScript ran the same operators as eager here: it fused nothing.")
+for way, m in times.items():
+    print(f"{way}:", end=" ")
+    gpuguide.report("useful bandwidth", m.rate(pass_bytes(n), "B/s"), peak="memory",
+                    size=x_size, mode=way, depth=depth)  # fmt: skip
 
 # %%
 # Steady state, side by side
 # --------------------------
 # Bars are medians with their interquartile range, labelled relative to eager (below
 # 1.00x is faster). On a GPU expect both fused ways to run several times faster than
-# eager at this depth and to be close to each other; on a CPU expect the scripted
-# module to match eager and only the compiled one to gain.
+# eager at this depth and to be close to each other. On a CPU, TorchScript's fuser
+# is off, so the scripted module runs eager's operators, and what the compiled one
+# gains depends on how its generated loop compares with ATen's ``sin``.
 gains = {way: gpuguide.compare(times[way], times["eager"]) for way in times}
 for way in ("TorchScript", "torch.compile"):
     print(gains[way])
 print(gpuguide.compare(times["torch.compile"], times["TorchScript"]))
-speeds = ", ".join(
-    f"{way} {gpuguide.format_ratio(gains[way].speedup)}"
-    for way in ("TorchScript", "torch.compile")
-)
+speeds = ", ".join(f"{way} {gpuguide.format_ratio(gains[way].speedup)}"
+                   for way in ("TorchScript", "torch.compile"))  # fmt: skip
 fig, ax = plt.subplots()
-gpuguide.plot_bars(
-    ax,
-    times,
-    ylabel="time per call (ms)",
-    title=f"Depth {depth}: {speeds} eager speed",
-    baseline="eager",
-)
+gpuguide.plot_bars(ax, times, ylabel="time per call (ms)",
+                   title=f"Depth {depth}: {speeds} eager speed", baseline="eager")  # fmt: skip
 plt.show()
 
 # %%
 # Which calls warned
 # ------------------
-# The record of every phase: expect scripting to warn once per module and calls of
-# a scripted module not at all, so the deprecation is easy to miss in a long run.
-for phase, got in caught.items():
-    kinds = sorted({f"{w.category.__name__}: {w.message}".splitlines()[0] for w in got})
-    print(f"{phase}: {len(got)} warning(s)" + "".join(f"\n    {k}" for k in kinds))
+# Expect one warning per ``torch.jit.script`` call and none from calls of a
+# scripted module. Outside a build, Python's default filters show a warning once
+# per line of code that raises it, and hide a ``DeprecationWarning`` raised in
+# torch's own modules altogether (the category printed above; torch 2.15 raises a
+# ``FutureWarning``, which shows), so in a long run the deprecation is easy to miss.
+raised = [len(caught) for caught in scripting]
+print(f"{len(raised)} torch.jit.script calls raised {sum(raised)} warning(s) "
+      f"({' and '.join(map(str, raised))}); 3 calls of a scripted module raised "
+      f"{len(called)} deprecation warning(s)")  # fmt: skip
 
 # %%
 # Moving from TorchScript to torch.compile
@@ -202,4 +192,5 @@ for phase, got in caught.items():
 # For fusing a function or module, replace ``torch.jit.script(fn)`` with
 # ``torch.compile(fn)``: it takes ordinary Python (no ``Final`` or type annotations
 # needed), fuses on CPUs as well as GPUs, and the profiler confirms the fusion as
-# above. Expect its first call to cost seconds rather than milliseconds.
+# above. Its first call compiles: the table's first-calls column shows what that
+# cost here (less when inductor's disk cache already holds the code).

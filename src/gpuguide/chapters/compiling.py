@@ -1,6 +1,8 @@
 """Plumbing for the compile and fusion pages: start the compiler, keep its output
 off the page, count the passes a call makes, time the first calls, and split a
-step's time between the host and the GPU.
+step's time between the host and the GPU. Each serves more than one page (or, for
+:func:`capture_compiler`, :func:`start_compiler` as well as a page); what a single
+page teaches, such as printing dynamo's recompilation log, is in that page.
 
 :func:`start_compiler` pays the compiler's one-off costs before a page times
 anything: importing inductor, starting its pool of compile workers (processes
@@ -16,14 +18,10 @@ page: ``max-autotune`` writes a table per matmul it tunes to ``sys.stderr``
 (which sphinx-gallery puts on the page), and inductor logs failed kernel
 choices. The block's :class:`CompilerLog` sums them up in one line.
 
-:func:`print_recompiles` turns on dynamo's recompilation log
-(``TORCH_LOGS=recompiles``) for a block and prints its messages to
-``sys.stdout``: torch logs to stderr, which sphinx-gallery does not put on the
-page. :func:`passes` lists the kernels (or CPU operators) one call runs, from
-the profiler; :func:`first_calls_s` times the first calls of a function, where
-compilation happens; :func:`recording` keeps the warnings a block raises;
-:func:`host_and_gpu_times` times the host's launch of a step and the GPU's work
-for it, from the same calls.
+:func:`passes` lists the kernels (or CPU operators) one call runs, from the
+profiler; :func:`first_calls_s` times the first calls of a function, where
+compilation happens; :func:`host_and_gpu_times` times the host's launch of a
+step and the GPU's work for it, from the same calls.
 
 Examples
 --------
@@ -74,16 +72,11 @@ __all__ = [
     "first_calls_s",
     "host_and_gpu_times",
     "passes",
-    "print_recompiles",
-    "recording",
     "start_compiler",
 ]
 
 #: Operators that only allocate, left out of a CPU call's passes.
 _ALLOCATIONS = ("aten::empty", "aten::empty_strided", "aten::empty_like")
-
-#: The logger whose records :func:`print_recompiles` prints.
-_DYNAMO_LOGGER = "torch._dynamo"
 
 
 @dataclass(frozen=True)
@@ -181,50 +174,6 @@ def start_compiler(device: str | torch.device | None = None) -> CompilerStart:
     )
 
 
-class _PrintHandler(logging.Handler):
-    """Print each line of a record's message, indented, to the current stdout."""
-
-    def __init__(self, prefix: str) -> None:
-        super().__init__()
-        self.prefix = prefix
-
-    def emit(self, record: logging.LogRecord) -> None:
-        for line in record.getMessage().splitlines():
-            print(f"{self.prefix}{line.strip()}")
-
-
-@contextlib.contextmanager
-def print_recompiles(prefix: str = "    [dynamo] ") -> Iterator[None]:
-    """Print dynamo's recompilation messages to stdout inside the block.
-
-    Inside the block, ``torch._logging.set_logs(recompiles=True)`` is in force
-    and the records of the ``torch._dynamo`` logger (the reasons for each
-    recompilation, and warnings such as a hit recompile limit) are printed,
-    line by line, with ``print``, instead of going to torch's handler, which
-    writes to stderr. Handlers that others added to the logger stay. Afterwards
-    torch's log settings and handler are reset with ``torch._logging.set_logs()``.
-
-    Parameters
-    ----------
-    prefix : str
-        Put before every printed line.
-    """
-    import torch
-
-    dynamo_log = logging.getLogger(_DYNAMO_LOGGER)
-    before = list(dynamo_log.handlers)
-    torch._logging.set_logs(recompiles=True)  # replaces torch's own handler
-    for handler in [h for h in dynamo_log.handlers if h not in before]:
-        dynamo_log.removeHandler(handler)  # torch's, to stderr
-    printer = _PrintHandler(prefix)
-    dynamo_log.addHandler(printer)
-    try:
-        yield
-    finally:
-        dynamo_log.removeHandler(printer)
-        torch._logging.set_logs()  # torch's default settings and handler
-
-
 def _inside_aten(event: Any) -> bool:
     """Whether a profiler event was called by an ``aten::`` operator."""
     while (event := event.cpu_parent) is not None:
@@ -288,30 +237,6 @@ def first_calls_s(
         fn(*args)
     sync()
     return time.perf_counter() - t0
-
-
-@contextlib.contextmanager
-def recording(
-    caught: dict[str, list[warnings.WarningMessage]],
-    phase: str,
-    *,
-    torch_internal: bool = False,
-) -> Iterator[None]:
-    """Catch the warnings the block raises, and keep them in ``caught[phase]``.
-
-    The docs build turns warnings into errors; a page catches warnings on
-    purpose with this and prints them. Warnings that torch attributes to its
-    own modules (:func:`gpuguide.quiet.is_torch_internal`: the profiler's, the
-    compiler's) stay ignored unless ``torch_internal`` is true, which a page
-    about a deprecated torch API needs: ``torch.jit.script`` attributes its own
-    deprecation warning to ``torch.jit``.
-    """
-    with warnings.catch_warnings(record=True) as got:
-        warnings.simplefilter("always")
-        if not torch_internal:
-            ignore_torch_internal_warnings()
-        yield
-    caught.setdefault(phase, []).extend(got)
 
 
 # ---------------------------------------------------------------------------
