@@ -58,7 +58,7 @@ def test_report_prints_one_line_with_spread_and_share_and_records_it():
     assert report("matmul", rate, peak=8e12, size=64, file=out, dtype="fp32") is None
     (result,) = results.recorded()
     assert out.getvalue() == (
-        "matmul (fp32): 4.00 TFLOP/s (2.00-8.00) NOISY (spread > 10% of the median), "
+        "matmul (dtype=fp32): 4.00 TFLOP/s (2.00-8.00) NOISY (spread > 10% of the median), "
         "50% of 8.00 TFLOP/s\n"
     )
     assert result.value == 4e12

@@ -125,7 +125,6 @@ per_pass = [gpuguide.Measurement(f"a pass at k={d}", tuple(t / k for t in m.time
 ordered = sorted(per_pass, key=lambda m: m.median_s)
 print(f"eager, time per pass: {gpuguide.compare(ordered[-1], ordered[0])}")
 for way in ways:  # the deepest chain's
-    print(f"k={deepest}, {way}:", end=" ")
     gpuguide.report("moved bandwidth", moved[way][-1], peak="memory", size=x_size,
                     mode=way, depth=deepest)  # fmt: skip
 
@@ -142,10 +141,8 @@ for way in ways:  # the deepest chain's
 # against ATen's ``sin``), not from fusion; fusion's part is how the speed-up grows
 # beyond ``k=1``.
 gains = [gpuguide.compare(c, e) for e, c in zip(*times.values(), strict=True)]
-for depth, c in zip(depths, gains, strict=True):
-    print(f"k={depth}{' (nothing to fuse)' if depth == 1 else ''}:", end=" ")
-    if depth < deepest:
-        print(c)
+for depth, c in zip(depths[:-1], gains, strict=False):
+    print(f"k={depth}{' (nothing to fuse)' if depth == 1 else ''}: {c}")
 gpuguide.report("compiled speed-up", gains[-1], size=x_size, depth=deepest)
 share = gpuguide.percent_of_peak(moved["torch.compile"][-1].value, peak_bw)
 if share is not None and share < 50 and gains[-1].against(deepest, deepest) == "below":

@@ -150,7 +150,6 @@ print(gpuguide.table(rows))
 if names["TorchScript"] == names["eager"]:
     print("TorchScript ran the same operators as eager here: it fused nothing.")
 for way, m in times.items():
-    print(f"{way}:", end=" ")
     gpuguide.report("useful bandwidth", m.rate(pass_bytes(n), "B/s"), peak="memory",
                     size=x_size, mode=way, depth=depth)  # fmt: skip
 

@@ -215,7 +215,7 @@ def report(
         Where the line goes (standard output by default).
     **config : str, int, float or bool
         What identifies the figure beside its name (``dtype="bf16"``); the
-        printed line shows the values after the name (``"name (bf16): ..."``).
+        printed line shows them after the name (``"name (dtype=bf16): ..."``).
 
     Notes
     -----
@@ -261,7 +261,8 @@ def report(
     relative = (high - low) / number if timed and low and high else 0.0
     if relative > NOISY_RELATIVE_IQR:
         text += f" NOISY (spread > {100 * NOISY_RELATIVE_IQR:.0f}% of the median)"
-    where = f" ({', '.join(str(v) for v in config.values())})" if config else ""
+    where = ", ".join(f"{key}={value}" for key, value in config.items())
+    where = f" ({where})" if where else ""
     parts = [f"{name}{where}: {text}"]
     peak_name = None
     if peak is not None:
