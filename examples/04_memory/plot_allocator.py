@@ -1,6 +1,6 @@
 """
-The caching allocator and what the driver sees
-==============================================
+The caching allocator: reuse, release and out of memory
+=======================================================
 
 "How much GPU memory am I using?" has three answers: ``torch.cuda.memory_allocated``
 (bytes held by live tensors), ``torch.cuda.memory_reserved`` (what PyTorch's caching
@@ -8,10 +8,11 @@ allocator holds from the driver: live tensors plus freed blocks kept for reuse) 
 driver's ``total - free`` (``torch.cuda.mem_get_info``, as ``nvidia-smi`` shows it),
 which counts everything on the GPU, CUDA contexts and other processes included.
 
-This page measures what a CUDA context costs (a popular notebook printed 0 MB for it:
-``memory_allocated`` cannot see it), follows the three numbers as a tensor is made,
-deleted, reused and released, and recovers from an out-of-memory error. See also the
-concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
+This page follows the three numbers as a tensor is made, deleted, reused and released,
+and recovers from an out-of-memory error. The next page, :doc:`three views of GPU
+memory </auto_examples/04_memory/plot_cuda_context>`, measures what the driver counts
+beyond the allocator, a CUDA context first. See also the concept page :doc:`how a GPU
+runs PyTorch </concepts/gpu>`.
 """
 
 # %%
@@ -20,10 +21,7 @@ concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 # Without CUDA the page follows the process's resident memory (RSS) on the CPU
 # (MPS has no allocator statistics).
 import itertools
-import subprocess
-import sys
 import textwrap
-from collections import namedtuple
 
 import matplotlib.pyplot as plt
 import torch
@@ -38,14 +36,7 @@ device, on_gpu = page.device, page.cuda
 fmt = gpuguide.format_bytes
 
 
-# %%
-# Three views of GPU memory
-# -------------------------
-# ``memory_allocated <= memory_reserved <= driver used`` always holds. The gap between
-# the last two is memory PyTorch's allocator never sees: this process's CUDA context
-# and kernel code, libraries' own allocations, and other processes on the same GPU.
-# (``torch.cuda.device_memory_used`` reads the driver's figure through NVML, as
-# ``nvidia-smi`` does, where the ``nvidia-ml-py`` package is installed.)
+# ``memory_allocated <= memory_reserved <= driver used`` always holds; read all three:
 def gpu_memory():
     """Allocated, reserved and driver-used bytes of ``device`` right now."""
     torch.cuda.synchronize(device)
@@ -56,61 +47,6 @@ def gpu_memory():
         "driver used": total - free,
     }
 
-
-if page.needs_cuda("The allocator's and the driver's counters"):
-    now = gpu_memory()
-    print(", ".join(f"{name} {fmt(v)}" for name, v in now.items()))
-    outside = fmt(now["driver used"] - now["reserved"])
-    print(f"outside the allocator: {outside} (contexts, kernels, other processes)")
-
-# %%
-# What a CUDA context costs
-# -------------------------
-# Asking the driver anything initialises CUDA, and this process already has, so a
-# fresh child process goes through three stages, pausing after each while this one
-# reads the driver's used memory. Expect importing torch to cost nothing on the GPU,
-# the context a few hundred MiB (it depends on the GPU, the driver and how many
-# kernels CUDA loads eagerly), and the first matmul more for cuBLAS. The context is
-# what the driver lost at the second stage beyond the allocator's reserved bytes;
-# ``memory_allocated()`` sees only the one small tensor (its column).
-PROBE = """
-import sys, torch
-def stage(name):  # report, then wait while the parent reads the driver's numbers
-    print(torch.cuda.memory_reserved(), torch.cuda.memory_allocated(), name, flush=True)
-    sys.stdin.readline()
-stage("python + import torch")
-x = torch.ones(1, device=sys.argv[1])
-stage("+ CUDA context + 1-element tensor")
-(x.new_ones(1024, 1024) @ x.new_ones(1024, 1024)).sum().item()
-stage("+ first matmul (cuBLAS)")
-"""
-Stage = namedtuple("Stage", "child driver_used reserved allocated")
-
-
-def probe_context():
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    before = gpu_memory()["driver used"]
-    stages, pipe = [], subprocess.PIPE
-    command = [sys.executable, "-c", PROBE, f"cuda:{index}"]
-    with subprocess.Popen(command, stdin=pipe, stdout=pipe, text=True) as child:
-        for line in child.stdout:  # the child's errors, if any, go to stderr
-            reserved, allocated, name = line.rstrip("\n").split(" ", 2)
-            used = gpu_memory()["driver used"] - before
-            stages.append(Stage(name, used, int(reserved), int(allocated)))
-            child.stdin.write("\n")
-            child.stdin.flush()
-    return stages, child.returncode
-
-
-if page.needs_cuda("A CUDA context's memory"):
-    stages, code = probe_context()
-    print(table(Stage(s.child, *map(fmt, s[1:])) for s in stages))
-    if len(stages) == 3 and code == 0:
-        imported, context, _ = stages
-        context_bytes = context.driver_used - imported.driver_used - context.reserved
-        report("CUDA context", context_bytes, unit="B")
-    else:
-        print(f"The child process failed (exit code {code}); its error went to stderr.")
 
 # %%
 # Allocate, delete, reuse, release
@@ -230,6 +166,7 @@ if page.needs_cuda("Recovering from CUDA out-of-memory"):
 # %%
 # What to take away
 # -----------------
-# Read ``memory_allocated`` for what tensors need, ``memory_reserved`` for what PyTorch
-# holds and the driver for what is left, contexts included. A reserved-minus-allocated
-# gap is the cache doing its job, not a leak. Next: a training step's memory, by part.
+# A reserved-minus-allocated gap is the cache doing its job, not a leak: freed blocks
+# wait for the next tensor of their size, and ``empty_cache`` only helps other
+# processes. After an out-of-memory error, retry outside the ``except`` block. Next:
+# what the driver counts beyond the allocator, a CUDA context first.

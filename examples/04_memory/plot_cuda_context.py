@@ -1,0 +1,121 @@
+"""
+Three views of GPU memory, and what a CUDA context costs
+========================================================
+
+"How much GPU memory am I using?" has three answers: ``torch.cuda.memory_allocated``
+(bytes held by live tensors), ``torch.cuda.memory_reserved`` (what PyTorch's caching
+allocator holds from the driver, see :doc:`the caching allocator
+</auto_examples/04_memory/plot_allocator>`) and the driver's ``total - free``
+(``torch.cuda.mem_get_info``, as ``nvidia-smi`` shows it), which counts everything on
+the GPU, CUDA contexts and other processes included.
+
+This page reads the three numbers and measures what a CUDA context costs (a popular
+notebook printed 0 MB for it: ``memory_allocated`` cannot see it). See also the
+concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
+"""
+
+# %%
+# Setup
+# -----
+# Without CUDA the page shows the process's resident memory (RSS) on the CPU
+# (MPS has no allocator statistics).
+import subprocess
+import sys
+from collections import namedtuple
+
+import torch
+
+import gpuguide
+from gpuguide import report, table
+from gpuguide.memory import rss_bytes
+
+page = gpuguide.setup(None if torch.cuda.is_available() else "cpu")
+device = page.device
+fmt = gpuguide.format_bytes
+
+
+# %%
+# Three views of GPU memory
+# -------------------------
+# ``memory_allocated <= memory_reserved <= driver used`` always holds. The gap between
+# the last two is memory PyTorch's allocator never sees: this process's CUDA context
+# and kernel code, libraries' own allocations, and other processes on the same GPU.
+# (``torch.cuda.device_memory_used`` reads the driver's figure through NVML, as
+# ``nvidia-smi`` does, where the ``nvidia-ml-py`` package is installed.) On a CPU the
+# operating system's one view, the process's resident memory (RSS), likewise counts
+# more than tensors: Python, torch and every library loaded, before the first tensor.
+def gpu_memory():
+    """Allocated, reserved and driver-used bytes of ``device`` right now."""
+    torch.cuda.synchronize(device)
+    free, total = torch.cuda.mem_get_info(device)
+    return {
+        "allocated": torch.cuda.memory_allocated(device),
+        "reserved": torch.cuda.memory_reserved(device),
+        "driver used": total - free,
+    }
+
+
+if page.needs_cuda("The allocator's and the driver's counters"):
+    now = gpu_memory()
+    print(", ".join(f"{name} {fmt(v)}" for name, v in now.items()))
+    outside = fmt(now["driver used"] - now["reserved"])
+    print(f"outside the allocator: {outside} (contexts, kernels, other processes)")
+else:
+    print(f"process RSS before this page makes a tensor: {fmt(rss_bytes())}")
+
+# %%
+# What a CUDA context costs
+# -------------------------
+# Asking the driver anything initialises CUDA, and this process already has, so a
+# fresh child process goes through three stages, pausing after each while this one
+# reads the driver's used memory. Expect importing torch to cost nothing on the GPU,
+# the context a few hundred MiB (it depends on the GPU, the driver and how many
+# kernels CUDA loads eagerly), and the first matmul more for cuBLAS. The context is
+# what the driver lost at the second stage beyond the allocator's reserved bytes;
+# ``memory_allocated()`` sees only the one small tensor (its column).
+PROBE = """
+import sys, torch
+def stage(name):  # report, then wait while the parent reads the driver's numbers
+    print(torch.cuda.memory_reserved(), torch.cuda.memory_allocated(), name, flush=True)
+    sys.stdin.readline()
+stage("python + import torch")
+x = torch.ones(1, device=sys.argv[1])
+stage("+ CUDA context + 1-element tensor")
+(x.new_ones(1024, 1024) @ x.new_ones(1024, 1024)).sum().item()
+stage("+ first matmul (cuBLAS)")
+"""
+Stage = namedtuple("Stage", "child driver_used reserved allocated")
+
+
+def probe_context():
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    before = gpu_memory()["driver used"]
+    stages, pipe = [], subprocess.PIPE
+    command = [sys.executable, "-c", PROBE, f"cuda:{index}"]
+    with subprocess.Popen(command, stdin=pipe, stdout=pipe, text=True) as child:
+        for line in child.stdout:  # the child's errors, if any, go to stderr
+            reserved, allocated, name = line.rstrip("\n").split(" ", 2)
+            used = gpu_memory()["driver used"] - before
+            stages.append(Stage(name, used, int(reserved), int(allocated)))
+            child.stdin.write("\n")
+            child.stdin.flush()
+    return stages, child.returncode
+
+
+if page.needs_cuda("A CUDA context's memory"):
+    stages, code = probe_context()
+    print(table(Stage(s.child, *map(fmt, s[1:])) for s in stages))
+    if len(stages) == 3 and code == 0:
+        imported, context, _ = stages
+        context_bytes = context.driver_used - imported.driver_used - context.reserved
+        report("CUDA context", context_bytes, unit="B")
+    else:
+        print(f"The child process failed (exit code {code}); its error went to stderr.")
+
+# %%
+# What to take away
+# -----------------
+# Read ``memory_allocated`` for what tensors need, ``memory_reserved`` for what PyTorch
+# holds and the driver for what is left, contexts included: every process that uses a
+# GPU pays for its context there, before its first tensor. Next: a training step's
+# memory, by part.
