@@ -47,9 +47,9 @@ kernels = page.needs_cuda("Kernel times in the profile")
 # ---------------------------
 # ``record_function`` puts a named range around each phase, so the profile groups
 # operators by what the step was doing (the phase timer below passes its own
-# ``phase``). The normalisation is written the slow way, one sample at a time: each
-# sample costs a handful of small operators, and each of them pays the dispatcher's
-# fixed cost (and, on a GPU, a kernel launch).
+# ``phase``). The normalisation is written the slow way, one sample at a time: a
+# handful of small operators per sample, each paying the dispatcher's fixed cost
+# (and, on a GPU, a kernel launch).
 
 
 def normalise_per_sample(x):
@@ -98,10 +98,10 @@ with profile(activities=activities, schedule=every, acc_events=True,
 # The top operators, and the backward pass's thread
 # -------------------------------------------------
 # ``key_averages()`` sums the recorded events by name; sorted by self time (in the
-# operator itself, not in what it calls), it shows where the step spends its time.
-# Many calls of small operators near the top are overhead, not arithmetic. On a GPU
-# each ``record_function`` range also gets a device row from its first kernel to
-# its last, idle gaps included, far above 100% of the kernels' time: left out here.
+# operator itself, not in what it calls), it shows where the step spends its time:
+# many calls of small operators near the top are overhead, not arithmetic. (On a GPU
+# each ``record_function`` range also gets a device row, from its first kernel to
+# its last with the idle gaps, far above the kernels' time: left out here.)
 #
 # A range belongs to the thread that opened it, and autograd decides which thread
 # runs the backward pass: for CPU tensors the thread that called ``backward()``, so
@@ -144,10 +144,6 @@ def stamp():
     return event
 
 
-def seconds(start, end):
-    return start.elapsed_time(end) / 1e3 if page.cuda else end - start
-
-
 def timed_step(normalise):
     """One step: a stamp as each phase begins, and one when the step ends."""
     stamps = []  # each phase appends a stamp, then runs in an empty context
@@ -163,6 +159,7 @@ for _ in range(10 if page.small else 30):
     for label, normalise in variants.items():
         steps[label].append(timed_step(normalise))
 sync()  # now every event has completed
+seconds = (lambda a, b: a.elapsed_time(b) / 1e3) if page.cuda else (lambda a, b: b - a)
 timed, method = {}, "cuda-events" if page.cuda else "wall-clock"
 for label, stamps in steps.items():
     times = {n: [seconds(s[i], s[i + 1]) for s in stamps] for i, n in enumerate(phases)}
