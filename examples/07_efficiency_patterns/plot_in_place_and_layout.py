@@ -90,7 +90,8 @@ times = interleave(
 for name, m in times.items():
     report(f"{name} update", m, size=numel)
     share = memory[name] / (4 * numel)
-    print(f"{name} peak memory: +{format_bytes(memory[name])}, {share:.1f}x x's size")
+    print(f"{name} peak memory: +{format_bytes(memory[name])}, "
+          f"{share:.1f}x the size of x")  # fmt: skip
 verdict = compare(times["in place"], times["out of place"])
 print(f"Time: {verdict}")
 
