@@ -14,8 +14,8 @@ See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 # Setup
 # -----
 # The previous page's chunks: copy one to the device, run a few rounds of
-# ``tanh(x @ w)`` on it, copy the result back, from and to pinned host memory; the
-# rounds per chunk balance copying and computing.
+# ``tanh(x @ w)`` on it, copy the result back, from and to host memory (pinned on a
+# GPU); the rounds per chunk balance copying and computing.
 import time
 from contextlib import contextmanager
 
