@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
+from gpuguide import benchmark, compare, interleave, plot_sweep, report, table
 from gpuguide.tables import format_cell
 
 page = gpuguide.setup()
@@ -68,19 +69,19 @@ for B in batches:
         "loop": partial(loop_mm, a, b, out),
         "bmm": partial(batched_mm, a, b, out),
     }
-    times = gpuguide.interleave(
+    times = interleave(
         {f"{name}, B={B}": fn for name, fn in versions.items()}, device=device
     )
     loop, bmm = times.values()
     loops.append(loop)
     batched.append(bmm)
-    speed = gpuguide.compare(bmm, loop).short
+    speed = compare(bmm, loop).short
     rows.append({"B": B, "loop": loop, "bmm": bmm, "bmm speed vs loop": speed})
-print(gpuguide.table(rows, title=f"{n}x{n} matrices (results allclose)"))
-last = gpuguide.compare(batched[-1], loops[-1])
-gpuguide.report("bmm speed-up over a loop", last, size=f"B={B}, {n}x{n}")
+print(table(rows, title=f"{n}x{n} matrices (results allclose)"))
+last = compare(batched[-1], loops[-1])
+report("bmm speed-up over a loop", last, size=f"B={B}, {n}x{n}")
 if device.type == "cuda":  # how much of bmm's time per call is the GPU's work?
-    work = gpuguide.benchmark(batched_mm, args=(a, b, out), measure="kernel")
+    work = benchmark(batched_mm, args=(a, b, out), measure="kernel")
     print(
         f"the GPU's own work in one bmm of {B} products: {format_cell(work)} "
         f'(measure="kernel"), of {format_cell(batched[-1])} per call'
@@ -95,7 +96,7 @@ if device.type == "cuda":  # how much of bmm's time per call is the GPU's work?
 # speed-up at the largest batch, with its spread.
 ratio = last.short.split(" (")[0]
 fig, ax = plt.subplots()
-gpuguide.plot_sweep(
+plot_sweep(
     ax,
     batches,
     {"loop of torch.mm": loops, f"torch.bmm ({ratio} at B={B})": batched},

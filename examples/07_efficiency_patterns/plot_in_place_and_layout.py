@@ -23,8 +23,18 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide import format_bytes
-from gpuguide.tables import format_cell
+from gpuguide import (
+    benchmark,
+    break_even,
+    compare,
+    format_bytes,
+    interleave,
+    largest_size,
+    plot_bars,
+    report,
+    table,
+    track_memory,
+)
 
 page = gpuguide.setup()
 device = page.device
@@ -58,9 +68,8 @@ def in_place(x):
 # tensors of ``x``'s size at its peak. On a CPU the tracker reads the resident
 # memory (RSS) of the whole process, which sees a tensor only if the C allocator
 # takes fresh pages for it; blocks of 32 MiB and more always get them, so the CPU
-# run uses at least that size. The two versions take turns for five rounds
-# (:func:`gpuguide.interleave`).
-numel = gpuguide.largest_size(
+# run uses at least that size. The two versions take turns for five rounds.
+numel = largest_size(
     2**12, 2**26, memory_at=lambda k: 16 * k, traffic_at=lambda k: 32 * k
 )
 numel = max(numel, 2**23) if device.type == "cpu" else numel
@@ -69,29 +78,27 @@ assert torch.allclose(in_place(x.clone()), out_of_place(x))
 versions = {"out of place": out_of_place, "in place": in_place}
 memory = {}
 for name, fn in versions.items():
-    with gpuguide.track_memory(device) as tracker:
+    with track_memory(device) as tracker:
         result = fn(x)
     peak = tracker.report.peak_increase_bytes  # None on MPS: no peak counter there
     memory[name] = tracker.report.net_bytes if peak is None else peak
     del result
 print(f"x: {numel} float32 ({format_bytes(4 * numel)}); memory from {tracker.method}")
-times = gpuguide.interleave(
+times = interleave(
     {name: partial(fn, x) for name, fn in versions.items()}, device=device
 )
 for name, m in times.items():
-    gpuguide.report(f"{name} update", m, size=numel)
+    report(f"{name} update", m, size=numel)
     share = memory[name] / (4 * numel)
-    print(
-        f"{name} peak memory: +{format_bytes(memory[name])}, {share:.1f}x the size of x"
-    )
-verdict = gpuguide.compare(times["in place"], times["out of place"])
-saved = memory["out of place"] - memory["in place"]
-print(f"Time: {verdict}; memory: in place peaks {format_bytes(saved)} lower")
+    print(f"{name} peak memory: +{format_bytes(memory[name])}, "
+          f"{share:.1f}x the size of x")  # fmt: skip
+verdict = compare(times["in place"], times["out of place"])
+print(f"Time: {verdict}")
 
 fig, (ax_t, ax_m) = plt.subplots(1, 2)
-gpuguide.plot_bars(ax_t, times, ylabel="time (ms)", title=str(verdict).split(" (")[0])
+plot_bars(ax_t, times, ylabel="time (ms)", title=str(verdict).split(" (")[0])
 in_mib = {name: b / 2**20 for name, b in memory.items()}
-gpuguide.plot_bars(ax_m, in_mib, ylabel="peak increase (MiB)", title="peak memory")
+plot_bars(ax_m, in_mib, ylabel="peak increase (MiB)", title="peak memory")
 fig.supxlabel(f"x * a + b vs x.mul_(a).add_(b), {numel} float32", fontsize="small")
 plt.show()
 
@@ -122,7 +129,7 @@ except RuntimeError as err:
 # without a copy and reductions can reorder their loops to follow memory, so expect
 # the penalty to vary widely from one operation to the next. (Summing ``x.t()`` over
 # dim 0 would read ``x`` row by row, contiguously; dim 1 is the strided direction.)
-side = gpuguide.largest_size(
+side = largest_size(
     64, 16384, memory_at=lambda s: 16 * s * s, traffic_at=lambda s: 12 * s * s,
     call_s=0.005,
 )  # fmt: skip
@@ -130,41 +137,39 @@ x, y, out = (torch.randn(side, side, device=device) for _ in range(3))
 w = torch.randn(side, 64, device=device)
 view = x.t()
 print(f"{side}x{side} float32; view.is_contiguous() = {view.is_contiguous()}")
-copy = gpuguide.benchmark(
+copy = benchmark(
     torch.Tensor.contiguous, args=(view,), label=".contiguous()", device=device
 )
-gpuguide.report(".contiguous() copy", copy, size=f"{side}x{side}")
+report(".contiguous() copy", copy, size=f"{side}x{side}")
 ops = {
     "view + y": lambda v: torch.add(v, y, out=out),
     "sum(view, dim=1)": lambda v: torch.sum(v, dim=1),
     "view @ w": lambda v: torch.mm(v, w),
 }
 fig, axes = plt.subplots(1, len(ops))
-paid = 0
+rows = []
 for ax, (name, op) in zip(axes, ops.items(), strict=True):
     contiguous = view.contiguous()
     assert torch.allclose(op(view), op(contiguous), rtol=1e-4, atol=1e-3)
-    strided, packed = gpuguide.interleave(
+    strided, packed = interleave(
         {
             f"{name}, strided": partial(op, view),
             f"{name}, contiguous": partial(op, contiguous),
         },
         device=device,
     ).values()
-    uses = gpuguide.break_even(copy, strided, packed)
+    uses = break_even(copy, strided, packed)
+    verdict = "pays on the first use" if uses == 1 else f"pays after {uses} uses"
     if uses is None:
         verdict = "never measurably pays: the view is not measurably slower"
-    else:
-        verdict = "pays on the first use" if uses == 1 else f"pays after {uses} uses"
-        paid += 1
-    print(
-        f"{name}: view {format_cell(strided)}, contiguous {format_cell(packed)}; "
-        f"making it contiguous {verdict}"
-    )
+    rows.append({"operation": name, "view": strided, "contiguous": packed,
+                 "making it contiguous": verdict})  # fmt: skip
     bars = {"view": strided, "copy+op": copy.median_ms + packed.median_ms}
     bars["contig."] = packed
-    gpuguide.plot_bars(ax, bars, ylabel="time (ms)", title=name)
+    plot_bars(ax, bars, ylabel="time (ms)", title=name)
     ax.set_xlabel(verdict.split(":")[0], fontsize="small")
+print(table(rows))
+paid = sum(row["making it contiguous"].startswith("pays") for row in rows)
 fig.suptitle(f".contiguous() paid off for {paid} of {len(ops)} operations")
 fig.supxlabel(f"{side}x{side} float32; view = x.t()", fontsize="small")
 plt.show()

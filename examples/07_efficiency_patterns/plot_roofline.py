@@ -26,9 +26,9 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
+from gpuguide import benchmark, format_rate, largest_size, report, table
 from gpuguide.chapters.roofline import plot_roofline, streaming_elements
 from gpuguide.tables import format_cell
-from gpuguide.units import format_rate
 
 page = gpuguide.setup()
 device = page.device
@@ -40,7 +40,7 @@ ops = {}  # label -> (FLOP, bytes, Measurement)
 
 
 def measure(label, fn, *args, flop, nbytes, **kwargs):
-    m = gpuguide.benchmark(fn, args=args, kwargs=kwargs, label=label, device=device)
+    m = benchmark(fn, args=args, kwargs=kwargs, label=label, device=device)
     ops[label] = (flop, nbytes, m)
     return m
 
@@ -58,11 +58,9 @@ def measure(label, fn, *args, flop, nbytes, **kwargs):
 # the roof; on a GPU its kernel's own time is printed too.
 x, y, out = (torch.randn(128, device=device) for _ in range(3))
 tiny_add = measure("x + y, 128", torch.add, x, y, out=out, flop=128, nbytes=12 * 128)
-gpuguide.report("tiny add call", tiny_add, size=128)
+report("tiny add call", tiny_add, size=128)
 if device.type == "cuda":
-    kernel = gpuguide.benchmark(
-        torch.add, args=(x, y), kwargs={"out": out}, measure="kernel"
-    )
+    kernel = benchmark(torch.add, args=(x, y), kwargs={"out": out}, measure="kernel")
     print(f"x + y, 128: the kernel alone takes {format_cell(kernel)}")
 big = streaming_elements(device=device)
 x, y, z, out = (torch.randn(big, device=device) for _ in range(4))
@@ -75,7 +73,7 @@ streams = [
     measure(f"x.sum(), {n}", torch.sum, x, flop=big, nbytes=4 * big),
 ]
 add = streams[0]
-gpuguide.report("x + y bandwidth", add.rate(12 * big, "B/s"), peak="memory", size=big)
+report("x + y bandwidth", add.rate(12 * big, "B/s"), peak="memory", size=big)
 slower = add.median_s / tiny_add.median_s
 fixed = max(0.0, 1 - slower * 128 / big)
 print(
@@ -92,14 +90,14 @@ print(
 # ridge once ``n`` reaches a few hundred, so expect it near the flat compute roof:
 # large matmuls commonly reach 60-90% of a GPU's peak.
 mm_flop, mm_bytes = (lambda n: 2 * n**3), (lambda n: 12 * n * n)
-side = gpuguide.largest_size(
+side = largest_size(
     64, 16384, memory_at=mm_bytes, flop_at=mm_flop, traffic_at=mm_bytes,
     per_octave=2, multiple_of=64,
 )  # fmt: skip
 a, b, out = (torch.randn(side, side, device=device) for _ in range(3))
 flop, nbytes, precision = mm_flop(side), mm_bytes(side), "tf32" if tf32 else "fp32"
 mm = measure(f"matmul {side}", torch.mm, a, b, out=out, flop=flop, nbytes=nbytes)
-gpuguide.report("float32 matmul rate", mm.rate(flop), peak=precision, size=side)
+report("float32 matmul rate", mm.rate(flop), peak=precision, size=side)
 
 # %%
 # From memory- to compute-bound: growing the inner dimension
@@ -110,14 +108,12 @@ gpuguide.report("float32 matmul rate", mm.rate(flop), peak=precision, size=side)
 # climb the slanted roof and bend onto the flat one past the ridge, as close as the
 # matmul library's handling of thin shapes allows. ``k`` = 1, 4 and 16 always run,
 # larger ``k`` while a call fits the budget; ``m`` >= 4096 outside small mode.
-m = gpuguide.largest_size(
+m = largest_size(
     64, 8192, memory_at=lambda s: 8 * s * s, traffic_at=lambda s: 8 * s * s
 )
 m = m if page.small else max(m, 4096)
 k_flop, k_bytes = (lambda k: 2 * m * m * k), (lambda k: 4 * (2 * m * k + m * m))
-k_fits = gpuguide.largest_size(
-    1, m, memory_at=k_bytes, flop_at=k_flop, traffic_at=k_bytes
-)
+k_fits = largest_size(1, m, memory_at=k_bytes, flop_at=k_flop, traffic_at=k_bytes)
 out = torch.empty(m, m, device=device)
 ks = [k for k in (1, 4, 16, 64, 256, 1024, 4096) if k <= min(m, max(16, k_fits))]
 for k in ks:
@@ -165,7 +161,7 @@ for label, (flop, nbytes, t) in ops.items():
     reached = "at the roof" if at_roof else "> roof" if share > 1 else f"{share:.0%}"
     cells = format_rate(flops, "FLOP/s"), format_rate(rates[label][1], "B/s")
     rows.append(Row(label, t, *cells, f"{intensity:.3g}", reached, regime[label]))
-print(gpuguide.table(rows))
+print(table(rows))
 if above := [row.operation for row in rows if row.of_roof == "> roof"]:
     print(
         f"Above the roof: {', '.join(above)}. The roof is a lower bound here, or "

@@ -22,7 +22,7 @@ GPU's time per step; on a GPU it also lists the operations that synchronize.
 # the same: on a GPU the widths run from steps where the GPU waits for the host to
 # steps where the host waits for the GPU. A CPU, which has no queue, runs one width.
 import warnings
-from collections import namedtuple
+from dataclasses import replace
 from functools import partial
 
 import matplotlib.pyplot as plt
@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 import gpuguide
+from gpuguide import benchmark, compare, interleave, plot_sweep, report, sweep, table
 from gpuguide.quiet import warning_text
 
 page = gpuguide.setup()
@@ -37,16 +38,14 @@ device, on_gpu = page.device, page.cuda
 steps = 10 if page.small else 50
 batch = 256
 # A GPU plans with its datasheet peak, a CPU with a fixed rate, not its current load.
-widths = gpuguide.sweep(
+widths = sweep(
     16, 4096, memory_at=lambda w: 4 * (12 * w * w + 8 * batch * w),
     flop_at=lambda w: 18 * batch * w * w, call_s=4e-3 if on_gpu else 5e-4,
     peaks=page.peaks if on_gpu else None, multiple_of=16,
 )  # fmt: skip
 widths = widths[-4:] if on_gpu else widths[-1:]  # a CPU has no GPU side to vary
-print(
-    f"MLP: 3 layers of width {', '.join(map(str, widths))}; batch {batch}, "
-    f"{steps} steps per loop"
-)
+print(f"MLP: 3 layers of width {', '.join(map(str, widths))}; batch {batch}, "
+      f"{steps} steps per loop")  # fmt: skip
 
 
 def make_model(width):
@@ -98,41 +97,33 @@ def train_loop(train_step, read_every):
 
 
 def per_step(m):  # a loop's measurement, as times per step
-    times = tuple(t / steps for t in m.times_s)
-    return gpuguide.Measurement(m.label, times, m.device, m.method)
+    return replace(m, times_s=tuple(t / steps for t in m.times_s))
 
 
 def issue_time(train_step):
     """The host's time to issue one step, not waiting for the GPU."""
     torch.cuda.synchronize()
-    m = gpuguide.benchmark(train_step, device="cpu", warmup_ms=1, max_reps=10)
+    m = benchmark(train_step, device="cpu", warmup_ms=1, max_reps=10)
     torch.cuda.synchronize()
     return m
 
 
-Row = namedtuple(
-    "Row", "width host GPU read_once every_10 every_step once_speed_vs_every"
-)
 variants = {"once at the end": steps, "every 10 steps": 10, "every step": 1}
 rows, gains = [], {}
 for width in widths:
     train_step = make_model(width)
     reads = {label: partial(train_loop, train_step, k) for label, k in variants.items()}
-    loops = gpuguide.interleave(reads, device=device).values()
+    loops = interleave(reads, device=device).values()
     once, every_10, every = (per_step(m) for m in loops)
     host = kernels = None
     if on_gpu:
         host = issue_time(train_step)
-        kernels = gpuguide.benchmark(train_step, device=device, measure="kernel")
-    gains[width] = gpuguide.compare(once, every)  # how much faster reading once is
-    rows.append(Row(width, host, kernels, once, every_10, every, gains[width].short))
-print(gpuguide.table(rows, title="time per training step"))
-last = rows[-1]  # the widest model (of this width); the table printed its figures
-gpuguide.record("training step", last.read_once, size=width, read="once at the end")
-gpuguide.record("training step", last.every_step, size=width, read="every step")
-if on_gpu:
-    gpuguide.record("host: issuing a step", last.host, size=width)
-    gpuguide.record("GPU: the step's kernels", last.GPU, size=width)
+        kernels = benchmark(train_step, device=device, measure="kernel")
+    gains[width] = compare(once, every)  # how much faster reading once is
+    rows.append({"width": width, "host": host, "GPU": kernels, "read once": once,
+                 "every 10": every_10, "every step": every,
+                 "once speed vs every": gains[width].short})  # fmt: skip
+print(table(rows, title="time per training step"))
 
 # %%
 # What the numbers say
@@ -142,23 +133,20 @@ if on_gpu:
 # kernels, and the host idles while the GPU finishes this step's last ones. Where
 # either side's time dwarfs the other's, that idle time is small next to the step:
 # expect the cost to matter most where the two are comparable, and reading every
-# tenth step to recover nearly all of it. The title gives the largest measurable
-# speed-up of reading once.
-lines = {"read_once": ".item() once at the end", "every_step": ".item() every step"}
+# tenth step to recover nearly all of it. The line below and the title give the
+# largest measurable speed-up of reading once.
+lines = {"read once": ".item() once at the end", "every step": ".item() every step"}
 if on_gpu:
     lines |= {"host": "host: issuing a step", "GPU": "GPU: the step's kernels"}
-series = {name: [getattr(row, f) for row in rows] for f, name in lines.items()}
+series = {name: [row[f] for row in rows] for f, name in lines.items()}
 worst = max(gains, key=lambda w: (gains[w].measurable, gains[w].speedup))
+report("speed-up of reading once", gains[worst], size=f"width {worst}")
 fig, ax = plt.subplots()
-gpuguide.plot_sweep(
-    ax,
-    widths,
-    series,
-    xlabel="width (features)",
-    ylabel="time per training step (ms)",
+plot_sweep(
+    ax, widths, series, xlabel="width (features)", ylabel="time per training step (ms)",
     title=f"Reading once instead of every step: {gains[worst].short} at width {worst}",
     record="time per training step",
-)
+)  # fmt: skip
 plt.show()
 
 # %%
@@ -181,7 +169,6 @@ if page.needs_cuda("torch.cuda.set_sync_debug_mode"):
     }
     loss = make_model(widths[0])()
     torch.cuda.synchronize()
-    Sync = namedtuple("Sync", "code synchronizes PyTorch_warning")
     rows, notices = [], set()
     for code, run in suspects.items():
         with warnings.catch_warnings(record=True) as caught:
@@ -194,7 +181,8 @@ if page.needs_cuda("torch.cuda.set_sync_debug_mode"):
         texts = [warning_text(w) for w in caught]
         notices.update(t for t in texts if "prototype" in t)
         found = [t for t in texts if "prototype" not in t]
-        rows.append(Sync(code, "yes" if found else "no", found[0] if found else None))
+        rows.append({"code": code, "synchronizes": "yes" if found else "no",
+                     "PyTorch warning": found[0] if found else None})  # fmt: skip
     for notice in sorted(notices):
         print(f"PyTorch notes: {notice}")
-    print(gpuguide.table(rows))
+    print(table(rows))

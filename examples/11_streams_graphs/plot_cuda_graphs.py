@@ -29,6 +29,16 @@ import numpy as np
 import torch
 
 import gpuguide
+from gpuguide import (
+    benchmark,
+    break_even,
+    compare,
+    format_time,
+    interleave,
+    plot_sweep,
+    report,
+    table,
+)
 from gpuguide.chapters.compiling import host_and_gpu_times
 
 page = gpuguide.setup()
@@ -43,8 +53,7 @@ op_counts = [8, 16, 32, 64] if page.small else [8, 16, 32, 64, 128, 256]
 # on its 1024 elements: one kernel each, whose arithmetic takes almost no time. The
 # input stays the same tensor from step to step, which is what a graph needs: it
 # replays on the memory it was captured with.
-static_in = torch.randn(1024, device=device)
-new_data = torch.randn(1024, device=device)
+static_in, new_data = (torch.randn(1024, device=device) for _ in range(2))
 
 
 def chain(x, n_ops):
@@ -93,21 +102,18 @@ def replay(graph, static, new):
 # Both versions run the same ``copy_`` and the same kernels; only the launching
 # differs. They run in alternating rounds, so that a drift of the machine falls on
 # both, and replaying the graph must give exactly the eager result.
-times = {"eager": []} | ({"graph": []} if graphs else {})
 rows = []
 for n_ops in op_counts:
     steps = {"eager": partial(eager_step, n_ops)}
     if graphs:
         graph, static_out = capture(chain, static_in, n_ops)
         steps["graph"] = partial(replay, graph, static_in, new_data)
-    timed = gpuguide.interleave(steps, device=device, measure="call")
-    for mode, m in timed.items():
-        times[mode].append(m)
-    rows.append({"ops": n_ops, **timed})
+    rows.append({"ops": n_ops, **interleave(steps, device=device, measure="call")})
     if graphs:
-        rows[-1]["speed-up"] = gpuguide.compare(timed["graph"], timed["eager"]).short
+        rows[-1]["speed-up"] = compare(rows[-1]["graph"], rows[-1]["eager"]).short
         rows[-1]["same result"] = torch.equal(static_out, chain(new_data, n_ops))
-print(gpuguide.table(rows))
+print(table(rows))
+times = {mode: [row[mode] for row in rows] for mode in steps}
 
 # %%
 # The cost of one operation
@@ -123,29 +129,26 @@ for mode, runs in times.items():
     (slope, fixed), ends = fits[0], [fit[0] for fit in fits]
     noisy = " (fit to NOISY times)" if any(m.is_noisy for m in runs) else ""
     lost = "" if slope > 0 else "; no per-op cost: the slope is lost in the noise"
-    fixed_s = gpuguide.format_time(max(fixed, 0.0))
-    print(f"{mode}: {fixed_s} fixed per step{noisy}{lost}")
-    label = f"{mode} ({gpuguide.format_time(slope)} per op)" if slope > 0 else mode
-    series[label] = runs
+    print(f"{mode}: {format_time(max(fixed, 0.0))} fixed per step{noisy}{lost}")
+    series[f"{mode} ({format_time(slope)} per op)" if slope > 0 else mode] = runs
     if slope > 0:
         slopes[mode] = slope
-        gpuguide.report("per-op cost", slope, unit="s", spread=(min(ends), max(ends)),
-                        size=f"{op_counts[0]}-{op_counts[-1]} ops", mode=mode)  # fmt: skip
+        report("per-op cost", slope, unit="s", spread=(min(ends), max(ends)),
+               size=f"{op_counts[0]}-{op_counts[-1]} ops", mode=mode)  # fmt: skip
+title = "Eager: time grows with the op count"
 if graphs:
     if len(slopes) == 2:
         print(f"per-op cost with a graph: {slopes['graph'] / slopes['eager']:.2g}x the eager one")  # fmt: skip
-    at_most = gpuguide.compare(times["graph"][-1], times["eager"][-1])
+    at_most = compare(times["graph"][-1], times["eager"][-1])
     print(f"at {op_counts[-1]} ops: {at_most}")
+    title = f"A graph against eager at {op_counts[-1]} ops: {at_most.short}"
 
 # Both axes of the plot are logarithmic: a line of slope one is a constant cost per
 # operation. ``torch.compile(mode="reduce-overhead")`` captures such graphs for you
 # after fusing what it can (chapter 9); either way the shapes must stay the same
 # from step to step, or each new shape needs a graph of its own.
-title = "Eager: time grows with the op count"
-if graphs:
-    title = f"A graph against eager at {op_counts[-1]} ops: {at_most.short}"
 fig, ax = plt.subplots()
-gpuguide.plot_sweep(
+plot_sweep(
     ax, op_counts, series, xlabel="operations per step (count)",
     ylabel="time per step (ms)", title=title,
 )  # fmt: skip
@@ -156,12 +159,10 @@ plt.show()
 # ----------------------------
 # Capture (warm-up calls included) is paid once per graph, like a compilation.
 if graphs:
-    capturing = gpuguide.benchmark(
-        capture, args=(chain, static_in, op_counts[-1]), device=device,
-        warmup_ms=1.0, rep_ms=1.0, min_reps=3, max_reps=5,
-    )  # fmt: skip
-    print(f"capturing {op_counts[-1]} ops: {gpuguide.format_time(capturing.median_s)}")
-    replays = gpuguide.break_even(capturing, times["eager"][-1], times["graph"][-1])
+    capturing = benchmark(capture, args=(chain, static_in, op_counts[-1]), device=device,
+                          warmup_ms=1.0, rep_ms=1.0, min_reps=3, max_reps=5)  # fmt: skip
+    print(f"capturing {op_counts[-1]} ops: {format_time(capturing.median_s)}")
+    replays = break_even(capturing, times["eager"][-1], times["graph"][-1])
     print(f"repaid after {replays:,} replays" if replays else
           "never repaid: a replay is not measurably faster than eager")  # fmt: skip
 
@@ -175,8 +176,7 @@ if graphs:
 # meanwhile): eagerly the GPU waits for the host, replayed it does not.
 layers = [m for _ in range(4) for m in (torch.nn.Linear(256, 256), torch.nn.ReLU())]
 mlp = torch.nn.Sequential(*layers).to(device).eval()
-static_x = torch.randn(8, 256, device=device)
-new_x = torch.randn(8, 256, device=device)
+static_x, new_x = (torch.randn(8, 256, device=device) for _ in range(2))
 
 
 @torch.no_grad()
@@ -192,9 +192,9 @@ if graphs:
     mlp_steps["graph"] = partial(replay, mlp_graph, static_x, new_x)
     mlp_steps["graph"]()
     print(f"MLP output matches eager: {torch.allclose(mlp_out, mlp_eager())}")
-mlp_times = gpuguide.interleave(mlp_steps, rounds=10, device=device, measure="call")
+mlp_times = interleave(mlp_steps, rounds=10, device=device, measure="call")
 for name, fn in mlp_steps.items():
-    step = gpuguide.format_time(mlp_times[name].median_s)
-    print(f"MLP, {name}: {step} per step; {host_and_gpu_times(fn, device=device)}")
+    print(f"MLP, {name}: {format_time(mlp_times[name].median_s)} per step; "
+          f"{host_and_gpu_times(fn, device=device)}")  # fmt: skip
 if graphs:
-    print(f"MLP: {gpuguide.compare(mlp_times['graph'], mlp_times['eager'])}")
+    print(f"MLP: {compare(mlp_times['graph'], mlp_times['eager'])}")

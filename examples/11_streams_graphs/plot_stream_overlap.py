@@ -4,9 +4,10 @@ Overlapping copies with compute: CUDA streams done right
 
 A GPU's copy engines move data over PCIe while its SMs compute, if the program
 lets them: work split into chunks, copies and compute on streams tied together by
-events, pinned host memory. This page builds that pipeline, times it against one
-stage after the other and against two ways the overlap silently disappears, and
-draws the work on each stream from CUDA events.
+events, pinned host memory. This page builds that pipeline and measures how much
+of the shorter stage it hides, against one stage after the other and against two
+ways the overlap silently disappears. The next page draws the work on each stream
+from CUDA events.
 
 See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
 :doc:`Amdahl's law for a training step </concepts/amdahl>`.
@@ -19,15 +20,12 @@ See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
 # the result back. The host holds all chunks, pageable and pinned (page-locked, which
 # the copy engines can read asynchronously). Overlap helps most when copying and
 # computing take about as long: the rounds per chunk are chosen to balance them.
-import time
-from contextlib import contextmanager
 from functools import partial
 
-import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide.chapters.timeline import Span, plot_timeline
+from gpuguide import benchmark, compare, interleave, largest_size, report, table
 
 page = gpuguide.setup()
 device, rounds = page.device, 1
@@ -35,8 +33,8 @@ cuda = page.needs_cuda("Overlapping copies with compute on streams")
 sync = getattr(torch, device.type).synchronize  # torch.cpu.synchronize does nothing
 d, n_chunks = (1024 if cuda else 64), (8 if page.small else 16)
 # Every chunk three times (pageable, pinned, on the device), 4 bytes per element:
-rows = gpuguide.largest_size(64, 4096 if cuda else 512, multiple_of=64,
-                             memory_at=lambda r: 3 * n_chunks * 4 * r * d)  # fmt: skip
+rows = largest_size(64, 4096 if cuda else 512, multiple_of=64,
+                    memory_at=lambda r: 3 * n_chunks * 4 * r * d)  # fmt: skip
 x_pageable = torch.randn(n_chunks, rows, d)
 out_pageable = torch.empty_like(x_pageable)
 x_pinned = x_pageable.pin_memory() if cuda else x_pageable
@@ -57,8 +55,8 @@ def copies_only(x_host, out_host):
         out_host[i].copy_(x_dev[i], non_blocking=True)
 
 
-copies = gpuguide.benchmark(copies_only, args=(x_pinned, out_pinned), device=device)
-one_round = gpuguide.benchmark(compute, args=(x_dev[0],), device=device)
+copies = benchmark(copies_only, args=(x_pinned, out_pinned), device=device)
+one_round = benchmark(compute, args=(x_dev[0],), device=device)
 rounds = max(1, min(64, round(copies.median_s / n_chunks / one_round.median_s)))
 chunk = gpuguide.format_bytes(x_pinned[0].nbytes)
 print(f"{n_chunks} chunks of {chunk} each, {rounds} matmul round(s) per chunk")
@@ -68,38 +66,14 @@ print(f"{n_chunks} chunks of {chunk} each, {rounds} matmul round(s) per chunk")
 # ------------------------------------------------
 # One stream runs its work in order: each chunk's copy in, compute and copy out wait
 # for the previous one, and the total is the sum of the stages, ``non_blocking`` or
-# not. Each stage runs inside ``span``, which marks it for the timeline at the end:
-# given a list, it records a CUDA event on the current stream before and after the
-# work (a CPU reads its clock). An event completes when the work queued on its
-# stream before it is done, so two events bracket that work as the GPU ran it.
+# not.
 
 
-def now():
-    if not cuda:
-        sync()
-        return time.perf_counter()
-    event = torch.cuda.Event(enable_timing=True)
-    event.record()  # on the current stream
-    return event
-
-
-@contextmanager
-def span(marks, lane, label):
-    start = None if marks is None else now()
-    yield
-    if marks is not None:
-        marks.append((lane, label, start, now()))
-
-
-def serialized(x_host, out_host, marks=None):
-    lane = "default stream" if cuda else "CPU"
+def serialized(x_host, out_host):
     for i in range(n_chunks):
-        with span(marks, lane, "copy in"):
-            x_dev[i].copy_(x_host[i], non_blocking=True)
-        with span(marks, lane, "compute"):
-            y = compute(x_dev[i])
-        with span(marks, lane, "copy out"):
-            out_host[i].copy_(y, non_blocking=True)
+        x_dev[i].copy_(x_host[i], non_blocking=True)
+        y = compute(x_dev[i])
+        out_host[i].copy_(y, non_blocking=True)
 
 
 # %%
@@ -118,14 +92,14 @@ if cuda:
     computed = [torch.cuda.Event() for _ in range(n_chunks)]
 
 
-def pipelined(x_host, out_host, marks=None, sync_every_stage=False):
+def pipelined(x_host, out_host, sync_every_stage=False):
     main = torch.cuda.current_stream()
     copy_stream.wait_stream(main)
     compute_stream.wait_stream(main)
     wait = torch.cuda.synchronize if sync_every_stage else lambda: None
 
     def copy_in(i):
-        with torch.cuda.stream(copy_stream), span(marks, "copy stream", "copy in"):
+        with torch.cuda.stream(copy_stream):
             x_dev[i].copy_(x_host[i], non_blocking=True)
         copied[i].record(copy_stream)
 
@@ -136,14 +110,12 @@ def pipelined(x_host, out_host, marks=None, sync_every_stage=False):
         wait()
         with torch.cuda.stream(compute_stream):
             compute_stream.wait_event(copied[i])
-            with span(marks, "compute stream", "compute"):
-                y = compute(x_dev[i])
+            y = compute(x_dev[i])
             computed[i].record(compute_stream)
         wait()
         with torch.cuda.stream(copy_stream):
             copy_stream.wait_event(computed[i])
-            with span(marks, "copy stream", "copy out"):
-                out_host[i].copy_(y, non_blocking=True)
+            out_host[i].copy_(y, non_blocking=True)
             y.record_stream(copy_stream)
         wait()
     main.wait_stream(copy_stream)
@@ -187,8 +159,8 @@ if cuda:
     versions["pipelined, sync per stage"] = partial(
         pipelined, x_pinned, out_pinned, sync_every_stage=True
     )
-results = gpuguide.interleave({**stages, **versions}, device=device)
-print(gpuguide.table([{"version": k, "time": m} for k, m in results.items()]))
+results = interleave({**stages, **versions}, device=device)
+print(table([{"version": k, "time": m} for k, m in results.items()]))
 for name in versions:
     c = results["copies alone, pageable" if "pageable" in name else "copies alone"]
     (c1, c2, c3), (k1, k2, k3), (v1, v2, v3) = (
@@ -201,41 +173,8 @@ for name in versions:
           "no measurable overlap" if low <= 0 else "overlap" if low <= 100 else
           "saved more than the shorter stage: its stages ran faster inside it"))  # fmt: skip
     share = 100 * (c2 + k2 - v2) / min(c2, k2)
-    gpuguide.report("shorter stage hidden", share, unit="%", spread=(low, high),
-                    version=name, size=f"{n_chunks} x {chunk}")  # fmt: skip
+    report("shorter stage hidden", share, unit="%", spread=(low, high),
+           version=name, size=f"{n_chunks} x {chunk}")  # fmt: skip
 if cuda:
     best = min(list(versions)[1:], key=lambda k: results[k].median_s)
-    print(f"fastest: {gpuguide.compare(results[best], results['serialized'])}")
-
-# %%
-# The timeline, from events on each stream
-# ----------------------------------------
-# One more run of each version (one run, not a median), its spans read against an
-# event recorded before it: one row per stream, copies and compute side by side
-# when pipelined.
-
-
-def timeline(run):
-    marks = []
-    sync()
-    origin = now()
-    run(marks=marks)
-    sync()
-    read = (lambda m: origin.elapsed_time(m) / 1e3) if cuda else (lambda m: m - origin)
-    return [Span(lane, label, read(s), read(e)) for lane, label, s, e in marks]
-
-
-fig, axes = plt.subplots(1 + cuda, 1, sharex=True, squeeze=False)
-for ax, name in zip(axes[:, 0], ["serialized", "pipelined"], strict=False):
-    spans = timeline(versions[name])
-    end = gpuguide.format_time(max(s.end_s for s in spans))
-    copying = [s for s in spans if s.lane == "copy stream"]
-    both = sum(max(0.0, min(a.end_s, b.end_s) - max(a.start_s, b.start_s))
-               for a in copying for b in spans if b.lane == "compute stream")  # fmt: skip
-    finding = "one stage at a time, no overlap"
-    if both > 0:
-        share = both / sum(s.duration_s for s in copying)
-        finding = f"copies overlap compute {share:.0%} of their time"
-    print(f"timeline, {name}: done after {end}; {finding}")
-    plot_timeline(ax, spans, title=f"{name}: {end}, {finding}")
-plt.show()
+    print(f"fastest: {compare(results[best], results['serialized'])}")

@@ -8,8 +8,7 @@ its phases where the step runs, with events on the device's stream. The profile
 points at a batch normalised one sample at a time in a Python loop; the page fixes
 it and measures the step before and after.
 
-See also the concept pages
-:doc:`the roofline and its three regimes </concepts/roofline>` and
+See also :doc:`the roofline and its three regimes </concepts/roofline>` and
 :doc:`Amdahl's law for a training step </concepts/amdahl>`.
 """
 
@@ -19,11 +18,8 @@ See also the concept pages
 # A small MLP classifier on random data. The batch arrives as raw features; the step
 # standardises every sample (zero mean, unit variance) before the forward pass.
 import gzip
-import itertools
-import tempfile
 import time
 from contextlib import nullcontext
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
@@ -32,15 +28,14 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 import gpuguide
+from gpuguide import Measurement, compare, format_bytes, plot_bars, report, table
 
 page = gpuguide.setup()
 device = page.device
 sync = getattr(torch, device.type).synchronize  # torch.cpu.synchronize does nothing
 batch, features, hidden = (64, 256, 512) if page.small else (128, 512, 1024)
-model = nn.Sequential(
-    nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-    nn.Linear(hidden, 10),
-).to(device)  # fmt: skip
+model = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
+                      nn.ReLU(), nn.Linear(hidden, 10)).to(device)  # fmt: skip
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 raw = torch.randn(batch, features, device=device) * 3 + 1
 labels = torch.randint(0, 10, (batch,), device=device)  # 10 classes
@@ -52,19 +47,17 @@ kernels = page.needs_cuda("Kernel times in the profile")
 # ---------------------------
 # ``record_function`` puts a named range around each phase, so the profile groups
 # operators by what the step was doing (the phase timer below passes its own
-# ``phase``). The normalisation is written the slow way, one sample at a time: each
-# sample costs a handful of small operators, and each of them pays the dispatcher's
-# fixed cost (and, on a GPU, a kernel launch).
+# ``phase``). The normalisation is written the slow way, one sample at a time: a
+# handful of small operators per sample, each paying the dispatcher's fixed cost
+# (and, on a GPU, a kernel launch).
 
 
 def normalise_per_sample(x):
-    rows = [(row - row.mean()) / (row.std() + 1e-5) for row in x]
-    return torch.stack(rows)
+    return torch.stack([(row - row.mean()) / (row.std() + 1e-5) for row in x])
 
 
 def normalise_batched(x):
-    mean = x.mean(dim=1, keepdim=True)
-    std = x.std(dim=1, keepdim=True)
+    mean, std = x.mean(dim=1, keepdim=True), x.std(dim=1, keepdim=True)
     return (x - mean) / (std + 1e-5)
 
 
@@ -85,11 +78,11 @@ assert torch.allclose(normalise_per_sample(raw), normalise_batched(raw), atol=1e
 # %%
 # Recording with a schedule
 # -------------------------
-# The schedule skips one step (``wait``), runs one with its results thrown away
+# The schedule skips one step (``wait``), runs one whose results it throws away
 # (``warmup``: the profiler's own start-up), then records three (``active``), once
-# (``repeat=1``; ``acc_events=True`` keeps torch 2.11 from warning that a new cycle
-# drops the last one's events). ``prof.step()`` ends each step, after a
-# synchronization, so every recorded step holds its own kernels.
+# (``acc_events=True`` keeps torch 2.11 from warning that a new cycle drops the
+# events). ``prof.step()`` ends each step after a synchronization, so every recorded
+# step holds its own kernels.
 activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if kernels else [])
 wait, warmup, active = 1, 1, 3
 profiled = []  # on_trace_ready gets the profile when the active steps are done
@@ -105,10 +98,10 @@ with profile(activities=activities, schedule=every, acc_events=True,
 # The top operators, and the backward pass's thread
 # -------------------------------------------------
 # ``key_averages()`` sums the recorded events by name; sorted by self time (in the
-# operator itself, not in what it calls), it shows where the step spends its time.
-# Many calls of small operators near the top are overhead, not arithmetic. On a GPU
-# each ``record_function`` range also gets a device row from its first kernel to
-# its last, idle gaps included, far above 100% of the kernels' time: left out here.
+# operator itself, not in what it calls), it shows where the step spends its time:
+# many calls of small operators near the top are overhead, not arithmetic. (On a GPU
+# each ``record_function`` range also gets a device row, from its first kernel to
+# its last with the idle gaps, far above the kernels' time: left out here.)
 #
 # A range belongs to the thread that opened it, and autograd decides which thread
 # runs the backward pass: for CPU tensors the thread that called ``backward()``, so
@@ -116,18 +109,12 @@ with profile(activities=activities, schedule=every, acc_events=True,
 # thread of its own per device, so the range holds none of them (and no range's CPU
 # time holds a kernel's GPU time). The last line says which thread ran them here.
 averages = profiled[0].key_averages()
-averages[:] = [
-    e for e in averages
-    if not (getattr(e, "is_user_annotation", False) and e.device_type != DeviceType.CPU)
-]  # fmt: skip
+averages[:] = [e for e in averages if not (
+    getattr(e, "is_user_annotation", False) and e.device_type != DeviceType.CPU)]  # fmt: skip
 sort_by = "self_device_time_total" if kernels else "self_cpu_time_total"
 print(averages.table(sort_by=sort_by, row_limit=12))
-calls = {e.key: e.count for e in averages}
-print(f"aten::mean ran {calls.get('aten::mean', 0) // active} times per step "
-      f"for a batch of {batch}")  # fmt: skip
-kernels_s = sum(
-    e.self_device_time_total for e in averages if e.device_type != DeviceType.CPU
-) / 1e6 / active  # fmt: skip
+means = sum(e.count for e in averages if e.key == "aten::mean") // active
+print(f"aten::mean ran {means} times per step for a batch of {batch}")
 events = profiled[0].events()
 main_thread = {e.thread for e in events if e.name == "backward"}
 backward_ops = [e for e in events if e.name.startswith("autograd::engine::")]
@@ -142,11 +129,10 @@ print(f"backward's operators on the thread of the 'backward' range: {inside} of 
 # the device's stream as each phase begins completes when the work queued before it
 # does, whichever thread queued that work, so the time between two events is a
 # phase's time on the GPU, waits for the host to launch its kernels included (a CPU
-# reads its clock). The per-sample and the batched step (the fix, below) run in
-# interleaved rounds without the profiler, after two untimed steps each. On a GPU,
-# expect ``normalise`` to lead: each of its few hundred small operators costs the
-# host more than its kernel costs the GPU. On a CPU an operator's fixed cost is
-# smaller and the matrix products weigh more: the cores and the batch decide.
+# reads its clock). The per-sample and the batched step (the fix, below) take turns,
+# without the profiler, after two untimed steps each. On a GPU, expect ``normalise``
+# to lead: each of its few hundred small operators costs the host more than its
+# kernel costs the GPU. On a CPU the cores and the batch decide.
 phases = ("normalise", "forward", "backward", "optimizer")
 
 
@@ -158,19 +144,10 @@ def stamp():
     return event
 
 
-def seconds(start, end):
-    return start.elapsed_time(end) / 1e3 if page.cuda else end - start
-
-
 def timed_step(normalise):
     """One step: a stamp as each phase begins, and one when the step ends."""
-    stamps = []
-
-    def phase(name):
-        stamps.append(stamp())
-        return nullcontext()
-
-    train_step(normalise, phase)
+    stamps = []  # each phase appends a stamp, then runs in an empty context
+    train_step(normalise, lambda name: stamps.append(stamp()) or nullcontext())
     return [*stamps, stamp()]
 
 
@@ -182,24 +159,24 @@ for _ in range(10 if page.small else 30):
     for label, normalise in variants.items():
         steps[label].append(timed_step(normalise))
 sync()  # now every event has completed
+seconds = (lambda a, b: a.elapsed_time(b) / 1e3) if page.cuda else (lambda a, b: b - a)
 timed, method = {}, "cuda-events" if page.cuda else "wall-clock"
 for label, stamps in steps.items():
-    durations = [[seconds(a, b) for a, b in itertools.pairwise(s)] for s in stamps]
-    timed[label] = {n: gpuguide.Measurement(n, [d[i] for d in durations], str(device),
-                                            method) for i, n in enumerate(phases)}  # fmt: skip
-    step_s = [seconds(s[0], s[-1]) for s in stamps]
-    timed[label]["step"] = gpuguide.Measurement(label, step_s, str(device), method)
-slow = timed["per sample"]
-share = {
-    n: f"{sum(m.times_s) / sum(slow['step'].times_s):.0%}" for n, m in slow.items()
-}
-print(gpuguide.table({"phase": n, "time per step": m, "of the step": share[n]}
-                     for n, m in slow.items()))  # fmt: skip
+    times = {n: [seconds(s[i], s[i + 1]) for s in stamps] for i, n in enumerate(phases)}
+    times["step"] = [seconds(s[0], s[-1]) for s in stamps]
+    timed[label] = {n: Measurement(label if n == "step" else n, t, str(device), method)
+                    for n, t in times.items()}  # fmt: skip
+slow, fast = timed["per sample"], timed["batched"]
+share = {n: f"{sum(slow[n].times_s) / sum(slow['step'].times_s):.0%}" for n in phases}
+print(table({"phase": n, "per sample": slow[n], "share of its step": share[n],
+             "batched": fast[n]} for n in phases))  # fmt: skip
 largest = [p for p in phases if all(
-    gpuguide.compare(slow[q], slow[p]).verdict == "faster" for q in phases if q != p)]  # fmt: skip
+    compare(slow[q], slow[p]).verdict == "faster" for q in phases if q != p)]  # fmt: skip
 print(f"largest phase: {largest[0]}" if largest else "no phase is measurably larger "
       "than every other")  # fmt: skip
 if kernels:  # no kernels in the profile when CUPTI was not available to it
+    kernels_s = sum(e.self_device_time_total for e in averages
+                    if e.device_type != DeviceType.CPU) / 1e6 / active  # fmt: skip
     bound = "GPU-bound" if kernels_s >= slow["step"].q25_s else "the GPU waits"
     print(f"kernels: {gpuguide.format_time(kernels_s)} of GPU time per step, "
           f"{kernels_s / slow['step'].median_s:.0%} of the step: {bound}")  # fmt: skip
@@ -207,39 +184,31 @@ if kernels:  # no kernels in the profile when CUPTI was not available to it
 # %%
 # The trace, for Perfetto
 # -----------------------
-# ``export_chrome_trace`` writes every recorded event with its start and duration.
-# Open it at https://ui.perfetto.dev (drag it onto the page, gzipped or not): each
+# ``export_chrome_trace`` writes every recorded event with its start and duration
+# (gzipped, for a name ending in ``.gz``). Open it at https://ui.perfetto.dev: each
 # step is a row of ranges, the per-sample loop a dense comb of tiny operators under
 # ``normalise``, and on a GPU the backward pass's operators a thread of their own.
-with tempfile.TemporaryDirectory() as tmp:
-    plain = Path(tmp) / "trace.json"
-    profiled[0].export_chrome_trace(str(plain))
-    trace = gpuguide.artifact_path("profiler_trace_training_step.json.gz")
-    trace.write_bytes(gzip.compress(plain.read_bytes()))
-    print(f"trace: {gpuguide.format_bytes(plain.stat().st_size)} of JSON, "
-          f"{gpuguide.format_bytes(trace.stat().st_size)} gzipped")  # fmt: skip
+trace = gpuguide.artifact_path("profiler_trace_training_step.json.gz")
+profiled[0].export_chrome_trace(str(trace))
+print(f"trace: {format_bytes(len(gzip.decompress(trace.read_bytes())))} of JSON, "
+      f"{format_bytes(trace.stat().st_size)} gzipped")  # fmt: skip
 gpuguide.download_link(trace, "profiler trace (gzipped JSON, for ui.perfetto.dev)")
 
 # %%
 # The fix, measured
 # -----------------
 # The batched version computes the same numbers with one ``mean`` and one ``std``
-# over the whole batch; its steps ran above, interleaved with the per-sample ones.
-# The gain is what the loop's fixed costs were worth: large on a GPU, where a few
-# hundred launches take far longer than their kernels; smaller on a CPU, where an
-# operator costs a few microseconds and the matrix products weigh more.
-print(gpuguide.table(
-    {"normalisation": label, "step": t["step"], "normalise phase": t["normalise"]}
-    for label, t in timed.items()
-))  # fmt: skip
-for label, t in timed.items():  # the step times of the table, recorded
-    gpuguide.record("step time", t["step"], size=f"batch {batch}x{features}",
-                    normalisation=label)  # fmt: skip
-batching = gpuguide.compare(timed["batched"]["step"], slow["step"])
+# over the whole batch. The gain is what the loop's fixed costs were worth: large on
+# a GPU, where a few hundred launches take far longer than their kernels; smaller on
+# a CPU, where an operator costs a few microseconds and the matrix products weigh
+# more.
+for label, t in timed.items():
+    report("step time", t["step"], size=f"batch {batch}x{features}",
+           normalisation=label)  # fmt: skip
+batching = compare(fast["step"], slow["step"])
 print(f"normalisation: {batching}")
 fig, ax = plt.subplots()
-gpuguide.plot_bars(
-    ax, {"per-sample loop": slow["step"], "batched": timed["batched"]["step"]},
-    ylabel="training step (ms)", title=f"Batching the normalisation: {batching.short}",
-)  # fmt: skip
+plot_bars(ax, {"per-sample loop": slow["step"], "batched": fast["step"]},
+          ylabel="training step (ms)",
+          title=f"Batching the normalisation: {batching.short}")  # fmt: skip
 plt.show()

@@ -10,8 +10,7 @@ with one process and with several, and measures the throughput (samples/s) and t
 time a step spends on the all-reduce: with NCCL on two or more CUDA GPUs, one per
 process, else with gloo on CPU cores.
 
-See also the concept page
-:doc:`Amdahl's law for a training step </concepts/amdahl>`.
+See also the concept page :doc:`Amdahl's law for a training step </concepts/amdahl>`.
 """
 
 # %%
@@ -28,34 +27,32 @@ import torch
 import torch.multiprocessing as mp
 
 import gpuguide
-from gpuguide.chapters.distributed import (
-    DDPConfig,
-    ddp_train_worker,
-    make_mlp,
-    run_rank,
-)
-from gpuguide.chapters.spawning import spawn_safe
+from gpuguide import benchmark, compare, plot_bars, report, table, usable_cpus
+from gpuguide.chapters import distributed, spawning
 
 page = gpuguide.setup()
 gpus = torch.cuda.device_count() if page.cuda else 0
 if gpus >= 2:
     world_sizes = [n for n in (1, 2, 4, 8) if n <= gpus]
-    config = DDPConfig("nccl", features=1024, width=4096, batch_size=256, steps=20)
+    config = distributed.DDPConfig("nccl", features=1024, width=4096, batch_size=256,
+                                   steps=20)  # fmt: skip
 else:
-    cores = gpuguide.usable_cpus()
+    cores = usable_cpus()
     world_sizes = [n for n in (1, 2, 4) if n <= max(cores, 2)][: 2 if page.small else 3]
-    config = DDPConfig("gloo", width=512 if page.small else 1024, batch_size=128,
-                       steps=5 if page.small else 10, cpu_threads=1)  # fmt: skip
-    print(f"Scaling over GPUs needs at least 2 CUDA GPUs (this run has {gpus or 'none'}): "
-          f"the processes below train on CPU cores ({cores} usable) with gloo.")  # fmt: skip
+    config = distributed.DDPConfig("gloo", width=512 if page.small else 1024,
+                                   batch_size=128, steps=5 if page.small else 10,
+                                   cpu_threads=1)  # fmt: skip
+    print(f"Scaling over GPUs needs at least 2 CUDA GPUs (this run has {gpus or 'none'}):"
+          f" the processes below train on CPU cores ({cores} usable) with gloo.")  # fmt: skip
 where = "cuda" if gpus >= 2 else "cpu"
+size = f"width {config.width}, batch {config.batch_size}"
 print(config)
 
 # %%
 # The code each process runs
 # --------------------------
 # A spawned process imports the function it runs by name, so the worker lives in
-# a module, ``gpuguide.chapters.distributed.ddp_train_worker``, and not in this page:
+# a module, ``distributed.ddp_train_worker``, and not in this page:
 #
 # .. literalinclude:: /../src/gpuguide/chapters/distributed.py
 #    :pyobject: ddp_train_worker
@@ -86,20 +83,20 @@ print(config)
 #    torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d \
 #        --rdzv-endpoint=host:29500 train.py
 #
-# It starts 16 processes: ``WORLD_SIZE=16`` in all, ``RANK`` 0-7 on one machine and
-# 8-15 on the other (the rendezvous at ``host:29500`` decides which), ``LOCAL_RANK``
-# 0-7 on each (the GPU a process uses), and ``MASTER_ADDR``/``MASTER_PORT`` naming
-# the store where all 16 meet. The worker above reads them and runs unchanged.
+# It starts 16 processes: ``WORLD_SIZE=16``, ``RANK`` 0-7 on one machine and 8-15 on
+# the other (the rendezvous decides which), ``LOCAL_RANK`` 0-7 on each (the GPU a
+# process uses), ``MASTER_ADDR``/``MASTER_PORT`` naming the store where all 16 meet.
+# The worker above reads them and runs unchanged.
 
 
-def launch(world_size, timeout_s=600):
+def launch(world_size, timeout_s=600, host="127.0.0.1"):
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         port = s.getsockname()[1]
     results = mp.get_context("spawn").SimpleQueue()
-    args = (ddp_train_worker, (config,), world_size, "127.0.0.1", port, results)
-    with spawn_safe():  # the children import what they run; they skip this page
-        ranks = mp.start_processes(run_rank, args=args, nprocs=world_size,
+    args = (distributed.ddp_train_worker, (config,), world_size, host, port, results)
+    with spawning.spawn_safe():  # the children import what they run, not this page
+        ranks = mp.start_processes(distributed.run_rank, args=args, nprocs=world_size,
                                    join=False, start_method="spawn")  # fmt: skip
     deadline = time.monotonic() + timeout_s
     try:
@@ -111,12 +108,11 @@ def launch(world_size, timeout_s=600):
         for process in ranks.processes:
             if process.is_alive():
                 process.kill()
-    return [report for _, report in sorted(results.get() for _ in range(world_size))]
+    return [r for _, r in sorted(results.get() for _ in range(world_size))]
 
 
 reports = {n: launch(n) for n in world_sizes}
-steps = [{"world size": n, "rank 0's step": r[0].step} for n, r in reports.items()]
-print(gpuguide.table(steps))
+print(table({"world size": n, "rank 0's step": r[0].step} for n, r in reports.items()))
 
 # %%
 # Every rank ends with the same gradients
@@ -126,45 +122,38 @@ print(gpuguide.table(steps))
 ranks = reports[world_sizes[-1]]
 for r in ranks:
     print(f"rank {r.rank} on {r.device}: first samples {list(r.first_indices)}")
-print(
-    f"largest difference from rank 0's gradients: "
-    f"{max(r.rank_difference for r in ranks):.1e}; from the mean of the local "
-    f"gradients: {max(r.mean_error for r in ranks):.1e}"
-)
+print(f"largest difference from rank 0's gradients: "
+      f"{max(r.rank_difference for r in ranks):.1e}; from the mean of the local "
+      f"gradients: {max(r.mean_error for r in ranks):.1e}")  # fmt: skip
 
 # %%
 # Throughput with 1 and N processes
 # ---------------------------------
 # Each process trains a batch of its own, so N processes train N times as many
-# samples per step (the usual way to scale DDP). The ideal is N times the
-# throughput of one process; communication and shared resources take their share.
-# On a CPU, N processes need N idle cores: on a small machine the cores, not DDP,
-# limit the scaling. Even with a core each, processes on one CPU share its memory
+# samples per step (the usual way to scale DDP). The ideal is N times the throughput
+# of one process; communication and shared resources take their share. On a CPU, N
+# processes need N idle cores, and even with a core each they share its memory
 # bandwidth and caches, so a step without communication may take them longer than
-# it takes one process alone; GPUs of their own share nothing of the sort. The
-# comparisons carry the spread of rank 0's steps.
-model_size = f"width {config.width}, batch {config.batch_size}"
+# one process alone (the line after the throughputs); GPUs of their own share
+# nothing of the sort. The comparisons carry the spread of rank 0's steps.
 throughput = {}  # time per sample of rank 0's steps: a Measurement to compare
 for n, (r0, *_) in reports.items():
     label = f"training with {n} process{'es' if n > 1 else ''}"
     per_sample = [t / r0.samples_per_step for t in r0.step.times_s]
     throughput[label] = replace(r0.step, label=label, times_s=per_sample)
-    c = gpuguide.compare(throughput[label], next(iter(throughput.values())))
+    c = compare(throughput[label], next(iter(throughput.values())))
     print(f"{c}, {c.speedup / n:.0%} of ideal" if n > 1 else f"{label}, the baseline:")
-    gpuguide.report("throughput", r0.step.rate(r0.samples_per_step, "samples/s"),
-                    size=model_size, processes=n, backend=config.backend)  # fmt: skip
+    report("throughput", r0.step.rate(r0.samples_per_step, "samples/s"), size=size,
+           processes=n, backend=config.backend)  # fmt: skip
 most = f"{world_sizes[-1]} processes"
-print(gpuguide.compare(
+print(compare(
     replace(ranks[0].step_no_sync, label=f"a step of {most} without communication"),
     replace(reports[world_sizes[0]][0].step_no_sync, label="one process's"),
 ))  # fmt: skip
-if c.verdict == "slower":
-    print(f"{most} were slower than one here: the lines above and below show why.")
 fig, ax = plt.subplots()
-gpuguide.plot_bars(
-    ax, throughput, ylabel="throughput (samples/s)", device=where, value=lambda s: 1 / s,
-    title=f"DDP: {most} train {gpuguide.format_ratio(c.speedup)} as fast as one",
-)  # fmt: skip
+plot_bars(ax, throughput, ylabel="throughput (samples/s)", device=where,
+          value=lambda s: 1 / s,
+          title=f"DDP: {most} train {c.speedup:.3g}x as fast as one")  # fmt: skip
 plt.show()
 
 # %%
@@ -173,32 +162,27 @@ plt.show()
 # Three timings from rank 0 of the largest run: the step, the same step inside
 # ``no_sync()`` (no communication), and one all-reduce of a buffer as large as all
 # gradients, alone. The difference of the first two is the communication the
-# backward pass did *not* hide; compare it with the all-reduce alone.
+# backward pass did *not* hide; compare it with the all-reduce alone. Where none of
+# it overlapped, mind that DDP also copies gradients into its buckets, and that its
+# communication thread needs a free core to run beside the backward pass.
 r0 = ranks[0]
-print(
-    gpuguide.table([{"rank 0": m.label, "time": m} for m in (r0.step_no_sync, r0.step)])
-)
+print(table({"rank 0": m.label, "time": m} for m in (r0.step_no_sync, r0.step)))
 gradients = gpuguide.format_bytes(r0.gradient_bytes)
 print(f"{gradients} of gradients per step")
-gpuguide.report("all-reduce alone", r0.allreduce, size=gradients,
-                processes=r0.world_size, backend=config.backend)  # fmt: skip
+report("all-reduce alone", r0.allreduce, size=gradients,
+       processes=r0.world_size, backend=config.backend)  # fmt: skip
 exposed = r0.step.median_s - r0.step_no_sync.median_s
 grown = gpuguide.format_time(exposed)
 hidden = min(max(1 - exposed / r0.allreduce.median_s, 0.0), 1.0)
-grows = gpuguide.compare(r0.step, r0.step_no_sync).verdict == "slower"
+grows = compare(r0.step, r0.step_no_sync).verdict == "slower"
 print(f"the step grows by {grown}: about {hidden:.0%} of the "
       "communication overlapped the backward" if grows else "the step with "
       "communication is not measurably slower: the backward hid it")  # fmt: skip
-if grows and hidden == 0:
-    print("DDP also copies gradients into its buckets, and its communication thread "
-          "needs a free core to run beside the backward pass.")  # fmt: skip
 fig, ax = plt.subplots()
-gpuguide.plot_bars(
-    ax, {"step, no_sync": r0.step_no_sync, "step": r0.step, "all-reduce alone": r0.allreduce},
-    ylabel="time (ms)", device=where,
-    title=f"All-reduce adds {grown} to a step of {most}" if grows
-    else f"A step of {most} hides its all-reduce",
-)  # fmt: skip
+plot_bars(ax, {"step, no_sync": r0.step_no_sync, "step": r0.step,
+               "all-reduce alone": r0.allreduce}, ylabel="time (ms)", device=where,
+          title=f"All-reduce adds {grown} to a step of {most}" if grows
+          else f"A step of {most} hides its all-reduce")  # fmt: skip
 plt.show()
 
 # %%
@@ -206,15 +190,14 @@ plt.show()
 # ----------------------------
 # ``nn.DataParallel`` runs in a single process: every step it copies the model from
 # the first GPU to the others, splits the batch, runs one Python thread per GPU
-# (which contend for the GIL) and gathers the outputs and gradients on the first
-# GPU. DDP keeps one process per GPU, copies the weights once, and overlaps the
-# gradient all-reduce with the backward pass. PyTorch's documentation recommends
-# DDP even on a single machine. How much faster DDP is depends on the model, the
-# batch and the interconnect, so it is measured here rather than quoted.
+# (which contend for the GIL) and gathers outputs and gradients on the first GPU.
+# DDP copies the weights once and overlaps the all-reduce with the backward pass;
+# PyTorch recommends it even on a single machine. By how much it wins depends on
+# the model, the batch and the interconnect, so it is measured here.
 if gpus >= 2:
     n = world_sizes[-1]
-    mlp = make_mlp(config.features, config.width, config.classes).to("cuda:0")
-    model = torch.nn.DataParallel(mlp, device_ids=list(range(n)))
+    mlp = distributed.make_mlp(config.features, config.width, config.classes)
+    model = torch.nn.DataParallel(mlp.to("cuda:0"), device_ids=list(range(n)))
     x = torch.randn(r0.samples_per_step, config.features, device="cuda:0")
     y = torch.randint(config.classes, (r0.samples_per_step,), device="cuda:0")
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
@@ -224,10 +207,10 @@ if gpus >= 2:
         torch.nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
 
-    dp = gpuguide.benchmark(dp_step, device="cuda:0", label="DataParallel")
-    print(f"{n} GPUs, {r0.samples_per_step} samples per step: DataParallel "
-          f"{dp.rate(r0.samples_per_step, 'samples/s')}")  # fmt: skip
-    print(gpuguide.compare(replace(r0.step, label="DDP"), dp))
+    dp = benchmark(dp_step, device="cuda:0", label="DataParallel")
+    report("DataParallel throughput", dp.rate(r0.samples_per_step, "samples/s"),
+           size=size, processes=n)  # fmt: skip
+    print(compare(replace(r0.step, label="DDP"), dp))
     del mlp, model, x, y, optimizer
 else:
     print("Comparing nn.DataParallel with DDP needs at least 2 CUDA GPUs.")
