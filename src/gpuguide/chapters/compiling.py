@@ -1,34 +1,6 @@
-"""Plumbing for the compile and fusion pages: start the compiler, keep its output
-off the page, count the passes a call makes, time the first calls, and split a
-step's time between the host and the GPU. Each serves more than one page (or, for
-:func:`capture_compiler`, :func:`start_compiler` as well as a page); what a single
-page teaches, such as printing dynamo's recompilation log, is in that page.
-
-:func:`start_compiler` pays the compiler's one-off costs before a page times
-anything: importing inductor, starting its pool of compile workers (processes
-that each import torch, which on a machine with few cores slows whatever runs
-meanwhile) and a first, one-line compilation. It times each step and keeps the
-warnings the import raises. Whether the import warns depends on the torch
-release and on whether inductor was imported before in the process: some
-releases import ``torch.utils.mkldnn``, which uses the deprecated
-``torch.jit.script_method``, a warning about torch's own code.
-
-:func:`capture_compiler` keeps what inductor writes while it compiles off the
-page: ``max-autotune`` writes a table per matmul it tunes to ``sys.stderr``
-(which sphinx-gallery puts on the page), and inductor logs failed kernel
-choices. The block's :class:`CompilerLog` sums them up in one line.
-
-:func:`passes` lists the kernels (or CPU operators) one call runs, from the
-profiler; :func:`first_calls_s` times the first calls of a function, where
-compilation happens; :func:`host_and_gpu_times` times the host's launch of a
-step and the GPU's work for it, from the same calls.
-
-Examples
---------
->>> from gpuguide.chapters.compiling import start_compiler
->>> start = start_compiler("cpu")  # doctest: +SKIP
->>> print(start)  # doctest: +SKIP
-compiler ready: import 2.1 s, 2 compile workers 3.2 s, first compilation 1.4 s
+"""Plumbing for the compile, fusion, mixed-precision and CUDA-graph pages: start the
+compiler, keep its output off the page, list a call's passes, time first calls, and
+time a step's launch on the host beside the GPU's work for it.
 """
 
 from __future__ import annotations
@@ -50,13 +22,7 @@ from gpuguide.device import as_device
 from gpuguide.env import small_mode
 from gpuguide.quiet import ignore_torch_internal_warnings, warning_text
 from gpuguide.tables import format_cell
-from gpuguide.timing import (
-    REP_MS,
-    SMALL_REP_MS,
-    Measurement,
-    benchmark,
-    gpu_hold,
-)
+from gpuguide.timing import REP_MS, SMALL_REP_MS, Measurement, benchmark, gpu_hold
 from gpuguide.units import format_time
 from gpuguide.verdicts import compare
 
@@ -77,27 +43,23 @@ __all__ = [
 
 #: Operators that only allocate, left out of a CPU call's passes.
 _ALLOCATIONS = ("aten::empty", "aten::empty_strided", "aten::empty_like")
+#: ``AUTOTUNE addmm(2048x768, ...)``: heads a table inductor writes per tuned op.
+_AUTOTUNE_HEAD = re.compile(r"^AUTOTUNE (\w+)\((.*)\)\s*$", re.MULTILINE)
+#: The last line of a table (torch 2.11 to 2.15).
+_AUTOTUNE_TAIL = re.compile(
+    r"AUTOTUNE benchmarking takes ([\d.]+) seconds and ([\d.]+) seconds "
+    r"precompiling for (\d+) choices"
+)
+#: torch's loggers but its structured trace (``torch.__trace``: files only).
+_TORCH_LOGGERS = re.compile(r"torch(\.(?!__trace)|$)")
+_MAX_MISSES = 3  # calls (in all) outlasting their hold before _held_times stops holding
+_MAX_HOLD_S = 0.5  # the longest hold before one call, in seconds
 
 
 @dataclass(frozen=True)
 class CompilerStart:
-    """What getting ``torch.compile`` ready cost, step by step.
-
-    Parameters
-    ----------
-    import_s : float
-        Importing inductor, in seconds (near 0 if it was imported before).
-    workers : int
-        Compile worker processes inductor uses (1: it compiles in-process).
-    workers_s : float
-        Starting the workers and waiting until they were ready, in seconds.
-    first_compile_s : float
-        Compiling and running ``torch.sin`` on a small tensor, in seconds.
-    caught : tuple of str
-        The distinct warnings raised while importing, as ``"Category: message"``.
-    logged : str
-        What torch wrote or logged meanwhile, summed up in one line by
-        :class:`CompilerLog` (``""`` when nothing).
+    """Seconds to import inductor, start its ``workers`` and compile ``torch.sin``; the
+    distinct warnings ``caught`` while importing, and what torch ``logged``, in a line.
     """
 
     import_s: float
@@ -108,8 +70,7 @@ class CompilerStart:
     logged: str = ""
 
     def __str__(self) -> str:
-        """One line of times, then one line per warning caught while importing,
-        and one for what torch logged."""
+        """One line of times, then a line per warning and one for what was logged."""
         lines = [
             f"compiler ready: import {format_time(self.import_s)}, "
             f"{self.workers} compile worker(s) {format_time(self.workers_s)}, "
@@ -125,25 +86,9 @@ class CompilerStart:
 
 
 def start_compiler(device: str | torch.device | None = None) -> CompilerStart:
-    """Import inductor, start its compile workers and compile one line, timed.
-
-    Call it before timing anything that compiles, so that these one-off costs
-    land neither in a compile time nor in a steady-state time. Every warning
-    raised while importing is caught and returned in
-    :attr:`CompilerStart.caught`, and what torch writes or logs meanwhile
-    (:func:`capture_compiler`) in :attr:`CompilerStart.logged`, for the page
-    to print.
-
-    Parameters
-    ----------
-    device : torch.device or str or None
-        Where the first compilation runs (None picks the default device).
-
-    Returns
-    -------
-    CompilerStart
-        The time of each step and the warnings caught.
-    """
+    """Import inductor, start its compile workers and compile one line on ``device``,
+    timed: call it before timing anything that compiles, so that these one-off costs
+    land in no compile or steady-state time."""
     import torch
 
     dev = as_device(device)
@@ -164,14 +109,8 @@ def start_compiler(device: str | torch.device | None = None) -> CompilerStart:
         t3 = time.perf_counter()
         torch._dynamo.reset()
     texts = dict.fromkeys(f"{w.category.__name__}: {warning_text(w)}" for w in caught)
-    return CompilerStart(
-        import_s=t1 - t0,
-        workers=int(config.compile_threads or 1),
-        workers_s=t2 - t1,
-        first_compile_s=t3 - t2,
-        caught=tuple(texts),
-        logged=str(log),
-    )
+    workers = int(config.compile_threads or 1)
+    return CompilerStart(t1 - t0, workers, t2 - t1, t3 - t2, tuple(texts), str(log))
 
 
 def _inside_aten(event: Any) -> bool:
@@ -183,13 +122,9 @@ def _inside_aten(event: Any) -> bool:
 
 
 def passes(fn: Callable[..., Any], *args: Any, device: str | torch.device) -> list[str]:
-    """The passes over memory one call ``fn(*args)`` makes, by name, from the profiler.
-
-    On CUDA: every device event that is neither a copy, a memset nor an
-    annotation, i.e. each kernel (names cut to 48 characters). On the CPU: every
-    ``aten::`` operator that no other operator called, other than allocations,
-    and each call into a compiled graph (named by its graph).
-    """
+    """The passes over memory one call ``fn(*args)`` makes, by name, from the profiler:
+    on CUDA each kernel (names cut to 48 characters); on the CPU each top-level
+    ``aten::`` operator but allocations, and each call into a compiled graph."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -223,11 +158,8 @@ def passes(fn: Callable[..., Any], *args: Any, device: str | torch.device) -> li
 def first_calls_s(
     fn: Callable[..., Any], *args: Any, device: str | torch.device, calls: int = 3
 ) -> float:
-    """Seconds that the first ``calls`` calls of ``fn(*args)`` take together.
-
-    Synchronized before and after, on a host clock: a first call of a compiled
-    function includes its compilation, which CUDA events would not see.
-    """
+    """Seconds the first ``calls`` calls of ``fn(*args)`` take, compilation included
+    (a host clock between synchronizations: CUDA events would miss compilation)."""
     import torch
 
     sync = getattr(torch, as_device(device).type).synchronize
@@ -239,37 +171,10 @@ def first_calls_s(
     return time.perf_counter() - t0
 
 
-# ---------------------------------------------------------------------------
-# What the compiler writes and logs while it compiles
-# ---------------------------------------------------------------------------
-
-#: ``AUTOTUNE addmm(2048x768, 2048x256, 256x768)``: the head of one table that
-#: inductor writes to ``sys.stderr`` per tuned operation (torch 2.11 to 2.15).
-_AUTOTUNE_HEAD = re.compile(r"^AUTOTUNE (\w+)\((.*)\)\s*$", re.MULTILINE)
-#: ``SingleProcess AUTOTUNE benchmarking takes 12.0574 seconds and 0.5367
-#: seconds precompiling for 22 choices``: the last line of a table.
-_AUTOTUNE_TAIL = re.compile(
-    r"AUTOTUNE benchmarking takes ([\d.]+) seconds and ([\d.]+) seconds "
-    r"precompiling for (\d+) choices"
-)
-#: The loggers whose handlers :func:`capture_compiler` holds back: torch's, but
-#: not its structured trace (``torch.__trace``), which writes only to files.
-_TORCH_LOGGERS = re.compile(r"torch(\.(?!__trace)|$)")
-
-
 @dataclass(frozen=True)
 class Autotune:
-    """One operation that ``max-autotune`` tuned, from inductor's table.
-
-    Attributes
-    ----------
-    op : str
-        The operation and its input sizes, e.g. ``"mm(2048x256, 256x1024)"``.
-    choices : int
-        Kernels (Triton configurations, cuBLAS, ...) it benchmarked.
-    seconds : float
-        Benchmarking and precompiling them, in seconds.
-    """
+    """An op ``max-autotune`` tuned (``"mm(2048x256, 256x1024)"``), the kernels it
+    benchmarked and the seconds it took."""
 
     op: str
     choices: int
@@ -292,21 +197,8 @@ class _Holdback(logging.Filter):
 
 @dataclass
 class CompilerLog:
-    """What the compiler wrote, logged and warned inside :func:`capture_compiler`.
-
-    Filled when the block ends. ``str()`` of it is one line for the page, or
-    ``""`` when there was nothing.
-
-    Attributes
-    ----------
-    stderr : str
-        Everything written to ``sys.stderr`` (inductor's autotuning tables).
-    records : list of logging.LogRecord
-        Records of torch's loggers, held back from their handlers.
-    warnings : list of str
-        Warnings about the reader's code (``"Category: message"``); those that
-        torch attributes to its own modules stay ignored.
-    """
+    """What the compiler wrote, logged and warned inside :func:`capture_compiler`
+    (filled when the block ends); ``str()`` of it is one line, ``""`` for nothing."""
 
     stderr: str = ""
     records: list[logging.LogRecord] = field(default_factory=list)
@@ -352,18 +244,10 @@ class CompilerLog:
 def capture_compiler() -> Iterator[CompilerLog]:
     """Keep what the compiler writes, logs and warns inside the block off the page.
 
-    Inside the block ``sys.stderr`` is a buffer (``max-autotune`` writes a
-    table per tuned matmul there, from ``torch._inductor.select_algorithm``,
-    and sphinx-gallery would put it on the page), torch's log handlers let no
-    record through (inductor logs kernel choices that fail to compile), and
-    warnings are recorded (those torch attributes to its own modules, such as
-    ``TypedStorage is deprecated`` from autotuning, stay ignored). Everything
-    is kept in the :class:`CompilerLog` the block yields, which sums it up in
-    one line: ``print(log)`` where it matters.
-
-    Output of compile worker processes, and of C++ code writing to the file
-    descriptor directly, does not pass through ``sys.stderr`` and is not
-    caught; it goes to the console or build log, not to the page.
+    ``sys.stderr`` is buffered (``max-autotune``'s tables), torch's log handlers
+    let nothing through, and warnings are recorded (torch's own stay ignored), all
+    into the yielded :class:`CompilerLog`. Compile workers' and C++ output, which
+    bypass ``sys.stderr``, still reach the console.
     """
     log = CompilerLog()
     holdback = _Holdback()
@@ -395,31 +279,12 @@ def capture_compiler() -> Iterator[CompilerLog]:
         log.warnings = list(dict.fromkeys(texts))
 
 
-# ---------------------------------------------------------------------------
-# The host's time to launch a step, and the GPU's time to run it
-# ---------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class StepTimes:
-    """The host's time to launch each call and the GPU's time to run it.
+    """The host's time to launch each call (on the CPU: run it) and the GPU's work.
 
-    Attributes
-    ----------
-    host : Measurement
-        Time from calling to the call's return, with the GPU busy with earlier
-        work, so that the host never waits for it: Python, dispatch and the
-        kernel launches. On the CPU, where the host does the work, the call's
-        whole time.
-    gpu : Measurement or None
-        CUDA events around the same calls' work, which the GPU ran back to
-        back because the host had launched all of it before the GPU got to it:
-        the GPU's time alone, launches hidden. None on the CPU and MPS, and
-        when the call waits for the GPU itself (``.item()``, a copy to the
-        host), so that the launches cannot be hidden.
-    waits : bool
-        Whether the calls waited for the GPU (the reason ``gpu`` is None on
-        CUDA).
+    ``gpu`` is None off CUDA, and when the calls wait for the GPU (``waits``:
+    ``.item()``, a copy to the host), which leaves no launches to hide.
     """
 
     host: Measurement
@@ -428,10 +293,7 @@ class StepTimes:
 
     @property
     def bound(self) -> str:
-        """``"host"`` or ``"GPU"``: which one is measurably slower, else ``"neither"``.
-
-        On the CPU, ``"host"``.
-        """
+        """``"host"`` or ``"GPU"``, whichever is measurably slower, or ``"neither"``."""
         if self.gpu is None:
             return "host"
         verdict = compare(self.gpu, self.host).verdict
@@ -463,21 +325,7 @@ def _held_times(
     event_factory: Callable[..., Any],
     synchronize: Callable[[], None],
 ) -> tuple[list[float], list[float]]:
-    """Host and GPU seconds of ``n`` calls, each launched while the GPU is held.
-
-    Per call: ``synchronize()``, ``hold(hold_s)``, a start event, the call
-    between two reads of ``clock`` (its host time), an end event; after a
-    ``synchronize()`` the events give the GPU time. A GPU time counts only
-    when the host returned from the call before the hold ended, so that the
-    GPU found all of the call's work queued; otherwise (a miss) the hold
-    doubles for the next call, up to :data:`_MAX_HOLD_S`, and the host time of
-    that call (which waited for the hold) is not kept. After
-    :data:`_MAX_MISSES` misses in all, in a row or not, the call is taken to
-    wait for the GPU itself (a ``.item()``, a copy to the host, every call or
-    only some): holding cannot hide its launches, so the remaining calls are
-    timed without a hold and no GPU times are returned. The garbage
-    collector is paused meanwhile, as :func:`gpuguide.benchmark` does.
-    """
+    """Host and GPU seconds of ``n`` calls, each launched while the GPU is held."""
     host: list[float] = []
     gpu: list[float] = []
     held, misses = True, 0
@@ -497,10 +345,10 @@ def _held_times(
             end.record()
             synchronize()
             host_s = max(t1 - t0, 0.0)
-            if held and host_s >= hold_s:
+            if held and host_s >= hold_s:  # a miss: the GPU did not find it all queued
                 misses += 1
                 hold_s = min(2 * max(hold_s, host_s), _MAX_HOLD_S)
-                held = misses < _MAX_MISSES
+                held = misses < _MAX_MISSES  # else it waits for the GPU: stop holding
                 continue
             if len(host) < n:
                 host.append(host_s)
@@ -512,13 +360,6 @@ def _held_times(
     return host, gpu if held else []
 
 
-#: Calls (in all) that outlast their hold before _held_times gives up holding.
-_MAX_MISSES = 3
-
-#: The longest a GPU is held before one call, in seconds.
-_MAX_HOLD_S = 0.5
-
-
 def host_and_gpu_times(
     fn: Callable[[], Any],
     *,
@@ -528,38 +369,12 @@ def host_and_gpu_times(
     max_reps: int = 200,
     label: str | None = None,
 ) -> StepTimes:
-    """Time the host's launch of ``fn()`` and the GPU's work for it, per call.
+    """Time the host's launch of ``fn()`` (warmed up) and the GPU's work for it.
 
-    On CUDA, before every call the GPU is held busy (``torch.cuda._sleep``)
-    for about twice the host's time to launch the call. The host's time is
-    read with ``time.perf_counter`` around the call, without waiting for the
-    GPU; CUDA events recorded before and after the call, on the current
-    stream, give the GPU's time for its work, run back to back because it was
-    all queued before the hold ended. When the GPU's time is the larger, the
-    step is GPU-bound (the host runs ahead, as it should); when the host's is,
-    the GPU idles between kernels and the step is host-bound.
-
-    On the CPU and MPS only the call's time is measured, as ``host``
-    (:func:`gpuguide.benchmark`).
-
-    Parameters
-    ----------
-    fn : callable
-        The step, without arguments, already warmed up (compiled, captured).
-    device : str or torch.device
-        Where its work runs.
-    rep_ms : float, optional
-        Time budget in ms (default that of :func:`gpuguide.benchmark`; at most
-        10 ms in small mode). Calls are timed one at a time, each after a hold.
-    min_reps, max_reps : int
-        Bounds on the number of calls timed.
-    label : str, optional
-        Name for both measurements (default ``"step"``).
-
-    Returns
-    -------
-    StepTimes
-        ``str()`` of it is a line for the page: both times and the verdict.
+    On CUDA the GPU is held busy before each call, for about twice its launch time,
+    so that CUDA events time its work back to back while ``perf_counter`` times the
+    launch; elsewhere only the call is timed, as ``host``. ``rep_ms``: the budget
+    (default :func:`gpuguide.benchmark`'s, at most 10 ms in small mode).
     """
     label = label or "step"
     min_reps = checks.integer("min_reps", min_reps, minimum=1)
