@@ -385,10 +385,11 @@ def _object(cls: type[Any], data: object, where: str, source: str) -> Any:
 
 
 def _parse(data: object, source: str) -> ResultsFile:
-    problem = None
     if not isinstance(data, dict):
-        problem = f"must hold a JSON object, got a JSON {type(data).__name__}"
-    elif "schema" not in data:
+        kind = type(data).__name__
+        raise _fail(source, f"must hold a JSON object, got a JSON {kind}")
+    problem = None
+    if "schema" not in data:
         problem = 'has no "schema": not a gpuguide results file'
     elif isinstance(schema := data["schema"], bool) or not isinstance(schema, int):
         problem = f'"schema" must be an integer version, got {schema!r}'
