@@ -41,12 +41,8 @@ __all__ = ["Page", "report", "setup"]
 class Page:
     """What a page needs to know about the run: device, small mode, peaks.
 
-    Attributes
-    ----------
-    device : torch.device
-        Where the page measures.
-    small : bool
-        Whether ``GPUGUIDE_SMALL`` asks for small sizes and short budgets.
+    ``device`` is where the page measures; ``small`` whether ``GPUGUIDE_SMALL``
+    asks for small sizes and short budgets.
     """
 
     device: torch.device
@@ -71,8 +67,7 @@ class Page:
     def needs_cuda(self, lesson: str) -> bool:
         """Whether ``lesson`` can run here; on another device, say so in one line.
 
-        Use as ``if page.needs_cuda("CUDA graphs"):`` around the part of a
-        page that only a CUDA GPU can run.
+        Use as ``if page.needs_cuda("CUDA graphs"):`` around a CUDA-only part.
         """
         if not isinstance(lesson, str) or not lesson.strip():
             msg = f"lesson must be a non-empty string, got {lesson!r}"
