@@ -86,11 +86,9 @@ _current: list[Page] = []
 
 
 def setup(
-    prefer: str | torch.device | None = None,
-    *,
-    seed: int | None = 0,
+    prefer: str | torch.device | None = None, *, seed: int | None = 0,
     file: TextIO | None = None,
-) -> Page:
+) -> Page:  # fmt: skip
     """A page's first call: pick the device, seed torch, print the provenance.
 
     ``prefer`` is as for :func:`gpuguide.pick_device` (default: the best device
@@ -157,17 +155,11 @@ def _checked_spread(spread: tuple[float, float]) -> tuple[float, float]:
 
 
 def report(
-    name: str,
-    value: Rate | Measurement | Comparison | float,
-    *,
-    unit: str | None = None,
-    spread: tuple[float, float] | None = None,
-    peak: str | float | None = None,
-    quoted: tuple[float, float] | None = None,
-    size: ConfigValue | None = None,
-    file: TextIO | None = None,
-    **config: ConfigValue,
-) -> None:
+    name: str, value: Rate | Measurement | Comparison | float, *,
+    unit: str | None = None, spread: tuple[float, float] | None = None,
+    peak: str | float | None = None, quoted: tuple[float, float] | None = None,
+    size: ConfigValue | None = None, file: TextIO | None = None, **config: ConfigValue,
+) -> None:  # fmt: skip
     """Print one headline figure with its spread, share of peak and verdict; record it.
 
     Returns nothing, so that a cell ending with the call shows only the line

@@ -145,19 +145,12 @@ def _usable(v: float | None, log: bool) -> TypeGuard[float]:
 
 
 def plot_sweep(
-    ax: Axes,
-    x: Sequence[float],
-    series: Mapping[str, Sequence[Measurement | float | None]],
-    *,
-    xlabel: str,
-    ylabel: str,
-    title: str,
+    ax: Axes, x: Sequence[float], series: Mapping[str, Sequence[Measurement | float | None]],
+    *, xlabel: str, ylabel: str, title: str,
     device: torch.device | str | DeviceInfo | None = None,
-    value: Callable[[float], float] | None = None,
-    logx: bool = True,
-    logy: bool = True,
+    value: Callable[[float], float] | None = None, logx: bool = True, logy: bool = True,
     record: str | None = None,
-) -> None:
+) -> None:  # fmt: skip
     """Plot one line per series against a size sweep.
 
     Parameters
@@ -199,19 +192,14 @@ def plot_sweep(
             raise ValueError(msg)
     style_axes(ax)
     for name, ys in series.items():
-        drawn = [
-            (xv, *_point(raw, convert))
-            for xv, raw in zip(xs, ys, strict=True)
-            if raw is not None and _usable(xv, logx)
-        ]
-        line = [(xv, y) for xv, y, _, _ in drawn if _usable(y, logy)]
-        if not line:
+        drawn = [(xv, *_point(raw, convert)) for xv, raw in zip(xs, ys, strict=True)
+                 if raw is not None and _usable(xv, logx)]  # fmt: skip
+        drawn = [point for point in drawn if _usable(point[1], logy)]
+        if not drawn:
             continue
-        band = [
-            (xv, lo, hi)
-            for xv, y, lo, hi in drawn
-            if _usable(y, logy) and _usable(lo, logy) and _usable(hi, logy)
-        ]
+        line = [(xv, y) for xv, y, _, _ in drawn]
+        band = [(xv, lo, hi) for xv, _, lo, hi in drawn
+                if _usable(lo, logy) and _usable(hi, logy)]  # fmt: skip
         (plotted,) = ax.plot(*zip(*line, strict=True), marker="o", label=name)
         if band:
             band_x, lo, hi = zip(*band, strict=True)
@@ -265,26 +253,18 @@ def _axis_unit(label: str) -> tuple[str, float]:
     unit = match.group(1).strip()
     for base in ("FLOP/s", "B/s", "FLOP", "s", "B"):
         prefix = unit[: -len(base)]
-        binary = prefix.endswith("i")  # Ki, Mi, ...: for bytes only
-        if (
-            unit.endswith(base)
-            and prefix in _PREFIXES
-            and not (binary and "B" not in base)
-        ):
+        if prefix.endswith("i") and "B" not in base:  # Ki, Mi, ...: for bytes only
+            continue
+        if unit.endswith(base) and prefix in _PREFIXES:
             return base, _PREFIXES[prefix]
     return unit, 1.0
 
 
 def plot_bars(
-    ax: Axes,
-    values: Mapping[str, Measurement | float],
-    *,
-    ylabel: str,
-    title: str,
-    device: torch.device | str | DeviceInfo | None = None,
-    baseline: str | None = None,
+    ax: Axes, values: Mapping[str, Measurement | float], *, ylabel: str, title: str,
+    device: torch.device | str | DeviceInfo | None = None, baseline: str | None = None,
     value: Callable[[float], float] | None = None,
-) -> None:
+) -> None:  # fmt: skip
     """One bar per entry, each labelled with its ratio to a baseline (``"1.00x"``).
 
     The ratio is in the plotted unit: above 1 is slower for times, faster for
@@ -311,8 +291,7 @@ def plot_bars(
         msg = "values must hold at least one bar, got none"
         raise ValueError(msg)
     names = list(values)
-    if baseline is None:
-        baseline = names[0]
+    baseline = names[0] if baseline is None else baseline
     if baseline not in values:
         msg = f"baseline must be one of {names}, got {baseline!r}"
         raise ValueError(msg)

@@ -553,17 +553,11 @@ def _figure(
 
 
 def record(
-    name: str,
-    value: float | Measurement | Rate | Comparison,
-    *,
-    unit: str | None = None,
-    spread: tuple[float, float] | None = None,
-    page: str | None = None,
-    size: ConfigValue | None = None,
-    peak: str | None = None,
-    x: float | None = None,
-    **config: ConfigValue,
-) -> Result:
+    name: str, value: float | Measurement | Rate | Comparison, *,
+    unit: str | None = None, spread: tuple[float, float] | None = None,
+    page: str | None = None, size: ConfigValue | None = None, peak: str | None = None,
+    x: float | None = None, **config: ConfigValue,
+) -> Result:  # fmt: skip
     """Record one headline figure of the running page; return it as a :class:`Result`.
 
     ``name``, the ``config`` keywords (``dtype="bf16"``: str, int, finite float

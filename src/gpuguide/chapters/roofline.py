@@ -89,16 +89,11 @@ def _label_points(ax: Axes, items: Sequence[tuple[str, float, float]]) -> None:
 
 
 def plot_roofline(
-    ax: Axes,
-    points: Mapping[str, tuple[float, float]],
-    *,
-    regimes: Mapping[str, str],
-    peak_flops_per_s: float,
-    peak_bytes_per_s: float,
-    title: str,
+    ax: Axes, points: Mapping[str, tuple[float, float]], *, regimes: Mapping[str, str],
+    peak_flops_per_s: float, peak_bytes_per_s: float, title: str,
     device: torch.device | str | DeviceInfo | None = None,
     sweeps: Mapping[str, Mapping[str, tuple[float, float]]] | None = None,
-) -> None:
+) -> None:  # fmt: skip
     """Draw the roofline and the measured points on log-log axes.
 
     The roof is ``min(peak_flops_per_s, intensity * peak_bytes_per_s)``, with a

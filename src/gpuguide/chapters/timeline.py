@@ -76,12 +76,9 @@ class Span:
 
 
 def plot_timeline(
-    ax: Axes,
-    spans: Sequence[Span],
-    *,
-    title: str,
+    ax: Axes, spans: Sequence[Span], *, title: str,
     device: torch.device | str | DeviceInfo | None = None,
-) -> None:
+) -> None:  # fmt: skip
     """Draw spans as horizontal bars in ms: one row per lane, one colour per label.
 
     Lanes are rows top to bottom, and labels take the palette's colours, in order
