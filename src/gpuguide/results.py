@@ -475,11 +475,8 @@ def save(results_file: ResultsFile, path: str | os.PathLike[str]) -> Path:
 
 
 def load_dir(path: str | os.PathLike[str]) -> dict[Path, ResultsFile]:
-    """Read and validate every ``*.json`` results file of a folder, in name order.
-
-    Raises :class:`ResultsFileError` when the folder does not exist, a file is
-    not a valid results file, or two files hold the same device.
-    """
+    """Read and validate every ``*.json`` results file of a folder, in name order;
+    :class:`ResultsFileError` for no folder, an invalid file, or a device twice."""
     folder = Path(path)
     if not folder.is_dir():
         msg = f"results folder {os.fspath(folder)}: does not exist or is not a folder"
