@@ -140,22 +140,6 @@ def test_plot_labels_axes_and_device(ax) -> None:
     assert any(t.startswith("measured on ") for t in texts)
 
 
-def test_plot_with_given_lanes_keeps_their_order(ax) -> None:
-    plot_timeline(ax, pipeline(), title="t", device="cpu", lanes=[COMPUTE, COPY, "x"])
-    ticks = [t.get_text() for t in ax.get_yticklabels()]
-    assert ticks == [COMPUTE, COPY, "x"]
-
-
-def test_plot_rejects_a_lane_not_listed(ax) -> None:
-    with pytest.raises(ValueError, match=r"lanes must hold every span.s lane"):
-        plot_timeline(ax, pipeline(), title="t", device="cpu", lanes=[COPY])
-
-
 def test_plot_rejects_no_spans(ax) -> None:
     with pytest.raises(ValueError, match="spans must hold at least one span"):
         plot_timeline(ax, [], title="t", device="cpu")
-
-
-def test_plot_rejects_a_label_without_unit(ax) -> None:
-    with pytest.raises(ValueError, match="must name a unit"):
-        plot_timeline(ax, pipeline(), title="t", device="cpu", xlabel="time")

@@ -1,25 +1,18 @@
 """gpuguide: the helpers behind an executable guide to making PyTorch fast on GPUs.
 
-The gallery's examples keep their lesson in view and take the plumbing from
-here. The package has three layers, each importing only from the ones before:
-
-- foundation, importing nothing else from gpuguide: the environment switches
-  (:mod:`gpuguide.env`), host facts (:mod:`gpuguide.host`), the GPU datasheet
-  (:mod:`gpuguide.datasheet`), units (:mod:`gpuguide.units`), argument checks
-  (:mod:`gpuguide.checks`), torch's own warnings (:mod:`gpuguide.quiet`) and
-  the helpers' version and commit (:mod:`gpuguide.version`);
-- core: the device and provenance (:mod:`gpuguide.device`), timing
-  (:mod:`gpuguide.timing`), memory (:mod:`gpuguide.memory`), peaks
-  (:mod:`gpuguide.peaks`), problem sizes (:mod:`gpuguide.sizes`), plots
-  (:mod:`gpuguide.plotting`), tables (:mod:`gpuguide.tables`), verdicts with
-  the spread (:mod:`gpuguide.verdicts`) and files to download
-  (:mod:`gpuguide.artifacts`);
-- :mod:`gpuguide.chapters`: helpers that serve one chapter each.
-
-This namespace exports the core (and the foundation's most used names).
-Importing it ignores the warnings torch raises about its own code
-(:func:`gpuguide.quiet.ignore_torch_internal_warnings`), so that they cannot
-fail a page run with ``-W error``.
+The gallery's examples keep their lesson in view and take the plumbing from here,
+in three layers, each importing only from the ones before: the foundation
+(:mod:`~gpuguide.env`, :mod:`~gpuguide.host`, :mod:`~gpuguide.datasheet`,
+:mod:`~gpuguide.units`, :mod:`~gpuguide.checks`, :mod:`~gpuguide.quiet`,
+:mod:`~gpuguide.version`), the core (:mod:`~gpuguide.device`,
+:mod:`~gpuguide.timing`, :mod:`~gpuguide.memory`, :mod:`~gpuguide.peaks`,
+:mod:`~gpuguide.sizes`, :mod:`~gpuguide.plotting`, :mod:`~gpuguide.tables`,
+:mod:`~gpuguide.verdicts`, :mod:`~gpuguide.artifacts`, :mod:`~gpuguide.results`,
+:mod:`~gpuguide.page`) and :mod:`gpuguide.chapters`, helpers that serve one
+chapter each. This namespace exports the core and the foundation's most used
+names. Importing it ignores torch's warnings about its own code
+(:func:`~gpuguide.quiet.ignore_torch_internal_warnings`), so that they cannot fail
+a page run with ``-W error``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """A page's setup and its headline figures: one call each.
 
-:func:`setup` is a page's first line: it picks the device, seeds torch,
-prints the provenance line and returns a :class:`Page` that knows small mode
-and the device's peaks. :func:`report` is one headline figure: it prints the
-value with its spread, its share of a named peak and its place against a
-quoted range, and records it for the results files
-(:func:`gpuguide.results.record`).
+:func:`setup`, a page's first line, picks the device, seeds torch, prints the
+provenance line and returns a :class:`Page`. :func:`report` prints one headline
+figure with its spread, its share of a peak and its place against a quoted
+range, and records it (:func:`gpuguide.results.record`).
 
 Examples
 --------
@@ -38,20 +36,13 @@ if TYPE_CHECKING:
 
 __all__ = ["Page", "report", "setup"]
 
-#: Where the headline of a figure falls against a quoted range.
-PLACES = ("above", "within", "below")
-
 
 @dataclass(frozen=True)
 class Page:
     """What a page needs to know about the run: device, small mode, peaks.
 
-    Attributes
-    ----------
-    device : torch.device
-        Where the page measures.
-    small : bool
-        Whether ``GPUGUIDE_SMALL`` asks for small sizes and short budgets.
+    ``device`` is where the page measures; ``small`` whether ``GPUGUIDE_SMALL``
+    asks for small sizes and short budgets.
     """
 
     device: torch.device
@@ -76,8 +67,7 @@ class Page:
     def needs_cuda(self, lesson: str) -> bool:
         """Whether ``lesson`` can run here; on another device, say so in one line.
 
-        Use as ``if page.needs_cuda("CUDA graphs"):`` around the part of a
-        page that only a CUDA GPU can run.
+        Use as ``if page.needs_cuda("CUDA graphs"):`` around a CUDA-only part.
         """
         if not isinstance(lesson, str) or not lesson.strip():
             msg = f"lesson must be a non-empty string, got {lesson!r}"
@@ -96,22 +86,14 @@ _current: list[Page] = []
 
 
 def setup(
-    prefer: str | torch.device | None = None,
-    *,
-    seed: int | None = 0,
+    prefer: str | torch.device | None = None, *, seed: int | None = 0,
     file: TextIO | None = None,
-) -> Page:
+) -> Page:  # fmt: skip
     """A page's first call: pick the device, seed torch, print the provenance.
 
-    Parameters
-    ----------
-    prefer : str or torch.device, optional
-        As for :func:`gpuguide.pick_device` (by default the best device
-        present, or ``GPUGUIDE_DEVICE``).
-    seed : int or None
-        ``torch.manual_seed(seed)`` unless None.
-    file : text stream, optional
-        Where the provenance line goes (standard output by default).
+    ``prefer`` is as for :func:`gpuguide.pick_device` (default: the best device
+    present, or ``GPUGUIDE_DEVICE``); ``seed`` None does not seed; the line goes
+    to ``file`` (default standard output).
     """
     import torch
 
@@ -125,6 +107,7 @@ def setup(
 
 
 def _peaks_for(device: str) -> Peaks:
+    """The peaks of the set-up page's device (measured once), else of ``device``."""
     for page in _current:
         if page.device.type == device.split(":")[0]:
             return page.peaks
@@ -147,10 +130,8 @@ def _quoted_text(quoted: tuple[float, float], unit: str) -> str:
     low, high = quoted
     if unit == "x":
         return f"{low:g}-{high:g}x"
-    if unit == "s":
-        return f"{format_time(low)} to {format_time(high)}"
-    if unit.endswith("/s"):
-        return f"{format_rate(low, unit)} to {format_rate(high, unit)}"
+    if unit == "s" or unit.endswith("/s"):
+        return " to ".join(_plain_text(end, unit) for end in quoted)
     return f"{low:g}-{high:g} {unit}"
 
 
@@ -174,41 +155,35 @@ def _checked_spread(spread: tuple[float, float]) -> tuple[float, float]:
 
 
 def report(
-    name: str,
-    value: Rate | Measurement | Comparison | float,
-    *,
-    unit: str | None = None,
-    spread: tuple[float, float] | None = None,
-    peak: str | float | None = None,
-    quoted: tuple[float, float] | None = None,
-    size: ConfigValue | None = None,
-    file: TextIO | None = None,
-    **config: ConfigValue,
-) -> None:
+    name: str, value: Rate | Measurement | Comparison | float, *,
+    unit: str | None = None, spread: tuple[float, float] | None = None,
+    peak: str | float | None = None, quoted: tuple[float, float] | None = None,
+    size: ConfigValue | None = None, file: TextIO | None = None, **config: ConfigValue,
+) -> None:  # fmt: skip
     """Print one headline figure with its spread, share of peak and verdict; record it.
+
+    Returns nothing, so that a cell ending with the call shows only the line
+    (:func:`gpuguide.results.recorded` lists what was recorded).
 
     Parameters
     ----------
     name : str
         What the figure is (``"best bf16 matmul"``).
     value : Rate, Measurement, Comparison or float
-        The figure. A :class:`~gpuguide.timing.Rate` or a
-        :class:`~gpuguide.timing.Measurement` brings its spread, a
-        :class:`~gpuguide.verdicts.Comparison` its speed-up, range and
-        verdict; a plain number needs ``unit``.
+        A :class:`~gpuguide.timing.Rate` or :class:`~gpuguide.timing.Measurement`
+        brings its spread, a :class:`~gpuguide.verdicts.Comparison` its speed-up,
+        range and verdict; a plain number needs ``unit``.
     unit : str, optional
-        The unit of a plain number; bytes (``"B"``) print in binary units
-        (``"18.0 MiB"``).
+        The unit of a plain number; bytes (``"B"``) print in binary units.
     spread : (float, float), optional
-        The range of a plain number, in its unit (e.g. a fit through the first
-        and the third quartiles); printed in brackets and recorded with it.
+        The range of a plain number, in its unit; printed and recorded with it.
     peak : str or float, optional
-        What the rate is a share of: a precision (``"bf16"``), ``"memory"`` or
-        ``"host_link"``, read from the peaks of the device the rate was
-        measured on; or a number in the rate's unit.
+        What the figure is a share of: a peak (``"bf16"``, ``"memory"``,
+        ``"host_link"``) of the device the rate was measured on, or a number in
+        the figure's unit.
     quoted : (float, float), optional
-        A published range in the figure's unit (a speed-up in x): the line
-        says whether the figure is above, within or below it, with its spread.
+        A published range in the figure's unit: the line says whether the figure
+        is above, within or below it, with its spread.
     size : str, int, float or bool, optional
         The problem size, shown with the recorded figure.
     file : text stream, optional
@@ -223,8 +198,7 @@ def report(
     only the printed line; :func:`gpuguide.results.recorded` lists what was
     recorded.
     """
-    low = high = None
-    device = None
+    low = high = device = None
     if spread is not None and not isinstance(value, (int, float)):
         msg = f"spread is for a plain number; a {type(value).__name__} brings its own"
         raise ValueError(msg)
@@ -251,7 +225,7 @@ def report(
             raise ValueError(msg)
         text = _plain_text(number, unit)
         if spread is not None:
-            low, high = _checked_spread(spread)
+            low, high = spread = _checked_spread(spread)
             sep = " to " if low < 0 else "-"
             ends = [_plain_text(end, unit) for end in (low, high)]
             if unit != "s":
@@ -279,10 +253,8 @@ def report(
         parts.append(f"{place} the quoted {_quoted_text(quoted, unit)}")
     print(", ".join(parts), file=file or sys.stdout)
     plain = not isinstance(value, (Rate, Measurement, Comparison))
-    figure = number if plain else value
-    interval = (low, high) if plain and low is not None and high is not None else None
-    extra: dict[str, Any] = dict(config)  # what identifies the figure
+    extra: dict[str, Any] = dict(config)  # typed apart from record's own keywords
     record(
-        name, figure, unit=unit if plain else None, spread=interval, size=size,
-        peak=peak_name, **extra,
+        name, number if plain else value, unit=unit if plain else None,
+        spread=spread, size=size, peak=peak_name, **extra,
     )  # fmt: skip

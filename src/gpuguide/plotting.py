@@ -1,9 +1,8 @@
 """One look for every figure of the guide: sweeps, bar charts and the device label.
 
-The helpers draw on an ``Axes`` the example made with ``plt.subplots()``, so the
-example keeps control of its figure. Every axis label must name its unit in
-parentheses (``"time (ms)"``), and every figure says which device it was measured
-on.
+The helpers draw on an ``Axes`` the example made with ``plt.subplots()``. Every
+axis label names its unit in parentheses (``"time (ms)"``), and every figure the
+device it was measured on.
 
 Examples
 --------
@@ -19,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import matplotlib as mpl
 from cycler import cycler
@@ -35,71 +34,42 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure, SubFigure
 
 __all__ = [
-    "COLORS",
-    "apply_style",
-    "label_device",
-    "plot_bars",
-    "plot_sweep",
-    "require_unit",
+    "COLORS", "apply_style", "label_device", "plot_bars", "plot_sweep", "require_unit",
     "style_axes",
-]
+]  # fmt: skip
 
 #: Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
-COLORS = (
-    "#0072B2",
-    "#E69F00",
-    "#009E73",
-    "#D55E00",
-    "#CC79A7",
-    "#56B4E9",
-    "#000000",
-    "#F0E442",
-)
+COLORS = ("#0072B2", "#E69F00", "#009E73", "#D55E00",
+          "#CC79A7", "#56B4E9", "#000000", "#F0E442")  # fmt: skip
 
 _STYLE: dict[Any, Any] = {
-    "figure.figsize": (7.0, 4.5),
-    "figure.dpi": 100,
-    "savefig.dpi": 100,
-    "figure.constrained_layout.use": True,
-    "axes.grid": True,
-    "axes.grid.which": "major",
-    "grid.alpha": 0.35,
-    "grid.linewidth": 0.6,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.prop_cycle": cycler(color=list(COLORS)),
-    "axes.titlesize": "medium",
-    "axes.titleweight": "bold",
-    "lines.linewidth": 1.8,
-    "lines.markersize": 5,
-    "legend.frameon": False,
-    "legend.fontsize": "small",
-}
+    "figure.figsize": (7.0, 4.5), "figure.dpi": 100, "savefig.dpi": 100,
+    "figure.constrained_layout.use": True, "axes.grid": True,
+    "axes.grid.which": "major", "grid.alpha": 0.35, "grid.linewidth": 0.6,
+    "axes.spines.top": False, "axes.spines.right": False,
+    "axes.prop_cycle": cycler(color=list(COLORS)), "axes.titlesize": "medium",
+    "axes.titleweight": "bold", "lines.linewidth": 1.8, "lines.markersize": 5,
+    "legend.frameon": False, "legend.fontsize": "small",
+}  # fmt: skip
 
 _DEVICE_LABEL_GID = "gpuguide-device-label"
-# Fraction of the figure's height kept clear at the bottom for the device label.
-_LABEL_STRIP = 0.04
+_LABEL_STRIP = 0.04  # share of the figure's height kept clear for the device label
 _UNIT = re.compile(r"\(\s*[^()\s][^()]*\)")
 
 
 def apply_style() -> None:
-    """Set matplotlib's rcParams to the guide's style.
+    """Set matplotlib's rcParams to the guide's style (7 x 4.5 in, grid, palette).
 
-    Grid, a 7 x 4.5 inch figure at 100 dpi, constrained layout and a
-    colour-blind-safe colour cycle. Figures created afterwards get all of it;
-    the plot helpers also restyle the ``Axes`` they are given (grid, spines,
-    colours, layout), so calling this before ``plt.subplots()`` only adds the
-    figure size.
+    The plot helpers restyle the ``Axes`` they are given anyway; calling this
+    before ``plt.subplots()`` adds the figure size.
     """
     mpl.rcParams.update(_STYLE)
 
 
 def style_axes(ax: Axes) -> None:
-    """Give ``ax`` the guide's look: grid, no top and right spines, the palette.
+    """Give ``ax`` the guide's look (grid, no top and right spines, palette, layout).
 
-    Also applies :func:`apply_style` and gives the figure constrained layout, so
-    helpers that draw their own kind of plot (a roofline, a timeline) match the
-    others.
+    For helpers that draw their own kind of plot (a roofline, a timeline).
     """
     apply_style()
     ax.grid(True, which="major", alpha=_STYLE["grid.alpha"])
@@ -113,22 +83,9 @@ def style_axes(ax: Axes) -> None:
 
 
 def require_unit(label: str) -> str:
-    """Return ``label`` if it names a unit in parentheses, else raise.
+    """Return an axis label (``"time (ms)"``) if it names a unit in parentheses.
 
-    Parameters
-    ----------
-    label : str
-        An axis label such as ``"time (ms)"`` or ``"size (elements)"``.
-
-    Returns
-    -------
-    str
-        The label, unchanged.
-
-    Raises
-    ------
-    ValueError
-        If the label has no non-empty ``(...)`` part.
+    Raises ``ValueError`` if the label has no non-empty ``(...)`` part.
     """
     if not isinstance(label, str) or not _UNIT.search(label):
         msg = (
@@ -139,29 +96,17 @@ def require_unit(label: str) -> str:
     return label
 
 
-def _short_name(device: torch.device | str | DeviceInfo | None) -> str:
-    if isinstance(device, DeviceInfo):
-        return device.short_name
-    return describe_device(pick_device() if device is None else device).short_name
-
-
 def label_device(
     fig: Figure | SubFigure, device: torch.device | str | DeviceInfo | None
 ) -> None:
-    """Write ``"measured on <device>"`` in the lower right corner of a figure.
+    """Write ``"measured on <short name>"`` in the lower right corner of a figure.
 
-    Calling it again replaces the label rather than adding a second one.
-
-    Parameters
-    ----------
-    fig : matplotlib.figure.Figure
-        The figure to label.
-    device : torch.device or str or DeviceInfo or None
-        The device measured; None describes the default device
-        (:func:`gpuguide.device.pick_device`). Its
-        :attr:`~gpuguide.device.DeviceInfo.short_name` is shown.
+    ``device`` None names :func:`~gpuguide.device.pick_device`'s. Calling it again
+    replaces the label.
     """
-    text = f"measured on {_short_name(device)}"
+    if not isinstance(device, DeviceInfo):
+        device = describe_device(pick_device() if device is None else device)
+    text = f"measured on {device.short_name}"
     engine = _top(fig).get_layout_engine()
     if isinstance(engine, ConstrainedLayoutEngine):
         # Keep a strip along the bottom free of tick labels for the label.
@@ -170,16 +115,8 @@ def label_device(
         if artist.get_gid() == _DEVICE_LABEL_GID:
             artist.set_text(text)
             return
-    fig.text(
-        0.995,
-        0.005,
-        text,
-        ha="right",
-        va="bottom",
-        fontsize="x-small",
-        color="0.45",
-        gid=_DEVICE_LABEL_GID,
-    )
+    fig.text(0.995, 0.005, text, ha="right", va="bottom", fontsize="x-small",
+             color="0.45", gid=_DEVICE_LABEL_GID)  # fmt: skip
 
 
 def _top(fig: Figure | SubFigure) -> Figure:
@@ -203,62 +140,42 @@ def _point(
     return float(y), None, None
 
 
-def _all_integers(xs: Sequence[float]) -> bool:
-    return all(float(v).is_integer() for v in xs)
-
-
-def _usable(v: float | None, log: bool) -> bool:
+def _usable(v: float | None, log: bool) -> TypeGuard[float]:
     return v is not None and math.isfinite(v) and (v > 0 or not log)
 
 
 def plot_sweep(
-    ax: Axes,
-    x: Sequence[float],
-    series: Mapping[str, Sequence[Measurement | float | None]],
-    *,
-    xlabel: str,
-    ylabel: str,
-    title: str,
+    ax: Axes, x: Sequence[float], series: Mapping[str, Sequence[Measurement | float | None]],
+    *, xlabel: str, ylabel: str, title: str,
     device: torch.device | str | DeviceInfo | None = None,
-    value: Callable[[float], float] | None = None,
-    logx: bool = True,
-    logy: bool = True,
+    value: Callable[[float], float] | None = None, logx: bool = True, logy: bool = True,
     record: str | None = None,
-) -> None:
+) -> None:  # fmt: skip
     """Plot one line per series against a size sweep.
 
     Parameters
     ----------
-    ax : matplotlib.axes.Axes
-        Where to draw.
     x : sequence of float
         The sizes, shared by every series.
     series : mapping of str to sequence
         Label -> one value per size. A :class:`~gpuguide.timing.Measurement`
         is drawn at ``value(median_s)`` with its interquartile range as a band;
         a float is drawn as given (already in the y unit); None is skipped.
-    xlabel, ylabel : str
-        Axis labels with units in parentheses (see :func:`require_unit`).
-    title : str
-        States the finding.
+    xlabel, ylabel, title : str
+        Axis labels with units in parentheses; a title that states the finding.
     device : torch.device or str or DeviceInfo, optional
-        Named on the figure (:func:`~gpuguide.plotting.label_device`); default
-        :func:`~gpuguide.device.pick_device`'s, like the page's.
+        Named on the figure (:func:`label_device`); default the page's.
     value : callable, optional
         Converts seconds to the y unit; default milliseconds. A decreasing
-        conversion (``lambda s: n / s`` for a throughput) is fine: the band
-        spans the smaller and larger converted quartile.
+        conversion (``lambda s: n / s``) is fine: the band spans both quartiles.
     logx, logy : bool
-        Logarithmic axes (default). The x axis uses base 2 when every size is
-        a whole number. Points that a log axis cannot show (<= 0, or not
-        finite) are left out.
+        Logarithmic axes (default); base 2 for x when every size is whole.
+        Points a log axis cannot show (<= 0, not finite) are left out.
     record : str, optional
-        Record the sweep under this name (:func:`gpuguide.results.record`):
-        each point in the base unit of ``ylabel`` (``ms`` is kept as ``s``,
-        ``GB/s`` as ``B/s``), its series named by its label up to the first
-        ``" ("``. Only where the sweep of rates or times is the lesson's
-        headline: the site shows the recorded devices' sweeps beside this
-        build's, not a curve of every loss or memory value.
+        Record each point under this name (:func:`gpuguide.results.record`), in
+        the base unit of ``ylabel`` (ms as s, GB/s as B/s), its series named by
+        its label up to the first ``" ("``. Only where the sweep of rates or
+        times is the lesson's headline.
 
     Raises
     ------
@@ -275,41 +192,22 @@ def plot_sweep(
             raise ValueError(msg)
     style_axes(ax)
     for name, ys in series.items():
-        line_x: list[float] = []
-        line_y: list[float] = []
-        band_x: list[float] = []
-        band_lo: list[float] = []
-        band_hi: list[float] = []
-        for xv, raw in zip(xs, ys, strict=True):
-            if raw is None or not _usable(xv, logx):
-                continue
-            y, lo, hi = _point(raw, convert)
-            if not _usable(y, logy):
-                continue
-            line_x.append(xv)
-            line_y.append(y)
-            if (
-                lo is not None
-                and hi is not None
-                and _usable(lo, logy)
-                and _usable(hi, logy)
-            ):
-                band_x.append(xv)
-                band_lo.append(lo)
-                band_hi.append(hi)
-        if not line_x:
+        drawn = [(xv, *_point(raw, convert)) for xv, raw in zip(xs, ys, strict=True)
+                 if raw is not None and _usable(xv, logx)]  # fmt: skip
+        drawn = [point for point in drawn if _usable(point[1], logy)]
+        if not drawn:
             continue
-        (line,) = ax.plot(line_x, line_y, marker="o", label=name)
-        if band_x:
-            ax.fill_between(
-                band_x, band_lo, band_hi, color=line.get_color(), alpha=0.2, lw=0
-            )
+        line = [(xv, y) for xv, y, _, _ in drawn]
+        band = [(xv, lo, hi) for xv, _, lo, hi in drawn
+                if _usable(lo, logy) and _usable(hi, logy)]  # fmt: skip
+        (plotted,) = ax.plot(*zip(*line, strict=True), marker="o", label=name)
+        if band:
+            band_x, lo, hi = zip(*band, strict=True)
+            ax.fill_between(band_x, lo, hi, color=plotted.get_color(), alpha=0.2, lw=0)
         if record is not None:
-            _record_series(
-                record, ylabel, name, line_x, line_y, band_x, band_lo, band_hi
-            )
+            _record_series(record, ylabel, name, line, band)
     if logx:
-        base = 2 if xs and _all_integers(xs) else 10
+        base = 2 if xs and all(v.is_integer() for v in xs) else 10
         ax.set_xscale("log", base=base)
     if logy:
         ax.set_yscale("log")
@@ -322,24 +220,15 @@ def plot_sweep(
 
 
 def _record_series(
-    record: str,
-    ylabel: str,
-    label: str,
-    xs: Sequence[float],
-    ys: Sequence[float],
-    band_x: Sequence[float],
-    band_lo: Sequence[float],
-    band_hi: Sequence[float],
-) -> None:
+    record: str, ylabel: str, label: str, line: list[tuple[float, float]],
+    band: list[tuple[float, float, float]],
+) -> None:  # fmt: skip
     """Record one plotted series point by point, in the y label's base unit."""
     from gpuguide.results import record as record_figure
 
     base, scale = _axis_unit(ylabel)
-    spreads = {
-        x: (min(lo, hi) * scale, max(lo, hi) * scale)
-        for x, lo, hi in zip(band_x, band_lo, band_hi, strict=True)
-    }
-    for x, y in zip(xs, ys, strict=True):
+    spreads = {x: (min(lo, hi) * scale, max(lo, hi) * scale) for x, lo, hi in band}
+    for x, y in line:
         record_figure(
             record, y * scale, unit=base, spread=spreads.get(x), x=x,
             series=label.split(" (", 1)[0].strip(),
@@ -355,12 +244,8 @@ _AXIS_UNIT = re.compile(r"\(([^()]*)\)\s*$")
 
 
 def _axis_unit(label: str) -> tuple[str, float]:
-    """The base unit and scale of an axis label: ``"time (ms)"`` -> ``("s", 1e-3)``.
-
-    Prefixed seconds, bytes, FLOP and their rates are recognised (SI prefixes,
-    and Ki/Mi/Gi/Ti for bytes); any other unit is its own base, scale 1. A
-    label without a unit in parentheses at its end raises ``ValueError``.
-    """
+    """``"time (ms)"`` -> ``("s", 1e-3)``: SI prefixes of s, B, FLOP and their rates,
+    Ki/Mi/Gi/Ti of bytes; any other unit is its own base. No unit at the end: raise."""
     match = _AXIS_UNIT.search(label)
     if not match or not match.group(1).strip():
         msg = f"axis label must end with a unit in parentheses to record, got {label!r}"
@@ -368,51 +253,33 @@ def _axis_unit(label: str) -> tuple[str, float]:
     unit = match.group(1).strip()
     for base in ("FLOP/s", "B/s", "FLOP", "s", "B"):
         prefix = unit[: -len(base)]
-        binary = prefix.endswith("i")  # Ki, Mi, ...: for bytes only
-        if (
-            unit.endswith(base)
-            and prefix in _PREFIXES
-            and not (binary and base != "B" and base != "B/s")
-        ):
+        if prefix.endswith("i") and "B" not in base:  # Ki, Mi, ...: for bytes only
+            continue
+        if unit.endswith(base) and prefix in _PREFIXES:
             return base, _PREFIXES[prefix]
     return unit, 1.0
 
 
 def plot_bars(
-    ax: Axes,
-    values: Mapping[str, Measurement | float],
-    *,
-    ylabel: str,
-    title: str,
-    device: torch.device | str | DeviceInfo | None = None,
-    baseline: str | None = None,
+    ax: Axes, values: Mapping[str, Measurement | float], *, ylabel: str, title: str,
+    device: torch.device | str | DeviceInfo | None = None, baseline: str | None = None,
     value: Callable[[float], float] | None = None,
-) -> None:
-    """One bar per entry, each labelled with its ratio to a baseline.
+) -> None:  # fmt: skip
+    """One bar per entry, each labelled with its ratio to a baseline (``"1.00x"``).
 
-    The label on each bar is ``format_ratio(bar / baseline)`` in the plotted
-    unit: the baseline reads ``"1.00x"``. For times a ratio above 1 means
-    slower than the baseline; for throughputs it means faster.
+    The ratio is in the plotted unit: above 1 is slower for times, faster for
+    throughputs.
 
     Parameters
     ----------
-    ax : matplotlib.axes.Axes
-        Where to draw.
     values : mapping of str to Measurement or float
         Label -> value. A :class:`~gpuguide.timing.Measurement` is drawn at
         ``value(median_s)`` with its interquartile range as an error bar; a
         float is drawn as given (already in the y unit).
-    ylabel : str
-        Axis label with its unit in parentheses.
-    title : str
-        States the finding.
-    device : torch.device or str or DeviceInfo, optional
-        Named on the figure (:func:`~gpuguide.plotting.label_device`); default
-        :func:`~gpuguide.device.pick_device`'s, like the page's.
+    ylabel, title, device, value
+        As for :func:`plot_sweep`.
     baseline : str, optional
         The entry the ratios are relative to; default the first.
-    value : callable, optional
-        Converts seconds to the y unit; default milliseconds.
 
     Raises
     ------
@@ -424,8 +291,7 @@ def plot_bars(
         msg = "values must hold at least one bar, got none"
         raise ValueError(msg)
     names = list(values)
-    if baseline is None:
-        baseline = names[0]
+    baseline = names[0] if baseline is None else baseline
     if baseline not in values:
         msg = f"baseline must be one of {names}, got {baseline!r}"
         raise ValueError(msg)
@@ -437,26 +303,15 @@ def plot_bars(
     has_err = any(lo is not None for _, lo, _ in points)
     style_axes(ax)
     colors = [COLORS[i % len(COLORS)] for i in range(len(names))]
-    bars = ax.bar(
-        names,
-        heights,
-        yerr=[err_lo, err_hi] if has_err else None,
-        capsize=4 if has_err else 0,
-        color=colors,
-    )
+    bars = ax.bar(names, heights, yerr=[err_lo, err_hi] if has_err else None,
+                  capsize=4 if has_err else 0, color=colors)  # fmt: skip
     base = heights[names.index(baseline)]
     for bar, (y, _, hi) in zip(bars, points, strict=True):
         ratio = y / base if base and math.isfinite(base) else None
         top = max(y, hi) if hi is not None else y
-        ax.annotate(
-            format_ratio(ratio),
-            xy=(bar.get_x() + bar.get_width() / 2, top),
-            xytext=(0, 3),
-            textcoords="offset points",
-            ha="center",
-            va="bottom",
-            fontsize="small",
-        )
+        ax.annotate(format_ratio(ratio), xy=(bar.get_x() + bar.get_width() / 2, top),
+                    xytext=(0, 3), textcoords="offset points", ha="center",
+                    va="bottom", fontsize="small")  # fmt: skip
     ax.margins(y=0.12)
     ax.grid(False, axis="x")
     if max(len(n) for n in names) > 12:

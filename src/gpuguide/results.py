@@ -1,23 +1,16 @@
 """Record a page's headline figures, and read them back from results files.
 
-A page records a headline figure with :func:`record` (or :func:`gpuguide.report`,
-which prints it first): a name, a value with its unit and spread, and the
-configuration it was measured in. The figures are kept in memory for this
-process (:func:`recorded`); when ``GPUGUIDE_RECORD`` names a file, every call
-also writes them there, with the run's provenance (:class:`DeviceRecord`).
-Re-recording a page replaces that page's figures in the file and keeps the
-other pages'.
+:func:`record` (or :func:`gpuguide.report`, which prints it first) keeps a figure
+(name, value, unit, spread, configuration) in memory (:func:`recorded`); when
+``GPUGUIDE_RECORD`` names a file, it is also written there with the run's
+provenance (:class:`DeviceRecord`), replacing that page's figures and keeping the
+other pages'. A results file is JSON, ``{"schema": 1, "device": {...},
+"results": [...]}``, described by ``docs/_static/results.schema.json``.
 
-A results file is JSON, ``{"schema": 1, "device": {...}, "results": [...]}``:
-:meth:`DeviceRecord.to_json` and :meth:`Result.to_json` give its parts, and
-``docs/_static/results.schema.json`` (published with the site) describes it.
-
-:func:`load` validates a file strictly: anything else (truncated JSON, a
-foreign or newer file, a value that is not a finite number) raises
-:class:`ResultsFileError`, whose message names the file and the problem. The
-gpuguide version, commit and dirty mark, and a CPU's ``isa``, came later in
-schema 1: a file without them reads as "unknown". The package does not know
-where a repository keeps its results: every function takes a path.
+:func:`load` validates strictly: anything else (truncated JSON, a foreign or newer
+file, a value that is not a finite number) raises :class:`ResultsFileError`,
+naming the file and the problem. The gpuguide version, commit and dirty mark, and
+a CPU's ``isa`` came later in schema 1: a file without them reads as "unknown".
 """
 
 from __future__ import annotations
@@ -76,10 +69,27 @@ def _bad(name: str, what: str, value: object) -> ValueError:
     return ValueError(f"{name} must be {what}, got {value!r}")
 
 
-def _text(name: str, value: object) -> str:
-    if isinstance(value, str) and value.strip():
-        return value
-    raise _bad(name, "a non-empty string", value)
+def _is(what: str, test: Callable[[Any], object]) -> Callable[[str, object], Any]:
+    """A check that keeps a value passing ``test`` and raises otherwise."""
+
+    def check(name: str, value: object) -> Any:
+        if test(value):
+            return value
+        raise _bad(name, what, value)
+
+    return check
+
+
+_text = _is("a non-empty string", lambda v: isinstance(v, str) and v.strip())
+_flag = _is("a bool", lambda v: isinstance(v, bool))
+_runs = _is(
+    "an integer >= 1",
+    lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+)
+_commit = _is(
+    "a hexadecimal hash of 7 to 40 lower-case digits or null",
+    lambda v: isinstance(v, str) and _COMMIT.fullmatch(v),
+)
 
 
 def _number(name: str, value: object) -> float:
@@ -95,12 +105,6 @@ def _number(name: str, value: object) -> float:
     return number
 
 
-def _flag(name: str, value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise _bad(name, "a bool", value)
-
-
 def _config_value(name: str, value: object) -> ConfigValue:
     if isinstance(value, float):
         return _number(name, value)
@@ -111,44 +115,32 @@ def _config_value(name: str, value: object) -> ConfigValue:
 
 def _date(name: str, value: object) -> str:
     try:
-        _when(_text(name, value))
+        text: str = _text(name, value)
+        datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
     except ValueError:
         raise _bad(name, "an ISO 8601 date", value) from None
-    return value  # type: ignore[return-value]
+    return text
 
 
-def _when(text: str) -> datetime:
-    when = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+def _one_of(options: tuple[str, ...]) -> Callable[[str, object], Any]:
+    return _is(f"one of {', '.join(options)}", lambda v: v in options)
 
 
-def _one_of(options: tuple[str, ...]) -> Callable[[str, object], str]:
-    def check(name: str, value: object) -> str:
-        if value in options:
-            return value
-        raise _bad(name, f"one of {', '.join(options)}", value)
+def _mapping(
+    what: str, key: str, item: str, check: Callable[[str, Any], Any]
+) -> Callable[[str, object], Mapping[str, Any]]:
+    def checked(name: str, value: object) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            raise _bad(name, what, value)
+        items = {_text(key, k): check(f"{item} {k!r}", v) for k, v in value.items()}
+        return MappingProxyType(items)
 
-    return check
-
-
-def _commit(name: str, value: object) -> str:
-    if isinstance(value, str) and _COMMIT.fullmatch(value):
-        return value
-    raise _bad(name, "a hexadecimal hash of 7 to 40 lower-case digits or null", value)
-
-
-def _peaks(name: str, value: object) -> Mapping[str, float]:
-    if not isinstance(value, Mapping):
-        raise _bad(name, "a mapping of names to rates", value)
-    peaks = {
-        _text("a peak's name", k): _positive(f"peak {k!r}", v) for k, v in value.items()
-    }
-    return MappingProxyType(peaks)
+    return checked
 
 
 def _positive(name: str, value: object) -> float:
-    if _number(name, value) > 0:
-        return float(value)  # type: ignore[arg-type]
+    if (number := _number(name, value)) > 0:
+        return number
     raise _bad(name, "> 0", value)
 
 
@@ -165,23 +157,6 @@ def _spread(name: str, value: object) -> tuple[float, float]:
     return (q25, q75)
 
 
-def _config(name: str, value: object) -> Mapping[str, ConfigValue]:
-    if not isinstance(value, Mapping):
-        raise _bad(name, "a mapping", value)
-    return MappingProxyType(
-        {
-            _text("a config key", k): _config_value(f"config {k!r}", v)
-            for k, v in value.items()
-        }
-    )
-
-
-def _runs(name: str, value: object) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return value
-    raise _bad(name, "an integer >= 1", value)
-
-
 def _optional(check: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
     return lambda name, value: None if value is None else check(name, value)
 
@@ -192,7 +167,8 @@ def _checked(record: object, checks: Mapping[str, Callable[[str, Any], Any]]) ->
         object.__setattr__(record, name, check(name, getattr(record, name)))
 
 
-# -- the data ----------------------------------------------------------------------------
+_peaks = _mapping("a mapping of names to rates", "a peak's name", "peak", _positive)
+_config = _mapping("a mapping", "a config key", "config", _config_value)
 
 
 @dataclass(frozen=True)
@@ -261,12 +237,12 @@ class DeviceRecord:
 
     @classmethod
     def from_info(
-        cls, info: DeviceInfo, *, date: str | None = None, small: bool | None = None,
+        cls, info: DeviceInfo, *, small: bool | None = None,
         peaks: Mapping[str, float] | None = None,
     ) -> DeviceRecord:  # fmt: skip
-        """The record of a described device; ``date`` defaults to now (UTC),
-        ``small`` to :func:`gpuguide.env.small_mode`."""
-        when = date or datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+        """The record of a described device, dated now (UTC); ``small`` defaults
+        to :func:`gpuguide.env.small_mode`."""
+        when = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
         return cls(
             name=info.name, short_name=info.short_name, kind=info.type,
             torch=info.torch_version, cuda=info.cuda_version,
@@ -341,11 +317,8 @@ class Result:
 
     def to_json(self) -> dict[str, object]:
         """The result as one entry of a results file's ``"results"``."""
-        spread = (
-            None
-            if self.spread is None
-            else dict(zip(("q25", "q75"), self.spread, strict=True))
-        )
+        q = self.spread
+        spread = None if q is None else {"q25": q[0], "q75": q[1]}
         data: dict[str, object] = {
             "page": self.page, "name": self.name, "value": self.value,
             "unit": self.unit, "spread": spread, "config": dict(self.config),
@@ -384,15 +357,8 @@ class ResultsFile:
 
     def to_json(self) -> dict[str, object]:
         """The file's JSON object."""
-        results = [r.to_json() for r in self.results]
-        return {
-            "schema": SCHEMA_VERSION,
-            "device": self.device.to_json(),
-            "results": results,
-        }
-
-
-# -- reading and writing files --------------------------------------------------------------
+        device, results = self.device.to_json(), [r.to_json() for r in self.results]
+        return {"schema": SCHEMA_VERSION, "device": device, "results": results}
 
 
 def _fail(source: str, problem: str) -> ResultsFileError:
@@ -407,14 +373,10 @@ def _object(cls: type[Any], data: object, where: str, source: str) -> Any:
     """``cls`` from a JSON object with its required keys and no unknown one."""
     if not isinstance(data, dict):
         raise _fail(source, f"{where} must be an object, got {data!r}")
-    required = [
-        f.name for f in fields(cls) if f.default is f.default_factory is MISSING
-    ]
-    missing = [k for k in required if k not in data]
-    if missing:
+    names = [f.name for f in fields(cls) if f.default is f.default_factory is MISSING]
+    if missing := [k for k in names if k not in data]:
         raise _fail(source, f"{where} lacks {', '.join(missing)}")
-    unknown = _unknown(data, [f.name for f in fields(cls)])
-    if unknown:
+    if unknown := _unknown(data, [f.name for f in fields(cls)]):
         raise _fail(source, f"{where} has unknown keys {unknown}")
     try:
         return cls(**data)
@@ -424,27 +386,25 @@ def _object(cls: type[Any], data: object, where: str, source: str) -> Any:
 
 def _parse(data: object, source: str) -> ResultsFile:
     if not isinstance(data, dict):
-        raise _fail(
-            source, f"must hold a JSON object, got a JSON {type(data).__name__}"
-        )
+        kind = type(data).__name__
+        raise _fail(source, f"must hold a JSON object, got a JSON {kind}")
+    problem = None
     if "schema" not in data:
-        raise _fail(source, 'has no "schema": not a gpuguide results file')
-    schema = data["schema"]
-    if isinstance(schema, bool) or not isinstance(schema, int):
-        raise _fail(source, f'"schema" must be an integer version, got {schema!r}')
-    if schema != SCHEMA_VERSION:
+        problem = 'has no "schema": not a gpuguide results file'
+    elif isinstance(schema := data["schema"], bool) or not isinstance(schema, int):
+        problem = f'"schema" must be an integer version, got {schema!r}'
+    elif schema != SCHEMA_VERSION:
         problem = (
             f"is schema version {schema}; this gpuguide reads version {SCHEMA_VERSION}"
         )
+    elif unknown := _unknown(data, ("schema", "device", "results")):
+        problem = f"has unknown keys {unknown}"
+    elif "device" not in data:
+        problem = 'has no "device"'
+    if problem is not None:
         raise _fail(source, problem)
-    unknown = _unknown(data, ("schema", "device", "results"))
-    if unknown:
-        raise _fail(source, f"has unknown keys {unknown}")
-    if "device" not in data:
-        raise _fail(source, 'has no "device"')
     device = _object(DeviceRecord, data["device"], '"device"', source)
-    entries = data.get("results")
-    if not isinstance(entries, list):
+    if not isinstance(entries := data.get("results"), list):
         raise _fail(source, f'"results" must be a list, got {entries!r}')
     results = [
         _object(Result, e, f"results[{i}]", source) for i, e in enumerate(entries)
@@ -515,11 +475,8 @@ def save(results_file: ResultsFile, path: str | os.PathLike[str]) -> Path:
 
 
 def load_dir(path: str | os.PathLike[str]) -> dict[Path, ResultsFile]:
-    """Read and validate every ``*.json`` results file of a folder, in name order.
-
-    Raises :class:`ResultsFileError` when the folder does not exist, a file is
-    not a valid results file, or two files hold the same device.
-    """
+    """Read and validate every ``*.json`` results file of a folder, in name order;
+    :class:`ResultsFileError` for no folder, an invalid file, or a device twice."""
     folder = Path(path)
     if not folder.is_dir():
         msg = f"results folder {os.fspath(folder)}: does not exist or is not a folder"
@@ -536,15 +493,8 @@ def load_dir(path: str | os.PathLike[str]) -> dict[Path, ResultsFile]:
     return files
 
 
-# -- recording from a page ---------------------------------------------------------------
-
 _recorded: dict[object, Result] = {}
 _device: list[DeviceRecord] = []
-
-
-def _recording_path() -> Path | None:
-    name = os.environ.get(RECORD_ENV, "").strip()
-    return Path(name) if name else None
 
 
 def current_device() -> DeviceRecord:
@@ -558,8 +508,7 @@ def current_device() -> DeviceRecord:
 
 
 def _default_page() -> str:
-    """The running script's name without ``.py`` (sphinx-gallery sets
-    ``sys.argv[0]`` to the page it runs)."""
+    """The running script's name without ``.py`` (sphinx-gallery sets ``sys.argv[0]``)."""
     main = sys.modules.get("__main__")
     candidates = [sys.argv[0] if sys.argv else "", getattr(main, "__file__", None)]
     for candidate in candidates:
@@ -601,36 +550,28 @@ def _figure(
 
 
 def record(
-    name: str,
-    value: float | Measurement | Rate | Comparison,
-    *,
-    unit: str | None = None,
-    spread: tuple[float, float] | None = None,
-    page: str | None = None,
-    size: ConfigValue | None = None,
-    peak: str | None = None,
-    x: float | None = None,
-    **config: ConfigValue,
-) -> Result:
+    name: str, value: float | Measurement | Rate | Comparison, *,
+    unit: str | None = None, spread: tuple[float, float] | None = None,
+    page: str | None = None, size: ConfigValue | None = None, peak: str | None = None,
+    x: float | None = None, **config: ConfigValue,
+) -> Result:  # fmt: skip
     """Record one headline figure of the running page; return it as a :class:`Result`.
 
-    ``name`` and the ``config`` keywords (``dtype="bf16"``: str, int, finite
-    float or bool) identify the figure across devices, with the ``page`` (by
-    default the running script's name, ``sys.argv[0]``, which sphinx-gallery
-    sets). ``value`` is a :class:`~gpuguide.timing.Measurement` (its median
-    time in ``"s"``), a :class:`~gpuguide.timing.Rate` (its value and unit), a
-    :class:`~gpuguide.verdicts.Comparison` (its speed-up, ``"x"``), each with
-    its own spread, or a number with its ``unit`` and optional ``spread``
-    ``(q25, q75)``. ``size`` is shown with the figure but does not identify it;
-    ``peak`` names the device peak it is a share of (:data:`PEAK_NAMES`); ``x``
-    is its position on a sweep (:func:`gpuguide.plotting.plot_sweep`).
+    ``name``, the ``config`` keywords (``dtype="bf16"``: str, int, finite float
+    or bool) and the ``page`` (default: the running script's name) identify the
+    figure across devices. ``value`` is a :class:`~gpuguide.timing.Measurement`
+    (median time, ``"s"``), a :class:`~gpuguide.timing.Rate` or a
+    :class:`~gpuguide.verdicts.Comparison` (speed-up, ``"x"``), each with its own
+    spread, or a number with its ``unit`` and optional ``spread`` ``(q25, q75)``.
+    ``size`` is shown but does not identify the figure; ``peak`` names the device
+    peak it is a share of (:data:`PEAK_NAMES`); ``x`` is its position on a sweep.
 
-    Recording the same figure again replaces it. When ``GPUGUIDE_RECORD`` names
-    a file, the figure is written there at once, so a page that fails later
-    keeps it. Raises ``ValueError`` for an empty name or unit, a value or
-    spread that is not finite, a configuration value of another type or no
-    page to name; :class:`ResultsFileError` if ``GPUGUIDE_RECORD`` names an
-    invalid file or one of another device.
+    Recording the same figure again replaces it. When ``GPUGUIDE_RECORD`` names a
+    file, the figure is written there at once, so a page that fails later keeps
+    it. Raises ``ValueError`` for an empty name or unit, a value or spread that
+    is not finite, a configuration value of another type or no page to name;
+    :class:`ResultsFileError` if ``GPUGUIDE_RECORD`` names an invalid file or one
+    of another device.
     """
     number, unit, spread = _figure(value, unit, spread)
     result = Result(
@@ -639,9 +580,8 @@ def record(
     )  # fmt: skip
     _recorded.pop(result.key, None)
     _recorded[result.key] = result
-    target = _recording_path()
-    if target is not None:
-        _flush(target, current_device())
+    if target := os.environ.get(RECORD_ENV, "").strip():
+        _flush(Path(target), current_device())
     return result
 
 
@@ -655,9 +595,8 @@ def clear() -> None:
     _recorded.clear()
 
 
-def _flush(target: Path, device: DeviceRecord) -> Path:
-    """Write what this process recorded into ``target``: its pages' figures
-    replace theirs, the other pages' stay; the provenance becomes this run's."""
+def _flush(target: Path, device: DeviceRecord) -> None:
+    """Write what this process recorded into ``target``, keeping the other pages'."""
     mine = recorded()
     kept: tuple[Result, ...] = ()
     if target.exists():
@@ -672,4 +611,4 @@ def _flush(target: Path, device: DeviceRecord) -> Path:
         pages = {r.page for r in mine}
         kept = tuple(r for r in existing.results if r.page not in pages)
     ordered = sorted((*kept, *mine), key=lambda r: r.page)  # stable: pages keep order
-    return save(ResultsFile(device, tuple(ordered)), target)
+    save(ResultsFile(device, tuple(ordered)), target)

@@ -1,14 +1,8 @@
 """A synthetic image dataset whose samples cost a chosen amount of CPU work.
 
-Real input pipelines spend CPU time per sample: reading a file, decoding it,
-augmenting it. :class:`SyntheticImages` imitates that without any files: sample
-``i`` is built from a random generator seeded with ``(seed, i)``, so it is the
-same in every process and on every run, and a ``work`` knob sets how many
-smoothing passes (the stand-in for decoding) each sample goes through.
-
-It lives in a module, not in an example, so that DataLoader workers started
-with the ``"spawn"`` method can unpickle it: a spawned worker imports the
-classes it receives by name (see :mod:`gpuguide.chapters.spawning`).
+:class:`SyntheticImages` imitates a pipeline's per-sample CPU time (read, decode,
+augment) without files. It lives in a module so that DataLoader workers started
+with ``"spawn"`` can import it by name (see :mod:`gpuguide.chapters.spawning`).
 
 Examples
 --------
@@ -37,39 +31,16 @@ __all__ = ["SyntheticImages"]
 class SyntheticImages:
     """Map-style dataset of random images made on the fly, with a CPU-cost knob.
 
-    Each sample goes through the steps of a typical image pipeline: "decode"
-    (a random ``uint8`` image, ``pad`` pixels larger on every side than the
-    output, smoothed ``work`` times by a 3 x 3 box filter), a random crop back
-    to ``shape``, a random horizontal flip, and conversion to a ``float32``
-    tensor with values in ``[0, 1]``. The label is drawn from the same
-    generator. It implements ``__len__`` and ``__getitem__``, which is all
-    :class:`torch.utils.data.DataLoader` needs from a map-style dataset.
+    Sample ``i`` comes from a generator seeded with ``(seed, i)``, the same in
+    every process and run: a random ``uint8`` image ``pad`` pixels larger on
+    every side than ``shape`` ("decode"), smoothed ``work`` times by a 3 x 3 box
+    filter, cropped at random back to ``shape``, flipped at random, as a
+    ``float32`` tensor in ``[0, 1]``, with a label in ``[0, num_classes)``.
+    Nothing is stored, so a large ``length`` costs nothing. A sample's CPU time
+    grows about linearly with ``work``; time ``dataset[0]`` where you run.
 
-    Parameters
-    ----------
-    length : int
-        Number of samples (>= 0). Nothing is stored, so a large length costs
-        nothing.
-    shape : tuple of int
-        ``(channels, height, width)`` of each image (each >= 1).
-    num_classes : int
-        Labels are integers in ``[0, num_classes)`` (>= 1).
-    work : int
-        Smoothing passes per sample (>= 0): the CPU time of a sample grows
-        about linearly with it. Measure it where you run (time
-        ``dataset[0]``); it depends on the CPU and on ``shape``.
-    pad : int
-        Border added before the random crop, in pixels (>= 0).
-    seed : int
-        Seed shared by all samples (>= 0); sample ``i`` uses ``(seed, i)``.
-
-    Raises
-    ------
-    ValueError
-        For negative sizes or counts, or a shape that is not three positive
-        integers.
-    TypeError
-        If a size or count is not an integer.
+    Raises ``ValueError`` for a negative count or a shape that is not three
+    positive integers, ``TypeError`` for a count that is not an integer.
 
     Examples
     --------
@@ -81,15 +52,9 @@ class SyntheticImages:
     """
 
     def __init__(
-        self,
-        length: int,
-        *,
-        shape: tuple[int, int, int] = (3, 32, 32),
-        num_classes: int = 10,
-        work: int = 2,
-        pad: int = 4,
-        seed: int = 0,
-    ) -> None:
+        self, length: int, *, shape: tuple[int, int, int] = (3, 32, 32),
+        num_classes: int = 10, work: int = 2, pad: int = 4, seed: int = 0,
+    ) -> None:  # fmt: skip
         self.length = checks.integer("length", length, minimum=0)
         self.work = checks.integer("work", work, minimum=0)
         self.pad = checks.integer("pad", pad, minimum=0)
@@ -105,10 +70,7 @@ class SyntheticImages:
         return self.length
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        """Sample ``index``: a ``float32`` image tensor of ``shape`` and its label.
-
-        Negative indices count from the end, as for a list.
-        """
+        """Sample ``index`` (negative: from the end) and its label."""
         import torch
 
         index = operator.index(index)
@@ -143,8 +105,7 @@ class SyntheticImages:
 def _box_blur(image: np.ndarray) -> np.ndarray:
     """Mean of each pixel's 3 x 3 neighbourhood (edges repeated), per channel."""
     padded = np.pad(image, ((0, 0), (1, 1), (1, 1)), mode="edge")
-    height, width = image.shape[1:]
     rows = padded[:, :-2, :] + padded[:, 1:-1, :] + padded[:, 2:, :]
-    total = rows[:, :, :-2] + rows[:, :, 1:-1] + rows[:, :, 2:]
+    total = rows[:, :, :-2] + rows[:, :, 1:-1] + rows[:, :, 2:]  # the shape of image
     smoothed: np.ndarray = (total / np.float32(9.0)).astype(np.float32, copy=False)
-    return smoothed[:, :height, :width]
+    return smoothed

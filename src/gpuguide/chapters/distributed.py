@@ -1,14 +1,10 @@
 """Data-parallel training in spawned processes: what each process imports by name.
 
-A spawned process imports the function it runs by name (see
-:mod:`gpuguide.chapters.spawning`), so an example page cannot hand it a function
-of its own. This module holds what the DDP page's processes run:
-:func:`run_rank`, the entry point of one process, which sets the environment
-variables that ``torchrun`` would set (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
-``MASTER_ADDR``, ``MASTER_PORT``) and calls a function; and
-:func:`ddp_train_worker`, such a function, which trains a small MLP with
-:class:`~torch.nn.parallel.DistributedDataParallel` and times its steps with
-:func:`gpuguide.benchmark`. The page starts the processes itself.
+A spawned process imports what it runs by name (:mod:`gpuguide.chapters.spawning`),
+so the DDP page's processes run these. :func:`run_rank` is one process's entry
+point: it sets the variables ``torchrun`` would set and calls a function, here
+:func:`ddp_train_worker`, which trains a small MLP with
+:class:`~torch.nn.parallel.DistributedDataParallel` and times its steps.
 
 Examples
 --------
@@ -39,27 +35,19 @@ if TYPE_CHECKING:
 
 __all__ = ["DDPConfig", "DDPReport", "ddp_train_worker", "make_mlp", "run_rank"]
 
-#: A warm-up budget no call can stay under: ``benchmark`` then warms up with
-#: exactly one call, so every rank makes the same number of calls (each DDP step
-#: is a collective operation; a rank that made one call more would wait forever).
+# A warm-up budget no call stays under: ``benchmark`` warms up with exactly one call,
+# so every rank makes as many calls (a DDP step is collective: one more would hang).
 _ONE_WARMUP_CALL_MS = 1e-6
 
 
 def _run_rank(
-    local_rank: int,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    world_size: int,
-    master_addr: str,
-    master_port: int,
-    results: Any,
-) -> None:
+    local_rank: int, fn: Callable[..., Any], args: tuple[Any, ...], world_size: int,
+    master_addr: str, master_port: int, results: Any,
+) -> None:  # fmt: skip
     """Set torchrun's variables for this rank, call ``fn(*args)``, put the result."""
     rank, size = str(local_rank), str(world_size)
-    os.environ.update(
-        RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=size, LOCAL_WORLD_SIZE=size
-    )
-    os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
+    os.environ.update(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=size, LOCAL_WORLD_SIZE=size,
+                      MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))  # fmt: skip
     results.put((local_rank, fn(*args)))
 
 
@@ -67,15 +55,11 @@ def run_rank(local_rank: int, *args: Any) -> None:  # pragma: no cover - child
     """The entry point of one spawned rank: ``torch.multiprocessing`` passes its index.
 
     Called as ``run_rank(local_rank, fn, args, world_size, master_addr,
-    master_port, results)``: sets ``RANK`` and ``LOCAL_RANK`` (the index),
-    ``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``,
-    so that ``fn`` runs as it would under ``torchrun``; puts ``(local_rank,
-    fn(*args))`` in the ``results`` queue; then exits at once. Tearing down the
-    interpreter while gloo's threads still hold tensors can abort the process
-    (``terminate called without an active exception``), a known shutdown race in
-    torch.distributed; the result is already in the queue (a ``SimpleQueue``
-    writes before ``put`` returns), so the process flushes its output and leaves
-    without that teardown.
+    master_port, results)``: sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+    ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` as ``torchrun``
+    would, puts ``(local_rank, fn(*args))`` in ``results``, then exits at once:
+    tearing down while gloo's threads hold tensors can abort the process (a
+    known shutdown race), and the result is already in the queue.
     """
     _run_rank(local_rank, *args)
     sys.stdout.flush()
@@ -87,24 +71,12 @@ def run_rank(local_rank: int, *args: Any) -> None:  # pragma: no cover - child
 class DDPConfig:
     """What :func:`ddp_train_worker` trains and how long it times.
 
-    Attributes
-    ----------
-    backend : str
-        ``"gloo"`` (CPU tensors) or ``"nccl"`` (one CUDA GPU per rank).
-    features, width, classes : int
-        The MLP's input size, hidden width and number of classes.
-    batch_size : int
-        Samples per rank per step; ``world_size`` ranks train
-        ``world_size * batch_size`` samples per step.
-    steps : int
-        Timed steps per measurement (the same on every rank).
-    warmup_steps : int
-        Untimed steps before the first measurement.
-    cpu_threads : int or None
-        ``torch.set_num_threads`` in each process with ``"gloo"``; None
-        leaves torch's default.
-    seed : int
-        Seed for the data and the initial weights, the same on every rank.
+    ``backend`` is ``"gloo"`` (CPU tensors) or ``"nccl"`` (one CUDA GPU per
+    rank); ``features``, ``width`` and ``classes`` size the MLP; ``batch_size``
+    is per rank and step; ``steps`` timed steps (the same on every rank) follow
+    ``warmup_steps`` untimed ones; ``cpu_threads`` is each gloo process's
+    ``torch.set_num_threads`` (None: torch's default); ``seed`` seeds the data
+    and the initial weights on every rank.
     """
 
     backend: str = "gloo"
@@ -129,34 +101,14 @@ class DDPConfig:
 class DDPReport:
     """What one rank of :func:`ddp_train_worker` measured and checked.
 
-    Attributes
-    ----------
-    rank, world_size : int
-        This process's rank and the number of processes.
-    device : str
-        Where this rank trained (``"cpu"``, ``"cuda:1"``).
-    step : Measurement
-        A full training step: forward, backward (with DDP's gradient
-        all-reduce) and optimizer step.
-    step_no_sync : Measurement
-        The same step inside ``no_sync()``: no gradient communication.
-    allreduce : Measurement
-        One all-reduce of a buffer as large as all gradients, alone.
-    gradient_bytes : int
-        Bytes of gradients all-reduced per step.
-    samples_per_step : int
-        Samples per step over all ranks (``world_size * batch_size``).
-    first_indices : tuple of int
-        The first sample indices this rank's ``DistributedSampler`` gave it.
-    rank_difference : float
-        Largest difference between this rank's averaged gradients and rank
-        0's (0 when DDP kept the replicas identical).
-    mean_error : float
-        Largest difference between the averaged gradients and the mean of
-        the ranks' local gradients computed with ``no_sync()``.
-    gradient_norm : float
-        L2 norm of the averaged gradients of the first batch (the initial
-        weights), for checking against a computation in one process.
+    Timed: ``step`` (forward, backward with DDP's gradient all-reduce, optimizer
+    step), ``step_no_sync`` (the same inside ``no_sync()``: no communication) and
+    ``allreduce`` (one all-reduce of all ``gradient_bytes``, alone). Checked on
+    the first batch: ``rank_difference`` (largest difference of this rank's
+    averaged gradients from rank 0's), ``mean_error`` (from the mean of the
+    ranks' local gradients) and ``gradient_norm`` (L2, to compare with one
+    process). ``first_indices`` are the first samples its ``DistributedSampler``
+    gave it; ``samples_per_step`` is ``world_size * batch_size``.
     """
 
     rank: int
@@ -177,13 +129,8 @@ def make_mlp(features: int, width: int, classes: int) -> torch.nn.Module:
     """A three-layer MLP: ``features -> width -> width -> classes`` with ReLUs."""
     from torch import nn
 
-    return nn.Sequential(
-        nn.Linear(features, width),
-        nn.ReLU(),
-        nn.Linear(width, width),
-        nn.ReLU(),
-        nn.Linear(width, classes),
-    )
+    return nn.Sequential(nn.Linear(features, width), nn.ReLU(), nn.Linear(width, width),
+                         nn.ReLU(), nn.Linear(width, classes))  # fmt: skip
 
 
 def _flat_grads(model: torch.nn.Module) -> torch.Tensor:
@@ -195,20 +142,10 @@ def _flat_grads(model: torch.nn.Module) -> torch.Tensor:
 
 
 def ddp_train_worker(config: DDPConfig) -> DDPReport:
-    """Train an MLP with DistributedDataParallel in this process; time its steps.
+    """Train an MLP with DistributedDataParallel in this rank; time its steps.
 
-    Run it in every rank, e.g. with :func:`run_rank` or under ``torchrun``: it
-    reads ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` from the environment.
-
-    Parameters
-    ----------
-    config : DDPConfig
-        The model, batch, backend and number of steps.
-
-    Returns
-    -------
-    DDPReport
-        This rank's timings and gradient checks.
+    Run it in every rank (with :func:`run_rank` or under ``torchrun``): it reads
+    ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` from the environment.
     """
     import torch
     import torch.distributed as dist
@@ -278,15 +215,9 @@ def ddp_train_worker(config: DDPConfig) -> DDPReport:
             step()
 
         def timed(fn: Callable[..., Any], label: str, *args: Any) -> Measurement:
-            return benchmark(
-                fn,
-                args=args,
-                label=label,
-                device=device,
-                warmup_ms=_ONE_WARMUP_CALL_MS,
-                min_reps=config.steps,
-                max_reps=config.steps,
-            )
+            return benchmark(fn, args=args, label=label, device=device,
+                             warmup_ms=_ONE_WARMUP_CALL_MS, min_reps=config.steps,
+                             max_reps=config.steps)  # fmt: skip
 
         timed_step = timed(step, "DDP step")
         timed_no_sync = timed(step_no_sync, "DDP step, no_sync")
@@ -294,19 +225,14 @@ def ddp_train_worker(config: DDPConfig) -> DDPReport:
         timed_allreduce = timed(dist.all_reduce, "all-reduce alone", buffer)
         dist.barrier()  # every rank is done with its collectives before teardown
         report = DDPReport(
-            rank=rank,
-            world_size=world_size,
-            device=str(device),
-            step=timed_step,
-            step_no_sync=timed_no_sync,
-            allreduce=timed_allreduce,
+            rank=rank, world_size=world_size, device=str(device), step=timed_step,
+            step_no_sync=timed_no_sync, allreduce=timed_allreduce,
             gradient_bytes=averaged.numel() * averaged.element_size(),
             samples_per_step=world_size * config.batch_size,
             first_indices=tuple(list(sampler)[:4]),
-            rank_difference=float(rank_difference),
-            mean_error=float(mean_error),
+            rank_difference=float(rank_difference), mean_error=float(mean_error),
             gradient_norm=float(averaged.norm()),
-        )
+        )  # fmt: skip
         # Free DDP, whose Reducer holds the process group, while the group is
         # still registered: a Reducer freed after destroy_process_group runs
         # gloo's destructor itself, which was seen to hang joining its threads.

@@ -1,13 +1,10 @@
 """Draw the roofline: measured operations between the memory and compute roofs.
 
-:func:`plot_roofline` draws the two roofs of a device (the slanted memory roof
-and the flat compute roof) and measured operations, each at its arithmetic
-intensity (FLOP/byte) and achieved FLOP/s and coloured by the regime the page
-found for it, on log-log axes in the style of :mod:`gpuguide.plotting`. Counting
-FLOP and bytes, which roof applies and how a regime is decided are the lesson of
-the roofline page, so that arithmetic lives there. :func:`streaming_elements`
-sizes the large elementwise tensors the page (and :mod:`gpuguide.checkup`)
-stream through memory.
+:func:`plot_roofline` draws a device's two roofs and measured operations at their
+arithmetic intensity and achieved FLOP/s, coloured by the regime the page found
+(counting FLOP and bytes, and deciding a regime, are the page's lesson).
+:func:`streaming_elements` sizes the large elementwise tensors the page (and
+``python -m gpuguide``'s check-up) stream through memory.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ from gpuguide import checks
 from gpuguide.device import as_device
 from gpuguide.env import small_mode
 from gpuguide.peaks import streaming_bytes
-from gpuguide.plotting import COLORS, label_device, require_unit, style_axes
+from gpuguide.plotting import COLORS, label_device, style_axes
 from gpuguide.sizes import largest_size
 from gpuguide.units import format_rate
 
@@ -29,24 +26,15 @@ if TYPE_CHECKING:
 
     from gpuguide.device import DeviceInfo
 
-__all__ = [
-    "REGIMES",
-    "STREAMING_MIN_ELEMENTS",
-    "plot_roofline",
-    "streaming_elements",
-]
+__all__ = ["REGIMES", "STREAMING_MIN_ELEMENTS", "plot_roofline", "streaming_elements"]
 
 #: The regimes :func:`plot_roofline` colours points by.
 REGIMES: tuple[str, ...] = ("overhead-bound", "memory-bound", "compute-bound")
 
-#: Outside small mode, the large elementwise tensors hold at least this many
-#: float32 elements (64 MiB each): more than a GPU's L2, so that main memory, not
-#: a cache, feeds them. On a CPU they hold at least as many bytes as the tensors
-#: its memory ceiling is measured with (:func:`gpuguide.peaks.streaming_bytes`:
-#: four times its last-level caches).
+#: Outside small mode, the large elementwise tensors hold at least this many float32
+#: elements (64 MiB each, more than a GPU's L2), so that main memory feeds them.
 STREAMING_MIN_ELEMENTS = 2**24
 
-#: Colour and marker of each regime on the plot (Okabe-Ito colours).
 _REGIME_STYLE: dict[str, tuple[str, str]] = {
     "overhead-bound": (COLORS[3], "s"),
     "memory-bound": (COLORS[0], "o"),
@@ -55,43 +43,23 @@ _REGIME_STYLE: dict[str, tuple[str, str]] = {
 
 
 def streaming_elements(
-    *,
-    device: torch.device | str | None = None,
-    small: bool | None = None,
+    *, device: torch.device | str | None = None, small: bool | None = None
 ) -> int:
     """Elements of each large float32 tensor that an elementwise operation streams.
 
-    The largest power of two from ``2**12`` to ``2**28`` for which four such
-    tensors (``x``, ``y``, ``z`` and ``out``: 16 bytes per element) fit the
-    device's memory budget and one ``z + x * y`` over them (2 FLOP and 16 bytes
-    moved per element) fits its time per call
-    (:func:`gpuguide.sizes.largest_size`). Outside small mode it is at least
-    :data:`STREAMING_MIN_ELEMENTS`, and on a CPU at least the elements of
-    the tensors its memory ceiling streams (:func:`gpuguide.peaks.streaming_bytes`),
-    so that the tensors outgrow the caches.
-
-    Parameters
-    ----------
-    device : torch.device or str, optional
-        The device; :func:`gpuguide.device.pick_device` chooses when omitted.
-    small : bool, optional
-        Size for small mode; by default :func:`gpuguide.env.small_mode`.
-
-    Returns
-    -------
-    int
-        The number of elements.
+    The largest power of two from ``2**12`` to ``2**28`` for which ``x``, ``y``,
+    ``z`` and ``out`` (16 bytes per element) fit the device's memory budget and
+    one ``z + x * y`` (2 FLOP, 16 bytes per element) its time per call
+    (:func:`gpuguide.sizes.largest_size`). Outside small mode (``small``, default
+    :func:`gpuguide.env.small_mode`) at least :data:`STREAMING_MIN_ELEMENTS`, and
+    on a CPU at least the tensors its memory ceiling streams
+    (:func:`gpuguide.peaks.streaming_bytes`), so that they outgrow the caches.
     """
     elements = largest_size(
-        2**12,
-        2**28,
-        memory_at=lambda n: 16 * n,
-        flop_at=lambda n: 2 * n,
-        traffic_at=lambda n: 16 * n,
-        device=device,
-    )
-    small = small_mode() if small is None else small
-    if small:
+        2**12, 2**28, memory_at=lambda n: 16 * n, flop_at=lambda n: 2 * n,
+        traffic_at=lambda n: 16 * n, device=device,
+    )  # fmt: skip
+    if small_mode() if small is None else small:
         return elements
     least = STREAMING_MIN_ELEMENTS
     if as_device(device).type == "cpu":
@@ -99,22 +67,11 @@ def streaming_elements(
     return max(elements, least)
 
 
-def _flops_unit(peak_flops_per_s: float) -> tuple[float, str]:
-    """FLOP/s per plotted unit and its name: TFLOP/s for a GPU, GFLOP/s below."""
-    return (1e12, "TFLOP/s") if peak_flops_per_s >= 1e12 else (1e9, "GFLOP/s")
-
-
-#: Size of one character and one line of an ``x-small`` label, in points (approx.).
-_CHAR_PT, _LINE_PT = 4.6, 8.5
+_CHAR_PT, _LINE_PT = 4.6, 8.5  # one character and one line of x-small text, in points
 
 
 def _label_points(ax: Axes, items: Sequence[tuple[str, float, float]]) -> None:
-    """Write each label below and to the right of its point, without overlaps.
-
-    Labels are placed from left to right; one that would overlap a label
-    already placed moves down a line until it is clear. Sizes are estimated
-    from the number of characters, which is close enough for short labels.
-    """
+    """Write each label below right of its point, moved down a line past overlaps."""
     to_points = 72.0 / ax.figure.dpi
     placed: list[tuple[float, float, float, float]] = []
     for text, x, y in sorted(items, key=lambda item: (item[1], -item[2])):
@@ -127,58 +84,41 @@ def _label_points(ax: Axes, items: Sequence[tuple[str, float, float]]) -> None:
         ):
             dy -= _LINE_PT
         placed.append((left, py + dy - _LINE_PT, right, py + dy))
-        ax.annotate(
-            text,
-            xy=(x, y),
-            xytext=(5.0, dy),
-            textcoords="offset points",
-            va="top",
-            fontsize="x-small",
-        )
+        ax.annotate(text, xy=(x, y), xytext=(5.0, dy), textcoords="offset points",
+                    va="top", fontsize="x-small")  # fmt: skip
 
 
 def plot_roofline(
-    ax: Axes,
-    points: Mapping[str, tuple[float, float]],
-    *,
-    regimes: Mapping[str, str],
-    peak_flops_per_s: float,
-    peak_bytes_per_s: float,
-    title: str,
+    ax: Axes, points: Mapping[str, tuple[float, float]], *, regimes: Mapping[str, str],
+    peak_flops_per_s: float, peak_bytes_per_s: float, title: str,
     device: torch.device | str | DeviceInfo | None = None,
     sweeps: Mapping[str, Mapping[str, tuple[float, float]]] | None = None,
-) -> None:
+) -> None:  # fmt: skip
     """Draw the roofline and the measured points on log-log axes.
 
-    The roof is ``min(peak_flops_per_s, intensity * peak_bytes_per_s)``; a
-    dotted vertical line marks the ridge where the two meet. Every point is
-    coloured and shaped by its regime and annotated with its label. The y axis
-    is in GFLOP/s, or TFLOP/s when the compute roof is at least 1 TFLOP/s.
+    The roof is ``min(peak_flops_per_s, intensity * peak_bytes_per_s)``, with a
+    dotted line at the ridge; the y axis is in TFLOP/s from a 1 TFLOP/s roof on,
+    GFLOP/s below.
 
     Parameters
     ----------
-    ax : matplotlib.axes.Axes
-        Where to draw.
     points : mapping of str to (float, float)
-        Single measurements, label -> (intensity in FLOP/byte, achieved
-        FLOP/s), each annotated with its label.
+        Label -> (intensity in FLOP/byte, achieved FLOP/s), each annotated.
     regimes : mapping of str to str
-        Each point's label -> its regime, one of :data:`REGIMES`.
+        Each point's label -> its regime, one of :data:`REGIMES` (its colour).
     peak_flops_per_s, peak_bytes_per_s : float
-        The roofs, in FLOP/s and bytes/s (> 0).
+        The roofs, in FLOP/s and bytes/s.
     title, device
-        As for :func:`gpuguide.plotting.plot_sweep`: the finding, and the device
-        named on the figure.
+        As for :func:`gpuguide.plotting.plot_sweep`.
     sweeps : mapping of str to points, optional
-        Name -> the points of one sweep, in order, joined by a line in the
-        legend; only the first and last point of a sweep are annotated.
+        Name -> the points of one sweep, in order, joined by a line; only its
+        first and last points are annotated.
 
     Raises
     ------
     ValueError
-        For peaks that are not positive and finite, no points at all, a point
-        whose intensity or rate is not positive, or a point without a regime
-        from :data:`REGIMES`.
+        For peaks that are not positive and finite, no points, a point whose
+        intensity or rate is not positive, or one without a regime.
     """
     flops = checks.positive("peak_flops_per_s", peak_flops_per_s)
     bandwidth = checks.positive("peak_bytes_per_s", peak_bytes_per_s)
@@ -196,9 +136,7 @@ def plot_roofline(
     if unknown:
         msg = f"regimes must give each point one of {REGIMES}; not given for {unknown}"
         raise ValueError(msg)
-    scale, unit = _flops_unit(flops)
-    xlabel = require_unit("arithmetic intensity (FLOP/byte)")
-    ylabel = require_unit(f"achieved compute ({unit})")
+    scale, unit = (1e12, "TFLOP/s") if flops >= 1e12 else (1e9, "GFLOP/s")
     ridge = flops / bandwidth
     intensities = [x for _, (x, _) in everything] + [ridge]
     x_lo, x_hi = min(intensities) / 4, max(intensities) * 4
@@ -217,31 +155,17 @@ def plot_roofline(
     for i, (name, run) in enumerate(runs.items()):
         if not run:
             continue
-        ax.plot(
-            [x for _, (x, _) in run],
-            [rate / scale for _, (_, rate) in run],
-            color=COLORS[(4 + i) % len(COLORS)],
-            lw=1.2,
-            ls="--",
-            label=name,
-            zorder=3,
-        )
+        ax.plot([x for _, (x, _) in run], [rate / scale for _, (_, rate) in run],
+                color=COLORS[(4 + i) % len(COLORS)], lw=1.2, ls="--", label=name,
+                zorder=3)  # fmt: skip
         labelled += [run[0]] if len(run) == 1 else [run[0], run[-1]]
     seen: set[str] = set()
     for label, (intensity, rate) in everything:
         kind = regimes[label]
         color, marker = _REGIME_STYLE[kind]
-        ax.scatter(
-            [intensity],
-            [rate / scale],
-            color=color,
-            marker=marker,
-            s=42,
-            zorder=4,
-            edgecolors="white",
-            linewidths=0.6,
-            label=None if kind in seen else kind,
-        )
+        ax.scatter([intensity], [rate / scale], color=color, marker=marker, s=42,
+                   zorder=4, edgecolors="white", linewidths=0.6,
+                   label=None if kind in seen else kind)  # fmt: skip
         seen.add(kind)
 
     ax.set_xscale("log")
@@ -250,18 +174,12 @@ def plot_roofline(
     rates = [rate for _, (_, rate) in everything]
     low, high = min(min(rates), roof_y[0] * scale), max(max(rates), flops)
     ax.set_ylim(low / scale / 3, high / scale * 3)
-    ax.annotate(
-        f"ridge {ridge:.3g} FLOP/byte",
-        xy=(ridge, high / scale * 3),
-        xytext=(4, -3),
-        textcoords="offset points",
-        va="top",
-        fontsize="x-small",
-        color="0.35",
-    )
+    ax.annotate(f"ridge {ridge:.3g} FLOP/byte", xy=(ridge, high / scale * 3),
+                xytext=(4, -3), textcoords="offset points", va="top",
+                fontsize="x-small", color="0.35")  # fmt: skip
     _label_points(ax, [(label, x, rate / scale) for label, (x, rate) in labelled])
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel(f"achieved compute ({unit})")
     ax.set_title(title)
     ax.legend(loc="lower right")
     label_device(ax.figure, device)
