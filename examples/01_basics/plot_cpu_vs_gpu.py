@@ -114,7 +114,7 @@ def show(name, sizes, times, work, unit, peak, xlabel):
     for label, (n, m) in last.items():
         own = "copies" not in label and (label == "CPU") != on_gpu  # run's device
         rate = m.rate(work(n), unit)
-        report(f"{name} rate, {label}", rate, peak=peak if own else None, size=n)
+        report(f"{name} rate", rate, peak=peak if own else None, size=n, on=label)
         if label == "CPU":
             legend[f"CPU ({cpu_name.removeprefix('CPU: ')})"] = times[label]
             title = f"the CPU reaches {rate}"

@@ -150,13 +150,13 @@ for mode, dtype in modes.items():
 steps_of = {mode: lambda s=run["step"]: s(x, y) for mode, run in runs.items()}
 times = interleave(steps_of, rep_ms=500, device=device)
 for mode, run in runs.items():
-    report(f"{mode} step time", times[mode], size=dims)
+    report("step time", times[mode], size=dims, mode=mode)
     if on_cuda:
         print(f"{mode}: {host_and_gpu_times(steps_of[mode], device=device)}")
     with track_memory(device) as tracker:
         run["step"](x, y)
     if (peak := tracker.report.peak_increase_bytes) is not None:
-        report(f"{mode} step peak", peak, unit="B", size=dims)
+        report("step peak", peak, unit="B", size=dims, mode=mode)
 
 # %%
 # Step time

@@ -138,7 +138,7 @@ def saved_bytes(dtype):
 
 saved = {name[d]: saved_bytes(d) for d in (torch.float32, *low)}
 for mode, nbytes in saved.items():
-    report(f"{mode} saved for backward", nbytes, unit="B", size=dims)
+    report("saved for backward", nbytes, unit="B", size=dims, mode=mode)
 fig, ax = plt.subplots()
 kept = min(saved.values()) / saved["float32"]
 plot_bars(ax, {mode: nbytes / 2**20 for mode, nbytes in saved.items()},

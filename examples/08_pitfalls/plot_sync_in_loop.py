@@ -124,6 +124,11 @@ for width in widths:
                  "every 10": every_10, "every step": every,
                  "once speed vs every": gains[width].short})  # fmt: skip
 print(table(rows, title="time per training step"))
+for read, field in [("once at the end", "read once"), ("every step", "every step")]:
+    gpuguide.record("training step", rows[-1][field], size=width, read=read)
+if on_gpu:  # at the largest width, as the recorded devices have them
+    gpuguide.record("host: issuing a step", rows[-1]["host"], size=width)
+    gpuguide.record("GPU: the step's kernels", rows[-1]["GPU"], size=width)
 
 # %%
 # What the numbers say
