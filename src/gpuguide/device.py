@@ -1,15 +1,9 @@
 """Pick the device to run on and describe it, for labels and provenance lines.
 
-:func:`pick_device` chooses where a page runs (an explicit choice, then
-``GPUGUIDE_DEVICE``, then CUDA, MPS, the CPU) and caps a CUDA allocator at
-``GPUGUIDE_GPU_MEMORY`` (:func:`apply_memory_cap`), so a large GPU runs a page
-as a smaller one would. :func:`describe_device` collects what a reader needs to
-judge a measurement (GPU model and variant, torch, CUDA and driver versions, the
-host CPU, the gpuguide commit), and :func:`provenance` makes it the one line
-printed under every measurement.
+:func:`pick_device` chooses where a page runs and caps a CUDA allocator at
+``GPUGUIDE_GPU_MEMORY``; :func:`describe_device` collects what a reader needs to
+judge a measurement, and :func:`provenance` makes it one line.
 
-Examples
---------
 >>> provenance("cpu").startswith("Measured on CPU ")
 True
 """
@@ -41,7 +35,7 @@ __all__ = ["DeviceInfo", "describe_device", "pick_device", "provenance"]
 
 _SUPPORTED_TYPES = ("cuda", "mps", "cpu")
 
-# The cap each CUDA device's allocator was last given, by device index.
+# The cap each CUDA device's allocator was last given, by index.
 _applied_caps: dict[int, int | None] = {}
 
 
@@ -91,21 +85,11 @@ def _check_available(device: torch.device) -> torch.device:
 
 
 def pick_device(prefer: str | torch.device | None = None) -> torch.device:
-    """Choose the device to run on.
+    """Choose the device: ``prefer`` (``"cuda:1"``, ``"mps"``...), else
+    ``GPUGUIDE_DEVICE``, else the current CUDA device, else MPS, else the CPU.
 
-    ``prefer`` (``"cuda:1"``, ``"mps"``, ``"cpu"``...) if given; else
-    ``GPUGUIDE_DEVICE`` if set; else the current CUDA device, else MPS, else
-    the CPU. A CUDA device carries its index and its allocator is capped
-    (:func:`apply_memory_cap`).
-
-    Raises
-    ------
-    RuntimeError
-        If the chosen device is not available here.
-    ValueError
-        If the choice names no cuda, mps or cpu device, or
-        ``GPUGUIDE_GPU_MEMORY`` is not a size or more than the GPU has.
-    """
+    A CUDA device's allocator is capped (:func:`apply_memory_cap`). Raises
+    ``RuntimeError`` if the device is not available, else ``ValueError``."""
     import torch
 
     choice: Any = prefer
@@ -132,20 +116,9 @@ def pick_device(prefer: str | torch.device | None = None) -> torch.device:
 
 
 def apply_memory_cap(device: str | torch.device) -> int | None:
-    """Cap this process's CUDA allocator on ``device`` at ``GPUGUIDE_GPU_MEMORY``.
-
-    With ``GPUGUIDE_GPU_MEMORY=16GiB`` on an 80 GB GPU, pages plan with at most
-    16 GiB (:func:`gpuguide.sizes.free_memory_bytes`) and the allocator raises
-    ``torch.OutOfMemoryError`` beyond it
-    (``torch.cuda.set_per_process_memory_fraction``; the CUDA context is not
-    counted). Set once per device, again when the variable changes; in small
-    mode an unset variable caps at :data:`gpuguide.env.SMALL_GPU_MEMORY`.
-    :func:`pick_device` calls it for every CUDA device it returns.
-
-    Returns the cap in bytes; None off CUDA and when no cap applies. Raises a
-    ``ValueError`` naming the variable when it is not a size or is more than the
-    GPU's memory.
-    """
+    """Cap this process's CUDA allocator on ``device`` at ``GPUGUIDE_GPU_MEMORY``
+    (small mode: by default :data:`gpuguide.env.SMALL_GPU_MEMORY`), so a large GPU
+    runs a page as a smaller one would; the cap in bytes, None where none applies."""
     import torch
 
     dev = torch.device(device)
@@ -182,17 +155,8 @@ def apply_memory_cap(device: str | torch.device) -> int | None:
 class DeviceInfo:
     """What a measurement ran on: the device, its software stack and the host CPU.
 
-    ``type`` is ``"cuda"``, ``"mps"`` or ``"cpu"``; ``name`` the GPU's name as
-    CUDA reports it, ``"Apple M2 GPU (MPS)"`` or the CPU model; ``variant`` the
-    datasheet variant (``"H100 SXM5"``) where identified. CUDA only (else None):
-    ``index``, ``sm_count``, ``total_memory_bytes``, ``compute_capability``
-    (``(9, 0)``), ``driver_version`` and ``memory_cap_bytes``
-    (:func:`apply_memory_cap`). ``cuda_version`` is torch's build's (None for a
-    CPU-only build). The host: ``cpu_model``, ``cpu_cores`` (physical, None where
-    unknown), ``cpu_threads`` (usable logical CPUs), ``torch_threads``,
-    ``cpu_isa`` (widest vector ISA: ``"AVX2"``, ``"AVX-512 BF16"``, ``"NEON"``).
-    ``gpuguide_version``, ``gpuguide_commit`` and ``gpuguide_dirty`` name the
-    helpers (:func:`gpuguide.version.describe_version`).
+    ``variant`` is the datasheet variant (``"H100 SXM5"``) where identified; the
+    GPU fields are None off CUDA; ``cpu_threads`` counts usable logical CPUs.
     """
 
     type: str
@@ -218,8 +182,8 @@ class DeviceInfo:
 
     @property
     def short_name(self) -> str:
-        """A label for figures and a device's identity across results files:
-        ``"H100 SXM5"``, the GPU name, or ``"CPU: AMD EPYC, 2 threads, AVX2"``."""
+        """A label and identity across results files: ``"H100 SXM5"``, the GPU name,
+        or ``"CPU: AMD EPYC, 2 threads, AVX2"``."""
         if self.type == "cpu":
             label = f"CPU: {self.cpu_model}, {_count(self.cpu_threads, 'thread')}"
             return f"{label}, {self.cpu_isa}" if self.cpu_isa else label
@@ -246,8 +210,7 @@ def _count(n: int, noun: str) -> str:
 
 
 def _torch_cpu_isa() -> str | None:
-    """The vector ISA torch's CPU kernels use (``"AVX-512"``), for hosts without
-    ``/proc/cpuinfo``; None where torch reports only its default."""
+    """The vector ISA torch's CPU kernels use (``"AVX-512"``), None if unknown."""
     import torch
 
     try:
@@ -261,7 +224,7 @@ def _torch_cpu_isa() -> str | None:
 
 
 def _host_fields(cpuinfo_text: str | None = None) -> dict[str, Any]:
-    """The DeviceInfo fields that describe the host and software, for any device."""
+    """The DeviceInfo fields of the host and software."""
     import torch
 
     version = describe_version()
@@ -290,8 +253,7 @@ def _describe_cuda(
     cpuinfo_text: str | None = None,
     memory_cap_bytes: int | None = None,
 ) -> DeviceInfo:
-    """Describe CUDA device ``index`` from ``props`` (as
-    ``torch.cuda.get_device_properties`` gives) and the software versions."""
+    """Describe CUDA device ``index`` from ``get_device_properties``'s ``props``."""
     name = _clean(str(props.name))
     sm_count = int(props.multi_processor_count)
     total_memory_bytes = int(props.total_memory)
@@ -312,7 +274,7 @@ def _describe_cuda(
 
 
 def _describe_host(device_type: str, cpuinfo_text: str | None = None) -> DeviceInfo:
-    """Describe the CPU, or the Apple GPU behind MPS, from the host fields."""
+    """Describe the CPU, or the Apple GPU behind MPS."""
     fields = _host_fields(cpuinfo_text)
     if device_type == "mps":
         model = fields["cpu_model"]
@@ -333,18 +295,14 @@ def _describe_host(device_type: str, cpuinfo_text: str | None = None) -> DeviceI
 
 
 def as_device(device: str | torch.device | None) -> torch.device:
-    """``device`` as a ``torch.device``, unchecked (tests drive stand-in backends);
-    None picks one with :func:`pick_device`."""
+    """``device`` as a ``torch.device``, unchecked; None picks one."""
     import torch
 
     return pick_device() if device is None else torch.device(device)
 
 
 def describe_device(device: str | torch.device | None = None) -> DeviceInfo:
-    """Describe a device (:func:`pick_device`'s when omitted), its software and host.
-
-    Applies the ``GPUGUIDE_GPU_MEMORY`` cap on CUDA; raises as :func:`pick_device`.
-    """
+    """Describe a device (:func:`pick_device`'s when omitted), its software and host."""
     import torch
 
     resolved = pick_device(device)
@@ -362,7 +320,7 @@ def describe_device(device: str | torch.device | None = None) -> DeviceInfo:
 
 
 def _utc_stamp(now: datetime | None) -> str:
-    """``now`` (default: the current time; naive means UTC) as ``"2026-11-21 10:42 UTC"``."""
+    """``now`` (default: now; naive means UTC) as ``"2026-11-21 10:42 UTC"``."""
     if now is None:
         now = datetime.now(timezone.utc)
     elif now.tzinfo is not None:
@@ -375,16 +333,9 @@ def provenance(
     *,
     now: datetime | None = None,
 ) -> str:
-    """One line that says what a measurement ran on, and when (``now``, in UTC).
-
-    ``device`` is described with :func:`describe_device` (or is a
-    :class:`DeviceInfo` already). For example ``"Measured on NVIDIA H100 80GB
-    HBM3 [H100 SXM5] (132 SMs, 79.2 GiB, compute capability 9.0) | torch 2.13.0
-    | CUDA 12.8 | driver 570.86.15 | gpuguide 0.1.0 (f4b16f4) | 2026-11-21
-    10:42 UTC"`` (``| GPU memory capped at 16.0 GiB`` after the driver where
-    capped), or ``"Measured on CPU Intel(R) Xeon(R) Platinum 8375C (2 cores, 2
-    threads, AVX-512 BF16; torch uses 2 threads) | torch 2.13.0+cpu | CUDA: none
-    (CPU-only run) | gpuguide 0.1.0 (f4b16f4+dirty) | 2026-11-21 10:42 UTC"``.
+    """One line that says what a measurement ran on, and when (``now``, in UTC):
+    ``"Measured on NVIDIA H100 80GB HBM3 [H100 SXM5] (132 SMs, ...) | torch 2.13.0 |
+    CUDA 12.8 | driver 570.86.15 | gpuguide 0.1.0 (f4b16f4) | 2026-11-21 10:42 UTC"``.
     """
     info = device if isinstance(device, DeviceInfo) else describe_device(device)
     parts: list[str] = []

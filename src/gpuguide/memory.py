@@ -1,13 +1,8 @@
 """Measure how much memory a block of code uses, on CUDA, MPS or the CPU.
 
-:func:`track_memory` is a context manager. On CUDA it reads PyTorch's caching
-allocator counters, the bytes held by tensors; on the CPU, which has no
-tensor-level counter, the resident set size (RSS) of the whole process, which
-also counts Python objects, libraries and memory the C allocator keeps after a
-free. Each :class:`MemoryReport` says in its ``note`` what it measured.
+:func:`track_memory` reads PyTorch's allocator counters on CUDA and the process's
+resident set size (RSS) on the CPU; a :class:`MemoryReport`'s ``note`` says which.
 
-Examples
---------
 >>> import torch
 >>> with track_memory("cpu") as tracker:
 ...     x = torch.ones(1024, 1024)
@@ -37,12 +32,11 @@ if TYPE_CHECKING:
 
 __all__ = ["MemoryReport", "release_host_memory", "rss_bytes", "track_memory"]
 
-# Linux files read for the CPU path; module-level so tests can point them elsewhere.
+# Linux files of the CPU path (tests point them elsewhere).
 _STATM = "/proc/self/statm"
 _STATUS = "/proc/self/status"
 _CLEAR_REFS = "/proc/self/clear_refs"
 
-#: Period of the fallback sampling thread, in seconds.
 _SAMPLE_PERIOD_S = 0.001
 
 _CUDA_NOTE = (
@@ -74,14 +68,8 @@ _RSS_FALLBACK_NOTE = (
 
 @dataclass(frozen=True)
 class MemoryReport:
-    """Memory used by a block of code, in bytes.
-
-    ``method`` is ``"cuda-allocator"``, ``"mps-allocator"`` or
-    ``"process-rss"``; ``start_bytes`` and ``end_bytes`` the memory in use when
-    the block started and ended; ``peak_bytes`` the high-water mark during it
-    (None where unknown); ``reserved_peak_bytes`` the CUDA allocator's reserved
-    peak (else None); ``note`` what the numbers can and cannot see.
-    """
+    """Memory used by a block of code, in bytes (``peak_bytes`` None where unknown,
+    ``reserved_peak_bytes`` on CUDA only); ``note`` says what the numbers see."""
 
     device: str
     method: str
@@ -93,12 +81,12 @@ class MemoryReport:
 
     @property
     def net_bytes(self) -> int:
-        """Memory still held after the block: ``end_bytes - start_bytes``."""
+        """``end_bytes - start_bytes``."""
         return self.end_bytes - self.start_bytes
 
     @property
     def peak_increase_bytes(self) -> int | None:
-        """Peak above the start, ``peak_bytes - start_bytes`` (None if unknown)."""
+        """``peak_bytes - start_bytes`` (None if unknown)."""
         if self.peak_bytes is None:
             return None
         return self.peak_bytes - self.start_bytes
@@ -122,7 +110,7 @@ class MemoryReport:
 
 
 def _statm_rss_bytes(text: str) -> int:
-    """Resident bytes from the text of ``/proc/self/statm`` (pages, 2nd field)."""
+    """Resident bytes from the text of ``/proc/self/statm``."""
     return int(text.split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
@@ -141,8 +129,7 @@ def _maxrss_bytes() -> int:
 
 
 def rss_bytes() -> int:
-    """Resident set size of this process, in bytes (``/proc/self/statm``; where that
-    is missing, the peak RSS so far from ``getrusage``)."""
+    """Resident set size of this process, in bytes (without /proc: the peak so far)."""
     text = read_text(_STATM)
     if text is not None:
         return _statm_rss_bytes(text)
@@ -150,12 +137,8 @@ def rss_bytes() -> int:
 
 
 def release_host_memory() -> bool:
-    """Ask the C allocator to return freed memory to the OS (``malloc_trim(0)``).
-
-    glibc keeps freed blocks, so RSS stays high after tensors are freed and a
-    later block's rise reads too low; :func:`track_memory` trims when a CPU
-    block starts. True if it was called (glibc on Linux).
-    """
+    """Ask the C allocator to return freed memory to the OS (``malloc_trim(0)``), so
+    RSS falls after tensors are freed; True if it was called (glibc on Linux)."""
     trim = _malloc_trim()
     if trim is None:
         return False
@@ -214,20 +197,15 @@ class _Sampler:
         return self.peak
 
 
-# Trackers whose block is running. Starting a tracker resets a process-wide peak
-# counter (VmHWM or the CUDA allocator's), so it first hands the current peak to
-# the trackers already running: nested blocks then still see their own peak.
+# Trackers whose block is running: starting one resets a process-wide peak counter,
+# so it first hands the current peak to those running (nested blocks).
 _active: list[MemoryTracker] = []
 _active_lock = threading.Lock()
 
 
 class MemoryTracker:
-    """Tracks memory over a ``with`` block (:func:`track_memory` makes one).
-
-    ``report`` is None until the block exits, then a :class:`MemoryReport` (also
-    when the block raised). ``backend`` replaces ``torch.cuda`` or ``torch.mps``
-    in tests.
-    """
+    """Tracks memory over a ``with`` block: ``report`` is a :class:`MemoryReport`
+    once it exits. ``backend`` replaces ``torch.cuda`` or ``torch.mps`` in tests."""
 
     report: MemoryReport | None
 
@@ -362,14 +340,9 @@ class MemoryTracker:
 def track_memory(device: torch.device | str | None = None) -> MemoryTracker:
     """Measure the memory a ``with`` block uses on ``device`` (by default the page's).
 
-    Returns a :class:`MemoryTracker` whose ``report`` is a :class:`MemoryReport`
-    once the block exits. CUDA: the allocator's counters, its peak statistics
-    reset at the start. MPS: allocated memory at start and end, no peak. CPU:
-    the process's RSS, its peak from the kernel's high-water mark (``VmHWM``,
-    reset through ``clear_refs``) where allowed, else sampled every ~1 ms.
+    CUDA: the allocator's counters. MPS: allocated memory, no peak. CPU: the RSS,
+    its peak from the kernel's high-water mark, else sampled every ~1 ms.
 
-    Examples
-    --------
     >>> import torch
     >>> with track_memory("cpu") as t:
     ...     x = torch.ones(256, 1024, 1024, dtype=torch.uint8)

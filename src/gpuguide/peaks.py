@@ -1,20 +1,10 @@
-"""Peak compute and bandwidth figures to hold a measurement against.
+"""Peak compute (FLOP/s) and bandwidth (bytes/s) figures to hold a measurement against.
 
 A known NVIDIA GPU gets the dense datasheet figures of :mod:`gpuguide.datasheet`
-(for fp64 the FP64 tensor-core figure where there is one: cuBLAS runs fp64
-matmuls there), identified from its name, SM count and memory. An unknown GPU
-gets unknown figures (``known=False``): a peak is never guessed. A CPU has no
-datasheet to trust, so :func:`measure_cpu_peaks` measures a ceiling: the best
-matmul rate over several sizes and the best streaming bandwidth.
+(fp64: the tensor-core figure where there is one); an unknown GPU gets unknown
+figures, never a guess; a CPU gets measured ceilings (:func:`measure_cpu_peaks`).
+A rate above a datasheet peak is an error (:class:`PeakExceededError`).
 
-A rate above a datasheet peak is a wrong row, a wrong FLOP count or timing, or
-a GPU clocked above its row: with ``GPUGUIDE_STRICT_PEAKS`` (the guide's tests)
-:meth:`Peaks.percent_of` raises :class:`PeakExceededError`, elsewhere it gives
-no share and :meth:`Peaks.share` says so. A rate above a measured ceiling is the
-new best and reads 100%. Rates are in FLOP/s, bandwidths in bytes/s.
-
-Examples
---------
 >>> import torch
 >>> peaks = gpu_peaks("NVIDIA H100 80GB HBM3", 132, 85_045_379_072)
 >>> peaks.name, peaks.flops_for(torch.bfloat16)
@@ -58,10 +48,8 @@ _DTYPE_ALIASES: dict[str, str] = {
     for alias in aliases
 }
 
-#: How far a rate may exceed a datasheet peak before it is an error (it reads 100%
-#: up to there): timing noise and a board clocked a little above the sheet's boost
-#: stay under it; a wrong row or FLOP count is off by a factor (2x for fp64 held
-#: against the vector units of an H100, a missed factor 2, data from a cache).
+#: How far a rate may exceed a datasheet peak (reading 100%) before it is an error:
+#: noise and a board clocked a little high stay under it; a wrong row or count does not.
 PEAK_TOLERANCE = 1.02
 
 #: Names :meth:`Peaks.percent_of` accepts for the two bandwidths: (attribute, what).
@@ -90,26 +78,9 @@ class PeakExceededError(ValueError):
 class Peaks:
     """Peak compute rates and bandwidths of one device.
 
-    Attributes
-    ----------
-    name : str
-        A datasheet variant (``"H100 SXM5"``), ``"unknown GPU (<name>)"``,
-        ``"Apple GPU (MPS)"`` or ``"CPU: <model>"``.
-    flops : Mapping[str, float or None]
-        Dense matmul FLOP/s per precision (:data:`FLOPS_KEYS`; tensor-core
-        figures where the GPU has them, ``"fp32"`` the vector one); None where
-        unknown or unsupported. Read-only.
-    memory_bandwidth_bytes_per_s, host_link_bytes_per_s : float or None
-        Device-memory bandwidth, and host-link bandwidth per direction.
-    source : str
-        Where the figures come from.
-    known : bool
-        False when the device was not identified (every figure None).
-    measured : bool
-        True for a CPU's measured ceilings (lower bounds on the true peaks),
-        False for datasheet figures.
-    detail : str
-        How measured figures were found: sizes, best and median rates, threads.
+    ``flops`` holds the dense matmul FLOP/s per precision of :data:`FLOPS_KEYS`
+    (None where unknown); ``known`` is False for an unidentified device,
+    ``measured`` True for a CPU's measured ceilings (``detail`` says how).
     """
 
     name: str
@@ -156,13 +127,8 @@ class Peaks:
     def flops_for(
         self, dtype: torch.dtype | str, *, tf32: bool = False
     ) -> float | None:
-        """The peak matmul FLOP/s in ``dtype`` (None where unknown).
-
-        ``dtype`` is a floating torch dtype or ``"fp64"``, ``"fp32"``,
-        ``"tf32"``, ``"fp16"``, ``"bf16"`` (or a torch name such as
-        ``"float32"``); with ``tf32=True`` fp32 reads the TF32 figure. Any other
-        dtype raises a ``ValueError``.
-        """
+        """The peak matmul FLOP/s in ``dtype`` (a torch dtype or a name such as
+        ``"bf16"``; TF32's for fp32 with ``tf32=True``), None where unknown."""
         key = _precision_key(dtype)
         if key == "fp32" and tf32:
             key = "tf32"
@@ -171,32 +137,9 @@ class Peaks:
     def percent_of(
         self, rate: float, of: torch.dtype | str, *, tf32: bool = False
     ) -> float | None:
-        """A measured rate as a percentage of its peak, at most 100.
-
-        Parameters
-        ----------
-        rate : float
-            FLOP/s for a precision, bytes/s for a bandwidth.
-        of : torch.dtype or str
-            A precision (as for :meth:`flops_for`), ``"memory"`` or ``"host_link"``.
-        tf32 : bool
-            As for :meth:`flops_for`.
-
-        Returns
-        -------
-        float or None
-            ``100 * rate / peak``: 100 up to :data:`PEAK_TOLERANCE` times a
-            datasheet peak and above a measured one. None where the peak is
-            unknown, or the rate is above the tolerance and
-            ``GPUGUIDE_STRICT_PEAKS`` is unset (:meth:`share` words it).
-
-        Raises
-        ------
-        PeakExceededError
-            With ``GPUGUIDE_STRICT_PEAKS``, for a rate above the tolerance.
-        ValueError
-            For an unknown precision or bandwidth, or a negative rate.
-        """
+        """``100 * rate / peak`` (at most 100) for ``of`` a precision, ``"memory"`` or
+        ``"host_link"``; None where unknown or above :data:`PEAK_TOLERANCE` times a
+        datasheet peak (with ``GPUGUIDE_STRICT_PEAKS``: :class:`PeakExceededError`)."""
         what, unit, peak = self._peak(of, tf32)
         rate = checks.non_negative("rate", rate)
         if peak is None:
@@ -234,10 +177,8 @@ class Peaks:
         tf32: bool = False,
         peak: str = "peak",
     ) -> str:
-        """A rate's share of its peak for a sentence: ``"77% of peak"`` (``peak``
-        names it), ``"peak unknown"``, or for a rate above the datasheet figure
-        ``"above the H100 SXM5 datasheet's 64.0 GB/s for ...: another clock,
-        power limit or variant"``."""
+        """A rate's share of its peak for a sentence: ``"77% of peak"``, ``"peak
+        unknown"`` or ``"above the H100 SXM5 datasheet's ...: another clock..."``."""
         percent = self.percent_of(rate, of, tf32=tf32)
         if percent is not None:
             return f"{percent:.0f}% of {peak}"
@@ -278,7 +219,7 @@ def _unknown(name: str, source: str = _UNKNOWN_GPU_SOURCE) -> Peaks:
 
 
 def _from_datasheet(row: datasheet.GPUFigures) -> Peaks:
-    """Peaks in FLOP/s and bytes/s from a datasheet row (fp64: tensor cores if any)."""
+    """Peaks from a datasheet row (fp64: tensor cores if any)."""
     fp64 = row.fp64_tensor_tflops if row.fp64_tensor_tflops else row.fp64_tflops
     tflops = (fp64, row.fp32_tflops, row.tf32_tflops, row.fp16_tflops)
     return Peaks(
@@ -300,9 +241,8 @@ GPU_PEAKS: dict[str, Peaks] = {
 
 
 def gpu_peaks(name: str, sm_count: int | None, total_memory_bytes: int | None) -> Peaks:
-    """Datasheet peaks of a GPU from its name, SM count and memory
-    (:func:`~gpuguide.datasheet.identify_gpu`); unknown peaks named
-    ``"unknown GPU (<name>)"`` for a GPU not in :data:`GPU_PEAKS`."""
+    """Datasheet peaks of a GPU from its name, SM count and memory; unknown if not
+    in :data:`GPU_PEAKS`."""
     variant = datasheet.identify_gpu(name, sm_count, total_memory_bytes)
     if variant is None:
         return _unknown(f"unknown GPU ({' '.join(str(name).split())})")
@@ -324,16 +264,14 @@ class _CpuPlan:
     cache_multiple: int = 0
 
 
-#: Per mode (small or not): about a second on most CPUs (small mode: quick, 32 MiB
-#: tensors); the bandwidth kernels' tensors are four times the last-level caches.
+#: Per mode (small or not): about a second on most CPUs, or quick.
 _CPU_PLANS = {
     False: _CpuPlan(256, 1024, 4096, 0.1, 10.0, 50.0, 64 * 2**20, cache_multiple=4),
     True: _CpuPlan(128, 256, 512, 0.004, 2.0, 10.0, 32 * 2**20),
 }
 #: The last-level caches' size assumed where the host does not say, in bytes.
 _ASSUMED_CACHE_BYTES = 64 * 2**20
-#: A bandwidth kernel's tensor takes at most this share of the available memory,
-#: and at most this many bytes (past the last-level caches of any current CPU).
+#: A bandwidth kernel's tensor takes at most this share of the available memory.
 _MEMORY_SHARE = 1 / 16
 _MAX_STREAMING_BYTES = 2**31
 
@@ -341,8 +279,7 @@ _MAX_STREAMING_BYTES = 2**31
 def _streaming_bytes(
     plan: _CpuPlan, cache_bytes: int | None, available_bytes: int
 ) -> tuple[int, str]:
-    """Bytes of each tensor the bandwidth kernels stream, and why: the plan's, raised
-    to a power of two >= ``cache_multiple`` times the caches, within the caps."""
+    """Bytes of each tensor the bandwidth kernels stream, and why."""
     nbytes = plan.copy_bytes
     if not plan.cache_multiple:
         return nbytes, ""
@@ -359,12 +296,9 @@ def _streaming_bytes(
 
 
 def streaming_bytes(*, small: bool | None = None) -> int:
-    """Bytes of each tensor with which the CPU's memory ceiling is measured.
-
-    Four times the last-level caches (64 MiB where unknown) as a power of two,
-    at least 64 MiB, at most 2 GiB and a sixteenth of the available memory;
-    32 MiB in small mode (by default when ``GPUGUIDE_SMALL`` is set).
-    """
+    """Bytes of each tensor with which the CPU's memory ceiling is measured: four
+    times the last-level caches as a power of two, 64 MiB to 2 GiB and at most a
+    sixteenth of the available memory; 32 MiB in small mode."""
     plan = _CPU_PLANS[small_mode() if small is None else bool(small)]
     return _host_streaming_bytes(plan)[0]
 
@@ -378,7 +312,7 @@ def _host_streaming_bytes(plan: _CpuPlan) -> tuple[int, str]:
 
 
 def _best_s(measurement: Measurement) -> float:
-    """The best (minimum) time of a Measurement, in seconds."""
+    """The best time of a Measurement, in seconds."""
     best = float(measurement.min_s)
     if not (math.isfinite(best) and best > 0):
         msg = f"the best time must be > 0, got {best!r} from benchmark"
@@ -407,7 +341,7 @@ def _matmul_ceiling(
             torch.mm, args=(a, b), kwargs={"out": out}, label=f"{key} mm {n}", **timing
         )
         runs.append((n, m))
-        # The next size does 8x the work: past min_n, only if it should fit call_s.
+        # The next size does 8x the work.
         if 2 * n > plan.max_n or (n >= plan.min_n and 8 * _best_s(m) > plan.call_s):
             break
         n *= 2
@@ -426,11 +360,8 @@ def _matmul_ceiling(
 def _bandwidth_ceiling(
     plan: _CpuPlan, bench: Callable[..., Measurement]
 ) -> tuple[float, str]:
-    """The best bytes/s of a copy, an add and a sum of tensors past the caches.
-
-    Which streams fastest depends on the CPU (a write can cost an uncounted read
-    for ownership), so the best of the three is the ceiling.
-    """
+    """The best bytes/s of a copy, an add and a sum of tensors past the caches
+    (which is fastest depends on the CPU)."""
     import torch
 
     nbytes, why = _host_streaming_bytes(plan)
@@ -470,7 +401,7 @@ def _measure_cpu_peaks(
     bench: Callable[..., Measurement] = benchmark,
     name: str | None = None,
 ) -> Peaks:
-    """Measure the CPU's ceilings: best fp32 and fp64 matmul rates, memory bandwidth."""
+    """Measure the CPU's best fp32 and fp64 matmul rates and memory bandwidth."""
     import torch
 
     plan = _CPU_PLANS[small]
@@ -501,26 +432,14 @@ def _measure_cpu_peaks_cached(small: bool) -> Peaks:
 
 
 def measure_cpu_peaks(*, small: bool | None = None) -> Peaks:
-    """Measure what this CPU achieves, once per process: a ceiling for its peaks.
-
-    The best rate of any call of square fp32 and fp64 matmuls with all of
-    torch's threads, at sizes doubling from 256 to 1024 and on up to 4096 while
-    a call should take under 0.1 s (small mode, by default when
-    ``GPUGUIDE_SMALL`` is set: 128 to 256, then up to 512 under 4 ms); and the
-    best bandwidth of a copy, an add and a sum of :func:`streaming_bytes`
-    tensors, bytes read plus written. ``measured=True``, TF32, FP16, BF16 and
-    host link unknown; :attr:`Peaks.detail` says where each best rate was found
-    and the rate of the median call there.
-    """
+    """Measure what this CPU achieves, once per process: a ceiling for its peaks
+    (best calls of fp32 and fp64 matmuls and of streaming kernels)."""
     return _measure_cpu_peaks_cached(small_mode() if small is None else bool(small))
 
 
 def device_peaks(device: str | torch.device | DeviceInfo | None = None) -> Peaks:
-    """Peaks for a device: datasheet for a known GPU, measured for a CPU.
-
-    ``device`` is chosen by :func:`~gpuguide.device.pick_device` when omitted.
-    CUDA: :func:`gpu_peaks`; CPU: :func:`measure_cpu_peaks`; MPS: unknown peaks.
-    """
+    """Peaks for a device (by default :func:`~gpuguide.device.pick_device`'s):
+    datasheet for a known GPU, measured for a CPU, unknown for MPS."""
     if isinstance(device, DeviceInfo):
         if device.type == "cuda":
             return gpu_peaks(device.name, device.sm_count, device.total_memory_bytes)
@@ -551,14 +470,8 @@ def percent_of_peak(
     what: str = "a measured rate",
     listed: str | None = None,
 ) -> float | None:
-    """A measured rate as a percentage of a peak in the same unit.
-
-    Prefer :meth:`Peaks.percent_of`, which knows the peak's kind and names the
-    device. None when either figure is unknown or the peak is not positive and
-    finite. With ``limit`` the peak is a ceiling: a value above ``limit * peak``
-    raises :class:`PeakExceededError` (its message names ``what`` and the peak
-    as ``listed``), and one between reads 100; without, the plain ratio.
-    """
+    """A rate as a percentage of a peak, None if unknown (see :meth:`Peaks.percent_of`);
+    with ``limit``, above ``limit * peak`` raises :class:`PeakExceededError`."""
     if value is None or peak is None:
         return None
     peak = float(peak)

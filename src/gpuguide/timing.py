@@ -1,27 +1,15 @@
 """Time a callable on CPU, CUDA or MPS: every call's time, the median and its spread.
 
-:func:`benchmark` follows ``triton.testing.do_bench``: warm-up and repetitions
-are time budgets in ms. On CUDA each call is timed by its own pair of CUDA
-events (an optional L2 flush queued *before* the start event, outside the
-pair), with one synchronize at the end; on the CPU each call is timed on a
-monotonic host clock, on MPS the host clock brackets the call and
-``torch.mps.synchronize()``. On CUDA, ``measure`` says what to time:
+:func:`benchmark` follows ``triton.testing.do_bench`` (warm-up and repetitions are
+budgets in ms). CUDA times each call with its own pair of events (an optional L2
+flush queued before the pair) and synchronizes once at the end; the CPU uses a host
+clock, MPS the host clock and ``torch.mps.synchronize()``. On CUDA, ``measure`` is
+``"call"`` (default): the time per call of a loop launching call after call, as
+training does (the launch time when the GPU work is shorter than a launch), or
+``"kernel"``: the GPU work alone, the GPU held busy (``torch.cuda._sleep``) while
+each chunk of calls is queued so the launches are hidden, as ``do_bench`` reports
+short kernels. They agree past about 50 us of GPU work.
 
-- ``"call"`` (default): the time per call of a loop that launches call after
-  call, as a training loop does: the launch time when the GPU work is shorter
-  than launching it (a few us), else the GPU's time.
-- ``"kernel"``: the GPU time of the work alone. Before every chunk of calls the
-  GPU is held busy (``torch.cuda._sleep``) for longer than the host needs to
-  queue the chunk, so the calls run back to back and the launches are hidden,
-  as ``do_bench`` reports short kernels.
-
-The two agree for calls of more than about 50 us of GPU work; on the CPU and MPS
-they are the same. Unlike ``torch.utils.benchmark.Timer`` (means of blocks of
-calls), every entry of :attr:`Measurement.times_s` is one call, so the quartiles
-are the spread of single calls; for calls of a few us on the CPU use ``Timer``.
-
-Examples
---------
 >>> import torch
 >>> a = torch.randn(256, 256)
 >>> m = benchmark(torch.mm, args=(a, a), label="fp32 matmul 256")
@@ -61,25 +49,20 @@ __all__ = [
 
 #: A measurement whose IQR is more than this fraction of its median is noisy.
 NOISY_RELATIVE_IQR = 0.10
-#: Default warm-up and repetition budgets of :func:`benchmark`, in ms (as do_bench),
-#: and their caps in small mode (``GPUGUIDE_SMALL=1``).
+#: :func:`benchmark`'s budgets in ms (as do_bench), and their small-mode caps.
 WARMUP_MS = 25.0
 REP_MS = 100.0
 SMALL_WARMUP_MS = 2.0
 SMALL_REP_MS = 10.0
 
-#: Bytes zeroed before each CUDA call with ``flush_l2=True``: more than the L2 of
-#: any current GPU (50 MB on H100, 60 MB on H200), as in ``do_bench``.
+#: Bytes zeroed before each CUDA call with ``flush_l2=True``: more than any L2.
 _L2_FLUSH_BYTES = 256 * 1024 * 1024
-#: Safety stop for the warm-up loop, should the clock not advance.
 _MAX_WARMUP_CALLS = 1_000_000
 _MEASURES = ("call", "kernel")
-#: ``measure="kernel"``: at most this many calls are queued behind one hold of
-#: the GPU, fewer for calls that launch many kernels (see _kernel_chunk).
+#: ``measure="kernel"``: at most this many calls are queued behind one hold.
 _KERNEL_CHUNK = 32
-#: Entries a stream's launch queue takes before the host blocks (about 1024),
-#: with a margin, and the fastest host time of one launch: a call that takes
-#: ``t`` on the host launches at most about ``t / _LAUNCH_S`` kernels.
+#: Entries a stream's launch queue takes before the host blocks (about 1024, less a
+#: margin), and the fastest host time of one launch.
 _QUEUE_DEPTH = 900
 _LAUNCH_S = 4e-6
 #: Host time of one pair of event records, allowed for in the hold.
@@ -88,24 +71,10 @@ _RECORD_S = 5e-6
 
 @dataclass(frozen=True)
 class Measurement:
-    """Times of repeated calls of one operation, with named statistics.
+    """Times of repeated calls of one operation (``label``), with statistics.
 
-    Quantiles interpolate linearly between the sorted times (numpy's default,
-    ``statistics.quantiles(..., method="inclusive")``).
-
-    Parameters
-    ----------
-    label : str
-        What was timed, e.g. ``"fp32 matmul 1024"``.
-    times_s : tuple of float
-        Each timed call's time, in seconds (at least one, finite, >= 0).
-    device : str
-        ``"cpu"``, ``"cuda:0"`` or ``"mps"``.
-    method : str
-        ``"cuda-events"``, ``"cuda-events-queued"``, ``"wall-clock"`` or
-        ``"wall-clock+sync"``.
-    warmup_calls : int, optional
-        Untimed calls before the timed ones.
+    ``times_s`` holds each call's time in seconds; ``method`` is ``"cuda-events"``,
+    ``"cuda-events-queued"``, ``"wall-clock"`` or ``"wall-clock+sync"`` (MPS).
     """
 
     label: str
@@ -195,10 +164,7 @@ class Measurement:
         return self.relative_iqr > NOISY_RELATIVE_IQR
 
     def rate(self, work: float, unit: str = "FLOP/s") -> Rate:
-        """``work`` per call as a :class:`Rate`, with the spread of the calls.
-
-        ``work`` is what one call does in the unit's numerator: FLOP for
-        ``"FLOP/s"``, bytes read plus written for ``"B/s"``, tokens for ``"tok/s"``.
+        """``work`` per call (FLOP, bytes read plus written...) as a :class:`Rate`.
 
         >>> m = Measurement("mm", (1e-3, 1e-3, 2e-3), "cpu", "wall-clock")
         >>> str(m.rate(2e9))
@@ -233,12 +199,8 @@ class Measurement:
 
 @dataclass(frozen=True)
 class Rate:
-    """A rate from a :class:`Measurement`: ``value`` (the median call's) in ``unit``,
-    between ``low`` and ``high`` (the third and first quartile calls').
-
-    Prints as ``"41.2 TFLOP/s (40.8-41.5)"``, the spread in the value's prefix.
-    ``label`` and ``device`` are the measurement's.
-    """
+    """A rate: ``value`` (the median call's) in ``unit``, between ``low`` and ``high``
+    (the quartile calls'); prints as ``"41.2 TFLOP/s (40.8-41.5)"``."""
 
     value: float
     unit: str
@@ -303,54 +265,18 @@ def benchmark(
 ) -> Measurement:
     """Time ``fn(*args, **kwargs)`` and return every call's time.
 
-    ``fn`` runs until ``warmup_ms`` have passed (at least once); from the
-    warm-up's time per call, ``ceil(rep_ms / estimate)`` calls are timed,
-    clamped to ``[min_reps, max_reps]``. Build the inputs before: only ``fn``
-    is timed.
+    ``fn`` runs for ``warmup_ms`` (default 25, small mode 2; at least once), then
+    ``ceil(rep_ms / estimate)`` calls are timed (``rep_ms`` default 100, small mode
+    10), within ``[min_reps, max_reps]``. ``device`` decides how: by default the
+    first non-CPU tensor's in the arguments, else in what ``fn`` carries (bound
+    object, ``partial`` arguments, defaults, closure, module-level names it reads),
+    else the CPU. CUDA only: ``flush_l2`` zeroes a 256 MiB buffer before each call,
+    outside the events; ``measure`` is explained in the module. ``clock`` replaces
+    ``time.perf_counter`` (tests; not on CUDA).
 
-    Parameters
-    ----------
-    fn : callable
-        The operation to time.
-    args, kwargs
-        Arguments of every call.
-    label : str, optional
-        Name of the result; by default ``fn``'s qualified name.
-    device : str or torch.device, optional
-        Where the work runs, which decides how it is timed. By default the
-        first non-CPU tensor in ``args``/``kwargs``, else in what ``fn``
-        carries (a bound method's tensor or module, a ``partial``'s arguments,
-        defaults, closure, the module-level names its code reads), else the CPU.
-    warmup_ms, rep_ms : float, optional
-        Budgets in ms (> 0); default :data:`WARMUP_MS` (25) and :data:`REP_MS`
-        (100), capped at 2 and 10 ms in small mode (``GPUGUIDE_SMALL=1``).
-    min_reps, max_reps : int
-        Bounds on the number of timed calls (``1 <= min_reps <= max_reps``).
-    flush_l2 : bool
-        CUDA only: zero a 256 MiB buffer before each call, outside the timed
-        events, so every call starts with a cold L2.
-    measure : {"call", "kernel"}
-        CUDA only (see the module): the time per call of a loop, or the GPU
-        work alone with the launches hidden.
-    clock : callable, optional
-        A seconds clock instead of ``time.perf_counter`` (tests); not on CUDA.
-
-    Returns
-    -------
-    Measurement
-        ``method`` is ``"cuda-events"`` (``measure="call"``),
-        ``"cuda-events-queued"`` (``"kernel"``), ``"wall-clock"`` (CPU) or
-        ``"wall-clock+sync"`` (MPS).
-
-    Raises
-    ------
-    TypeError
-        For a ``fn`` or ``clock`` that is not callable, or non-integer bounds.
-    ValueError
-        For bad budgets or bounds, an unknown ``measure``, ``measure="kernel"``
-        with no CUDA tensor in reach while CUDA is in use, or a ``clock`` on CUDA.
-    RuntimeError
-        If the device is not available.
+    Raises ``ValueError`` for bad budgets or bounds, ``measure="kernel"`` with no
+    CUDA tensor in reach while CUDA is in use, or a ``clock`` on CUDA, and
+    ``RuntimeError`` if the device is not available.
     """
     if not callable(fn):
         msg = f"fn must be callable, got {fn!r}"
@@ -440,7 +366,7 @@ def benchmark(
 
 
 def _budgets_s(warmup_ms: float | None, rep_ms: float | None) -> tuple[float, float]:
-    """The warm-up and repetition budgets in seconds: defaults, checks, small mode."""
+    """The warm-up and repetition budgets in seconds."""
     warmup = WARMUP_MS if warmup_ms is None else checks.positive("warmup_ms", warmup_ms)
     rep = REP_MS if rep_ms is None else checks.positive("rep_ms", rep_ms)
     if small_mode():
@@ -459,7 +385,6 @@ def _default_label(fn: Callable[..., Any]) -> str:
     if isinstance(name, str):
         return name
     text = repr(fn)
-    # A module's repr lists every layer: keep the class name for long ones.
     return text if len(text) <= 60 and "\n" not in text else type(fn).__name__
 
 
@@ -486,8 +411,7 @@ def _tensor_device(
 
 
 def _bound_values(fn: Callable[..., Any]) -> list[Any]:
-    """What ``fn`` carries besides its arguments: bound object, module, partial's
-    arguments, defaults, closure and the module-level names its code reads."""
+    """What ``fn`` carries besides its arguments (see :func:`benchmark`)."""
     import torch
 
     values: list[Any] = []
@@ -530,8 +454,7 @@ def _resolve_device(
     kwargs: dict[str, Any],
     fn: Callable[..., Any] | None = None,
 ) -> torch.device:
-    """The device given, else the work's (arguments, then what ``fn`` carries), else
-    the CPU; checked by :func:`~gpuguide.device.pick_device`."""
+    """The device given, else the work's, else the CPU; checked by ``pick_device``."""
     import torch
 
     if device is None:
@@ -547,8 +470,7 @@ def _resolve_device(
 
 
 def _check_kernel_mode(measure: str, resolved: torch.device) -> None:
-    """Refuse ``measure="kernel"`` on the host clock while CUDA is in use (it would
-    time the launches, not the GPU's work)."""
+    """Refuse ``measure="kernel"`` on the host clock while CUDA is in use."""
     if measure != "kernel" or resolved.type != "cpu":
         return
     import torch
@@ -569,8 +491,7 @@ def _warmup(
     clock: Callable[[], float],
     synchronize: Callable[[], None] | None,
 ) -> tuple[int, float]:
-    """Call until ``warmup_s`` has passed: (calls, mean seconds per call after the
-    first, which pays one-time costs; an upper bound on CUDA, which syncs each)."""
+    """Call until ``warmup_s`` has passed: (calls, mean seconds after the first)."""
     calls = 0
     start = clock()
     first = 0.0
@@ -604,7 +525,7 @@ def _host_times(
     clock: Callable[[], float],
     synchronize: Callable[[], None] | None = None,
 ) -> list[float]:
-    """Time ``n`` calls one by one on a host clock, the GC paused (as ``timeit``)."""
+    """Time ``n`` calls one by one on a host clock, the GC paused."""
     times = []
     gc_was_enabled = gc.isenabled()
     gc.disable()
@@ -647,8 +568,7 @@ def _host_call_s(
 
 
 def _sleep_rate(sleep: Callable[[int], None], stream: Any) -> float:
-    """Cycles per second of ``torch.cuda._sleep`` on ``stream``: the best of three
-    after a few ms of spinning to ramp the clock, so a hold is never too short."""
+    """Cycles per second of ``torch.cuda._sleep`` on ``stream`` (best of three)."""
     import torch
 
     cycles = 1 << 20
@@ -670,13 +590,8 @@ _SLEEP_RATES: dict[int, float] = {}
 
 
 def gpu_hold(stream: Any = None) -> Callable[[float], None]:
-    """A function ``hold(seconds)`` that keeps the GPU busy on ``stream``.
-
-    Work queued on the same stream behind a hold then runs back to back, without
-    waiting for launches. ``stream`` defaults to the current one. Uses
-    ``torch.cuda._sleep`` (its rate measured once per device), else zeroes a
-    256 MiB buffer as often as needed.
-    """
+    """A function ``hold(seconds)`` that keeps the GPU busy on ``stream`` (default:
+    the current one), so work queued behind it runs back to back."""
     import torch
 
     stream = torch.cuda.current_stream() if stream is None else stream
@@ -719,8 +634,7 @@ def _time_on_gpu(call: Callable[[], Any], stream: Any) -> float:  # pragma: no c
 
 
 def _kernel_chunk(host_call_s: float) -> int:
-    """Calls to queue behind one hold without filling the launch queue (which would
-    make the host wait mid-chunk and time launches again)."""
+    """Calls to queue behind one hold without filling the launch queue."""
     entries = max(host_call_s, 0.0) / _LAUNCH_S + 2
     return max(1, min(_KERNEL_CHUNK, int(_QUEUE_DEPTH // entries)))
 
@@ -737,14 +651,7 @@ def _cuda_times(
     synchronize: Callable[[], None] | None = None,
     flush_buffer: Any = None,
 ) -> list[float]:
-    """Time ``n`` calls with one CUDA event pair each, in seconds.
-
-    Per call: optional ``flush_buffer.zero_()`` (before the start event, outside
-    the pair), ``start.record(stream)``, the call, ``end.record(stream)``. With
-    ``hold`` (``measure="kernel"``) each chunk (:func:`_kernel_chunk`) is
-    preceded by a hold of twice the host's time to queue it. One synchronize at
-    the end. Tests pass fake events, synchronize and buffer.
-    """
+    """Time ``n`` calls with one CUDA event pair each (a chunk behind each ``hold``)."""
     if event_factory is None or synchronize is None:
         import torch
 
