@@ -27,8 +27,6 @@ from gpuguide.timing import (
     _rep_count,
     _tensor_device,
     benchmark,
-    bytes_per_s,
-    flops_per_s,
     matmul_flop,
 )
 
@@ -183,26 +181,6 @@ def test_repr_flags_noisy_measurements():
 # ---------------------------------------------------------------------------
 # Rates and FLOP counts
 # ---------------------------------------------------------------------------
-
-
-def test_rates():
-    assert flops_per_s(2e12, 0.5) == 4e12
-    assert bytes_per_s(1e9, 0.25) == 4e9
-    assert flops_per_s(0, 1.0) == 0.0
-
-
-@pytest.mark.parametrize("rate", [flops_per_s, bytes_per_s])
-@pytest.mark.parametrize("seconds", [0.0, -1.0, math.nan, math.inf])
-def test_rates_reject_bad_seconds(rate, seconds):
-    with pytest.raises(ValueError, match="seconds must be a finite number > 0"):
-        rate(1.0, seconds)
-
-
-def test_rates_reject_negative_amounts():
-    with pytest.raises(ValueError, match="flop must be a finite number >= 0"):
-        flops_per_s(-1.0, 1.0)
-    with pytest.raises(ValueError, match="nbytes must be a finite number >= 0"):
-        bytes_per_s(math.nan, 1.0)
 
 
 def test_matmul_flop():

@@ -17,24 +17,21 @@ a page run with ``-W error``.
 
 from __future__ import annotations
 
-from gpuguide.artifacts import DownloadLink, artifact_path, download_link
-from gpuguide.device import DeviceInfo, describe_device, pick_device, provenance
-from gpuguide.env import small_mode
+from gpuguide.artifacts import artifact_path, download_link
+from gpuguide.device import describe_device, pick_device, provenance
 from gpuguide.host import usable_cpus
-from gpuguide.memory import MemoryReport, release_host_memory, track_memory
+from gpuguide.memory import release_host_memory, track_memory
 from gpuguide.page import Page, report, setup
 from gpuguide.peaks import Peaks, device_peaks, percent_of_peak
 from gpuguide.plotting import label_device, plot_bars, plot_sweep
 from gpuguide.quiet import ignore_torch_internal_warnings
 from gpuguide.results import record
-from gpuguide.sizes import SizeBudget, largest_size, size_budget, sweep
+from gpuguide.sizes import largest_size, size_budget, sweep
 from gpuguide.tables import Table, table
 from gpuguide.timing import (
     Measurement,
     Rate,
     benchmark,
-    bytes_per_s,
-    flops_per_s,
     matmul_flop,
 )
 from gpuguide.units import format_bytes, format_rate, format_ratio, format_time
@@ -45,25 +42,19 @@ ignore_torch_internal_warnings()
 
 __all__ = [
     "Comparison",
-    "DeviceInfo",
-    "DownloadLink",
     "Measurement",
-    "MemoryReport",
     "Page",
     "Peaks",
     "Rate",
-    "SizeBudget",
     "Table",
     "__version__",
     "artifact_path",
     "benchmark",
     "break_even",
-    "bytes_per_s",
     "compare",
     "describe_device",
     "device_peaks",
     "download_link",
-    "flops_per_s",
     "format_bytes",
     "format_rate",
     "format_ratio",
@@ -82,7 +73,6 @@ __all__ = [
     "report",
     "setup",
     "size_budget",
-    "small_mode",
     "sweep",
     "table",
     "track_memory",

@@ -42,8 +42,6 @@ __all__ = [
     "Measurement",
     "Rate",
     "benchmark",
-    "bytes_per_s",
-    "flops_per_s",
     "matmul_flop",
 ]
 
@@ -228,16 +226,6 @@ class Rate:
 
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)
-
-
-def flops_per_s(flop: float, seconds: float) -> float:
-    """FLOP/s from an operation count (>= 0) and a time in seconds (> 0)."""
-    return checks.non_negative("flop", flop) / checks.positive("seconds", seconds)
-
-
-def bytes_per_s(nbytes: float, seconds: float) -> float:
-    """Bytes/s from a byte count (>= 0; a copy counts read plus written) and a time (> 0)."""
-    return checks.non_negative("nbytes", nbytes) / checks.positive("seconds", seconds)
 
 
 def matmul_flop(m: int, n: int, k: int, batch: int = 1) -> int:
