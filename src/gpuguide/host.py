@@ -1,10 +1,7 @@
 """Facts about the host machine, read from /proc, /sys and the operating system.
 
-The CPU model, cores and vector instruction set, the CPUs this process may use,
-the NVIDIA driver version and the memory available, each read without torch;
-where a file is missing (macOS, a container), from the platform module or a
-command. :func:`read_text` reads every small text file of gpuguide. A
-foundation module: it imports nothing else from gpuguide.
+CPU model, cores, vector instruction set, usable CPUs, NVIDIA driver version and
+available memory, each read without torch. Imports nothing else from gpuguide.
 """
 
 from __future__ import annotations
@@ -21,14 +18,13 @@ from typing import Any
 
 __all__ = ["usable_cpus"]
 
-# Files read here; module-level so tests can point them elsewhere.
+# Module-level so tests can point them elsewhere.
 _PROC_CPUINFO = "/proc/cpuinfo"
 _PROC_DRIVER_VERSION = "/proc/driver/nvidia/version"
 _MEMINFO = "/proc/meminfo"
 _CGROUP_MAX = "/sys/fs/cgroup/memory.max"
 _CGROUP_CURRENT = "/sys/fs/cgroup/memory.current"
 _SYS_CPU = "/sys/devices/system/cpu"
-
 #: Seconds to wait for ``nvidia-smi`` or ``sysctl`` before giving up.
 _COMMAND_TIMEOUT_S = 5.0
 #: Memory assumed free when nothing can be read, in bytes (deliberately low).
@@ -44,7 +40,7 @@ def read_text(path: str | os.PathLike[str]) -> str | None:
 
 
 def _clean(text: str) -> str:
-    """Collapse runs of whitespace (newlines included) into single spaces."""
+    """Collapse runs of whitespace into single spaces."""
     return " ".join(text.split())
 
 
@@ -67,8 +63,7 @@ def _cpuinfo_blocks(cpuinfo_text: str) -> list[dict[str, str]]:
 
 
 def _parse_cpu_model(cpuinfo_text: str) -> str | None:
-    """The CPU model in ``/proc/cpuinfo`` text (``model name`` or another
-    architecture's key), or None."""
+    """The CPU model in ``/proc/cpuinfo`` text, or None."""
     blocks = _cpuinfo_blocks(cpuinfo_text)
     for key in ("model name", "cpu model", "Hardware", "Model", "cpu"):
         for block in blocks:
@@ -79,8 +74,7 @@ def _parse_cpu_model(cpuinfo_text: str) -> str | None:
 
 
 def _parse_physical_cores(cpuinfo_text: str) -> int | None:
-    """Unique (physical id, core id) pairs in ``/proc/cpuinfo`` text; None when a
-    processor lacks either (ARM, some virtual machines)."""
+    """Unique (physical id, core id) pairs in ``/proc/cpuinfo`` text, or None."""
     pairs: set[tuple[str, str]] = set()
     processors = 0
     for block in _cpuinfo_blocks(cpuinfo_text):
@@ -99,34 +93,22 @@ def _darwin_cpu_model() -> str | None:
     if platform.system() != "Darwin":
         return None
     try:
-        result = subprocess.run(
-            ["sysctl", "-n", "machdep.cpu.brand_string"],
-            capture_output=True,
-            text=True,
-            timeout=_COMMAND_TIMEOUT_S,
-            check=False,
-        )
+        result = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"],
+                                capture_output=True, text=True,
+                                timeout=_COMMAND_TIMEOUT_S, check=False)  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return None
     return _clean(result.stdout) or None
 
 
-# Vector instruction sets by CPU flag, widest first: they decide a CPU's matmul rate
-# more than its model name ("AMD EPYC" in a virtual machine). x86's "flags", ARM's
-# "Features".
-_X86_ISAS = (
-    ("amx_bf16", "AMX"),
-    ("avx512_bf16", "AVX-512 BF16"),
-    ("avx512f", "AVX-512"),
-    ("avx2", "AVX2"),
-    ("avx", "AVX"),
-)
+# Vector instruction sets by CPU flag, widest first: they decide a CPU's matmul rate.
+_X86_ISAS = (("amx_bf16", "AMX"), ("avx512_bf16", "AVX-512 BF16"),
+             ("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"))  # fmt: skip
 _ARM_ISAS = (("sve2", "SVE2"), ("sve", "SVE"), ("asimd", "NEON"))
 
 
 def _parse_vector_isa(cpuinfo_text: str) -> str | None:
-    """The widest vector ISA of the first processor in ``/proc/cpuinfo`` text
-    (ARM's with ``" BF16"`` where it has bf16), or None."""
+    """The widest vector ISA of the first processor in ``/proc/cpuinfo`` text."""
     for block in _cpuinfo_blocks(cpuinfo_text):
         if "flags" in block:
             flags = set(block["flags"].split())
@@ -141,16 +123,14 @@ def _parse_vector_isa(cpuinfo_text: str) -> str | None:
 
 
 def vector_isa(cpuinfo_text: str | None = None) -> str | None:
-    """The widest vector instruction set of the host CPU (``"AVX-512 BF16"``) from
-    ``cpuinfo_text`` (``/proc/cpuinfo`` by default); None where not found."""
+    """The host CPU's widest vector instruction set (``"AVX-512 BF16"``), or None."""
     if cpuinfo_text is None:
         cpuinfo_text = read_text(_PROC_CPUINFO)
     return _parse_vector_isa(cpuinfo_text) if cpuinfo_text else None
 
 
 def cpu_model(cpuinfo_text: str | None = None) -> str:
-    """The host CPU's model (``"AMD EPYC 7B13"``): from ``cpuinfo_text``
-    (``/proc/cpuinfo`` by default), ``sysctl`` on macOS, the platform module."""
+    """The host CPU's model (``"AMD EPYC 7B13"``)."""
     if cpuinfo_text is None:
         cpuinfo_text = read_text(_PROC_CPUINFO)
     model = _parse_cpu_model(cpuinfo_text) if cpuinfo_text else None
@@ -166,12 +146,7 @@ def physical_cores(cpuinfo_text: str | None = None) -> int | None:
 
 
 def usable_cpus() -> int:
-    """Number of logical CPUs this process may run on (at least 1).
-
-    The process's affinity mask where there is one (a container or ``taskset``
-    may allow fewer than the machine has), else ``os.cpu_count()``: the count
-    DataLoader checks ``num_workers`` against.
-    """
+    """Number of logical CPUs this process may run on (its affinity mask), at least 1."""
     getaffinity = getattr(os, "sched_getaffinity", None)
     if getaffinity is not None:
         try:
@@ -195,11 +170,7 @@ def _cache_size_bytes(text: str) -> int | None:
 
 def last_level_cache_bytes(root: str | os.PathLike[str] | None = None) -> int | None:
     """The CPU's last-level caches, all instances together, in bytes (None where
-    sysfs does not say): two sockets with 32 MiB of L3 each give 64 MiB.
-
-    Read from ``cpu*/cache/index*`` under ``root`` (``/sys/devices/system/cpu``):
-    the data or unified caches of the highest level, each shared instance once.
-    """
+    sysfs does not say): two sockets with 32 MiB of L3 each give 64 MiB."""
     base = Path(_SYS_CPU if root is None else root)
     instances: dict[tuple[int, str], int] = {}
     for index in base.glob("cpu[0-9]*/cache/index[0-9]*"):
@@ -223,8 +194,7 @@ def last_level_cache_bytes(root: str | os.PathLike[str] | None = None) -> int | 
 
 
 def _parse_driver_version(text: str) -> str | None:
-    """The driver version in ``/proc/driver/nvidia/version`` text (``... Kernel
-    Module 570.86.15 ...``), or None."""
+    """The driver version in ``/proc/driver/nvidia/version`` text, or None."""
     match = re.search(r"Kernel Module\b.*?\s(\d+\.\d+(?:\.\d+)*)\s", text + " ")
     return match.group(1) if match else None
 
@@ -238,13 +208,9 @@ def _driver_version_from_smi(
     if executable is None:
         return None
     try:
-        result = run(
-            [executable, "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=_COMMAND_TIMEOUT_S,
-            check=False,
-        )
+        result = run([executable, "--query-gpu=driver_version", "--format=csv,noheader"],
+                     capture_output=True, text=True, timeout=_COMMAND_TIMEOUT_S,
+                     check=False)  # fmt: skip
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
     if result.returncode != 0:
@@ -274,8 +240,7 @@ def driver_version() -> str | None:
 
 
 def _meminfo_available_bytes(text: str) -> int | None:
-    """``MemAvailable`` (else ``MemFree + Buffers + Cached``) in ``/proc/meminfo``
-    text, in bytes; None if neither is there."""
+    """``MemAvailable`` (else ``MemFree + Buffers + Cached``) in bytes, or None."""
     fields = {
         m.group(1): int(m.group(2)) * 1024
         for m in re.finditer(r"^(\w+):\s+(\d+)\s+kB", text, flags=re.MULTILINE)
@@ -296,8 +261,7 @@ def _cgroup_available_bytes(max_text: str, current_text: str) -> int | None:
 
 
 def available_memory_bytes() -> int:
-    """Host memory available to this process, in bytes: ``MemAvailable`` capped by
-    the room under a cgroup v2 limit, else ``sysconf``'s free pages, else 1 GiB."""
+    """Host memory available to this process (within a cgroup v2 limit), in bytes."""
     candidates = []
     meminfo = read_text(_MEMINFO)
     if meminfo is not None:

@@ -1,9 +1,4 @@
-"""A page's setup and its headline figures: one call each.
-
-:func:`setup`, a page's first line, picks the device, seeds torch, prints the
-provenance line and returns a :class:`Page`. :func:`report` prints one headline
-figure with its spread, its share of a peak and its place against a quoted
-range, and records it (:func:`gpuguide.results.record`).
+"""A page's setup (:func:`setup`) and its headline figures (:func:`report`).
 
 Examples
 --------
@@ -39,11 +34,7 @@ __all__ = ["Page", "report", "setup"]
 
 @dataclass(frozen=True)
 class Page:
-    """What a page needs to know about the run: device, small mode, peaks.
-
-    ``device`` is where the page measures; ``small`` whether ``GPUGUIDE_SMALL``
-    asks for small sizes and short budgets.
-    """
+    """What a page needs to know about the run: device, small mode, peaks."""
 
     device: torch.device
     small: bool = False
@@ -65,10 +56,7 @@ class Page:
         return self.device.type == "cuda"
 
     def needs_cuda(self, lesson: str) -> bool:
-        """Whether ``lesson`` can run here; on another device, say so in one line.
-
-        Use as ``if page.needs_cuda("CUDA graphs"):`` around a CUDA-only part.
-        """
+        """Whether ``lesson`` can run here; on another device, say so in one line."""
         if not isinstance(lesson, str) or not lesson.strip():
             msg = f"lesson must be a non-empty string, got {lesson!r}"
             raise ValueError(msg)
@@ -89,12 +77,9 @@ def setup(
     prefer: str | torch.device | None = None, *, seed: int | None = 0,
     file: TextIO | None = None,
 ) -> Page:  # fmt: skip
-    """A page's first call: pick the device, seed torch, print the provenance.
-
-    ``prefer`` is as for :func:`gpuguide.pick_device` (default: the best device
-    present, or ``GPUGUIDE_DEVICE``); ``seed`` None does not seed; the line goes
-    to ``file`` (default standard output).
-    """
+    """A page's first call: pick the device (``prefer`` as for
+    :func:`gpuguide.pick_device`), seed torch (unless ``seed`` is None), print
+    the provenance line."""
     import torch
 
     device = pick_device(prefer)
@@ -136,7 +121,7 @@ def _quoted_text(quoted: tuple[float, float], unit: str) -> str:
 
 
 def _plain_text(number: float, unit: str) -> str:
-    """A plain number in its unit: a rate with its prefix, seconds as a time."""
+    """A plain number in its unit, with a prefix."""
     if unit.endswith("/s"):
         return format_rate(number, unit)
     if unit == "s":
@@ -162,41 +147,21 @@ def report(
 ) -> None:  # fmt: skip
     """Print one headline figure with its spread, share of peak and verdict; record it.
 
-    Returns nothing, so that a cell ending with the call shows only the line
-    (:func:`gpuguide.results.recorded` lists what was recorded).
+    Returns nothing, so that a cell ending with the call shows only the line.
 
     Parameters
     ----------
-    name : str
-        What the figure is (``"best bf16 matmul"``).
     value : Rate, Measurement, Comparison or float
-        A :class:`~gpuguide.timing.Rate` or :class:`~gpuguide.timing.Measurement`
-        brings its spread, a :class:`~gpuguide.verdicts.Comparison` its speed-up,
-        range and verdict; a plain number needs ``unit``.
-    unit : str, optional
-        The unit of a plain number; bytes (``"B"``) print in binary units.
-    spread : (float, float), optional
-        The range of a plain number, in its unit; printed and recorded with it.
+        A measured object brings its unit and spread; a plain number needs
+        ``unit`` (and may have a ``spread``).
     peak : str or float, optional
-        What the figure is a share of: a peak (``"bf16"``, ``"memory"``,
-        ``"host_link"``) of the device the rate was measured on, or a number in
-        the figure's unit.
+        A peak's name (``"bf16"``, ``"memory"``) of the measuring device, or a
+        number in the figure's unit: the line gives the figure's share of it.
     quoted : (float, float), optional
-        A published range in the figure's unit: the line says whether the figure
-        is above, within or below it, with its spread.
-    size : str, int, float or bool, optional
-        The problem size, shown with the recorded figure.
-    file : text stream, optional
-        Where the line goes (standard output by default).
+        A published range: the line says whether the figure is above, within
+        or below it.
     **config : str, int, float or bool
-        What identifies the figure beside its name (``dtype="bf16"``); the
-        printed line shows them after the name (``"name (dtype=bf16): ..."``).
-
-    Notes
-    -----
-    Nothing is returned, so that a page's cell that ends with the call shows
-    only the printed line; :func:`gpuguide.results.recorded` lists what was
-    recorded.
+        What identifies the figure beside its name (``dtype="bf16"``).
     """
     low = high = device = None
     if spread is not None and not isinstance(value, (int, float)):

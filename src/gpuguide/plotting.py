@@ -1,8 +1,6 @@
 """One look for every figure of the guide: sweeps, bar charts and the device label.
 
-The helpers draw on an ``Axes`` the example made with ``plt.subplots()``. Every
-axis label names its unit in parentheses (``"time (ms)"``), and every figure the
-device it was measured on.
+Every axis label names its unit in parentheses, every figure its device.
 
 Examples
 --------
@@ -58,19 +56,12 @@ _UNIT = re.compile(r"\(\s*[^()\s][^()]*\)")
 
 
 def apply_style() -> None:
-    """Set matplotlib's rcParams to the guide's style (7 x 4.5 in, grid, palette).
-
-    The plot helpers restyle the ``Axes`` they are given anyway; calling this
-    before ``plt.subplots()`` adds the figure size.
-    """
+    """Set matplotlib's rcParams to the guide's style (7 x 4.5 in, grid, palette)."""
     mpl.rcParams.update(_STYLE)
 
 
 def style_axes(ax: Axes) -> None:
-    """Give ``ax`` the guide's look (grid, no top and right spines, palette, layout).
-
-    For helpers that draw their own kind of plot (a roofline, a timeline).
-    """
+    """Give ``ax`` the guide's look (grid, no top and right spines, palette, layout)."""
     apply_style()
     ax.grid(True, which="major", alpha=_STYLE["grid.alpha"])
     ax.spines["top"].set_visible(False)
@@ -83,10 +74,7 @@ def style_axes(ax: Axes) -> None:
 
 
 def require_unit(label: str) -> str:
-    """Return an axis label (``"time (ms)"``) if it names a unit in parentheses.
-
-    Raises ``ValueError`` if the label has no non-empty ``(...)`` part.
-    """
+    """Return an axis label (``"time (ms)"``); ``ValueError`` if it names no unit."""
     if not isinstance(label, str) or not _UNIT.search(label):
         msg = (
             'axis label must name a unit in parentheses, e.g. "time (ms)" or '
@@ -99,17 +87,12 @@ def require_unit(label: str) -> str:
 def label_device(
     fig: Figure | SubFigure, device: torch.device | str | DeviceInfo | None
 ) -> None:
-    """Write ``"measured on <short name>"`` in the lower right corner of a figure.
-
-    ``device`` None names :func:`~gpuguide.device.pick_device`'s. Calling it again
-    replaces the label.
-    """
+    """Write (or replace) ``"measured on <short name>"`` in a figure's corner."""
     if not isinstance(device, DeviceInfo):
         device = describe_device(pick_device() if device is None else device)
     text = f"measured on {device.short_name}"
     engine = _top(fig).get_layout_engine()
-    if isinstance(engine, ConstrainedLayoutEngine):
-        # Keep a strip along the bottom free of tick labels for the label.
+    if isinstance(engine, ConstrainedLayoutEngine):  # keep a strip for the label
         engine.set(rect=(0.0, _LABEL_STRIP, 1.0, 1.0 - _LABEL_STRIP))
     for artist in fig.texts:
         if artist.get_gid() == _DEVICE_LABEL_GID:
@@ -155,32 +138,15 @@ def plot_sweep(
 
     Parameters
     ----------
-    x : sequence of float
-        The sizes, shared by every series.
     series : mapping of str to sequence
-        Label -> one value per size. A :class:`~gpuguide.timing.Measurement`
-        is drawn at ``value(median_s)`` with its interquartile range as a band;
-        a float is drawn as given (already in the y unit); None is skipped.
-    xlabel, ylabel, title : str
-        Axis labels with units in parentheses; a title that states the finding.
-    device : torch.device or str or DeviceInfo, optional
-        Named on the figure (:func:`label_device`); default the page's.
+        Label -> one value per size: a Measurement (drawn at ``value(median_s)``
+        with its interquartile band), a float in the y unit, or None (skipped).
     value : callable, optional
-        Converts seconds to the y unit; default milliseconds. A decreasing
-        conversion (``lambda s: n / s``) is fine: the band spans both quartiles.
+        Converts seconds to the y unit; default milliseconds.
     logx, logy : bool
-        Logarithmic axes (default); base 2 for x when every size is whole.
-        Points a log axis cannot show (<= 0, not finite) are left out.
+        Logarithmic axes; points a log axis cannot show are left out.
     record : str, optional
-        Record each point under this name (:func:`gpuguide.results.record`), in
-        the base unit of ``ylabel`` (ms as s, GB/s as B/s), its series named by
-        its label up to the first ``" ("``. Only where the sweep of rates or
-        times is the lesson's headline.
-
-    Raises
-    ------
-    ValueError
-        For a label without a unit, or a series whose length differs from ``x``.
+        Record each point under this name, in the base unit of ``ylabel``.
     """
     require_unit(xlabel)
     require_unit(ylabel)
@@ -223,7 +189,7 @@ def _record_series(
     record: str, ylabel: str, label: str, line: list[tuple[float, float]],
     band: list[tuple[float, float, float]],
 ) -> None:  # fmt: skip
-    """Record one plotted series point by point, in the y label's base unit."""
+    """Record one plotted series point by point."""
     from gpuguide.results import record as record_figure
 
     base, scale = _axis_unit(ylabel)
@@ -244,8 +210,7 @@ _AXIS_UNIT = re.compile(r"\(([^()]*)\)\s*$")
 
 
 def _axis_unit(label: str) -> tuple[str, float]:
-    """``"time (ms)"`` -> ``("s", 1e-3)``: SI prefixes of s, B, FLOP and their rates,
-    Ki/Mi/Gi/Ti of bytes; any other unit is its own base. No unit at the end: raise."""
+    """``"time (ms)"`` -> ``("s", 1e-3)``; a unit other than s, B, FLOP is its own."""
     match = _AXIS_UNIT.search(label)
     if not match or not match.group(1).strip():
         msg = f"axis label must end with a unit in parentheses to record, got {label!r}"
@@ -265,27 +230,9 @@ def plot_bars(
     device: torch.device | str | DeviceInfo | None = None, baseline: str | None = None,
     value: Callable[[float], float] | None = None,
 ) -> None:  # fmt: skip
-    """One bar per entry, each labelled with its ratio to a baseline (``"1.00x"``).
-
-    The ratio is in the plotted unit: above 1 is slower for times, faster for
-    throughputs.
-
-    Parameters
-    ----------
-    values : mapping of str to Measurement or float
-        Label -> value. A :class:`~gpuguide.timing.Measurement` is drawn at
-        ``value(median_s)`` with its interquartile range as an error bar; a
-        float is drawn as given (already in the y unit).
-    ylabel, title, device, value
-        As for :func:`plot_sweep`.
-    baseline : str, optional
-        The entry the ratios are relative to; default the first.
-
-    Raises
-    ------
-    ValueError
-        For a label without a unit, no values, or an unknown baseline.
-    """
+    """One bar per entry, each labelled with its ratio to ``baseline`` (default
+    the first), in the plotted unit; ``values`` as ``series`` of
+    :func:`plot_sweep`, one value each."""
     require_unit(ylabel)
     if not values:
         msg = "values must hold at least one bar, got none"

@@ -1,16 +1,10 @@
 """Record a page's headline figures, and read them back from results files.
 
-:func:`record` (or :func:`gpuguide.report`, which prints it first) keeps a figure
-(name, value, unit, spread, configuration) in memory (:func:`recorded`); when
-``GPUGUIDE_RECORD`` names a file, it is also written there with the run's
-provenance (:class:`DeviceRecord`), replacing that page's figures and keeping the
-other pages'. A results file is JSON, ``{"schema": 1, "device": {...},
-"results": [...]}``, described by ``docs/_static/results.schema.json``.
-
-:func:`load` validates strictly: anything else (truncated JSON, a foreign or newer
-file, a value that is not a finite number) raises :class:`ResultsFileError`,
-naming the file and the problem. The gpuguide version, commit and dirty mark, and
-a CPU's ``isa`` came later in schema 1: a file without them reads as "unknown".
+:func:`record` keeps a figure in memory (:func:`recorded`) and, when
+``GPUGUIDE_RECORD`` names a file, writes it there with the run's provenance
+(:class:`DeviceRecord`), replacing that page's figures. A results file is JSON
+described by ``docs/_static/results.schema.json``; :func:`load` validates it
+strictly and raises :class:`ResultsFileError`, naming the file and the problem.
 """
 
 from __future__ import annotations
@@ -63,8 +57,6 @@ class ResultsFileError(ValueError):
 
 
 # -- field checks: each returns the value to keep or raises "<name> must be ..., got ..."
-
-
 def _bad(name: str, what: str, value: object) -> ValueError:
     return ValueError(f"{name} must be {what}, got {value!r}")
 
@@ -173,16 +165,10 @@ _config = _mapping("a mapping", "a config key", "config", _config_value)
 
 @dataclass(frozen=True)
 class DeviceRecord:
-    """Where and when a results file was measured: its provenance.
+    """Where and when a results file was measured: device, versions, date, peaks.
 
-    ``name`` and ``short_name`` (the label for figures), ``kind`` (``"cuda"``,
-    ``"cpu"`` or ``"mps"``), the ``torch`` version, the ``cuda`` and ``driver``
-    versions (None where there are none), the ``date`` (ISO 8601), whether the
-    pages ran at ``small`` sizes, the device's ``peaks`` (:data:`PEAK_NAMES`
-    -> rate, a GPU's datasheet or a CPU's measured ceilings), a CPU's widest
-    vector instruction set ``isa`` (None when unknown, and always for a GPU),
-    and the ``gpuguide`` version, ``commit`` and ``dirty`` mark of the helpers
-    that measured (None: not recorded).
+    ``peaks`` maps :data:`PEAK_NAMES` to rates; ``isa`` is a CPU's widest vector
+    instruction set (None for a GPU); None elsewhere means unknown.
     """
 
     name: str
@@ -216,14 +202,12 @@ class DeviceRecord:
 
     @property
     def key(self) -> tuple[str, str, str | None]:
-        """``(kind, short_name, isa)``: two records with one key are one device
-        (a CPU recorded without its ISA is never the one recorded with it)."""
+        """``(kind, short_name, isa)``: two records with one key are one device."""
         return (self.kind, self.short_name, self.isa)
 
     @property
     def file_name(self) -> str:
-        """The device's file in a results folder: ``"cuda-h100-sxm5.json"``,
-        ``"cpu-amd-epyc-2-threads-avx2.json"`` (kind and short name)."""
+        """The device's file in a results folder: ``"cuda-h100-sxm5.json"``."""
         name = re.sub(r"[^a-z0-9]+", "-", self.short_name.lower()).strip("-")
         if not name.startswith(f"{self.kind}-"):  # "CPU: AMD EPYC" names its kind
             name = f"{self.kind}-{name}"
@@ -231,8 +215,7 @@ class DeviceRecord:
 
     @property
     def gpuguide_label(self) -> str:
-        """``"gpuguide 0.1.0 (f4b16f4+dirty)"``, ``"... (commit unknown)"`` or
-        ``"gpuguide version unknown"``."""
+        """``"gpuguide 0.1.0 (f4b16f4+dirty)"`` or ``"gpuguide version unknown"``."""
         return version_label(self.gpuguide, self.commit, self.dirty)
 
     @classmethod
@@ -240,8 +223,7 @@ class DeviceRecord:
         cls, info: DeviceInfo, *, small: bool | None = None,
         peaks: Mapping[str, float] | None = None,
     ) -> DeviceRecord:  # fmt: skip
-        """The record of a described device, dated now (UTC); ``small`` defaults
-        to :func:`gpuguide.env.small_mode`."""
+        """The record of a described device, dated now (UTC)."""
         when = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
         return cls(
             name=info.name, short_name=info.short_name, kind=info.type,
@@ -279,16 +261,9 @@ _DEVICE_CHECKS: dict[str, Callable[[str, Any], Any]] = {
 
 @dataclass(frozen=True)
 class Result:
-    """One recorded figure of one page.
-
-    ``page`` (the script's name without ``.py``), ``name`` (what was
-    measured), the finite ``value`` (a median) and its ``unit`` (``"s"``,
-    ``"FLOP/s"``, ``"B/s"``, ``"x"``), its ``spread`` ``(q25, q75)`` (None:
-    unknown), the ``config`` it was measured with, the number of recording
-    ``runs`` it combines, the problem ``size`` (shown, not part of what
-    identifies the figure), its position ``x`` on a sweep (None for a headline
-    figure) and the device ``peak`` it is a share of (:data:`PEAK_NAMES`).
-    """
+    """One recorded figure of one page: a median ``value`` in ``unit``, its
+    ``spread`` ``(q25, q75)``, what identifies it (``key``), its ``size``,
+    position ``x`` on a sweep and the ``peak`` it is a share of."""
 
     page: str
     name: str
@@ -306,8 +281,7 @@ class Result:
 
     @property
     def key(self) -> tuple[str, str, tuple[tuple[str, ConfigValue], ...], float | None]:
-        """``(page, name, config, x)``: what identifies a figure across runs
-        and devices (its size does not)."""
+        """``(page, name, config, x)``: what identifies a figure across runs."""
         return (self.page, self.name, tuple(sorted(self.config.items())), self.x)
 
     @property
@@ -436,10 +410,8 @@ def loads(text: str, source: str = "<string>") -> ResultsFile:
 
 
 def load(path: str | os.PathLike[str]) -> ResultsFile:
-    """Read and validate a results file; :class:`ResultsFileError`, naming the file,
-    if it cannot be read, is not JSON (truncated: line and column), is not of
-    :data:`SCHEMA_VERSION`, or holds a value that is not a finite number, a
-    spread with ``q25 > q75``, a missing or unknown field, or one figure twice."""
+    """Read and validate a results file; :class:`ResultsFileError` if it cannot be
+    read, is not JSON, not of :data:`SCHEMA_VERSION`, or holds an invalid field."""
     source = os.fspath(path)
     try:
         text = Path(source).read_text(encoding="utf-8")
@@ -454,8 +426,7 @@ def dumps(results_file: ResultsFile) -> str:
 
 
 def save(results_file: ResultsFile, path: str | os.PathLike[str]) -> Path:
-    """Write a results file atomically (a temporary file, then a rename over it),
-    creating its folder where it is missing. Returns the path written."""
+    """Write a results file atomically, creating its folder; return its path."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(
@@ -498,8 +469,7 @@ _device: list[DeviceRecord] = []
 
 
 def current_device() -> DeviceRecord:
-    """The provenance of this process's device, described once per process
-    (:func:`gpuguide.device.describe_device`)."""
+    """The provenance of this process's device, described once per process."""
     if not _device:
         from gpuguide.device import describe_device
 
@@ -555,23 +525,14 @@ def record(
     page: str | None = None, size: ConfigValue | None = None, peak: str | None = None,
     x: float | None = None, **config: ConfigValue,
 ) -> Result:  # fmt: skip
-    """Record one headline figure of the running page; return it as a :class:`Result`.
+    """Record one headline figure of the running page; return its :class:`Result`.
 
-    ``name``, the ``config`` keywords (``dtype="bf16"``: str, int, finite float
-    or bool) and the ``page`` (default: the running script's name) identify the
-    figure across devices. ``value`` is a :class:`~gpuguide.timing.Measurement`
-    (median time, ``"s"``), a :class:`~gpuguide.timing.Rate` or a
-    :class:`~gpuguide.verdicts.Comparison` (speed-up, ``"x"``), each with its own
-    spread, or a number with its ``unit`` and optional ``spread`` ``(q25, q75)``.
-    ``size`` is shown but does not identify the figure; ``peak`` names the device
-    peak it is a share of (:data:`PEAK_NAMES`); ``x`` is its position on a sweep.
-
-    Recording the same figure again replaces it. When ``GPUGUIDE_RECORD`` names a
-    file, the figure is written there at once, so a page that fails later keeps
-    it. Raises ``ValueError`` for an empty name or unit, a value or spread that
-    is not finite, a configuration value of another type or no page to name;
-    :class:`ResultsFileError` if ``GPUGUIDE_RECORD`` names an invalid file or one
-    of another device.
+    ``name``, ``config`` and ``page`` (default: the running script) identify the
+    figure. ``value`` is a Measurement, Rate or Comparison (each with its unit
+    and spread) or a number with its ``unit`` and optional ``spread``. Recording
+    it again replaces it; with ``GPUGUIDE_RECORD`` set it is written at once.
+    Raises ``ValueError`` for an invalid field, :class:`ResultsFileError` for an
+    invalid file or one of another device.
     """
     number, unit, spread = _figure(value, unit, spread)
     result = Result(

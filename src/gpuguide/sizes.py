@@ -1,13 +1,8 @@
 """Pick problem sizes that fit the device: its memory, a time per call, small mode.
 
-A page says what one size ``n`` needs: ``memory_at(n)`` bytes allocated, and
-optionally ``flop_at(n)`` and ``traffic_at(n)`` per call, from which a call's
-time is estimated with the device's peaks (:func:`estimate_seconds`).
-:func:`sweep` returns the sizes of a geometric range that fit the device's
-budget, :func:`largest_size` the largest. So one script runs large sizes on an
-H100, small ones on a laptop, tiny ones with ``GPUGUIDE_SMALL=1``;
-``GPUGUIDE_GPU_MEMORY=16GiB`` plans as a 16 GiB GPU would, and the CPU plans with
-at most :data:`HOST_MEMORY_BYTES`, so a CPU build fits in 4 GB.
+A page says what one size ``n`` needs (``memory_at(n)`` bytes, optionally
+``flop_at(n)`` and ``traffic_at(n)`` per call); :func:`sweep` returns the sizes of
+a geometric range that fit the device's budget, :func:`largest_size` the largest.
 
 Examples
 --------
@@ -50,8 +45,7 @@ FALLBACK_BYTES_PER_S = 1e10
 
 @dataclass(frozen=True)
 class SizeBudget:
-    """What one problem size may use on ``device``: ``memory_bytes`` allocated,
-    ``call_s`` seconds per call; ``small`` when small mode capped them."""
+    """What one problem size may use on ``device``: memory and seconds per call."""
 
     device: str
     memory_bytes: int
@@ -67,12 +61,8 @@ class SizeBudget:
 
 
 def free_memory_bytes(device: torch.device | str | None = None) -> int:
-    """Memory free on a device (the page's when omitted), in bytes.
-
-    CUDA: ``torch.cuda.mem_get_info``'s free bytes, at most the
-    ``GPUGUIDE_GPU_MEMORY`` cap minus what the allocator reserved. MPS: the
-    recommended working set minus the driver's. CPU: the host's available memory.
-    """
+    """Memory free on a device (the page's when omitted), in bytes, within the
+    ``GPUGUIDE_GPU_MEMORY`` cap on CUDA."""
     import torch
 
     dev = as_device(device)
@@ -99,24 +89,12 @@ def _device_string(dev: torch.device) -> str:
 
 
 def size_budget(
-    device: torch.device | str | None = None,
-    *,
-    memory_fraction: float = 0.25,
-    call_s: float | None = None,
-    small: bool | None = None,
-) -> SizeBudget:
-    """The memory and time one problem size may use on a device (the page's).
-
-    Parameters
-    ----------
-    memory_fraction : float
-        Share of the free memory (:func:`free_memory_bytes`; on the CPU at most
-        :data:`HOST_MEMORY_BYTES`), in ``(0, 1]``.
-    call_s : float, optional
-        Seconds per call (> 0); default 0.02 on the CPU, 0.05 on CUDA and MPS.
-    small : bool, optional
-        Cap at 64 MiB and 2 ms per call; by default in small mode.
-    """
+    device: torch.device | str | None = None, *, memory_fraction: float = 0.25,
+    call_s: float | None = None, small: bool | None = None,
+) -> SizeBudget:  # fmt: skip
+    """The memory and time one problem size may use on a device (the page's):
+    ``memory_fraction`` of the free memory, ``call_s`` seconds per call (default
+    per device type), capped in small mode."""
     checks.fraction("memory_fraction", memory_fraction)
     if call_s is not None:
         checks.positive("call_s", call_s)
@@ -137,33 +115,20 @@ def size_budget(
 
 
 def estimate_seconds(
-    *,
-    flop: float = 0.0,
-    nbytes: float = 0.0,
-    peaks: Peaks | None,
-    efficiency: float = 0.5,
-    flop_per_s: float | None = None,
-) -> float:
-    """Roofline estimate of one call's seconds, for planning sizes (not a result).
-
-    ``max(flop / flop_per_s, nbytes / bandwidth) / efficiency`` (``efficiency``
-    in ``(0, 1]``), with ``flop_per_s`` by default the fp32 figure of ``peaks``;
-    unknown figures (``peaks=None``) read a deliberately low 1e11 FLOP/s and
-    1e10 bytes/s.
-    """
+    *, flop: float = 0.0, nbytes: float = 0.0, peaks: Peaks | None,
+    efficiency: float = 0.5, flop_per_s: float | None = None,
+) -> float:  # fmt: skip
+    """Roofline estimate of one call's seconds, for planning sizes (not a result):
+    ``max(flop / flop_per_s, nbytes / bandwidth) / efficiency``, with the fp32
+    peak by default and low fallback rates where ``peaks`` is None."""
     flop = checks.non_negative("flop", flop)
     nbytes = checks.non_negative("nbytes", nbytes)
     checks.fraction("efficiency", efficiency)
     peak_bandwidth = None if peaks is None else peaks.memory_bandwidth_bytes_per_s
     if flop_per_s is None and peaks is not None:
         flop_per_s = peaks.flops.get("fp32")
-    return (
-        max(
-            flop / (flop_per_s or FALLBACK_FLOPS),
-            nbytes / (peak_bandwidth or FALLBACK_BYTES_PER_S),
-        )
-        / efficiency
-    )
+    return max(flop / (flop_per_s or FALLBACK_FLOPS),
+               nbytes / (peak_bandwidth or FALLBACK_BYTES_PER_S)) / efficiency  # fmt: skip
 
 
 def _geometric(lo: int, hi: int, per_octave: int, multiple_of: int) -> list[int]:
@@ -181,50 +146,23 @@ def _geometric(lo: int, hi: int, per_octave: int, multiple_of: int) -> list[int]
 
 
 def sweep(
-    lo: int,
-    hi: int,
-    *,
-    memory_at: Callable[[int], float],
+    lo: int, hi: int, *, memory_at: Callable[[int], float],
     flop_at: Callable[[int], float] | None = None,
     traffic_at: Callable[[int], float] | None = None,
-    device: torch.device | str | None = None,
-    call_s: float | None = None,
+    device: torch.device | str | None = None, call_s: float | None = None,
     budget: SizeBudget | None = None,
     peaks: Peaks | Literal["device"] | None = "device",
-    flop_per_s: float | None = None,
-    efficiency: float = 0.5,
-    per_octave: int = 1,
+    flop_per_s: float | None = None, efficiency: float = 0.5, per_octave: int = 1,
     multiple_of: int = 1,
-) -> list[int]:
+) -> list[int]:  # fmt: skip
     """Geometric problem sizes from ``lo`` to ``hi`` that fit the device, increasing.
 
     Candidates are ``lo * 2**(i / per_octave)`` rounded to a multiple of
-    ``multiple_of``, up to ``hi``. A size is kept when ``memory_at(n)`` bytes
-    fit the budget and, given ``flop_at`` or ``traffic_at``, when one call's
-    :func:`estimate_seconds` fits its time per call; if none is fast enough the
-    smallest is returned alone.
-
-    Parameters
-    ----------
-    lo, hi : int
-        Smallest and largest size (``1 <= lo <= hi``).
-    memory_at, flop_at, traffic_at : callable
-        Bytes allocated, FLOP and bytes moved by one call, at size ``n``.
-    device, call_s
-        For :func:`size_budget`, unless ``budget`` is given.
-    peaks : Peaks or None
-        The rates to plan with: the device's by default; None for low fallback
-        rates (a plan independent of a CPU's current load).
-    flop_per_s, efficiency
-        As for :func:`estimate_seconds`.
-    per_octave, multiple_of : int
-        Sizes per doubling, and the multiple sizes are rounded to (8 or 64 for
-        tensor cores).
-
-    Raises
-    ------
-    ValueError
-        If an argument is out of range or no size fits the memory budget.
+    ``multiple_of``. A size is kept when ``memory_at(n)`` bytes fit the budget
+    (:func:`size_budget`) and, given ``flop_at`` or ``traffic_at``, one call's
+    :func:`estimate_seconds` fits its time per call (else the smallest alone).
+    ``peaks`` None plans with low fallback rates. Raises ``ValueError`` if no
+    size fits the memory budget.
     """
     lo = checks.integer("lo", lo, minimum=1)
     hi = checks.integer("hi", hi, minimum=lo)
@@ -256,10 +194,8 @@ def sweep(
         return estimate_seconds(
             flop=flop_at(n) if flop_at else 0.0,
             nbytes=traffic_at(n) if traffic_at else 0.0,
-            peaks=peaks,
-            efficiency=efficiency,
-            flop_per_s=flop_per_s,
-        )
+            peaks=peaks, efficiency=efficiency, flop_per_s=flop_per_s,
+        )  # fmt: skip
 
     # Time is an estimate, memory a limit: on a slow or busy machine where even
     # the smallest size looks too slow, run that one size rather than nothing.
@@ -268,6 +204,5 @@ def sweep(
 
 
 def largest_size(lo: int, hi: int, **kwargs: Any) -> int:
-    """The largest size in ``[lo, hi]`` that fits the device's memory and time:
-    ``sweep(lo, hi, **kwargs)[-1]``, with :func:`sweep`'s arguments."""
+    """The largest size in ``[lo, hi]`` that fits: ``sweep(lo, hi, **kwargs)[-1]``."""
     return sweep(lo, hi, **kwargs)[-1]

@@ -1,19 +1,9 @@
 """Verdicts that hold: comparisons computed with the spread, variants in rounds.
 
-A page that says "A is faster than B" must still say it when the build runs
-again, so a difference counts only when it is larger than the calls' own spread
-(a measurement's interval is its interquartile range):
-
-- :func:`compare` gives the ratio of two medians, the range it spans over the
-  intervals, and a verdict: ``"faster"`` or ``"slower"`` only when the intervals
-  are apart and the medians differ by at least :data:`MIN_EFFECT` (5%: two
-  builds on one GPU differ by a few percent), else ``"no measurable difference"``;
-- :meth:`Comparison.against` places the ratio above, within or below a quoted
-  range ("speed-ups of 1.5-3x are typical");
-- :func:`break_even` gives the uses after which a one-off cost pays for itself,
-  or ``None`` when the saving per use is within the spread;
-- :func:`interleave` times variants in rounds, in a rotating order, so that a
-  drift of the machine falls on every variant alike and shows in their spread.
+A difference counts only when it is larger than the calls' own spread (their
+interquartile ranges) and at least :data:`MIN_EFFECT`, so a verdict holds when
+the build runs again. :func:`interleave` times variants in rotating rounds, so
+that a drift of the machine falls on every variant alike.
 
 Examples
 --------
@@ -39,19 +29,14 @@ __all__ = ["Comparison", "break_even", "compare", "interleave"]
 
 #: The verdict when the two intervals overlap, or the medians are within MIN_EFFECT.
 NO_DIFFERENCE = "no measurable difference"
-
 #: The smallest ratio of medians a verdict calls faster or slower (and its inverse).
 MIN_EFFECT = 1.05
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """How much faster ``subject`` ran than ``baseline``, with the spread.
-
-    ``speedup`` is ``baseline.median_s / subject.median_s`` (above 1: the
-    subject is faster); ``low`` and ``high`` the speed-up over the intervals
-    (baseline's first quartile over the subject's third, third over first).
-    """
+    """How much faster ``subject`` ran than ``baseline`` (``speedup`` above 1:
+    faster), with ``low`` and ``high`` the speed-up over the quartiles."""
 
     subject: Measurement
     baseline: Measurement
@@ -61,8 +46,7 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        """``"faster"`` (``"slower"``) when the intervals are apart and the ratio is at
-        least :data:`MIN_EFFECT` (at most its inverse), else :data:`NO_DIFFERENCE`."""
+        """``"faster"``, ``"slower"`` or :data:`NO_DIFFERENCE`."""
         if self.low > 1.0 and self.speedup >= MIN_EFFECT:
             return "faster"
         if self.high < 1.0 and self.speedup <= 1 / MIN_EFFECT:
@@ -81,8 +65,7 @@ class Comparison:
 
     @property
     def short(self) -> str:
-        """For a table cell or a title: ``"2.30x (2.10-2.50x)"`` or
-        ``"no measurable difference (0.90-1.10x)"``."""
+        """For a table cell or a title: ``"2.30x (2.10-2.50x)"``."""
         spread = _span(self.low, self.high)
         if self.within_min_effect:
             return f"{NO_DIFFERENCE}, less than {_min_effect()} ({spread})"
@@ -91,8 +74,7 @@ class Comparison:
         return f"{format_ratio(self.speedup)} ({spread})"
 
     def against(self, low: float, high: float) -> str:
-        """``"above"`` or ``"below"`` a quoted range ``low``-``high`` (x) when the
-        whole interval of the speed-up is outside it, else ``"within"``."""
+        """``"above"``, ``"within"`` or ``"below"`` a quoted range of speed-ups."""
         low = checks.positive("low", low)
         high = checks.positive("high", high)
         if high < low:
@@ -121,22 +103,19 @@ class Comparison:
 
 
 def _min_effect() -> str:
-    """``"5%"``: :data:`MIN_EFFECT` as a percentage."""
     return f"{100 * (MIN_EFFECT - 1):.0f}%"
 
 
 def _span(low: float, high: float) -> str:
-    """``"1.78-2.05x"``: two ratios with one unit."""
+    """``"1.78-2.05x"``."""
     return f"{format_ratio(low).removesuffix('x')}-{format_ratio(high)}"
 
 
 def compare(subject: Measurement, baseline: Measurement) -> Comparison:
     """Compare ``subject``'s median with ``baseline``'s, with their spread.
 
-    ``str()`` of the :class:`Comparison` is a sentence for the page: ``"compiled
-    is 2.3x faster than eager (2.1-2.5x)"`` or ``"no measurable difference
-    between A and B (speed-up 0.96-1.05x)"``. Raises a ``TypeError`` for a
-    non-:class:`~gpuguide.timing.Measurement`, a ``ValueError`` for a time of 0.
+    ``str()`` of the result is a sentence for the page: ``"compiled is 2.3x
+    faster than eager (2.1-2.5x)"``. Raises ``ValueError`` for a time of 0.
     """
     for name, value in (("subject", subject), ("baseline", baseline)):
         if not isinstance(value, Measurement):
@@ -149,24 +128,16 @@ def compare(subject: Measurement, baseline: Measurement) -> Comparison:
         )
         raise ValueError(msg)
     return Comparison(
-        subject=subject,
-        baseline=baseline,
-        speedup=baseline.median_s / subject.median_s,
-        low=baseline.q25_s / subject.q75_s,
-        high=baseline.q75_s / subject.q25_s,
-    )
+        subject=subject, baseline=baseline, speedup=baseline.median_s / subject.median_s,
+        low=baseline.q25_s / subject.q75_s, high=baseline.q75_s / subject.q25_s,
+    )  # fmt: skip
 
 
 def break_even(
     cost_s: float | Measurement, without: Measurement, with_: Measurement
 ) -> int | None:
-    """After how many uses a one-off cost pays for itself, if it measurably does.
-
-    ``cost_s`` is paid once (a compilation, pinning); each use then takes
-    ``with_`` instead of ``without``. The smallest ``k >= 1`` with ``cost + k *
-    with_ <= k * without`` (medians); None unless :func:`compare` finds ``with_``
-    faster.
-    """
+    """After how many uses a one-off ``cost_s`` pays for itself when each use
+    takes ``with_`` instead of ``without``; None unless ``with_`` is faster."""
     cost = cost_s.median_s if isinstance(cost_s, Measurement) else cost_s
     cost = checks.non_negative("cost_s", cost)
     if compare(with_, without).verdict != "faster":
@@ -176,31 +147,13 @@ def break_even(
 
 
 def interleave(
-    variants: Mapping[str, Callable[[], Any]],
-    *,
-    rounds: int = 5,
-    rep_ms: float | None = None,
-    **options: Any,
-) -> dict[str, Measurement]:
-    """Time several variants in rounds, each round running every variant once.
-
-    Parameters
-    ----------
-    variants : mapping of str to callable
-        Name to a zero-argument callable (inputs built beforehand).
-    rounds : int
-        Number of rounds (>= 1); the order rotates from round to round.
-    rep_ms : float, optional
-        Budget per variant, split across the rounds (default: benchmark's).
-    **options
-        For :func:`~gpuguide.timing.benchmark` (``device``, ``warmup_ms``,
-        ``measure``...); the warm-up runs in the first round only.
-
-    Returns
-    -------
-    dict of str to Measurement
-        In the order given, each with the calls of every round.
-    """
+    variants: Mapping[str, Callable[[], Any]], *, rounds: int = 5,
+    rep_ms: float | None = None, **options: Any,
+) -> dict[str, Measurement]:  # fmt: skip
+    """Time zero-argument callables in ``rounds`` rounds, each running every variant
+    once in a rotating order; ``rep_ms`` per variant is split across the rounds,
+    ``options`` go to :func:`~gpuguide.timing.benchmark` (warm-up in round one).
+    Returns a Measurement per name, in the order given."""
     rounds = checks.integer("rounds", rounds, minimum=1)
     if not variants:
         msg = "variants must name at least one callable, got none"
@@ -213,7 +166,6 @@ def interleave(
         if reserved in options:
             msg = f"interleave() sets {reserved} itself; got {reserved}={options[reserved]!r}"
             raise TypeError(msg)
-
     per_round = (
         REP_MS if rep_ms is None else checks.positive("rep_ms", rep_ms)
     ) / rounds
@@ -225,22 +177,14 @@ def interleave(
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
             extra = {} if r == 0 else {"warmup_ms": 0.001}
-            m = benchmark(
-                variants[name],
-                label=name,
-                rep_ms=per_round,
-                min_reps=min_reps,
-                **{**options, **extra},
-            )
+            m = benchmark(variants[name], label=name, rep_ms=per_round,
+                          min_reps=min_reps, **{**options, **extra})  # fmt: skip
             first.setdefault(name, m)
             times[name].extend(m.times_s)
     return {
         name: Measurement(
-            label=name,
-            times_s=tuple(times[name]),
-            device=first[name].device,
-            method=first[name].method,
-            warmup_calls=first[name].warmup_calls,
+            label=name, times_s=tuple(times[name]), device=first[name].device,
+            method=first[name].method, warmup_calls=first[name].warmup_calls,
         )
         for name in names
-    }
+    }  # fmt: skip

@@ -1,10 +1,7 @@
 """Data-parallel training in spawned processes: what each process imports by name.
 
-A spawned process imports what it runs by name (:mod:`gpuguide.chapters.spawning`),
-so the DDP page's processes run these. :func:`run_rank` is one process's entry
-point: it sets the variables ``torchrun`` would set and calls a function, here
-:func:`ddp_train_worker`, which trains a small MLP with
-:class:`~torch.nn.parallel.DistributedDataParallel` and times its steps.
+:func:`run_rank` is one process's entry point (it sets ``torchrun``'s variables);
+:func:`ddp_train_worker` trains a small MLP with DDP and times its steps.
 
 Examples
 --------
@@ -52,15 +49,10 @@ def _run_rank(
 
 
 def run_rank(local_rank: int, *args: Any) -> None:  # pragma: no cover - child
-    """The entry point of one spawned rank: ``torch.multiprocessing`` passes its index.
-
-    Called as ``run_rank(local_rank, fn, args, world_size, master_addr,
-    master_port, results)``: sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
-    ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` as ``torchrun``
-    would, puts ``(local_rank, fn(*args))`` in ``results``, then exits at once:
-    tearing down while gloo's threads hold tensors can abort the process (a
-    known shutdown race), and the result is already in the queue.
-    """
+    """One spawned rank: ``run_rank(local_rank, fn, args, world_size, master_addr,
+    master_port, results)`` sets torchrun's variables, puts ``(local_rank,
+    fn(*args))`` in ``results``, then exits at once (tearing down while gloo's
+    threads hold tensors can abort the process)."""
     _run_rank(local_rank, *args)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -69,15 +61,9 @@ def run_rank(local_rank: int, *args: Any) -> None:  # pragma: no cover - child
 
 @dataclass(frozen=True)
 class DDPConfig:
-    """What :func:`ddp_train_worker` trains and how long it times.
-
-    ``backend`` is ``"gloo"`` (CPU tensors) or ``"nccl"`` (one CUDA GPU per
-    rank); ``features``, ``width`` and ``classes`` size the MLP; ``batch_size``
-    is per rank and step; ``steps`` timed steps (the same on every rank) follow
-    ``warmup_steps`` untimed ones; ``cpu_threads`` is each gloo process's
-    ``torch.set_num_threads`` (None: torch's default); ``seed`` seeds the data
-    and the initial weights on every rank.
-    """
+    """What :func:`ddp_train_worker` trains and how long it times: ``backend``
+    ``"gloo"`` (CPU) or ``"nccl"`` (one GPU per rank), ``batch_size`` per rank,
+    ``cpu_threads`` per gloo process (None: torch's default)."""
 
     backend: str = "gloo"
     features: int = 256
@@ -101,14 +87,10 @@ class DDPConfig:
 class DDPReport:
     """What one rank of :func:`ddp_train_worker` measured and checked.
 
-    Timed: ``step`` (forward, backward with DDP's gradient all-reduce, optimizer
-    step), ``step_no_sync`` (the same inside ``no_sync()``: no communication) and
-    ``allreduce`` (one all-reduce of all ``gradient_bytes``, alone). Checked on
-    the first batch: ``rank_difference`` (largest difference of this rank's
-    averaged gradients from rank 0's), ``mean_error`` (from the mean of the
-    ranks' local gradients) and ``gradient_norm`` (L2, to compare with one
-    process). ``first_indices`` are the first samples its ``DistributedSampler``
-    gave it; ``samples_per_step`` is ``world_size * batch_size``.
+    Timed: ``step``, ``step_no_sync`` (no communication) and ``allreduce`` (of
+    all ``gradient_bytes``, alone). On the first batch: ``rank_difference``
+    (this rank's averaged gradients against rank 0's), ``mean_error`` (against
+    the mean of the ranks' local gradients) and ``gradient_norm``.
     """
 
     rank: int
@@ -142,11 +124,8 @@ def _flat_grads(model: torch.nn.Module) -> torch.Tensor:
 
 
 def ddp_train_worker(config: DDPConfig) -> DDPReport:
-    """Train an MLP with DistributedDataParallel in this rank; time its steps.
-
-    Run it in every rank (with :func:`run_rank` or under ``torchrun``): it reads
-    ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` from the environment.
-    """
+    """Train an MLP with DistributedDataParallel in this rank (``RANK``,
+    ``LOCAL_RANK`` and ``WORLD_SIZE`` set); time its steps."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP

@@ -1,11 +1,5 @@
-"""Draw the roofline: measured operations between the memory and compute roofs.
-
-:func:`plot_roofline` draws a device's two roofs and measured operations at their
-arithmetic intensity and achieved FLOP/s, coloured by the regime the page found
-(counting FLOP and bytes, and deciding a regime, are the page's lesson).
-:func:`streaming_elements` sizes the large elementwise tensors the page (and
-``python -m gpuguide``'s check-up) stream through memory.
-"""
+"""Draw the roofline (:func:`plot_roofline`) and size the tensors a page streams
+through memory (:func:`streaming_elements`)."""
 
 from __future__ import annotations
 
@@ -30,16 +24,13 @@ __all__ = ["REGIMES", "STREAMING_MIN_ELEMENTS", "plot_roofline", "streaming_elem
 
 #: The regimes :func:`plot_roofline` colours points by.
 REGIMES: tuple[str, ...] = ("overhead-bound", "memory-bound", "compute-bound")
-
 #: Outside small mode, the large elementwise tensors hold at least this many float32
 #: elements (64 MiB each, more than a GPU's L2), so that main memory feeds them.
 STREAMING_MIN_ELEMENTS = 2**24
-
 _REGIME_STYLE: dict[str, tuple[str, str]] = {
-    "overhead-bound": (COLORS[3], "s"),
-    "memory-bound": (COLORS[0], "o"),
+    "overhead-bound": (COLORS[3], "s"), "memory-bound": (COLORS[0], "o"),
     "compute-bound": (COLORS[2], "^"),
-}
+}  # fmt: skip
 
 
 def streaming_elements(
@@ -47,13 +38,10 @@ def streaming_elements(
 ) -> int:
     """Elements of each large float32 tensor that an elementwise operation streams.
 
-    The largest power of two from ``2**12`` to ``2**28`` for which ``x``, ``y``,
-    ``z`` and ``out`` (16 bytes per element) fit the device's memory budget and
-    one ``z + x * y`` (2 FLOP, 16 bytes per element) its time per call
-    (:func:`gpuguide.sizes.largest_size`). Outside small mode (``small``, default
-    :func:`gpuguide.env.small_mode`) at least :data:`STREAMING_MIN_ELEMENTS`, and
-    on a CPU at least the tensors its memory ceiling streams
-    (:func:`gpuguide.peaks.streaming_bytes`), so that they outgrow the caches.
+    The largest power of two up to ``2**28`` for which four such tensors fit the
+    device's budget and one ``z + x * y`` its time per call; outside small mode
+    at least :data:`STREAMING_MIN_ELEMENTS` (on a CPU, enough to outgrow its
+    caches).
     """
     elements = largest_size(
         2**12, 2**28, memory_at=lambda n: 16 * n, flop_at=lambda n: 2 * n,
@@ -96,29 +84,10 @@ def plot_roofline(
 ) -> None:  # fmt: skip
     """Draw the roofline and the measured points on log-log axes.
 
-    The roof is ``min(peak_flops_per_s, intensity * peak_bytes_per_s)``, with a
-    dotted line at the ridge; the y axis is in TFLOP/s from a 1 TFLOP/s roof on,
-    GFLOP/s below.
-
-    Parameters
-    ----------
-    points : mapping of str to (float, float)
-        Label -> (intensity in FLOP/byte, achieved FLOP/s), each annotated.
-    regimes : mapping of str to str
-        Each point's label -> its regime, one of :data:`REGIMES` (its colour).
-    peak_flops_per_s, peak_bytes_per_s : float
-        The roofs, in FLOP/s and bytes/s.
-    title, device
-        As for :func:`gpuguide.plotting.plot_sweep`.
-    sweeps : mapping of str to points, optional
-        Name -> the points of one sweep, in order, joined by a line; only its
-        first and last points are annotated.
-
-    Raises
-    ------
-    ValueError
-        For peaks that are not positive and finite, no points, a point whose
-        intensity or rate is not positive, or one without a regime.
+    ``points`` maps a label to (intensity in FLOP/byte, achieved FLOP/s),
+    ``regimes`` each label to one of :data:`REGIMES` (its colour); each of
+    ``sweeps`` is a run of such points joined by a line. Raises ``ValueError``
+    for a peak or point that is not positive, no points, or a missing regime.
     """
     flops = checks.positive("peak_flops_per_s", peak_flops_per_s)
     bandwidth = checks.positive("peak_bytes_per_s", peak_bytes_per_s)
