@@ -19,14 +19,17 @@ concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 # -----
 # Without CUDA the page shows the process's resident memory (RSS) on the CPU
 # (MPS has no allocator statistics).
+import os
 import subprocess
 import sys
 from collections import namedtuple
+from pathlib import Path
 
+import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide import report, table
+from gpuguide import plot_bars, report, table
 from gpuguide.memory import rss_bytes
 
 page = gpuguide.setup(None if torch.cuda.is_available() else "cpu")
@@ -72,45 +75,75 @@ else:
 # the context a few hundred MiB (it depends on the GPU, the driver and how many
 # kernels CUDA loads eagerly), and the first matmul more for cuBLAS. The context is
 # what the driver lost at the second stage beyond the allocator's reserved bytes;
-# ``memory_allocated()`` sees only the one small tensor (its column).
+# ``memory_allocated()`` sees only the one small tensor (its column). On a CPU the same
+# three stages show the process's resident memory instead: importing torch is most of
+# it, and there is no context to pay.
 PROBE = """
 import sys, torch
-def stage(name):  # report, then wait while the parent reads the driver's numbers
-    print(torch.cuda.memory_reserved(), torch.cuda.memory_allocated(), name, flush=True)
+cuda = sys.argv[1].startswith("cuda")
+def stage(name):  # report, then wait while the parent reads the memory numbers
+    counts = (torch.cuda.memory_reserved(), torch.cuda.memory_allocated()) if cuda else (0, 0)
+    print(*counts, name, flush=True)
     sys.stdin.readline()
 stage("python + import torch")
 x = torch.ones(1, device=sys.argv[1])
-stage("+ CUDA context + 1-element tensor")
+stage("+ CUDA context + 1-element tensor" if cuda else "+ 1-element tensor")
 (x.new_ones(1024, 1024) @ x.new_ones(1024, 1024)).sum().item()
-stage("+ first matmul (cuBLAS)")
+stage("+ first matmul (cuBLAS)" if cuda else "+ first matmul")
 """
 Stage = namedtuple("Stage", "child driver_used reserved allocated")
 
 
-def probe_context():
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    before = gpu_memory()["driver used"]
+def child_rss(pid):
+    """A child process's resident memory, from Linux's /proc."""
+    statm = Path(f"/proc/{pid}/statm").read_text()
+    return int(statm.split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def probe(target):
+    """Each stage of a fresh process on ``target``: the memory it took from the
+    driver (CUDA) or its resident memory (CPU), and the allocator's counts."""
+    before = gpu_memory()["driver used"] if page.cuda else 0
     stages, pipe = [], subprocess.PIPE
-    command = [sys.executable, "-c", PROBE, f"cuda:{index}"]
+    command = [sys.executable, "-c", PROBE, target]
     with subprocess.Popen(command, stdin=pipe, stdout=pipe, text=True) as child:
         for line in child.stdout:  # the child's errors, if any, go to stderr
             reserved, allocated, name = line.rstrip("\n").split(" ", 2)
-            used = gpu_memory()["driver used"] - before
-            stages.append(Stage(name, used, int(reserved), int(allocated)))
+            used = gpu_memory()["driver used"] if page.cuda else child_rss(child.pid)
+            stages.append(Stage(name, used - before, int(reserved), int(allocated)))
             child.stdin.write("\n")
             child.stdin.flush()
     return stages, child.returncode
 
 
-if page.needs_cuda("A CUDA context's memory"):
-    stages, code = probe_context()
-    print(table(Stage(s.child, *map(fmt, s[1:])) for s in stages))
-    if len(stages) == 3 and code == 0:
-        imported, context, _ = stages
+if page.cuda:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    stages, code = probe(f"cuda:{index}")
+elif sys.platform.startswith("linux"):  # on a CPU: the same stages, in resident memory
+    stages, code = probe("cpu")
+else:
+    stages, code = [], None
+    print("A child's resident memory is read from Linux's /proc: not on this system.")
+if stages:  # on a CPU: resident memory, and no allocator to count
+    rows = [Stage(s.child, *map(fmt, s[1:])) for s in stages]
+    cpu_rows = ({"child": r.child, "resident": r.driver_used} for r in rows)
+    print(table(rows if page.cuda else cpu_rows))
+if len(stages) == 3 and code == 0:
+    imported, context, matmul = stages
+    if page.cuda:
         context_bytes = context.driver_used - imported.driver_used - context.reserved
         report("CUDA context", context_bytes, unit="B")
-    else:
-        print(f"The child process failed (exit code {code}); its error went to stderr.")
+    steps = {"import torch": imported.driver_used,
+             "first tensor": context.driver_used - imported.driver_used,
+             "first matmul": matmul.driver_used - context.driver_used}  # fmt: skip
+    what = "GPU memory the driver lost" if page.cuda else "resident memory"
+    _, ax = plt.subplots()
+    plot_bars(ax, steps, ylabel=f"{what} (MiB)", value=lambda b: b / 2**20,
+              title=f"A fresh process: {fmt(steps['import torch'])} for import torch, "
+              f"{fmt(steps['first tensor'])} more for its first tensor")  # fmt: skip
+    plt.show()
+elif code not in (0, None):
+    print(f"The child process failed (exit code {code}); its error went to stderr.")
 
 # %%
 # What to take away

@@ -22,6 +22,7 @@ See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
 # computing take about as long: the rounds per chunk are chosen to balance them.
 from functools import partial
 
+import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
@@ -175,6 +176,12 @@ for name in versions:
     share = 100 * (c2 + k2 - v2) / min(c2, k2)
     report("shorter stage hidden", share, unit="%", spread=(low, high),
            version=name, size=f"{n_chunks} x {chunk}")  # fmt: skip
-if cuda:
-    best = min(list(versions)[1:], key=lambda k: results[k].median_s)
-    print(f"fastest: {compare(results[best], results['serialized'])}")
+best = min(versions, key=lambda k: results[k].median_s)
+gain = compare(results[best], results["serialized"])
+title = f"Fastest: {best}, {gain.short}" if gain.measurable else (
+    "No measurable gain over one stage at a time")  # fmt: skip
+print(f"fastest: {gain}" if gain.measurable else title)
+_, ax = plt.subplots()
+gpuguide.plot_bars(ax, results, ylabel="time for all chunks (ms)", title=title,
+                   baseline="serialized")  # fmt: skip
+plt.show()
