@@ -43,10 +43,11 @@ SAMPLES = 64 * max(4, *worker_counts)  # an epoch: a batch of 64 for every worke
 # %%
 # A dataset that costs CPU time per sample
 # ----------------------------------------
-# :class:`gpuguide.chapters.data.SyntheticImages` builds sample ``i`` from a seed: a
-# random image, ``work`` smoothing passes standing in for decoding, a random crop and
-# flip. It lives in an importable module, for the reason given below. An epoch is the
-# first ``SAMPLES`` samples (a :class:`~torch.utils.data.Subset`).
+# :class:`gpuguide.chapters.data.SyntheticImages` builds sample ``i`` the same way in
+# every process (a generator started from ``i``): a random image, ``work`` smoothing
+# passes standing in for decoding, a random crop and flip. It lives in an importable
+# module, for the reason given below. An epoch is the first ``SAMPLES`` samples (a
+# :class:`~torch.utils.data.Subset`).
 dataset = SyntheticImages(2**20, shape=(3, 32, 32), work=2)
 epoch_data = Subset(dataset, range(SAMPLES))
 print(benchmark(dataset.__getitem__, args=(0,), label="one sample"))
