@@ -1,0 +1,148 @@
+"""Plumbing for the attention chapter: the papers' FLOP count and published figures,
+the naive path's memory, which SDPA backends run here, which one ran, and whether
+two outputs agree.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from gpuguide import checks
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "BACKEND_OPS",
+    "FA2_FWD_BWD_FLOPS",
+    "PUBLISHED_FLOPS",
+    "agreement",
+    "attention_flop",
+    "backend_of",
+    "naive_bytes",
+    "run_within_memory",
+    "usable_backends",
+]
+
+#: Forward TFLOP/s at S = 8192 on an H100 SXM5 (bf16/fp16, head dim 128, hidden
+#: 2048, batch 16384 / S), from the FlashAttention-3 paper (arXiv 2407.08608), in
+#: FLOP/s, by causal mask: the reference markers of the sweep's plot.
+PUBLISHED_FLOPS: dict[bool, dict[str, float]] = {
+    False: {"standard": 139e12, "FlashAttention-2": 370e12, "cuDNN": 600e12,
+            "FlashAttention-3": 646e12},
+    True: {"standard": 35e12, "FlashAttention-2": 333e12, "cuDNN": 529e12,
+           "FlashAttention-3": 602e12},
+}  # fmt: skip
+#: FlashAttention-2's forward + backward on an H100 (arXiv 2307.08691), FLOP/s.
+FA2_FWD_BWD_FLOPS = 335e12
+
+#: The ATen operator each SDPA backend runs, without the ``aten::`` prefix.
+BACKEND_OPS: dict[str, str] = {
+    "_scaled_dot_product_cudnn_attention": "cuDNN",
+    "_scaled_dot_product_flash_attention": "flash",
+    "_scaled_dot_product_flash_attention_for_cpu": "flash (CPU)",
+    "_scaled_dot_product_efficient_attention": "memory-efficient",
+    "_scaled_dot_product_attention_math": "math",
+    "_scaled_dot_product_attention_math_for_mps": "math",
+    "_scaled_dot_product_fused_attention_overrideable": "overrideable",
+}
+
+
+def attention_flop(
+    batch: int, seq: int, heads: int, head_dim: int, *, causal: bool = False,
+    backward: bool = False,
+) -> float:  # fmt: skip
+    """FLOP of one attention call as the FlashAttention papers count them:
+    ``4 * batch * seq**2 * heads * head_dim`` (two matmuls), halved when causal;
+    forward and backward together count 3.5 times the forward."""
+    sizes = {"batch": batch, "seq": seq, "heads": heads, "head_dim": head_dim}
+    b, s, h, d = (checks.integer(name, v, minimum=1) for name, v in sizes.items())
+    flop = 4.0 * b * s * s * h * d / (2 if causal else 1)
+    return 3.5 * flop if backward else flop
+
+
+def naive_bytes(
+    batch: int, seq: int, heads: int, head_dim: int, element_bytes: int
+) -> int:
+    """Bytes the naive path holds at its peak: ``q, k, v`` and the output, and three
+    ``seq x seq`` matrices per head (scores, probabilities and one temporary)."""
+    sizes = {"batch": batch, "seq": seq, "heads": heads, "head_dim": head_dim,
+             "element_bytes": element_bytes}  # fmt: skip
+    b, s, h, d, e = (checks.integer(name, v, minimum=1) for name, v in sizes.items())
+    return e * b * h * (3 * s * s + 4 * s * d)
+
+
+def run_within_memory(
+    fn: Callable[[], Any], needed_bytes: float, budget_bytes: float, *,
+    on_oom: Callable[[], None] | None = None,
+) -> Any:  # fmt: skip
+    """``fn()``, or None where ``needed_bytes`` exceed ``budget_bytes`` (``fn`` is not
+    called) or ``fn`` runs out of memory anyway (``torch.OutOfMemoryError``; then
+    ``on_oom()`` runs, e.g. ``torch.cuda.empty_cache``)."""
+    import torch
+
+    if needed_bytes > checks.non_negative("budget_bytes", budget_bytes):
+        return None
+    try:
+        return fn()
+    except torch.OutOfMemoryError:
+        if on_oom is not None:
+            on_oom()
+        return None
+
+
+def usable_backends(
+    attend: Callable[[], Any], backends: Mapping[str, Any], *,
+    context: Callable[[Any], Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """The backends under which ``attend()`` runs here, name -> backend, in order.
+
+    Each is tried once inside ``context(backend)`` (default
+    ``torch.nn.attention.sdpa_kernel``); a ``RuntimeError`` (no viable kernel)
+    rules it out. The warnings torch gives on the way out are swallowed, so that
+    a probe cannot fail a run under ``-W error``.
+    """
+    if context is None:
+        from torch.nn.attention import sdpa_kernel
+
+        context = sdpa_kernel
+    usable = {}
+    for name, backend in backends.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                with context(backend):
+                    attend()
+            except RuntimeError:
+                continue
+        usable[name] = backend
+    return usable
+
+
+def backend_of(op_names: Iterable[str]) -> str | None:
+    """The SDPA backend that ran, from the profiler's operator names (the first
+    backend operator in the list), or None if none of them is one."""
+    for name in op_names:
+        backend = BACKEND_OPS.get(name.removeprefix("aten::"))
+        if backend is not None:
+            return backend
+    return None
+
+
+def agreement(
+    output: torch.Tensor, reference: torch.Tensor, *, tolerance: float
+) -> tuple[float, bool]:
+    """The largest absolute difference of ``output`` from ``reference`` (compared in
+    float32), relative to the reference's largest magnitude, and whether it is
+    within ``tolerance``."""
+    checks.positive("tolerance", tolerance)
+    out, ref = output.float(), reference.float()
+    if out.shape != ref.shape:
+        msg = f"output and reference must have one shape, got {tuple(out.shape)} and {tuple(ref.shape)}"
+        raise ValueError(msg)
+    scale = max(float(ref.abs().max()), 1e-30)
+    error = float((out - ref).abs().max()) / scale
+    return error, math.isfinite(error) and error <= tolerance
