@@ -5,7 +5,8 @@
 :mod:`~gpuguide.chapters.compiling` (starting ``torch.compile`` and reading its
 logs), :mod:`~gpuguide.chapters.timeline` (the work on each stream, drawn),
 :mod:`~gpuguide.chapters.spawning` and :mod:`~gpuguide.chapters.distributed`
-(starting processes safely; what a DDP rank runs). They live in modules because
+(starting processes safely; what a DDP rank runs), :mod:`~gpuguide.chapters.attention`
+(the attention chapter's FLOP count, published figures and backend checks). They live in modules because
 spawned processes (DataLoader workers, DDP ranks) can only run what they import by
 name, and because drawing is not the lesson. Nothing in gpuguide's core imports
 them.

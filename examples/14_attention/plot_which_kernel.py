@@ -1,0 +1,210 @@
+"""
+Which attention kernel ran, and FlexAttention for the masks SDPA cannot express
+===============================================================================
+
+``scaled_dot_product_attention`` picks its kernel at run time, from the inputs,
+the device and the libraries present, and says nothing about its choice. A
+reader who assumes it chose a fused kernel can be running the math fallback,
+whose memory grows with the square of the sequence length.
+
+This page asks the profiler which kernel ran, explains the choice, shows two
+inputs that change it and what that costs in memory, then runs the same causal
+attention with FlexAttention (compiled, with a block mask) against SDPA, a sliding
+window mask that SDPA can only take as a dense matrix, and a forward and backward
+pass at ``S = 8192`` on a GPU.
+"""
+
+# %%
+# Setup
+# -----
+# One causal attention at the FlashAttention papers' shapes (on a GPU: bf16, 16
+# heads of 128, ``S = 8192``, two sequences; on a CPU: float32, shorter).
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.autograd import DeviceType
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.profiler import ProfilerActivity, profile
+
+import gpuguide
+from gpuguide.chapters import attention, compiling
+
+page = gpuguide.setup()
+device, sync = page.device, getattr(torch, page.device.type).synchronize
+dtype = torch.bfloat16 if page.cuda else torch.float32
+seq, heads, head_dim = (8192, 16, 128) if page.cuda else (1024, 2, 128)
+if page.small:
+    seq, heads = 256, 2
+batch = max(16384 // seq, 1) if page.cuda else 2
+q, k, v = (torch.randn(batch, heads, seq, head_dim, device=device, dtype=dtype)
+           for _ in range(3))  # fmt: skip
+
+
+def sdpa(q, k, v, **options):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, **options)
+
+
+# %%
+# Which kernel ran
+# ----------------
+# The profiler records the ATen operator that SDPA dispatched to (one per
+# backend: ``_scaled_dot_product_cudnn_attention``, ``..._flash_attention``,
+# ``..._efficient_attention``, ``..._attention_math``) and, on a GPU, the kernels
+# it launched. SDPA tries the backends in a priority order and takes the first
+# whose checks (data type, head dimension, mask, memory layout, GPU generation)
+# pass. Since torch 2.11, on Hopper and Blackwell GPUs with a recent cuDNN
+# (above 9.15), cuDNN comes first; ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1`` puts
+# FlashAttention-2 back in front. A CPU has one fused kernel, a FlashAttention
+# written for CPUs.
+
+
+def which(fn):  # (backend, kernels) of one call of fn
+    on_gpu = [ProfilerActivity.CUDA] if page.cuda else []
+    with profile(activities=[ProfilerActivity.CPU, *on_gpu]) as prof:
+        fn()
+        sync()
+    kernels = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
+    return attention.backend_of(e.name for e in prof.events()), kernels
+
+
+backend, kernels = which(lambda: sdpa(q, k, v))
+print(f"SDPA's default here: {backend}; kernels: {', '.join(kernels) or 'none (CPU)'}")
+order = getattr(torch._C, "_get_sdp_priority_order", lambda: [])()  # torch >= 2.6
+if page.cuda:
+    names = [torch.nn.attention.SDPBackend(i).name for i in order]
+    print(f"cuDNN {torch.backends.cudnn.version()}; SDPA tries: {' > '.join(names)}")
+
+# %%
+# Two inputs that change the choice
+# ---------------------------------
+# An explicit float mask rules out FlashAttention-2 (it takes no mask) and costs
+# an ``S x S`` matrix of its own; the memory-efficient and cuDNN kernels accept
+# one. A ``q`` whose head dimension is not the innermost one in memory (what a
+# transpose of a channels-first tensor gives) rules out every fused kernel: they
+# need it contiguous. The math path then builds the full score matrix (in float32
+# on a GPU). ``.contiguous()`` costs one copy and restores the fused kernel.
+# Shorter sequences here on a GPU keep the math path within the memory budget.
+short = seq // 4 if page.cuda else seq
+args = [t[..., :short, :].contiguous() for t in (q, k, v)]
+transposed = args[0].transpose(-2, -1).contiguous().transpose(-2, -1)
+cases = {"default": lambda: sdpa(*args),
+         "float mask": lambda: F.scaled_dot_product_attention(
+             *args, attn_mask=torch.zeros(short, short, device=device, dtype=dtype)),
+         "head dim not innermost": lambda: sdpa(transposed, *args[1:]),
+         "...then .contiguous()": lambda: sdpa(transposed.contiguous(), *args[1:])}  # fmt: skip
+budget = gpuguide.size_budget(device, memory_fraction=0.5).memory_bytes
+need = attention.naive_bytes(batch, short, heads, head_dim, 4)
+rows = []
+for name, fn in cases.items():
+    def tracked(fn=fn):
+        with gpuguide.track_memory(device) as tracker:
+            fn()
+        return tracker.report.peak_increase_bytes
+    peak = attention.run_within_memory(tracked, need, budget)
+    rows.append({"case": name, "backend": which(fn)[0] if peak is not None else None,
+                 "peak memory": peak and gpuguide.format_bytes(max(peak, 0))})  # fmt: skip
+print(gpuguide.table(rows, title=f"S = {short}, causal (where no mask is given)"))
+
+# %%
+# FlexAttention: the same causal attention, compiled
+# --------------------------------------------------
+# FlexAttention takes the mask as a function of the positions (``mask_mod``);
+# ``create_block_mask`` evaluates it once per 128 x 128 block, so that the kernel
+# skips the blocks that are fully masked. Three costs differ, and are timed
+# apart: building the block mask (once per mask and shape), compiling (once per
+# mask function; the first call here also starts the compiler), and the
+# steady-state call, in rounds against SDPA. The mask below is causal within a
+# window of the last ``window`` tokens; with the window in a tensor, one compiled
+# kernel serves every window size, and a window as long as the sequence is plain
+# causal attention.
+
+
+def causal_window(window):
+    window = torch.tensor(window, device=device)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (q_idx - kv_idx < window)
+
+    return mask_mod
+
+
+def build(mask_mod):  # a block mask, and the seconds it took
+    start = time.perf_counter()
+    block_mask = create_block_mask(mask_mod, None, None, seq, seq, device=device)
+    sync()
+    return block_mask, time.perf_counter() - start
+
+
+flex = torch.compile(flex_attention)
+causal, build_s = build(causal_window(seq))
+with compiling.capture_compiler():
+    first_s = compiling.first_calls_s(lambda: flex(q, k, v, block_mask=causal),
+                                      device=device, calls=1)  # fmt: skip
+timed = gpuguide.interleave({"FlexAttention": lambda: flex(q, k, v, block_mask=causal),
+                             "SDPA default": lambda: sdpa(q, k, v)})  # fmt: skip
+print(f"block mask: built in {build_s * 1e3:.0f} ms, {causal.sparsity():.0f}% of blocks "
+      f"skipped; compile and first call: {first_s:.1f} s")  # fmt: skip
+flop = attention.attention_flop(batch, seq, heads, head_dim, causal=True)
+for name, m in timed.items():
+    print(f"{name}, causal, S={seq}: {m.rate(flop)}")
+gpuguide.report("FlexAttention against SDPA default", gpuguide.compare(*timed.values()),
+                S=seq, causal=True)  # fmt: skip
+
+# %%
+# A mask SDPA cannot express: a sliding window
+# --------------------------------------------
+# SDPA takes a sliding window only as a dense ``S x S`` boolean matrix: that rules
+# out FlashAttention-2, costs the matrix's memory and still computes every block.
+# FlexAttention skips the blocks outside the window, so its time falls with the
+# window, and here it reuses the kernel compiled above.
+window = seq // 8
+sliding, build_s = build(causal_window(window))
+positions = torch.arange(seq, device=device)
+dense = causal_window(window)(None, None, positions[:, None], positions[None, :])
+
+
+def sdpa_dense():
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
+
+
+with compiling.capture_compiler():
+    first_s = compiling.first_calls_s(lambda: flex(q, k, v, block_mask=sliding),
+                                      device=device, calls=1)  # fmt: skip
+timed = gpuguide.interleave({"FlexAttention, window": lambda: flex(q, k, v, block_mask=sliding),
+                             "SDPA, dense window mask": sdpa_dense})  # fmt: skip
+print(f"window {window}: block mask {build_s * 1e3:.0f} ms, {sliding.sparsity():.0f}% "
+      f"skipped; first call {first_s:.2f} s; SDPA ran {which(sdpa_dense)[0]} with a "
+      f"{gpuguide.format_bytes(dense.nbytes)} mask")  # fmt: skip
+gpuguide.report("FlexAttention sliding window against SDPA dense mask",
+                gpuguide.compare(*timed.values()), S=seq, window=window)  # fmt: skip
+
+# %%
+# Forward and backward
+# --------------------
+# Training runs the backward pass too, which the papers count as 2.5 times the
+# forward's FLOP. FlashAttention-2 reached 335 TFLOP/s forward and backward on an
+# H100; SDPA's default backend runs here.
+for t in (q, k, v):
+    t.requires_grad_(True)
+grad = torch.randn_like(q)
+
+
+def train_step():
+    return torch.autograd.grad(F.scaled_dot_product_attention(q, k, v), (q, k, v), grad)
+
+
+m = gpuguide.benchmark(train_step, label="SDPA forward + backward")
+rate = m.rate(attention.attention_flop(batch, seq, heads, head_dim, backward=True))
+fa2 = attention.FA2_FWD_BWD_FLOPS if page.cuda else None
+gpuguide.report("SDPA forward + backward", rate, peak=fa2, S=seq, causal=False,
+                backend=which(train_step)[0] or "?")  # fmt: skip
+
+# %%
+# What to take away
+# -----------------
+# Check which kernel ran with the profiler rather than assume it: an explicit
+# mask or an unusual memory layout silently changes the kernel, and the math
+# fallback's memory grows with ``S**2``. FlexAttention compiles a fused kernel for
+# a mask written as a Python function; its block mask and its compilation are
+# one-off costs to keep out of the steady-state comparison.
