@@ -90,9 +90,11 @@ variants = {"naive": lambda q, k, v, causal=False: naive(q, k, v, causal),
             "SDPA default": lambda q, k, v, causal=False: F.scaled_dot_product_attention(
                 q, k, v, is_causal=causal)}  # fmt: skip
 for name, backend in backends.items():
+
     def forced(q, k, v, causal=False, backend=backend):
         with torch.nn.attention.sdpa_kernel(backend):
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
     variants[f"SDPA {name}"] = forced
 
 tolerance = 2e-2 if dtype == torch.bfloat16 else 1e-5
@@ -128,6 +130,7 @@ for seq in lengths:
             with gpuguide.track_memory(device) as tracker:
                 fn(*args)
             return gpuguide.benchmark(fn, args=args, label=name), tracker.report
+
         on_oom = torch.cuda.empty_cache if page.cuda else None
         got = attention.run_within_memory(run, need, budget, on_oom=on_oom)
         times[name].append(got and got[0].rate(attention.attention_flop(*sizes)))
@@ -141,7 +144,9 @@ for name in ("SDPA default", "SDPA flash", "naive"):
     measured = [(s, r) for s, r in zip(lengths, times.get(name, []), strict=True)
                 if r and s <= at]  # fmt: skip
     if measured:  # the naive path: its longest length within the budget
-        gpuguide.report(name, measured[-1][1], peak=peak, S=measured[-1][0], causal=False)
+        gpuguide.report(
+            name, measured[-1][1], peak=peak, S=measured[-1][0], causal=False
+        )
 
 # %%
 # Memory: quadratic against linear
@@ -155,7 +160,7 @@ for seq in (2048, 4096):
     if pair and all(pair):
         gpuguide.report("peak memory, naive / SDPA default", pair[0] / pair[1],
                         unit="x", S=seq)  # fmt: skip
-print(f"memory budget for one call: {gpuguide.format_bytes(budget)}")
+print(f"memory budget for one call: {budget / 2**30:.2f} GiB")
 
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(ax, lengths, {n: [b and b / 2**20 for b in memory[n]] for n in variants},
@@ -190,7 +195,7 @@ for name in ("SDPA default", "SDPA flash"):
         gpuguide.report(name, m.rate(causal_flop), peak=peak, S=at, causal=True)
 if page.cuda:
     print("published, H100 SXM5, S=8192: " + "; ".join(
-        f"{c and 'causal' or 'non-causal'} " + ", ".join(f"{n} {f / 1e12:.0f}" for n, f in p.items())
+        f"{'causal' if c else 'non-causal'} " + ", ".join(f"{n} {f / 1e12:.0f}" for n, f in p.items())
         for c, p in attention.PUBLISHED_FLOPS.items()) + " TFLOP/s")  # fmt: skip
 
 # %%

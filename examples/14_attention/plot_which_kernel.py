@@ -97,13 +97,15 @@ budget = gpuguide.size_budget(device, memory_fraction=0.5).memory_bytes
 need = attention.naive_bytes(batch, short, heads, head_dim, 4)
 rows = []
 for name, fn in cases.items():
+
     def tracked(fn=fn):
         with gpuguide.track_memory(device) as tracker:
             fn()
         return tracker.report.peak_increase_bytes
+
     peak = attention.run_within_memory(tracked, need, budget)
     rows.append({"case": name, "backend": which(fn)[0] if peak is not None else None,
-                 "peak memory": peak and gpuguide.format_bytes(max(peak, 0))})  # fmt: skip
+                 "peak memory (MiB)": peak and round(max(peak, 0) / 2**20, 1)})  # fmt: skip
 print(gpuguide.table(rows, title=f"S = {short}, causal (where no mask is given)"))
 
 # %%
@@ -137,19 +139,30 @@ def build(mask_mod):  # a block mask, and the seconds it took
 
 
 flex = torch.compile(flex_attention)
+
+
+def flex_against(block_mask, name, baseline, flop=None, **config):
+    """The compile and first call, timed; then Flex and the baseline in rounds."""
+    with compiling.capture_compiler():
+        first_s = compiling.first_calls_s(lambda: flex(q, k, v, block_mask=block_mask),
+                                          device=device, calls=1)  # fmt: skip
+    timed = gpuguide.interleave({"FlexAttention": lambda: flex(q, k, v, block_mask=block_mask),
+                                 name: baseline})  # fmt: skip
+    for label, m in timed.items():
+        print(
+            f"{label}: {m.median_s * 1e3:.3g} ms per call"
+            + (f", {m.rate(flop)}" if flop else "")
+        )
+    gpuguide.report(f"FlexAttention against {name}", gpuguide.compare(*timed.values()),
+                    S=seq, **config)  # fmt: skip
+    return first_s
+
+
 causal, build_s = build(causal_window(seq))
-with compiling.capture_compiler():
-    first_s = compiling.first_calls_s(lambda: flex(q, k, v, block_mask=causal),
-                                      device=device, calls=1)  # fmt: skip
-timed = gpuguide.interleave({"FlexAttention": lambda: flex(q, k, v, block_mask=causal),
-                             "SDPA default": lambda: sdpa(q, k, v)})  # fmt: skip
+flop = attention.attention_flop(batch, seq, heads, head_dim, causal=True)
+first_s = flex_against(causal, "SDPA default", lambda: sdpa(q, k, v), flop, causal=True)
 print(f"block mask: built in {build_s * 1e3:.0f} ms, {causal.sparsity():.0f}% of blocks "
       f"skipped; compile and first call: {first_s:.1f} s")  # fmt: skip
-flop = attention.attention_flop(batch, seq, heads, head_dim, causal=True)
-for name, m in timed.items():
-    print(f"{name}, causal, S={seq}: {m.rate(flop)}")
-gpuguide.report("FlexAttention against SDPA default", gpuguide.compare(*timed.values()),
-                S=seq, causal=True)  # fmt: skip
 
 # %%
 # A mask SDPA cannot express: a sliding window
@@ -157,7 +170,7 @@ gpuguide.report("FlexAttention against SDPA default", gpuguide.compare(*timed.va
 # SDPA takes a sliding window only as a dense ``S x S`` boolean matrix: that rules
 # out FlashAttention-2, costs the matrix's memory and still computes every block.
 # FlexAttention skips the blocks outside the window, so its time falls with the
-# window, and here it reuses the kernel compiled above.
+# window, and here it reuses the kernel compiled above (its first call is quick).
 window = seq // 8
 sliding, build_s = build(causal_window(window))
 positions = torch.arange(seq, device=device)
@@ -168,16 +181,10 @@ def sdpa_dense():
     return F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
 
 
-with compiling.capture_compiler():
-    first_s = compiling.first_calls_s(lambda: flex(q, k, v, block_mask=sliding),
-                                      device=device, calls=1)  # fmt: skip
-timed = gpuguide.interleave({"FlexAttention, window": lambda: flex(q, k, v, block_mask=sliding),
-                             "SDPA, dense window mask": sdpa_dense})  # fmt: skip
+first_s = flex_against(sliding, "SDPA, dense mask", sdpa_dense, window=window)
 print(f"window {window}: block mask {build_s * 1e3:.0f} ms, {sliding.sparsity():.0f}% "
       f"skipped; first call {first_s:.2f} s; SDPA ran {which(sdpa_dense)[0]} with a "
-      f"{gpuguide.format_bytes(dense.nbytes)} mask")  # fmt: skip
-gpuguide.report("FlexAttention sliding window against SDPA dense mask",
-                gpuguide.compare(*timed.values()), S=seq, window=window)  # fmt: skip
+      f"{dense.nbytes / 2**20:.1f} MiB mask")  # fmt: skip
 
 # %%
 # Forward and backward
