@@ -21,6 +21,7 @@ pass at ``S = 8192`` on a GPU.
 # heads of 128, ``S = 8192``, two sequences; on a CPU: float32, shorter).
 import time
 
+import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 from torch.autograd import DeviceType
@@ -141,26 +142,31 @@ def build(mask_mod):  # a block mask, and the seconds it took
 flex = torch.compile(flex_attention)
 
 
-def flex_against(block_mask, name, baseline, flop=None, **config):
+def flex_against(block_mask, flex_name, name, baseline, flop=None, **config):
     """The compile and first call, timed; then Flex and the baseline in rounds."""
     with compiling.capture_compiler():
         first_s = compiling.first_calls_s(lambda: flex(q, k, v, block_mask=block_mask),
                                           device=device, calls=1)  # fmt: skip
-    timed = gpuguide.interleave({"FlexAttention": lambda: flex(q, k, v, block_mask=block_mask),
+    timed = gpuguide.interleave({flex_name: lambda: flex(q, k, v, block_mask=block_mask),
                                  name: baseline})  # fmt: skip
     for label, m in timed.items():
         print(
             f"{label}: {m.median_s * 1e3:.3g} ms per call"
             + (f", {m.rate(flop)}" if flop else "")
         )
-    gpuguide.report(f"FlexAttention against {name}", gpuguide.compare(*timed.values()),
+    gpuguide.report(f"{flex_name} against {name}", gpuguide.compare(*timed.values()),
                     S=seq, **config)  # fmt: skip
+    bars.update(timed)
     return first_s
+
+
+bars = {}  # every variant's times, for the figure
 
 
 causal, build_s = build(causal_window(seq))
 flop = attention.attention_flop(batch, seq, heads, head_dim, causal=True)
-first_s = flex_against(causal, "SDPA default", lambda: sdpa(q, k, v), flop, causal=True)
+first_s = flex_against(causal, "Flex, causal", "SDPA default", lambda: sdpa(q, k, v), flop,
+                       causal=True)  # fmt: skip
 print(f"block mask: built in {build_s * 1e3:.0f} ms, {causal.sparsity():.0f}% of blocks "
       f"skipped; compile and first call: {first_s:.1f} s")  # fmt: skip
 
@@ -181,10 +187,15 @@ def sdpa_dense():
     return F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
 
 
-first_s = flex_against(sliding, "SDPA, dense mask", sdpa_dense, window=window)
+first_s = flex_against(sliding, f"Flex, window {window}", "SDPA, dense mask", sdpa_dense,
+                       window=window)  # fmt: skip
 print(f"window {window}: block mask {build_s * 1e3:.0f} ms, {sliding.sparsity():.0f}% "
       f"skipped; first call {first_s:.2f} s; SDPA ran {which(sdpa_dense)[0]} with a "
       f"{dense.nbytes / 2**20:.1f} MiB mask")  # fmt: skip
+fig, ax = plt.subplots()
+gpuguide.plot_bars(ax, bars, ylabel="time per call (ms)", baseline="SDPA default",
+                   title=f"Causal attention at S={seq}: FlexAttention and SDPA")  # fmt: skip
+plt.show()
 
 # %%
 # Forward and backward
