@@ -167,7 +167,7 @@ def _fresh_copy(session: nox.Session) -> str:
     shutil.rmtree(tree, ignore_errors=True)
     skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
     shutil.copytree(ROOT / "src", tree / "src", ignore=skip)
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(ROOT / name, tree / name)
     return str(tree)
 
