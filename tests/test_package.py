@@ -18,10 +18,13 @@ def test_public_name_is_exported_and_documented(name):
     assert len(doc.split()) >= 5, f"{name} needs a docstring"
 
 
-def test_version_matches_pyproject():
+def test_the_version_is_written_once():
+    """pyproject.toml reads the version from gpuguide.version; it states none itself."""
     from conftest import ROOT
 
     text = (ROOT / "pyproject.toml").read_text()
-    match = re.search(r'^version = "([^"]+)"', text, re.MULTILINE)
-    assert match is not None
-    assert gpuguide.__version__ == match.group(1)
+    assert re.search(r'^version = "', text, re.MULTILINE) is None
+    assert re.search(r'^dynamic = \["version"\]', text, re.MULTILINE)
+    source = r'^version = \{ attr = "gpuguide\.version\.__version__" \}'
+    assert re.search(source, text, re.MULTILINE)
+    assert re.fullmatch(r"\d+\.\d+\.\d+", gpuguide.__version__)
