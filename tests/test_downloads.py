@@ -311,7 +311,9 @@ def test_a_downloaded_notebook_and_script_run_in_a_fresh_environment(
     )
 
 
-def _requirements_closure(requirements: list[str]) -> dict[str, importlib.metadata.Distribution]:
+def _requirements_closure(
+    requirements: list[str],
+) -> dict[str, importlib.metadata.Distribution]:
     """The installed distributions that ``requirements`` need, theirs included."""
     found: dict[str, importlib.metadata.Distribution] = {}
     todo = [Requirement(text) for text in requirements]
@@ -323,7 +325,9 @@ def _requirements_closure(requirements: list[str]) -> dict[str, importlib.metada
         try:
             found[name] = importlib.metadata.distribution(req.name)
         except importlib.metadata.PackageNotFoundError:
-            pytest.fail(f"{req} is not installed here: the script's needs cannot be met")
+            pytest.fail(
+                f"{req} is not installed here: the script's needs cannot be met"
+            )
         todo += [Requirement(text) for text in found[name].requires or []]
     return found
 
@@ -344,7 +348,11 @@ def _wheel_of(dist: importlib.metadata.Distribution, folder: Path) -> Path:
     record, info = [], ""
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as out:
         for file in dist.files or []:
-            if ".." in file.parts or "__pycache__" in file.parts or file.suffix == ".pyc":
+            if (
+                ".." in file.parts
+                or "__pycache__" in file.parts
+                or file.suffix == ".pyc"
+            ):
                 continue
             if file.parts[0].endswith(".dist-info"):
                 info = file.parts[0]
@@ -356,7 +364,9 @@ def _wheel_of(dist: importlib.metadata.Distribution, folder: Path) -> Path:
             data = path.read_bytes()
             out.writestr(file.as_posix(), data)
             digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest())
-            record.append(f"{file.as_posix()},sha256={digest.rstrip(b'=').decode()},{len(data)}")
+            record.append(
+                f"{file.as_posix()},sha256={digest.rstrip(b'=').decode()},{len(data)}"
+            )
         record.append(f"{info}/RECORD,,")
         out.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
     return wheel
@@ -365,7 +375,9 @@ def _wheel_of(dist: importlib.metadata.Distribution, folder: Path) -> Path:
 def test_a_downloaded_script_runs_with_uv_from_its_inline_metadata(
     tmp_path, site, outside_the_repository
 ):
-    uv_module = pytest.importorskip("uv", reason="uv is not installed (pyproject's test group has it)")
+    uv_module = pytest.importorskip(
+        "uv", reason="uv is not installed (pyproject's test group has it)"
+    )
     uv = uv_module.find_uv_bin()
     url, downloads = site
     (script,) = downloads.rglob("plot_only.py")

@@ -121,7 +121,9 @@ def test_header_is_inserted_once_and_keeps_the_script_valid(prefix):
     header = once[len(prefix) :].split('"""')[0]
     assert "#   uv run plot_x.py " in header
     assert f'#   pip install "{URL}"\n' in header
-    assert f'#   pip install "{URL}" --extra-index-url {site_wheel.CPU_INDEX}\n' in header
+    assert (
+        f'#   pip install "{URL}" --extra-index-url {site_wheel.CPU_INDEX}\n' in header
+    )
     assert f"--index {site_wheel.CPU_INDEX} " in header
     assert "localhost" not in header
     assert all(line.startswith("#") for line in header.strip().splitlines())
@@ -257,7 +259,9 @@ def test_the_notebook_takes_cpu_only_torch_on_linux_without_an_nvidia_gpu(
     *code, magic = cell.splitlines()
     assert magic == f'%pip install "{URL}" $cpu_index'  # IPython expands $cpu_index
     monkeypatch.setattr(sys, "platform", platform)
-    monkeypatch.setattr(shutil, "which", lambda name: smi if name == "nvidia-smi" else None)
+    monkeypatch.setattr(
+        shutil, "which", lambda name: smi if name == "nvidia-smi" else None
+    )
     real_exists = Path.exists
     fake = {"/proc/driver/nvidia": driver}
     monkeypatch.setattr(Path, "exists", lambda p: fake.get(str(p), real_exists(p)))

@@ -449,7 +449,9 @@ def _build_finished(app: Any, exception: Exception | None) -> None:
     install = Install.from_wheel(wheel, url, local=local)
     count = stamp_downloads(downloads, install)
     where = " (the local server's address: no GPUGUIDE_SITE_URL)" if local else ""
-    logger.info(f"helpers' wheel: {wheel}; install commands in {count} download(s){where}")
+    logger.info(
+        f"helpers' wheel: {wheel}; install commands in {count} download(s){where}"
+    )
 
 
 def setup(app: Any) -> dict[str, Any]:
