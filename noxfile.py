@@ -167,7 +167,7 @@ def _fresh_copy(session: nox.Session) -> str:
     shutil.rmtree(tree, ignore_errors=True)
     skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
     shutil.copytree(ROOT / "src", tree / "src", ignore=skip)
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(ROOT / name, tree / name)
     return str(tree)
 
@@ -223,6 +223,10 @@ def docs(session: nox.Session) -> None:
     """Build the site into docs/_build/html (--no-exec, --example NAME, --clean,
     --record, --merge).
 
+    ``GPUGUIDE_SITE_URL`` is the address the site is served from (canonical
+    links, the downloads' install commands); ``GPUGUIDE_PUBLISH=1`` (a build for
+    publishing) refuses to run without it.
+
     ``--record``: the same execution of the pages also writes this device's
     results file, ``docs/results/<kind>-<device>.json`` (validated, replaced in
     one step, only when every page ran; the log names a page that failed), and
@@ -233,6 +237,13 @@ def docs(session: nox.Session) -> None:
     """
     _install(session, "docs")
     opts, sphinx_args = _docs_args(session.posargs)
+    publishing = os.environ.get("GPUGUIDE_PUBLISH", "").strip() not in ("", "0")
+    if publishing and not os.environ.get("GPUGUIDE_SITE_URL", "").strip():
+        # The build stops too (docs/_ext/site_wheel.py); this says it in one line.
+        session.error(
+            "GPUGUIDE_PUBLISH=1 needs the site's address: "
+            "GPUGUIDE_SITE_URL=https://your.host/guide/"
+        )
     if opts.merge:
         opts.record = True
     if opts.record and opts.no_exec:

@@ -72,12 +72,14 @@ html_favicon = str(STATIC / "favicon.svg")
 # The theme's light/dark switch starts from "auto" (an empty mode is an error in
 # the browser's console).
 html_context = {"default_mode": "auto"}
-# Where the site is served: downloaded scripts and notebooks install the helpers'
-# wheel from <html_baseurl>_downloads/ (docs/_ext/site_wheel.py). The default is
-# the README's `python -m http.server -d docs/_build/html 8000`.
-html_baseurl = (
-    os.environ.get("GPUGUIDE_SITE_URL", "").strip() or "http://localhost:8000/"
-)
+# Where the site is served (GPUGUIDE_SITE_URL, e.g. https://your.host/guide/):
+# the pages' canonical links, and the address from which downloaded scripts and
+# notebooks install the helpers' wheel (<html_baseurl>_downloads/, see
+# docs/_ext/site_wheel.py). Unset, the site has no canonical links and the
+# downloads name the README's local server (`python -m http.server -d
+# docs/_build/html 8000`); GPUGUIDE_PUBLISH=1 (a build for publishing) then
+# stops with an error.
+html_baseurl = os.environ.get("GPUGUIDE_SITE_URL", "").strip()
 
 # Execute every example whose file name starts with plot_.
 EXECUTED = r"/plot_"
@@ -99,7 +101,7 @@ sphinx_gallery_conf = {
     # No sg_execution_times pages: they load jQuery and DataTables from CDNs, which
     # fail offline, and list timings the pages themselves print.
     "write_computation_times": False,
-    # "first_notebook_cell": set by site_wheel from html_baseurl (%pip install <wheel>)
+    # "first_notebook_cell": set by site_wheel (%pip install <the site's wheel>)
 }
 
 

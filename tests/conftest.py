@@ -150,7 +150,7 @@ def site(
     )
     shutil.copytree(ROOT / "examples", work / "examples")
     shutil.copytree(ROOT / "src", work / "src")
-    for name in ("pyproject.toml", "README.md"):  # the site carries the helpers' wheel
+    for name in ("pyproject.toml", "README.md", "LICENSE"):  # the site's wheel
         shutil.copy2(ROOT / name, work / name)
     out = work / "html"
     # The recorded results, and a fake GPU recording made from each file's figures,
@@ -166,6 +166,8 @@ def site(
     env = {
         **os.environ, "GPUGUIDE_SMALL": "1", "MPLBACKEND": "Agg",
         "GPUGUIDE_RESULTS_DIR": str(results),
+        # a local build: no site address (test_docs_build checks what that gives)
+        "GPUGUIDE_SITE_URL": "", "GPUGUIDE_PUBLISH": "",
     }  # fmt: skip
     result = subprocess.run(
         [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going",

@@ -199,6 +199,27 @@ def test_every_download_link_resolves(site):
     assert links >= 1, "no example offers a file for download"
 
 
+def test_a_site_built_without_its_address_names_no_localhost_for_canonical(site):
+    # conftest builds it without GPUGUIDE_SITE_URL: no canonical link at all, and
+    # the downloads name the README's local server, saying so.
+    out, _ = site
+    pages = sorted(out.rglob("*.html"))
+    assert pages
+    for page in pages:
+        soup = bs4.BeautifulSoup(page.read_text(), "html.parser")
+        assert soup.select('link[rel="canonical"]') == [], page
+    scripts = sorted((out / "_downloads").rglob("plot_*.py"))
+    assert {s.stem for s in scripts} >= {e.stem for e in EXAMPLES}
+    for script in scripts:
+        text = script.read_text()
+        head = text.split('"""', 1)[0]
+        assert head.count("# /// script\n") == 1, script
+        assert '#     "gpuguide @ http://localhost:8000/_downloads/gpuguide-' in head
+        assert "GPUGUIDE_SITE_URL" in head, script  # the comment says why localhost
+        assert '#     "torch>=' in head, script
+        assert f"#   uv run {script.name} " in head, script
+
+
 def test_gallery_lists_every_example(site):
     out, _ = site
     gallery = (out / "auto_examples" / "index.html").read_text()

@@ -1,21 +1,33 @@
 """A downloaded script and notebook, run as a reader runs them.
 
 A small site (one example) is built for the address ``http://127.0.0.1:<port>/``
-and served there. The test then takes the notebook and the script from the
-build's ``_downloads/``, makes a fresh virtual environment outside the
-repository, installs the helpers with the command the notebook's first cell
-gives (the CPU-only variant where this machine has no NVIDIA GPU), and runs the
-script with that environment's Python and the notebook with its Jupyter
-(``nbconvert --execute``, whose first cell runs the ``%pip install`` again).
+and served there, once for the module. Each test takes the downloads from the
+build's ``_downloads/`` into a fresh folder outside the repository:
 
-Only a fresh environment that cannot get torch and the rest from any index
-(no network and no local wheel folder) skips; a failure to install the helpers'
-wheel, or of either run, fails.
+- pip: a fresh virtual environment, the helpers installed with the command the
+  script's header gives (the CPU-only variant where this machine has no NVIDIA
+  GPU), the script run with that environment's Python and the notebook with its
+  Jupyter (``nbconvert --execute``, whose first cell runs its ``%pip install``
+  again, with the CPU-only index on a Linux machine without an NVIDIA GPU). Only
+  a fresh environment that cannot get torch and the rest from any index (no
+  network and no local wheel folder) skips.
+- uv: ``uv run plot_only.py``, which reads the script's inline metadata (PEP
+  723) and runs it in an environment of its own. So that no torch is
+  downloaded, the distributions the metadata asks for, and theirs, come from
+  this environment, packed again as wheels into a folder (``--no-index
+  --find-links``); the helpers come from the served site, by the URL in the
+  metadata. It proves that the block is one uv reads, that the site serves the
+  wheel it names, and that what it lists (with what that needs) is all the
+  script needs; not that an index would resolve the same versions. Skips only
+  where uv is not installed (pyproject's test group has it).
 """
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
+import importlib.metadata
 import itertools
 import json
 import os
@@ -28,11 +40,14 @@ import tempfile
 import threading
 import time
 import urllib.request
+import zipfile
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, build_mini_site
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from gpuguide.version import __version__ as gpuguide_version
 from gpuguide.version import git_commit
@@ -74,16 +89,24 @@ class _Quiet(SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def served(tmp_path):
-    """A server on 127.0.0.1 (a free port), serving ``tmp_path/site/html``."""
-    html = tmp_path / "site" / "html"
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The one-example site, built for and served on 127.0.0.1 (a free port):
+    its address and the folder of its downloads."""
+    root = tmp_path_factory.mktemp("downloads")
+    html = root / "site" / "html"
     handler = functools.partial(_Quiet, directory=str(html))
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/", html
+        built = build_mini_site(
+            root / "site", EXAMPLE, MPLBACKEND="Agg", GPUGUIDE_SITE_URL=url,
+            GPUGUIDE_PUBLISH="",
+        )  # fmt: skip
+        assert built.returncode == 0, built.stderr[-3000:]
+        yield url, html / "_downloads"
     finally:
         server.shutdown()
         server.server_close()
@@ -94,19 +117,18 @@ def _has_nvidia_gpu() -> bool:
     return shutil.which("nvidia-smi") is not None or Path("/dev/nvidia0").exists()
 
 
-def _install_command(cell: str, url: str) -> str:
-    """The ``%pip install`` line of the notebook's first cell (CPU-only where no GPU)."""
-    lines = [line.strip() for line in cell.splitlines()]
-    plain = [line for line in lines if line.startswith("%pip install")]
-    cpu = [
+def _install_command(header: str, url: str) -> str:
+    """The header's ``pip install`` command (CPU-only where there is no NVIDIA GPU)."""
+    commands = [
         line.removeprefix("#").strip()
-        for line in lines
-        if line.startswith("#") and "%pip install" in line
+        for line in header.splitlines()
+        if line.startswith("#   pip install")
     ]
-    assert len(plain) == 1, cell
-    assert len(cpu) == 1, cell
-    assert f'"{url}_downloads/gpuguide-' in plain[0], (url, cell)
-    return plain[0] if _has_nvidia_gpu() else cpu[0]
+    assert len(commands) == 2, header
+    plain, cpu = sorted(commands, key=len)
+    assert plain.startswith(f'pip install "{url}_downloads/gpuguide-'), (url, header)
+    assert cpu == f"{plain} --extra-index-url https://download.pytorch.org/whl/cpu"
+    return plain if _has_nvidia_gpu() else cpu
 
 
 def _unreachable_index(install: list[str]) -> str | None:
@@ -189,23 +211,18 @@ def outside_the_repository():
 
 
 def test_a_downloaded_notebook_and_script_run_in_a_fresh_environment(
-    tmp_path, served, outside_the_repository
+    tmp_path, site, outside_the_repository
 ):
     started = time.perf_counter()
-    url, html = served
-    built = build_mini_site(
-        tmp_path / "site", EXAMPLE, MPLBACKEND="Agg", GPUGUIDE_SITE_URL=url
-    )
-    assert built.returncode == 0, built.stderr[-3000:]
-
-    (notebook,) = (html / "_downloads").rglob("plot_only.ipynb")
-    (script,) = (html / "_downloads").rglob("plot_only.py")
+    url, downloads = site
+    (notebook,) = downloads.rglob("plot_only.ipynb")
+    (script,) = downloads.rglob("plot_only.py")
     cell = "".join(json.loads(notebook.read_text())["cells"][0]["source"])
-    command = _install_command(cell, url)
-    # The script's header gives the same command as the notebook's cell.
+    # The notebook installs the same wheel, from the same address.
+    assert f'%pip install "{url}_downloads/gpuguide-' in cell, cell
     header = script.read_text().split('"""', 1)[0]
-    assert f"#   {command.removeprefix('%')}\n" in header, (command, header)
-    install = shlex.split(command.removeprefix("%pip"))
+    command = _install_command(header, url)
+    install = shlex.split(command)[1:]
 
     # The helpers' wheel is served where the command points.
     (wheel_url,) = [a for a in install if a.startswith(url)]
@@ -264,7 +281,8 @@ def test_a_downloaded_notebook_and_script_run_in_a_fresh_environment(
         assert f"| gpuguide {gpuguide_version} ({built_from[0]}" in ran.stdout
     assert "Warning" not in ran.stderr, ran.stderr
 
-    # The notebook, with a kernel that is the environment's own Python.
+    # The notebook, with a kernel that is the environment's own Python; its first
+    # cell runs %pip install again (the CPU-only index where there is no GPU).
     kernel = _run([python, "-m", "ipykernel", "install", "--user",
                    "--name", "gpuguide-reader"], env=env, cwd=reader, timeout=300)  # fmt: skip
     assert kernel.returncode == 0, kernel.stderr
@@ -291,3 +309,118 @@ def test_a_downloaded_notebook_and_script_run_in_a_fresh_environment(
         f"build+install {installed - started:.0f} s, "
         f"total {time.perf_counter() - started:.0f} s"
     )
+
+
+def _requirements_closure(
+    requirements: list[str],
+) -> dict[str, importlib.metadata.Distribution]:
+    """The installed distributions that ``requirements`` need, theirs included."""
+    found: dict[str, importlib.metadata.Distribution] = {}
+    todo = [Requirement(text) for text in requirements]
+    while todo:
+        req = todo.pop()
+        name = canonicalize_name(req.name)
+        if name in found or (req.marker and not req.marker.evaluate({"extra": ""})):
+            continue
+        try:
+            found[name] = importlib.metadata.distribution(req.name)
+        except importlib.metadata.PackageNotFoundError:
+            pytest.fail(
+                f"{req} is not installed here: the script's needs cannot be met"
+            )
+        todo += [Requirement(text) for text in found[name].requires or []]
+    return found
+
+
+def _wheel_of(dist: importlib.metadata.Distribution, folder: Path) -> Path:
+    """An installed distribution packed again as a wheel in ``folder``: its files
+    inside site-packages as its RECORD lists them, without bytecode, and a RECORD
+    of what was packed (its scripts come back from entry_points.txt)."""
+    tags = [
+        line.split(":", 1)[1].strip()
+        for line in (dist.read_text("WHEEL") or "").splitlines()
+        if line.startswith("Tag:")
+    ]
+    assert tags, f"{dist.metadata['Name']} has no WHEEL file"
+    parts = [".".join(sorted({tag.split("-")[i] for tag in tags})) for i in range(3)]
+    name = canonicalize_name(dist.metadata["Name"]).replace("-", "_")
+    wheel = folder / f"{name}-{dist.version}-{'-'.join(parts)}.whl"
+    record, info = [], ""
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as out:
+        for file in dist.files or []:
+            if (
+                ".." in file.parts
+                or "__pycache__" in file.parts
+                or file.suffix == ".pyc"
+            ):
+                continue
+            if file.parts[0].endswith(".dist-info"):
+                info = file.parts[0]
+                if file.name in ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json"):
+                    continue
+            path = Path(file.locate())
+            if not path.is_file():
+                continue
+            data = path.read_bytes()
+            out.writestr(file.as_posix(), data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest())
+            record.append(
+                f"{file.as_posix()},sha256={digest.rstrip(b'=').decode()},{len(data)}"
+            )
+        record.append(f"{info}/RECORD,,")
+        out.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
+    return wheel
+
+
+def test_a_downloaded_script_runs_with_uv_from_its_inline_metadata(
+    tmp_path, site, outside_the_repository
+):
+    uv_module = pytest.importorskip(
+        "uv", reason="uv is not installed (pyproject's test group has it)"
+    )
+    uv = uv_module.find_uv_bin()
+    url, downloads = site
+    (script,) = downloads.rglob("plot_only.py")
+    text = script.read_text()
+    # The block as PEP 723's reference code finds it: the wheel, what the page imports.
+    blocks = re.findall(r"(?m)^# /// script$\s((?:^#(?:| .*)$\s)+)^# ///$", text)
+    assert len(blocks) == 1, text[:3000]
+    wheel = f"{url}_downloads/gpuguide-{gpuguide_version}-py3-none-any.whl"
+    assert f'#     "gpuguide @ {wheel}",\n' in blocks[0]
+    deps = re.findall(r'^#     "(.+)",$', blocks[0], re.MULTILINE)
+    assert [Requirement(d).name for d in deps] == ["gpuguide", "matplotlib", "torch"]
+    assert "#   uv run plot_only.py " in text
+
+    outside = outside_the_repository(tmp_path)
+    reader, wheels = outside / "reader", outside / "wheels"
+    reader.mkdir()
+    wheels.mkdir()
+    shutil.copy2(script, reader / script.name)
+    # What the block asks for but the helpers, from this environment (no torch download).
+    for dist in _requirements_closure(deps[1:]).values():
+        _wheel_of(dist, wheels)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CONDA", "UV_", "PIP_"))
+    }
+    env.update(
+        UV_CACHE_DIR=str(outside / "uv-cache"),  # a fresh cache: nothing from before
+        UV_NO_CONFIG="1",
+        MPLCONFIGDIR=str(outside / "matplotlib"),
+        MPLBACKEND="Agg",
+        GPUGUIDE_SMALL="1",
+    )
+    ran = _run(
+        [uv, "run", "--no-index", "--find-links", str(wheels), "--python", sys.executable,
+         script.name],
+        env=env, cwd=reader, timeout=900,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert "Measured on" in ran.stdout, ran.stdout
+    # The helpers were installed from the site into uv's own environment for the
+    # script: not this checkout's, not this environment's.
+    helpers = Path(re.search(r"^helpers from (.+)$", ran.stdout, re.M).group(1))
+    assert helpers.is_relative_to(outside / "uv-cache"), helpers
+    assert "site-packages" in helpers.parts, helpers
+    assert "Warning" not in ran.stderr, ran.stderr

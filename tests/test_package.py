@@ -18,10 +18,35 @@ def test_public_name_is_exported_and_documented(name):
     assert len(doc.split()) >= 5, f"{name} needs a docstring"
 
 
-def test_version_matches_pyproject():
+def test_the_version_is_written_once():
+    """pyproject.toml reads the version from gpuguide.version; it states none itself."""
     from conftest import ROOT
 
     text = (ROOT / "pyproject.toml").read_text()
-    match = re.search(r'^version = "([^"]+)"', text, re.MULTILINE)
-    assert match is not None
-    assert gpuguide.__version__ == match.group(1)
+    assert re.search(r'^version = "', text, re.MULTILINE) is None
+    assert re.search(r'^dynamic = \["version"\]', text, re.MULTILINE)
+    source = r'^version = \{ attr = "gpuguide\.version\.__version__" \}'
+    assert re.search(source, text, re.MULTILINE)
+    assert re.fullmatch(r"\d+\.\d+\.\d+", gpuguide.__version__)
+
+
+def test_the_project_files_are_there_and_agree():
+    from conftest import ROOT
+
+    licence = (ROOT / "LICENSE").read_text()
+    assert licence.startswith("BSD 3-Clause License\n")
+    assert "Copyright (c) 2026, the gpuguide authors" in licence
+    assert re.search(
+        r'^license = "BSD-3-Clause"$', (ROOT / "pyproject.toml").read_text(), re.M
+    )
+    cff = (ROOT / "CITATION.cff").read_text()
+    assert "cff-version: 1.2.0\n" in cff
+    assert "license: BSD-3-Clause\n" in cff
+    assert not re.search(r"^version:", cff, re.M)  # the version is written once
+    contributing = (ROOT / "CONTRIBUTING.md").read_text()
+    # the commands it gives are the noxfile's (docs --record, record)
+    noxfile = (ROOT / "noxfile.py").read_text()
+    assert "nox -s docs -- --record" in contributing
+    assert 'parser.add_argument("--record"' in noxfile
+    assert "docs/results/" in contributing
+    assert "## " in (ROOT / "CHANGELOG.md").read_text()

@@ -8,13 +8,17 @@ first cell; ``nox -s build`` makes the sdist and wheel and checks them with twin
 from __future__ import annotations
 
 import ast
+import email.parser
 import importlib.util
 import json
+import re
 import runpy
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -46,6 +50,21 @@ def test_wheel_has_the_package_and_the_checkup_script(wheel):
     assert "gpuguide-checkup = gpuguide_tools.checkup:main" in scripts
 
 
+def test_wheel_carries_the_licence_and_the_project_s_addresses(wheel):
+    info = f"gpuguide-{gpuguide.__version__}.dist-info"
+    with zipfile.ZipFile(wheel) as whl:
+        licence = whl.read(f"{info}/licenses/LICENSE")
+        meta = email.parser.Parser().parsestr(whl.read(f"{info}/METADATA").decode())
+    assert licence == (ROOT / "LICENSE").read_bytes()
+    assert b"BSD 3-Clause License" in licence
+    assert b"Copyright (c) 2026, the gpuguide authors" in licence
+    assert meta["License-Expression"] == "BSD-3-Clause"
+    assert meta.get_all("License-File") == ["LICENSE"]
+    assert meta["Version"] == gpuguide.__version__
+    labels = [url.split(",")[0] for url in meta.get_all("Project-URL") or []]
+    assert labels == ["Homepage", "Documentation", "Source", "Issues", "Changelog"]
+
+
 def test_wheel_is_built_from_the_sources_not_a_stale_build_dir(wheel):
     # setuptools leaves build/lib in the tree; a module only there must not ship.
     modules = {p.relative_to(ROOT / "src").as_posix() for p in ROOT.glob("src/**/*.py")}
@@ -64,32 +83,119 @@ def _docstring_first(source: str) -> str | None:
     return ast.get_docstring(tree, clean=False)
 
 
+#: PEP 723's reference regular expression for an inline metadata block.
+PEP_723 = re.compile(
+    r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$"
+)
+
+
+def script_metadata(source: str) -> dict:
+    """The ``script`` block of ``source``, read as PEP 723's reference code reads it."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    blocks = [m for m in PEP_723.finditer(source) if m.group("type") == "script"]
+    assert len(blocks) == 1, source[:2000]
+    content = "".join(
+        line[2:] if line.startswith("# ") else line[1:]
+        for line in blocks[0].group("content").splitlines(keepends=True)
+    )
+    return tomllib.loads(content)
+
+
+INSTALL = site_wheel.Install(
+    URL,
+    requires_python=">=3.10",
+    requires={"torch": "torch>=2.11", "numpy": "numpy>=1.24", "matplotlib": "matplotlib>=3.7"},
+)  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "prefix",
     ["", "#!/usr/bin/env python\n", "#!/usr/bin/env python\n# -*- coding: utf-8 -*-\n"],
 )
 def test_header_is_inserted_once_and_keeps_the_script_valid(prefix):
     original = prefix + EXAMPLES[0].read_text()
-    once = site_wheel.insert_header(original, URL)
-    assert site_wheel.insert_header(once, URL) == once
+    once = site_wheel.insert_header(original, INSTALL, "plot_x.py")
+    assert site_wheel.insert_header(once, INSTALL, "plot_x.py") == once
     # the shebang and encoding lines stay first, the header follows them
     assert once.startswith(prefix + site_wheel.HEADER_MARK)
     header = once[len(prefix) :].split('"""')[0]
-    assert f'pip install "{URL}"' in header
-    assert f"--extra-index-url {site_wheel.CPU_INDEX}" in header
+    assert "#   uv run plot_x.py " in header
+    assert f'#   pip install "{URL}"\n' in header
+    assert (
+        f'#   pip install "{URL}" --extra-index-url {site_wheel.CPU_INDEX}\n' in header
+    )
+    assert f"--index {site_wheel.CPU_INDEX} " in header
+    assert "localhost" not in header
     assert all(line.startswith("#") for line in header.strip().splitlines())
-    assert 3 <= len(header.strip().splitlines()) <= 4
     assert _docstring_first(once) == _docstring_first(original) is not None
-    lines = "\n".join(site_wheel.script_header(URL))
+    lines = "\n".join(site_wheel.script_header(original, INSTALL, "plot_x.py"))
     assert once == prefix + lines + "\n" + original.removeprefix(prefix)
 
 
 def test_header_takes_the_new_url_on_a_rebuild():
     source = EXAMPLES[0].read_text()
-    old = site_wheel.insert_header(source, "http://localhost:8000/_downloads/a.whl")
-    new = site_wheel.insert_header(old, URL)
-    assert new == site_wheel.insert_header(source, URL)
+    local = site_wheel.Install("http://localhost:8000/_downloads/a.whl", local=True)
+    old = site_wheel.insert_header(source, local)
+    assert "GPUGUIDE_SITE_URL" in old.split('"""')[0]  # says where the address is from
+    new = site_wheel.insert_header(old, INSTALL)
+    assert new == site_wheel.insert_header(source, INSTALL)
     assert "localhost" not in new.split('"""')[0]
+
+
+SOURCE = """
+\"""A page.\"""
+import os
+import numpy as np
+from matplotlib import pyplot as plt
+from PIL import Image
+import gpuguide.chapters
+from gpuguide_tools import checkup
+from . import sibling
+try:
+    import not_a_module_anywhere
+except ImportError:
+    pass
+
+
+def later():
+    import torch.nn.functional as F
+"""
+
+
+def test_script_metadata_lists_the_wheel_and_what_the_page_imports():
+    meta = script_metadata(site_wheel.insert_header(SOURCE, INSTALL))
+    assert meta == {
+        "requires-python": ">=3.10",
+        "dependencies": [
+            f"gpuguide @ {URL}",
+            "matplotlib>=3.7",  # with the wheel's own bounds
+            "numpy>=1.24",
+            "pillow",  # PIL's distribution, found among those installed
+            "torch>=2.11",  # imported in a function too
+        ],
+    }
+    # not the standard library, the helpers, a relative or an optional import
+    with pytest.raises(site_wheel.ExtensionError, match="'surely_not_installed'"):
+        site_wheel.insert_header(SOURCE + "import surely_not_installed\n", INSTALL)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.stem for e in EXAMPLES])
+def test_every_page_s_download_declares_its_imports(example):
+    source = example.read_text()
+    meta = script_metadata(site_wheel.insert_header(source, INSTALL, example.name))
+    names = [re.split(r"[ <>=@;]", dep, maxsplit=1)[0] for dep in meta["dependencies"]]
+    assert names[0] == "gpuguide"
+    assert meta["dependencies"][0] == f"gpuguide @ {URL}"
+    assert {"torch", "matplotlib"} <= set(names)  # every page imports both
+    assert ("numpy" in names) == bool(re.search(r"^import numpy", source, re.M))
+
+
+def test_the_wheel_s_requirements_are_what_pyproject_declares(wheel):
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    install = site_wheel.Install.from_wheel(wheel, URL)
+    assert sorted(install.requires.values()) == sorted(project["dependencies"])
+    assert install.requires_python == project["requires-python"]
 
 
 def _load_conf(monkeypatch, site_url: str | None) -> dict:
@@ -104,6 +210,14 @@ def _load_conf(monkeypatch, site_url: str | None) -> dict:
     return runpy.run_path(str(ROOT / "docs" / "conf.py"))
 
 
+def _config(conf: dict) -> SimpleNamespace:
+    return SimpleNamespace(
+        html_baseurl=conf["html_baseurl"],
+        release=conf["release"],
+        sphinx_gallery_conf=dict(conf["sphinx_gallery_conf"]),
+    )
+
+
 @pytest.mark.parametrize(
     ("site_url", "expected"),
     [
@@ -114,21 +228,71 @@ def _load_conf(monkeypatch, site_url: str | None) -> dict:
 def test_first_notebook_cell_installs_the_wheel_from_the_site(
     monkeypatch, site_url, expected
 ):
+    monkeypatch.delenv(site_wheel.PUBLISH_ENV, raising=False)
     conf = _load_conf(monkeypatch, site_url)
     assert "site_wheel" in conf["extensions"]
-    config = SimpleNamespace(
-        html_baseurl=conf["html_baseurl"],
-        release=conf["release"],
-        sphinx_gallery_conf=dict(conf["sphinx_gallery_conf"]),
-    )
+    # no canonical link (Sphinx writes none without html_baseurl) unless given
+    assert conf["html_baseurl"] == (site_url or "")
+    config = _config(conf)
     site_wheel._config_inited(None, config)
     cell = config.sphinx_gallery_conf["first_notebook_cell"]
     url = f"{expected}gpuguide-{gpuguide.__version__}-py3-none-any.whl"
     lines = cell.splitlines()
-    assert lines[-1] == f'%pip install "{url}"'
-    cpu = [line for line in lines if "--extra-index-url" in line]
-    assert cpu == [f'# %pip install "{url}" --extra-index-url {site_wheel.CPU_INDEX}']
-    assert all(line.startswith("#") for line in lines[:-1])
+    assert lines[-1] == f'%pip install "{url}" $cpu_index'
+    assert ("GPUGUIDE_SITE_URL" in cell) == (site_url is None)
+
+
+@pytest.mark.parametrize(
+    ("platform", "smi", "driver", "index"),
+    [
+        ("linux", None, False, f"--extra-index-url {site_wheel.CPU_INDEX}"),
+        ("linux", "/usr/bin/nvidia-smi", False, ""),
+        ("linux", None, True, ""),  # a driver without nvidia-smi on PATH
+        ("darwin", None, False, ""),  # PyPI's macOS torch is a CPU build already
+        ("win32", None, False, ""),
+    ],
+)
+def test_the_notebook_takes_cpu_only_torch_on_linux_without_an_nvidia_gpu(
+    monkeypatch, platform, smi, driver, index
+):
+    cell = site_wheel.first_cell(URL)
+    *code, magic = cell.splitlines()
+    assert magic == f'%pip install "{URL}" $cpu_index'  # IPython expands $cpu_index
+    monkeypatch.setattr(sys, "platform", platform)
+    monkeypatch.setattr(
+        shutil, "which", lambda name: smi if name == "nvidia-smi" else None
+    )
+    real_exists = Path.exists
+    fake = {"/proc/driver/nvidia": driver}
+    monkeypatch.setattr(Path, "exists", lambda p: fake.get(str(p), real_exists(p)))
+    namespace: dict = {}
+    exec("\n".join(code), namespace)
+    assert namespace["cpu_index"] == index
+
+
+@pytest.mark.parametrize(
+    ("site_url", "publish", "error"),
+    [
+        (None, "1", "GPUGUIDE_PUBLISH=1 builds a site for publishing"),
+        ("http://localhost:8000/", "1", "local address"),
+        ("http://127.0.0.1:8000/guide/", "1", "local address"),
+        ("guide.example.org/gpu/", "0", "must be an http"),
+        ("file:///srv/guide/", "", "must be an http"),
+        (None, "0", None),  # a local build
+        ("http://localhost:8000/", "", None),
+        ("https://guide.example.org/gpu/", "1", None),
+    ],
+)
+def test_a_build_for_publishing_needs_the_site_s_address(
+    monkeypatch, site_url, publish, error
+):
+    monkeypatch.setenv(site_wheel.PUBLISH_ENV, publish)
+    config = _config(_load_conf(monkeypatch, site_url))
+    if error is None:
+        site_wheel._config_inited(None, config)
+    else:
+        with pytest.raises(site_wheel.ConfigError, match=re.escape(error)):
+            site_wheel._config_inited(None, config)
 
 
 def test_downloads_get_the_command_in_scripts_notebooks_and_zips(tmp_path):
@@ -155,8 +319,9 @@ def test_downloads_get_the_command_in_scripts_notebooks_and_zips(tmp_path):
         zipped.writestr("plot_a.py", source)
         zipped.writestr("plot_a.ipynb", json.dumps(notebook))
     for _ in range(2):  # an incremental build runs the hook again
-        assert site_wheel.stamp_downloads(tmp_path / "_downloads", URL) == 5
-    expected = site_wheel.insert_header(source, URL)
+        assert site_wheel.stamp_downloads(tmp_path / "_downloads", INSTALL) == 5
+    expected = site_wheel.insert_header(source, INSTALL, "plot_a.py")
+    assert "#   uv run plot_a.py " in expected
     assert (folder / "plot_a.py").read_text() == expected
     first = json.loads((folder / "plot_a.ipynb").read_text())["cells"][0]["source"]
     assert first == [site_wheel.first_cell(URL)]
@@ -187,7 +352,7 @@ def test_sdist_and_wheel_pass_twine_check(tmp_path):
         tree / "src",
         ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
     )
-    for name in ("pyproject.toml", "README.md"):
+    for name in site_wheel.PACKAGE_FILES:
         shutil.copy2(ROOT / name, tree / name)
     dist = tmp_path / "dist"
     run = {"capture_output": True, "text": True, "check": False, "cwd": tmp_path}
@@ -206,3 +371,10 @@ def test_sdist_and_wheel_pass_twine_check(tmp_path):
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout.count("PASSED") == 2
+    licence = (ROOT / "LICENSE").read_bytes()
+    with zipfile.ZipFile(files[0]) as whl:
+        assert whl.read(f"gpuguide-{version}.dist-info/licenses/LICENSE") == licence
+    with tarfile.open(files[1]) as sdist:
+        member = sdist.extractfile(f"gpuguide-{version}/LICENSE")
+        assert member is not None
+        assert member.read() == licence

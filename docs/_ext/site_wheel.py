@@ -1,39 +1,52 @@
-"""The helpers' wheel on the site, and the command that installs it.
+"""The helpers' wheel on the site, and what a download needs to install it.
 
 A local Sphinx extension (``docs/conf.py`` lists it). A reader who has only the
 built site needs the ``gpuguide`` helpers that every downloaded script and
 notebook imports. So the build puts the helpers' wheel on the site, at
 ``_downloads/gpuguide-<version>-py3-none-any.whl``, and points every download
-at it through the site's base URL (``html_baseurl``; ``docs/conf.py`` reads it
-from ``GPUGUIDE_SITE_URL`` and defaults to the README's local server address):
+at it through the site's address (``html_baseurl``, from ``GPUGUIDE_SITE_URL``):
 
-- the first cell of every notebook is ``%pip install "<url of the wheel>"``;
 - every ``.py`` under ``_downloads/`` (and inside the zips there) starts with
-  comment lines giving the same command.
+  comment lines giving the commands (``uv run plot_x.py``; ``pip install``) and
+  an inline script metadata block (PEP 723: ``# /// script``) whose
+  ``dependencies`` are the helpers' wheel and the distributions the page
+  imports, with the wheel's own version bounds, so ``uv run`` installs them;
+- the first cell of every notebook installs the wheel with ``%pip``, taking
+  PyTorch's CPU-only build on a Linux machine without an NVIDIA GPU.
 
-Both also give the command for a machine without an NVIDIA GPU, which adds
-PyTorch's CPU-only index (the CUDA build of torch on Linux is several GB).
+A site built without ``GPUGUIDE_SITE_URL`` has no canonical links, and its
+downloads name the local server of the README (``python -m http.server -d
+docs/_build/html 8000``), saying so in a comment. A build for publishing
+(``GPUGUIDE_PUBLISH=1``) stops without a public ``http(s)`` address.
 
 The wheel is built once per build, offline: from a fresh copy of ``src/``,
-``pyproject.toml`` and ``README.md`` (setuptools keeps ``build/lib`` in the
-source tree, where a deleted module would live on), with setuptools' own build
-backend in this interpreter (no build isolation, no network). The copy is
-stamped with the checkout's commit (:func:`gpuguide.version.write_stamp`), so a
-reader's run of a downloaded page names the commit in its provenance line, as
-the site's own pages do.
+``pyproject.toml``, ``README.md`` and ``LICENSE`` (setuptools keeps
+``build/lib`` in the source tree, where a deleted module would live on), with
+setuptools' own build backend in this interpreter (no build isolation, no
+network). The copy is stamped with the checkout's commit
+(:func:`gpuguide.version.write_stamp`), so a reader's run of a downloaded page
+names the commit in its provenance line, as the site's own pages do.
 """
 
 from __future__ import annotations
 
+import ast
+import email.parser
+import importlib.metadata
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from sphinx.errors import ConfigError, ExtensionError
 from sphinx.util import logging
 
@@ -41,8 +54,12 @@ from gpuguide.version import STAMP_FILE, git_commit, write_stamp
 
 __all__ = [
     "CPU_INDEX",
+    "LOCAL_URL",
+    "Install",
     "build_wheel",
+    "check_site_url",
     "first_cell",
+    "imported_distributions",
     "insert_header",
     "script_header",
     "setup",
@@ -54,8 +71,19 @@ logger = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: PyTorch's index of CPU-only wheels.
+#: What the wheel is built from, beside ``src/`` (the licence travels with it).
+PACKAGE_FILES = ("pyproject.toml", "README.md", "LICENSE")
+
+#: PyPI's torch for Linux is the CUDA build (several GB); this index has CPU-only builds.
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+#: The README's local server, named by the downloads of a site built without
+#: ``GPUGUIDE_SITE_URL``.
+LOCAL_URL = "http://localhost:8000/"
+LOCAL_SERVER = "python -m http.server -d docs/_build/html 8000"
+
+#: ``GPUGUIDE_PUBLISH=1``: a build meant for publishing, which needs the site's address.
+PUBLISH_ENV = "GPUGUIDE_PUBLISH"
 
 #: The first line of the header in a downloaded script (how it is found again).
 HEADER_MARK = (
@@ -67,6 +95,9 @@ CELL_MARK = (
 )
 #: First lines of earlier versions of that cell, replaced as well.
 _OLD_CELLS = ("# This notebook needs the small gpuguide helper package",)
+
+#: The modules that the helpers' wheel itself provides.
+_OWN_MODULES = frozenset({"gpuguide", "gpuguide_tools"})
 
 # The checkout's commit and dirty mark when the build started (_config_inited).
 _source_at_start: list[tuple[str, bool] | None] = []
@@ -88,28 +119,179 @@ def wheel_url(baseurl: str, version: str) -> str:
     return f"{base}_downloads/{wheel_name(version)}"
 
 
-def _cpu_command(url: str, pip: str) -> str:
-    return f'{pip} install "{url}" --extra-index-url {CPU_INDEX}'
+def check_site_url(url: str, *, publish: bool) -> None:
+    """Stop a build whose site address cannot serve downloads or canonical links.
+
+    ``url`` (``GPUGUIDE_SITE_URL``) may be empty (a local build) unless
+    ``publish``; when given it must be an absolute ``http(s)`` address, and a
+    build for publishing refuses a loopback one.
+
+    Raises
+    ------
+    sphinx.errors.ConfigError
+        Naming the variables and what to set.
+    """
+    if not url:
+        if publish:
+            msg = (
+                f"{PUBLISH_ENV}=1 builds a site for publishing, which needs its "
+                "address: set GPUGUIDE_SITE_URL=https://your.host/guide/ (the "
+                "canonical links and every download's install command use it)"
+            )
+            raise ConfigError(msg)
+        return
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        msg = f"GPUGUIDE_SITE_URL must be an http(s) address, got {url!r}"
+        raise ConfigError(msg)
+    if publish and parts.hostname in ("localhost", "127.0.0.1", "::1"):
+        msg = f"{PUBLISH_ENV}=1, but GPUGUIDE_SITE_URL is a local address: {url!r}"
+        raise ConfigError(msg)
 
 
-def first_cell(url: str) -> str:
-    """The notebooks' first cell: install the wheel at ``url`` (CPU variant in a comment)."""
-    return (
-        f"{CELL_MARK}\n"
-        "# On a machine without an NVIDIA GPU, use PyTorch's CPU-only build instead\n"
-        "# (the CUDA build is several GB):\n"
-        f"# {_cpu_command(url, '%pip')}\n"
-        f'%pip install "{url}"'
+def _publishing() -> bool:
+    return os.environ.get(PUBLISH_ENV, "").strip() not in ("", "0")
+
+
+@dataclass(frozen=True)
+class Install:
+    """What a download needs to install the helpers.
+
+    ``url`` is the wheel's address, ``local`` whether it is the README's local
+    server (a site built without ``GPUGUIDE_SITE_URL``), ``requires_python`` and
+    ``requires`` (canonical name -> requirement) come from the wheel's metadata.
+    """
+
+    url: str
+    local: bool = False
+    requires_python: str = ""
+    requires: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_wheel(cls, wheel: Path, url: str, *, local: bool = False) -> Install:
+        """Read ``Requires-Python`` and ``Requires-Dist`` from a built wheel."""
+        with zipfile.ZipFile(wheel) as whl:
+            (name,) = [n for n in whl.namelist() if n.endswith(".dist-info/METADATA")]
+            meta = email.parser.Parser().parsestr(whl.read(name).decode("utf-8"))
+        requires = {}
+        for line in meta.get_all("Requires-Dist") or []:
+            req = Requirement(line)
+            if req.marker is None or "extra" not in str(req.marker):
+                requires[canonicalize_name(req.name)] = str(req)
+        return cls(url, local, meta.get("Requires-Python", ""), requires)
+
+
+def _optional(node: ast.Try) -> bool:
+    """Whether a ``try`` catches ImportError (its imports are optional)."""
+    names = {"ImportError", "ModuleNotFoundError"}
+    for handler in node.handlers:
+        caught = handler.type
+        kinds = caught.elts if isinstance(caught, ast.Tuple) else [caught]
+        if any(isinstance(k, ast.Name) and k.id in names for k in kinds):
+            return True
+    return False
+
+
+def _imported_modules(source: str) -> set[str]:
+    """The top-level modules ``source`` imports, but for relative and optional ones."""
+    tree = ast.parse(source)
+    optional = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and _optional(node):
+            for stmt in node.body:
+                optional |= {id(n) for n in ast.walk(stmt)}
+    modules = set()
+    for node in ast.walk(tree):
+        if id(node) in optional:
+            continue
+        if isinstance(node, ast.Import):
+            modules |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules.add(node.module.split(".")[0])
+    return modules
+
+
+def imported_distributions(source: str) -> list[str]:
+    """The distributions (canonical names) whose modules ``source`` imports.
+
+    The standard library and the helpers' own modules are left out; the others
+    are found among the distributions installed here (``numpy`` -> numpy,
+    ``PIL`` -> pillow).
+
+    Raises
+    ------
+    sphinx.errors.ExtensionError
+        For a module that no installed distribution provides.
+    """
+    owners = importlib.metadata.packages_distributions()
+    found = set()
+    for module in sorted(_imported_modules(source)):
+        if module in sys.stdlib_module_names or module in _OWN_MODULES:
+            continue
+        if module not in owners:
+            msg = f"no installed distribution provides the imported module {module!r}"
+            raise ExtensionError(msg)
+        found.add(canonicalize_name(owners[module][0]))
+    return sorted(found)
+
+
+def _metadata_block(source: str, install: Install) -> list[str]:
+    """The PEP 723 ``script`` block: the wheel, then what ``source`` imports."""
+    deps = [f"gpuguide @ {install.url}"]
+    for name in imported_distributions(source):
+        if name != "gpuguide":
+            deps.append(install.requires.get(name, name))
+    lines = ["# /// script"]
+    if install.requires_python:
+        lines.append(f"# requires-python = {json.dumps(install.requires_python)}")
+    lines.append("# dependencies = [")
+    lines += [f"#     {json.dumps(dep)}," for dep in deps]
+    return [*lines, "# ]", "# ///"]
+
+
+def _local_note() -> list[str]:
+    return [
+        "# (Built without GPUGUIDE_SITE_URL, so the address is the README's local",
+        f"# server: `{LOCAL_SERVER}` in the checkout that built it.)",
+    ]
+
+
+def first_cell(url: str, *, local: bool = False) -> str:
+    """The notebooks' first cell: ``%pip install`` the wheel at ``url``, with
+    PyTorch's CPU-only index on a Linux machine without an NVIDIA GPU."""
+    return "\n".join(
+        [
+            CELL_MARK,
+            *(_local_note() if local else []),
+            "# PyPI's torch for Linux is the CUDA build (several GB): on a Linux machine",
+            "# without an NVIDIA GPU, this cell takes PyTorch's CPU-only build instead.",
+            "import shutil, sys",
+            "from pathlib import Path",
+            "",
+            'nvidia_gpu = shutil.which("nvidia-smi") or Path("/proc/driver/nvidia").exists()',
+            'linux = sys.platform.startswith("linux")',
+            f'cpu_index = "" if nvidia_gpu or not linux else "--extra-index-url {CPU_INDEX}"',
+            f'%pip install "{url}" $cpu_index',
+        ]
     )
 
 
-def script_header(url: str) -> list[str]:
-    """The comment lines put at the top of a downloaded script, blank line last."""
+def script_header(source: str, install: Install, name: str = "plot.py") -> list[str]:
+    """The comment lines put at the top of a downloaded script ``name``: the
+    commands, then its inline metadata (PEP 723); blank line last."""
+    url = install.url
     return [
         HEADER_MARK,
+        *(_local_note() if install.local else []),
+        f"#   uv run {name}        (uv installs what the block below lists)",
+        "# or",
         f'#   pip install "{url}"',
-        "# On a machine without an NVIDIA GPU, PyTorch's CPU-only build is far smaller:",
-        f"#   {_cpu_command(url, 'pip')}",
+        f"#   python {name}",
+        "# On a Linux machine without an NVIDIA GPU, PyTorch's CPU-only build is far",
+        "# smaller than PyPI's (CUDA) one:",
+        f"#   uv run --index {CPU_INDEX} --index-strategy unsafe-best-match {name}",
+        f'#   pip install "{url}" --extra-index-url {CPU_INDEX}',
+        *_metadata_block(source, install),
         "",
     ]
 
@@ -124,7 +306,7 @@ def _header_at(lines: list[str]) -> int:
     return at
 
 
-def insert_header(source: str, url: str) -> str:
+def insert_header(source: str, install: Install, name: str = "plot.py") -> str:
     """``source`` with the install header at its top, replacing one already there.
 
     The header goes after a shebang or encoding line and before the docstring,
@@ -136,36 +318,37 @@ def insert_header(source: str, url: str) -> str:
     if len(lines) > at and lines[at] == HEADER_MARK:
         end = lines.index("", at)  # the header's blank last line
         del lines[at : end + 1]
-    lines[at:at] = script_header(url)
+    body = "\n".join(lines[at:])
+    lines[at:at] = script_header(body, install, name)
     return "\n".join(lines)
 
 
-def _set_first_cell(text: str, url: str) -> str:
+def _set_first_cell(text: str, install: Install) -> str:
     notebook = json.loads(text)
     cells = notebook["cells"]
     source = "".join(cells[0]["source"]) if cells else ""
     if not source.startswith((CELL_MARK, *_OLD_CELLS)):  # not ours: leave it
         return text
-    cells[0]["source"] = [first_cell(url)]
+    cells[0]["source"] = [first_cell(install.url, local=install.local)]
     return json.dumps(notebook, indent=2)  # as sphinx-gallery writes it
 
 
-def _fix(name: str, text: str, url: str) -> str:
+def _fix(name: str, text: str, install: Install) -> str:
     if name.endswith(".py"):
-        return insert_header(text, url)
+        return insert_header(text, install, Path(name).name)
     if name.endswith(".ipynb"):
-        return _set_first_cell(text, url)
+        return _set_first_cell(text, install)
     return text
 
 
-def _fix_zip(path: Path, url: str) -> None:
+def _fix_zip(path: Path, install: Install) -> None:
     with zipfile.ZipFile(path) as old:
         members = [(info, old.read(info)) for info in old.infolist()]
     changed = []
     for info, data in members:
         if info.filename.endswith((".py", ".ipynb")):
             text = data.decode("utf-8")
-            data = _fix(info.filename, text, url).encode("utf-8")
+            data = _fix(info.filename, text, install).encode("utf-8")
         changed.append((info, data))
     new = path.with_suffix(".zip.new")
     with zipfile.ZipFile(new, "w", zipfile.ZIP_DEFLATED) as out:
@@ -174,8 +357,8 @@ def _fix_zip(path: Path, url: str) -> None:
     new.replace(path)
 
 
-def stamp_downloads(downloads: Path, url: str) -> int:
-    """Put the install command in every script, notebook and zip under ``downloads``.
+def stamp_downloads(downloads: Path, install: Install) -> int:
+    """Put the install commands in every script, notebook and zip under ``downloads``.
 
     Returns how many files were looked at.
     """
@@ -183,11 +366,11 @@ def stamp_downloads(downloads: Path, url: str) -> int:
     for path in sorted(downloads.rglob("*")):
         if path.suffix in {".py", ".ipynb"}:
             text = path.read_text(encoding="utf-8")
-            fixed = _fix(path.name, text, url)
+            fixed = _fix(path.name, text, install)
             if fixed != text:
                 path.write_text(fixed, encoding="utf-8")
         elif path.suffix == ".zip":
-            _fix_zip(path, url)
+            _fix_zip(path, install)
         else:
             continue
         count += 1
@@ -218,7 +401,7 @@ def build_wheel(
         source = source or git_commit(root)
         if source is not None:
             write_stamp(tree / "src" / "gpuguide", *source)
-        for name in ("pyproject.toml", "README.md"):
+        for name in PACKAGE_FILES:
             shutil.copy2(root / name, tree / name)
         wheels = Path(tmp) / "wheels"
         wheels.mkdir()
@@ -238,12 +421,16 @@ def build_wheel(
     return target
 
 
+def _download_base(config: Any) -> tuple[str, bool]:
+    """The address downloads name, and whether it is the local server's."""
+    return (config.html_baseurl, False) if config.html_baseurl else (LOCAL_URL, True)
+
+
 def _config_inited(app: Any, config: Any) -> None:
-    if not config.html_baseurl:
-        msg = "html_baseurl (GPUGUIDE_SITE_URL) must give the site's address"
-        raise ConfigError(msg)
-    url = wheel_url(config.html_baseurl, config.release)
-    config.sphinx_gallery_conf["first_notebook_cell"] = first_cell(url)
+    check_site_url(config.html_baseurl, publish=_publishing())
+    base, local = _download_base(config)
+    url = wheel_url(base, config.release)
+    config.sphinx_gallery_conf["first_notebook_cell"] = first_cell(url, local=local)
     # The commit as the pages run from it: files the build writes later (a
     # recording in docs/results) must not mark the wheel dirty.
     _source_at_start[:] = [git_commit(ROOT)]
@@ -253,13 +440,18 @@ def _build_finished(app: Any, exception: Exception | None) -> None:
     if exception is not None or app.builder.format != "html":
         return
     downloads = Path(app.outdir) / "_downloads"
-    url = wheel_url(app.config.html_baseurl, app.config.release)
-    count = stamp_downloads(downloads, url) if downloads.is_dir() else 0
+    base, local = _download_base(app.config)
+    url = wheel_url(base, app.config.release)
     wheel = build_wheel(ROOT, downloads, source=next(iter(_source_at_start), None))
     if wheel.name != wheel_name(app.config.release):
         msg = f"the wheel is {wheel.name}, the site's links name {url}"
         raise ExtensionError(msg)
-    logger.info(f"helpers' wheel: {wheel}; install command in {count} download(s)")
+    install = Install.from_wheel(wheel, url, local=local)
+    count = stamp_downloads(downloads, install)
+    where = " (the local server's address: no GPUGUIDE_SITE_URL)" if local else ""
+    logger.info(
+        f"helpers' wheel: {wheel}; install commands in {count} download(s){where}"
+    )
 
 
 def setup(app: Any) -> dict[str, Any]:

@@ -22,7 +22,8 @@ from pathlib import Path
 
 __all__ = ["STAMP_FILE", "git_commit", "write_stamp"]
 
-#: The helpers' version (also ``gpuguide.__version__``; pyproject.toml's).
+#: The helpers' version, written here only: ``gpuguide.__version__``, and the
+#: package's version (pyproject.toml reads it: ``[tool.setuptools.dynamic]``).
 __version__ = "0.1.0"
 
 #: The file, beside this module in a built wheel, that names the commit.
