@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from types import SimpleNamespace
 
 import pytest
+import torch
 from conftest import CPU_RECORD, CPUINFO_X86, H100_RECORD
 from test_results import SCHEMA, _schema_errors
 
@@ -309,3 +310,18 @@ def test_without_nvml_recording_asks_nothing(use_nvml, monkeypatch, fresh_result
     monkeypatch.setattr(results, "current_device", never)
     results.record("a", 1.0, unit="s", page="p")  # no GPUGUIDE_RECORD: in memory
     assert len(results.recorded()) == 1
+
+
+def test_the_check_up_keeps_the_state_after_its_run(use_nvml, monkeypatch):
+    from gpuguide_tools import checkup
+
+    use_nvml(fake_pynvml({H100_BUS: H100_ANSWERS}))
+    start = cuda_info(props())  # at the start: clocks limited by the power cap
+    after = replace(STATE, sm_clock_mhz=1980, clock_limits=("hardware slowdown",))
+    monkeypatch.setattr(checkup, "describe_device", lambda device: start)
+    monkeypatch.setattr(checkup, "gpu_state", lambda device: after)
+    for name in ("matmul", "memory", "transfer", "launch"):
+        monkeypatch.setattr(checkup, f"{name}_figures", lambda *a, **k: [])
+    gpu = checkup.checkup(torch.device("cpu")).device.gpu
+    assert gpu.sm_clock_mhz == 1980  # sampled after the measurements
+    assert gpu.clock_limits == ("software power cap", "hardware slowdown")

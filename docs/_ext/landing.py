@@ -70,6 +70,15 @@ def device_rows() -> list[tuple[str, str]]:
         rows.append(("compute capability", ".".join(map(str, info.compute_capability))))
     if info.total_memory_bytes:
         rows.append(("device memory", format_bytes(info.total_memory_bytes)))
+    if (state := info.gpu_state) is not None:  # NVML's, where nvidia-ml-py is installed
+        if state.sm_clock_max_mhz:
+            rows.append(("SM clock, maximum", f"{state.sm_clock_max_mhz} MHz"))
+        if state.memory_clock_max_mhz:
+            rows.append(("memory clock, maximum", f"{state.memory_clock_max_mhz} MHz"))
+        if state.power_limit_w:
+            rows.append(("power limit", f"{state.power_limit_w:.0f} W"))
+        if state.link_label:
+            rows.append(("host link, negotiated", state.link_label))
     if info.type == "cpu":
         rows.append(("cores / threads", f"{info.cpu_cores} / {info.cpu_threads}"))
         rows.append(("vector instruction set", info.cpu_isa or "unknown"))

@@ -28,13 +28,14 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 import torch
 
 from gpuguide.chapters.roofline import streaming_elements
-from gpuguide.device import describe_device, pick_device, provenance
+from gpuguide.device import describe_device, gpu_state, pick_device, provenance
 from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.quiet import ignore_torch_internal_warnings
 from gpuguide.results import (
@@ -259,6 +260,11 @@ def checkup(device: torch.device, *, levels: int = 2) -> ResultsFile:
         *transfer_figures(device),
         *launch_figures(device),
     ]
+    end = gpu_state(device)  # NVML's facts after the run; None without NVML
+    if end is not None and info.gpu_state is not None:
+        seen = (*(info.gpu_state.clock_limits or ()), *(end.clock_limits or ()))
+        end = replace(end, clock_limits=tuple(dict.fromkeys(seen)))
+        info = replace(info, gpu_state=end)
     record = DeviceRecord.from_info(info, peaks=peak_figures(peaks))
     return with_measured_ceilings(ResultsFile(device=record, results=tuple(figures)))
 
