@@ -50,10 +50,13 @@ from gpuguide.tables import Table
 from gpuguide.timing import Measurement, benchmark
 from gpuguide.units import format_ratio, format_value
 from gpuguide.verdicts import interleave
+from gpuguide.version import describe_version
 from gpuguide_tools.mamf import search_matmul_shapes
 from gpuguide_tools.recorder import peak_figures, with_measured_ceilings
 
-__all__ = ["MATMUL_DTYPES", "against_recording", "checkup", "main", "report"]
+__all__ = [
+    "MATMUL_DTYPES", "against_recording", "checkup", "main", "report", "versions",
+]  # fmt: skip
 
 #: name -> (dtype, TF32 allowed), as the dtypes page names its variants.
 MATMUL_DTYPES: dict[str, tuple[torch.dtype, bool]] = {
@@ -359,6 +362,16 @@ def report(measured: ResultsFile, recorded: Sequence[ResultsFile] = ()) -> str:
     return "\n".join(lines)
 
 
+def versions() -> str:
+    """``"gpuguide 0.1.0 (f4b16f4) | torch 2.13.0 | CUDA 12.8"``: what ``--version``
+    prints (``CUDA: none`` for a CPU-only build of torch)."""
+    cuda = torch.version.cuda
+    return " | ".join(
+        (describe_version().label, f"torch {torch.__version__}",
+         f"CUDA {cuda}" if cuda else "CUDA: none"),
+    )  # fmt: skip
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gpuguide",
@@ -368,6 +381,10 @@ def _parser() -> argparse.ArgumentParser:
             "replay, against the datasheet peak and the recorded devices."
         ),
     )
+    parser.add_argument(
+        "--version", action="version", version=versions(),
+        help="print the versions of gpuguide (and its commit), torch and CUDA",
+    )  # fmt: skip
     parser.add_argument(
         "--device", help="cpu, cuda, cuda:1, mps (default: the best one)"
     )
