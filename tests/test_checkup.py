@@ -537,7 +537,8 @@ def test_version_names_gpuguide_torch_and_cuda(capsys, monkeypatch):
         checkup.main(["--version"])
     assert done.value.code == 0
     out = capsys.readouterr().out
-    assert out == f"gpuguide 9.8.7 (abc1234+dirty) | torch {torch.__version__} | CUDA 12.8\n"
+    torch_part = f"torch {torch.__version__}"
+    assert out == f"gpuguide 9.8.7 (abc1234+dirty) | {torch_part} | CUDA 12.8\n"
 
 
 def test_python_m_gpuguide_version_measures_nothing():

@@ -91,7 +91,7 @@ def test_a_chapter_card_shows_code_not_double_backquotes(built):
 
 def test_the_results_page_heads_a_table_with_the_pages_title(built):
     soup = bs4.BeautifulSoup((built / "index.html").read_text(), "html.parser")
-    headings = [p for p in soup.select("p.rubric")]
+    headings = soup.select("p.rubric")
     assert len(headings) == 1
     link = headings[0].select_one("a")
     assert link.get_text(strip=True) == "What torch.compile costs"

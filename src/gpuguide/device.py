@@ -284,7 +284,9 @@ def _describe_cuda(
 def pci_bus_id(props: Any) -> str | None:
     """The PCI bus id of a CUDA device as NVML writes it (``"00000000:18:00.0"``),
     from ``torch.cuda.get_device_properties``; None where torch does not say."""
-    ids = [getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")]
+    ids = [
+        getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")
+    ]
     if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         return None
     domain, bus, device = ids

@@ -87,14 +87,14 @@ class GpuState:
         2619 of 2619 MHz, power limit 700 W, PCIe gen 1 x16 now (up to gen 5 x16),
         clocks limited by: software power cap"``; empty when nothing is known."""
         parts = []
-        for what, now, top in (
+        for what, now, most in (
             ("SM clock", self.sm_clock_mhz, self.sm_clock_max_mhz),
             ("memory clock", self.memory_clock_mhz, self.memory_clock_max_mhz),
         ):
-            if now is not None and top is not None:
-                parts.append(f"{what} {now} of {top} MHz")
-            elif now is not None or top is not None:
-                parts.append(f"{what} {now} MHz" if now else f"{what} max {top} MHz")
+            if now is not None and most is not None:
+                parts.append(f"{what} {now} of {most} MHz")
+            elif now is not None or most is not None:
+                parts.append(f"{what} {now} MHz" if now else f"{what} max {most} MHz")
         if self.power_limit_w is not None:
             parts.append(f"power limit {self.power_limit_w:.0f} W")
         if self.pcie_generation and self.pcie_width:
@@ -144,12 +144,13 @@ def _library() -> ModuleType | None:
     try:
         with warnings.catch_warnings():  # the old "pynvml" package warns on import
             warnings.simplefilter("ignore")
-            import pynvml
+            import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
         pynvml.nvmlInit()
     except Exception:  # no package, no driver, no library: no NVML
         return None
-    return pynvml
+    module: ModuleType = pynvml
+    return module
 
 
 def available() -> bool:

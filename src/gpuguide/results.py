@@ -22,8 +22,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from gpuguide.env import small_mode
 from gpuguide import nvml
+from gpuguide.env import small_mode
 from gpuguide.nvml import GpuState
 from gpuguide.timing import Measurement, Rate
 from gpuguide.verdicts import Comparison
@@ -172,18 +172,19 @@ def _gpu_state(name: str, value: object) -> GpuState:
         raise _bad(name, f"an object without unknown keys ({unknown})", value)
     state: dict[str, Any] = {}
     for key, item in value.items():
+        where = f"{name} {key}"
         if item is None:
             continue
         if key == "power_limit_w":
-            state[key] = _positive(f"{name} {key}", item)
+            state[key] = _positive(where, item)
         elif key == "clock_limits":
             if not isinstance(item, (list, tuple)):
-                raise _bad(f"{name} {key}", "a list of names", item)
-            state[key] = tuple(_text(f"{name} {key}", i) for i in item)
+                raise _bad(where, "a list of names", item)
+            state[key] = tuple(_text(where, i) for i in item)
         elif isinstance(item, int) and not isinstance(item, bool) and item >= 0:
             state[key] = item
         else:
-            raise _bad(f"{name} {key}", "an integer >= 0", item)
+            raise _bad(where, "an integer >= 0", item)
     return GpuState(**state)
 
 

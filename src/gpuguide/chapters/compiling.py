@@ -91,8 +91,9 @@ def _needs_a_compiler() -> Iterator[None]:
         if not _lacks_compiler(error):
             raise
         said = str(error).strip().splitlines()
-        first = said[0].strip("\"") if said else repr(error)
-        raise RuntimeError(f"{NO_COMPILER} (the error: {first})") from None
+        first = said[0].strip('"') if said else repr(error)
+        msg = f"{NO_COMPILER} (the error: {first})"
+        raise RuntimeError(msg) from None
 
 
 @dataclass(frozen=True)
