@@ -325,3 +325,30 @@ def test_the_check_up_keeps_the_state_after_its_run(use_nvml, monkeypatch):
     gpu = checkup.checkup(torch.device("cpu")).device.gpu
     assert gpu.sm_clock_mhz == 1980  # sampled after the measurements
     assert gpu.clock_limits == ("software power cap", "hardware slowdown")
+
+
+# -- on a real GPU with nvidia-ml-py -----------------------------------------------
+
+
+@pytest.mark.gpu
+def test_nvml_describes_the_gpu_torch_uses(use_nvml):
+    pynvml = pytest.importorskip("pynvml")
+    use_nvml(pynvml)
+    if not nvml.available():
+        pytest.skip("NVML does not start here")
+    index = torch.cuda.current_device()
+    bus_id = device_mod.pci_bus_id(torch.cuda.get_device_properties(index))
+    assert bus_id is not None, "this torch does not give the PCI bus id"
+    handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus_id.encode())
+    name = pynvml.nvmlDeviceGetName(handle)
+    name = name.decode() if isinstance(name, bytes) else name
+    assert name == torch.cuda.get_device_name(index)  # the same card
+    state = device_mod.gpu_state(torch.device("cuda", index))
+    assert state is not None
+    assert state.sm_clock_max_mhz
+    assert state.sm_clock_max_mhz >= (state.sm_clock_mhz or 0)
+    assert state.link_bytes_per_s is not None, state
+    assert state.clock_limits is not None
+    line = device_mod.provenance(torch.device("cuda", index))
+    assert f"of {state.sm_clock_max_mhz} MHz" in line
+    assert "PCIe gen" in line
