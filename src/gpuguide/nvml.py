@@ -19,7 +19,7 @@ from typing import Any
 
 __all__ = [
     "CLOCK_LIMITS", "GpuState", "available", "clock_limits", "gpu_state",
-    "link_bytes_per_s", "sample_clock_limits",
+    "link_bytes_per_s",
 ]  # fmt: skip
 
 #: What limits the clocks, by NVML's bit (``nvmlClocksEventReason*``, formerly
@@ -214,11 +214,3 @@ def gpu_state(pci_bus_id: str) -> GpuState | None:
         pcie_max_width=query("nvmlDeviceGetMaxPcieLinkWidth"),
         clock_limits=_reasons(nvml, handle),
     )
-
-
-def sample_clock_limits(pci_bus_id: str) -> tuple[str, ...] | None:
-    """What limits the clocks of the GPU at ``pci_bus_id`` now; None without NVML."""
-    nvml = _library()
-    if nvml is None or (handle := _handle(nvml, pci_bus_id)) is None:
-        return None
-    return _reasons(nvml, handle)
