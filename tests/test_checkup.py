@@ -524,3 +524,31 @@ def test_launch_figures_on_a_gpu(monkeypatch):
     times["eager long"] = _constant(40e-6)
     (only,) = checkup.launch_figures(torch.device("cuda:0"))
     assert only.config["mode"] == "graph"
+
+
+def test_version_names_gpuguide_torch_and_cuda(capsys, monkeypatch):
+    from gpuguide.version import VersionInfo
+
+    monkeypatch.setattr(
+        checkup, "describe_version", lambda: VersionInfo("9.8.7", "abc1234", True)
+    )
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    with pytest.raises(SystemExit) as done:
+        checkup.main(["--version"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    torch_part = f"torch {torch.__version__}"
+    assert out == f"gpuguide 9.8.7 (abc1234+dirty) | {torch_part} | CUDA 12.8\n"
+
+
+def test_python_m_gpuguide_version_measures_nothing():
+    import gpuguide
+
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuguide", "--version"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"gpuguide {gpuguide.__version__} (")
+    assert f"| torch {torch.__version__} |" in done.stdout
+    assert done.stdout.count("\n") == 1  # no check-up ran

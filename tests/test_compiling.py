@@ -355,3 +355,63 @@ def test_host_and_gpu_times_on_the_cpu_times_the_call():
     assert times.host.n >= 5
     assert times.host.median_s >= 1e-3
     assert len(calls) >= times.host.n
+
+
+class InvalidCxxCompiler(RuntimeError):
+    """Stands in for torch._inductor.exc.InvalidCxxCompiler (matched by name)."""
+
+
+def _compiled_without_a_compiler(*args):
+    # What a compiled call raises: dynamo's error, caused by inductor's.
+    try:
+        raise InvalidCxxCompiler("No working C++ compiler found")
+    except InvalidCxxCompiler as error:
+        raise RuntimeError("backend='inductor' raised:\nlong text") from error
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _compiled_without_a_compiler,
+        lambda x: (_ for _ in ()).throw(
+            RuntimeError("Failed to find C compiler. Please specify via CC")
+        ),
+    ],
+    ids=["inductor", "triton"],
+)
+def test_a_missing_compiler_says_what_to_install(fn):
+    with pytest.raises(RuntimeError) as error:
+        first_calls_s(fn, torch.ones(2), device="cpu")
+    text = str(error.value)
+    assert text.startswith(compiling.NO_COMPILER)
+    assert "apt install g++" in text
+    assert error.value.__cause__ is None  # one error, not torch's chain
+    assert text.count("\n") == 0
+
+
+def test_other_errors_pass_through_unchanged():
+    def broken(x):
+        raise ValueError("a shape mismatch")
+
+    with pytest.raises(ValueError, match="a shape mismatch"):
+        first_calls_s(broken, torch.ones(2), device="cpu")
+
+
+@pytest.mark.timeout(600)
+def test_torch_compile_without_a_cpp_compiler_fails_with_one_clear_line(tmp_path):
+    # torch's own search (CXX, read when inductor's config is imported) finds none.
+    import os
+    import subprocess
+
+    code = "from gpuguide.chapters.compiling import start_compiler\nstart_compiler('cpu')\n"
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-g++"),
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}  # fmt: skip
+    env.pop("TORCH_INDUCTOR_INSTALL_GXX", None)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env,
+        timeout=540, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"RuntimeError: {compiling.NO_COMPILER} (the error: ")
+    assert "no-such-g++" in last

@@ -309,3 +309,29 @@ def test_a_cpu_s_ceilings_rise_to_the_best_recorded_rate():
     # A GPU's datasheet peaks stay as they are.
     gpu = results.ResultsFile(replace(H100, peaks={"fp32": 100.0}), figures)
     assert recorder.with_measured_ceilings(gpu) is gpu
+
+
+def test_a_long_run_says_which_page_runs_and_how_long_it_has_been(
+    examples, tmp_path, capsys
+):
+    _page(examples, "02_b", "plot_bad", FAILING, name="x", value=1.0)
+    ticks = iter(range(0, 10_000, 37))  # each reading of the clock: 37 s later
+    shown, said = [], []
+    with pytest.raises(RuntimeError, match="plot_bad"):
+        recorder.record_pages(
+            recorder.pages(examples), tmp_path / "r", log=said.append,
+            progress=shown.append, clock=lambda: float(next(ticks)),
+        )  # fmt: skip
+    # began at 0; page 1 starts at 37, ends at 74 (ran 37 s), logged at 111 ...
+    assert shown == [
+        "[1/3] plot_one: running (0:37 in)",
+        "[2/3] plot_bad: running (2:28 in)",
+        "[3/3] plot_two: running (4:19 in)",
+    ]
+    assert said[0] == "ok   plot_one (37 s; 1/3 pages, 1:51 in)"
+    assert said[1].startswith("FAIL plot_bad (37 s; 2/3 pages, 3:42 in)")
+    assert said[-1].startswith("ok   plot_two (37 s; 3/3 pages, 5:33 in)")
+    assert recorder._clock(3725) == "1:02:05"
+    # by default, the progress goes to stderr, one flushed line per page
+    recorder.record_pages(recorder.pages(examples, ["plot_one"]), tmp_path / "s")
+    assert capsys.readouterr().err == "[1/1] plot_one: running (0:00 in)\n"

@@ -340,7 +340,7 @@ def test_a_file_round_trips(tmp_path):
         pytest.param(_file(device={k: v for k, v in H100.to_json().items() if k != "torch"}), '"device" lacks torch', id="device-missing-field"),
         pytest.param(_file(device={**H100.to_json(), "kind": "tpu"}), "kind must be one of cuda, cpu, mps", id="device-kind"),
         pytest.param(_file(device={**H100.to_json(), "date": "yesterday"}), "date must be an ISO 8601 date", id="device-date"),
-        pytest.param(_file(device={**H100.to_json(), "gpu": "x"}), '"device" has unknown keys gpu', id="device-foreign-key"),
+        pytest.param(_file(device={**H100.to_json(), "fan": "x"}), '"device" has unknown keys fan', id="device-foreign-key"),
         pytest.param(_file(device={**H100.to_json(), "gpuguide": "0.1.0", "commit": "f4b16g4"}), '"device": commit must be a hexadecimal hash', id="commit-not-hex"),
         pytest.param(_file(device={**H100.to_json(), "gpuguide": "0.1.0", "commit": 4}), '"device": commit must be a hexadecimal hash', id="commit-number"),
         pytest.param(_file(device={**H100.to_json(), "commit": "f4b16f4"}), '"device": commit .f4b16f4. needs the gpuguide version', id="commit-without-version"),

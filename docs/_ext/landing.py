@@ -70,6 +70,15 @@ def device_rows() -> list[tuple[str, str]]:
         rows.append(("compute capability", ".".join(map(str, info.compute_capability))))
     if info.total_memory_bytes:
         rows.append(("device memory", format_bytes(info.total_memory_bytes)))
+    if (state := info.gpu_state) is not None:  # NVML's, where nvidia-ml-py is installed
+        if state.sm_clock_max_mhz:
+            rows.append(("SM clock, maximum", f"{state.sm_clock_max_mhz} MHz"))
+        if state.memory_clock_max_mhz:
+            rows.append(("memory clock, maximum", f"{state.memory_clock_max_mhz} MHz"))
+        if state.power_limit_w:
+            rows.append(("power limit", f"{state.power_limit_w:.0f} W"))
+        if state.link_label:
+            rows.append(("host link, negotiated", state.link_label))
     if info.type == "cpu":
         rows.append(("cores / threads", f"{info.cpu_cores} / {info.cpu_threads}"))
         rows.append(("vector instruction set", info.cpu_isa or "unknown"))
@@ -161,21 +170,32 @@ class ChapterCards(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         examples = Path(self.config.gpuguide_examples_dir)
         grid = nodes.container(classes=["gpuguide-cards"])
+        problems: list[nodes.Node] = []
         for chapter in chapters(examples):
             folder, page = chapter["folder"], chapter["page"]
+            title, sentence = (
+                self.inline(chapter[key], problems) for key in ("title", "sentence")
+            )
             card = nodes.container(classes=["gpuguide-card"])
             thumb = f"/auto_examples/{folder}/images/thumb/sphx_glr_{page}_thumb.png"
-            target = f"auto_examples/{folder}/index"
-            uri = self.env.app.builder.get_relative_uri(self.env.docname, target)
-            link = nodes.reference("", "", internal=True, refuri=uri)
-            link += nodes.image(
-                uri=thumb, alt=chapter["title"], classes=["gpuguide-thumb"]
-            )
-            link += nodes.strong(text=chapter["title"])
+            # The builder writes the link when the page is resolved (_card_links).
+            link = nodes.reference("", "", internal=True, refuri="")
+            link["gpuguide_target"] = f"auto_examples/{folder}/index"
+            alt = "".join(node.astext() for node in title)
+            link += nodes.image(uri=thumb, alt=alt, classes=["gpuguide-thumb"])
+            link += nodes.strong("", "", *title)
             card += nodes.paragraph("", "", link)
-            card += nodes.paragraph(text=chapter["sentence"])
+            card += nodes.paragraph("", "", *sentence)
             grid += card
-        return [grid]
+        return [grid, *problems]
+
+    def inline(self, text: str, problems: list[nodes.Node]) -> list[nodes.Node]:
+        """``text`` parsed as inline reST, as a chapter's header writes it (a name in
+        double backquotes becomes code); what the parser reported goes to
+        ``problems``."""
+        parsed, messages = self.state.inline_text(text, self.lineno)
+        problems += messages
+        return parsed
 
 
 _TITLE = re.compile(r"^(?P<title>[^\n]+)\n(?P<rule>=+)\n", re.MULTILINE)
@@ -216,6 +236,14 @@ def _source_read(app: Any, docname: str, source: list[str]) -> None:
         source[0] = page_top(source[0], parts[2] + ".py")
 
 
+def _card_links(app: Any, doctree: nodes.document, docname: str) -> None:
+    """Point each card's link at its chapter, relative to the page that shows it."""
+    for link in doctree.findall(nodes.reference):
+        if "gpuguide_target" in link:
+            target = link.attributes.pop("gpuguide_target")
+            link["refuri"] = app.builder.get_relative_uri(docname, target)
+
+
 def copy_sources(examples: Path, outdir: Path) -> int:
     """Copy every example script next to its page as ``<name>.py.txt``.
 
@@ -238,6 +266,7 @@ def _build_finished(app: Any, exception: Exception | None) -> None:
 
 def setup(app: Any) -> dict[str, Any]:
     app.connect("source-read", _source_read)
+    app.connect("doctree-resolved", _card_links)
     app.connect("build-finished", _build_finished)
     if "gpuguide_examples_dir" not in app.config.values:
         here = Path(__file__).resolve().parent.parent

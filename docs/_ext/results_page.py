@@ -24,8 +24,8 @@ build found them when it started: a build that records (``--record``) compares
 with the earlier recording of its device, not the one it writes.
 
 The ``recorded-results`` directive renders the "Results across devices" page:
-a table of every file, then one table per page with each device's figures and
-their share of the device's peak.
+a table of every file, then one table per page, headed by the page's title
+(linked), with each device's figures and their share of the device's peak.
 """
 
 from __future__ import annotations
@@ -264,9 +264,10 @@ class RecordedResults(SphinxDirective):
                 continue
             heading = nodes.rubric()
             if page in docs:
+                # Not explicit: Sphinx writes the linked page's title.
                 link = addnodes.pending_xref(
                     "", refdomain="std", reftype="doc", reftarget=docs[page],
-                    refexplicit=True, refwarn=True, refdoc=self.env.docname,
+                    refexplicit=False, refwarn=True, refdoc=self.env.docname,
                 )  # fmt: skip
                 link += nodes.inline(text=page)
                 heading += link

@@ -4,7 +4,7 @@ The gallery's examples keep their lesson in view and take the plumbing from here
 in three layers, each importing only from the ones before: the foundation
 (:mod:`~gpuguide.env`, :mod:`~gpuguide.host`, :mod:`~gpuguide.datasheet`,
 :mod:`~gpuguide.units`, :mod:`~gpuguide.checks`, :mod:`~gpuguide.quiet`,
-:mod:`~gpuguide.version`), the core (:mod:`~gpuguide.device`,
+:mod:`~gpuguide.version`, :mod:`~gpuguide.nvml`), the core (:mod:`~gpuguide.device`,
 :mod:`~gpuguide.timing`, :mod:`~gpuguide.memory`, :mod:`~gpuguide.peaks`,
 :mod:`~gpuguide.sizes`, :mod:`~gpuguide.plotting`, :mod:`~gpuguide.tables`,
 :mod:`~gpuguide.verdicts`, :mod:`~gpuguide.artifacts`, :mod:`~gpuguide.results`,

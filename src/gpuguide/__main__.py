@@ -1,4 +1,5 @@
-"""``python -m gpuguide``: the check-up (:mod:`gpuguide_tools.checkup`)."""
+"""``python -m gpuguide``: the check-up (:mod:`gpuguide_tools.checkup`);
+``python -m gpuguide --version`` prints the versions of gpuguide, torch and CUDA."""
 
 from gpuguide_tools.checkup import main
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from gpuguide import host
+from gpuguide import host, nvml
 from gpuguide.datasheet import identify_gpu
 from gpuguide.env import (
     DEVICE_ENV,
@@ -25,13 +25,17 @@ from gpuguide.env import (
     gpu_memory_cap,
     small_mode,
 )
+from gpuguide.nvml import GpuState
 from gpuguide.units import format_bytes
 from gpuguide.version import __version__, describe_version, version_label
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DeviceInfo", "describe_device", "pick_device", "provenance"]
+__all__ = [
+    "DeviceInfo", "describe_device", "gpu_state", "pci_bus_id", "pick_device",
+    "provenance",
+]  # fmt: skip
 
 _SUPPORTED_TYPES = ("cuda", "mps", "cpu")
 
@@ -156,7 +160,8 @@ class DeviceInfo:
     """What a measurement ran on: the device, its software stack and the host CPU.
 
     ``variant`` is the datasheet variant (``"H100 SXM5"``) where identified; the
-    GPU fields are None off CUDA; ``cpu_threads`` counts usable logical CPUs.
+    GPU fields are None off CUDA; ``cpu_threads`` counts usable logical CPUs;
+    ``gpu_state`` is what NVML said when described (None without ``nvidia-ml-py``).
     """
 
     type: str
@@ -179,6 +184,7 @@ class DeviceInfo:
     gpuguide_version: str = __version__
     gpuguide_commit: str | None = None
     gpuguide_dirty: bool = False
+    gpu_state: GpuState | None = None
 
     @property
     def short_name(self) -> str:
@@ -253,7 +259,8 @@ def _describe_cuda(
     cpuinfo_text: str | None = None,
     memory_cap_bytes: int | None = None,
 ) -> DeviceInfo:
-    """Describe CUDA device ``index`` from ``get_device_properties``'s ``props``."""
+    """Describe CUDA device ``index`` from ``get_device_properties``'s ``props``
+    (and NVML, where it is found by the PCI bus id in ``props``)."""
     name = _clean(str(props.name))
     sm_count = int(props.multi_processor_count)
     total_memory_bytes = int(props.total_memory)
@@ -269,8 +276,42 @@ def _describe_cuda(
         compute_capability=(int(props.major), int(props.minor)),
         driver_version=driver_version,
         memory_cap_bytes=memory_cap_bytes,
+        gpu_state=_nvml_state(props),
         **fields,
     )
+
+
+def pci_bus_id(props: Any) -> str | None:
+    """The PCI bus id of a CUDA device as NVML writes it (``"00000000:18:00.0"``),
+    from ``torch.cuda.get_device_properties``; None where torch does not say."""
+    ids = [
+        getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")
+    ]
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        return None
+    domain, bus, device = ids
+    return f"{domain:08X}:{bus:02X}:{device:02X}.0"
+
+
+def _nvml_state(props: Any) -> GpuState | None:
+    """What NVML says about the GPU of ``props``; None without NVML (no query)."""
+    if not nvml.available() or (bus_id := pci_bus_id(props)) is None:
+        return None
+    return nvml.gpu_state(bus_id)
+
+
+def gpu_state(device: str | torch.device | None = None) -> GpuState | None:
+    """What NVML says now about a CUDA device (:func:`pick_device`'s when omitted):
+    clocks, power limit, clock limiters, PCIe link; None off CUDA or without NVML."""
+    if not nvml.available():
+        return None
+    import torch
+
+    resolved = pick_device(device)
+    if resolved.type != "cuda":
+        return None
+    index = resolved.index if resolved.index is not None else 0
+    return _nvml_state(torch.cuda.get_device_properties(index))
 
 
 def _describe_host(device_type: str, cpuinfo_text: str | None = None) -> DeviceInfo:
@@ -361,6 +402,8 @@ def provenance(
         parts.append(f"driver {info.driver_version or 'unknown'}")
         if info.memory_cap_bytes is not None:
             parts.append(f"GPU memory capped at {format_bytes(info.memory_cap_bytes)}")
+        if info.gpu_state is not None and (state := info.gpu_state.describe()):
+            parts.append(state)
     else:
         counts = []
         if info.cpu_cores is not None:

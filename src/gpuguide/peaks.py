@@ -18,20 +18,21 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from gpuguide import checks, datasheet, host
-from gpuguide.device import DeviceInfo, pick_device
+from gpuguide.device import DeviceInfo, gpu_state, pick_device
 from gpuguide.env import small_mode, strict_peaks
+from gpuguide.nvml import GpuState
 from gpuguide.timing import Measurement, benchmark
 from gpuguide.units import format_bytes, format_rate
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Peaks", "device_peaks", "percent_of_peak"]
+__all__ = ["Peaks", "device_peaks", "percent_of_peak", "with_negotiated_link"]
 
 #: The precisions a :class:`Peaks` lists, in this order.
 FLOPS_KEYS: tuple[str, ...] = ("fp64", "fp32", "tf32", "fp16", "bf16")
@@ -437,12 +438,24 @@ def measure_cpu_peaks(*, small: bool | None = None) -> Peaks:
     return _measure_cpu_peaks_cached(small_mode() if small is None else bool(small))
 
 
+def with_negotiated_link(peaks: Peaks, state: GpuState | None) -> Peaks:
+    """``peaks`` with the host link the GPU negotiated (NVML's PCIe generation and
+    width, :attr:`gpuguide.nvml.GpuState.link_bytes_per_s`) where it is known."""
+    link = None if state is None else state.link_bytes_per_s
+    if state is None or link is None:
+        return peaks
+    source = f"{peaks.source}; host link: {state.link_label} as negotiated (NVML)"
+    return replace(peaks, host_link_bytes_per_s=link, source=source)
+
+
 def device_peaks(device: str | torch.device | DeviceInfo | None = None) -> Peaks:
     """Peaks for a device (by default :func:`~gpuguide.device.pick_device`'s):
-    datasheet for a known GPU, measured for a CPU, unknown for MPS."""
+    datasheet for a known GPU (its host link as negotiated, where NVML says),
+    measured for a CPU, unknown for MPS."""
     if isinstance(device, DeviceInfo):
         if device.type == "cuda":
-            return gpu_peaks(device.name, device.sm_count, device.total_memory_bytes)
+            peaks = gpu_peaks(device.name, device.sm_count, device.total_memory_bytes)
+            return with_negotiated_link(peaks, device.gpu_state)
         device_type = device.type
     else:
         resolved = pick_device(device)
@@ -451,9 +464,10 @@ def device_peaks(device: str | torch.device | DeviceInfo | None = None) -> Peaks
             import torch
 
             props = torch.cuda.get_device_properties(resolved)
-            return gpu_peaks(
+            peaks = gpu_peaks(
                 props.name, props.multi_processor_count, props.total_memory
             )
+            return with_negotiated_link(peaks, gpu_state(resolved))
     if device_type == "cpu":
         return measure_cpu_peaks()
     return _unknown(

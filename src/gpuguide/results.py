@@ -16,13 +16,15 @@ import re
 import sys
 import tempfile
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from gpuguide import nvml
 from gpuguide.env import small_mode
+from gpuguide.nvml import GpuState
 from gpuguide.timing import Measurement, Rate
 from gpuguide.verdicts import Comparison
 from gpuguide.version import version_label
@@ -159,6 +161,33 @@ def _checked(record: object, checks: Mapping[str, Callable[[str, Any], Any]]) ->
         object.__setattr__(record, name, check(name, getattr(record, name)))
 
 
+def _gpu_state(name: str, value: object) -> GpuState:
+    """A :class:`gpuguide.nvml.GpuState`, or one from its JSON object."""
+    if isinstance(value, GpuState):
+        value = value.to_json()
+    if not isinstance(value, Mapping):
+        raise _bad(name, "an object of NVML's facts", value)
+    known = GpuState.__dataclass_fields__
+    if unknown := _unknown(value, known):
+        raise _bad(name, f"an object without unknown keys ({unknown})", value)
+    state: dict[str, Any] = {}
+    for key, item in value.items():
+        where = f"{name} {key}"
+        if item is None:
+            continue
+        if key == "power_limit_w":
+            state[key] = _positive(where, item)
+        elif key == "clock_limits":
+            if not isinstance(item, (list, tuple)):
+                raise _bad(where, "a list of names", item)
+            state[key] = tuple(_text(where, i) for i in item)
+        elif isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+            state[key] = item
+        else:
+            raise _bad(where, "an integer >= 0", item)
+    return GpuState(**state)
+
+
 _peaks = _mapping("a mapping of names to rates", "a peak's name", "peak", _positive)
 _config = _mapping("a mapping", "a config key", "config", _config_value)
 
@@ -168,7 +197,9 @@ class DeviceRecord:
     """Where and when a results file was measured: device, versions, date, peaks.
 
     ``peaks`` maps :data:`PEAK_NAMES` to rates; ``isa`` is a CPU's widest vector
-    instruction set (None for a GPU); None elsewhere means unknown.
+    instruction set (None for a GPU); ``gpu`` a GPU's clocks, power limit, PCIe
+    link and the clock limiters seen while figures were recorded (NVML's, where
+    ``nvidia-ml-py`` is installed); None elsewhere means unknown.
     """
 
     name: str
@@ -184,9 +215,13 @@ class DeviceRecord:
     gpuguide: str | None = None
     commit: str | None = None
     dirty: bool = False
+    gpu: GpuState | None = None
 
     def __post_init__(self) -> None:
         _checked(self, _DEVICE_CHECKS)
+        if self.gpu is not None and self.kind != "cuda":
+            msg = f"gpu holds NVML's facts of a CUDA GPU; a {self.kind} record has none"
+            raise ValueError(msg)
         if self.isa is not None and self.kind != "cpu":
             msg = (
                 f"isa is a CPU's vector instruction set, for kind cpu only; "
@@ -233,6 +268,7 @@ class DeviceRecord:
             isa=info.cpu_isa if info.type == "cpu" else None,
             gpuguide=info.gpuguide_version, commit=info.gpuguide_commit,
             dirty=info.gpuguide_dirty,
+            gpu=info.gpu_state if info.type == "cuda" else None,
         )  # fmt: skip
 
     def to_json(self) -> dict[str, object]:
@@ -248,6 +284,8 @@ class DeviceRecord:
             data.update(gpuguide=self.gpuguide, commit=self.commit, dirty=self.dirty)
         if self.peaks:
             data["peaks"] = dict(self.peaks)
+        if self.gpu is not None:
+            data["gpu"] = self.gpu.to_json()
         return data
 
 
@@ -256,6 +294,7 @@ _DEVICE_CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "cuda": _optional(_text), "driver": _optional(_text), "date": _date,
     "small": _flag, "peaks": _peaks, "isa": _optional(_text),
     "gpuguide": _optional(_text), "commit": _optional(_commit), "dirty": _flag,
+    "gpu": _optional(_gpu_state),
 }  # fmt: skip
 
 
@@ -469,12 +508,34 @@ _device: list[DeviceRecord] = []
 
 
 def current_device() -> DeviceRecord:
-    """The provenance of this process's device, described once per process."""
+    """The provenance of this process's device, described once per process; a
+    GPU's clock limiters are those seen so far (:func:`_note_clock_limits`)."""
     if not _device:
         from gpuguide.device import describe_device
 
         _device.append(DeviceRecord.from_info(describe_device()))
     return _device[0]
+
+
+def _with_limits(device: DeviceRecord, seen: Collection[str]) -> DeviceRecord:
+    """``device`` with the clock limiters ``seen`` added to its own."""
+    state = device.gpu
+    if state is None or not seen:
+        return device
+    limits = tuple(dict.fromkeys((*(state.clock_limits or ()), *seen)))
+    return replace(device, gpu=replace(state, clock_limits=limits))
+
+
+def _note_clock_limits() -> None:
+    """Add what limits the GPU's clocks now (after a measurement) to the limiters
+    of this process's device, where NVML described it; else do nothing."""
+    if not nvml.available() or current_device().gpu is None:
+        return
+    from gpuguide.device import gpu_state
+
+    state = gpu_state()
+    if state is not None and state.clock_limits is not None:
+        _device[0] = _with_limits(_device[0], state.clock_limits)
 
 
 def _default_page() -> str:
@@ -541,6 +602,7 @@ def record(
     )  # fmt: skip
     _recorded.pop(result.key, None)
     _recorded[result.key] = result
+    _note_clock_limits()
     if target := os.environ.get(RECORD_ENV, "").strip():
         _flush(Path(target), current_device())
     return result
@@ -571,5 +633,7 @@ def _flush(target: Path, device: DeviceRecord) -> None:
             raise _fail(os.fspath(target), problem)
         pages = {r.page for r in mine}
         kept = tuple(r for r in existing.results if r.page not in pages)
+        if existing.device.gpu is not None:  # the limiters the other pages saw too
+            device = _with_limits(device, existing.device.gpu.clock_limits or ())
     ordered = sorted((*kept, *mine), key=lambda r: r.page)  # stable: pages keep order
     save(ResultsFile(device, tuple(ordered)), target)

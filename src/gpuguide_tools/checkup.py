@@ -28,13 +28,14 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 import torch
 
 from gpuguide.chapters.roofline import streaming_elements
-from gpuguide.device import describe_device, pick_device, provenance
+from gpuguide.device import describe_device, gpu_state, pick_device, provenance
 from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.quiet import ignore_torch_internal_warnings
 from gpuguide.results import (
@@ -49,10 +50,13 @@ from gpuguide.tables import Table
 from gpuguide.timing import Measurement, benchmark
 from gpuguide.units import format_ratio, format_value
 from gpuguide.verdicts import interleave
+from gpuguide.version import describe_version
 from gpuguide_tools.mamf import search_matmul_shapes
 from gpuguide_tools.recorder import peak_figures, with_measured_ceilings
 
-__all__ = ["MATMUL_DTYPES", "against_recording", "checkup", "main", "report"]
+__all__ = [
+    "MATMUL_DTYPES", "against_recording", "checkup", "main", "report", "versions",
+]  # fmt: skip
 
 #: name -> (dtype, TF32 allowed), as the dtypes page names its variants.
 MATMUL_DTYPES: dict[str, tuple[torch.dtype, bool]] = {
@@ -259,6 +263,11 @@ def checkup(device: torch.device, *, levels: int = 2) -> ResultsFile:
         *transfer_figures(device),
         *launch_figures(device),
     ]
+    end = gpu_state(device)  # NVML's facts after the run; None without NVML
+    if end is not None and info.gpu_state is not None:
+        seen = (*(info.gpu_state.clock_limits or ()), *(end.clock_limits or ()))
+        end = replace(end, clock_limits=tuple(dict.fromkeys(seen)))
+        info = replace(info, gpu_state=end)
     record = DeviceRecord.from_info(info, peaks=peak_figures(peaks))
     return with_measured_ceilings(ResultsFile(device=record, results=tuple(figures)))
 
@@ -353,6 +362,16 @@ def report(measured: ResultsFile, recorded: Sequence[ResultsFile] = ()) -> str:
     return "\n".join(lines)
 
 
+def versions() -> str:
+    """``"gpuguide 0.1.0 (f4b16f4) | torch 2.13.0 | CUDA 12.8"``: what ``--version``
+    prints (``CUDA: none`` for a CPU-only build of torch)."""
+    cuda = torch.version.cuda
+    return " | ".join(
+        (describe_version().label, f"torch {torch.__version__}",
+         f"CUDA {cuda}" if cuda else "CUDA: none"),
+    )  # fmt: skip
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gpuguide",
@@ -362,6 +381,10 @@ def _parser() -> argparse.ArgumentParser:
             "replay, against the datasheet peak and the recorded devices."
         ),
     )
+    parser.add_argument(
+        "--version", action="version", version=versions(),
+        help="print the versions of gpuguide (and its commit), torch and CUDA",
+    )  # fmt: skip
     parser.add_argument(
         "--device", help="cpu, cuda, cuda:1, mps (default: the best one)"
     )

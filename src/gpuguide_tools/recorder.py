@@ -112,6 +112,17 @@ def _run_page(script: Path, env: dict[str, str], timeout: float) -> tuple[bool, 
     return done.returncode == 0, tail
 
 
+def _clock(seconds: float) -> str:
+    """``"4:05"`` (minutes and seconds) or ``"1:02:05"`` past an hour."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def record_pages(
     scripts: Sequence[Path],
     results: Path,
@@ -120,14 +131,18 @@ def record_pages(
     partial: bool = False,
     timeout: float = 3600.0,
     log: Callable[[str], object] = print,
+    progress: Callable[[str], object] = _to_stderr,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> Path:
     """Run ``scripts`` with recording on; write the device's file in ``results``.
 
     The new recording replaces the device's file; with ``partial`` (some pages
     only) it replaces those pages' figures and keeps the others'; with
     ``merge_runs`` it is merged with the file (:func:`gpuguide.results.merge`).
-    Returns the file written. Raises ``RuntimeError`` naming the pages that
-    failed (the results folder is then left untouched), and
+    ``progress`` (stderr) gets a line as each page starts, ``log`` one as it
+    ends, each with the time into the run (``clock``, in seconds). Returns the
+    file written. Raises ``RuntimeError`` naming the pages that failed (the
+    results folder is then left untouched), and
     :class:`gpuguide.results.ResultsFileError` for an invalid existing file.
     """
     say = log
@@ -148,11 +163,17 @@ def record_pages(
             "GPUGUIDE_ARTIFACT_DIR": os.fspath(Path(scratch) / "artifacts"),
         }
         failed = []
-        for script in scripts:
-            start = time.perf_counter()
+        began = clock()
+        for number, script in enumerate(scripts, 1):
+            start = clock()
+            where = f"{number}/{len(scripts)}"
+            progress(f"[{where}] {script.stem}: running ({_clock(start - began)} in)")
             ok, tail = _run_page(script.resolve(), env, timeout)
-            took = time.perf_counter() - start
-            say(f"{'ok  ' if ok else 'FAIL'} {script.stem} ({took:.0f} s)")
+            took = clock() - start
+            say(
+                f"{'ok  ' if ok else 'FAIL'} {script.stem} ({took:.0f} s; "
+                f"{where} pages, {_clock(clock() - began)} in)"
+            )
             if not ok:
                 say(tail)
                 failed.append(script.stem)
@@ -327,6 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             merge_runs=args.merge,
             partial=bool(args.example),
             timeout=args.timeout,
+            log=lambda line: print(line, flush=True),  # as each page ends
         )
     except (ValueError, RuntimeError, ResultsFileError) as error:
         print(f"error: {error}", file=sys.stderr)

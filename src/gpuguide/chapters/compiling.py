@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "NO_COMPILER",
     "Autotune",
     "CompilerLog",
     "CompilerStart",
@@ -54,6 +55,45 @@ _AUTOTUNE_TAIL = re.compile(
 _TORCH_LOGGERS = re.compile(r"torch(\.(?!__trace)|$)")
 _MAX_MISSES = 3  # calls (in all) outlasting their hold before _held_times stops holding
 _MAX_HOLD_S = 0.5  # the longest hold before one call, in seconds
+
+
+#: What a page that compiles says when the machine has no compiler for torch.compile.
+NO_COMPILER = (
+    "torch.compile needs a compiler on this machine, and found none: on a CPU, "
+    "inductor builds the C++ it writes with $CXX, else g++ (clang++ on macOS); on a "
+    "CUDA GPU, Triton builds its launcher with $CC, else gcc or clang. Install one "
+    "(Debian, Ubuntu: apt install g++; Fedora: dnf install gcc-c++; macOS: "
+    "xcode-select --install) and run the page again"
+)
+#: What torch (InvalidCxxCompiler) and Triton say when they find no compiler.
+_NO_COMPILER_TEXTS = ("InvalidCxxCompiler", "Failed to find C compiler")
+
+
+def _lacks_compiler(error: BaseException | None) -> bool:
+    """Whether ``error``, or an error that caused it, says no compiler was found."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        text = f"{type(error).__name__}: {error}"
+        if any(what in text for what in _NO_COMPILER_TEXTS):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+@contextlib.contextmanager
+def _needs_a_compiler() -> Iterator[None]:
+    """Turn torch's or Triton's long error for a missing compiler into one that says
+    what to install (:data:`NO_COMPILER`, with the first line of the error)."""
+    try:
+        yield
+    except Exception as error:
+        if not _lacks_compiler(error):
+            raise
+        said = str(error).strip().splitlines()
+        first = said[0].strip('"') if said else repr(error)
+        msg = f"{NO_COMPILER} (the error: {first})"
+        raise RuntimeError(msg) from None
 
 
 @dataclass(frozen=True)
@@ -104,8 +144,9 @@ def start_compiler(device: str | torch.device | None = None) -> CompilerStart:
         AsyncCompile.warm_pool()
         AsyncCompile.wait_pool_ready()
         t2 = time.perf_counter()
-        torch.compile(torch.sin)(torch.ones(8, device=dev))
-        sync()
+        with _needs_a_compiler():
+            torch.compile(torch.sin)(torch.ones(8, device=dev))
+            sync()
         t3 = time.perf_counter()
         torch._dynamo.reset()
     texts = dict.fromkeys(f"{w.category.__name__}: {warning_text(w)}" for w in caught)
@@ -159,15 +200,17 @@ def first_calls_s(
     fn: Callable[..., Any], *args: Any, device: str | torch.device, calls: int = 3
 ) -> float:
     """Seconds the first ``calls`` calls of ``fn(*args)`` take, compilation included
-    (a host clock between synchronizations: CUDA events would miss compilation)."""
+    (a host clock between synchronizations: CUDA events would miss compilation).
+    Raises ``RuntimeError`` saying what to install where no compiler is found."""
     import torch
 
     sync = getattr(torch, as_device(device).type).synchronize
     sync()
     t0 = time.perf_counter()
-    for _ in range(calls):
-        fn(*args)
-    sync()
+    with _needs_a_compiler():
+        for _ in range(calls):
+            fn(*args)
+        sync()
     return time.perf_counter() - t0
 
 

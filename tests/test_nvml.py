@@ -1,0 +1,353 @@
+"""NVML's hardware facts (gpuguide.nvml), with a fake ``pynvml`` module: the GPU
+found by its PCI bus id, each query failing on its own, the provenance line, the
+host-link peak and the results files; and nothing at all without ``pynvml``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from dataclasses import replace
+from datetime import datetime, timezone
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import CPU_RECORD, CPUINFO_X86, H100_RECORD
+from test_results import SCHEMA, _schema_errors
+
+from gpuguide import device as device_mod
+from gpuguide import nvml, results
+from gpuguide.nvml import GpuState
+from gpuguide.peaks import device_peaks
+from gpuguide.results import Result, ResultsFile, ResultsFileError
+
+NOW = datetime(2026, 11, 21, 10, 42, tzinfo=timezone.utc)
+H100_BUS = "00000000:18:00.0"
+OTHER_BUS = "00000000:9A:00.0"
+
+
+class NVMLError(Exception):
+    pass
+
+
+def fake_pynvml(gpus: dict[str, dict[str, int]], *, event_reasons: bool = True):
+    """A stand-in for nvidia-ml-py: ``gpus`` maps a PCI bus id to its answers;
+    an answer left out raises NVMLError (not supported), as NVML does."""
+    module = types.ModuleType("pynvml")
+    module.NVMLError = NVMLError
+    module.NVML_CLOCK_SM, module.NVML_CLOCK_MEM = 1, 2
+    module.inits = 0
+
+    def init():
+        module.inits += 1
+
+    def answer(key):
+        def call(handle, *args):
+            gpu = gpus[handle]
+            name = key if not args else f"{key}_{'sm' if args[0] == 1 else 'mem'}"
+            if name not in gpu:
+                raise NVMLError("Not Supported")
+            return gpu[name]
+
+        return call
+
+    def handle(bus_id):
+        assert isinstance(bus_id, bytes)  # what every pynvml version accepts
+        if bus_id.decode() not in gpus:
+            raise NVMLError("Not Found")
+        return bus_id.decode()
+
+    module.nvmlInit = init
+    module.nvmlDeviceGetHandleByPciBusId = handle
+    module.nvmlDeviceGetClockInfo = answer("clock")
+    module.nvmlDeviceGetMaxClockInfo = answer("max_clock")
+    module.nvmlDeviceGetEnforcedPowerLimit = answer("power_mw")
+    module.nvmlDeviceGetPowerManagementLimit = answer("management_mw")
+    module.nvmlDeviceGetCurrPcieLinkGeneration = answer("gen")
+    module.nvmlDeviceGetCurrPcieLinkWidth = answer("width")
+    module.nvmlDeviceGetMaxPcieLinkGeneration = answer("max_gen")
+    module.nvmlDeviceGetMaxPcieLinkWidth = answer("max_width")
+    module.nvmlDeviceGetCurrentClocksThrottleReasons = answer("reasons")
+    if event_reasons:  # NVML 12.535 renamed it; older bindings lack the new name
+        module.nvmlDeviceGetCurrentClocksEventReasons = answer("reasons")
+    return module
+
+
+H100_ANSWERS = {
+    "clock_sm": 1755, "max_clock_sm": 1980, "clock_mem": 2619, "max_clock_mem": 2619,
+    "power_mw": 700_000, "gen": 1, "width": 16, "max_gen": 5, "max_width": 16,
+    "reasons": 0x1 | 0x4,  # idle (left out) and the software power cap
+}  # fmt: skip
+OTHER_ANSWERS = {**H100_ANSWERS, "clock_sm": 210, "max_gen": 4, "reasons": 0}
+
+
+@pytest.fixture
+def use_nvml(monkeypatch):
+    """Install a fake pynvml (or None: not installed) for one test."""
+
+    def install(module):
+        monkeypatch.setitem(sys.modules, "pynvml", module)
+        nvml._library.cache_clear()
+        return module
+
+    yield install
+    nvml._library.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def fixed_version(monkeypatch):
+    from gpuguide.version import VersionInfo
+
+    version = VersionInfo("0.1.0", commit="abc1234", dirty=False)
+    monkeypatch.setattr(device_mod, "describe_version", lambda: version)
+
+
+def props(bus: int | None = 0x18, *, sms=132, memory=85_045_379_072):
+    """torch.cuda.get_device_properties(i) of an H100 at PCI bus ``bus``."""
+    ids = {} if bus is None else {"pci_domain_id": 0, "pci_bus_id": bus}
+    ids |= {} if bus is None else {"pci_device_id": 0}
+    return SimpleNamespace(
+        name="NVIDIA H100 80GB HBM3", multi_processor_count=sms, total_memory=memory,
+        major=9, minor=0, **ids,
+    )  # fmt: skip
+
+
+def cuda_info(p):
+    return device_mod._describe_cuda(
+        0, p, torch_version="2.13.0", cuda_version="12.8",
+        driver_version="570.86.15", cpuinfo_text=CPUINFO_X86,
+    )  # fmt: skip
+
+
+BASE_LINE = (
+    "Measured on NVIDIA H100 80GB HBM3 [H100 SXM5] (132 SMs, 79.2 GiB, compute "
+    "capability 9.0) | torch 2.13.0 | CUDA 12.8 | driver 570.86.15 | "
+)
+TAIL = "gpuguide 0.1.0 (abc1234) | 2026-11-21 10:42 UTC"
+
+
+# -- without pynvml: nothing changes ----------------------------------------------
+
+
+def test_without_pynvml_the_line_the_peaks_and_the_record_are_as_before(use_nvml):
+    use_nvml(None)  # "import pynvml" raises ImportError
+    assert not nvml.available()
+    info = cuda_info(props())
+    assert info.gpu_state is None
+    assert device_mod.provenance(info, now=NOW) == BASE_LINE + TAIL
+    assert device_peaks(info).host_link_bytes_per_s == 64e9  # the datasheet's
+    record = results.DeviceRecord.from_info(info)
+    assert "gpu" not in record.to_json()
+
+
+def test_nvml_without_a_driver_is_no_nvml(use_nvml):
+    module = use_nvml(fake_pynvml({H100_BUS: H100_ANSWERS}))
+
+    def no_driver():
+        raise NVMLError("Driver Not Loaded")
+
+    module.nvmlInit = no_driver
+    assert not nvml.available()
+    assert nvml.gpu_state(H100_BUS) is None
+
+
+# -- with pynvml ----------------------------------------------------------------
+
+
+def test_the_gpu_is_found_by_its_pci_bus_id_not_its_index(use_nvml):
+    # NVML lists the other GPU first; torch's device 0 is the one at bus 0x18
+    # (CUDA_VISIBLE_DEVICES=1, or CUDA's fastest-first order).
+    fake = fake_pynvml({OTHER_BUS: OTHER_ANSWERS, H100_BUS: H100_ANSWERS})
+    use_nvml(fake)
+    assert device_mod.pci_bus_id(props()) == H100_BUS
+    assert device_mod.pci_bus_id(props(0x9A)) == OTHER_BUS
+    assert cuda_info(props()).gpu_state.sm_clock_mhz == 1755
+    assert cuda_info(props(0x9A)).gpu_state.sm_clock_mhz == 210
+    assert cuda_info(props(0x3B)).gpu_state is None  # not a GPU NVML knows
+    assert cuda_info(props(None)).gpu_state is None  # torch does not say
+    assert fake.inits == 1  # NVML started once per process
+
+
+def test_the_provenance_line_gives_clocks_power_link_and_limiters(use_nvml):
+    use_nvml(fake_pynvml({H100_BUS: H100_ANSWERS}))
+    line = device_mod.provenance(cuda_info(props()), now=NOW)
+    assert line == BASE_LINE + (
+        "SM clock 1755 of 1980 MHz, memory clock 2619 of 2619 MHz, power limit "
+        "700 W, PCIe gen 1 x16 now (up to gen 5 x16), clocks limited by: software "
+        "power cap | " + TAIL
+    )
+
+
+def test_each_query_fails_on_its_own_and_old_bindings_still_give_limiters(use_nvml):
+    answers = {k: v for k, v in H100_ANSWERS.items() if k not in ("power_mw", "gen")}
+    answers |= {"management_mw": 350_000, "reasons": 0x40 | 0x200}
+    use_nvml(fake_pynvml({H100_BUS: answers}, event_reasons=False))
+    state = nvml.gpu_state(H100_BUS)
+    assert state.power_limit_w == 350.0  # the management limit, when not enforced
+    assert state.pcie_generation is None
+    assert state.pcie_max_generation == 5
+    assert state.clock_limits == ("hardware thermal slowdown", "0x200")
+    assert "PCIe gen 5 x16" in state.describe()
+    assert "now" not in state.describe()  # the current link is unknown
+
+
+def test_nothing_limiting_is_an_empty_list_not_an_unknown(use_nvml):
+    use_nvml(fake_pynvml({H100_BUS: {**H100_ANSWERS, "reasons": 0x1}}))
+    assert nvml.gpu_state(H100_BUS).clock_limits == ()
+    assert nvml.gpu_state(OTHER_BUS) is None
+
+
+@pytest.mark.parametrize(
+    ("generation", "width", "expected"),
+    [(5, 16, 64e9), (4, 16, 32e9), (3, 8, 8e9), (None, 16, None), (9, 16, None)],
+)
+def test_link_bandwidth_is_the_datasheets_nominal_per_direction(
+    generation, width, expected
+):
+    assert nvml.link_bytes_per_s(generation, width) == expected
+
+
+def test_the_host_link_peak_is_the_negotiated_link(use_nvml):
+    # An H100 SXM5 (a gen 5 x16 link on its datasheet) whose slot allows gen 4 x8.
+    answers = {**H100_ANSWERS, "max_gen": 4, "max_width": 8}
+    use_nvml(fake_pynvml({H100_BUS: answers}))
+    peaks = device_peaks(cuda_info(props()))
+    assert peaks.host_link_bytes_per_s == 16e9
+    assert "PCIe gen 4 x8 as negotiated (NVML)" in peaks.source
+    assert peaks.share(12e9, "host_link") == "75% of peak"
+    # the link now (gen 1, idle) is not the peak: the most it negotiates is
+    assert GpuState(pcie_generation=1, pcie_width=16).link_bytes_per_s == 4e9
+
+
+# -- results files ---------------------------------------------------------------
+
+STATE = GpuState(
+    sm_clock_mhz=1755, sm_clock_max_mhz=1980, power_limit_w=700.0,
+    pcie_generation=5, pcie_width=16, clock_limits=("software power cap",),
+)  # fmt: skip
+
+
+def test_a_record_keeps_the_gpu_state_and_reads_it_back(use_nvml):
+    use_nvml(fake_pynvml({H100_BUS: H100_ANSWERS}))
+    record = results.DeviceRecord.from_info(cuda_info(props()))
+    data = ResultsFile(record, (Result("p", "a", 1.0, "s"),)).to_json()
+    assert data["device"]["gpu"]["pcie_max_generation"] == 5
+    assert data["device"]["gpu"]["clock_limits"] == ["software power cap"]
+    assert _schema_errors(data, SCHEMA) == []
+    text = json.dumps(data)
+    assert results.loads(text).device == record
+    assert results.dumps(results.loads(text)) == results.dumps(results.loads(text))
+
+
+def test_old_files_without_the_gpu_state_load_and_write_unchanged():
+    old = results.dumps(ResultsFile(H100_RECORD, (Result("p", "a", 1.0, "s"),)))
+    assert '"gpu"' not in old
+    assert results.dumps(results.loads(old)) == old
+
+
+@pytest.mark.parametrize(
+    ("gpu", "problem"),
+    [
+        ({"sm_clock_mhz": -1}, "an integer >= 0"),
+        ({"sm_clock_mhz": True}, "an integer >= 0"),
+        ({"power_limit_w": 0}, "> 0"),
+        ({"clock_limits": "power"}, "a list of names"),
+        ({"fan_rpm": 3000}, "unknown keys (fan_rpm)"),
+        ([], "an object of NVML's facts"),
+    ],
+)
+def test_a_bad_gpu_state_is_refused_by_name(gpu, problem):
+    data = ResultsFile(H100_RECORD).to_json()
+    data["device"]["gpu"] = gpu
+    with pytest.raises(ResultsFileError, match="gpu") as error:
+        results.loads(json.dumps(data), "f.json")
+    assert problem in str(error.value)
+    if isinstance(gpu, dict) and "fan_rpm" in gpu:
+        assert _schema_errors(data, SCHEMA) != []  # the schema refuses it too
+
+
+def test_only_a_cuda_record_has_a_gpu_state():
+    with pytest.raises(ValueError, match="a cpu record has none"):
+        replace(CPU_RECORD, gpu=STATE)
+
+
+def test_limiters_seen_at_each_figure_add_up_across_pages(
+    use_nvml, monkeypatch, tmp_path, fresh_results
+):
+    use_nvml(fake_pynvml({}))  # NVML is there; what it samples is faked below
+    target = tmp_path / "h100.json"
+    monkeypatch.setenv(results.RECORD_ENV, str(target))
+    seen = iter([("hardware slowdown",), (), ("software power cap",)])
+    monkeypatch.setattr(
+        device_mod, "gpu_state", lambda: GpuState(clock_limits=next(seen))
+    )
+    start = replace(H100_RECORD, gpu=replace(STATE, clock_limits=()))
+    monkeypatch.setattr(results, "_device", [start])
+    results.record("a", 1.0, unit="s", page="page_one")
+    results.record("b", 2.0, unit="s", page="page_one")
+    assert results.load(target).device.gpu.clock_limits == ("hardware slowdown",)
+    # the next page runs in a process of its own
+    results.clear()
+    monkeypatch.setattr(results, "_device", [start])
+    results.record("c", 3.0, unit="s", page="page_two")
+    written = results.load(target)
+    assert written.device.gpu.clock_limits == (
+        "software power cap",
+        "hardware slowdown",
+    )
+    assert written.device.gpu.pcie_generation == 5
+    assert len(written.results) == 3
+
+
+def test_without_nvml_recording_asks_nothing(use_nvml, monkeypatch, fresh_results):
+    use_nvml(None)
+
+    def never():
+        raise AssertionError("no device description without NVML")
+
+    monkeypatch.setattr(results, "current_device", never)
+    results.record("a", 1.0, unit="s", page="p")  # no GPUGUIDE_RECORD: in memory
+    assert len(results.recorded()) == 1
+
+
+def test_the_check_up_keeps_the_state_after_its_run(use_nvml, monkeypatch):
+    from gpuguide_tools import checkup
+
+    use_nvml(fake_pynvml({H100_BUS: H100_ANSWERS}))
+    start = cuda_info(props())  # at the start: clocks limited by the power cap
+    after = replace(STATE, sm_clock_mhz=1980, clock_limits=("hardware slowdown",))
+    monkeypatch.setattr(checkup, "describe_device", lambda device: start)
+    monkeypatch.setattr(checkup, "gpu_state", lambda device: after)
+    for name in ("matmul", "memory", "transfer", "launch"):
+        monkeypatch.setattr(checkup, f"{name}_figures", lambda *a, **k: [])
+    gpu = checkup.checkup(torch.device("cpu")).device.gpu
+    assert gpu.sm_clock_mhz == 1980  # sampled after the measurements
+    assert gpu.clock_limits == ("software power cap", "hardware slowdown")
+
+
+# -- on a real GPU with nvidia-ml-py -----------------------------------------------
+
+
+@pytest.mark.gpu
+def test_nvml_describes_the_gpu_torch_uses(use_nvml):
+    pynvml = pytest.importorskip("pynvml")
+    use_nvml(pynvml)
+    if not nvml.available():
+        pytest.skip("NVML does not start here")
+    index = torch.cuda.current_device()
+    bus_id = device_mod.pci_bus_id(torch.cuda.get_device_properties(index))
+    assert bus_id is not None, "this torch does not give the PCI bus id"
+    handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus_id.encode())
+    name = pynvml.nvmlDeviceGetName(handle)
+    name = name.decode() if isinstance(name, bytes) else name
+    assert name == torch.cuda.get_device_name(index)  # the same card
+    state = device_mod.gpu_state(torch.device("cuda", index))
+    assert state is not None
+    assert state.sm_clock_max_mhz
+    assert state.sm_clock_max_mhz >= (state.sm_clock_mhz or 0)
+    assert state.link_bytes_per_s is not None, state
+    assert state.clock_limits is not None
+    line = device_mod.provenance(torch.device("cuda", index))
+    assert f"of {state.sm_clock_max_mhz} MHz" in line
+    assert "PCIe gen" in line
