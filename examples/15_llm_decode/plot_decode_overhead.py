@@ -26,6 +26,7 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 import gpuguide
+from gpuguide import compare, format_bytes, report, table
 from gpuguide.chapters import compiling, decode
 
 page = gpuguide.setup()
@@ -41,7 +42,7 @@ model = decode.random_decoder(shape, device=device, dtype=dtype)
 model.setup_cache(1, context)
 token = torch.randint(shape.vocab, (1,), device=device)
 pos = torch.tensor([prompt], device=device)  # a prompt of 64 tokens is in the cache
-print(f"{shape}: {gpuguide.format_bytes(shape.weight_bytes(dtype.itemsize))} of weights")
+print(f"{shape}: {format_bytes(shape.weight_bytes(dtype.itemsize))} of weights")
 
 # %%
 # Eager, compiled and CUDA graphs at batch 1
@@ -84,16 +85,16 @@ for name, m in timed.items():
                  "GPU": split[name].gpu, "bandwidth": m.rate(nbytes, "B/s"),
                  "compile": f"{cost:.2f} s" if name in warmup else None,
                  "pays off after": even and f"{even:,} steps"})  # fmt: skip
-print(gpuguide.table(rows))
+print(table(rows))
 print(f"eager: {split['eager']}")
 best = modes[-1]
-gpuguide.report(f"{best} over eager", gpuguide.compare(timed[best], timed["eager"]),
+report(f"{best} over eager", compare(timed[best], timed["eager"]),
                 batch=1, quoted=(2.0, 5.0) if page.cuda else None)  # fmt: skip
-gpuguide.report("decode bandwidth", timed[best].rate(nbytes, "B/s"), peak="memory",
+report("decode bandwidth", timed[best].rate(nbytes, "B/s"), peak="memory",
                 batch=1, mode=best)  # fmt: skip
 fig, ax = plt.subplots()
 gpuguide.plot_bars(ax, timed, ylabel="time per decode step (ms)",
-                   title=f"Batch 1: {gpuguide.compare(timed[best], timed['eager']).short} with {best}")  # fmt: skip
+                   title=f"Batch 1: {compare(timed[best], timed['eager']).short} with {best}")  # fmt: skip
 plt.show()
 
 # %%
@@ -143,10 +144,12 @@ with compiling.capture_compiler() as log:
             recorded = counters["inductor"]["cudagraph_recorded_non_static_inputs"]
             times.append(compiling.first_calls_s(step, device=device, calls=1))
             compiles += counters["stats"]["unique_graphs"] > graphs
-            captures += counters["inductor"]["cudagraph_recorded_non_static_inputs"] > recorded
+            captures += (
+                counters["inductor"]["cudagraph_recorded_non_static_inputs"] > recorded
+            )
             pos.add_(1)  # on the device: no synchronization
         trace[f"{name} ({compiles} compiles, {captures} captures)"] = times
-        gpuguide.report("steps that compiled", compiles, unit="steps", cache=name,
+        report("steps that compiled", compiles, unit="steps", cache=name,
                         size=n_steps)  # fmt: skip
 if str(log):
     print(f"the compiler, meanwhile: {log}")

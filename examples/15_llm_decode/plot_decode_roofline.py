@@ -30,6 +30,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
+from gpuguide import benchmark, compare, format_bytes, plot_sweep, report, table
 from gpuguide.chapters import decode
 from gpuguide.chapters.roofline import streaming_elements
 
@@ -68,7 +69,9 @@ else:
 if small:
     base = dataclasses.replace(base, dim=256, heads=4, kv_heads=2, ffn=704, vocab=1024)
     batches, context = batches[:4], 64
-budget = gpuguide.size_budget(device, memory_fraction=0.5, call_s=0.05 if page.cuda else 0.1)
+budget = gpuguide.size_budget(
+    device, memory_fraction=0.5, call_s=0.05 if page.cuda else 0.1
+)
 layers = gpuguide.largest_size(
     1, 4, budget=budget, flop_per_s=page.peaks.flops_for(dtype),
     memory_at=lambda n: dataclasses.replace(base, layers=n).weight_bytes(size)
@@ -79,7 +82,7 @@ shape = dataclasses.replace(base, layers=layers)
 model = decode.random_decoder(shape, device=device, dtype=dtype)
 weights = shape.weight_bytes(size)
 print(f"{shape}: {shape.params / 1e6:,.0f} M parameters, "
-      f"{gpuguide.format_bytes(weights)} of weights; cache of {context} positions")  # fmt: skip
+      f"{format_bytes(weights)} of weights; cache of {context} positions")  # fmt: skip
 
 # %%
 # The page's own memory roof: a copy
@@ -88,8 +91,8 @@ print(f"{shape}: {shape.params / 1e6:,.0f} M parameters, "
 # written once) shows what this device's memory delivers to a simple kernel.
 n = streaming_elements(device=device)
 src, dst = torch.ones(n, device=device), torch.empty(n, device=device)
-copy = gpuguide.benchmark(dst.copy_, args=(src,), label="copy").rate(8 * n, "B/s")
-gpuguide.report("copy bandwidth", copy, peak="memory", size=4 * n)
+copy = benchmark(dst.copy_, args=(src,), label="copy").rate(8 * n, "B/s")
+report("copy bandwidth", copy, peak="memory", size=4 * n)
 del src, dst
 
 # %%
@@ -108,8 +111,8 @@ for batch in batches:
         model.setup_cache(batch, context)
         tokens = torch.randint(shape.vocab, (batch,), device=device)
         step = functools.partial(model, tokens, pos)
-        steps[batch] = gpuguide.benchmark(decode.cuda_graph(step) if graphs else step,
-                                          device=device, label=f"batch {batch}")  # fmt: skip
+        steps[batch] = benchmark(decode.cuda_graph(step) if graphs else step,
+                                 device=device, label=f"batch {batch}")  # fmt: skip
     except torch.OutOfMemoryError:
         print(f"batch {batch}: out of memory; the sweep stops at batch {batch // 2}")
         break
@@ -119,10 +122,12 @@ bandwidth = {b: m.rate(nbytes[b], "B/s") for b, m in steps.items()}
 rows = [{"batch": b, "step": m, "tokens/s": m.rate(b, "token/s"),
          "bandwidth": bandwidth[b], "of the copy's": f"{bandwidth[b].value / copy.value:.0%}",
          "compute": m.rate(shape.step_flop(b, context))} for b, m in steps.items()]  # fmt: skip
-print(gpuguide.table(rows))
-gpuguide.report("decode bandwidth", bandwidth[1], peak="memory", batch=1, dtype=str(dtype))
+print(table(rows))
+report("decode bandwidth", bandwidth[1], peak="memory", batch=1, dtype=str(dtype))
 print(f"batch 1 reaches {bandwidth[1].value / copy.value:.0%} of the copy's bandwidth")
-gpuguide.report("decode rate", steps[batches[-1]].rate(batches[-1], "token/s"), batch=batches[-1])
+report(
+    "decode rate", steps[batches[-1]].rate(batches[-1], "token/s"), batch=batches[-1]
+)
 
 # %%
 # The roofline's prediction
@@ -137,7 +142,10 @@ gpuguide.report("decode rate", steps[batches[-1]].rate(batches[-1], "token/s"), 
 # on a CPU, whose FLOP/s are low, at a batch of a few to a few tens.
 peak_flops = page.peaks.flops_for(dtype) or max(r["compute"].value for r in rows)
 per_seq = shape.step_bytes(2, context, size) - shape.step_bytes(1, context, size)
-fixed, flop_1 = shape.step_bytes(1, context, size) - per_seq, shape.step_flop(1, context)
+fixed, flop_1 = (
+    shape.step_bytes(1, context, size) - per_seq,
+    shape.step_flop(1, context),
+)
 
 
 def roofline_s(batch, bandwidth):
@@ -147,15 +155,17 @@ def roofline_s(batch, bandwidth):
 knee = fixed / max(flop_1 * copy.value / peak_flops - per_seq, 1e-30)
 print(f"ridge {peak_flops / copy.value:.3g} FLOP/byte with the copy's bandwidth: "
       f"the knee is predicted at batch {knee:.3g}")  # fmt: skip
-flat = gpuguide.compare(steps[batches[0]], steps[min(32, batches[-1])])
+flat = compare(steps[batches[0]], steps[min(32, batches[-1])])
 print(f"batch {batches[0]} against batch {min(32, batches[-1])}: {flat}")
 peak_bw = page.peaks.memory_bandwidth_bytes_per_s
-series = {"measured": list(steps.values()),
-          "roofline, copy's bandwidth": [roofline_s(b, copy.value) * 1e3 for b in batches]}
+series = {
+    "measured": list(steps.values()),
+    "roofline, copy's bandwidth": [roofline_s(b, copy.value) * 1e3 for b in batches],
+}
 if peak_bw:
     series["roofline, datasheet"] = [roofline_s(b, peak_bw) * 1e3 for b in batches]
 fig, ax = plt.subplots()
-gpuguide.plot_sweep(ax, batches, series, xlabel="batch (sequences)",
+plot_sweep(ax, batches, series, xlabel="batch (sequences)",
                     ylabel="time per decode step (ms)",
                     title=f"Flat while memory-bound; knee predicted at batch {knee:.0f}")  # fmt: skip
 ax.axvline(knee, color="0.5", ls=":")
@@ -170,20 +180,20 @@ plt.show()
 # flight (batch x context) it outweighs the weights: in memory, and in the bytes a
 # step reads. The allocated cache is checked against the count.
 allocated = sum(buf.nbytes for buf in model.buffers())
-print(f"cache allocated for batch {batches[-1]}: {gpuguide.format_bytes(allocated)} "
-      f"(counted: {gpuguide.format_bytes(shape.kv_cache_bytes(batches[-1], context, size))})")  # fmt: skip
+print(f"cache allocated for batch {batches[-1]}: {format_bytes(allocated)} "
+      f"(counted: {format_bytes(shape.kv_cache_bytes(batches[-1], context, size))})")  # fmt: skip
 per_token = shape.kv_bytes_per_token(size)
 crossover = weights / per_token
 grouped = shape.heads // shape.kv_heads
-print(f"{gpuguide.format_bytes(per_token)} per token: the cache outweighs the weights "
+print(f"{format_bytes(per_token)} per token: the cache outweighs the weights "
       f"past {crossover:,.0f} tokens in flight (batch x context); without grouped "
       f"query heads ({grouped}x the cache) past {crossover / grouped:,.0f}")  # fmt: skip
 contexts = [2**k for k in range(9, 18)]
 kv_batches = [1, 8, 64, 512]
-print(gpuguide.table([{"context": c, **{f"batch {b}": gpuguide.format_bytes(
+print(table([{"context": c, **{f"batch {b}": format_bytes(
     shape.kv_cache_bytes(b, c, size)) for b in kv_batches}} for c in contexts[::2]]))  # fmt: skip
 fig, ax = plt.subplots()
-gpuguide.plot_sweep(ax, contexts, {
+plot_sweep(ax, contexts, {
     f"batch {b}": [shape.kv_cache_bytes(b, c, size) / 2**30 for c in contexts]
     for b in kv_batches} | {"weights": [weights / 2**30] * len(contexts)},
     xlabel="context (tokens)", ylabel="memory (GiB)",

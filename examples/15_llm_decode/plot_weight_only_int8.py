@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import gpuguide
+from gpuguide import format_bytes, report
 from gpuguide.chapters import compiling, decode
 
 page = gpuguide.setup()
@@ -76,8 +77,8 @@ error = (decode.dequantize_int8(q, scales) - w.float()).abs() / scales.float()[:
 print(f"largest weight error: {error.max().item():.3f} of its row's scale (bound: 0.5)")
 int8_bytes = shape.step_bytes(1, context, dtype.itemsize, weight_itemsize=1)
 bf16_bytes = shape.step_bytes(1, context, dtype.itemsize)
-print(f"a batch-1 step reads {gpuguide.format_bytes(int8_bytes)} instead of "
-      f"{gpuguide.format_bytes(bf16_bytes)} ({int8_bytes / bf16_bytes:.0%})")  # fmt: skip
+print(f"a batch-1 step reads {format_bytes(int8_bytes)} instead of "
+      f"{format_bytes(bf16_bytes)} ({int8_bytes / bf16_bytes:.0%})")  # fmt: skip
 
 # %%
 # Both models, compiled, at each batch size
@@ -119,10 +120,10 @@ print(f"int8 logits differ from {base}'s by {difference.item():.2%} (relative no
 # expect int8 slower at every batch size: the converted copy is written and read.
 gains = {b: gpuguide.compare(t["int8"], t[base]) for b, t in timed.items()}
 for batch, gain in gains.items():
-    gpuguide.report(f"int8 over {base} weights", gain, batch=batch, mode=mode)
+    report(f"int8 over {base} weights", gain, batch=batch, mode=mode)
     rate = timed[batch]["int8"].rate(shape.step_bytes(batch, context, dtype.itemsize, 1), "B/s")  # fmt: skip
     print(f"batch {batch}: int8 reads its bytes at {rate}")
-gpuguide.report("decode bandwidth", timed[1][base].rate(bf16_bytes, "B/s"), peak="memory",
+report("decode bandwidth", timed[1][base].rate(bf16_bytes, "B/s"), peak="memory",
                 batch=1, mode=mode, dtype=base)  # fmt: skip
 fig, axes = plt.subplots(1, len(batches), figsize=(10, 4))
 for ax, (batch, times) in zip(axes, timed.items(), strict=True):

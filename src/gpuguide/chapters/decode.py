@@ -85,7 +85,11 @@ class DecoderShape:
     @property
     def params(self) -> int:
         """All weights: the matmuls', the embedding table's and the norms'."""
-        return self.matmul_params + self.vocab * self.dim + (2 * self.layers + 1) * self.dim
+        return (
+            self.matmul_params
+            + self.vocab * self.dim
+            + (2 * self.layers + 1) * self.dim
+        )
 
     def weight_bytes(self, itemsize: int) -> int:
         """Bytes the weights take in memory, ``itemsize`` bytes each."""
@@ -113,7 +117,11 @@ class DecoderShape:
         return batch * (2 * self.matmul_params + attention)
 
     def step_bytes(
-        self, batch: int, context: int, itemsize: int, weight_itemsize: int | None = None
+        self,
+        batch: int,
+        context: int,
+        itemsize: int,
+        weight_itemsize: int | None = None,
     ) -> int:
         """Bytes one step reads: the matmuls' weights (``weight_itemsize`` each, and an
         ``itemsize`` scale per output row when that is smaller), the norms, one
@@ -134,6 +142,9 @@ class StaticCache(nn.Module):
     """Keys and values of ``length`` positions for each of ``batch`` sequences,
     allocated once: ``(batch, kv_heads, length, head_dim)``, zeros where nothing was
     written yet (masked out, but they must not be NaN)."""
+
+    k: Tensor
+    v: Tensor
 
     def __init__(
         self, batch: int, kv_heads: int, length: int, head_dim: int, *,
@@ -158,7 +169,11 @@ class Attention(nn.Module):
 
     def __init__(self, shape: DecoderShape) -> None:
         super().__init__()
-        self.heads, self.kv_heads, self.head_dim = shape.heads, shape.kv_heads, shape.head_dim
+        self.heads, self.kv_heads, self.head_dim = (
+            shape.heads,
+            shape.kv_heads,
+            shape.head_dim,
+        )
         width = (shape.heads + 2 * shape.kv_heads) * shape.head_dim
         self.wqkv = nn.Linear(shape.dim, width, bias=False)
         self.wo = nn.Linear(shape.dim, shape.dim, bias=False)
@@ -166,7 +181,9 @@ class Attention(nn.Module):
 
     def forward(self, x: Tensor, pos: Tensor) -> Tensor:
         b, kv_width = x.shape[0], self.kv_heads * self.head_dim
-        q, k, v = self.wqkv(x).split([self.heads * self.head_dim, kv_width, kv_width], -1)
+        q, k, v = self.wqkv(x).split(
+            [self.heads * self.head_dim, kv_width, kv_width], -1
+        )
         q = q.view(b, self.kv_heads, self.heads // self.kv_heads, self.head_dim)
         k, v = (t.view(b, self.kv_heads, 1, self.head_dim) for t in (k, v))
         keys, values = self.cache.update(pos, k, v)
@@ -174,7 +191,8 @@ class Attention(nn.Module):
         visible = torch.arange(keys.shape[2], device=x.device) <= pos
         scores = scores.masked_fill(~visible, float("-inf"))
         weights = scores.float().softmax(dim=-1).to(values.dtype)
-        return self.wo((weights @ values).reshape(b, -1))
+        out: Tensor = self.wo((weights @ values).reshape(b, -1))
+        return out
 
 
 class Block(nn.Module):
@@ -190,7 +208,8 @@ class Block(nn.Module):
     def forward(self, x: Tensor, pos: Tensor) -> Tensor:
         x = x + self.attention(self.norm1(x), pos)
         gate, up = self.w13(self.norm2(x)).chunk(2, dim=-1)
-        return x + self.w2(F.silu(gate) * up)
+        out: Tensor = x + self.w2(F.silu(gate) * up)
+        return out
 
 
 class Decoder(nn.Module):
@@ -210,16 +229,17 @@ class Decoder(nn.Module):
         """Give every layer a cache (``cache(batch, kv_heads, length, head_dim,
         dtype=, device=)``) in place of the one it had."""
         s, weight = self.shape, self.embed.weight  # never quantized
-        for block in self.blocks:
-            block.attention.cache = None  # free the old cache before the new one
-            block.attention.cache = cache(batch, s.kv_heads, length, s.head_dim,
-                                          dtype=weight.dtype, device=weight.device)  # fmt: skip
+        for attention in (m for m in self.modules() if isinstance(m, Attention)):
+            attention.cache = None  # free the old cache before the new one
+            attention.cache = cache(batch, s.kv_heads, length, s.head_dim,
+                                    dtype=weight.dtype, device=weight.device)  # fmt: skip
 
     def forward(self, tokens: Tensor, pos: Tensor) -> Tensor:
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x, pos)
-        return self.head(self.norm(x))
+        logits: Tensor = self.head(self.norm(x))
+        return logits
 
 
 def stepper(net: Callable[..., Tensor], *args: Any) -> Callable[[], Tensor]:
