@@ -277,11 +277,12 @@ def quantize_int8(weight: Tensor) -> tuple[Tensor, Tensor]:
     dtype, about ``max |row| / 127`` (rounded up in that dtype, so no value clips);
     ``dequantize_int8(q, scales)`` is within ``scales / 2`` of each weight.
     """
-    w = weight.detach().float()
-    largest = w.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny)
+    largest = weight.detach().abs().amax(dim=1).float()
+    largest = largest.clamp(min=torch.finfo(torch.float32).tiny)
     scales = (largest / 127 * (1 + 2**-7)).to(weight.dtype)  # up by a bf16 rounding
-    q = torch.round(w / scales.float()[:, None]).clamp(-127, 127).to(torch.int8)
-    return q, scales
+    w = weight.detach().float()  # one float32 copy, rounded in place
+    w.div_(scales.float()[:, None]).round_().clamp_(-127, 127)
+    return w.to(torch.int8), scales
 
 
 def dequantize_int8(q: Tensor, scales: Tensor) -> Tensor:
