@@ -94,7 +94,9 @@ def test_int8_round_trip_is_within_half_a_scale(dtype):
     torch.manual_seed(0)
     weight = (torch.randn(48, 80) * torch.logspace(-3, 1, 48)[:, None]).to(dtype)
     weight[5] = 0  # a row of zeros keeps a finite scale
+    original = weight.clone()
     q, scales = decode.quantize_int8(weight)
+    assert torch.equal(weight, original)  # the weights are left as they were
     assert q.dtype == torch.int8
     assert scales.dtype == dtype
     assert scales.shape == (48,)

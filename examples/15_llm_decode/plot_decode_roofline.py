@@ -62,7 +62,7 @@ size = dtype.itemsize  # bytes per weight and per cached value
 # Rotary position embeddings are left out (a few elementwise operations per layer).
 if page.cuda:  # the layer shape of a 70B-class model; layers as the budget allows
     base = decode.DecoderShape(dim=8192, layers=1, heads=64, kv_heads=8, ffn=28672, vocab=32000)  # fmt: skip
-    batches, context = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512], 512
+    batches, context = [2**k for k in range(11)], 256
 else:
     base = decode.DecoderShape(dim=1024, layers=1, heads=16, kv_heads=4, ffn=2816, vocab=8192)  # fmt: skip
     batches, context = [1, 2, 4, 8, 16, 32, 64], 256
@@ -168,7 +168,8 @@ fig, ax = plt.subplots()
 plot_sweep(ax, batches, series, xlabel="batch (sequences)",
                     ylabel="time per decode step (ms)",
                     title=f"Flat while memory-bound; knee predicted at batch {knee:.0f}")  # fmt: skip
-ax.axvline(knee, color="0.5", ls=":")
+if batches[0] <= knee <= 4 * batches[-1]:
+    ax.axvline(knee, color="0.5", ls=":")
 plt.show()
 
 # %%

@@ -280,7 +280,7 @@ def quantize_int8(weight: Tensor) -> tuple[Tensor, Tensor]:
     largest = weight.detach().abs().amax(dim=1).float()
     largest = largest.clamp(min=torch.finfo(torch.float32).tiny)
     scales = (largest / 127 * (1 + 2**-7)).to(weight.dtype)  # up by a bf16 rounding
-    w = weight.detach().float()  # one float32 copy, rounded in place
+    w = weight.detach().to(torch.float32, copy=True)  # a copy, rounded in place
     w.div_(scales.float()[:, None]).round_().clamp_(-127, 127)
     return w.to(torch.int8), scales
 
