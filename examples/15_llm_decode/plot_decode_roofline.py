@@ -152,7 +152,10 @@ def roofline_s(batch, bandwidth):
     return max((fixed + batch * per_seq) / bandwidth, batch * flop_1 / peak_flops)
 
 
-knee = fixed / max(flop_1 * copy.value / peak_flops - per_seq, 1e-30)
+gain = (
+    flop_1 * copy.value / peak_flops - per_seq
+)  # <= 0: the cache keeps it memory-bound
+knee = fixed / gain if gain > 0 else float("inf")
 print(f"ridge {peak_flops / copy.value:.3g} FLOP/byte with the copy's bandwidth: "
       f"the knee is predicted at batch {knee:.3g}")  # fmt: skip
 flat = compare(steps[batches[0]], steps[min(32, batches[-1])])
@@ -166,8 +169,8 @@ if peak_bw:
     series["roofline, datasheet"] = [roofline_s(b, peak_bw) * 1e3 for b in batches]
 fig, ax = plt.subplots()
 plot_sweep(ax, batches, series, xlabel="batch (sequences)",
-                    ylabel="time per decode step (ms)",
-                    title=f"Flat while memory-bound; knee predicted at batch {knee:.0f}")  # fmt: skip
+           ylabel="time per decode step (ms)",
+           title=f"Flat while memory-bound; knee predicted at batch {knee:.0f}")  # fmt: skip
 if batches[0] <= knee <= 4 * batches[-1]:
     ax.axvline(knee, color="0.5", ls=":")
 plt.show()
