@@ -152,9 +152,9 @@ def roofline_s(batch, bandwidth):
     return max((fixed + batch * per_seq) / bandwidth, batch * flop_1 / peak_flops)
 
 
-gain = (
-    flop_1 * copy.value / peak_flops - per_seq
-)  # <= 0: the cache keeps it memory-bound
+# Past the knee each sequence adds more compute time than read time (never, if the
+# cache it reads costs more than its FLOP do).
+gain = flop_1 * copy.value / peak_flops - per_seq
 knee = fixed / gain if gain > 0 else float("inf")
 print(f"ridge {peak_flops / copy.value:.3g} FLOP/byte with the copy's bandwidth: "
       f"the knee is predicted at batch {knee:.3g}")  # fmt: skip
