@@ -1,0 +1,214 @@
+"""
+A decode step is memory-bound: step time against batch size
+===========================================================
+
+A language model generates text one token per sequence at a time. Each of these
+*decode steps* multiplies a handful of new token vectors by every weight matrix of
+the model, so it reads all the weights to do two FLOP per weight and token: at small
+batch sizes its time is what memory bandwidth allows, and a batch of 32 sequences
+costs little more than one. Only when the batch outgrows the roofline's ridge does
+the arithmetic take over.
+
+This page builds a Llama-shaped decoder with random weights and a preallocated
+key-value cache, times one step for batches from 1 to a few hundred, turns the times
+into tokens per second and bandwidth, and sets them against the roofline's
+prediction. Then it counts the cache's memory against context length and batch.
+"""
+
+# %%
+# Setup
+# -----
+# bfloat16 weights on a GPU, float32 on a CPU (whose matmuls are slow in bfloat16).
+# The decoder comes from :mod:`gpuguide.chapters.decode`, shared by this chapter's
+# pages; :class:`~gpuguide.chapters.decode.DecoderShape` counts what a step reads
+# and computes, and those counts are both how the model is sized and how its rates
+# are computed.
+import dataclasses
+import functools
+
+import matplotlib.pyplot as plt
+import torch
+
+import gpuguide
+from gpuguide import benchmark, compare, format_bytes, plot_sweep, report, table
+from gpuguide.chapters import decode
+from gpuguide.chapters.roofline import streaming_elements
+
+page = gpuguide.setup()
+device, small = page.device, page.small
+dtype = torch.bfloat16 if page.cuda else torch.float32
+size = dtype.itemsize  # bytes per weight and per cached value
+
+# %%
+# A decoder with a static key-value cache
+# ---------------------------------------
+# Attention needs the keys and values of every earlier position. Recomputing them
+# would redo the whole sequence each step, so they are cached. The cache here is
+# allocated once, for the longest sequence, and each step writes its token's keys
+# and values in place at a position held in a tensor on the device:
+#
+# .. literalinclude:: /../src/gpuguide/chapters/decode.py
+#    :pyobject: StaticCache
+#
+# Each new token attends to every position of the cache; those not written yet are
+# masked out. Its query heads come in groups that share one key-value head
+# (grouped-query attention, as in Llama 3), which makes the cache smaller:
+#
+# .. literalinclude:: /../src/gpuguide/chapters/decode.py
+#    :pyobject: Attention.forward
+#
+# Nothing in a step depends on a value read back to the host, and every tensor keeps
+# its shape from step to step: both are needed to capture a step in a CUDA graph.
+# Rotary position embeddings are left out (a few elementwise operations per layer).
+if page.cuda:  # the layer shape of a 70B-class model; layers as the budget allows
+    base = decode.DecoderShape(dim=8192, layers=1, heads=64, kv_heads=8, ffn=28672, vocab=32000)  # fmt: skip
+    batches, context = [2**k for k in range(11)], 256
+else:
+    base = decode.DecoderShape(dim=1024, layers=1, heads=16, kv_heads=4, ffn=2816, vocab=8192)  # fmt: skip
+    batches, context = [1, 2, 4, 8, 16, 32, 64], 256
+if small:
+    base = dataclasses.replace(base, dim=256, heads=4, kv_heads=2, ffn=704, vocab=1024)
+    batches, context = batches[:4], 64
+budget = gpuguide.size_budget(
+    device, memory_fraction=0.5, call_s=0.05 if page.cuda else 0.1
+)
+layers = gpuguide.largest_size(
+    1, 4, budget=budget, flop_per_s=page.peaks.flops_for(dtype),
+    memory_at=lambda n: dataclasses.replace(base, layers=n).weight_bytes(size)
+    + dataclasses.replace(base, layers=n).kv_cache_bytes(batches[-1], context, size),
+    flop_at=lambda n: dataclasses.replace(base, layers=n).step_flop(batches[-1], context),
+)  # fmt: skip
+shape = dataclasses.replace(base, layers=layers)
+model = decode.random_decoder(shape, device=device, dtype=dtype)
+weights = shape.weight_bytes(size)
+print(f"{shape}: {shape.params / 1e6:,.0f} M parameters, "
+      f"{format_bytes(weights)} of weights; cache of {context} positions")  # fmt: skip
+
+# %%
+# The page's own memory roof: a copy
+# ----------------------------------
+# A datasheet's bandwidth is not reached by real kernels; a large copy (read once,
+# written once) shows what this device's memory delivers to a simple kernel.
+n = streaming_elements(device=device)
+src, dst = torch.ones(n, device=device), torch.empty(n, device=device)
+copy = benchmark(dst.copy_, args=(src,), label="copy").rate(8 * n, "B/s")
+report("copy bandwidth", copy, peak="memory", size=4 * n)
+del src, dst
+
+# %%
+# One step for each batch size
+# ----------------------------
+# Each batch size gets a fresh cache; its step (one token per sequence, at position
+# ``context // 2``) is timed from a CUDA graph on a GPU, so that launching its few
+# hundred kernels costs no host time (the next page measures that cost). A step
+# reads the weights once, whatever the batch, plus the whole cache: masked
+# positions are read too.
+graphs = page.needs_cuda("Replaying each step from a CUDA graph")
+pos = torch.tensor([context // 2], device=device)
+steps = {}
+for batch in batches:
+    try:
+        model.setup_cache(batch, context)
+        tokens = torch.randint(shape.vocab, (batch,), device=device)
+        step = functools.partial(model, tokens, pos)
+        steps[batch] = benchmark(decode.cuda_graph(step) if graphs else step,
+                                 device=device, label=f"batch {batch}")  # fmt: skip
+    except torch.OutOfMemoryError:
+        print(f"batch {batch}: out of memory; the sweep stops at batch {batch // 2}")
+        break
+batches = list(steps)
+nbytes = {b: shape.step_bytes(b, context, size) for b in batches}
+bandwidth = {b: m.rate(nbytes[b], "B/s") for b, m in steps.items()}
+rows = [{"batch": b, "step": m, "tokens/s": m.rate(b, "token/s"),
+         "bandwidth": bandwidth[b], "of the copy's": f"{bandwidth[b].value / copy.value:.0%}",
+         "compute": m.rate(shape.step_flop(b, context))} for b, m in steps.items()]  # fmt: skip
+print(table(rows))
+report("decode bandwidth", bandwidth[1], peak="memory", batch=1, dtype=str(dtype))
+print(f"batch 1 reaches {bandwidth[1].value / copy.value:.0%} of the copy's bandwidth")
+report(
+    "decode rate", steps[batches[-1]].rate(batches[-1], "token/s"), batch=batches[-1]
+)
+
+# %%
+# The roofline's prediction
+# -------------------------
+# A step of batch ``b`` does ``b`` times the FLOP of batch 1 but reads about the same
+# bytes: in bfloat16 its intensity is about ``b`` FLOP/byte (two FLOP per weight and
+# token over two bytes per weight), in float32 ``b / 2``. The roofline predicts
+# ``max(bytes / bandwidth, FLOP / peak FLOP/s)``: flat while the bytes decide, then
+# rising with the batch past the *knee*, where the step's intensity reaches the
+# ridge (peak FLOP/s over bandwidth). On an H100 the ridge is about 295 FLOP/byte
+# with the datasheet's figures, so the knee should come at a batch of a few hundred;
+# on a CPU, whose FLOP/s are low, at a batch of a few to a few tens.
+peak_flops = page.peaks.flops_for(dtype) or max(r["compute"].value for r in rows)
+per_seq = shape.step_bytes(2, context, size) - shape.step_bytes(1, context, size)
+fixed, flop_1 = (
+    shape.step_bytes(1, context, size) - per_seq,
+    shape.step_flop(1, context),
+)
+
+
+def roofline_s(batch, bandwidth):
+    return max((fixed + batch * per_seq) / bandwidth, batch * flop_1 / peak_flops)
+
+
+# Past the knee each sequence adds more compute time than read time (never, if the
+# cache it reads costs more than its FLOP do).
+gain = flop_1 * copy.value / peak_flops - per_seq
+knee = fixed / gain if gain > 0 else float("inf")
+print(f"ridge {peak_flops / copy.value:.3g} FLOP/byte with the copy's bandwidth: "
+      f"the knee is predicted at batch {knee:.3g}")  # fmt: skip
+flat = compare(steps[batches[0]], steps[min(32, batches[-1])])
+print(f"batch {batches[0]} against batch {min(32, batches[-1])}: {flat}")
+peak_bw = page.peaks.memory_bandwidth_bytes_per_s
+series = {
+    "measured": list(steps.values()),
+    "roofline, copy's bandwidth": [roofline_s(b, copy.value) * 1e3 for b in batches],
+}
+if peak_bw:
+    series["roofline, datasheet"] = [roofline_s(b, peak_bw) * 1e3 for b in batches]
+fig, ax = plt.subplots()
+plot_sweep(ax, batches, series, xlabel="batch (sequences)",
+           ylabel="time per decode step (ms)",
+           title=f"Flat while memory-bound; knee predicted at batch {knee:.0f}")  # fmt: skip
+if batches[0] <= knee <= 4 * batches[-1]:
+    ax.axvline(knee, color="0.5", ls=":")
+plt.show()
+
+# %%
+# The cache's memory against context and batch
+# --------------------------------------------
+# Each token of each sequence keeps ``2 x layers x kv_heads x head_dim`` values.
+# The weights are read once per step however many sequences share them; the cache
+# grows with every sequence and every position, and past some number of tokens in
+# flight (batch x context) it outweighs the weights: in memory, and in the bytes a
+# step reads. The allocated cache is checked against the count.
+allocated = sum(buf.nbytes for buf in model.buffers())
+print(f"cache allocated for batch {batches[-1]}: {format_bytes(allocated)} "
+      f"(counted: {format_bytes(shape.kv_cache_bytes(batches[-1], context, size))})")  # fmt: skip
+per_token = shape.kv_bytes_per_token(size)
+crossover = weights / per_token
+grouped = shape.heads // shape.kv_heads
+print(f"{format_bytes(per_token)} per token: the cache outweighs the weights "
+      f"past {crossover:,.0f} tokens in flight (batch x context); without grouped "
+      f"query heads ({grouped}x the cache) past {crossover / grouped:,.0f}")  # fmt: skip
+contexts = [2**k for k in range(9, 18)]
+kv_batches = [1, 8, 64, 512]
+print(table([{"context": c, **{f"batch {b}": format_bytes(
+    shape.kv_cache_bytes(b, c, size)) for b in kv_batches}} for c in contexts[::2]]))  # fmt: skip
+fig, ax = plt.subplots()
+plot_sweep(ax, contexts, {
+    f"batch {b}": [shape.kv_cache_bytes(b, c, size) / 2**30 for c in contexts]
+    for b in kv_batches} | {"weights": [weights / 2**30] * len(contexts)},
+    xlabel="context (tokens)", ylabel="memory (GiB)",
+    title=f"The cache outweighs the weights past {crossover:,.0f} tokens in flight")  # fmt: skip
+plt.show()
+
+# %%
+# What to take away
+# -----------------
+# At small batch a decode step costs the time to read the weights: serve several
+# sequences together and they ride along almost for free, until the batch reaches
+# the ridge. Fewer bytes per weight (next pages: int8) speed up every step that is
+# memory-bound; a long context or a large batch makes the cache, not the weights,
+# the bytes to save.
