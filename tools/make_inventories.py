@@ -65,18 +65,16 @@ class Project:
     pages: tuple[str, ...]  # documentation pages read, relative to the source folder
 
 
+#: The pages that document the torch API the guide and its helpers use.
+TORCH_PAGES = (
+    "torch.md", "tensors.md", "tensor_attributes.md", "type_info.md",
+    "nn.md", "nn.functional.md", "cuda.md", "cuda.aliases.md", "cpu.md",
+    "amp.md", "autograd.md", "checkpoint.md", "profiler.md", "optim.md",
+    "data.md", "torch.compiler_api.md", "benchmark_utils.md",
+)  # fmt: skip
+
 PROJECTS = {
-    # The pages that document the torch API the guide and its helpers use.
-    "torch": Project(
-        "PyTorch",
-        "torch",
-        (
-            "torch.md", "tensors.md", "tensor_attributes.md", "type_info.md",
-            "nn.md", "nn.functional.md", "cuda.md", "cuda.aliases.md", "cpu.md",
-            "amp.md", "autograd.md", "checkpoint.md", "profiler.md", "optim.md",
-            "data.md", "torch.compiler_api.md", "benchmark_utils.md",
-        ),
-    ),  # fmt: skip
+    "torch": Project("PyTorch", "torch", TORCH_PAGES),
     "numpy": Project(
         "NumPy",
         "numpy",
@@ -104,11 +102,10 @@ OPTION = re.compile(r"^\s*:([\w-]+):\s*(.*)$")
 FENCE = re.compile(r"^(`{3,}|:{3,})\{([\w:-]+)\}\s*(.*)$")
 
 
-def rest_of(path: Path) -> str:
-    """The reST of a page: the whole file, or a MyST page's reST fences and its
+def rest_of_text(page: str, text: str) -> str:
+    """The reST of a page: the whole text, or a MyST page's reST fences and its
     directive fences rewritten as reST directives."""
-    text = path.read_text(encoding="utf-8")
-    if path.suffix != ".md":
+    if not page.endswith(".md"):
         return text
     out, lines, i = [], text.splitlines(), 0
     while i < len(lines):
@@ -211,7 +208,9 @@ def members(cls: type, inherited: bool) -> dict[str, str]:
                 doc = raw.__func__.__doc__
             if inspect.isclass(raw) or not doc or doc == type(raw).__doc__:
                 continue
-            routine = inspect.isroutine(raw) or isinstance(raw, (staticmethod, classmethod))
+            routine = inspect.isroutine(raw) or isinstance(
+                raw, (staticmethod, classmethod)
+            )
             found[name] = "py:method" if routine else "py:attribute"
     return found
 
@@ -241,7 +240,11 @@ def page_entries(page: str, text: str) -> dict[str, tuple[str, str]]:
                     continue
                 obj = resolve(full)
                 uri = f"{folder}/{full}.html"
-                add(full, role_of(obj, resolve(full.rpartition(".")[0])), f"{uri}#{full}")
+                add(
+                    full,
+                    role_of(obj, resolve(full.rpartition(".")[0])),
+                    f"{uri}#{full}",
+                )
                 template = options.get("template", "")
                 if inspect.isclass(obj) and template.startswith("class"):
                     inherit = template == "classtemplate.rst"
@@ -294,7 +297,9 @@ def derive(key: str, source: Path) -> dict[str, tuple[str, str]]:
     project = PROJECTS[key]
     entries: dict[str, tuple[str, str]] = {}
     for page in project.pages:
-        for name, value in page_entries(page, rest_of(source / page)).items():
+        for name, value in page_entries(
+            page, rest_of_text(page, (source / page).read_text("utf-8"))
+        ).items():
             entries.setdefault(name, value)
     return entries
 
@@ -307,7 +312,9 @@ def imported_modules() -> set[str]:
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Import):
                     names.update(a.name.split(".")[0] for a in node.names)
-                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                elif (
+                    isinstance(node, ast.ImportFrom) and node.module and not node.level
+                ):
                     names.add(node.module.split(".")[0])
     return names
 
@@ -329,8 +336,17 @@ def python_subset(published: Path) -> tuple[str, dict[str, tuple[str, str]]]:
             version = getattr(item, "project_version", None) or item[1]
             uri = getattr(item, "uri", None) or item[2]
             top = name.split(".")[0]
-            builtin = "." not in name or top in {"int", "float", "str", "dict", "list",
-                                                  "tuple", "set", "bytes", "object"}
+            builtin = "." not in name or top in {
+                "int",
+                "float",
+                "str",
+                "dict",
+                "list",
+                "tuple",
+                "set",
+                "bytes",
+                "object",
+            }
             if top in keep or builtin:
                 entries[name] = (role, uri)
     return version, entries
@@ -339,7 +355,9 @@ def python_subset(published: Path) -> tuple[str, dict[str, tuple[str, str]]]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("project", choices=[*PROJECTS, "python"])
-    parser.add_argument("source", type=Path, help="documentation sources, or objects.inv")
+    parser.add_argument(
+        "source", type=Path, help="documentation sources, or objects.inv"
+    )
     parser.add_argument("-o", "--output", type=Path, help="default: docs/_inventories/")
     args = parser.parse_args(argv)
     out = args.output or OUT / f"{args.project}.inv"
