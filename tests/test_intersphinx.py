@@ -150,6 +150,8 @@ def test_written_inventory_reads_back(tmp_path: Path) -> None:
     assert inventory(tmp_path / "t.inv") == entries
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # the whole site is built once, shared
 def test_api_page_lists_the_examples_using_a_helper(site) -> None:
     out, result = site
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -158,6 +160,8 @@ def test_api_page_lists_the_examples_using_a_helper(site) -> None:
     assert re.search(r'href="\.\./auto_examples/[^"]+\.html"', timing)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # the whole site is built once, shared
 def test_built_example_pages_link_torch_compile(site) -> None:
     out, _ = site
     pages = [p.read_text() for p in (out / "auto_examples").glob("*/plot_*.html")]
