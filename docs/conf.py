@@ -46,7 +46,7 @@ extensions = [
     "api_examples",  # docs/_ext: each helper's API entry lists the examples using it
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-exclude_patterns = ["_build", "**.ipynb_checkpoints", "README.md"]
+exclude_patterns = ["_build", "_inventories", "**.ipynb_checkpoints", "README.md"]
 myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence", "deflist"]
 
