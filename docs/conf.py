@@ -35,6 +35,7 @@ release = version = gpuguide.__version__
 extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
+    "sphinx.ext.intersphinx",
     "myst_parser",
     "sphinx_copybutton",
     "sphinx_gallery.gen_gallery",
@@ -42,11 +43,27 @@ extensions = [
     "site_wheel",  # docs/_ext: the helpers' wheel on the site, its install command
     "landing",  # docs/_ext: banner and chapter cards; actions and provenance on top
     "record_build",  # docs/_ext: --record writes this device's results file
+    "api_examples",  # docs/_ext: each helper's API entry lists the examples using it
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-exclude_patterns = ["_build", "**.ipynb_checkpoints", "README.md"]
+exclude_patterns = ["_build", "_inventories", "**.ipynb_checkpoints", "README.md"]
 myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence", "deflist"]
+
+# torch, numpy, matplotlib and Python names, in the examples' code and on the API
+# pages, link to their documentation through inventories kept in the repository
+# (docs/_inventories, made by tools/make_inventories.py): the build reads them from
+# disk and never fetches one.
+INVENTORIES = Path(__file__).resolve().parent / "_inventories"
+intersphinx_mapping = {
+    name: (url, str(INVENTORIES / f"{name}.inv"))
+    for name, url in {
+        "python": "https://docs.python.org/3/",
+        "numpy": "https://numpy.org/doc/stable/",
+        "matplotlib": "https://matplotlib.org/stable/",
+        "torch": "https://docs.pytorch.org/docs/stable/",
+    }.items()
+}
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
@@ -96,6 +113,9 @@ sphinx_gallery_conf = {
     "reset_modules_order": "both",
     "remove_config_comments": True,
     "download_all_examples": True,
+    # Which examples use which helper: the API pages list them (docs/_ext/api_examples.py).
+    "backreferences_dir": "_build/backreferences",
+    "doc_module": ("gpuguide",),
     "min_reported_time": 0,
     "show_memory": False,
     # No sg_execution_times pages: they load jQuery and DataTables from CDNs, which

@@ -1,0 +1,208 @@
+"""Names in the examples' code link to their documentation: intersphinx with the
+inventories in docs/_inventories, which tools/make_inventories.py derives from the
+projects' documentation sources; and the API pages list the examples using a helper."""
+
+from __future__ import annotations
+
+import importlib.util
+import posixpath
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, build_mini_site
+from sphinx.util.inventory import InventoryFile
+
+TORCH_DOCS = "https://docs.pytorch.org/docs/stable/"
+
+#: Names the pages use, and their own pages in PyTorch's documentation.
+TORCH_PAGES = {
+    "torch.compile": "generated/torch.compile.html#torch.compile",
+    "torch.nn.functional.scaled_dot_product_attention": (
+        "generated/torch.nn.functional.scaled_dot_product_attention.html"
+        "#torch.nn.functional.scaled_dot_product_attention"
+    ),
+    "torch.cuda.Event": "generated/torch.cuda.Event.html#torch.cuda.Event",
+    "torch.profiler.profile": "profiler.html#torch.profiler.profile",
+    "torch.autocast": "amp.html#torch.autocast",
+}
+
+EXAMPLE = '''"""
+Linked names
+============
+
+A page whose code uses torch names that link to PyTorch's documentation.
+"""
+
+import torch
+import torch.nn.functional as F
+
+q = torch.randn(1, 2, 8, 4)
+out = F.scaled_dot_product_attention(q, q, q)
+sine = torch.compile(torch.sin, backend="eager")
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    y = q @ q.transpose(-1, -2)
+with torch.profiler.profile() as prof:
+    torch.sin(q)
+if torch.cuda.is_available():
+    start = torch.cuda.Event(enable_timing=True)
+'''
+
+LINK = re.compile(r'<a [^>]*href="([^"]+)" title="([^"]+)"')
+
+
+def links(html: str) -> dict[str, set[str]]:
+    """{title: hrefs} of the links in a page."""
+    found: dict[str, set[str]] = {}
+    for href, title in LINK.findall(html):
+        found.setdefault(title, set()).add(href)
+    return found
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location(
+        "make_inventories", ROOT / "tools" / "make_inventories.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def inventory(path: Path, base: str = "") -> dict[str, tuple[str, str]]:
+    with path.open("rb") as f:
+        loaded = InventoryFile.load(f, base, posixpath.join)
+    return {
+        name: (role, getattr(item, "uri", None) or item[2])
+        for role, items in loaded.items()
+        for name, item in items.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def linked_page(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = tmp_path_factory.mktemp("linked")
+    built = build_mini_site(root, EXAMPLE)
+    assert built.returncode == 0, built.stderr
+    return (root / "html" / "auto_examples" / "01_only" / "plot_only.html").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_PAGES))
+def test_torch_names_link_to_their_own_pages(linked_page: str, name: str) -> None:
+    assert links(linked_page).get(name) == {TORCH_DOCS + TORCH_PAGES[name]}
+
+
+def test_the_build_reads_the_inventories_from_the_repository() -> None:
+    """Offline: every inventory is a file in docs/_inventories, never a URL."""
+    conf: dict = {"__file__": str(ROOT / "docs" / "conf.py")}
+    exec(
+        compile((ROOT / "docs" / "conf.py").read_text(), conf["__file__"], "exec"), conf
+    )
+    mapping = conf["intersphinx_mapping"]
+    assert set(mapping) == {"python", "numpy", "matplotlib", "torch"}
+    for url, location in mapping.values():
+        assert url.startswith("https://")
+        assert Path(location).parent == ROOT / "docs" / "_inventories"
+        assert inventory(Path(location))  # a valid inventory with names in it
+
+
+def test_committed_torch_inventory_has_the_pages_names() -> None:
+    torch_inv = inventory(ROOT / "docs" / "_inventories" / "torch.inv")
+    for name, page in TORCH_PAGES.items():
+        assert torch_inv[name][1] == page
+
+
+def test_the_tool_places_names_as_sphinx_does() -> None:
+    tool = load_tool()
+    text = tool.rest_of_text(
+        "cuda.md",
+        "# torch.cuda\n\n```{eval-rst}\n.. currentmodule:: torch.cuda\n```\n\n"
+        "```{eval-rst}\n.. autosummary::\n    :toctree: generated\n    :nosignatures:\n\n"
+        "    Event\n    synchronize\n    not_a_torch_name\n```\n\n"
+        "Prose with .. autoclass:: torch.Tensor outside a fence is not read.\n\n"
+        "```{eval-rst}\n.. currentmodule:: torch.cuda.nccl\n\n.. autofunction:: version\n\n"
+        ".. autoclass:: torch.autocast\n    :members:\n```\n",
+    )
+    found = tool.page_entries("sub/cuda.md", text)
+    assert found["torch.cuda.Event"] == (
+        "py:class", "sub/generated/torch.cuda.Event.html#torch.cuda.Event",
+    )  # fmt: skip
+    assert found["torch.cuda.synchronize"][1].endswith(
+        "torch.cuda.synchronize.html#torch.cuda.synchronize"
+    )
+    assert found["torch.cuda.nccl.version"] == (
+        "py:function", "sub/cuda.html#torch.cuda.nccl.version",
+    )  # fmt: skip
+    assert found["torch.autocast"][1] == "sub/cuda.html#torch.autocast"
+    assert "torch.cuda.not_a_torch_name" not in found
+    assert "torch.Tensor" not in found
+
+
+def test_written_inventory_reads_back(tmp_path: Path) -> None:
+    tool = load_tool()
+    entries = {
+        "torch.compile": ("py:function", "generated/torch.compile.html#torch.compile"),
+        "torch.cuda": ("py:module", "cuda.html#module-torch.cuda"),
+    }
+    tool.write_inventory(tmp_path / "t.inv", "PyTorch", "2.13", entries)
+    assert inventory(tmp_path / "t.inv") == entries
+
+
+def test_api_page_lists_the_examples_using_a_helper(tmp_path: Path) -> None:
+    """A helper an example uses gets a mini-gallery on its API entry; one no example
+    uses gets none."""
+    code = (
+        EXAMPLE + "\nimport gpuguide\n\nm = gpuguide.benchmark(torch.sin, args=(q,))\n"
+    )
+    assert build_mini_site(tmp_path, code).returncode == 0
+    docs = tmp_path / "docs"
+    (docs / "api.rst").write_text(
+        "API\n===\n\n.. automodule:: gpuguide.timing\n   :members: benchmark, gpu_hold\n"
+    )
+    (docs / "index.rst").write_text(
+        "Mini\n====\n\n.. toctree::\n\n   auto_examples/index\n   api\n"
+    )
+    built = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "html", "-W", "-q", str(docs),
+         str(tmp_path / "html")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    api = (tmp_path / "html" / "api.html").read_text()
+    benchmark, gpu_hold = api.split('id="gpuguide.timing.gpu_hold"')
+    assert "Examples using it" in benchmark
+    assert 'href="auto_examples/01_only/plot_only.html"' in benchmark
+    assert "Examples using it" not in gpu_hold
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # the whole site is built once, shared
+def test_built_example_pages_link_torch_compile(site) -> None:
+    out, _ = site
+    pages = [p.read_text() for p in (out / "auto_examples").glob("*/plot_*.html")]
+    compiled = [links(p).get("torch.compile") for p in pages if "torch.compile" in p]
+    assert any(compiled)
+    assert all(h == {TORCH_DOCS + TORCH_PAGES["torch.compile"]} for h in compiled if h)
+
+
+def test_tool_runs_from_the_command_line(tmp_path: Path) -> None:
+    source = tmp_path / "docs"
+    source.mkdir()
+    for page in load_tool().PROJECTS["torch"].pages:
+        (source / page).write_text("```{eval-rst}\n.. currentmodule:: torch\n```\n")
+    (source / "torch.md").write_text(
+        "```{eval-rst}\n.. currentmodule:: torch\n.. autosummary::\n"
+        "    :toctree: generated\n\n    compile\n```\n"
+    )
+    out = tmp_path / "torch.inv"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "make_inventories.py"), "torch", str(source),
+         "-o", str(out)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert inventory(out) == {
+        "torch.compile": ("py:function", "generated/torch.compile.html#torch.compile")
+    }

@@ -1,0 +1,377 @@
+"""Make the intersphinx inventories in docs/_inventories, which the docs build reads
+from disk (it never fetches one): the examples' code and the API pages link
+torch, numpy, matplotlib and Python names to their documentation through them.
+
+torch, numpy and matplotlib publish no inventory in any package registry, so
+theirs are DERIVED from their own documentation sources: every page listed in
+PROJECTS is read, and its directives say which names have a page and where,
+as Sphinx would place them:
+
+- ``.. autosummary::`` with ``:toctree: DIR`` gives each entry its own page,
+  ``DIR/<full name>.html`` next to the page that lists it (the anchor is the full
+  name); an entry is looked up under the current module first, as autosummary
+  does, and with the ``classtemplate.rst`` template a class page documents its
+  members too;
+- ``.. autofunction::``, ``.. autoclass::`` (and its ``:members:``), ``.. function::``,
+  ``.. class::`` ... document a name on the page itself, ``<page>.html#<full name>``;
+- ``.. currentmodule::``, ``.. module::``, ``.. py:module::`` and ``.. automodule::``
+  set the module that undotted names belong to; the last three also give the
+  module an anchor, ``<page>.html#module-<name>``.
+
+In MyST pages (``.md``) the reST inside ```` ```{eval-rst} ```` fences and the
+``{autosummary}``-style fences are read. A name that the installed package does
+not have is left out (the stable documentation is built from a release). Where a
+class's members are documented is found by importing the class (public members
+with their own docstring; inherited ones only with ``:inherited-members:``).
+
+Python's inventory is the one its documentation publishes (Debian's
+``python3.11-doc`` package ships it as ``/usr/share/doc/python3.11/html/objects.inv``),
+cut down to the Python objects of the standard modules that the repository imports
+and the built-ins.
+
+Usage, from the repository root (see docs/_inventories/README.md)::
+
+    python tools/make_inventories.py torch PYTORCH_CHECKOUT/docs/source
+    python tools/make_inventories.py numpy NUMPY_CHECKOUT/doc/source
+    python tools/make_inventories.py matplotlib MATPLOTLIB_CHECKOUT/doc
+    python tools/make_inventories.py python /usr/share/doc/python3.11/html/objects.inv
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import inspect
+import posixpath
+import re
+import sys
+import textwrap
+import warnings
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "_inventories"
+
+
+@dataclass(frozen=True)
+class Project:
+    """A project whose inventory is derived from its documentation sources."""
+
+    title: str  # the project name written in the inventory
+    package: str  # what is imported to find names and their kinds
+    pages: tuple[str, ...]  # documentation pages read, relative to the source folder
+
+
+#: The pages that document the torch API the guide and its helpers use.
+TORCH_PAGES = (
+    "torch.md", "tensors.md", "tensor_attributes.md", "type_info.md",
+    "nn.md", "nn.functional.md", "cuda.md", "cuda.aliases.md", "cpu.md",
+    "amp.md", "autograd.md", "checkpoint.md", "profiler.md", "optim.md",
+    "data.md", "torch.compiler_api.md", "benchmark_utils.md",
+)  # fmt: skip
+
+PROJECTS = {
+    "torch": Project("PyTorch", "torch", TORCH_PAGES),
+    "numpy": Project(
+        "NumPy",
+        "numpy",
+        ("reference/routines.array-creation.rst",),
+    ),
+    "matplotlib": Project(
+        "Matplotlib",
+        "matplotlib",
+        ("api/pyplot_summary.rst",),
+    ),
+}
+
+MODULE_DIRECTIVES = {"currentmodule", "module", "py:module", "automodule"}
+OWN_PAGE = {  # directive -> inventory role, for names documented on the page itself
+    "autofunction": "py:function", "autoclass": "py:class",
+    "autoexception": "py:exception", "autodata": "py:data",
+    "automethod": "py:method", "autoattribute": "py:attribute",
+    "autoproperty": "py:property",
+    "function": "py:function", "class": "py:class", "exception": "py:exception",
+    "data": "py:data", "method": "py:method", "attribute": "py:attribute",
+}  # fmt: skip
+CLASS_LEVEL = {"automethod", "autoattribute", "autoproperty"}
+DIRECTIVE = re.compile(r"^(\s*)\.\. ([\w:-]+)::\s*(.*)$")
+OPTION = re.compile(r"^\s*:([\w-]+):\s*(.*)$")
+FENCE = re.compile(r"^(`{3,}|:{3,})\{([\w:-]+)\}\s*(.*)$")
+
+
+def rest_of_text(page: str, text: str) -> str:
+    """The reST of a page: the whole text, or a MyST page's reST fences and its
+    directive fences rewritten as reST directives."""
+    if not page.endswith(".md"):
+        return text
+    out, lines, i = [], text.splitlines(), 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        i += 1
+        if not m:
+            continue
+        fence, name, arg = m.groups()
+        body = []
+        while i < len(lines) and not lines[i].startswith(fence):
+            body.append(lines[i])
+            i += 1
+        i += 1
+        if name == "eval-rst":
+            out.extend(body)
+        elif name in OWN_PAGE or name in MODULE_DIRECTIVES or name == "autosummary":
+            out.append(f".. {name}:: {arg}")
+            out.extend("    " + line for line in body)
+        out.append("")
+    return "\n".join(out)
+
+
+def directives(text: str):
+    """Each directive of a reST text: (name, argument, options, content lines)."""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = DIRECTIVE.match(lines[i])
+        i += 1
+        if not m:
+            continue
+        indent, name, arg = len(m.group(1)), m.group(2), m.group(3).strip()
+        block = []
+        while i < len(lines) and (
+            not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > indent
+        ):
+            block.append(lines[i])
+            i += 1
+        options: dict[str, str] = {}
+        content = []
+        for line in block:
+            o = OPTION.match(line)
+            if o and not content:
+                options[o.group(1)] = o.group(2).strip()
+            elif line.strip():
+                content.append(line.strip())
+        yield name, arg, options, content
+        # Nested directives (a class's methods) are read as directives too.
+        yield from directives(textwrap.dedent("\n".join(block)))
+
+
+def resolve(name: str):
+    """The object a dotted name refers to, or None."""
+    with warnings.catch_warnings():  # deprecated aliases warn when looked up
+        warnings.simplefilter("ignore")
+        return _resolve(name)
+
+
+def _resolve(name: str):
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except Exception:
+            continue
+        try:
+            for part in parts[cut:]:
+                obj = getattr(obj, part)
+        except Exception:
+            return None
+        return obj
+    return None
+
+
+_MISSING = object()
+
+
+def role_of(obj: object, parent: object = None) -> str:
+    """The inventory role of an object (``parent``: what it is an attribute of)."""
+    if inspect.isclass(parent) and not inspect.isclass(obj):
+        return "py:method" if callable(obj) else "py:attribute"
+    if inspect.ismodule(obj):
+        return "py:module"
+    if inspect.isclass(obj):
+        return "py:exception" if issubclass(obj, BaseException) else "py:class"
+    return "py:function" if callable(obj) else "py:data"
+
+
+def members(cls: type, inherited: bool) -> dict[str, str]:
+    """Public members of a class that autodoc documents with ``:members:`` (those
+    with a docstring of their own), and their roles."""
+    owners = [c for c in cls.__mro__ if c is not object] if inherited else [cls]
+    found: dict[str, str] = {}
+    for owner in owners:
+        for name, raw in vars(owner).items():
+            if name.startswith("_") or name in found:
+                continue
+            doc = getattr(raw, "__doc__", None)
+            if isinstance(raw, (staticmethod, classmethod)):
+                doc = raw.__func__.__doc__
+            if inspect.isclass(raw) or not doc or doc == type(raw).__doc__:
+                continue
+            routine = inspect.isroutine(raw) or isinstance(
+                raw, (staticmethod, classmethod)
+            )
+            found[name] = "py:method" if routine else "py:attribute"
+    return found
+
+
+def page_entries(page: str, text: str) -> dict[str, tuple[str, str]]:
+    """{full name: (role, uri)} for what one documentation page documents."""
+    here = posixpath.dirname(page)
+    doc = posixpath.splitext(page)[0] + ".html"
+    module: str | None = None
+    found: dict[str, tuple[str, str]] = {}
+
+    def add(full: str, role: str, uri: str) -> None:
+        found.setdefault(full, (role, uri))
+
+    for name, arg, options, content in directives(text):
+        if name in MODULE_DIRECTIVES:
+            module = None if arg == "None" else arg
+            if name != "currentmodule" and "noindex" not in options:
+                add(arg, "py:module", f"{doc}#module-{arg}")
+        elif name == "autosummary" and "toctree" in options:
+            folder = posixpath.normpath(posixpath.join(here, options["toctree"]))
+            for entry in content:
+                entry = entry.lstrip("~").split("(")[0].strip()
+                tries = ([f"{module}.{entry}"] if module else []) + [entry]
+                full = next((t for t in tries if resolve(t) is not None), None)
+                if full is None:
+                    continue
+                obj = resolve(full)
+                uri = f"{folder}/{full}.html"
+                add(
+                    full,
+                    role_of(obj, resolve(full.rpartition(".")[0])),
+                    f"{uri}#{full}",
+                )
+                template = options.get("template", "")
+                if inspect.isclass(obj) and template.startswith("class"):
+                    inherit = template == "classtemplate.rst"
+                    for member, role in members(obj, inherit).items():
+                        add(f"{full}.{member}", role, f"{uri}#{full}.{member}")
+        elif name in OWN_PAGE:
+            target = arg.split("(")[0].strip()
+            if not target:
+                continue
+            if name.startswith("auto"):
+                # autodoc: a dotted module-level name is absolute; a class-level
+                # one is Class.member under the current module.
+                dotted = target.count(".") >= (2 if name in CLASS_LEVEL else 1)
+                full = target if dotted or not module else f"{module}.{target}"
+                obj = resolve(full)
+                if obj is None:
+                    continue
+                role = OWN_PAGE[name] if name in CLASS_LEVEL else role_of(obj)
+            else:
+                # The Python domain always puts the current module in front.
+                full = f"{module}.{target}" if module else target
+                obj, role = None, OWN_PAGE[name]
+            add(full, role, f"{doc}#{full}")
+            if inspect.isclass(obj) and "members" in options:
+                inherit = "inherited-members" in options
+                for member, role in members(obj, inherit).items():
+                    add(f"{full}.{member}", role, f"{doc}#{full}.{member}")
+    return found
+
+
+def write_inventory(
+    path: Path, project: str, version: str, entries: dict[str, tuple[str, str]]
+) -> None:
+    """Write a Sphinx inventory (format 2), sorted, so that it regenerates the same."""
+    header = (
+        "# Sphinx inventory version 2\n"
+        f"# Project: {project}\n# Version: {version}\n"
+        "# The remainder of this file is compressed using zlib.\n"
+    )
+    lines = []
+    for name, (role, uri) in sorted(entries.items(), key=lambda kv: (kv[0], kv[1][0])):
+        if uri.endswith("#" + name):
+            uri = uri[: -len(name)] + "$"
+        lines.append(f"{name} {role} 1 {uri} -\n")
+    body = zlib.compress("".join(lines).encode(), 9)
+    path.write_bytes(header.encode() + body)
+
+
+def derive(key: str, source: Path) -> dict[str, tuple[str, str]]:
+    project = PROJECTS[key]
+    entries: dict[str, tuple[str, str]] = {}
+    for page in project.pages:
+        for name, value in page_entries(
+            page, rest_of_text(page, (source / page).read_text("utf-8"))
+        ).items():
+            entries.setdefault(name, value)
+    return entries
+
+
+def imported_modules() -> set[str]:
+    """Top-level modules that the examples, helpers and build extensions import."""
+    names: set[str] = set()
+    for folder in ("examples", "src", "docs/_ext"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import):
+                    names.update(a.name.split(".")[0] for a in node.names)
+                elif (
+                    isinstance(node, ast.ImportFrom) and node.module and not node.level
+                ):
+                    names.add(node.module.split(".")[0])
+    return names
+
+
+def python_subset(published: Path) -> tuple[str, dict[str, tuple[str, str]]]:
+    """Python's published inventory, cut down to the Python objects of the standard
+    modules the repository imports and the built-ins."""
+    from sphinx.util.inventory import InventoryFile
+
+    with published.open("rb") as f:
+        inventory = InventoryFile.load(f, "", posixpath.join)
+    keep = imported_modules() & set(sys.stdlib_module_names)
+    entries: dict[str, tuple[str, str]] = {}
+    version = ""
+    for role, items in inventory.items():
+        if not role.startswith("py:"):
+            continue
+        for name, item in items.items():
+            version = getattr(item, "project_version", None) or item[1]
+            uri = getattr(item, "uri", None) or item[2]
+            top = name.split(".")[0]
+            builtin = "." not in name or top in {
+                "int",
+                "float",
+                "str",
+                "dict",
+                "list",
+                "tuple",
+                "set",
+                "bytes",
+                "object",
+            }
+            if top in keep or builtin:
+                entries[name] = (role, uri)
+    return version, entries
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("project", choices=[*PROJECTS, "python"])
+    parser.add_argument(
+        "source", type=Path, help="documentation sources, or objects.inv"
+    )
+    parser.add_argument("-o", "--output", type=Path, help="default: docs/_inventories/")
+    args = parser.parse_args(argv)
+    out = args.output or OUT / f"{args.project}.inv"
+    if args.project == "python":
+        version, entries = python_subset(args.source)
+        title = "Python"
+    else:
+        entries = derive(args.project, args.source)
+        package = importlib.import_module(PROJECTS[args.project].package)
+        version = ".".join(package.__version__.split("+")[0].split(".")[:2])
+        title = PROJECTS[args.project].title
+    write_inventory(out, title, version, entries)
+    print(f"{out}: {len(entries)} names")
+
+
+if __name__ == "__main__":
+    main()
