@@ -29,15 +29,37 @@ TORCH_PAGES = {
     "torch.autocast": "amp.html#torch.autocast",
 }
 
+#: numpy and matplotlib names the pages use (a method of the Axes that
+#: ``plt.subplots`` returns: sphinx-gallery finds its type after the run), and
+#: their own pages in numpy's and matplotlib's documentation.
+OTHER_PAGES = {
+    "numpy.random.default_rng": (
+        "https://numpy.org/doc/stable/reference/random/generator.html"
+        "#numpy.random.default_rng"
+    ),
+    "matplotlib.axes.Axes.set_xlabel": (
+        "https://matplotlib.org/stable/api/_as_gen/matplotlib.axes.Axes.set_xlabel.html"
+        "#matplotlib.axes.Axes.set_xlabel"
+    ),
+    "matplotlib.ticker.MaxNLocator": (
+        "https://matplotlib.org/stable/api/ticker_api.html"
+        "#matplotlib.ticker.MaxNLocator"
+    ),
+}
+
 EXAMPLE = '''"""
 Linked names
 ============
 
-A page whose code uses torch names that link to PyTorch's documentation.
+A page whose code uses torch, numpy and matplotlib names that link to their
+documentation.
 """
 
+import matplotlib.pyplot as plt
+import numpy as np
 import torch
 import torch.nn.functional as F
+from matplotlib.ticker import MaxNLocator
 
 q = torch.randn(1, 2, 8, 4)
 out = F.scaled_dot_product_attention(q, q, q)
@@ -48,6 +70,11 @@ with torch.profiler.profile() as prof:
     torch.sin(q)
 if torch.cuda.is_available():
     start = torch.cuda.Event(enable_timing=True)
+noise = np.random.default_rng(0).standard_normal(4)
+fig, ax = plt.subplots()
+ax.set_xlabel("step")
+ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+plt.close(fig)
 '''
 
 LINK = re.compile(r'<a [^>]*href="([^"]+)" title="([^"]+)"')
@@ -94,6 +121,13 @@ def test_torch_names_link_to_their_own_pages(linked_page: str, name: str) -> Non
     assert links(linked_page).get(name) == {TORCH_DOCS + TORCH_PAGES[name]}
 
 
+@pytest.mark.parametrize("name", sorted(OTHER_PAGES))
+def test_numpy_and_matplotlib_names_link_to_their_own_pages(
+    linked_page: str, name: str
+) -> None:
+    assert links(linked_page).get(name) == {OTHER_PAGES[name]}
+
+
 def test_the_build_reads_the_inventories_from_the_repository() -> None:
     """Offline: every inventory is a file in docs/_inventories, never a URL."""
     conf: dict = {"__file__": str(ROOT / "docs" / "conf.py")}
@@ -112,6 +146,20 @@ def test_committed_torch_inventory_has_the_pages_names() -> None:
     torch_inv = inventory(ROOT / "docs" / "_inventories" / "torch.inv")
     for name, page in TORCH_PAGES.items():
         assert torch_inv[name][1] == page
+
+
+@pytest.mark.parametrize(
+    ("project", "base"),
+    [("numpy", "https://numpy.org/doc/stable/"),
+     ("matplotlib", "https://matplotlib.org/stable/")],
+)  # fmt: skip
+def test_committed_numpy_and_matplotlib_inventories_have_the_pages_names(
+    project: str, base: str
+) -> None:
+    names = inventory(ROOT / "docs" / "_inventories" / f"{project}.inv")
+    for name, url in OTHER_PAGES.items():
+        if name.startswith(project + "."):
+            assert base + names[name][1] == url
 
 
 def test_the_tool_places_names_as_sphinx_does() -> None:
@@ -138,6 +186,35 @@ def test_the_tool_places_names_as_sphinx_does() -> None:
     assert found["torch.autocast"][1] == "sub/cuda.html#torch.autocast"
     assert "torch.cuda.not_a_torch_name" not in found
     assert "torch.Tensor" not in found
+
+
+def test_the_tool_reads_module_members_and_several_signatures() -> None:
+    """``automodule`` with ``:members:`` documents the module's ``__all__`` (and
+    their members) on the page; ``py:``-prefixed directives and a directive
+    naming several objects, one a line, are read; ``:members:`` with a list
+    documents only those."""
+    tool = load_tool()
+    text = (
+        ".. automodule:: matplotlib.ticker\n   :members:\n   :undoc-members:\n\n"
+        ".. py:currentmodule:: numpy\n\n"
+        ".. attribute:: uint8\n               uint16\n\n   Aliases.\n\n"
+        ".. py:data:: float32\n\n"
+        ".. autoclass:: numpy.generic\n   :members: __init__\n"
+        "   :exclude-members: __init__\n"
+    )
+    found = tool.page_entries("api/page.rst", text)
+    assert found["matplotlib.ticker.MaxNLocator"] == (
+        "py:class", "api/page.html#matplotlib.ticker.MaxNLocator",
+    )  # fmt: skip
+    assert found["matplotlib.ticker.MaxNLocator.tick_values"][1] == (
+        "api/page.html#matplotlib.ticker.MaxNLocator.tick_values"
+    )
+    assert "matplotlib.ticker.np" not in found  # imported, not in __all__
+    assert found["numpy.uint8"] == ("py:attribute", "api/page.html#numpy.uint8")
+    assert found["numpy.uint16"] == ("py:attribute", "api/page.html#numpy.uint16")
+    assert found["numpy.float32"] == ("py:data", "api/page.html#numpy.float32")
+    assert found["numpy.generic"][0] == "py:class"
+    assert not [name for name in found if name.startswith("numpy.generic.")]
 
 
 def test_written_inventory_reads_back(tmp_path: Path) -> None:

@@ -13,16 +13,22 @@ as Sphinx would place them:
   does, and with the ``classtemplate.rst`` template a class page documents its
   members too;
 - ``.. autofunction::``, ``.. autoclass::`` (and its ``:members:``), ``.. function::``,
-  ``.. class::`` ... document a name on the page itself, ``<page>.html#<full name>``;
-- ``.. currentmodule::``, ``.. module::``, ``.. py:module::`` and ``.. automodule::``
-  set the module that undotted names belong to; the last three also give the
-  module an anchor, ``<page>.html#module-<name>``.
+  ``.. class::``, ``.. py:data::`` ... document a name on the page itself,
+  ``<page>.html#<full name>`` (a Python-domain directive may name several, one a
+  line, as numpy's ``.. attribute:: int8`` / ``int16`` ...);
+- ``.. currentmodule::`` (or ``py:currentmodule``), ``.. module::``, ``.. py:module::``
+  and ``.. automodule::`` set the module that undotted names belong to; the last
+  three also give the module an anchor, ``<page>.html#module-<name>``; an
+  ``automodule`` with ``:members:`` documents on the page the names it lists, else
+  the module's ``__all__``, else its public classes and functions, and their
+  members (as matplotlib's ``ticker_api.rst``).
 
 In MyST pages (``.md``) the reST inside ```` ```{eval-rst} ```` fences and the
 ``{autosummary}``-style fences are read. A name that the installed package does
 not have is left out (the stable documentation is built from a release). Where a
 class's members are documented is found by importing the class (public members
-with their own docstring; inherited ones only with ``:inherited-members:``).
+with their own docstring, or all of them with ``:undoc-members:``, or the ones
+``:members:`` lists; inherited ones only with ``:inherited-members:``).
 
 Python's inventory is the one its documentation publishes (Debian's
 ``python3.11-doc`` package ships it as ``/usr/share/doc/python3.11/html/objects.inv``),
@@ -49,8 +55,10 @@ import sys
 import textwrap
 import warnings
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "_inventories"
@@ -78,26 +86,50 @@ PROJECTS = {
     "numpy": Project(
         "NumPy",
         "numpy",
-        ("reference/routines.array-creation.rst",),
+        (
+            "reference/routines.array-creation.rst",
+            "reference/routines.array-manipulation.rst",
+            "reference/routines.math.rst",
+            "reference/routines.statistics.rst",
+            "reference/routines.padding.rst",
+            "reference/routines.polynomials.poly1d.rst",
+            "reference/arrays.ndarray.rst",
+            "reference/arrays.scalars.rst",
+            "reference/random/generator.rst",
+        ),
     ),
     "matplotlib": Project(
         "Matplotlib",
         "matplotlib",
-        ("api/pyplot_summary.rst",),
+        (
+            "api/pyplot_summary.rst",
+            "api/axes_api.rst",
+            "api/figure_api.rst",
+            "api/axis_api.rst",
+            "api/ticker_api.rst",
+            "api/layout_engine_api.rst",
+            "api/matplotlib_configuration_api.rst",
+        ),
     ),
 }
 
-MODULE_DIRECTIVES = {"currentmodule", "module", "py:module", "automodule"}
+MODULE_DIRECTIVES = {
+    "currentmodule", "py:currentmodule", "module", "py:module", "automodule",
+}  # fmt: skip
+PY_DOMAIN = {  # the Python domain's directives (also written with "py:") -> role
+    "function": "py:function", "class": "py:class", "exception": "py:exception",
+    "data": "py:data", "method": "py:method", "attribute": "py:attribute",
+}  # fmt: skip
 OWN_PAGE = {  # directive -> inventory role, for names documented on the page itself
     "autofunction": "py:function", "autoclass": "py:class",
     "autoexception": "py:exception", "autodata": "py:data",
     "automethod": "py:method", "autoattribute": "py:attribute",
     "autoproperty": "py:property",
-    "function": "py:function", "class": "py:class", "exception": "py:exception",
-    "data": "py:data", "method": "py:method", "attribute": "py:attribute",
+    **PY_DOMAIN, **{f"py:{name}": role for name, role in PY_DOMAIN.items()},
 }  # fmt: skip
 CLASS_LEVEL = {"automethod", "autoattribute", "autoproperty"}
 DIRECTIVE = re.compile(r"^(\s*)\.\. ([\w:-]+)::\s*(.*)$")
+NAME = re.compile(r"^[A-Za-z_][\w.]*$")
 OPTION = re.compile(r"^\s*:([\w-]+):\s*(.*)$")
 FENCE = re.compile(r"^(`{3,}|:{3,})\{([\w:-]+)\}\s*(.*)$")
 
@@ -128,8 +160,12 @@ def rest_of_text(page: str, text: str) -> str:
     return "\n".join(out)
 
 
-def directives(text: str):
-    """Each directive of a reST text: (name, argument, options, content lines)."""
+def directives(text: str) -> Iterator[tuple[str, str, dict[str, str], list[str]]]:
+    """Each directive of a reST text: (name, argument, options, content lines).
+
+    A Python-domain directive may name several objects, one signature a line
+    (``.. attribute:: int8`` then ``int16`` ... indented below it): its argument
+    is then those lines, joined with newlines."""
     lines = text.splitlines()
     i = 0
     while i < len(lines):
@@ -144,8 +180,16 @@ def directives(text: str):
         ):
             block.append(lines[i])
             i += 1
+        signatures = []
+        if name in OWN_PAGE and not name.startswith("auto"):
+            for line in block:
+                if not line.strip() or OPTION.match(line):
+                    break
+                signatures.append(line.strip())
+        block = block[len(signatures) :]
+        arg = "\n".join([arg, *signatures])
         options: dict[str, str] = {}
-        content = []
+        content: list[str] = []
         for line in block:
             o = OPTION.match(line)
             if o and not content:
@@ -157,14 +201,14 @@ def directives(text: str):
         yield from directives(textwrap.dedent("\n".join(block)))
 
 
-def resolve(name: str):
+def resolve(name: str) -> Any:
     """The object a dotted name refers to, or None."""
     with warnings.catch_warnings():  # deprecated aliases warn when looked up
         warnings.simplefilter("ignore")
         return _resolve(name)
 
 
-def _resolve(name: str):
+def _resolve(name: str) -> Any:
     parts = name.split(".")
     for cut in range(len(parts), 0, -1):
         try:
@@ -194,24 +238,56 @@ def role_of(obj: object, parent: object = None) -> str:
     return "py:function" if callable(obj) else "py:data"
 
 
-def members(cls: type, inherited: bool) -> dict[str, str]:
+def members(
+    cls: type, inherited: bool, undoc: bool = False, chosen: str = ""
+) -> dict[str, str]:
     """Public members of a class that autodoc documents with ``:members:`` (those
-    with a docstring of their own), and their roles."""
+    with a docstring of their own; all of them with ``:undoc-members:``; only
+    ``chosen`` ones where ``:members:`` lists names), and their roles."""
     owners = [c for c in cls.__mro__ if c is not object] if inherited else [cls]
+    listed = {n.strip() for n in chosen.split(",") if n.strip()}
     found: dict[str, str] = {}
     for owner in owners:
         for name, raw in vars(owner).items():
-            if name.startswith("_") or name in found:
+            if name in found or (name not in listed if listed else name[0] == "_"):
                 continue
             doc = getattr(raw, "__doc__", None)
             if isinstance(raw, (staticmethod, classmethod)):
                 doc = raw.__func__.__doc__
-            if inspect.isclass(raw) or not doc or doc == type(raw).__doc__:
+            documented = doc and doc != type(raw).__doc__
+            if inspect.isclass(raw) or not (documented or undoc or listed):
                 continue
             routine = inspect.isroutine(raw) or isinstance(
                 raw, (staticmethod, classmethod)
             )
             found[name] = "py:method" if routine else "py:attribute"
+    return found
+
+
+def module_members(module: str, options: dict[str, str]) -> dict[str, object]:
+    """What ``.. automodule:: module`` with ``:members:`` documents: the names its
+    ``:members:`` lists, else those in the module's ``__all__``, else the public
+    classes and functions defined in it (not imported), each with a docstring
+    unless ``:undoc-members:``."""
+    mod = resolve(module)
+    listed = [n.strip() for n in options["members"].split(",") if n.strip()]
+    if listed:
+        names = listed
+    elif isinstance(getattr(mod, "__all__", None), (list, tuple)):
+        names = list(mod.__all__)
+    else:
+        names = [
+            n for n, v in vars(mod).items()
+            if n[0] != "_" and getattr(v, "__module__", None) == module
+        ]  # fmt: skip
+    exclude = {n.strip() for n in options.get("exclude-members", "").split(",")}
+    found: dict[str, object] = {}
+    for name in names:
+        obj = getattr(mod, name, None)
+        if obj is None or name in exclude or inspect.ismodule(obj):
+            continue
+        if listed or "undoc-members" in options or getattr(obj, "__doc__", None):
+            found[name] = obj
     return found
 
 
@@ -225,11 +301,46 @@ def page_entries(page: str, text: str) -> dict[str, tuple[str, str]]:
     def add(full: str, role: str, uri: str) -> None:
         found.setdefault(full, (role, uri))
 
+    def own_entry(name: str, target: str, options: dict[str, str]) -> None:
+        """A name that a directive documents on the page itself."""
+        if name.startswith("auto"):
+            # autodoc: a dotted module-level name is absolute; a class-level
+            # one is Class.member under the current module.
+            dotted = target.count(".") >= (2 if name in CLASS_LEVEL else 1)
+            full = target if dotted or not module else f"{module}.{target}"
+            obj = resolve(full)
+            if obj is None:
+                return
+            role = OWN_PAGE[name] if name in CLASS_LEVEL else role_of(obj)
+        else:
+            # The Python domain always puts the current module in front.
+            full = f"{module}.{target}" if module else target
+            obj, role = None, OWN_PAGE[name]
+        add(full, role, f"{doc}#{full}")
+        if inspect.isclass(obj) and "members" in options:
+            inherit = "inherited-members" in options
+            undoc = "undoc-members" in options
+            skip = {n.strip() for n in options.get("exclude-members", "").split(",")}
+            chosen = members(obj, inherit, undoc, options["members"])
+            for member, role in chosen.items():
+                if member not in skip:
+                    add(f"{full}.{member}", role, f"{doc}#{full}.{member}")
+
     for name, arg, options, content in directives(text):
         if name in MODULE_DIRECTIVES:
             module = None if arg == "None" else arg
-            if name != "currentmodule" and "noindex" not in options:
+            if not name.endswith("currentmodule") and "noindex" not in options:
                 add(arg, "py:module", f"{doc}#module-{arg}")
+            if name == "automodule" and "members" in options:
+                # autodoc hands the module's options down to its classes.
+                undoc = "undoc-members" in options
+                inherit = "inherited-members" in options
+                for member, obj in module_members(arg, options).items():
+                    qual = f"{arg}.{member}"
+                    add(qual, role_of(obj), f"{doc}#{qual}")
+                    if inspect.isclass(obj):
+                        for m, role in members(obj, inherit, undoc).items():
+                            add(f"{qual}.{m}", role, f"{doc}#{qual}.{m}")
         elif name == "autosummary" and "toctree" in options:
             folder = posixpath.normpath(posixpath.join(here, options["toctree"]))
             for entry in content:
@@ -251,27 +362,10 @@ def page_entries(page: str, text: str) -> dict[str, tuple[str, str]]:
                     for member, role in members(obj, inherit).items():
                         add(f"{full}.{member}", role, f"{uri}#{full}.{member}")
         elif name in OWN_PAGE:
-            target = arg.split("(")[0].strip()
-            if not target:
-                continue
-            if name.startswith("auto"):
-                # autodoc: a dotted module-level name is absolute; a class-level
-                # one is Class.member under the current module.
-                dotted = target.count(".") >= (2 if name in CLASS_LEVEL else 1)
-                full = target if dotted or not module else f"{module}.{target}"
-                obj = resolve(full)
-                if obj is None:
-                    continue
-                role = OWN_PAGE[name] if name in CLASS_LEVEL else role_of(obj)
-            else:
-                # The Python domain always puts the current module in front.
-                full = f"{module}.{target}" if module else target
-                obj, role = None, OWN_PAGE[name]
-            add(full, role, f"{doc}#{full}")
-            if inspect.isclass(obj) and "members" in options:
-                inherit = "inherited-members" in options
-                for member, role in members(obj, inherit).items():
-                    add(f"{full}.{member}", role, f"{doc}#{full}.{member}")
+            for target in arg.splitlines():
+                target = target.split("(")[0].strip()
+                if NAME.match(target):
+                    own_entry(name, target, options)
     return found
 
 
@@ -333,8 +427,8 @@ def python_subset(published: Path) -> tuple[str, dict[str, tuple[str, str]]]:
         if not role.startswith("py:"):
             continue
         for name, item in items.items():
-            version = getattr(item, "project_version", None) or item[1]
-            uri = getattr(item, "uri", None) or item[2]
+            version = str(getattr(item, "project_version", None) or item[1])
+            uri = str(getattr(item, "uri", None) or item[2])
             top = name.split(".")[0]
             builtin = "." not in name or top in {
                 "int",
