@@ -14,6 +14,7 @@ logs stay off the page) and its result comes back as one JSON line
 
 from __future__ import annotations
 
+import atexit
 import json
 import multiprocessing
 import os
@@ -102,16 +103,17 @@ def phases(metrics: Mapping[str, Sequence[float]] | None = None) -> dict[str, fl
 
 
 def _settle_compile_workers(timeout_s: float = 120.0) -> None:
-    """Wait until inductor's compile workers, where the first call started them,
-    have started (they import torch in the background, taking the CPU from the
+    """Wait until inductor's compile workers, where this process started them,
+    are ready (they import torch in the background, taking the CPU from the
     steady state's steps); start none."""
     try:
         from torch._inductor.async_compile import AsyncCompile
     except ImportError:  # pragma: no cover - inductor moved it
         return
-    future = getattr(AsyncCompile, "_ready_future", None)
-    if future is not None:
-        future.result(timeout=timeout_s)
+    pool = getattr(AsyncCompile, "process_pool", None)  # made once, on first use
+    started = getattr(pool, "cache_info", None)
+    if started is not None and started().currsize and hasattr(AsyncCompile, "wait_pool_ready"):
+        AsyncCompile.wait_pool_ready(timeout_s)
 
 
 def measure(
@@ -177,6 +179,7 @@ def _child(code: str, argv: list[str], env: dict[str, str], out: str, err: str) 
     try:
         exec(compile(code, "<string>", "exec"), main.__dict__)  # noqa: S102
     finally:
+        atexit._run_exitfuncs()  # as Python's exit does (inductor stops its workers)
         sys.stdout.flush()
         sys.stderr.flush()
 
