@@ -107,7 +107,10 @@ def test_describe_caches():
 def test_phases_sums_the_known_metrics_and_leaves_out_absent_ones():
     metrics = {"bytecode_tracing": [0.25, 0.5], "OutputGraph.call_user_compiler": [2.0],
                "something_else": [9.0]}  # fmt: skip
-    assert phases(metrics) == {"Dynamo's tracing": 0.75, "AOTAutograd and inductor": 2.0}
+    assert phases(metrics) == {
+        "Dynamo's tracing": 0.75,
+        "AOTAutograd and inductor": 2.0,
+    }
 
 
 def test_phases_reads_dynamo_in_this_process():
@@ -122,7 +125,9 @@ def test_split_first_call_adds_up_to_the_first_call():
     split = split_first_call(result)
     assert split["first call (s)"] == 3.0
     assert split["rest (s)"] == pytest.approx(0.75)
-    assert sum(v for k, v in split.items() if k != "first call (s)") == pytest.approx(3.0)
+    assert sum(v for k, v in split.items() if k != "first call (s)") == pytest.approx(
+        3.0
+    )
 
 
 def test_first_calls_and_steady_make_measurements_across_processes():
@@ -135,6 +140,16 @@ def test_first_calls_and_steady_make_measurements_across_processes():
     eager = steady(results, "eager", "eager", "cpu")
     assert eager.times_s == (1.0, 2.0, 3.0)
     assert steady(results, "compiled", "cold", "cpu").times_s == (0.5, 0.25)
+
+
+def test_steady_relative_divides_by_each_processes_eager_median():
+    # The second process ran everything twice as slowly: relative, it matches.
+    results = [{"steady": {"eager": [1.0, 1.0, 1.0], "compiled": [0.5, 0.5]}},
+               {"steady": {"eager": [2.0, 2.0, 2.0], "compiled": [1.0, 1.0]}}]  # fmt: skip
+    relative = steady(results, "compiled", "full", "cpu", relative=True)
+    assert relative.times_s == (0.5, 0.5, 0.5, 0.5)
+    assert "relative" in relative.method
+    assert steady(results, "compiled", "full", "cpu").median_s == 0.75
 
 
 # ---- in the child -----------------------------------------------------------
@@ -228,7 +243,9 @@ def test_run_fresh_cleans_up_its_files(light_server, monkeypatch, tmp_path):
 
 
 def test_without_a_fork_server_it_runs_python(monkeypatch):
-    monkeypatch.setattr(coldstart.multiprocessing, "get_all_start_methods", lambda: ["spawn"])
+    monkeypatch.setattr(
+        coldstart.multiprocessing, "get_all_start_methods", lambda: ["spawn"]
+    )
     assert coldstart._forkserver() is None
     code = f"import sys\nprint({MARK!r} + '{{\"python\": \"' + sys.executable + '\"}}')"
     assert run_fresh(code) == {"python": sys.executable}

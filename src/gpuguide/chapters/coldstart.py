@@ -18,6 +18,7 @@ import atexit
 import json
 import multiprocessing
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,7 +65,9 @@ class ChildFailed(RuntimeError):
 # ---- in the child -----------------------------------------------------------
 
 
-def cache_counts(counters: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+def cache_counts(
+    counters: Mapping[str, Mapping[str, int]],
+) -> dict[str, dict[str, int]]:
     """Hits, misses and bypasses of the compiler's caches, from dynamo's ``counters``.
 
     Reads every ``*cache_hit``/``*cache_miss``/``*cache_bypass`` key of the
@@ -76,7 +79,11 @@ def cache_counts(counters: Mapping[str, Mapping[str, int]]) -> dict[str, dict[st
     for group, name in names.items():
         for key, value in counters.get(group, {}).items():
             prefix, _, outcome = key.rpartition("_")
-            if outcome in ("hit", "miss", "bypass") and prefix.endswith("cache") and value:
+            if (
+                outcome in ("hit", "miss", "bypass")
+                and prefix.endswith("cache")
+                and value
+            ):
                 mine = counts.setdefault(name, {})
                 mine[outcome] = mine.get(outcome, 0) + int(value)
     return counts
@@ -99,7 +106,11 @@ def phases(metrics: Mapping[str, Sequence[float]] | None = None) -> dict[str, fl
         from torch._dynamo import utils
 
         metrics = getattr(utils, "compilation_time_metrics", {})
-    return {label: float(sum(metrics[key])) for key, label in PHASES.items() if key in metrics}
+    return {
+        label: float(sum(metrics[key]))
+        for key, label in PHASES.items()
+        if key in metrics
+    }
 
 
 def _settle_compile_workers(timeout_s: float = 120.0) -> None:
@@ -112,7 +123,11 @@ def _settle_compile_workers(timeout_s: float = 120.0) -> None:
         return
     pool = getattr(AsyncCompile, "process_pool", None)  # made once, on first use
     started = getattr(pool, "cache_info", None)
-    if started is not None and started().currsize and hasattr(AsyncCompile, "wait_pool_ready"):
+    if (
+        started is not None
+        and started().currsize
+        and hasattr(AsyncCompile, "wait_pool_ready")
+    ):
         AsyncCompile.wait_pool_ready(timeout_s)
 
 
@@ -152,7 +167,9 @@ def report(result: Mapping[str, Any], file: Any = None) -> None:
 # ---- in the parent ----------------------------------------------------------
 
 
-def read_result(stdout: str, stderr: str = "", returncode: int | None = 0) -> dict[str, Any]:
+def read_result(
+    stdout: str, stderr: str = "", returncode: int | None = 0
+) -> dict[str, Any]:
     """The result a child reported on ``stdout`` (its last :data:`MARK` line).
 
     Raises :class:`ChildFailed`, quoting the end of ``stderr``, when the child
@@ -177,7 +194,7 @@ def _child(code: str, argv: list[str], env: dict[str, str], out: str, err: str) 
     sys.argv = ["-c", *argv]
     main = sys.modules["__main__"] = types.ModuleType("__main__")  # as ``python -c``
     try:
-        exec(compile(code, "<string>", "exec"), main.__dict__)  # noqa: S102
+        exec(compile(code, "<string>", "exec"), main.__dict__)
     finally:
         atexit._run_exitfuncs()  # as Python's exit does (inductor stops its workers)
         sys.stdout.flush()
@@ -212,15 +229,17 @@ def run_fresh(
         return read_result(done.stdout, done.stderr, done.returncode)
     with tempfile.TemporaryDirectory(prefix="gpuguide-child-") as folder:
         out, err = Path(folder, "stdout"), Path(folder, "stderr")
-        process = context.Process(target=_child, args=(code, argv, extra, str(out), str(err)))
+        process = context.Process(
+            target=_child, args=(code, argv, extra, str(out), str(err))
+        )
         with spawn_safe():  # the server and child import what they run, not this page
             process.start()
         process.join(timeout_s)
         if process.is_alive():
             process.kill()
             process.join()
-        texts = [p.read_text() if p.exists() else "" for p in (out, err)]
-        return read_result(*texts, process.exitcode)
+        stdout, stderr = (p.read_text() if p.exists() else "" for p in (out, err))
+        return read_result(stdout, stderr, process.exitcode)
 
 
 def split_first_call(result: Mapping[str, Any]) -> dict[str, float]:
@@ -229,17 +248,30 @@ def split_first_call(result: Mapping[str, Any]) -> dict[str, float]:
     kernels), keyed ``"first call (s)"``, ``"Dynamo's tracing (s)"``..."""
     parts = {**result["phases"], "cache load": result["load_s"]}
     parts["rest"] = result["first_s"] - sum(parts.values())
-    return {"first call (s)": result["first_s"]} | {f"{k} (s)": v for k, v in parts.items()}
+    return {"first call (s)": result["first_s"]} | {
+        f"{k} (s)": v for k, v in parts.items()
+    }
 
 
-def first_calls(results: Sequence[Mapping[str, Any]], label: str, device: str) -> Measurement:
+def first_calls(
+    results: Sequence[Mapping[str, Any]], label: str, device: str
+) -> Measurement:
     """The first-call times of several children's ``results``, as one Measurement."""
     times = tuple(r["first_s"] for r in results)
     return Measurement(label, times, device, "host-clock, one process each")
 
 
-def steady(results: Sequence[Mapping[str, Any]], name: str, label: str, device: str) -> Measurement:
+def steady(
+    results: Sequence[Mapping[str, Any]], name: str, label: str, device: str, *,
+    relative: bool = False,
+) -> Measurement:  # fmt: skip
     """Steady-state times ``name`` (``"eager"``, ``"compiled"``) of several children,
-    pooled into one Measurement."""
-    times = tuple(t for r in results for t in r["steady"][name])
-    return Measurement(label, times, device, "wall-clock, pooled over processes")
+    pooled into one Measurement. ``relative``: each child's times divided by the
+    median of its own eager steps (timed in the same rounds), so that children
+    slowed by their neighbours on a shared machine still compare fairly."""
+    times = []
+    for r in results:
+        scale = statistics.median(r["steady"]["eager"]) if relative else 1.0
+        times += [t / scale for t in r["steady"][name]]
+    method = "relative to eager in each process" if relative else "wall-clock"
+    return Measurement(label, tuple(times), device, f"{method}, pooled over processes")
