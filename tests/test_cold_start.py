@@ -167,27 +167,23 @@ def test_measure_times_the_load_and_first_call_then_both_in_rounds():
     json.dumps(result)  # what report prints must be JSON
 
 
-def test_the_compile_workers_are_awaited_only_where_started(monkeypatch):
-    from torch._inductor.async_compile import AsyncCompile
+def test_measure_stops_the_compile_workers_before_the_steady_steps(monkeypatch):
+    from torch._inductor import async_compile
 
-    waits = []
+    events = []
+    monkeypatch.setattr(
+        async_compile, "shutdown_compile_workers", lambda: events.append("stop")
+    )
+    model = torch.nn.Linear(4, 4)
 
-    class Pool:  # stands for the lru-cached process_pool: currsize 1 once made
-        size = 0
+    def compiled(x):
+        events.append("call")
+        return model(x)
 
-        def __call__(self):
-            raise AssertionError("must not start a pool")
-
-        def cache_info(self):
-            return type("Info", (), {"currsize": Pool.size})()
-
-    monkeypatch.setattr(AsyncCompile, "process_pool", Pool())
-    monkeypatch.setattr(AsyncCompile, "wait_pool_ready", waits.append)
-    coldstart._settle_compile_workers(5.0)
-    assert waits == []
-    Pool.size = 1
-    coldstart._settle_compile_workers(5.0)
-    assert waits == [5.0]
+    measure(model, compiled, torch.ones(1, 4), device="cpu", rep_ms=2)
+    assert events[:2] == ["call", "stop"]  # after the first call, before the rest
+    assert events.count("stop") == 1
+    assert events.count("call") > 2
 
 
 # ---- fresh processes --------------------------------------------------------

@@ -113,22 +113,15 @@ def phases(metrics: Mapping[str, Sequence[float]] | None = None) -> dict[str, fl
     }
 
 
-def _settle_compile_workers(timeout_s: float = 120.0) -> None:
-    """Wait until inductor's compile workers, where this process started them,
-    are ready (they import torch in the background, taking the CPU from the
-    steady state's steps); start none."""
+def _stop_compile_workers() -> None:
+    """Stop inductor's compile workers, where the first call started them: they
+    would go on taking the CPU (some still importing torch) from the steady steps,
+    which compile nothing."""
     try:
-        from torch._inductor.async_compile import AsyncCompile
+        from torch._inductor.async_compile import shutdown_compile_workers
     except ImportError:  # pragma: no cover - inductor moved it
         return
-    pool = getattr(AsyncCompile, "process_pool", None)  # made once, on first use
-    started = getattr(pool, "cache_info", None)
-    if (
-        started is not None
-        and started().currsize
-        and hasattr(AsyncCompile, "wait_pool_ready")
-    ):
-        AsyncCompile.wait_pool_ready(timeout_s)
+    shutdown_compile_workers()
 
 
 def measure(
@@ -137,7 +130,7 @@ def measure(
 ) -> dict[str, Any]:  # fmt: skip
     """In the child: time ``before()`` and the first call of ``compiled(x)``
     together (a cache load counts in the start), then ``model`` (eager) and
-    ``compiled`` in alternating rounds (once the compile workers have started),
+    ``compiled`` in alternating rounds (the compile workers stopped),
     without gradients; returns the times,
     the cache counts and dynamo's phases, ready for :func:`report`."""
     import torch
@@ -149,7 +142,7 @@ def measure(
     with torch.no_grad():
         loaded_s = first_calls_s(before, device=device, calls=1) if before else 0.0
         first_s = first_calls_s(compiled, x, device=device, calls=1)
-        _settle_compile_workers()
+        _stop_compile_workers()
         timed = interleave({"eager": lambda: model(x), "compiled": lambda: compiled(x)},
                            rep_ms=rep_ms, device=device)  # fmt: skip
     return {
