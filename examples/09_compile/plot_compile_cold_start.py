@@ -20,10 +20,11 @@ compilation pays for itself.
 # %%
 # Setup
 # -----
-# Each case runs in a child process, so that nothing compiled stays in memory;
-# ``coldstart.run_fresh`` forks it from a server that has imported torch once, so
-# that no child pays for the imports (seconds each). On a
-# CPU every empty cache directory costs seconds of C++ compilation, so a CPU run
+# Each case runs in a child process, so that nothing compiled stays in memory.
+# ``coldstart.run_fresh`` forks it from a server that has imported torch once
+# (where the system has none: ``python -c``), so that no child pays seconds of
+# imports, and keeps its output, compiler logs included, off the page. On a CPU
+# every empty cache directory costs seconds of C++ compilation, so a CPU run
 # measures fewer cases and sizes than a GPU run, and says which.
 import tempfile
 from pathlib import Path
@@ -157,9 +158,10 @@ print(gpuguide.table(rows))
 # ------------------------------------
 # A full compilation traces and lowers every block, so its cost grows with N;
 # a warm start still traces and checks guards but loads the compiled graph; a
-# regional one traces the block once. On a CPU the C++ compiler's time is a large
-# fixed part of every start in an empty directory, Mega-Cache's included: the
-# artifacts carry the generated code, not the compiled kernels.
+# regional one traces the block once. On a CPU, compiling the C++ kernels is a
+# large part of every start in an empty directory, whatever the depth, and it
+# can remain after a Mega-Cache load: the FX graph cache hits, but the kernels
+# are compiled again (compare inductor's time for warm and Mega-Cache below).
 fig, ax = plt.subplots()
 series = {case: [first(case, n) for n in blocks] for case in CASES}
 cold, warm = first("cold", largest), first("warm", largest)
