@@ -245,3 +245,16 @@ def test_without_a_fork_server_it_runs_python(monkeypatch):
     assert coldstart._forkserver() is None
     code = f"import sys\nprint({MARK!r} + '{{\"python\": \"' + sys.executable + '\"}}')"
     assert run_fresh(code) == {"python": sys.executable}
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["forkserver", "python -c"])
+def test_a_child_imports_the_parents_gpuguide_from_another_folder(
+    fork, light_server, monkeypatch, tmp_path
+):
+    monkeypatch.chdir(
+        tmp_path
+    )  # as sphinx-gallery does, with PYTHONPATH maybe relative
+    monkeypatch.setenv("PYTHONPATH", "src")
+    code = "import gpuguide.chapters.coldstart as c\nc.report({'file': c.__file__})"
+    assert run_fresh(code, fork=fork) == {"file": coldstart.__file__}
+    assert os.environ["PYTHONPATH"] == "src"  # restored in this process

@@ -15,6 +15,7 @@ logs stay off the page) and its result comes back as one JSON line
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import multiprocessing
 import os
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import types
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +204,21 @@ def _forkserver() -> Any:
     return context
 
 
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """Set ``values`` in ``os.environ`` for the block, then restore it."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def run_fresh(
     code: str, args: Iterable[object] = (), *, env: Mapping[str, str] | None = None,
     timeout_s: float = 600.0, fork: bool = True,
@@ -216,7 +232,13 @@ def run_fresh(
     """
     argv, extra = [str(a) for a in args], dict(env or {})
     context = _forkserver() if fork else None
+    # The child imports what this process imports: its folders, made absolute (a
+    # relative PYTHONPATH means something else once a page changes directory).
+    path = {
+        "PYTHONPATH": os.pathsep.join(str(Path(p).absolute()) for p in sys.path if p)
+    }
     if context is None:
+        extra = path | extra
         done = subprocess.run([sys.executable, "-c", code, *argv], env={**os.environ, **extra},
                               capture_output=True, text=True, timeout=timeout_s, check=False)  # fmt: skip
         return read_result(done.stdout, done.stderr, done.returncode)
@@ -225,7 +247,7 @@ def run_fresh(
         process = context.Process(
             target=_child, args=(code, argv, extra, str(out), str(err))
         )
-        with spawn_safe():  # the server and child import what they run, not this page
+        with spawn_safe(), _environment(path):  # the server, if it starts now, too
             process.start()
         process.join(timeout_s)
         if process.is_alive():
