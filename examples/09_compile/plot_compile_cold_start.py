@@ -45,14 +45,15 @@ largest = blocks[-1]
 print(f"stacks of {blocks} blocks of width {dim}, inference only (a training step "
       "would add a backward graph to compile)")  # fmt: skip
 if not page.cuda:
-    print(f"left out on a CPU, for time: Mega-Cache and regional below {largest} "
-          "blocks, and a second cold process (so cold has no spread)")  # fmt: skip
+    print(f"left out on a CPU, for time: Mega-Cache, regional and a second warm "
+          f"process below {largest} blocks, a second cold process (so cold has no "
+          "spread)")  # fmt: skip
 
 
 def plan(case, n):  # fresh processes of a case at n blocks, per cold process
-    if case in ("Mega-Cache", "regional") and not page.cuda and n < largest:
-        return 0
-    return 2 if case == "warm" and not page.cuda else 1
+    if page.cuda or n == largest:
+        return 2 if case == "warm" and not page.cuda else 1
+    return int(case in ("cold", "warm"))  # a CPU leaves the rest out, for time
 
 
 # %%
