@@ -3,7 +3,8 @@
 :mod:`~gpuguide.chapters.data` (a synthetic dataset with a CPU-cost knob),
 :mod:`~gpuguide.chapters.roofline` (the roofline plot),
 :mod:`~gpuguide.chapters.compiling` (starting ``torch.compile`` and reading its
-logs), :mod:`~gpuguide.chapters.timeline` (the work on each stream, drawn),
+logs), :mod:`~gpuguide.chapters.coldstart` (a compiled model's start in a fresh
+process), :mod:`~gpuguide.chapters.timeline` (the work on each stream, drawn),
 :mod:`~gpuguide.chapters.spawning` and :mod:`~gpuguide.chapters.distributed`
 (starting processes safely; what a DDP rank runs), :mod:`~gpuguide.chapters.attention`
 (the attention chapter's FLOP count, published figures and backend checks). They live in modules because

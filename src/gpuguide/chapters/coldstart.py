@@ -1,0 +1,292 @@
+"""Plumbing for the cold-start page: run a script in a fresh process, and, in that
+process, time its first compiled call, its steady state and what the compiler's
+caches did.
+
+A fresh Python process spends seconds importing torch and inductor before it
+compiles anything. Where the platform can fork (Linux, macOS), :func:`run_fresh`
+forks each child from a server that imported them once (``multiprocessing``'s
+``"forkserver"``): the child still starts with no compiled code, no loaded kernel
+and empty in-memory caches, and it skips only the imports. Elsewhere it runs
+``python -c``. Either way the child's stdout and stderr are captured (compiler
+logs stay off the page) and its result comes back as one JSON line
+(:func:`report`, marked with :data:`MARK`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import types
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpuguide.chapters.spawning import spawn_safe
+from gpuguide.timing import Measurement
+
+__all__ = [
+    "MARK",
+    "ChildFailed",
+    "cache_counts",
+    "describe_caches",
+    "first_calls",
+    "measure",
+    "phases",
+    "read_result",
+    "report",
+    "run_fresh",
+    "split_first_call",
+    "steady",
+]
+
+#: Starts the line of a child's stdout that holds its result, as JSON.
+MARK = "gpuguide-result: "
+#: What the fork server imports once, so that no child pays for it.
+PRELOAD = ("gpuguide.chapters.coldstart", "torch", "torch._inductor.compile_fx")
+#: Dynamo's compile-time metrics that make up a first call, and what they are.
+PHASES = {
+    "bytecode_tracing": "Dynamo's tracing",
+    "build_guards": "building guards",
+    "OutputGraph.call_user_compiler": "AOTAutograd and inductor",
+}
+_TAIL_LINES = 8  # lines of a failed child's stderr quoted in the error
+
+
+class ChildFailed(RuntimeError):
+    """A fresh process ended without a result; the message quotes its stderr."""
+
+
+# ---- in the child -----------------------------------------------------------
+
+
+def cache_counts(
+    counters: Mapping[str, Mapping[str, int]],
+) -> dict[str, dict[str, int]]:
+    """Hits, misses and bypasses of the compiler's caches, from dynamo's ``counters``.
+
+    Reads every ``*cache_hit``/``*cache_miss``/``*cache_bypass`` key of the
+    ``"inductor"`` (FX graph cache) and ``"aot_autograd"`` (AOTAutograd cache)
+    groups, whatever torch version named them: ``{"FX graph": {"hit": 1}, ...}``.
+    """
+    names = {"inductor": "FX graph", "aot_autograd": "AOTAutograd"}
+    counts: dict[str, dict[str, int]] = {}
+    for group, name in names.items():
+        for key, value in counters.get(group, {}).items():
+            prefix, _, outcome = key.rpartition("_")
+            if (
+                outcome in ("hit", "miss", "bypass")
+                and prefix.endswith("cache")
+                and value
+            ):
+                mine = counts.setdefault(name, {})
+                mine[outcome] = mine.get(outcome, 0) + int(value)
+    return counts
+
+
+def describe_caches(counts: Mapping[str, Mapping[str, int]]) -> str:
+    """``"FX graph 1 hit; AOTAutograd 1 miss"`` for :func:`cache_counts`' result;
+    ``"none used"`` for an empty one."""
+    parts = [
+        f"{cache} " + ", ".join(f"{n} {outcome}" for outcome, n in outcomes.items())
+        for cache, outcomes in counts.items()
+    ]
+    return "; ".join(parts) or "none used"
+
+
+def phases(metrics: Mapping[str, Sequence[float]] | None = None) -> dict[str, float]:
+    """Seconds spent in each of :data:`PHASES` that dynamo timed in this process
+    (``torch._dynamo.utils.compilation_time_metrics``); absent ones are left out."""
+    if metrics is None:
+        from torch._dynamo import utils
+
+        metrics = getattr(utils, "compilation_time_metrics", {})
+    return {
+        label: float(sum(metrics[key]))
+        for key, label in PHASES.items()
+        if key in metrics
+    }
+
+
+def _stop_compile_workers() -> None:
+    """Stop inductor's compile workers, where the first call started them: they
+    would go on taking the CPU (some still importing torch) from the steady steps,
+    which compile nothing."""
+    try:
+        from torch._inductor.async_compile import shutdown_compile_workers
+    except ImportError:  # pragma: no cover - inductor moved it
+        return
+    shutdown_compile_workers()
+
+
+def measure(
+    model: Callable[[Any], Any], compiled: Callable[[Any], Any], x: Any, *,
+    device: str, before: Callable[[], Any] | None = None, rep_ms: float = 100.0,
+) -> dict[str, Any]:  # fmt: skip
+    """In the child: time ``before()`` and the first call of ``compiled(x)``
+    together (a cache load counts in the start), then ``model`` (eager) and
+    ``compiled`` in alternating rounds (the compile workers stopped),
+    without gradients; returns the times,
+    the cache counts and dynamo's phases, ready for :func:`report`."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from gpuguide.chapters.compiling import first_calls_s
+    from gpuguide.verdicts import interleave
+
+    with torch.no_grad():
+        loaded_s = first_calls_s(before, device=device, calls=1) if before else 0.0
+        first_s = first_calls_s(compiled, x, device=device, calls=1)
+        _stop_compile_workers()
+        timed = interleave({"eager": lambda: model(x), "compiled": lambda: compiled(x)},
+                           rep_ms=rep_ms, device=device)  # fmt: skip
+    return {
+        "first_s": loaded_s + first_s, "load_s": loaded_s,
+        "caches": cache_counts(counters), "phases": phases(),
+        "steady": {name: list(m.times_s) for name, m in timed.items()},
+    }  # fmt: skip
+
+
+def report(result: Mapping[str, Any], file: Any = None) -> None:
+    """Print ``result`` as the child's one JSON line, after :data:`MARK`."""
+    print(MARK + json.dumps(dict(result)), file=file or sys.stdout, flush=True)
+
+
+# ---- in the parent ----------------------------------------------------------
+
+
+def read_result(
+    stdout: str, stderr: str = "", returncode: int | None = 0
+) -> dict[str, Any]:
+    """The result a child reported on ``stdout`` (its last :data:`MARK` line).
+
+    Raises :class:`ChildFailed`, quoting the end of ``stderr``, when the child
+    failed or reported nothing.
+    """
+    lines = [line for line in stdout.splitlines() if line.startswith(MARK)]
+    if returncode == 0 and lines:
+        result = json.loads(lines[-1][len(MARK) :])
+        if isinstance(result, dict):
+            return result
+    tail = "\n".join(stderr.strip().splitlines()[-_TAIL_LINES:])
+    msg = f"the child process ended (exit code {returncode}) without a result"
+    raise ChildFailed(f"{msg}; the end of its stderr:\n{tail}" if tail else msg)
+
+
+def _child(code: str, argv: list[str], env: dict[str, str], out: str, err: str) -> None:
+    """In a forked child: the outputs to files, ``env`` set, ``code`` run as ``__main__``."""
+    for fd, path in ((1, out), (2, err)):
+        with open(path, "w") as handle:  # noqa: PTH123
+            os.dup2(handle.fileno(), fd)
+    os.environ.update(env)
+    sys.argv = ["-c", *argv]
+    main = sys.modules["__main__"] = types.ModuleType("__main__")  # as ``python -c``
+    try:
+        exec(compile(code, "<string>", "exec"), main.__dict__)
+    finally:
+        atexit._run_exitfuncs()  # as Python's exit does (inductor stops its workers)
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def _forkserver() -> Any:
+    """``multiprocessing``'s fork-server context, its imports set; None without one."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return None
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(PRELOAD))
+    return context
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """Set ``values`` in ``os.environ`` for the block, then restore it."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def run_fresh(
+    code: str, args: Iterable[object] = (), *, env: Mapping[str, str] | None = None,
+    timeout_s: float = 600.0, fork: bool = True,
+) -> dict[str, Any]:  # fmt: skip
+    """Run ``code`` as a script in a fresh process, ``args`` as its ``sys.argv[1:]``
+    and ``env`` added to its environment; return what it :func:`report`-ed.
+
+    ``fork``: from the fork server where there is one (see the module), else (or
+    with ``fork=False``) ``python -c``. Its stdout and stderr are kept off the
+    page; a failure raises :class:`ChildFailed` with the end of its stderr.
+    """
+    argv, extra = [str(a) for a in args], dict(env or {})
+    context = _forkserver() if fork else None
+    # The child imports what this process imports: its folders, made absolute (a
+    # relative PYTHONPATH means something else once a page changes directory).
+    path = {
+        "PYTHONPATH": os.pathsep.join(str(Path(p).absolute()) for p in sys.path if p)
+    }
+    if context is None:
+        extra = path | extra
+        done = subprocess.run([sys.executable, "-c", code, *argv], env={**os.environ, **extra},
+                              capture_output=True, text=True, timeout=timeout_s, check=False)  # fmt: skip
+        return read_result(done.stdout, done.stderr, done.returncode)
+    with tempfile.TemporaryDirectory(prefix="gpuguide-child-") as folder:
+        out, err = Path(folder, "stdout"), Path(folder, "stderr")
+        process = context.Process(
+            target=_child, args=(code, argv, extra, str(out), str(err))
+        )
+        with spawn_safe(), _environment(path):  # the server, if it starts now, too
+            process.start()
+        process.join(timeout_s)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        stdout, stderr = (p.read_text() if p.exists() else "" for p in (out, err))
+        return read_result(stdout, stderr, process.exitcode)
+
+
+def split_first_call(result: Mapping[str, Any]) -> dict[str, float]:
+    """A child's first call, in seconds, and its parts: dynamo's :func:`phases`,
+    the cache load (Mega-Cache) and the rest (running the graph, loading
+    kernels), keyed ``"first call (s)"``, ``"Dynamo's tracing (s)"``..."""
+    parts = {**result["phases"], "cache load": result["load_s"]}
+    parts["rest"] = result["first_s"] - sum(parts.values())
+    return {"first call (s)": result["first_s"]} | {
+        f"{k} (s)": v for k, v in parts.items()
+    }
+
+
+def first_calls(
+    results: Sequence[Mapping[str, Any]], label: str, device: str
+) -> Measurement:
+    """The first-call times of several children's ``results``, as one Measurement."""
+    times = tuple(r["first_s"] for r in results)
+    return Measurement(label, times, device, "host-clock, one process each")
+
+
+def steady(
+    results: Sequence[Mapping[str, Any]], name: str, label: str, device: str, *,
+    relative: bool = False,
+) -> Measurement:  # fmt: skip
+    """Steady-state times ``name`` (``"eager"``, ``"compiled"``) of several children,
+    pooled into one Measurement. ``relative``: each child's times divided by the
+    median of its own eager steps (timed in the same rounds), so that children
+    slowed by their neighbours on a shared machine still compare fairly."""
+    times = []
+    for r in results:
+        scale = statistics.median(r["steady"]["eager"]) if relative else 1.0
+        times += [t / scale for t in r["steady"][name]]
+    method = "relative to eager in each process" if relative else "wall-clock"
+    return Measurement(label, tuple(times), device, f"{method}, pooled over processes")

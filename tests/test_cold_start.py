@@ -1,0 +1,260 @@
+"""The cold-start page's helpers: the child's JSON protocol, the cache counters,
+dynamo's phases, fresh processes and what they leave behind."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import tempfile
+
+import pytest
+import torch
+
+from gpuguide.chapters import coldstart
+from gpuguide.chapters.coldstart import (
+    MARK,
+    ChildFailed,
+    cache_counts,
+    describe_caches,
+    first_calls,
+    measure,
+    phases,
+    read_result,
+    report,
+    run_fresh,
+    split_first_call,
+    steady,
+)
+from gpuguide.timing import Measurement
+
+CHILD = f"""
+import os, sys
+print("noise on stdout")
+print("a compiler's log line", file=sys.stderr)
+print({MARK!r} + '{{"stale": true}}')
+from gpuguide.chapters.coldstart import report
+report({{"argv": sys.argv[1:], "flag": os.environ.get("GPUGUIDE_TEST_FLAG")}})
+"""
+
+
+# ---- the JSON protocol ------------------------------------------------------
+
+
+def test_report_writes_one_marked_line_that_read_result_reads_back():
+    out = io.StringIO()
+    report({"first_s": 1.5, "caches": {"FX graph": {"hit": 1}}}, file=out)
+    assert out.getvalue().count("\n") == 1
+    assert out.getvalue().startswith(MARK)
+    assert read_result("compiling...\n" + out.getvalue()) == {
+        "first_s": 1.5, "caches": {"FX graph": {"hit": 1}},
+    }  # fmt: skip
+
+
+def test_read_result_takes_the_last_marked_line():
+    text = f"{MARK}{json.dumps({'n': 1})}\nother\n{MARK}{json.dumps({'n': 2})}\n"
+    assert read_result(text) == {"n": 2}
+
+
+@pytest.mark.parametrize(
+    ("stdout", "returncode"),
+    [("no result here\n", 0), (f"{MARK}{json.dumps({'n': 1})}\n", 1),
+     (f"{MARK}[1, 2]\n", 0)],
+)  # fmt: skip
+def test_read_result_fails_with_the_end_of_stderr(stdout, returncode):
+    stderr = "\n".join(f"line {i}" for i in range(20)) + "\nValueError: the cause"
+    with pytest.raises(ChildFailed, match="the cause") as caught:
+        read_result(stdout, stderr, returncode)
+    assert f"exit code {returncode}" in str(caught.value)
+    assert "line 0\n" not in str(caught.value)  # only the end of stderr
+
+
+def test_read_result_without_stderr_says_so_briefly():
+    with pytest.raises(ChildFailed, match=r"exit code -9\) without a result$"):
+        read_result("", "", -9)
+
+
+# ---- cache counters and phases, with fakes ----------------------------------
+
+
+def test_cache_counts_reads_hits_misses_and_bypasses_of_both_caches():
+    counters = {
+        "inductor": {"fxgraph_cache_hit": 2, "fxgraph_cache_miss": 1,
+                     "pattern_matcher_count": 24, "fxgraph_lookup_write_file": 1},
+        "aot_autograd": {"total": 1, "autograd_cache_bypass": 1, "ok": 1,
+                         "autograd_cache_saved": 1},
+        "stats": {"unique_graphs": 3},
+    }  # fmt: skip
+    assert cache_counts(counters) == {
+        "FX graph": {"hit": 2, "miss": 1}, "AOTAutograd": {"bypass": 1},
+    }  # fmt: skip
+
+
+def test_cache_counts_follows_renamed_keys_and_skips_zeros():
+    # A later torch spelling the keys differently still counts; zeros are no news.
+    counters = {"inductor": {"fx_graph_cache_hit": 1, "fxgraph_cache_miss": 0}}
+    assert cache_counts(counters) == {"FX graph": {"hit": 1}}
+    assert cache_counts({}) == {}
+
+
+def test_describe_caches():
+    counts = {"FX graph": {"hit": 1}, "AOTAutograd": {"miss": 2, "bypass": 1}}
+    assert describe_caches(counts) == "FX graph 1 hit; AOTAutograd 2 miss, 1 bypass"
+    assert describe_caches({}) == "none used"
+
+
+def test_phases_sums_the_known_metrics_and_leaves_out_absent_ones():
+    metrics = {"bytecode_tracing": [0.25, 0.5], "OutputGraph.call_user_compiler": [2.0],
+               "something_else": [9.0]}  # fmt: skip
+    assert phases(metrics) == {
+        "Dynamo's tracing": 0.75,
+        "AOTAutograd and inductor": 2.0,
+    }
+
+
+def test_phases_reads_dynamo_in_this_process():
+    got = phases()  # whatever dynamo timed so far: only known labels, in seconds
+    assert set(got) <= set(coldstart.PHASES.values())
+    assert all(v >= 0 for v in got.values())
+
+
+def test_split_first_call_adds_up_to_the_first_call():
+    result = {"first_s": 3.0, "load_s": 0.5,
+              "phases": {"Dynamo's tracing": 0.5, "AOTAutograd and inductor": 1.25}}  # fmt: skip
+    split = split_first_call(result)
+    assert split["first call (s)"] == 3.0
+    assert split["rest (s)"] == pytest.approx(0.75)
+    assert sum(v for k, v in split.items() if k != "first call (s)") == pytest.approx(
+        3.0
+    )
+
+
+def test_first_calls_and_steady_make_measurements_across_processes():
+    results = [{"first_s": 2.0, "steady": {"eager": [1.0, 2.0], "compiled": [0.5]}},
+               {"first_s": 4.0, "steady": {"eager": [3.0], "compiled": [0.25]}}]  # fmt: skip
+    first = first_calls(results, "cold", "cpu")
+    assert isinstance(first, Measurement)
+    assert first.times_s == (2.0, 4.0)
+    assert first.label == "cold"
+    eager = steady(results, "eager", "eager", "cpu")
+    assert eager.times_s == (1.0, 2.0, 3.0)
+    assert steady(results, "compiled", "cold", "cpu").times_s == (0.5, 0.25)
+
+
+def test_steady_relative_divides_by_each_processes_eager_median():
+    # The second process ran everything twice as slowly: relative, it matches.
+    results = [{"steady": {"eager": [1.0, 1.0, 1.0], "compiled": [0.5, 0.5]}},
+               {"steady": {"eager": [2.0, 2.0, 2.0], "compiled": [1.0, 1.0]}}]  # fmt: skip
+    relative = steady(results, "compiled", "full", "cpu", relative=True)
+    assert relative.times_s == (0.5, 0.5, 0.5, 0.5)
+    assert "relative" in relative.method
+    assert steady(results, "compiled", "full", "cpu").median_s == 0.75
+
+
+# ---- in the child -----------------------------------------------------------
+
+
+def test_measure_times_the_load_and_first_call_then_both_in_rounds():
+    model = torch.nn.Linear(8, 8)
+    calls = []
+    result = measure(model, model, torch.ones(2, 8), device="cpu",
+                     before=lambda: calls.append("load"), rep_ms=5)  # fmt: skip
+    assert calls == ["load"]
+    assert result["first_s"] >= result["load_s"] >= 0
+    assert set(result["steady"]) == {"eager", "compiled"}
+    assert all(result["steady"][name] for name in ("eager", "compiled"))
+    json.dumps(result)  # what report prints must be JSON
+
+
+def test_measure_stops_the_compile_workers_before_the_steady_steps(monkeypatch):
+    from torch._inductor import async_compile
+
+    events = []
+    monkeypatch.setattr(
+        async_compile, "shutdown_compile_workers", lambda: events.append("stop")
+    )
+    model = torch.nn.Linear(4, 4)
+
+    def compiled(x):
+        events.append("call")
+        return model(x)
+
+    measure(model, compiled, torch.ones(1, 4), device="cpu", rep_ms=2)
+    assert events[:2] == ["call", "stop"]  # after the first call, before the rest
+    assert events.count("stop") == 1
+    assert events.count("call") > 2
+
+
+# ---- fresh processes --------------------------------------------------------
+
+
+@pytest.fixture
+def light_server(monkeypatch):
+    """The fork server without torch to import (a test needs none)."""
+    monkeypatch.setattr(coldstart, "PRELOAD", ("gpuguide.chapters.coldstart",))
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["forkserver", "python -c"])
+def test_run_fresh_returns_the_result_and_keeps_the_output_off(
+    fork, light_server, capfd
+):
+    env = {"GPUGUIDE_TEST_FLAG": "set"}
+    result = run_fresh(CHILD, ["cold", 4], env=env, fork=fork)
+    assert result == {"argv": ["cold", "4"], "flag": "set"}
+    out, err = capfd.readouterr()
+    assert "noise" not in out
+    assert "compiler's log" not in err
+    assert "GPUGUIDE_TEST_FLAG" not in os.environ  # set in the child only
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["forkserver", "python -c"])
+def test_run_fresh_raises_with_the_childs_error(fork, light_server):
+    code = "raise ValueError('no cache directory given')"
+    with pytest.raises(ChildFailed, match="no cache directory given"):
+        run_fresh(code, fork=fork)
+
+
+def test_a_child_runs_as_main_with_its_own_module(light_server):
+    # Dynamo's guards look globals up in sys.modules["__main__"]: it must be the
+    # script's module, as under python -c.
+    code = (
+        "import sys\nvalue = 3\nfrom gpuguide.chapters.coldstart import report\n"
+        "report({'same': sys.modules['__main__'].value == value, 'name': __name__})"
+    )
+    assert run_fresh(code) == {"same": True, "name": "__main__"}
+
+
+def test_run_fresh_stops_a_child_past_its_time(light_server):
+    with pytest.raises(ChildFailed, match="exit code -9"):
+        run_fresh("import time\ntime.sleep(60)", timeout_s=1)
+
+
+def test_run_fresh_cleans_up_its_files(light_server, monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    run_fresh(CHILD)
+    with pytest.raises(ChildFailed):
+        run_fresh("import sys\nsys.exit(3)")
+    assert not list(tmp_path.glob("gpuguide-child-*"))
+
+
+def test_without_a_fork_server_it_runs_python(monkeypatch):
+    monkeypatch.setattr(
+        coldstart.multiprocessing, "get_all_start_methods", lambda: ["spawn"]
+    )
+    assert coldstart._forkserver() is None
+    code = f"import sys\nprint({MARK!r} + '{{\"python\": \"' + sys.executable + '\"}}')"
+    assert run_fresh(code) == {"python": sys.executable}
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["forkserver", "python -c"])
+def test_a_child_imports_the_parents_gpuguide_from_another_folder(
+    fork, light_server, monkeypatch, tmp_path
+):
+    monkeypatch.chdir(
+        tmp_path
+    )  # as sphinx-gallery does, with PYTHONPATH maybe relative
+    monkeypatch.setenv("PYTHONPATH", "src")
+    code = "import gpuguide.chapters.coldstart as c\nc.report({'file': c.__file__})"
+    assert run_fresh(code, fork=fork) == {"file": coldstart.__file__}
+    assert os.environ["PYTHONPATH"] == "src"  # restored in this process
