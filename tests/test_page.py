@@ -198,3 +198,9 @@ def test_a_spread_must_be_a_range_and_only_for_a_plain_number():
     m = Measurement("step", (1e-3, 2e-3, 3e-3), "cpu", "wall-clock")
     with pytest.raises(ValueError, match="brings its own"):
         report("step", m, spread=(1e-3, 3e-3), file=io.StringIO())
+
+
+def test_a_plain_ratio_prints_like_the_verdicts_ratios():
+    out = io.StringIO()
+    report("memory, naive / fused", 26.2, unit="x", file=out, S=2048)
+    assert out.getvalue().strip() == "memory, naive / fused (S=2048): 26.2x"

@@ -128,6 +128,8 @@ def _plain_text(number: float, unit: str) -> str:
         return format_time(number)
     if unit == "B":
         return format_bytes(number)
+    if unit == "x":  # a ratio, written as the verdicts write theirs: 26.2x
+        return f"{significant(number)}x"
     return f"{significant(number)} {unit}"
 
 
