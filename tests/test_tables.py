@@ -44,6 +44,7 @@ NOISY = Measurement("s", (0.010, 0.012, 0.014), "cpu", "wall-clock")
         (0.0, "0.00"),
         (STEP, "12.0 ms ± 100 us"),
         (NOISY, "12.0 ms ± 1.00 ms NOISY"),
+        (Measurement("once", (0.012,), "cpu", "wall-clock"), "12.0 ms (one run)"),
         (True, "True"),
     ],
 )

@@ -199,3 +199,15 @@ def test_short_gives_the_speedup_with_its_range_or_no_difference():
     assert apart.short.endswith("x)")
     close = compare(around("a", 1.0, 0.2), around("b", 1.05, 0.2))
     assert close.short.startswith("no measurable difference (")
+
+
+def test_a_single_run_on_either_side_says_it_has_no_spread():
+    once = Measurement("cold", (12.3,), "cpu", "wall-clock")
+    warm = Measurement("warm", (1.66, 1.68, 1.70), "cpu", "wall-clock")
+    faster = compare(warm, once)
+    assert faster.single_run
+    assert str(faster) == "warm is 7.32x faster than cold (from a single run: no spread)"
+    assert faster.short == "7.32x (from a single run: no spread)"
+    slower = compare(once, warm)
+    assert str(slower).endswith("slower than warm (from a single run: no spread)")
+    assert not compare(warm, warm).single_run

@@ -45,6 +45,8 @@ def format_cell(value: object) -> str:
     if value is None:
         return "-"
     if isinstance(value, Measurement):
+        if len(value.times_s) == 1:  # one sample has no spread to show
+            return f"{format_time(value.median_s)} (one run)"
         text = f"{format_time(value.median_s)} ± {format_time(value.iqr_s / 2)}"
         return text + " NOISY" if value.is_noisy else text
     if isinstance(value, float):  # 3 significant digits; scientific when extreme

@@ -64,9 +64,20 @@ class Comparison:
         return self.verdict != NO_DIFFERENCE
 
     @property
+    def single_run(self) -> bool:
+        """Whether a side has one time only: the ratio then has no spread."""
+        return min(len(self.subject.times_s), len(self.baseline.times_s)) == 1
+
+    @property
+    def _spread(self) -> str:
+        if self.single_run:
+            return "from a single run: no spread"
+        return _span(self.low, self.high)
+
+    @property
     def short(self) -> str:
         """For a table cell or a title: ``"2.30x (2.10-2.50x)"``."""
-        spread = _span(self.low, self.high)
+        spread = self._spread
         if self.within_min_effect:
             return f"{NO_DIFFERENCE}, less than {_min_effect()} ({spread})"
         if not self.measurable:
@@ -88,11 +99,11 @@ class Comparison:
 
     def __str__(self) -> str:
         a, b = self.subject.label, self.baseline.label
-        spread = _span(self.low, self.high)
+        spread = self._spread
         if self.verdict == "faster":
             return f"{a} is {format_ratio(self.speedup)} faster than {b} ({spread})"
         if self.verdict == "slower":
-            slow = _span(1 / self.high, 1 / self.low)
+            slow = spread if self.single_run else _span(1 / self.high, 1 / self.low)
             return f"{a} is {format_ratio(1 / self.speedup)} slower than {b} ({slow})"
         if self.within_min_effect:
             return (
