@@ -206,7 +206,9 @@ def test_a_single_run_on_either_side_says_it_has_no_spread():
     warm = Measurement("warm", (1.66, 1.68, 1.70), "cpu", "wall-clock")
     faster = compare(warm, once)
     assert faster.single_run
-    assert str(faster) == "warm is 7.32x faster than cold (from a single run: no spread)"
+    assert (
+        str(faster) == "warm is 7.32x faster than cold (from a single run: no spread)"
+    )
     assert faster.short == "7.32x (from a single run: no spread)"
     slower = compare(once, warm)
     assert str(slower).endswith("slower than warm (from a single run: no spread)")
