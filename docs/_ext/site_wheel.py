@@ -236,9 +236,11 @@ def imported_distributions(source: str) -> list[str]:
 
 
 def _metadata_block(source: str, install: Install) -> list[str]:
-    """The PEP 723 ``script`` block: the wheel, then what ``source`` imports."""
+    """The PEP 723 ``script`` block: the wheel, then torch and what ``source``
+    imports. torch is always named, even for a page that runs it only in child
+    processes: it is what the CPU-only index variants of the commands choose."""
     deps = [f"gpuguide @ {install.url}"]
-    for name in imported_distributions(source):
+    for name in sorted({*imported_distributions(source), "torch"}):
         if name != "gpuguide":
             deps.append(install.requires.get(name, name))
     lines = ["# /// script"]
