@@ -252,6 +252,13 @@ def test_api_page_lists_the_examples_using_a_helper(tmp_path: Path) -> None:
     assert "Examples using it" in benchmark
     assert 'href="auto_examples/01_only/plot_only.html"' in benchmark
     assert "Examples using it" not in gpu_hold
+    # and the example's call links to the helper's entry, by its exported name
+    page = (
+        tmp_path / "html" / "auto_examples" / "01_only" / "plot_only.html"
+    ).read_text()
+    link = re.search(r'<a [^>]*href="([^"]*)" title="gpuguide.benchmark"', page)
+    assert link, "gpuguide.benchmark is not a link"
+    assert link[1] == "../../api.html#gpuguide.timing.benchmark"
 
 
 @pytest.mark.slow

@@ -6,7 +6,9 @@ page is read; this extension appends a ``minigallery`` of those examples to the
 docstring of each documented function and class that an example uses. A page
 names a helper by where ``import gpuguide`` exports it (``gpuguide.benchmark``),
 while autodoc names it by its module (``gpuguide.timing.benchmark``): both are
-looked up.
+looked up. The same short names are also made link targets (``alias_exports``),
+so that ``gpuguide.benchmark`` in an example's code links to the entry of
+``gpuguide.timing.benchmark``.
 """
 
 from __future__ import annotations
@@ -65,6 +67,25 @@ def add_examples(
         lines.append("")
 
 
+def alias_exports(app: Sphinx, env: Any) -> None:
+    """Make each exported short name (``gpuguide.benchmark``) a Python-domain
+    target of the entry autodoc wrote for its module's name."""
+    objects = env.get_domain("py").objects
+    for package in EXPORTERS:
+        try:
+            module = importlib.import_module(package)
+        except ImportError:
+            continue
+        for short in getattr(module, "__all__", ()):
+            obj = getattr(module, short, None)
+            owner = getattr(obj, "__module__", None)
+            entry = owner and objects.get(f"{owner}.{short}")
+            alias = f"{package}.{short}"
+            if entry and alias not in objects:
+                objects[alias] = entry._replace(aliased=True)
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("autodoc-process-docstring", add_examples)
+    app.connect("env-updated", alias_exports)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
