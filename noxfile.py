@@ -361,7 +361,9 @@ def compat(session: nox.Session, torch: str) -> None:
         "import importlib.metadata as m, torch; "
         "print(m.version('torch'), torch.__version__, torch.version.cuda)"
     )
-    out = session.run("python", "-c", code, silent=True) or ""
+    out = session.run("python", "-c", code, silent=True)
+    if out is None:  # --install-only: nothing runs
+        return
     dist, version, cuda = out.split()[-3:]
     if dist != torch:
         session.error(f"expected torch {torch} from PyPI, found {dist}")
