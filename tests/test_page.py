@@ -204,3 +204,12 @@ def test_a_plain_ratio_prints_like_the_verdicts_ratios():
     out = io.StringIO()
     report("memory, naive / fused", 26.2, unit="x", file=out, S=2048)
     assert out.getvalue().strip() == "memory, naive / fused (S=2048): 26.2x"
+
+
+def test_a_count_prints_as_a_whole_number():
+    out = io.StringIO()
+    report("steps that compiled", 2, unit="steps", file=out, cache="growing")
+    assert out.getvalue() == "steps that compiled (cache=growing): 2 steps\n"
+    out = io.StringIO()
+    report("kept", 4096, unit="B", file=out)  # bytes keep their prefix
+    assert out.getvalue() == "kept: 4.00 KiB\n"

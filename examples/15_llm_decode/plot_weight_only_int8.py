@@ -117,7 +117,9 @@ print(f"int8 logits differ from {base}'s by {difference.item():.2%} (relative no
 # figures: 1.5-1.6x on A100 and H100 GPUs); at a large batch, where the step
 # computes more per byte, the conversion is extra work and int8 gains nothing
 # (measured at 0.65x of 16-bit in one serving benchmark). Eagerly, as on a CPU here,
-# expect int8 slower at every batch size: the converted copy is written and read.
+# each layer also writes its converted copy and reads it back: int8 still gains
+# where that copy, one layer's matrix, stays in the caches, and loses where it
+# goes to memory; the comparison below says which happened here.
 gains = {b: gpuguide.compare(t["int8"], t[base]) for b, t in timed.items()}
 for batch, gain in gains.items():
     report(f"int8 over {base} weights", gain, batch=batch, mode=mode)

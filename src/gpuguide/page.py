@@ -191,6 +191,8 @@ def report(
             msg = f"value must be finite, got {value!r}"
             raise ValueError(msg)
         text = _plain_text(number, unit)
+        if isinstance(value, int) and not isinstance(value, bool) and unit != "B":
+            text = f"{value:,} {unit}"  # a count: 2 steps, not 2.00 steps
         if spread is not None:
             low, high = spread = _checked_spread(spread)
             sep = " to " if low < 0 else "-"
