@@ -201,15 +201,18 @@ def test_short_gives_the_speedup_with_its_range_or_no_difference():
     assert close.short.startswith("no measurable difference (")
 
 
-def test_a_single_run_on_either_side_says_it_has_no_spread():
+def test_a_single_run_on_either_side_gives_a_ratio_but_no_verdict():
     once = Measurement("cold", (12.3,), "cpu", "wall-clock")
     warm = Measurement("warm", (1.66, 1.68, 1.70), "cpu", "wall-clock")
-    faster = compare(warm, once)
-    assert faster.single_run
-    assert (
-        str(faster) == "warm is 7.32x faster than cold (from a single run: no spread)"
+    c = compare(warm, once)
+    assert c.single_run
+    assert not c.measurable
+    assert c.verdict == NO_DIFFERENCE
+    assert str(c) == (
+        "warm ran at 7.32x the speed of cold (a single run: no spread, so no verdict)"
     )
-    assert faster.short == "7.32x (from a single run: no spread)"
-    slower = compare(once, warm)
-    assert str(slower).endswith("slower than warm (from a single run: no spread)")
+    assert c.short == "7.32x (a single run: no spread, so no verdict)"
+    assert "faster" not in str(c)
+    assert "slower" not in str(compare(once, warm))
+    assert break_even(1.0, once, warm) is None  # no saving measured, none paid off
     assert not compare(warm, warm).single_run

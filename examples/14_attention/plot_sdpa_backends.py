@@ -180,7 +180,7 @@ plt.show()
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(ax, lengths, {n: [r and r.value / 1e12 for r in times[n]] for n in variants},
                     xlabel="sequence length S (tokens)", ylabel="forward rate (TFLOP/s)",
-                    title="Fused kernels keep their rate as S grows", logy=False)  # fmt: skip
+                    title="Forward rate against sequence length", logy=False)  # fmt: skip
 if page.cuda:
     for label, flops in attention.PUBLISHED_FLOPS[False].items():
         ax.scatter([8192], [flops / 1e12], marker="x", label=f"{label} (H100, paper)")

@@ -46,7 +46,10 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        """``"faster"``, ``"slower"`` or :data:`NO_DIFFERENCE`."""
+        """``"faster"``, ``"slower"`` or :data:`NO_DIFFERENCE` (always for a single
+        run on either side: without a spread there is no verdict)."""
+        if self.single_run:
+            return NO_DIFFERENCE
         if self.low > 1.0 and self.speedup >= MIN_EFFECT:
             return "faster"
         if self.high < 1.0 and self.speedup <= 1 / MIN_EFFECT:
@@ -69,15 +72,11 @@ class Comparison:
         return min(len(self.subject.times_s), len(self.baseline.times_s)) == 1
 
     @property
-    def _spread(self) -> str:
-        if self.single_run:
-            return "from a single run: no spread"
-        return _span(self.low, self.high)
-
-    @property
     def short(self) -> str:
         """For a table cell or a title: ``"2.30x (2.10-2.50x)"``."""
-        spread = self._spread
+        if self.single_run:
+            return f"{format_ratio(self.speedup)} ({SINGLE_RUN})"
+        spread = _span(self.low, self.high)
         if self.within_min_effect:
             return f"{NO_DIFFERENCE}, less than {_min_effect()} ({spread})"
         if not self.measurable:
@@ -99,11 +98,13 @@ class Comparison:
 
     def __str__(self) -> str:
         a, b = self.subject.label, self.baseline.label
-        spread = self._spread
+        if self.single_run:
+            return f"{a} ran at {format_ratio(self.speedup)} the speed of {b} ({SINGLE_RUN})"
+        spread = _span(self.low, self.high)
         if self.verdict == "faster":
             return f"{a} is {format_ratio(self.speedup)} faster than {b} ({spread})"
         if self.verdict == "slower":
-            slow = spread if self.single_run else _span(1 / self.high, 1 / self.low)
+            slow = _span(1 / self.high, 1 / self.low)
             return f"{a} is {format_ratio(1 / self.speedup)} slower than {b} ({slow})"
         if self.within_min_effect:
             return (
@@ -111,6 +112,10 @@ class Comparison:
                 f"{_min_effect()}, as two builds can (speed-up {spread})"
             )
         return f"{NO_DIFFERENCE} between {a} and {b} (speed-up {spread})"
+
+
+#: What a comparison with one time on a side says instead of a verdict.
+SINGLE_RUN = "a single run: no spread, so no verdict"
 
 
 def _min_effect() -> str:
