@@ -3,11 +3,14 @@ dynamo's phases, fresh processes and what they leave behind."""
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import os
 import sys
 import tempfile
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -184,6 +187,62 @@ def test_measure_stops_the_compile_workers_before_the_steady_steps(monkeypatch):
     assert events[:2] == ["call", "stop"]  # after the first call, before the rest
     assert events.count("stop") == 1
     assert events.count("call") > 2
+
+
+def test_measure_leaves_the_cpu_probe_out_of_the_first_call(monkeypatch):
+    monkeypatch.setattr(coldstart, "SERVER_PROBE_S", None)
+    monkeypatch.setattr(coldstart, "_probe_cpu", lambda: time.sleep(0.2))
+    model = torch.nn.Linear(4, 4)
+    result = measure(model, model, torch.ones(1, 4), device="cpu", rep_ms=2)
+    assert result["probe_s"] >= 0.2 > result["first_s"]
+    assert result["probed"] == "in this process"
+
+
+def test_a_forked_child_takes_the_servers_probe_and_a_gpu_needs_none(monkeypatch):
+    def fail():
+        raise AssertionError("probed again")
+
+    monkeypatch.setattr(coldstart, "_probe_cpu", fail)
+    monkeypatch.setattr(coldstart, "SERVER_PROBE_S", None)
+    assert coldstart._probe_outside("cuda") == (0.0, "not needed on a GPU")
+    monkeypatch.setattr(coldstart, "SERVER_PROBE_S", 3.25)
+    for device in ("cpu", "cuda"):
+        assert coldstart._probe_outside(device) == (3.25, "in the fork server")
+
+
+def test_probe_cpu_probes_in_an_empty_directory_it_then_removes(monkeypatch):
+    seen = []
+
+    def probe():
+        folder = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+        seen.append((folder, list(folder.iterdir())))
+        (folder / "probe.so").write_text("built")
+        time.sleep(0.05)
+
+    monkeypatch.setattr(coldstart, "_probe_cpu", probe)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/the/users/cache")
+    assert coldstart.probe_cpu() >= 0.05
+    [(folder, contents)] = seen
+    assert contents == []
+    assert not folder.exists()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/the/users/cache"
+
+
+def test_the_fork_server_runs_the_probe_once_at_its_start(monkeypatch):
+    assert coldstart.PRELOAD[-1] == "gpuguide.chapters._forkserver_probe"
+    assert coldstart.PRELOAD.index("torch") < len(coldstart.PRELOAD) - 1
+    monkeypatch.setattr(coldstart, "SERVER_PROBE_S", None)
+    monkeypatch.setattr(coldstart, "probe_cpu", lambda: 2.5)
+    monkeypatch.delitem(
+        sys.modules, "gpuguide.chapters._forkserver_probe", raising=False
+    )
+    importlib.import_module("gpuguide.chapters._forkserver_probe")
+    assert coldstart.SERVER_PROBE_S == 2.5
+
+
+def test_the_real_probe_runs_and_takes_time():
+    seconds = coldstart.probe_cpu()
+    assert 0 < seconds < 120
 
 
 # ---- fresh processes --------------------------------------------------------

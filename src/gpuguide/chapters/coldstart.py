@@ -39,6 +39,7 @@ __all__ = [
     "first_calls",
     "measure",
     "phases",
+    "probe_cpu",
     "read_result",
     "report",
     "run_fresh",
@@ -48,8 +49,15 @@ __all__ = [
 
 #: Starts the line of a child's stdout that holds its result, as JSON.
 MARK = "gpuguide-result: "
-#: What the fork server imports once, so that no child pays for it.
-PRELOAD = ("gpuguide.chapters.coldstart", "torch", "torch._inductor.compile_fx")
+#: What the fork server imports once, so that no child pays for it; the last one
+#: runs inductor's CPU probe there (:func:`probe_cpu`), which the children inherit.
+PRELOAD = (
+    "gpuguide.chapters.coldstart", "torch", "torch._inductor.compile_fx",
+    "gpuguide.chapters._forkserver_probe",
+)  # fmt: skip
+#: Seconds the fork server spent in :func:`probe_cpu`; set there, inherited by the
+#: children it forks, None in any other process.
+SERVER_PROBE_S: float | None = None
 #: Dynamo's compile-time metrics that make up a first call, and what they are.
 PHASES = {
     "bytecode_tracing": "Dynamo's tracing",
@@ -125,6 +133,41 @@ def _stop_compile_workers() -> None:
     shutdown_compile_workers()
 
 
+def _probe_cpu() -> None:
+    """Inductor's probe of the CPU's vector instructions: a small C++ build into the
+    cache directory, then a load in a subprocess. Inductor runs it once per process,
+    before it compiles anything for a CPU, and keeps the answer in memory."""
+    try:
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
+    except ImportError:  # pragma: no cover - inductor moved it
+        return
+    pick_vec_isa()
+
+
+def probe_cpu() -> float:
+    """Seconds of :func:`_probe_cpu` in an empty cache directory (as a cold start
+    pays it), the directory removed after; the answer stays in this process."""
+    from gpuguide.chapters.compiling import first_calls_s
+
+    with (
+        tempfile.TemporaryDirectory(prefix="gpuguide-probe-") as folder,
+        _environment({"TORCHINDUCTOR_CACHE_DIR": folder}),
+    ):
+        return first_calls_s(_probe_cpu, device="cpu", calls=1)
+
+
+def _probe_outside(device: str) -> tuple[float, str]:
+    """Seconds of inductor's CPU probe and where it ran, so that no first call pays
+    it: inherited from the fork server, else run here (on a CPU only)."""
+    if SERVER_PROBE_S is not None:
+        return SERVER_PROBE_S, "in the fork server"
+    if device != "cpu":
+        return 0.0, "not needed on a GPU"
+    from gpuguide.chapters.compiling import first_calls_s
+
+    return first_calls_s(_probe_cpu, device=device, calls=1), "in this process"
+
+
 def measure(
     model: Callable[[Any], Any], compiled: Callable[[Any], Any], x: Any, *,
     device: str, before: Callable[[], Any] | None = None, rep_ms: float = 100.0,
@@ -133,13 +176,18 @@ def measure(
     together (a cache load counts in the start), then ``model`` (eager) and
     ``compiled`` in alternating rounds (the compile workers stopped),
     without gradients; returns the times,
-    the cache counts and dynamo's phases, ready for :func:`report`."""
+    the cache counts and dynamo's phases, ready for :func:`report`.
+
+    Inductor's CPU probe (:func:`probe_cpu`) is left out of the first call: it was
+    run in the fork server (``"probed"``), or, without one, is timed here before it
+    (on a CPU); its seconds are ``"probe_s"``."""
     import torch
     from torch._dynamo.utils import counters
 
     from gpuguide.chapters.compiling import first_calls_s
     from gpuguide.verdicts import interleave
 
+    probe_s, probed = _probe_outside(device)
     with torch.no_grad():
         loaded_s = first_calls_s(before, device=device, calls=1) if before else 0.0
         first_s = first_calls_s(compiled, x, device=device, calls=1)
@@ -148,6 +196,7 @@ def measure(
                            rep_ms=rep_ms, device=device)  # fmt: skip
     return {
         "first_s": loaded_s + first_s, "load_s": loaded_s,
+        "probe_s": probe_s, "probed": probed,
         "caches": cache_counts(counters), "phases": phases(),
         "steady": {name: list(m.times_s) for name, m in timed.items()},
     }  # fmt: skip
