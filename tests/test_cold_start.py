@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import io
 import json
+import math
 import os
 import sys
 import tempfile
@@ -147,12 +148,43 @@ def test_first_calls_and_steady_make_measurements_across_processes():
 
 def test_steady_relative_divides_by_each_processes_eager_median():
     # The second process ran everything twice as slowly: relative, it matches.
-    results = [{"steady": {"eager": [1.0, 1.0, 1.0], "compiled": [0.5, 0.5]}},
-               {"steady": {"eager": [2.0, 2.0, 2.0], "compiled": [1.0, 1.0]}}]  # fmt: skip
+    # One value per process: a burst of load in one round moves no median.
+    results = [{"steady": {"eager": [1.0, 1.0, 9.0], "compiled": [0.5, 0.5, 7.0]}},
+               {"steady": {"eager": [2.0, 2.0, 2.0], "compiled": [1.0, 1.0, 1.0]}}]  # fmt: skip
     relative = steady(results, "compiled", "full", "cpu", relative=True)
-    assert relative.times_s == (0.5, 0.5, 0.5, 0.5)
+    assert relative.times_s == (0.5, 0.5)
     assert "relative" in relative.method
-    assert steady(results, "compiled", "full", "cpu").median_s == 0.75
+    pooled = steady(results, "compiled", "full", "cpu")
+    assert pooled.times_s == (0.5, 0.5, 7.0, 1.0, 1.0, 1.0)
+    assert pooled.median_s == 1.0
+
+
+def test_payback_counts_steps_relative_to_each_processes_eager_steps():
+    fast, slowed = (
+        {"steady": {"eager": [e] * 4, "compiled": [e / 2] * 4}} for e in (1e-3, 4e-3)
+    )  # the second process ran on a loaded machine: 4x slower, same 2x speed-up
+    first_call = Measurement("cold", (1.5, 2.5, 3.5), "cpu", "host-clock")
+    (median, low, high), speedup = coldstart.payback([fast, slowed], first_call, "cpu")
+    assert speedup.verdict == "faster"
+    assert speedup.speedup == pytest.approx(2.0)
+    # an eager step is 2.5 ms pooled; 2.5 s is 1000 of them, less the compiled
+    # step itself (0.5), paid back at 0.5 step a step
+    assert median == 1999
+    assert low < median < high
+    assert (low, high) == (
+        math.ceil((first_call.quantile(0.25) / 2.5e-3 - 0.5) / 0.5),
+        math.ceil((first_call.quantile(0.75) / 2.5e-3 - 0.5) / 0.5),
+    )
+
+
+def test_payback_gives_no_steps_where_compiled_is_not_faster():
+    same = {
+        "steady": {"eager": [1e-3, 1.1e-3, 0.9e-3], "compiled": [1e-3, 0.9e-3, 1.1e-3]}
+    }
+    first_call = Measurement("cold", (1.0, 2.0), "cpu", "host-clock")
+    steps, speedup = coldstart.payback([same], first_call, "cpu")
+    assert steps == (None, None, None)
+    assert not speedup.measurable
 
 
 # ---- in the child -----------------------------------------------------------
@@ -168,6 +200,32 @@ def test_measure_times_the_load_and_first_call_then_both_in_rounds():
     assert set(result["steady"]) == {"eager", "compiled"}
     assert all(result["steady"][name] for name in ("eager", "compiled"))
     json.dumps(result)  # what report prints must be JSON
+
+
+def test_measure_compiles_the_other_variants_outside_every_figure():
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = torch.nn.Linear(4, 4)
+    calls = []
+
+    def compiled(x):
+        calls.append("compiled")
+        return model(x)
+
+    def other(x):
+        calls.append("other")
+        counters["inductor"]["fxgraph_cache_miss"] += 5  # as a compile would
+        return model(x)
+
+    result = measure(model, compiled, torch.ones(1, 4), device="cpu", rep_ms=2,
+                     also={"regional": other})  # fmt: skip
+    assert calls[:2] == ["compiled", "other"]  # first calls, then the rounds
+    assert result["caches"] == {}  # read before the other variant's first call
+    assert set(result["steady"]) == {"eager", "compiled", "regional"}
+    assert all(result["steady"][name] for name in result["steady"])
+    counters.clear()
 
 
 def test_measure_stops_the_compile_workers_before_the_steady_steps(monkeypatch):

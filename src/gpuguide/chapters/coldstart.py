@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import multiprocessing
 import os
@@ -30,6 +31,7 @@ from typing import Any
 
 from gpuguide.chapters.spawning import spawn_safe
 from gpuguide.timing import Measurement
+from gpuguide.verdicts import Comparison, break_even, compare
 
 __all__ = [
     "MARK",
@@ -38,6 +40,7 @@ __all__ = [
     "describe_caches",
     "first_calls",
     "measure",
+    "payback",
     "phases",
     "probe_cpu",
     "read_result",
@@ -171,16 +174,19 @@ def _probe_outside(device: str) -> tuple[float, str]:
 def measure(
     model: Callable[[Any], Any], compiled: Callable[[Any], Any], x: Any, *,
     device: str, before: Callable[[], Any] | None = None, rep_ms: float = 100.0,
+    also: Mapping[str, Callable[[Any], Any]] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """In the child: time ``before()`` and the first call of ``compiled(x)``
-    together (a cache load counts in the start), then ``model`` (eager) and
-    ``compiled`` in alternating rounds (the compile workers stopped),
-    without gradients; returns the times,
-    the cache counts and dynamo's phases, ready for :func:`report`.
+    together (a cache load counts in the start), then ``model`` (eager),
+    ``compiled`` and the callables in ``also`` in alternating rounds (the compile
+    workers stopped), without gradients; returns the times (``"steady"``, keyed
+    ``"eager"``, ``"compiled"`` and ``also``'s names), the cache counts and
+    dynamo's phases, ready for :func:`report`.
 
-    Inductor's CPU probe (:func:`probe_cpu`) is left out of the first call: it was
-    run in the fork server (``"probed"``), or, without one, is timed here before it
-    (on a CPU); its seconds are ``"probe_s"``."""
+    The cache counts and phases are read before ``also``'s first calls, which
+    compile outside every figure. Inductor's CPU probe (:func:`probe_cpu`) is left
+    out of the first call: it was run in the fork server (``"probed"``), or,
+    without one, is timed here before it (on a CPU); its seconds are ``"probe_s"``."""
     import torch
     from torch._dynamo.utils import counters
 
@@ -188,16 +194,19 @@ def measure(
     from gpuguide.verdicts import interleave
 
     probe_s, probed = _probe_outside(device)
+    variants = {"eager": model, "compiled": compiled, **(also or {})}
     with torch.no_grad():
         loaded_s = first_calls_s(before, device=device, calls=1) if before else 0.0
         first_s = first_calls_s(compiled, x, device=device, calls=1)
+        caches, timers = cache_counts(counters), phases()
+        for name in also or {}:
+            variants[name](x)
         _stop_compile_workers()
-        timed = interleave({"eager": lambda: model(x), "compiled": lambda: compiled(x)},
-                           rep_ms=rep_ms, device=device)  # fmt: skip
+        timed = interleave({name: functools.partial(fn, x) for name, fn in variants.items()},
+                           rounds=10, rep_ms=rep_ms, device=device)  # fmt: skip
     return {
         "first_s": loaded_s + first_s, "load_s": loaded_s,
-        "probe_s": probe_s, "probed": probed,
-        "caches": cache_counts(counters), "phases": phases(),
+        "probe_s": probe_s, "probed": probed, "caches": caches, "phases": timers,
         "steady": {name: list(m.times_s) for name, m in timed.items()},
     }  # fmt: skip
 
@@ -330,12 +339,42 @@ def steady(
     relative: bool = False,
 ) -> Measurement:  # fmt: skip
     """Steady-state times ``name`` (``"eager"``, ``"compiled"``) of several children,
-    pooled into one Measurement. ``relative``: each child's times divided by the
-    median of its own eager steps (timed in the same rounds), so that children
-    slowed by their neighbours on a shared machine still compare fairly."""
-    times = []
-    for r in results:
-        scale = statistics.median(r["steady"]["eager"]) if relative else 1.0
-        times += [t / scale for t in r["steady"][name]]
-    method = "relative to eager in each process" if relative else "wall-clock"
-    return Measurement(label, tuple(times), device, f"{method}, pooled over processes")
+    pooled into one Measurement.
+
+    ``relative``: one value per child instead, the median of its ``name`` steps
+    over the median of its eager steps (timed in the same rounds), so that children
+    slowed by their neighbours on a shared machine still compare fairly, and the
+    spread is the spread between processes, which a burst of load in a few rounds
+    does not widen."""
+    if relative:
+        times = [statistics.median(r["steady"][name]) / statistics.median(r["steady"]["eager"])
+                 for r in results]  # fmt: skip
+        method = "median relative to eager, one per process"
+    else:
+        times = [t for r in results for t in r["steady"][name]]
+        method = "wall-clock, pooled over processes"
+    return Measurement(label, tuple(times), device, method)
+
+
+def payback(
+    results: Sequence[Mapping[str, Any]], first_call: Measurement, device: str,
+    name: str = "compiled",
+) -> tuple[tuple[int | None, int | None, int | None], Comparison]:  # fmt: skip
+    """After how many steps a start pays for itself, from children's ``results``
+    that timed the same compiled code (their steady steps ``name``) against eager,
+    and ``first_call``: its cost is the first call beyond one compiled step, paid
+    back by the steps saved over eager.
+
+    Steps are compared each relative to its process's eager median (see
+    :func:`steady`). Returns the step counts at the first call's median, lower
+    and upper quartiles (None where compiled is not measurably faster), and the
+    compiled-against-eager comparison they rest on."""
+    eager = steady(results, "eager", "eager", device, relative=True)
+    compiled = steady(results, name, "compiled", device, relative=True)
+    step_s = steady(results, "eager", "eager", device).median_s  # the unit, in seconds
+    low, median, high = (
+        break_even(max(first_call.quantile(q) / step_s - compiled.median_s, 0.0),
+                   eager, compiled)
+        for q in (0.25, 0.5, 0.75)
+    )  # fmt: skip
+    return (median, low, high), compare(compiled, eager)
