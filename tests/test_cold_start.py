@@ -298,6 +298,14 @@ def test_the_fork_server_runs_the_probe_once_at_its_start(monkeypatch):
     assert coldstart.SERVER_PROBE_S == 2.5
 
 
+def test_quiet_stderr_silences_the_descriptor_and_restores_it(capfd):
+    with coldstart.quiet_stderr():
+        os.write(2, b"a log line from C++\n")
+        print("a log line from Python", file=sys.stderr)
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "after\n"
+
+
 def test_the_real_probe_runs_and_takes_time():
     seconds = coldstart.probe_cpu()
     assert 0 < seconds < 120

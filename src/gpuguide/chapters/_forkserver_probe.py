@@ -1,8 +1,11 @@
 """Imported once, by :func:`gpuguide.chapters.coldstart.run_fresh`'s fork server
 (see :data:`~gpuguide.chapters.coldstart.PRELOAD`): runs inductor's CPU probe there
 and keeps its time, so that every child forked from the server inherits both and
-pays the probe in none of its measurements."""
+pays the probe in none of its measurements. What the probe writes to stderr (a
+CUDA build of torch on a machine without a GPU logs a line) goes nowhere: the
+server shares the page's stderr, and the children's output is kept off it."""
 
 from gpuguide.chapters import coldstart
 
-coldstart.SERVER_PROBE_S = coldstart.probe_cpu()
+with coldstart.quiet_stderr():
+    coldstart.SERVER_PROBE_S = coldstart.probe_cpu()

@@ -147,6 +147,24 @@ def _probe_cpu() -> None:
     pick_vec_isa()
 
 
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[None]:
+    """Send this process's stderr to the null device for the block (file
+    descriptor 2, which C++ and the logging handlers write to, and
+    ``sys.stderr``), then restore it."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:  # noqa: PTH123
+            os.dup2(null.fileno(), 2)
+            with contextlib.redirect_stderr(null):
+                yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def probe_cpu() -> float:
     """Seconds of :func:`_probe_cpu` in an empty cache directory (as a cold start
     pays it), the directory removed after; the answer stays in this process."""
