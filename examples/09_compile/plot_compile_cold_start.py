@@ -45,7 +45,7 @@ CASES = ["cold", "warm", "Mega-Cache", "regional"]
 if page.cuda:
     blocks, dim = ([2, 4] if small else [4, 32]), 256
 else:
-    blocks, dim = ([1] if small else [1, 8]), 64
+    blocks, dim = ([2] if small else [1, 8]), 64
 largest = blocks[-1]
 print(f"stacks of {blocks} blocks of width {dim}, inference only (a training step "
       "would add a backward graph to compile)")  # fmt: skip
@@ -71,8 +71,8 @@ def plan(case, n):  # how many fresh processes of a case at n blocks
 # (``block.compile()``) instead of the stack: the blocks share their code, so
 # Dynamo traces one, inductor compiles it, and the other N-1 reuse it after a
 # guard check (``torch.compiler.nested_compile_region`` marks such a region in a
-# whole-model compile instead). A warm child also compiles a copy by blocks, so
-# that the two compiled forms run side by side in one process. ``measure`` times the first call, then eager
+# whole-model compile instead). A warm child of a stack also compiles a copy by
+# blocks, so that the two compiled forms run side by side in one process. ``measure`` times the first call, then eager
 # and compiled steps in alternating rounds, and reads the cache counters;
 # ``report`` prints the result as one line of JSON.
 CHILD = """
@@ -110,7 +110,7 @@ load = None
 if case == "Mega-Cache":
     load = lambda: torch.compiler.load_cache_artifacts(Path(artifacts).read_bytes())
 also = {}
-if case == "warm":  # the stack compiled by blocks too, for steady steps side by side
+if case == "warm" and int(blocks) > 1:  # compiled by blocks too, to run side by side
     also["regional"] = copy.deepcopy(eager)
     for block in also["regional"]:
         block.compile()

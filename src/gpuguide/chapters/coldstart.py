@@ -191,7 +191,7 @@ def _probe_outside(device: str) -> tuple[float, str]:
 
 def measure(
     model: Callable[[Any], Any], compiled: Callable[[Any], Any], x: Any, *,
-    device: str, before: Callable[[], Any] | None = None, rep_ms: float = 100.0,
+    device: str, before: Callable[[], Any] | None = None, rep_ms: float = 60.0,
     also: Mapping[str, Callable[[Any], Any]] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """In the child: time ``before()`` and the first call of ``compiled(x)``
