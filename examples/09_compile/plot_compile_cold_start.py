@@ -72,9 +72,9 @@ def plan(case, n):  # how many fresh processes of a case at n blocks
 # Dynamo traces one, inductor compiles it, and the other N-1 reuse it after a
 # guard check (``torch.compiler.nested_compile_region`` marks such a region in a
 # whole-model compile instead). A warm child of a stack also compiles a copy by
-# blocks, so that the two compiled forms run side by side in one process. ``measure`` times the first call, then eager
-# and compiled steps in alternating rounds, and reads the cache counters;
-# ``report`` prints the result as one line of JSON.
+# blocks, so that the two compiled forms run side by side in one process.
+# ``measure`` times the first call, then eager and compiled steps in alternating
+# rounds, and reads the cache counters; ``report`` prints one line of JSON.
 CHILD = """
 import copy, sys
 from pathlib import Path
@@ -145,13 +145,13 @@ if not page.cuda:
           "every new process in an empty cache directory, left out of the first calls")  # fmt: skip
 
 
-def first(case, n):  # the first calls of a case's processes, as one Measurement
-    runs = results[case][n]
-    return coldstart.first_calls(runs, case, str(device)) if runs else None
-
-
 def runs(cases, n):  # the processes of some cases at n blocks
     return [r for case in cases for r in results[case][n]]
+
+
+def first(case, n):  # the first calls of a case's processes, as one Measurement
+    done = runs([case], n)
+    return coldstart.first_calls(done, case, str(device)) if done else None
 
 
 def steps(n, name, label, cases=CASES[:3]):  # pooled: cold, warm, Mega-Cache by default
