@@ -306,6 +306,19 @@ def test_quiet_stderr_silences_the_descriptor_and_restores_it(capfd):
     assert capfd.readouterr().err == "after\n"
 
 
+def test_a_failing_probe_leaves_the_fork_server_starting(monkeypatch):
+    def no_compiler():
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(coldstart, "SERVER_PROBE_S", 1.0)
+    monkeypatch.setattr(coldstart, "probe_cpu", no_compiler)
+    monkeypatch.delitem(
+        sys.modules, "gpuguide.chapters._forkserver_probe", raising=False
+    )
+    importlib.import_module("gpuguide.chapters._forkserver_probe")
+    assert coldstart.SERVER_PROBE_S is None  # each child probes on its own
+
+
 def test_the_real_probe_runs_and_takes_time():
     seconds = coldstart.probe_cpu()
     assert 0 < seconds < 120
