@@ -319,9 +319,40 @@ def test_a_failing_probe_leaves_the_fork_server_starting(monkeypatch):
     assert coldstart.SERVER_PROBE_S is None  # each child probes on its own
 
 
-def test_the_real_probe_runs_and_takes_time():
+def test_the_real_probe_asks_inductor_in_an_empty_directory(monkeypatch):
+    from torch._inductor import cpu_vec_isa
+
+    seen = []
+
+    def pick_vec_isa():
+        folder = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+        seen.append((folder.name, list(folder.iterdir())))
+        return real()
+
+    real = cpu_vec_isa.pick_vec_isa
+    monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", pick_vec_isa)
     seconds = coldstart.probe_cpu()
+    [(name, contents)] = seen
+    assert name.startswith("gpuguide-probe-")
+    assert contents == []
     assert 0 < seconds < 120
+
+
+def test_a_child_of_the_real_fork_server_inherits_its_probe():
+    from multiprocessing import forkserver
+
+    forkserver._forkserver._stop()  # a server with coldstart's own preloads
+    try:
+        code = (
+            "from gpuguide.chapters import coldstart\n"
+            "coldstart.report({'probe_s': coldstart.SERVER_PROBE_S, "
+            "'where': coldstart._probe_outside('cpu')[1]})"
+        )
+        result = run_fresh(code)
+    finally:
+        forkserver._forkserver._stop()  # the next test starts its own
+    assert result["where"] == "in the fork server"
+    assert 0 < result["probe_s"] < 120
 
 
 # ---- fresh processes --------------------------------------------------------
