@@ -111,6 +111,9 @@ sphinx_gallery_conf = {
     # before and after every example; warnings become errors inside examples.
     "reset_modules": ("matplotlib", "gallery_hooks.reset_torch_state"),
     "reset_modules_order": "both",
+    # No arguments for an example; the hook also notes whether it raised, so a
+    # recording build writes each page as it ends (docs/_ext/record_build.py).
+    "reset_argv": "gallery_hooks.page_argv",
     "remove_config_comments": True,
     "download_all_examples": True,
     # Which examples use which helper: the API pages list them (docs/_ext/api_examples.py).

@@ -30,6 +30,7 @@ sha256 3f2a... -> 32 file(s), sha256 9bc1...``.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import logging
@@ -38,7 +39,8 @@ import shutil
 import sys
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +62,14 @@ __all__ = [
     "SEED",
     "UNNEEDED_LINES",
     "ChapterOrder",
+    "PageEnd",
     "build_fingerprint",
     "check_fingerprint",
     "connect_fingerprint",
     "copy_artifacts",
     "fingerprint_changes",
+    "on_page_end",
+    "page_argv",
     "page_figures",
     "page_times",
     "quiet_build_log",
@@ -107,6 +112,46 @@ _state: dict[str, Any] = {}
 _page_started: dict[str, float] = {}
 _page_seconds: dict[str, float] = {}
 _page_figures: dict[str, tuple[gpuguide_results.Result, ...]] = {}
+# sphinx-gallery's variables of each running example (page_argv): they say
+# whether it raised.
+_page_vars: dict[str, dict[str, Any]] = {}
+# What to call as each example ends (on_page_end).
+_listeners: list[Callable[[PageEnd], object]] = []
+
+
+@dataclass(frozen=True)
+class PageEnd:
+    """One example's end, as :func:`on_page_end` listeners get it: its ``page``
+    name, its ``script``, its ``seconds``, the ``figures`` it recorded and
+    whether it ``failed`` (raised)."""
+
+    page: str
+    script: Path | None
+    seconds: float
+    figures: tuple[gpuguide_results.Result, ...]
+    failed: bool
+
+
+def on_page_end(listener: Callable[[PageEnd], object] | None) -> None:
+    """Call ``listener`` with a :class:`PageEnd` as each example ends, right
+    after it ran (None: no listener). One listener at a time: a new one
+    replaces the old."""
+    _listeners.clear()
+    if listener is not None:
+        _listeners.append(listener)
+
+
+def page_argv(gallery_conf: Any, script_vars: dict[str, Any]) -> list[str]:
+    """sphinx-gallery's ``reset_argv`` hook: no arguments for the example.
+
+    It also keeps the example's ``script_vars``, where sphinx-gallery notes an
+    exception the example raised, so that the hook after the example
+    (:func:`reset_torch_state`) can tell a failed page.
+    """
+    src = script_vars.get("src_file")
+    if src:
+        _page_vars[Path(src).stem] = script_vars
+    return []
 
 
 def page_figures() -> dict[str, tuple[gpuguide_results.Result, ...]]:
@@ -169,6 +214,10 @@ def _reset_precision() -> None:
 def _reset_cuda() -> None:
     if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
         return
+    # The previous example's globals hold tensors in reference cycles (its
+    # functions refer to the globals that hold them): collect them first, so
+    # the next example sizes itself with their memory given back.
+    gc.collect()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     for index in range(torch.cuda.device_count()):
@@ -308,9 +357,21 @@ def reset_torch_state(
         msg = f"when must be 'before' or 'after', got {when!r}"
         raise ValueError(msg)
     page = Path(fname).stem if fname else None
+    ended = None
     if page is not None and when == "after" and page in _page_started:
         _page_seconds[page] = time.perf_counter() - _page_started.pop(page)
         _page_figures[page] = gpuguide_results.recorded()
+        # Only what the listeners need: the variables hold the example's globals.
+        script_vars = _page_vars.pop(page, {})
+        src, failed = script_vars.get("src_file"), "formatted_exception" in script_vars
+        del script_vars
+        ended = PageEnd(
+            page=page,
+            script=Path(src) if src else None,
+            seconds=_page_seconds[page],
+            figures=_page_figures[page],
+            failed=failed,
+        )
     _snapshot_defaults()
 
     _reset_precision()
@@ -340,6 +401,9 @@ def reset_torch_state(
         _torch_logs_to_build_log()
         if page is not None:
             _page_started[page] = time.perf_counter()
+    if ended is not None:
+        for listener in tuple(_listeners):
+            listener(ended)
 
 
 class ChapterOrder:

@@ -5,18 +5,21 @@ sets ``gpuguide_record`` to ``"replace"`` (``--record --merge``: ``"merge"``); t
 
 1. before sphinx-gallery runs the examples, every example of the build is marked
    to run (even one whose page is up to date);
-2. right after the examples ran, before any page is read, what each page
-   recorded while it ran (every build keeps it: :func:`gallery_hooks.page_figures`)
-   becomes ``docs/results/<kind>-<device>.json`` by
-   :func:`gpuguide_tools.recorder.finish_recording` (validated, written
-   atomically, merged with the earlier recording for ``"merge"``), so the
-   results page of that same build already shows it (each page's own section
-   compares with the earlier recording). A build of some pages
-   (``--example NAME``) replaces those pages' figures and keeps the others'.
+2. as each page ends, what it recorded while it ran goes into
+   ``docs/results/<kind>-<device>.json`` at once
+   (:func:`gpuguide_tools.recorder.record_page`: written atomically, with the
+   commit and digests of the page's code; merged with its earlier figures for
+   ``"merge"``), so a build killed at any moment keeps every page that
+   finished. A page that failed keeps its earlier figures and is marked failed
+   in the file and named in the log; the other pages are recorded all the same;
+3. right after the examples ran, before any page is read,
+   :func:`gpuguide_tools.recorder.finish_recording` completes the file (a CPU's
+   measured peaks; a full build drops pages that no longer exist), so the
+   results page of that same build already shows it.
 
-A page that failed leaves the device's file as it was, and the build log names
-the page. When the build ends the log lists every executed page's time,
-slowest first, with the build's total.
+When the build ends the log lists every executed page's time, slowest first,
+with the build's total, and on a GPU each page's time against the GPU seconds
+its chapter's ``order.txt`` declares (:func:`times_summary`), flagging overruns.
 """
 
 from __future__ import annotations
@@ -28,11 +31,17 @@ from typing import Any
 from sphinx.errors import ConfigError
 from sphinx.util import logging
 
-from gallery_hooks import page_figures, page_times
-from gpuguide.results import ResultsFile, current_device
-from gpuguide_tools.recorder import finish_recording
+from gallery_hooks import PageEnd, on_page_end, page_times
+from gpuguide.results import current_device
+from gpuguide_tools.pages import GPU_BUDGET_S, gpu_budgets
+from gpuguide_tools.recorder import (
+    commit_warning,
+    finish_recording,
+    page_run,
+    record_page,
+)
 
-__all__ = ["MODES", "finish", "setup", "start", "times_summary"]
+__all__ = ["MODES", "finish", "page_ended", "setup", "start", "times_summary"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,13 +60,15 @@ def _mode(app: Any) -> str:
 
 
 def start(app: Any) -> str | None:
-    """Before the examples run: mark every example of a recording build to run.
+    """Before the examples run: mark every example of a recording build to run,
+    and write each page's figures as it ends (:func:`page_ended`).
 
     Returns the mode (``"replace"`` or ``"merge"``), or None when the build
     does not record.
     """
     _state.clear()
     _state["started"] = time.perf_counter()
+    on_page_end(None)
     mode = _mode(app)
     if not mode:
         return None
@@ -69,61 +80,115 @@ def start(app: Any) -> str | None:
         )
         raise ConfigError(msg)
     conf["run_stale_examples"] = True  # every page of the build records
-    _state.update(mode=mode, pattern=conf["filename_pattern"])
-    logger.info(f"gpuguide: recording this device's figures ({mode})")
+    results = Path(app.config.gpuguide_results_dir)
+    _state.update(mode=mode, pattern=conf["filename_pattern"], results=results)
+    _state.update(pages=[], failed=[])
+    device = current_device()
+    logger.info(f"gpuguide: recording this device's figures ({mode}) into {results}")
+    if warning := commit_warning(device):
+        logger.warning(f"gpuguide: {warning}")
+    on_page_end(lambda ended: page_ended(ended, results, merge_runs=mode == "merge"))
     return mode
 
 
-def finish(app: Any, *, full_pattern: str) -> Path | None:
-    """After the examples ran: write the device's results file.
+def page_ended(ended: PageEnd, results: Path, *, merge_runs: bool = False) -> None:
+    """Write one page's figures (or its failure) into the device's file now."""
+    _state.setdefault("pages", []).append(ended.page)
+    if ended.failed:
+        _state.setdefault("failed", []).append(ended.page)
+        logger.info(f"gpuguide: {ended.page} failed: its earlier figures are kept")
+    if ended.script is None:  # pragma: no cover - sphinx-gallery always names it
+        return
+    device = current_device()
+    try:
+        record_page(
+            results, ended.page, ended.figures,
+            page_run(ended.script, device, ended.seconds), device=device,
+            failed=ended.failed, merge_runs=merge_runs,
+        )  # fmt: skip
+    except ValueError as error:  # ResultsFileError is a ValueError
+        logger.warning(f"gpuguide: {ended.page} not recorded: {error}")
 
-    Returns the file written; None when the build does not record or the
-    recording was not written (the reason goes to the log as a warning, so a
-    build with ``-W`` fails).
+
+def finish(app: Any, *, full_pattern: str) -> Path | None:
+    """After the examples ran: complete the device's file.
+
+    Returns the file; None when the build does not record or the recording
+    could not be completed (the reason goes to the log as a warning, so a
+    build with ``-W`` fails). A failed page is a warning too.
     """
+    on_page_end(None)
     if "mode" not in _state:
         return None
-    conf = app.config.sphinx_gallery_conf
-    failed = sorted(Path(name).stem for name in conf["failing_examples"])
-    figures = page_figures()
-    ordered = tuple(r for page in sorted(figures) for r in figures[page])
-    new = ResultsFile(current_device(), ordered) if ordered else None
     try:
         written = finish_recording(
-            new,
-            Path(app.config.gpuguide_results_dir),
-            failed=failed,
-            merge_runs=_state["mode"] == "merge",
+            _state["results"],
+            current_device(),
+            pages=_state["pages"],
+            failed=_state["failed"],
             partial=_state["pattern"] != full_pattern,
             log=lambda line: logger.info(f"gpuguide: {line}"),
         )
-    except (RuntimeError, ValueError) as error:  # ResultsFileError is a ValueError
-        logger.warning(f"gpuguide: recording not written: {error}")
+    except RuntimeError as error:
+        logger.warning(f"gpuguide: recording: {error}")
+        target = _state["results"] / current_device().file_name
+        return target if target.exists() else None
+    except ValueError as error:  # ResultsFileError is a ValueError
+        logger.warning(f"gpuguide: recording not completed: {error}")
         return None
     _state["written"] = written
     return written
 
 
-def times_summary(times: dict[str, float], total_s: float | None) -> list[str]:
-    """Lines for the build log: each page's execution time, slowest first."""
+def times_summary(
+    times: dict[str, float],
+    total_s: float | None,
+    budgets: dict[str, float | None] | None = None,
+) -> list[str]:
+    """Lines for the build log: each page's execution time, slowest first.
+
+    With ``budgets`` (a GPU build: each page's declared GPU seconds), each line
+    gives the page's budget and flags ``OVER BUDGET``, and the total is set
+    against :data:`gpuguide_tools.pages.GPU_BUDGET_S`.
+    """
     if not times:
         return []
     width = max(len(name) for name in times)
-    lines = ["gpuguide: page execution times, slowest first"]
+    title = "gpuguide: page execution times, slowest first"
+    lines = [title + (" (GPU seconds declared in order.txt)" if budgets else "")]
+    over = []
     for name, seconds in sorted(times.items(), key=lambda item: -item[1]):
-        lines.append(f"    {name:<{width}}  {seconds:7.1f} s")
+        line = f"    {name:<{width}}  {seconds:7.1f} s"
+        if budgets is not None:
+            budget = budgets.get(name)
+            if budget is None:
+                line += "  (no budget declared)"
+            else:
+                line += f"  of {budget:5.1f} s"
+                if seconds > budget:
+                    line += "  OVER BUDGET"
+                    over.append(name)
+        lines.append(line)
     pages = sum(times.values())
     line = f"    {len(times)} page(s): {pages:.0f} s"
     if total_s is not None:
         line += f" of the build's {total_s:.0f} s"
+    if budgets is not None:
+        line += f"; the guide's GPU budget is {GPU_BUDGET_S:.0f} s for every page"
     lines.append(line)
+    if over:
+        lines.append(f"    over budget: {', '.join(over)}")
     return lines
 
 
 def _build_finished(app: Any, exception: BaseException | None) -> None:
     started = _state.get("started")
     total = None if started is None else time.perf_counter() - started
-    for line in times_summary(page_times(), total):
+    times, budgets = page_times(), None
+    if times and current_device().kind == "cuda":  # the GPU budget is a GPU's
+        examples = app.config.sphinx_gallery_conf["examples_dirs"][0]
+        budgets = gpu_budgets(Path(app.srcdir) / examples)
+    for line in times_summary(times, total, budgets):
         logger.info(line)
     if "written" in _state:
         logger.info(f"gpuguide: this device's results: {_state['written']}")

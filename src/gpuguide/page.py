@@ -145,7 +145,8 @@ def report(
     name: str, value: Rate | Measurement | Comparison | float, *,
     unit: str | None = None, spread: tuple[float, float] | None = None,
     peak: str | float | None = None, quoted: tuple[float, float] | None = None,
-    size: ConfigValue | None = None, file: TextIO | None = None, **config: ConfigValue,
+    size: ConfigValue | None = None, file: TextIO | None = None,
+    host: bool | None = None, **config: ConfigValue,
 ) -> None:  # fmt: skip
     """Print one headline figure with its spread, share of peak and verdict; record it.
 
@@ -162,6 +163,9 @@ def report(
     quoted : (float, float), optional
         A published range: the line says whether the figure is above, within
         or below it.
+    host : bool, optional
+        Whether a GPU machine measured the figure on its host CPU
+        (:func:`gpuguide.record`); a measured object made on the CPU says so itself.
     **config : str, int, float or bool
         What identifies the figure beside its name (``dtype="bf16"``).
     """
@@ -225,5 +229,5 @@ def report(
     extra: dict[str, Any] = dict(config)  # typed apart from record's own keywords
     record(
         name, number if plain else value, unit=unit if plain else None,
-        spread=spread, size=size, peak=peak_name, **extra,
+        spread=spread, size=size, peak=peak_name, host=host, **extra,
     )  # fmt: skip

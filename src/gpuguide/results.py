@@ -33,14 +33,21 @@ if TYPE_CHECKING:
     from gpuguide.device import DeviceInfo
 
 __all__ = [
-    "PEAK_NAMES", "RECORD_ENV", "RESULTS_DIR_ENV", "SCHEMA_VERSION", "ConfigValue",
-    "DeviceRecord", "Result", "ResultsFile", "ResultsFileError", "clear",
+    "ON_HOST", "PEAK_NAMES", "READ_VERSIONS", "RECORD_ENV", "RESULTS_DIR_ENV",
+    "SCHEMA_VERSION", "ConfigValue", "DeviceRecord", "PageRecord", "PageRun", "Result",
+    "ResultsFile", "ResultsFileError", "clear",
     "current_device", "dumps", "load", "load_dir", "loads", "record", "recorded",
     "save",
 ]  # fmt: skip
 
-#: The version of the file format this module writes and reads.
-SCHEMA_VERSION = 1
+#: The version of the file format this module writes.
+SCHEMA_VERSION = 2
+#: The versions it reads: a version 1 file (before each page named the code
+#: that measured it) reads as one whose pages' provenance is unknown.
+READ_VERSIONS = (1, 2)
+#: What a result's ``on`` may say: ``"host"``, a figure that a GPU machine
+#: measured on its host CPU (the file's ``device.host``), not on the GPU.
+ON_HOST = "host"
 #: A file to record into; unset or empty: :func:`record` keeps values in memory.
 RECORD_ENV = "GPUGUIDE_RECORD"
 #: The folder of results files the site shows (``docs/results``) and the check-up reads.
@@ -197,9 +204,11 @@ class DeviceRecord:
     """Where and when a results file was measured: device, versions, date, peaks.
 
     ``peaks`` maps :data:`PEAK_NAMES` to rates; ``isa`` is a CPU's widest vector
-    instruction set (None for a GPU); ``gpu`` a GPU's clocks, power limit, PCIe
-    link and the clock limiters seen while figures were recorded (NVML's, where
-    ``nvidia-ml-py`` is installed); None elsewhere means unknown.
+    instruction set (None for a GPU); ``host`` a GPU machine's host CPU (model,
+    threads, vector ISA: what its figures ``on`` the host ran on; None for a
+    CPU); ``gpu`` a GPU's clocks, power limit, PCIe link and the clock limiters
+    seen while figures were recorded (NVML's, where ``nvidia-ml-py`` is
+    installed); None elsewhere means unknown.
     """
 
     name: str
@@ -216,9 +225,13 @@ class DeviceRecord:
     commit: str | None = None
     dirty: bool = False
     gpu: GpuState | None = None
+    host: str | None = None
 
     def __post_init__(self) -> None:
         _checked(self, _DEVICE_CHECKS)
+        if self.host is not None and self.kind == "cpu":
+            msg = f"host names a GPU machine's CPU; a cpu record is its own, got {self.host!r}"
+            raise ValueError(msg)
         if self.gpu is not None and self.kind != "cuda":
             msg = f"gpu holds NVML's facts of a CUDA GPU; a {self.kind} record has none"
             raise ValueError(msg)
@@ -269,6 +282,7 @@ class DeviceRecord:
             gpuguide=info.gpuguide_version, commit=info.gpuguide_commit,
             dirty=info.gpuguide_dirty,
             gpu=info.gpu_state if info.type == "cuda" else None,
+            host=None if info.type == "cpu" else host_label(info),
         )  # fmt: skip
 
     def to_json(self) -> dict[str, object]:
@@ -286,6 +300,8 @@ class DeviceRecord:
             data["peaks"] = dict(self.peaks)
         if self.gpu is not None:
             data["gpu"] = self.gpu.to_json()
+        if self.host is not None:
+            data["host"] = self.host
         return data
 
 
@@ -294,15 +310,23 @@ _DEVICE_CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "cuda": _optional(_text), "driver": _optional(_text), "date": _date,
     "small": _flag, "peaks": _peaks, "isa": _optional(_text),
     "gpuguide": _optional(_text), "commit": _optional(_commit), "dirty": _flag,
-    "gpu": _optional(_gpu_state),
+    "gpu": _optional(_gpu_state), "host": _optional(_text),
 }  # fmt: skip
+
+
+def host_label(info: DeviceInfo) -> str:
+    """A GPU machine's host CPU: ``"Intel(R) Xeon(R) Processor, 16 threads, AMX"``."""
+    threads = f"{info.cpu_threads} thread{'s' if info.cpu_threads != 1 else ''}"
+    label = f"{info.cpu_model}, {threads}"
+    return f"{label}, {info.cpu_isa}" if info.cpu_isa else label
 
 
 @dataclass(frozen=True)
 class Result:
     """One recorded figure of one page: a median ``value`` in ``unit``, its
     ``spread`` ``(q25, q75)``, what identifies it (``key``), its ``size``,
-    position ``x`` on a sweep and the ``peak`` it is a share of."""
+    position ``x`` on a sweep, the ``peak`` it is a share of, and ``on``:
+    :data:`ON_HOST` for a figure a GPU machine measured on its host CPU."""
 
     page: str
     name: str
@@ -314,6 +338,7 @@ class Result:
     size: ConfigValue | None = None
     x: float | None = None
     peak: str | None = None
+    on: str | None = None
 
     def __post_init__(self) -> None:
         _checked(self, _RESULT_CHECKS)
@@ -337,7 +362,7 @@ class Result:
             "unit": self.unit, "spread": spread, "config": dict(self.config),
             "runs": self.runs,
         }  # fmt: skip
-        extra = {"size": self.size, "x": self.x, "peak": self.peak}
+        extra = {"size": self.size, "x": self.x, "peak": self.peak, "on": self.on}
         return data | {k: v for k, v in extra.items() if v is not None}
 
 
@@ -345,19 +370,135 @@ _RESULT_CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "page": _text, "name": _text, "value": _number, "unit": _text,
     "spread": _optional(_spread), "config": _config, "runs": _runs,
     "size": _optional(_config_value), "x": _optional(_number),
-    "peak": _optional(_one_of(PEAK_NAMES)),
+    "peak": _optional(_one_of(PEAK_NAMES)), "on": _optional(_one_of((ON_HOST,))),
 }  # fmt: skip
+
+
+_digest = _is(
+    "a digest such as '3 file(s), sha256 3f2a9c0d1e4b' or 'none'",
+    lambda v: isinstance(v, str) and (v == "none" or "sha256 " in v),
+)
+_seconds = _optional(
+    _is(
+        "a number of seconds >= 0",
+        lambda v: (
+            isinstance(v, (int, float))
+            and not isinstance(v, bool)
+            and math.isfinite(v)
+            and v >= 0
+        ),
+    )
+)
+
+
+@dataclass(frozen=True)
+class PageRun:
+    """One run of one page: when, with which gpuguide commit and torch, and the
+    code it ran: digests of the page's ``source`` and of the ``helpers`` it
+    imports (:func:`gpuguide_tools.pages.page_code`), and how many ``seconds``
+    it took (None when not timed)."""
+
+    date: str
+    torch: str
+    source: str
+    helpers: str
+    commit: str | None = None
+    dirty: bool = False
+    seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        _checked(self, _RUN_CHECKS)
+        if self.dirty and self.commit is None:
+            msg = "dirty must be false when the commit is unknown, got true"
+            raise ValueError(msg)
+
+    @property
+    def commit_label(self) -> str:
+        """``"2417e61"``, ``"2417e61+dirty"`` or ``"an unknown commit"``."""
+        if self.commit is None:
+            return "an unknown commit"
+        return self.commit + ("+dirty" if self.dirty else "")
+
+    def same_code(self, source: str, helpers: str) -> bool:
+        """Whether this run ran the page and helpers whose digests are given."""
+        return self.source == source and self.helpers == helpers
+
+    def to_json(self) -> dict[str, object]:
+        """The run as a results file writes it."""
+        return {
+            "date": self.date, "torch": self.torch, "source": self.source,
+            "helpers": self.helpers, "commit": self.commit, "dirty": self.dirty,
+            "seconds": self.seconds,
+        }  # fmt: skip
+
+
+_RUN_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "date": _date, "torch": _text, "source": _digest, "helpers": _digest,
+    "commit": _optional(_commit), "dirty": _flag, "seconds": _seconds,
+}  # fmt: skip
+
+
+def _run(name: str, value: object) -> PageRun:
+    if isinstance(value, PageRun):
+        return value
+    if not isinstance(value, Mapping):
+        raise _bad(name, "an object describing a run", value)
+    if unknown := _unknown(value, PageRun.__dataclass_fields__):
+        raise _bad(name, f"an object without unknown keys ({unknown})", value)
+    try:
+        return PageRun(**value)
+    except TypeError:
+        raise _bad(
+            name, "an object with date, torch, source and helpers", value
+        ) from None
+
+
+@dataclass(frozen=True)
+class PageRecord:
+    """What a results file knows of one page on its device: the run its figures
+    come from (``recorded``; None when none did) and, when the page's latest
+    run failed, that run (``failed``; its earlier figures are kept)."""
+
+    recorded: PageRun | None = None
+    failed: PageRun | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "recorded", _optional(_run)("recorded", self.recorded))
+        object.__setattr__(self, "failed", _optional(_run)("failed", self.failed))
+        if self.recorded is None and self.failed is None:
+            msg = "a page record needs a recorded run, a failed one, or both"
+            raise ValueError(msg)
+
+    def to_json(self) -> dict[str, object]:
+        """The record as a results file's ``"pages"`` entry."""
+
+        def run(r: PageRun | None) -> object:
+            return None if r is None else r.to_json()
+
+        return {"recorded": run(self.recorded), "failed": run(self.failed)}
 
 
 @dataclass(frozen=True)
 class ResultsFile:
-    """The contents of a results file: one device's provenance and its results."""
+    """The contents of a results file: one device's provenance, its results, and
+    what each page's figures were measured by (``pages``, by page name; empty
+    for a file of schema version 1)."""
 
     device: DeviceRecord
     results: tuple[Result, ...] = ()
+    pages_run: Mapping[str, PageRecord] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "results", tuple(self.results))
+        runs = {}
+        for page, record in dict(self.pages_run).items():
+            if not isinstance(record, PageRecord):
+                where = f"pages {page!r}"
+                raise _bad(where, "a PageRecord", record)
+            runs[_text("a page's name", page)] = record
+        object.__setattr__(
+            self, "pages_run", MappingProxyType(dict(sorted(runs.items())))
+        )
 
     @property
     def pages(self) -> tuple[str, ...]:
@@ -368,10 +509,18 @@ class ResultsFile:
         """The results of one page (empty when it has none)."""
         return tuple(r for r in self.results if r.page == page)
 
+    def page_record(self, page: str) -> PageRecord | None:
+        """What the file knows of ``page``'s runs (None: nothing)."""
+        return self.pages_run.get(page)
+
     def to_json(self) -> dict[str, object]:
         """The file's JSON object."""
         device, results = self.device.to_json(), [r.to_json() for r in self.results]
-        return {"schema": SCHEMA_VERSION, "device": device, "results": results}
+        pages = {page: record.to_json() for page, record in self.pages_run.items()}
+        return {
+            "schema": SCHEMA_VERSION, "device": device, "pages": pages,
+            "results": results,
+        }  # fmt: skip
 
 
 def _fail(source: str, problem: str) -> ResultsFileError:
@@ -406,11 +555,12 @@ def _parse(data: object, source: str) -> ResultsFile:
         problem = 'has no "schema": not a gpuguide results file'
     elif isinstance(schema := data["schema"], bool) or not isinstance(schema, int):
         problem = f'"schema" must be an integer version, got {schema!r}'
-    elif schema != SCHEMA_VERSION:
-        problem = (
-            f"is schema version {schema}; this gpuguide reads version {SCHEMA_VERSION}"
-        )
-    elif unknown := _unknown(data, ("schema", "device", "results")):
+    elif schema not in READ_VERSIONS:
+        versions = " and ".join(str(v) for v in READ_VERSIONS)
+        problem = f"is schema version {schema}; this gpuguide reads versions {versions}"
+    elif unknown := _unknown(
+        data, ("schema", "device", "results", *(("pages",) if schema >= 2 else ()))
+    ):
         problem = f"has unknown keys {unknown}"
     elif "device" not in data:
         problem = 'has no "device"'
@@ -428,7 +578,21 @@ def _parse(data: object, source: str) -> ResultsFile:
             problem = f"results[{i}] repeats results[{seen[r.key]}] ({r.page}: {r.name}, same config)"
             raise _fail(source, problem)
         seen[r.key] = i
-    return ResultsFile(device, tuple(results))
+    pages = data.get("pages", {})
+    if not isinstance(pages, dict):
+        raise _fail(source, f'"pages" must be an object, got {pages!r}')
+    records = {}
+    for page, entry in pages.items():
+        where = f'"pages" {page!r}'
+        if not isinstance(entry, dict):
+            raise _fail(source, f"{where} must be an object, got {entry!r}")
+        if unknown := _unknown(entry, ("recorded", "failed")):
+            raise _fail(source, f"{where} has unknown keys {unknown}")
+        try:
+            records[page] = PageRecord(entry.get("recorded"), entry.get("failed"))
+        except (TypeError, ValueError) as error:
+            raise _fail(source, f"{where}: {error}") from None
+    return ResultsFile(device, tuple(results), records)
 
 
 def _no_constant(constant: str) -> float:
@@ -580,11 +744,19 @@ def _figure(
     return own[1], own[0], own[2]
 
 
+def _measured_on(value: object) -> str | None:
+    """The device type a measured object ran on (``"cpu"``, ``"cuda"``), if it says."""
+    if isinstance(value, Comparison):
+        value = value.subject
+    device = getattr(value, "device", None)
+    return str(device).split(":")[0] if device is not None else None
+
+
 def record(
     name: str, value: float | Measurement | Rate | Comparison, *,
     unit: str | None = None, spread: tuple[float, float] | None = None,
     page: str | None = None, size: ConfigValue | None = None, peak: str | None = None,
-    x: float | None = None, **config: ConfigValue,
+    x: float | None = None, host: bool | None = None, **config: ConfigValue,
 ) -> Result:  # fmt: skip
     """Record one headline figure of the running page; return its :class:`Result`.
 
@@ -592,13 +764,20 @@ def record(
     figure. ``value`` is a Measurement, Rate or Comparison (each with its unit
     and spread) or a number with its ``unit`` and optional ``spread``. Recording
     it again replaces it; with ``GPUGUIDE_RECORD`` set it is written at once.
+    ``host``: whether the figure was measured on the host CPU of a GPU machine
+    (the file files it as ``on: "host"``, labelled with that CPU); by default a
+    Measurement, Rate or Comparison made on the CPU says so itself, and a plain
+    number is taken as the device's. Ignored on a CPU, which is its own host.
     Raises ``ValueError`` for an invalid field, :class:`ResultsFileError` for an
     invalid file or one of another device.
     """
     number, unit, spread = _figure(value, unit, spread)
+    if host is None:
+        host = _measured_on(value) == "cpu"
+    on = ON_HOST if host and current_device().kind != "cpu" else None
     result = Result(
         page=_default_page() if page is None else page, name=name, value=number,
-        unit=unit, spread=spread, config=config, size=size, x=x, peak=peak,
+        unit=unit, spread=spread, config=config, size=size, x=x, peak=peak, on=on,
     )  # fmt: skip
     _recorded.pop(result.key, None)
     _recorded[result.key] = result
@@ -622,6 +801,7 @@ def _flush(target: Path, device: DeviceRecord) -> None:
     """Write what this process recorded into ``target``, keeping the other pages'."""
     mine = recorded()
     kept: tuple[Result, ...] = ()
+    runs: Mapping[str, PageRecord] = {}
     if target.exists():
         existing = load(target)
         if existing.device.key != device.key:
@@ -633,7 +813,8 @@ def _flush(target: Path, device: DeviceRecord) -> None:
             raise _fail(os.fspath(target), problem)
         pages = {r.page for r in mine}
         kept = tuple(r for r in existing.results if r.page not in pages)
+        runs = existing.pages_run
         if existing.device.gpu is not None:  # the limiters the other pages saw too
             device = _with_limits(device, existing.device.gpu.clock_limits or ())
     ordered = sorted((*kept, *mine), key=lambda r: r.page)  # stable: pages keep order
-    save(ResultsFile(device, tuple(ordered)), target)
+    save(ResultsFile(device, tuple(ordered), runs), target)

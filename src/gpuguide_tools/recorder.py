@@ -2,11 +2,15 @@
 
 ``nox -s record`` runs this module: every example script runs as a reader
 would run it, in its own process, with ``GPUGUIDE_RECORD`` naming a scratch
-file, so each :func:`gpuguide.record` call of each page lands there. When
-every page ran, the file is validated and replaces the device's file in the
-results folder (``docs/results/<kind>-<device>.json``), or with ``--merge`` is
-merged with it into medians with their spread. A page that fails leaves the
-device's file as it was and the run exits non-zero, naming the page.
+file, so each :func:`gpuguide.record` call of each page lands there. As soon as
+a page ends, :func:`record_page` writes its figures into the device's file in
+the results folder (``docs/results/<kind>-<device>.json``), atomically, with
+what measured them (the commit, and digests of the page's code: a
+:class:`gpuguide.results.PageRun`); with ``--merge`` they are merged with the
+page's earlier figures into medians with their spread. A run killed at any
+moment keeps every page that finished. A page that fails keeps its earlier
+figures, is marked failed in the file, and the run goes on; it exits non-zero,
+naming the page.
 
 Usage::
 
@@ -33,6 +37,9 @@ from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.results import (
     PEAK_NAMES,
     RECORD_ENV,
+    DeviceRecord,
+    PageRecord,
+    PageRun,
     Result,
     ResultsFile,
     ResultsFileError,
@@ -41,14 +48,18 @@ from gpuguide.results import (
     load_dir,
     save,
 )
+from gpuguide_tools.pages import page_code
 
 __all__ = [
     "busy_warning",
+    "commit_warning",
     "finish_recording",
     "main",
     "merge",
+    "page_run",
     "pages",
     "peak_figures",
+    "record_page",
     "record_pages",
     "with_measured_ceilings",
 ]
@@ -95,6 +106,108 @@ def busy_warning(load: float | None = None, cpus: int | None = None) -> str:
     )
 
 
+def commit_warning(device: DeviceRecord) -> str:
+    """A warning when the figures would not name the code that measured them.
+
+    A copy of the checkout without its ``.git`` folder (a GPU machine's copy)
+    knows its commit only from ``GPUGUIDE_COMMIT``; without it every figure
+    says "commit unknown". Returns ``""`` when the commit is known.
+    """
+    if device.commit is not None:
+        return ""
+    return (
+        "the gpuguide commit is unknown (no .git here and GPUGUIDE_COMMIT is not "
+        "set): the figures recorded now will say 'an unknown commit'; set "
+        "GPUGUIDE_COMMIT=$(git rev-parse --short HEAD) from your checkout"
+    )
+
+
+def page_run(
+    script: Path, device: DeviceRecord, seconds: float | None = None
+) -> PageRun:
+    """The run of ``script`` on ``device`` ending now: the date, torch, the
+    gpuguide commit and digests of the page's code (:func:`page_code`)."""
+    code = page_code(script)
+    when = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    return PageRun(
+        date=when, torch=device.torch, source=code.source, helpers=code.helpers,
+        commit=device.commit, dirty=device.dirty,
+        seconds=None if seconds is None else round(seconds, 1),
+    )  # fmt: skip
+
+
+def _device_for(device: DeviceRecord, old: ResultsFile | None) -> DeviceRecord:
+    """The file's provenance after a page: this run's, keeping the file's peaks
+    (a GPU's datasheet peaks when it has none) and clock limiters."""
+    peaks = dict(device.peaks) or (dict(old.device.peaks) if old else {})
+    if not peaks and device.kind != "cpu":  # a CPU's are measured once, at the end
+        peaks = peak_figures(device_peaks())
+    limits = tuple(device.gpu.clock_limits or ()) if device.gpu else ()
+    if device.gpu is not None and old is not None and old.device.gpu is not None:
+        seen = (*limits, *(old.device.gpu.clock_limits or ()))
+        gpu = replace(device.gpu, clock_limits=tuple(dict.fromkeys(seen)) or None)
+        device = replace(device, gpu=gpu)
+    return replace(device, peaks=peaks)
+
+
+def record_page(
+    results: Path,
+    page: str,
+    figures: Sequence[Result],
+    run: PageRun,
+    *,
+    device: DeviceRecord,
+    failed: bool = False,
+    merge_runs: bool = False,
+) -> Path:
+    """Write one page's outcome into the device's file in ``results``, at once.
+
+    A page that ran replaces its figures in the file with ``figures`` (with
+    ``merge_runs``, merges them with its earlier ones into medians with their
+    spread) and names ``run`` as what measured them. A page that ``failed``
+    keeps its earlier figures; the file names ``run`` as its failed run. The
+    other pages' figures are kept. The file is replaced in one step, so a
+    build killed at any moment leaves it whole.
+
+    Raises :class:`gpuguide.results.ResultsFileError` for an invalid file or one
+    of another device or of other sizes (small mode).
+    """
+    results.mkdir(parents=True, exist_ok=True)
+    target = results / device.file_name
+    old = load(target) if target.exists() else None
+    if old is not None and old.device.key != device.key:
+        theirs = f"{old.device.short_name} ({old.device.kind})"
+        msg = (
+            f"results file {target}: holds {theirs}, but this run is on "
+            f"{device.short_name} ({device.kind})"
+        )
+        raise ResultsFileError(msg)
+    if old is not None and old.device.small != device.small:
+        sizes = {True: "small sizes", False: "full sizes"}
+        msg = (
+            f"results file {target}: holds figures at {sizes[old.device.small]}, but "
+            f"this run is at {sizes[device.small]}; record it into another folder"
+        )
+        raise ResultsFileError(msg)
+    before = old.page_record(page) if old is not None else None
+    earlier = old.for_page(page) if old is not None else ()
+    if failed:
+        mine = earlier
+        entry = PageRecord(before.recorded if before else None, run)
+    else:
+        mine = tuple(r for r in figures if r.page == page)
+        if merge_runs and earlier and mine:
+            mine = merge(
+                [ResultsFile(old.device, earlier), ResultsFile(device, mine)]  # type: ignore[union-attr]
+            ).results
+        entry = PageRecord(run)
+    kept = tuple(r for r in old.results if r.page != page) if old is not None else ()
+    ordered = sorted((*kept, *mine), key=lambda r: r.page)  # stable: pages keep order
+    runs = {**(old.pages_run if old is not None else {}), page: entry}
+    save(ResultsFile(_device_for(device, old), tuple(ordered), runs), target)
+    return target
+
+
 def _run_page(script: Path, env: dict[str, str], timeout: float) -> tuple[bool, str]:
     try:
         done = subprocess.run(
@@ -134,26 +247,26 @@ def record_pages(
     progress: Callable[[str], object] = _to_stderr,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Path:
-    """Run ``scripts`` with recording on; write the device's file in ``results``.
+    """Run ``scripts`` with recording on; write each page into the device's file.
 
-    The new recording replaces the device's file; with ``partial`` (some pages
-    only) it replaces those pages' figures and keeps the others'; with
-    ``merge_runs`` it is merged with the file (:func:`gpuguide.results.merge`).
-    ``progress`` (stderr) gets a line as each page starts, ``log`` one as it
-    ends, each with the time into the run (``clock``, in seconds). Returns the
-    file written. Raises ``RuntimeError`` naming the pages that failed (the
-    results folder is then left untouched), and
-    :class:`gpuguide.results.ResultsFileError` for an invalid existing file.
+    Each page's figures are written into ``results`` as soon as it ends
+    (:func:`record_page`); a page that fails keeps its earlier figures and is
+    marked failed, and the others still run. Without ``partial`` (every page)
+    the file then drops the pages that no longer exist. ``progress`` (stderr)
+    gets a line as each page starts, ``log`` one as it ends, each with the
+    time into the run (``clock``, in seconds). Returns the file written.
+    Raises ``RuntimeError`` naming the pages that failed (after recording the
+    others), and :class:`gpuguide.results.ResultsFileError` for an invalid file.
     """
     say = log
     results.mkdir(parents=True, exist_ok=True)
     load_dir(results)  # a broken folder stops the run before it starts
-    target = results / current_device().file_name
-    busy = busy_warning()
-    if busy:
-        say(busy)
+    device = current_device()
+    for warning in (busy_warning(), commit_warning(device)):
+        if warning:
+            say(f"warning: {warning.removeprefix('warning: ')}")
     with tempfile.TemporaryDirectory(prefix="gpuguide-record-") as scratch:
-        fresh = Path(scratch) / target.name
+        fresh = Path(scratch) / device.file_name
         env = {
             **os.environ,
             RECORD_ENV: os.fspath(fresh),
@@ -168,77 +281,83 @@ def record_pages(
             start = clock()
             where = f"{number}/{len(scripts)}"
             progress(f"[{where}] {script.stem}: running ({_clock(start - began)} in)")
+            fresh.unlink(missing_ok=True)
             ok, tail = _run_page(script.resolve(), env, timeout)
             took = clock() - start
             say(
                 f"{'ok  ' if ok else 'FAIL'} {script.stem} ({took:.0f} s; "
                 f"{where} pages, {_clock(clock() - began)} in)"
             )
+            recorded = load(fresh) if ok and fresh.exists() else None
+            ran_on = recorded.device if recorded is not None else device
+            record_page(
+                results, script.stem, recorded.results if recorded else (),
+                page_run(script, ran_on, took), device=ran_on, failed=not ok,
+                merge_runs=merge_runs,
+            )  # fmt: skip
             if not ok:
                 say(tail)
                 failed.append(script.stem)
         return finish_recording(
-            load(fresh) if fresh.exists() else None,
             results,
+            device,
+            pages=[script.stem for script in scripts],
             failed=failed,
-            merge_runs=merge_runs,
             partial=partial,
             log=say,
         )
 
 
 def finish_recording(
-    new: ResultsFile | None,
     results: Path,
+    device: DeviceRecord,
     *,
+    pages: Sequence[str],
     failed: Sequence[str] = (),
-    merge_runs: bool = False,
     partial: bool = False,
     log: Callable[[str], object] = print,
 ) -> Path:
-    """Turn a fresh recording into the device's file in ``results``.
+    """After the pages ran (each written by :func:`record_page`): complete the file.
 
-    ``new`` is what the pages recorded, by :func:`record_pages` or by a docs
-    build that records (``nox -s docs -- --record``). A CPU's peaks are
-    measured (once, here, not inside a page), a GPU's are its datasheet's, and
-    the result replaces the device's file, atomically; with ``partial`` (some
-    pages only) it replaces those pages' figures and keeps the others'; with
-    ``merge_runs`` it is merged with the file into medians with their spread
-    (:func:`merge`).
+    A CPU's peaks are measured (once, here, not inside a page) and raised to
+    the best rate recorded against them; a GPU's are its datasheet's. Without
+    ``partial`` (every page of the guide ran) the pages the file holds but
+    ``pages`` does not name (pages since removed) are dropped.
 
-    Returns the file written. Raises ``RuntimeError`` when ``failed`` names
-    pages or nothing was recorded (the results folder is then left untouched),
-    and :class:`gpuguide.results.ResultsFileError` for an invalid file.
+    Returns the file. Raises ``RuntimeError`` when ``failed`` names pages
+    (they are marked failed in the file, their earlier figures kept) or when
+    no page recorded a figure.
     """
-    target = results / (new.device if new else current_device()).file_name
-    if failed:
-        msg = (
-            f"{len(failed)} page(s) failed: {', '.join(failed)}; {target} is unchanged"
-        )
+    target = results / device.file_name
+    current = load(target) if target.exists() else None
+    if current is None or not any(current.for_page(page) for page in pages):
+        msg = f"no page recorded a figure; {target} holds none of {len(pages)} page(s)"
         raise RuntimeError(msg)
-    if new is None or not new.results:
-        msg = f"no page recorded a figure; {target} is unchanged"
-        raise RuntimeError(msg)
+    new = current
+    if not partial:
+        gone = sorted({r.page for r in new.results} - set(pages))
+        gone += sorted(set(new.pages_run) - set(pages) - set(gone))
+        if gone:
+            log(f"dropped {len(gone)} page(s) that no longer exist: {', '.join(gone)}")
+            new = ResultsFile(
+                new.device,
+                tuple(r for r in new.results if r.page not in gone),
+                {k: v for k, v in new.pages_run.items() if k not in gone},
+            )
     if not new.device.peaks:
         peaks = peak_figures(device_peaks())
-        new = ResultsFile(replace(new.device, peaks=peaks), new.results)
+        new = ResultsFile(replace(new.device, peaks=peaks), new.results, new.pages_run)
     new = with_measured_ceilings(new)
-    if merge_runs and target.exists():
-        new = merge([load(target), new])
-        log(f"merged with the recording already in {target}")
-    elif partial and target.exists():
-        new = _keep_other_pages(load(target), new)
     save(new, target)
-    log(f"wrote {len(new.results)} figures of {len(new.pages)} pages to {target}")
+    ran = [page for page in pages if page not in failed]
+    log(f"wrote {len(ran)} page(s) to {target} ({len(new.results)} figures in all)")
+    if failed:
+        msg = (
+            f"{len(failed)} page(s) failed: {', '.join(failed)}; {target} keeps "
+            "their earlier figures and marks them failed"
+        )
+        raise RuntimeError(msg)
     return target
-
-
-def _keep_other_pages(old: ResultsFile, new: ResultsFile) -> ResultsFile:
-    """Re-recording some pages replaces theirs and keeps the file's other pages."""
-    mine = set(new.pages)
-    kept = tuple(r for r in old.results if r.page not in mine)
-    ordered = sorted((*kept, *new.results), key=lambda r: r.page)
-    return ResultsFile(device=new.device, results=tuple(ordered))
 
 
 def peak_figures(peaks: Peaks) -> dict[str, float]:
@@ -267,7 +386,9 @@ def with_measured_ceilings(results_file: ResultsFile) -> ResultsFile:
     for r in results_file.results:
         if r.peak in peaks and r.unit.endswith("/s"):
             peaks[r.peak] = max(peaks[r.peak], r.value)
-    return ResultsFile(replace(device, peaks=peaks), results_file.results)
+    return ResultsFile(
+        replace(device, peaks=peaks), results_file.results, results_file.pages_run
+    )
 
 
 def _when(date: str) -> datetime:
@@ -320,7 +441,10 @@ def merge(files: Sequence[ResultsFile]) -> ResultsFile:
             )
         )  # fmt: skip
     latest = max((f.device for f in files), key=lambda d: _when(d.date))
-    return ResultsFile(device=latest, results=tuple(merged))
+    runs: dict[str, PageRecord] = {}
+    for results_file in files:  # the later file's page records win
+        runs.update(results_file.pages_run)
+    return ResultsFile(device=latest, results=tuple(merged), pages_run=runs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
