@@ -16,6 +16,7 @@ from conftest import CPU_RECORD, H100_RECORD
 from gpuguide import results
 from gpuguide.results import DeviceRecord, Result, ResultsFile, ResultsFileError
 from gpuguide_tools import recorder
+from gpuguide_tools.pages import page_code
 
 H100, CPU = H100_RECORD, CPU_RECORD
 
@@ -119,7 +120,19 @@ def test_record_pages_replaces_the_devices_file(examples, tmp_path, device):
         ["ok", "plot_two"],
         ["ok", "plot_three"],
     ]
-    assert said[-1] == f"wrote 3 figures of 3 pages to {path}"
+    assert said[-2] == "dropped 1 page(s) that no longer exist: plot_gone"
+    assert said[-1] == f"wrote 3 page(s) to {path} (3 figures in all)"
+    # Each page names the code that measured it.
+    runs = results.load(path).pages_run
+    assert sorted(runs) == ["plot_one", "plot_three", "plot_two"]
+    one = runs["plot_one"].recorded
+    script = examples / "01_a" / "plot_one.py"
+    assert (one.source, one.helpers) == (
+        page_code(script).source,
+        page_code(script).helpers,
+    )
+    assert one.commit == device.commit and one.torch == device.torch
+    assert all(r.failed is None for r in runs.values())
 
 
 def test_some_pages_keep_the_other_pages_figures(examples, tmp_path, device, capsys):
@@ -163,22 +176,42 @@ def test_merge_combines_runs_into_medians(examples, tmp_path, device):
     assert (merged.value, merged.spread, merged.runs) == (2.0, (1.0, 3.5), 2)
 
 
-def test_a_failing_page_leaves_the_results_folder_untouched(examples, tmp_path, device):
+def test_a_failing_page_keeps_its_figures_and_the_others_are_recorded(
+    examples, tmp_path, device
+):
     _page(examples, "01_a", "plot_bad", FAILING, name="a", value=100.0)
     folder = tmp_path / "results"
-    path = _existing(folder, device, Result("plot_one", "a", 5.0, "s"))
-    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    path = _existing(
+        folder,
+        device,
+        Result("plot_bad", "a", 5.0, "s"),
+        Result("plot_one", "a", 9.0, "s"),
+    )
     said = []
-    scripts = recorder.pages(examples, ["plot_bad"])
     with pytest.raises(
-        RuntimeError, match=rf"1 page\(s\) failed: plot_bad; {path} is unchanged"
+        RuntimeError,
+        match=rf"1 page\(s\) failed: plot_bad; {path} keeps their earlier figures",
     ):
-        recorder.record_pages(scripts, folder, log=said.append)
-    assert said[0].startswith("FAIL plot_bad")
-    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+        recorder.record_pages(recorder.pages(examples), folder, log=said.append)
+    assert [line.split()[:2] for line in said if line[:4] in ("ok  ", "FAIL")] == [
+        ["FAIL", "plot_bad"],
+        ["ok", "plot_one"],
+        ["ok", "plot_two"],
+    ]
+    figures = _figures(path)
+    # The failed page's earlier figure is kept (not the one it recorded before
+    # failing); the pages after it ran and were recorded.
+    assert figures["plot_bad", "a"].value == 5.0
+    assert (figures["plot_one", "a"].value, figures["plot_two", "b"].value) == (
+        1.0,
+        2.0,
+    )
+    runs = results.load(path).pages_run
+    assert runs["plot_bad"].failed is not None and runs["plot_bad"].recorded is None
+    assert runs["plot_one"].failed is None and runs["plot_one"].recorded is not None
 
 
-def test_a_page_that_records_nothing_or_hangs_writes_nothing(tmp_path):
+def test_a_page_that_records_nothing_or_hangs_records_no_figure(tmp_path, device):
     examples, folder = tmp_path / "examples", tmp_path / "results"
     quiet = _page(examples, "01_a", "plot_quiet", "print('nothing recorded')")
     with pytest.raises(RuntimeError, match="no page recorded a figure"):
@@ -188,7 +221,10 @@ def test_a_page_that_records_nothing_or_hangs_writes_nothing(tmp_path):
     with pytest.raises(RuntimeError, match="failed: plot_slow"):
         recorder.record_pages([slow], folder, timeout=1.0, log=said.append)
     assert said[1] == "timed out after 1 s"
-    assert list(folder.iterdir()) == []
+    recording = results.load(folder / device.file_name)
+    assert recording.results == ()
+    assert recording.pages_run["plot_quiet"].recorded is not None  # ran, recorded none
+    assert recording.pages_run["plot_slow"].failed is not None
 
 
 def test_a_broken_results_file_stops_before_any_page_runs(tmp_path, capsys):
@@ -330,7 +366,7 @@ def test_a_long_run_says_which_page_runs_and_how_long_it_has_been(
     ]
     assert said[0] == "ok   plot_one (37 s; 1/3 pages, 1:51 in)"
     assert said[1].startswith("FAIL plot_bad (37 s; 2/3 pages, 3:42 in)")
-    assert said[-1].startswith("ok   plot_two (37 s; 3/3 pages, 5:33 in)")
+    assert said[3].startswith("ok   plot_two (37 s; 3/3 pages, 5:33 in)")
     assert recorder._clock(3725) == "1:02:05"
     # by default, the progress goes to stderr, one flushed line per page
     recorder.record_pages(recorder.pages(examples, ["plot_one"]), tmp_path / "s")

@@ -330,9 +330,13 @@ def finish_recording(
     """
     target = results / device.file_name
     current = load(target) if target.exists() else None
+    failures = (
+        f"{len(failed)} page(s) failed: {', '.join(failed)}; {target} keeps "
+        "their earlier figures and marks them failed"
+    )
     if current is None or not any(current.for_page(page) for page in pages):
-        msg = f"no page recorded a figure; {target} holds none of {len(pages)} page(s)"
-        raise RuntimeError(msg)
+        none = f"no page recorded a figure; {target} holds none of {len(pages)} page(s)"
+        raise RuntimeError(failures if failed else none)
     new = current
     if not partial:
         gone = sorted({r.page for r in new.results} - set(pages))
@@ -352,11 +356,7 @@ def finish_recording(
     ran = [page for page in pages if page not in failed]
     log(f"wrote {len(ran)} page(s) to {target} ({len(new.results)} figures in all)")
     if failed:
-        msg = (
-            f"{len(failed)} page(s) failed: {', '.join(failed)}; {target} keeps "
-            "their earlier figures and marks them failed"
-        )
-        raise RuntimeError(msg)
+        raise RuntimeError(failures)
     return target
 
 
