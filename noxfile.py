@@ -215,13 +215,41 @@ def _docs_args(posargs: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--clean", action="store_true")
     parser.add_argument("--record", action="store_true")
     parser.add_argument("--merge", action="store_true")
+    parser.add_argument("--stale", action="store_true")
     return parser.parse_known_args(posargs)
+
+
+def _stale_passes(session: nox.Session) -> list[tuple[str, list[str]]]:
+    """The pages of a ``--stale`` build, in passes: those this device's results
+    file lacks or marks failed, then those recorded from other code, then the
+    rest (``gpuguide_tools.pages --stale`` says which and why)."""
+    out = session.run(
+        _python(session), "-m", "gpuguide_tools.pages", "--stale",
+        "--examples", str(ROOT / "examples"), "--results", str(DOCS / "results"),
+        silent=True, env=_env(session),
+    )  # fmt: skip
+    stale = [line.split("\t") for line in (out or "").splitlines() if "\t" in line]
+    stale = [(page, why) for page, why in stale if page.startswith("plot_")]
+    for page, why in stale:
+        session.log(f"stale: {page}: {why}")
+    missing = [page for page, why in stale if "changed since" not in why]
+    changed = [page for page, why in stale if "changed since" in why]
+    rest = sorted(
+        {p.stem for p in (ROOT / "examples").glob("*/plot_*.py")}
+        - set(missing + changed)
+    )
+    passes = [
+        ("missing or failed", missing),
+        ("recorded from other code", changed),
+        ("up to date", rest),
+    ]
+    return [(what, pages) for what, pages in passes if pages]
 
 
 @nox.session
 def docs(session: nox.Session) -> None:
     """Build the site into docs/_build/html (--no-exec, --example NAME, --clean,
-    --record, --merge).
+    --record, --merge, --stale).
 
     ``GPUGUIDE_SITE_URL`` is the address the site is served from (canonical
     links, the downloads' install commands); ``GPUGUIDE_PUBLISH=1`` (a build for
@@ -234,6 +262,14 @@ def docs(session: nox.Session) -> None:
     and keeps the others'; ``--merge`` (implies ``--record``) merges with the
     earlier recording into medians with their spread, as ``nox -s record``
     does. Every page of the build is executed, even one that is up to date.
+    Each page is written into the file as soon as it ends, so a build killed
+    at any moment keeps every page that finished; a page that fails keeps its
+    earlier figures and is marked failed.
+
+    ``--record --stale``: the pages this device's file lacks or marks failed
+    run first, then those recorded from other code (the page or the helpers it
+    imports changed), then the rest, each group in one sphinx build: a GPU
+    loan spends its minutes where the site is out of date.
     """
     _install(session, "docs")
     opts, sphinx_args = _docs_args(session.posargs)
@@ -248,6 +284,12 @@ def docs(session: nox.Session) -> None:
         opts.record = True
     if opts.record and opts.no_exec:
         session.error("--record needs the pages executed; drop --no-exec")
+    if opts.stale and not opts.record:
+        session.error(
+            "--stale orders the pages by this device's recording: add --record"
+        )
+    if opts.stale and opts.example:
+        session.error("--stale chooses the pages itself; drop --example")
     if opts.clean:
         for path in (BUILD, DOCS / "auto_examples", DOCS / "sg_execution_times.rst"):
             if path.is_dir():
@@ -262,18 +304,36 @@ def docs(session: nox.Session) -> None:
     if opts.record:
         mode = "merge" if opts.merge else "replace"
         sphinx_args = ["-D", f"gpuguide_record={mode}", *sphinx_args]
-    if opts.example:
-        pattern = opts.example.removesuffix(".py")
-        sphinx_args = [
-            "-D", f"sphinx_gallery_conf.filename_pattern={pattern}",
-            "-D", "sphinx_gallery_conf.run_stale_examples=1",  # even if unchanged
-            *sphinx_args,
-        ]  # fmt: skip
-    session.run(
-        _python(session), "-m", "sphinx", "-b", "html", "-W", "--keep-going",
-        "-d", str(BUILD / "doctrees" / out.name), str(DOCS), str(out), *sphinx_args,
-        env=_env(session),
-    )  # fmt: skip
+    passes: list[tuple[str, str | None]] = [("", opts.example)]
+    if opts.stale:  # most stale first: a loan cut short has spent itself there
+        passes = [
+            (what, "/(" + "|".join(pages) + r")\.py$")
+            for what, pages in _stale_passes(session)
+        ]
+    failed = []
+    for what, pattern in passes:
+        args = list(sphinx_args)
+        if pattern:
+            pattern = pattern.removesuffix(".py")
+            args = [
+                "-D", f"sphinx_gallery_conf.filename_pattern={pattern}",
+                "-D", "sphinx_gallery_conf.run_stale_examples=1",  # even if unchanged
+                *args,
+            ]  # fmt: skip
+        if what:
+            session.log(f"--stale: the pages {what}")
+        try:
+            session.run(
+                _python(session), "-m", "sphinx", "-b", "html", "-W", "--keep-going",
+                "-d", str(BUILD / "doctrees" / out.name), str(DOCS), str(out), *args,
+                env=_env(session),
+            )  # fmt: skip
+        except nox.command.CommandFailed:
+            if not opts.stale:
+                raise
+            failed.append(what)  # the later passes still record their pages
+    if failed:
+        session.error(f"--stale: the build of the pages {' and '.join(failed)} failed")
     session.log(f"Open {out / 'index.html'} in a browser.")
 
 

@@ -54,6 +54,7 @@ from gpuguide.device import DeviceInfo, describe_device
 from gpuguide.env import small_mode
 from gpuguide.quiet import ignore_torch_internal_warnings
 from gpuguide.units import format_bytes
+from gpuguide_tools.pages import chapter_pages
 
 __all__ = [
     "EXTENSIONS_DIR",
@@ -411,19 +412,14 @@ class ChapterOrder:
 
     sphinx-gallery's ``within_subsection_order`` hook: it is built with the
     chapter's folder and then used as a sort key on file names. Files that
-    ``order.txt`` (one file name a line, ``#`` comments allowed) does not list
-    come after the listed ones, alphabetically.
+    ``order.txt`` (one page a line with its GPU seconds, ``#`` comments
+    allowed: :func:`gpuguide_tools.pages.chapter_pages`) does not list come
+    after the listed ones, alphabetically.
     """
 
     def __init__(self, src_dir: str | Path) -> None:
         self.src_dir = Path(src_dir)
-        listing = self.src_dir / "order.txt"
-        names: list[str] = []
-        if listing.is_file():
-            for line in listing.read_text().splitlines():
-                line = line.split("#", 1)[0].strip()
-                if line:
-                    names.append(line)
+        names = [name for name, _ in chapter_pages(self.src_dir)]
         self.order = {name: rank for rank, name in enumerate(names)}
 
     def __call__(self, filename: str) -> tuple[int, str]:
