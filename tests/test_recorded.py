@@ -4,11 +4,20 @@ section, and the results page."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from conftest import CPU_RECORD, H100_RECORD
 
-from gpuguide.results import Result, ResultsFile, load_dir, save
-from recorded import device_label, devices_table, page_table, recorded_table
+from gpuguide.results import PageRecord, PageRun, Result, ResultsFile, load_dir, save
+from gpuguide_tools.pages import PageCode
+from recorded import (
+    code_status,
+    device_label,
+    devices_table,
+    no_longer_recorded,
+    page_table,
+    recorded_table,
+)
 
 H100 = replace(H100_RECORD, peaks={"bf16": 9.89e14, "memory": 3.35e12})
 CPU = replace(CPU_RECORD, small=True)
@@ -84,15 +93,67 @@ def test_recorded_table_beside_another_device():
     empty = ResultsFile(replace(H100, short_name="H200"), ())
     table = recorded_table(PAGE, live, (h100, empty))
     assert table.header == ("figure", "this build", "H100 SXM5 [rec]")
+    # A figure the page no longer records is not shown as a current one.
     assert table.rows == (
         ("tiny call", "2.00 us (128)", "-"),
         ("bandwidth, mode eager", "50.0 GB/s", "3.00 TB/s (2^30)"),
-        ("recorded only", "-", "4.00 us"),
     )
-    # A build that did not run the page: the recorded devices only.
+    assert no_longer_recorded(PAGE, live, (h100, empty)) == {"H100 SXM5": 1}
+    # A build that did not run the page: the recorded devices only, every row.
     table = recorded_table(PAGE, None, (h100,))
     assert table.header == ("figure", "H100 SXM5 [rec]")
     assert table.rows[0] == ("bandwidth, mode eager", "3.00 TB/s (2^30)")
+    assert table.rows[1] == ("recorded only", "4.00 us")
+    assert no_longer_recorded(PAGE, None, (h100,)) == {}
+
+
+def test_a_figure_of_a_gpu_machines_host_cpu_is_labelled_with_that_cpu():
+    host = "Intel(R) Xeon(R) Processor, 16 threads"
+    gpu = replace(H100, host=host)
+    on_host = replace(_r("matmul", 1.2e12, "FLOP/s", peak="bf16", size=4096), on="host")
+    h100 = ResultsFile(gpu, (on_host,))
+    (row,) = recorded_table(PAGE, None, (h100,)).rows
+    assert row == ("matmul", f"1.20 TFLOP/s (2^12), on the host CPU: {host}")
+    # ... and never set against the GPU's peak.
+    (row,) = page_table(PAGE, [h100]).rows
+    assert row == ("matmul", f"1.20 TFLOP/s (2^12), on the host CPU: {host}")
+    assert devices_table({Path(gpu.file_name): h100}).rows[0][5] == host
+
+
+def _run(source, helpers, date="2026-11-25T00:00:00+00:00", commit="2417e61"):
+    return PageRun(
+        date=date, torch="2.11.0", source=source, helpers=helpers, commit=commit
+    )
+
+
+def test_code_status_says_whether_figures_come_from_the_pages_current_code():
+    code = PageCode("1 file(s), sha256 aaa", "20 file(s), sha256 bbb")
+    figures = (_r("a"),)
+
+    def status(*records):
+        runs = {PAGE: PageRecord(*records)} if records else {}
+        return code_status(ResultsFile(H100, figures, runs), PAGE, code)
+
+    assert status(_run(code.source, code.helpers)) == (
+        "figures from this page's current code (2026-11-25, 2417e61)"
+    )
+    assert status(_run("1 file(s), sha256 old", code.helpers)) == (
+        "recorded at 2417e61 (2026-11-25); this page changed since"
+    )
+    assert status(_run(code.source, "none")) == (
+        "recorded at 2417e61 (2026-11-25); the helpers it uses changed since"
+    )
+    failed = _run(
+        code.source, code.helpers, date="2026-11-28T00:00:00+00:00", commit="abcdef1"
+    )
+    assert status(_run(code.source, code.helpers), failed).endswith(
+        "; its latest run failed (2026-11-28, abcdef1)"
+    )
+    # A file of schema version 1: no page records.
+    versioned = ResultsFile(replace(H100, gpuguide="0.1.0", commit="2417e61"), figures)
+    assert code_status(versioned, PAGE, code) == (
+        "recorded at 2417e61, before pages named the code that measured them"
+    )
 
 
 def test_recorded_table_compares_with_this_devices_recording():
@@ -142,13 +203,14 @@ def test_devices_table_has_a_row_per_file(tmp_path):
     _save(tmp_path, CPU_AVX2, _r("a"))
     table = devices_table(load_dir(tmp_path))
     assert table.header[0] == "device"
-    assert table.header[5] == "gpuguide"
+    assert table.header[5:7] == ("host CPU", "gpuguide")
     assert table.header[-1] == "file"
     assert table.rows == (
         (
             "CPU: Intel Xeon, 2 threads, AVX2",
             "cpu",
             "2.13.0+cpu",
+            "-",
             "-",
             "-",
             "0.1.0 (commit unknown)",
@@ -164,6 +226,7 @@ def test_devices_table_has_a_row_per_file(tmp_path):
             "-",
             "-",
             "-",
+            "-",
             "2025-06-02",
             "small",
             "1",
@@ -176,6 +239,7 @@ def test_devices_table_has_a_row_per_file(tmp_path):
             "12.8",
             "570.86",
             "-",
+            "-",
             "2025-06-01",
             "full",
             "2",
@@ -185,7 +249,7 @@ def test_devices_table_has_a_row_per_file(tmp_path):
     stamped = replace(H100, gpuguide="0.1.0", commit="f4b16f4")
     _save(tmp_path, stamped, _r("a"))
     row = next(r for r in devices_table(load_dir(tmp_path)).rows if r[0] == "H100 SXM5")
-    assert row[5] == "0.1.0 (f4b16f4)"
+    assert row[6] == "0.1.0 (f4b16f4)"
     assert devices_table({}).rows == ()
 
 

@@ -15,12 +15,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpuguide.results import ConfigValue, DeviceRecord, Result, ResultsFile
+from gpuguide.results import ON_HOST, ConfigValue, DeviceRecord, Result, ResultsFile
 from gpuguide.tables import Table
 from gpuguide.units import format_value
 from gpuguide_tools.checkup import against_recording
+from gpuguide_tools.pages import PageCode
 
-__all__ = ["device_label", "devices_table", "page_table", "recorded_table"]
+__all__ = [
+    "code_status",
+    "device_label",
+    "devices_table",
+    "no_longer_recorded",
+    "page_table",
+    "recorded_table",
+]
 
 
 def device_label(device: DeviceRecord) -> str:
@@ -59,11 +67,60 @@ def _size(size: ConfigValue | None) -> str:
     return str(size)
 
 
-def _cell(result: Result | None) -> str:
+def _cell(result: Result | None, device: DeviceRecord | None = None) -> str:
+    """A figure with its size; one a GPU machine measured on its host CPU is
+    labelled with that CPU, never with the GPU."""
     if result is None:
         return "-"
     text = format_value(result.value, result.unit)
-    return f"{text} ({_size(result.size)})" if result.size is not None else text
+    text = f"{text} ({_size(result.size)})" if result.size is not None else text
+    if result.on == ON_HOST and device is not None:
+        text += f", on the host CPU: {device.host or 'not recorded'}"
+    return text
+
+
+def code_status(recording: ResultsFile, page: str, code: PageCode | None) -> str:
+    """Whether ``recording``'s figures of ``page`` come from its current ``code``.
+
+    ``"figures from this page's current code (2026-11-27, 6f805ee)"``,
+    ``"recorded at 2417e61 (2026-11-25); this page changed since"`` (or "the
+    helpers it uses"), ``"recorded at 2417e61, before pages named their code"``
+    (a file without page records), with ``"; its latest run failed (...)"``
+    where it did. ``code`` None: the page's code is unknown here.
+    """
+    record = recording.page_record(page)
+    run = record.recorded if record is not None else None
+    if run is None:
+        commit = recording.device.commit or "an unknown commit"
+        text = f"recorded at {commit}, before pages named the code that measured them"
+    elif code is None:
+        text = f"recorded at {run.commit_label} ({run.date[:10]})"
+    elif run.same_code(code.source, code.helpers):
+        text = f"figures from this page's current code ({run.date[:10]}, {run.commit_label})"
+    else:
+        what = "this page" if run.source != code.source else "the helpers it uses"
+        text = f"recorded at {run.commit_label} ({run.date[:10]}); {what} changed since"
+    if record is not None and record.failed is not None:
+        failed = record.failed
+        text += f"; its latest run failed ({failed.date[:10]}, {failed.commit_label})"
+    return text
+
+
+def no_longer_recorded(
+    page: str, live: ResultsFile | None, files: Sequence[ResultsFile]
+) -> dict[str, int]:
+    """How many of each device's headline figures of ``page`` this build's run
+    of the page no longer records (by device short name; empty without a run):
+    :func:`recorded_table` does not show them as current figures."""
+    if live is None:
+        return {}
+    mine = _headlines(live, page)
+    counts = {}
+    for f in files:
+        gone = [key for key in _headlines(f, page) if key not in mine]
+        if gone:
+            counts[f.device.short_name] = len(gone)
+    return counts
 
 
 def recorded_table(
@@ -96,9 +153,10 @@ def recorded_table(
         return None
     mine = _headlines(live, page)
     rows_by_key = dict(mine)
-    for _, by_key in shown:
-        for key, result in by_key.items():
-            rows_by_key.setdefault(key, result)
+    if live is None:  # without a run of the page, every recorded row is shown
+        for _, by_key in shown:
+            for key, result in by_key.items():
+                rows_by_key.setdefault(key, result)
     own = None
     if live is not None:
         own = next((b for f, b in shown if f.device.key == live.device.key), None)
@@ -109,7 +167,7 @@ def recorded_table(
     for key, result in rows_by_key.items():
         now = mine.get(key)
         row = [_figure(result), *([_cell(now)] if live else [])]
-        row += [_cell(by_key.get(key)) for _, by_key in shown]
+        row += [_cell(by_key.get(key), f.device) for f, by_key in shown]
         if own is not None:
             then = own.get(key)
             row.append(against_recording(now, then) if now and then else "-")
@@ -118,6 +176,8 @@ def recorded_table(
 
 
 def _percent_of_peak(result: Result, device: DeviceRecord) -> float | None:
+    if result.on == ON_HOST:  # a GPU's peaks say nothing of its host CPU
+        return None
     if result.peak is None or result.peak not in device.peaks:
         return None
     return 100.0 * result.value / device.peaks[result.peak]
@@ -141,9 +201,8 @@ def page_table(page: str, files: Sequence[ResultsFile]) -> Table | None:
         for f, by_key in columns:
             found = by_key.get(key)
             pct = _percent_of_peak(found, f.device) if found else None
-            row.append(
-                _cell(found) if pct is None else f"{_cell(found)}, {pct:.0f}% of peak"
-            )
+            cell = _cell(found, f.device)
+            row.append(cell if pct is None else f"{cell}, {pct:.0f}% of peak")
         rows.append(tuple(row))
     header = ("figure", *(f.device.short_name for f, _ in columns))
     return Table(header=header, rows=tuple(rows))
@@ -163,12 +222,13 @@ def devices_table(files: dict[Path, ResultsFile]) -> Table:
     rows = tuple(
         (
             f.device.short_name, f.device.kind, f.device.torch, f.device.cuda or "-",
-            f.device.driver or "-", _gpuguide_cell(f.device), f.device.date[:10],
+            f.device.driver or "-", f.device.host or "-", _gpuguide_cell(f.device),
+            f.device.date[:10],
             "small" if f.device.small else "full",
             str(sum(not r.is_sweep_point for r in f.results)), path.name,
         )
         for path, f in files.items()
     )  # fmt: skip
-    header = ("device", "kind", "torch", "CUDA", "driver", "gpuguide", "recorded",
-              "sizes", "figures", "file")  # fmt: skip
+    header = ("device", "kind", "torch", "CUDA", "driver", "host CPU", "gpuguide",
+              "recorded", "sizes", "figures", "file")  # fmt: skip
     return Table(header=header, rows=rows)

@@ -52,7 +52,15 @@ from gpuguide.results import (
     save,
 )
 from gpuguide.tables import Table
-from recorded import device_label, devices_table, page_table, recorded_table
+from gpuguide_tools.pages import page_code
+from recorded import (
+    code_status,
+    device_label,
+    devices_table,
+    no_longer_recorded,
+    page_table,
+    recorded_table,
+)
 
 __all__ = [
     "SECTION",
@@ -213,6 +221,15 @@ class RecordedFigures(SphinxDirective):
             self.env.note_dependency(os.fspath(live_file(script)))
             live = load(live_file(script))
         table = recorded_table(page, live, list(files.values()))
+        missing = [
+            f.device.short_name
+            for f in files.values()
+            if f.device.kind != "cpu" and not f.for_page(page)
+        ]
+        lack = []
+        if missing:
+            text = f"Not recorded on {', '.join(missing)} yet."
+            lack = [nodes.paragraph(text=text)]
         if table is None:
             text = "No device has recorded figures of this page yet."
             return [nodes.paragraph(text=text)]
@@ -224,11 +241,20 @@ class RecordedFigures(SphinxDirective):
         intro += " ([rec]: not measured in this build); sizes in parentheses."
         labels = nodes.bullet_list()
         names = {cell.removesuffix(" [rec]") for cell in table.header}
+        code = page_code(script) if script.is_file() else None
+        gone = no_longer_recorded(page, live, list(files.values()))
         for recording in files.values():
-            if recording.device.short_name in names:
-                label = f"[rec] {device_label(recording.device)}"
+            name = recording.device.short_name
+            if name in names:
+                status = code_status(recording, page, code)
+                label = f"[rec] {device_label(recording.device)}: {status}"
+                if gone.get(name):
+                    label += (
+                        f"; {gone[name]} of its figures are not shown: this page no "
+                        "longer records them"
+                    )
                 labels += nodes.list_item("", nodes.paragraph(text=label))
-        return [nodes.paragraph(text=intro), table_node(table), labels]
+        return [nodes.paragraph(text=intro), table_node(table), labels, *lack]
 
 
 def _page_docs(examples: Path) -> dict[str, str]:
