@@ -26,6 +26,8 @@ os.environ["GPUGUIDE_STRICT_PEAKS"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*/plot_*.py"))
+#: Recordings the tests use as fixtures (docs/results holds GPU recordings only).
+DATA = Path(__file__).resolve().parent / "data"
 # The docs build's hooks (not part of the package) are tested too.
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 
@@ -153,16 +155,15 @@ def site(
     for name in ("pyproject.toml", "README.md", "LICENSE"):  # the site's wheel
         shutil.copy2(ROOT / name, work / name)
     out = work / "html"
-    # The recorded results, and a fake GPU recording made from each file's figures,
-    # as a CPU-only build would show a real one.
+    # The recorded results, and a fake GPU recording made from a CPU's
+    # (tests/data: a recording of every page, of schema version 1), as a
+    # CPU-only build would show a real one.
     results = work / "results"
     shutil.copytree(ROOT / "docs" / "results", results)
-    for path in sorted(results.glob("*.json")):
-        data = json.loads(path.read_text())
-        if data["device"]["kind"] == "cpu":
-            data["device"].pop("isa", None)  # a CPU's vector ISA; no GPU has one
-            data["device"].update(FAKE_GPU)
-            (results / "cuda-fake-h100.json").write_text(json.dumps(data))
+    data = json.loads((DATA / "cpu-recording.json").read_text())
+    data["device"].pop("isa", None)  # a CPU's vector ISA; no GPU has one
+    data["device"].update(FAKE_GPU)
+    (results / "cuda-fake-h100.json").write_text(json.dumps(data))
     env = {
         **os.environ, "GPUGUIDE_SMALL": "1", "MPLBACKEND": "Agg",
         "GPUGUIDE_RESULTS_DIR": str(results),

@@ -89,7 +89,8 @@ def test_a_failing_page_keeps_its_figures_and_the_others_are_recorded(tmp_path):
         "plot_z": ("z", 1.0),
     }
     only = recording.pages_run["plot_only"]
-    assert only.failed is not None and only.recorded is not None
+    assert only.failed is not None
+    assert only.recorded is not None
     assert only.failed.date >= only.recorded.date
     assert recording.pages_run["plot_z"].failed is None
 

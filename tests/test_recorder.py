@@ -131,7 +131,8 @@ def test_record_pages_replaces_the_devices_file(examples, tmp_path, device):
         page_code(script).source,
         page_code(script).helpers,
     )
-    assert one.commit == device.commit and one.torch == device.torch
+    assert one.commit == device.commit
+    assert one.torch == device.torch
     assert all(r.failed is None for r in runs.values())
 
 
@@ -207,8 +208,10 @@ def test_a_failing_page_keeps_its_figures_and_the_others_are_recorded(
         2.0,
     )
     runs = results.load(path).pages_run
-    assert runs["plot_bad"].failed is not None and runs["plot_bad"].recorded is None
-    assert runs["plot_one"].failed is None and runs["plot_one"].recorded is not None
+    assert runs["plot_bad"].failed is not None
+    assert runs["plot_bad"].recorded is None
+    assert runs["plot_one"].failed is None
+    assert runs["plot_one"].recorded is not None
 
 
 def test_a_page_that_records_nothing_or_hangs_records_no_figure(tmp_path, device):
