@@ -122,7 +122,9 @@ def test_reset_clears_cuda_peak_memory():
 
 
 def test_chapter_order_follows_order_txt(tmp_path):
-    (tmp_path / "order.txt").write_text("# pages\nplot_b.py  gpu 3 s\nplot_a.py  # second\n")
+    (tmp_path / "order.txt").write_text(
+        "# pages\nplot_b.py  gpu 3 s\nplot_a.py  # second\n"
+    )
     key = ChapterOrder(tmp_path)
     names = ["plot_z.py", "plot_a.py", "plot_c.py", "plot_b.py"]
     assert sorted(names, key=key) == [

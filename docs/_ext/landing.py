@@ -25,6 +25,7 @@ from sphinx.util.docutils import SphinxDirective
 
 from gpuguide.device import describe_device
 from gpuguide.results import load_dir
+from gpuguide_tools.pages import chapter_pages
 
 __all__ = [
     "BuildBanner",
@@ -120,12 +121,8 @@ def chapters(examples: Path) -> list[dict[str, str]]:
         lines = header.read_text(encoding="utf-8").splitlines()
         title = lines[0].strip()
         body = "\n".join(lines[2:]).strip().split("\n\n")[0]
-        order = folder / "order.txt"
-        pages = [
-            line.strip().removesuffix(".py")
-            for line in (order.read_text().splitlines() if order.exists() else [])
-            if line.strip() and not line.startswith("#")
-        ] or sorted(p.stem for p in folder.glob("plot_*.py"))
+        pages = [name.removesuffix(".py") for name, _ in chapter_pages(folder)]
+        pages = pages or sorted(p.stem for p in folder.glob("plot_*.py"))
         found.append(
             {
                 "title": title,
