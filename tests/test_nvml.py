@@ -19,7 +19,7 @@ from test_results import SCHEMA, _schema_errors
 from gpuguide import device as device_mod
 from gpuguide import nvml, results
 from gpuguide.nvml import GpuState
-from gpuguide.peaks import device_peaks
+from gpuguide.peaks import PeakExceededError, device_peaks, gpu_peaks
 from gpuguide.results import Result, ResultsFile, ResultsFileError
 
 NOW = datetime(2026, 11, 21, 10, 42, tzinfo=timezone.utc)
@@ -220,6 +220,95 @@ def test_the_host_link_peak_is_the_negotiated_link(use_nvml):
     assert GpuState(pcie_generation=1, pcie_width=16).link_bytes_per_s == 4e9
 
 
+# An H100 SXM5's datasheet link is PCIe gen 5 x16: 64 GB/s per direction. What a
+# transfer page measures on one: pageable and pinned copies (GB/s).
+PAGEABLE, PINNED = 9e9, 54e9
+
+
+@pytest.mark.parametrize(
+    ("max_link", "peak", "negotiated", "source"),
+    [
+        ((5, 16), 64e9, "PCIe gen 5 x16", "PCIe gen 5 x16 as negotiated (NVML)"),
+        ((4, 16), 32e9, "PCIe gen 4 x16", "PCIe gen 4 x16 as negotiated (NVML)"),
+        # A virtual machine's emulated slot: no link a GPU runs on.
+        ((1, 1), 64e9, None, "NVML's PCIe gen 1 x1 (250 MB/s) is implausibly slow"),
+        # No maximum: the link now (gen 1 x16, an idle card's 4 GB/s) is no peak.
+        (None, 64e9, None, "NVIDIA H100 Tensor Core GPU datasheet"),
+    ],
+    ids=["gen5-x16", "gen4-x16", "gen1-x1", "none"],
+)
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "reader"])
+def test_the_link_peak_falls_back_to_the_datasheet(
+    use_nvml, monkeypatch, max_link, peak, negotiated, source, strict
+):
+    answers = {
+        k: v for k, v in H100_ANSWERS.items() if k not in ("max_gen", "max_width")
+    }
+    if max_link is not None:
+        answers |= dict(zip(("max_gen", "max_width"), max_link, strict=True))
+    use_nvml(fake_pynvml({H100_BUS: answers}))
+    if not strict:  # a reader's run: a rate above a peak is a flag, not an error
+        monkeypatch.delenv("GPUGUIDE_STRICT_PEAKS", raising=False)
+    peaks = device_peaks(cuda_info(props()))
+    assert peaks.host_link_bytes_per_s == peak
+    assert peaks.host_link_negotiated == negotiated
+    assert source in peaks.source
+    # What the transfer pages print: no copy reads above its link, and the line
+    # names the link it was held against.
+    link, which = peaks.host_link_for(max(PAGEABLE, PINNED))
+    assert link == 64e9
+    shares = [
+        peaks.share(r, "host_link", peak="the link peak") for r in (PAGEABLE, PINNED)
+    ]
+    assert not any("above" in share.split("(")[0] for share in shares), shares
+    if negotiated == "PCIe gen 4 x16":  # the pinned copy beat NVML's link
+        assert which == "the datasheet link, as the rate is above NVML's PCIe gen 4 x16"
+        assert shares == [
+            "28% of the link peak",  # held against gen 4 x16: 9 of 32 GB/s
+            "84% of the link peak (the datasheet's; the rate is above NVML's PCIe gen"
+            " 4 x16)",
+        ]
+    else:
+        assert which == (
+            "the negotiated link, PCIe gen 5 x16 (NVML)"
+            if negotiated
+            else "the datasheet link"
+        )
+        assert shares == ["14% of the link peak", "84% of the link peak"]
+
+
+def test_a_slower_slot_is_the_peak_while_the_copies_stay_below_it(use_nvml):
+    # An H100 in a gen 4 x16 slot really is held against 32 GB/s.
+    use_nvml(fake_pynvml({H100_BUS: {**H100_ANSWERS, "max_gen": 4}}))
+    peaks = device_peaks(cuda_info(props()))
+    assert peaks.host_link_for(26e9) == (
+        32e9,
+        "the negotiated link, PCIe gen 4 x16 (NVML)",
+    )
+    assert (
+        peaks.share(26e9, "host_link", peak="the link peak") == "81% of the link peak"
+    )
+    # Above the datasheet's link too: the datasheet row or the timing is wrong.
+    with pytest.raises(PeakExceededError, match=r"64\.0 GB/s"):
+        peaks.share(70e9, "host_link")
+
+
+def test_an_unknown_gpu_takes_nvml_link_only_where_plausible(use_nvml, monkeypatch):
+    unknown = props(sms=100)  # an H100 name with another SM count: no datasheet row
+    for max_link, peak in (((1, 1), None), ((4, 16), 32e9)):
+        answers = {**H100_ANSWERS, "max_gen": max_link[0], "max_width": max_link[1]}
+        use_nvml(fake_pynvml({H100_BUS: answers}))
+        peaks = device_peaks(cuda_info(unknown))
+        assert peaks.known is False
+        assert peaks.host_link_bytes_per_s == peak
+    # Above NVML's link, with no datasheet to turn to: no share, never an error.
+    assert peaks.percent_of(54e9, "host_link") is None
+    assert peaks.share(54e9, "host_link", peak="the link peak") == (
+        "above PCIe gen 4 x16 as NVML reports it (32.0 GB/s): not the link the copies "
+        "crossed"
+    )
+
+
 # -- results files ---------------------------------------------------------------
 
 STATE = GpuState(
@@ -346,8 +435,20 @@ def test_nvml_describes_the_gpu_torch_uses(use_nvml):
     assert state is not None
     assert state.sm_clock_max_mhz
     assert state.sm_clock_max_mhz >= (state.sm_clock_mhz or 0)
-    assert state.link_bytes_per_s is not None, state
     assert state.clock_limits is not None
     line = device_mod.provenance(torch.device("cuda", index))
     assert f"of {state.sm_clock_max_mhz} MHz" in line
-    assert "PCIe gen" in line
+    # A virtual machine may show no link, or an emulated one (gen 1 x1): the link's
+    # peak is then the datasheet's, never a link below what the copies reach.
+    assert ("PCIe gen" in line) == (state.link_label is not None)
+    peaks = device_peaks(torch.device("cuda", index))
+    if peaks.host_link_negotiated is not None:
+        assert peaks.host_link_negotiated in line
+        top = (state.pcie_max_generation, state.pcie_max_width)
+        assert peaks.host_link_bytes_per_s == nvml.link_bytes_per_s(*top)
+    else:  # the datasheet's link (None for a GPU without a row)
+        props_ = torch.cuda.get_device_properties(index)
+        sheet = gpu_peaks(
+            props_.name, props_.multi_processor_count, props_.total_memory
+        )
+        assert peaks.host_link_bytes_per_s == sheet.host_link_bytes_per_s

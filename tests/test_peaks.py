@@ -13,6 +13,7 @@ from gpuguide import datasheet
 from gpuguide import device as device_mod
 from gpuguide import peaks as peaks_mod
 from gpuguide.datasheet import identify_gpu
+from gpuguide.nvml import GpuState
 from gpuguide.peaks import (
     GPU_PEAKS,
     PEAK_TOLERANCE,
@@ -22,6 +23,7 @@ from gpuguide.peaks import (
     gpu_peaks,
     measure_cpu_peaks,
     percent_of_peak,
+    with_negotiated_link,
 )
 from gpuguide.timing import Measurement
 
@@ -820,8 +822,16 @@ def test_device_peaks_real_cuda():
     expected = identify_gpu(props.name, props.multi_processor_count, props.total_memory)
     if expected is None:
         assert peaks.known is False
+        return
+    sheet = GPU_PEAKS[expected]
+    assert (peaks.name, peaks.flops) == (sheet.name, sheet.flops)
+    assert peaks.memory_bandwidth_bytes_per_s == sheet.memory_bandwidth_bytes_per_s
+    # The host link: the datasheet's, or NVML's negotiated link where plausible.
+    if peaks.host_link_negotiated is None:
+        assert peaks.host_link_bytes_per_s == sheet.host_link_bytes_per_s
     else:
-        assert peaks is GPU_PEAKS[expected]
+        share = peaks.host_link_bytes_per_s / sheet.host_link_bytes_per_s
+        assert peaks_mod.PLAUSIBLE_LINK_SHARE <= share <= 1
 
 
 def test_a_readers_gpu_above_its_row_gets_a_flag_not_an_error(monkeypatch):
@@ -844,6 +854,64 @@ def test_a_readers_gpu_above_its_row_gets_a_flag_not_an_error(monkeypatch):
     monkeypatch.setenv("GPUGUIDE_STRICT_PEAKS", "1")
     with pytest.raises(PeakExceededError):
         h100.share(70e9, "host_link")
+
+
+@pytest.mark.parametrize(
+    ("max_link", "expected", "negotiated"),
+    [
+        ((5, 16), 64e9, "PCIe gen 5 x16"),
+        ((4, 16), 32e9, "PCIe gen 4 x16"),
+        ((4, 8), 16e9, "PCIe gen 4 x8"),  # a quarter of gen 5 x16: still plausible
+        ((3, 8), 64e9, None),  # an eighth: not a slot an H100 sits in
+        ((1, 1), 64e9, None),  # a virtual machine's emulated slot
+        ((6, 16), 64e9, None),  # faster than the card itself
+        ((None, None), 64e9, None),
+    ],
+)
+def test_a_negotiated_link_counts_only_where_plausible(max_link, expected, negotiated):
+    h100 = GPU_PEAKS["H100 SXM5"]
+    idle = {"pcie_generation": 1, "pcie_width": 16}  # the link now: never the peak
+    top = dict(zip(("pcie_max_generation", "pcie_max_width"), max_link, strict=True))
+    state = GpuState(**idle, **top)
+    peaks = with_negotiated_link(h100, state)
+    assert peaks.host_link_bytes_per_s == expected
+    assert peaks.host_link_negotiated == negotiated
+    assert peaks.flops == h100.flops
+    if negotiated is None:
+        assert peaks.datasheet_host_link_bytes_per_s is None
+        assert peaks.host_link_for(50e9) == (64e9, "the datasheet link")
+    else:
+        assert peaks.datasheet_host_link_bytes_per_s == 64e9
+        assert peaks.source.endswith(f"host link: {negotiated} as negotiated (NVML)")
+    assert with_negotiated_link(h100, None) is h100
+
+
+def test_a_rate_above_the_negotiated_link_is_held_against_the_datasheets():
+    gen4 = with_negotiated_link(
+        GPU_PEAKS["H100 SXM5"], GpuState(pcie_max_generation=4, pcie_max_width=16)
+    )
+    assert gen4.host_link_for() == (32e9, "the negotiated link, PCIe gen 4 x16 (NVML)")
+    assert gen4.host_link_for(32.5e9)[0] == 32e9  # within the tolerance
+    assert gen4.host_link_for(40e9) == (
+        64e9,
+        "the datasheet link, as the rate is above NVML's PCIe gen 4 x16",
+    )
+    assert gen4.percent_of(16e9, "host_link") == pytest.approx(50.0)
+    assert gen4.percent_of(48e9, "host link") == pytest.approx(75.0)
+    assert gen4.share(48e9, "host_link") == (
+        "75% of peak (the datasheet's; the rate is above NVML's PCIe gen 4 x16)"
+    )
+    with pytest.raises(PeakExceededError):  # above the datasheet's too
+        gen4.percent_of(70e9, "host_link")
+    # Other peaks are not touched by the link.
+    assert gen4.percent_of(33.5e12, "fp64") == pytest.approx(50.0)
+
+
+def test_a_negotiated_link_needs_a_rate():
+    with pytest.raises(ValueError, match="host_link_negotiated"):
+        Peaks(name="x", flops={}, host_link_negotiated="PCIe gen 4 x16")
+    with pytest.raises(ValueError, match="datasheet_host_link_bytes_per_s"):
+        Peaks(name="x", flops={}, datasheet_host_link_bytes_per_s=-1.0)
 
 
 def test_share_of_an_unknown_peak():

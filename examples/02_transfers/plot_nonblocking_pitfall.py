@@ -49,9 +49,15 @@ def matrix_bytes(n):
 
 
 n = gpuguide.largest_size(
-    64, 8192, memory_at=lambda n: 4 * matrix_bytes(n), multiple_of=64, device=device,
-    flop_at=lambda n: 2 * n**3, traffic_at=lambda n: 3 * matrix_bytes(n), call_s=0.01,
-)  # fmt: skip
+    64,
+    8192,
+    memory_at=lambda n: 4 * matrix_bytes(n),
+    multiple_of=64,
+    device=device,
+    flop_at=lambda n: 2 * n**3,
+    traffic_at=lambda n: 3 * matrix_bytes(n),
+    call_s=0.01,
+)
 a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
 src = torch.empty(n, n, device=device)
 dst = torch.empty(n, n, pin_memory=on_gpu)
@@ -115,7 +121,7 @@ for name, counts in wrong.items():
         f"trials, at worst {max(counts)} of {n * n} elements"
     )
     mean = 100 * sum(counts) / (trials * n * n)
-    report("wrong elements, unsafe read", mean, unit="%", case=name)
+    report("wrong elements, unsafe read", mean, unit="%", size=nbytes, case=name)
 for name, fix in {"event": with_event, "blocking": blocking}.items():
     total = sum(trial(produce, fix) for _ in range(trials))
     print(f"fix '{name}': {total} wrong elements in {trials} trials")
@@ -130,12 +136,16 @@ for name, fix in {"event": with_event, "blocking": blocking}.items():
 runs = sum(c > 0 for counts in wrong.values() for c in counts)
 fig, ax = plt.subplots()
 plot_sweep(
-    ax, list(range(1, trials + 1)),
+    ax,
+    list(range(1, trials + 1)),
     {name: [100 * c / (n * n) for c in counts] for name, counts in wrong.items()},
-    xlabel="trial (index)", ylabel="wrong elements (%)", device=device,
+    xlabel="trial (index)",
+    ylabel="wrong elements (%)",
+    device=device,
     title=f"Read before waiting for the copy: wrong in {runs} of {2 * trials} trials",
-    logx=False, logy=False,
-)  # fmt: skip
+    logx=False,
+    logy=False,
+)
 ax.set_ylim(-5, 105)
 ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 plt.show()
@@ -183,10 +193,14 @@ scale, unit = (1e6, "us") if copy.median_s < 1e-3 else (1e3, "ms")
 fig, ax = plt.subplots()
 bars = {k.replace(", ", ",\n").replace(" + ", "\n+ "): m for k, m in times.items()}
 gpuguide.plot_bars(
-    ax, bars, ylabel=f"time ({unit})", device=device, value=lambda s: s * scale,
+    ax,
+    bars,
+    ylabel=f"time ({unit})",
+    device=device,
+    value=lambda s: s * scale,
     title=f"Event wait: {event.median_s / copy.median_s:.2f}x a blocking copy; "
     f"with host work: {saved}",
-)  # fmt: skip
+)
 plt.show()
 
 # %%

@@ -49,19 +49,28 @@ def flop(n):  # a square matmul of side n: a multiply and an add per term
 # a short budget; small sizes take less time on a GPU than launching them, so the
 # timer takes the matmul's own GPU time (``measure="kernel"``), not the launches.
 bases = gpuguide.sweep(
-    64, 8192, memory_at=lambda b: 3 * (b + 8) ** 2 * dtype.itemsize,
-    flop_at=lambda b: flop(b + 8), flop_per_s=page.peaks.flops_for(dtype),
-    peaks=None, multiple_of=64,  # an unknown peak plans at a low fallback rate
-)  # fmt: skip
+    64,
+    8192,
+    memory_at=lambda b: 3 * (b + 8) ** 2 * dtype.itemsize,
+    flop_at=lambda b: flop(b + 8),
+    flop_per_s=page.peaks.flops_for(dtype),
+    peaks=None,
+    multiple_of=64,  # an unknown peak plans at a low fallback rate
+)
 offsets = (-8, -2, -1, 0, 1, 8)
 print(f"bases: {bases}; offsets: {offsets}")
 times = {}  # n -> Measurement
 for n in (base + d for base in bases for d in offsets):
     a, b, out = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(3))
     times[n] = benchmark(
-        torch.mm, args=(a, b), kwargs={"out": out}, label=f"mm {n}",
-        warmup_ms=10, rep_ms=50, measure="kernel",
-    )  # fmt: skip
+        torch.mm,
+        args=(a, b),
+        kwargs={"out": out},
+        label=f"mm {n}",
+        warmup_ms=10,
+        rep_ms=50,
+        measure="kernel",
+    )
 del a, b, out
 
 
@@ -95,7 +104,8 @@ for base in bases:
     print(f"around {base} ({unit}) {row}; misaligned/aligned {c.short}")
 
 last = bases[-1]
-report(f"{dtype_name} matmul", times[last].rate(flop(last)), peak=dtype_name, size=last)
+aligned = times[last].rate(flop(last))  # the kernel's own time, n a multiple of 8
+report("aligned square matmul", aligned, peak=dtype_name, size=last, dtype=dtype_name)
 report("misaligned/aligned", c, size=last, dtype=dtype_name)  # the last base
 worst = min((last + d for d in offsets if d % 8), key=rate.get)
 worst_c = compare(per_flop(f"n={worst}", [worst]), per_flop(f"n={last}", [last]))
@@ -114,12 +124,18 @@ print(
 sizes = sorted(rate)
 fig, ax = plt.subplots()
 plot_sweep(
-    ax, sizes,
-    {f"aligned ({dtype_name}, n % 8 == 0)": [None if n % 8 else rate[n] for n in sizes],
-     f"misaligned ({dtype_name})": [rate[n] if n % 8 else None for n in sizes]},
-    xlabel="matrix side n (elements)", ylabel=f"matmul throughput ({unit})",
+    ax,
+    sizes,
+    {
+        f"aligned ({dtype_name}, n % 8 == 0)": [
+            None if n % 8 else rate[n] for n in sizes
+        ],
+        f"misaligned ({dtype_name})": [rate[n] if n % 8 else None for n in sizes],
+    },
+    xlabel="matrix side n (elements)",
+    ylabel=f"matmul throughput ({unit})",
     title=f"At n~{last}, misaligned/aligned: {c.short}",
-)  # fmt: skip
+)
 plt.show()
 
 # %%
@@ -144,7 +160,9 @@ def pad_then_mm(x, w):
 
 calls = {f"k={k}": (torch.mm, x, w), f"padded to {k8}": (torch.mm, x8, w8)}
 calls["pad + mm each call"] = (pad_then_mm, x, w)
-fix = {name: benchmark(fn, args=args, label=name) for name, (fn, *args) in calls.items()}  # fmt: skip
+fix = {
+    name: benchmark(fn, args=args, label=name) for name, (fn, *args) in calls.items()
+}
 print(gpuguide.table({"matmul": name, "time": m} for name, m in fix.items()))
 plain, ahead, each = fix.values()
 gain = compare(ahead, plain)
@@ -152,9 +170,11 @@ report("padded speed-up", gain, size=f"{last}x{last}x{k}", dtype=dtype_name)
 print(compare(each, plain))
 fig, ax = plt.subplots()
 plot_bars(
-    ax, fix, ylabel="time per matmul (ms)",
+    ax,
+    fix,
+    ylabel="time per matmul (ms)",
     title=f"Padded in advance against k={k}: {gain.short}",
-)  # fmt: skip
+)
 plt.show()
 
 # %%

@@ -86,9 +86,15 @@ times = {}  # name -> {n: Measurement}
 for name, dtype in variants.items():
     times[name] = {}
     sizes = sweep(
-        32, 16384, budget=budget, flop_per_s=plan[name], per_octave=2, multiple_of=8,
-        memory_at=lambda n, d=dtype: nbytes(n, n, n, d), flop_at=lambda n: flop(n, n, n),
-    )  # fmt: skip
+        32,
+        16384,
+        budget=budget,
+        flop_per_s=plan[name],
+        per_octave=2,
+        multiple_of=8,
+        memory_at=lambda n, d=dtype: nbytes(n, n, n, d),
+        flop_at=lambda n: flop(n, n, n),
+    )
     with tf32_matmuls(name == "tf32"):
         for n in sizes:
             a, b, out = (torch.randn(n, n, device=device).to(dtype) for _ in range(3))
@@ -123,21 +129,39 @@ for low, high in (pair for pair in pairs if pair[0] in times):
 def shapes(dtype, rate):
     lo, levels = (256, 4) if page.cuda else (32, 3)
     sizes = sweep(
-        lo, 16384, memory_at=lambda s: nbytes(s, s, s, dtype), peaks=None,
-        flop_at=lambda s: flop(s, s, s), budget=budget, flop_per_s=rate, multiple_of=lo,
-    )[-(levels - page.small) :]  # fmt: skip
-    fits = [s for s in itertools.product(sizes, repeat=3)  # memory, time at half rate
-            if nbytes(*s, dtype) <= budget.memory_bytes and 2 * flop(*s) / rate <= budget.call_s]  # fmt: skip
+        lo,
+        16384,
+        memory_at=lambda s: nbytes(s, s, s, dtype),
+        peaks=None,
+        flop_at=lambda s: flop(s, s, s),
+        budget=budget,
+        flop_per_s=rate,
+        multiple_of=lo,
+    )[-(levels - page.small) :]
+    fits = [
+        s
+        for s in itertools.product(sizes, repeat=3)  # memory, time at half rate
+        if nbytes(*s, dtype) <= budget.memory_bytes
+        and 2 * flop(*s) / rate <= budget.call_s
+    ]
     return sorted(fits or [(sizes[0],) * 3], key=lambda s: (flop(*s), s))
 
 
 def time_shape(name, dtype, shape, **budgets):
     m, n, k = shape
-    a, b, out = (torch.randn(*mn, device=device).to(dtype) for mn in ((m, k), (k, n), (m, n)))  # fmt: skip
+    a, b, out = (
+        torch.randn(*mn, device=device).to(dtype) for mn in ((m, k), (k, n), (m, n))
+    )
     return benchmark(
-        torch.mm, args=(a, b), kwargs={"out": out}, label=f"{name} {m}x{n}x{k}",
-        device=device, flush_l2=True, min_reps=5, **budgets,
-    )  # fmt: skip
+        torch.mm,
+        args=(a, b),
+        kwargs={"out": out},
+        label=f"{name} {m}x{n}x{k}",
+        device=device,
+        flush_l2=True,
+        min_reps=5,
+        **budgets,
+    )
 
 
 def per_flop(m, shape):  # the five fastest calls per FLOP: .rate(1) is MAMF's rate
@@ -185,11 +209,15 @@ series = {
 }
 fig, ax = plt.subplots()
 plot_sweep(
-    ax, sizes, series, xlabel="matrix side n (elements)",
+    ax,
+    sizes,
+    series,
+    xlabel="matrix side n (elements)",
     ylabel=f"square matmul throughput ({unit})",
-    title=f"{first} is the fastest here" if verdict.measurable
+    title=f"{first} is the fastest here"
+    if verdict.measurable
     else f"{first} and {second} are the fastest here, with no measurable difference",
-)  # fmt: skip
+)
 for line, marker in zip(ax.get_lines(), "osD^v", strict=False):
     line.set(marker=marker, markerfacecolor="none")
 ax.legend()

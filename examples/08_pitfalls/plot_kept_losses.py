@@ -110,20 +110,28 @@ for label, keep, train in [  # the variant that holds the most memory runs last
 ]:
     variants[label], exact[label], values, alive = held_after_each_step(keep, train)
     mib = per_step(variants[label])
-    rows.append({"variant": label, "tracked per step": f"{mib:+.2f} MiB",
-                 "kept values": format_bytes(values),
-                 "activations alive": format_bytes(alive)})  # fmt: skip
+    rows.append(
+        {
+            "variant": label,
+            "tracked per step": f"{mib:+.2f} MiB",
+            "kept values": format_bytes(values),
+            "activations alive": format_bytes(alive),
+        }
+    )
 title = f"batch {batch} x 64 features, after {steps} steps: memory tracked per step; "
 print(table(rows, title=title + "held exactly at the end"))
 drift = variants["train: append(loss.detach().clone())"][-1]
 if device.type == "cpu" and drift > 1:
-    print(f"The fixed training loop holds nothing, yet resident memory grew "
-          f"{drift:.1f} MiB: the C allocator keeps blocks that tensors freed. On a "
-          "CPU, trust the exact count.")  # fmt: skip
-growth = per_step(variants["eval: append(loss)"])  # MiB per step, tracked
-detached = per_step(exact["train: append(loss.detach())"])  # MiB per step, exact
-report("eval loop keeping losses", growth * 2**20, unit="B", size=batch)
-report("kept loss.detach()", detached * 2**20, unit="B", size=batch)
+    print(
+        f"The fixed training loop holds nothing, yet resident memory grew "
+        f"{drift:.1f} MiB: the C allocator keeps blocks that tensors freed. On a "
+        "CPU, trust the exact count."
+    )
+# The headline figures: what two of the loops add per step, counted exactly.
+size = f"batch {batch}x64"
+for loop in ("eval: append(loss)", "train: append(loss.detach())"):
+    bytes_per_step = per_step(exact[loop]) * 2**20
+    report("memory growth per step", bytes_per_step, unit="B", size=size, loop=loop)
 
 # %%
 # Plot: memory after each step
@@ -137,14 +145,32 @@ report("kept loss.detach()", detached * 2**20, unit="B", size=batch)
 # count. (In the evaluation loops ``loss`` also keeps the last graph.)
 fig, (ax, ax_exact) = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
 method = track_memory(device).method
+growth = per_step(variants["eval: append(loss)"])  # MiB per step, tracked
+detached = per_step(exact["train: append(loss.detach())"])  # MiB per step, exact
 clone = per_step(exact["train: append(loss.detach().clone())"])
 for where, series, ylabel, title in [
-    (ax, variants, "memory held since the loop began (MiB)",
-     f"Tracked ({method}): eval loop keeping losses +{growth:.1f} MiB/step"),
-    (ax_exact, exact, "held by kept values and live activations (MiB)",
-     f"Exact: a kept loss.detach() holds {detached:.1f} MiB, a clone {clone:.1f}"),
-]:  # fmt: skip
-    plot_sweep(where, list(range(1, steps + 1)), series, xlabel="step (count)",
-               ylabel=ylabel, title=title, logx=False, logy=False)  # fmt: skip
+    (
+        ax,
+        variants,
+        "memory held since the loop began (MiB)",
+        f"Tracked ({method}): eval loop keeping losses +{growth:.1f} MiB/step",
+    ),
+    (
+        ax_exact,
+        exact,
+        "held by kept values and live activations (MiB)",
+        f"Exact: a kept loss.detach() holds {detached:.1f} MiB, a clone {clone:.1f}",
+    ),
+]:
+    plot_sweep(
+        where,
+        list(range(1, steps + 1)),
+        series,
+        xlabel="step (count)",
+        ylabel=ylabel,
+        title=title,
+        logx=False,
+        logy=False,
+    )
 ax_exact.get_legend().remove()
 plt.show()

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from gpuguide import checks, datasheet, host
+from gpuguide import checks, datasheet, host, nvml
 from gpuguide.device import DeviceInfo, gpu_state, pick_device
 from gpuguide.env import small_mode, strict_peaks
 from gpuguide.nvml import GpuState
@@ -65,6 +65,17 @@ _UNKNOWN_GPU_SOURCE = (
 )
 _MEASURED_CPU_SOURCE = "measured on this CPU (best achieved, not a datasheet)"
 
+#: The least share of the datasheet's host link that NVML's negotiated link may be
+#: and still count as the link's peak: a card in an older or narrower slot (an
+#: H100's gen 5 x16 in a gen 4 x16 or gen 4 x8 slot: 1/2, 1/4). Below it (gen 1 x1,
+#: 0.25 GB/s, as a virtual machine's emulated slot can read) NVML is not describing
+#: the link the copies cross, and the datasheet's link is the peak.
+PLAUSIBLE_LINK_SHARE = 0.25
+
+#: The same floor for a GPU without a datasheet row: PCIe gen 3 x4 (an external
+#: enclosure), the narrowest link a CUDA GPU is commonly attached by.
+MIN_PLAUSIBLE_LINK_BYTES_PER_S = 4e9
+
 
 def _check_rate(name: str, value: float | None) -> float | None:
     """``value`` as a float > 0, or None."""
@@ -82,6 +93,10 @@ class Peaks:
     ``flops`` holds the dense matmul FLOP/s per precision of :data:`FLOPS_KEYS`
     (None where unknown); ``known`` is False for an unidentified device,
     ``measured`` True for a CPU's measured ceilings (``detail`` says how).
+    ``host_link_negotiated`` names the PCIe link NVML says the GPU negotiates
+    (``"PCIe gen 4 x16"``) where ``host_link_bytes_per_s`` is that link's rate
+    rather than the datasheet's, kept in ``datasheet_host_link_bytes_per_s``
+    (:func:`with_negotiated_link`, :meth:`host_link_for`).
     """
 
     name: str
@@ -92,6 +107,8 @@ class Peaks:
     known: bool = True
     measured: bool = False
     detail: str = ""
+    host_link_negotiated: str | None = None
+    datasheet_host_link_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
         extra = sorted(set(self.flops) - set(FLOPS_KEYS))
@@ -103,13 +120,25 @@ class Peaks:
             for key in FLOPS_KEYS
         }
         object.__setattr__(self, "flops", MappingProxyType(flops))
-        for field in ("memory_bandwidth_bytes_per_s", "host_link_bytes_per_s"):
+        for field in (
+            "memory_bandwidth_bytes_per_s",
+            "host_link_bytes_per_s",
+            "datasheet_host_link_bytes_per_s",
+        ):
             object.__setattr__(self, field, _check_rate(field, getattr(self, field)))
+        if self.host_link_negotiated is not None and self.host_link_bytes_per_s is None:
+            msg = "host_link_negotiated needs host_link_bytes_per_s, got None"
+            raise ValueError(msg)
 
     def __hash__(self) -> int:
-        rates = (self.memory_bandwidth_bytes_per_s, self.host_link_bytes_per_s)
+        rates = (
+            self.memory_bandwidth_bytes_per_s,
+            self.host_link_bytes_per_s,
+            self.datasheet_host_link_bytes_per_s,
+        )
         flags = (self.source, self.known, self.measured, self.detail)
-        return hash((self.name, tuple(self.flops.items()), *rates, *flags))
+        link = self.host_link_negotiated
+        return hash((self.name, tuple(self.flops.items()), *rates, *flags, link))
 
     def __repr__(self) -> str:
         rates = ", ".join(
@@ -135,18 +164,45 @@ class Peaks:
             key = "tf32"
         return self.flops[key]
 
+    def host_link_for(self, rate: float | None = None) -> tuple[float | None, str]:
+        """The host-link peak to hold ``rate`` (bytes/s) against, and what it is.
+
+        The link NVML says the GPU negotiates where :func:`with_negotiated_link`
+        took it, else the datasheet's. A rate above the negotiated link (beyond
+        :data:`PEAK_TOLERANCE`) shows that NVML does not see the link the copies
+        cross (a virtual machine's emulated slot): the datasheet's link then.
+
+        >>> GPU_PEAKS["H100 SXM5"].host_link_for(50e9)
+        (64000000000.0, 'the datasheet link')
+        """
+        link, negotiated = self.host_link_bytes_per_s, self.host_link_negotiated
+        if link is None:
+            return None, "unknown for this device"
+        if negotiated is None:
+            return link, "the datasheet link" if self.known else "the host link"
+        sheet = self.datasheet_host_link_bytes_per_s
+        if rate is None or rate <= PEAK_TOLERANCE * link or sheet is None:
+            return link, f"the negotiated link, {negotiated} (NVML)"
+        return sheet, f"the datasheet link, as the rate is above NVML's {negotiated}"
+
     def percent_of(
         self, rate: float, of: torch.dtype | str, *, tf32: bool = False
     ) -> float | None:
         """``100 * rate / peak`` (at most 100) for ``of`` a precision, ``"memory"`` or
         ``"host_link"``; None where unknown or above :data:`PEAK_TOLERANCE` times a
-        datasheet peak (with ``GPUGUIDE_STRICT_PEAKS``: :class:`PeakExceededError`)."""
+        datasheet peak (with ``GPUGUIDE_STRICT_PEAKS``: :class:`PeakExceededError`).
+        The host link is the one :meth:`host_link_for` picks for ``rate``."""
         what, unit, peak = self._peak(of, tf32)
         rate = checks.non_negative("rate", rate)
         if peak is None:
             return None
         if self.measured:
             return min(100.0 * rate / peak, 100.0)
+        if _is_host_link(of) and self.host_link_negotiated is not None:
+            link, _ = self.host_link_for(rate)  # NVML's, or the datasheet's above it
+            if link is None or (link == peak and rate > PEAK_TOLERANCE * link):
+                return None  # above NVML's figure, with no datasheet link to use
+            peak = link
         try:
             return percent_of_peak(
                 rate,
@@ -181,15 +237,32 @@ class Peaks:
         """A rate's share of its peak for a sentence: ``"77% of peak"``, ``"peak
         unknown"`` or ``"above the H100 SXM5 datasheet's ...: another clock..."``."""
         percent = self.percent_of(rate, of, tf32=tf32)
+        negotiated = _is_host_link(of) and self.host_link_negotiated is not None
+        link, _ = self.host_link_for(rate)
         if percent is not None:
+            if negotiated and link != self.host_link_bytes_per_s:
+                above = f"above NVML's {self.host_link_negotiated}"
+                return (
+                    f"{percent:.0f}% of {peak} (the datasheet's; the rate is {above})"
+                )
             return f"{percent:.0f}% of {peak}"
         what, unit, listed = self._peak(of, tf32)
         if listed is None:
             return f"{peak} unknown"
+        if negotiated and link == self.host_link_bytes_per_s:
+            return (
+                f"above {self.host_link_negotiated} as NVML reports it "
+                f"({format_rate(link, unit)}): not the link the copies crossed"
+            )
         return (
             f"above the {self.name} datasheet's {format_rate(listed, unit)} "
             f"for {what}: another clock, power limit or variant"
         )
+
+
+def _is_host_link(of: object) -> bool:
+    """Whether ``of`` names the host link (``"host_link"``, ``"host link"``)."""
+    return isinstance(of, str) and of.strip().lower() in ("host_link", "host link")
 
 
 def _precision_key(dtype: Any) -> str:
@@ -439,13 +512,42 @@ def measure_cpu_peaks(*, small: bool | None = None) -> Peaks:
 
 
 def with_negotiated_link(peaks: Peaks, state: GpuState | None) -> Peaks:
-    """``peaks`` with the host link the GPU negotiated (NVML's PCIe generation and
-    width, :attr:`gpuguide.nvml.GpuState.link_bytes_per_s`) where it is known."""
-    link = None if state is None else state.link_bytes_per_s
-    if state is None or link is None:
+    """``peaks`` with the host link the GPU negotiates in its slot (NVML's maximum
+    PCIe generation and width) where NVML says and it is plausible.
+
+    Plausible: at least :data:`PLAUSIBLE_LINK_SHARE` of the datasheet's link (for
+    a GPU without one, :data:`MIN_PLAUSIBLE_LINK_BYTES_PER_S`) and not above it. A
+    link that NVML does not give, or gives implausibly (gen 1 x1 in a virtual
+    machine), leaves the datasheet's link; the source says why.
+    """
+    if state is None:
         return peaks
-    source = f"{peaks.source}; host link: {state.link_label} as negotiated (NVML)"
-    return replace(peaks, host_link_bytes_per_s=link, source=source)
+    generation, width = state.pcie_max_generation, state.pcie_max_width
+    link = nvml.link_bytes_per_s(generation, width)
+    if link is None:  # no maximum link: the link now is an idle card's, not a peak
+        return peaks
+    label = f"PCIe gen {generation} x{width}"
+    sheet = peaks.host_link_bytes_per_s
+    floor = (
+        MIN_PLAUSIBLE_LINK_BYTES_PER_S
+        if sheet is None
+        else PLAUSIBLE_LINK_SHARE * sheet
+    )
+    said = f"NVML's {label} ({format_rate(link, 'B/s')})"
+    if link < floor:
+        why = f"{said} is implausibly slow for this GPU"
+    elif sheet is not None and link > sheet:
+        why = f"{said} is faster than this GPU's own link"
+    else:
+        return replace(
+            peaks,
+            host_link_bytes_per_s=link,
+            host_link_negotiated=label,
+            datasheet_host_link_bytes_per_s=sheet,
+            source=f"{peaks.source}; host link: {label} as negotiated (NVML)",
+        )
+    kept = "the datasheet's" if sheet is not None else "unknown"
+    return replace(peaks, source=f"{peaks.source}; host link: {kept}, as {why}")
 
 
 def device_peaks(device: str | torch.device | DeviceInfo | None = None) -> Peaks:
