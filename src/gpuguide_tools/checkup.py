@@ -48,7 +48,7 @@ from gpuguide.results import (
 )
 from gpuguide.tables import Table
 from gpuguide.timing import Measurement, benchmark
-from gpuguide.units import format_ratio, format_value
+from gpuguide.units import format_bytes, format_ratio, format_value
 from gpuguide.verdicts import interleave
 from gpuguide.version import describe_version
 from gpuguide_tools.mamf import search_matmul_shapes
@@ -187,7 +187,7 @@ def transfer_figures(device: torch.device) -> list[Result]:
             COPY_BYTES / m.median_s,
             "B/s",
             spread=_spread(COPY_BYTES, m),
-            config={"memory": memory},
+            config={"memory": memory, "copy": format_bytes(COPY_BYTES)},  # the page's
             size=COPY_BYTES,
             peak="host_link",
         )
