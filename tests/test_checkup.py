@@ -16,12 +16,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import CPU_RECORD, H100_RECORD
+from conftest import CPU_RECORD, H100_RECORD, ROOT
 
 from gpuguide import results
 from gpuguide.peaks import GPU_PEAKS
 from gpuguide.results import PEAK_NAMES, RESULTS_DIR_ENV, Result, ResultsFile
 from gpuguide.timing import Measurement
+from gpuguide.units import format_bytes
 from gpuguide_tools import checkup
 from gpuguide_tools.checkup import against_recording
 from gpuguide_tools.mamf import MatmulShape, ShapeRate, ShapeSearch
@@ -446,11 +447,22 @@ def test_transfer_figures_on_a_gpu(monkeypatch):
         "D2H pageable": ("device", "pageable"),
         "D2H pinned": ("device", "pinned"),
     }
-    # The transfers page's keys: "<way> bandwidth", memory=..., peak host_link.
+    # The transfers page's keys: "<way> bandwidth", memory=..., the copy's size
+    # as the page names it, peak host_link.
+    copy = format_bytes(checkup.COPY_BYTES)
     assert [(f.page, f.name, dict(f.config), f.peak) for f in figures] == [
-        ("plot_transfer_bandwidth", f"{way} bandwidth", {"memory": memory}, "host_link")
+        (
+            "plot_transfer_bandwidth",
+            f"{way} bandwidth",
+            {"memory": memory, "copy": copy},
+            "host_link",
+        )
         for way, memory in (k.split() for k in times)
     ]
+    page = (
+        ROOT / "examples" / "02_transfers" / "plot_transfer_bandwidth.py"
+    ).read_text()
+    assert "copy=format_bytes(" in page  # the page names its copies the same way
     assert [f.value for f in figures] == pytest.approx(
         [checkup.COPY_BYTES / t for t in times.values()]
     )
