@@ -256,3 +256,28 @@ def test_quiet_build_log_drops_myst_configuration_not_its_warnings(monkeypatch):
     finally:
         logger.setLevel(level)
     assert said == ["myst: another line", f"myst configuration invalid: {text}...)"]
+
+
+def test_reset_collects_the_previous_pages_globals():
+    # A page's functions refer to the globals that hold its tensors: a cycle
+    # that only the garbage collector frees, and it must be freed before the
+    # next page sizes itself (and, on CUDA, before the cache is emptied).
+    import gc
+    import weakref
+
+    class Big:
+        pass
+
+    page_globals: dict[str, object] = {"tensor": Big()}
+    page_globals["globals"] = page_globals  # as a page's function holds them
+    alive = weakref.ref(page_globals["tensor"])
+    enabled = gc.isenabled()
+    gc.disable()  # no collection but the reset's
+    try:
+        del page_globals
+        assert alive() is not None
+        reset_torch_state(when="after")
+        assert alive() is None
+    finally:
+        if enabled:
+            gc.enable()

@@ -215,10 +215,6 @@ def _reset_precision() -> None:
 def _reset_cuda() -> None:
     if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
         return
-    # The previous example's globals hold tensors in reference cycles (its
-    # functions refer to the globals that hold them): collect them first, so
-    # the next example sizes itself with their memory given back.
-    gc.collect()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     for index in range(torch.cuda.device_count()):
@@ -384,6 +380,11 @@ def reset_torch_state(
     torch.use_deterministic_algorithms(False)
     if "torch._dynamo" in sys.modules:  # imported only by examples that compile
         torch._dynamo.reset()
+    # The previous example's globals hold its tensors in reference cycles (its
+    # functions refer to the globals that hold them): collect them before
+    # CUDA's cache is emptied, so the next example sizes itself with their
+    # memory given back.
+    gc.collect()
     _reset_cuda()
 
     random.seed(SEED)

@@ -137,7 +137,11 @@ print(f"x_host.to(device) is x_host: {x_host.to(device) is x_host}")
 report("creating on the device", compare(on_device, both))
 if device.type != "cpu":
     rate = copy.rate(nbytes, "B/s")
-    report("H2D bandwidth", rate, peak="host_link", size=nbytes, memory="pageable")
+    where = {
+        "memory": "pageable",
+        "copy": fmt(nbytes),
+    }  # as the transfers page names it
+    report("H2D bandwidth", rate, peak="host_link", size=nbytes, **where)
 
 # %%
 # Do the parts add up?
