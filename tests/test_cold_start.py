@@ -19,10 +19,12 @@ import torch
 from gpuguide.chapters import coldstart
 from gpuguide.chapters.coldstart import (
     MARK,
+    SERVER_ENV,
     ChildFailed,
     cache_counts,
     describe_caches,
     first_calls,
+    growth,
     measure,
     phases,
     read_result,
@@ -177,6 +179,27 @@ def test_payback_counts_steps_relative_to_each_processes_eager_steps():
     )
 
 
+def test_payback_from_one_process_takes_its_steps_as_timed():
+    # One process (a GPU page runs one warm process): relative to its own eager
+    # median, each side would be one number, with no spread and no verdict; its
+    # steps, timed in the same rounds, carry their own spread.
+    one = {"steady": {"eager": [1e-3, 1.1e-3, 0.9e-3, 1e-3],
+                      "compiled": [0.5e-3, 0.55e-3, 0.45e-3, 0.5e-3]}}  # fmt: skip
+    first_call = Measurement("cold", (2.0,), "cuda", "host-clock")
+    (median, low, high), speedup = coldstart.payback([one], first_call, "cuda")
+    assert speedup.verdict == "faster"
+    assert speedup.speedup == pytest.approx(2.0)
+    # 2 s less the compiled step, paid back at 0.5 ms a step
+    assert median == low == high == math.ceil((2.0 - 0.5e-3) / 0.5e-3)
+
+
+def test_payback_names_the_compiled_variant_it_compared():
+    same = {"steady": {"eager": [1e-3] * 3, "regional": [1e-3] * 3}}
+    first_call = Measurement("regional", (1.0, 2.0), "cpu", "host-clock")
+    _, speedup = coldstart.payback([same, same], first_call, "cpu", "regional")
+    assert "regional" in str(speedup)
+
+
 def test_payback_gives_no_steps_where_compiled_is_not_faster():
     same = {
         "steady": {"eager": [1e-3, 1.1e-3, 0.9e-3], "compiled": [1e-3, 0.9e-3, 1.1e-3]}
@@ -185,6 +208,84 @@ def test_payback_gives_no_steps_where_compiled_is_not_faster():
     steps, speedup = coldstart.payback([same], first_call, "cpu")
     assert steps == (None, None, None)
     assert not speedup.measurable
+
+
+# ---- growth per block -------------------------------------------------------
+
+
+def _firsts(*times_per_depth):
+    return [Measurement("cold", t, "cpu", "host-clock") for t in times_per_depth]
+
+
+def test_growth_is_the_slope_through_the_medians_with_its_quartile_range():
+    firsts = _firsts((1.0, 1.2, 1.4), (5.0, 5.4, 5.8))  # quartiles 1.1-1.3, 5.2-5.6
+    g = growth("full compilation", [1, 11], firsts)
+    assert g.per_block_s == pytest.approx((5.4 - 1.2) / 10)
+    assert g.low_s == pytest.approx((5.2 - 1.3) / 10)  # deep low, shallow high
+    assert g.high_s == pytest.approx((5.6 - 1.1) / 10)
+    assert g.spread == pytest.approx((g.low_s, g.high_s))
+    assert not g.single_run
+    assert str(g) == "full compilation: 420 ms per block (390 ms to 450 ms)"
+
+
+def test_growth_fits_a_least_squares_line_over_more_depths():
+    depths = [1, 2, 4, 8]
+    medians = [0.5 + 0.25 * n + e for n, e in zip(depths, (0.02, -0.03, 0.03, -0.01),
+                                                    strict=True)]  # fmt: skip
+    g = growth("full", depths, _firsts(*((m,) for m in medians)))
+    mean = sum(depths) / 4
+    slope = sum((n - mean) * m for n, m in zip(depths, medians, strict=True)) / sum(
+        (n - mean) ** 2 for n in depths
+    )
+    assert g.per_block_s == pytest.approx(slope)
+    assert g.low_s == g.high_s == pytest.approx(slope)  # one process per depth
+
+
+def test_a_growth_from_single_runs_has_no_spread():
+    g = growth("regional", [4, 16], _firsts((3.0,), (3.6,)))
+    assert g.single_run
+    assert g.spread is None
+    assert g.per_block_s == pytest.approx(0.05)
+    assert str(g) == "regional: 50.0 ms per block (one process per depth: no spread)"
+    assert g.short == "50.0 ms"
+
+
+def test_a_growth_whose_range_spans_zero_is_no_measurable_growth():
+    g = growth("regional", [1, 8], _firsts((2.0, 2.4), (2.1, 2.3)))
+    assert g.low_s < 0 < g.high_s
+    assert str(g).startswith("regional: no measurable growth per block (")
+
+
+@pytest.mark.parametrize("depths", [[4], [4, 4], [4, 16, 32]])
+def test_growth_needs_two_depths_and_one_first_call_each(depths):
+    with pytest.raises(ValueError, match="two depths"):
+        growth("full", depths, _firsts((1.0,), (2.0,)))
+
+
+def test_compare_growth_calls_a_steeper_slope_only_outside_both_spreads():
+    full = growth("full compilation", [1, 8], _firsts((2.0, 2.2), (6.0, 6.4)))
+    flat = growth("regional", [1, 8], _firsts((2.0, 2.2), (2.0, 2.3)))
+    text = coldstart.compare_growth(full, flat)
+    assert text.startswith("full compilation adds ")
+    assert "per block more than regional (" in text
+    assert "less than" in coldstart.compare_growth(flat, full)
+    close = growth("full", [1, 8], _firsts((2.0, 2.2), (2.1, 2.4)))
+    assert coldstart.compare_growth(close, flat).startswith(
+        "no measurable difference in growth per block between full and regional"
+    )
+
+
+def test_compare_growth_gives_no_verdict_for_single_runs():
+    full = growth("full", [4, 16], _firsts((4.0,), (10.0,)))
+    flat = growth("regional", [4, 16], _firsts((3.0, 3.2), (3.0, 3.2)))
+    text = coldstart.compare_growth(full, flat)
+    assert text == (
+        "full adds 500 ms per block more than regional: one process per depth, "
+        "so no spread and no verdict"
+    )
+    assert coldstart.compare_growth(flat, full).startswith(
+        "regional adds 500 ms per block less than full: "
+    )
 
 
 # ---- in the child -----------------------------------------------------------
@@ -355,6 +456,48 @@ def test_a_child_of_the_real_fork_server_inherits_its_probe():
     assert 0 < result["probe_s"] < 120
 
 
+def test_a_gpu_pages_fork_server_preloads_no_cpu_probe(monkeypatch):
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    monkeypatch.setattr(server, "_preload_modules", server._preload_modules)
+    probe = "gpuguide.chapters._forkserver_probe"
+    for device in ("cuda", "cuda:0", torch.device("cuda", 1), "mps"):
+        coldstart._forkserver(device)
+        preload = forkserver._forkserver._preload_modules
+        assert "torch._inductor.compile_fx" in preload, device
+        assert probe not in preload, device
+    for device in ("cpu", torch.device("cpu")):
+        coldstart._forkserver(device)
+        assert forkserver._forkserver._preload_modules[-1] == probe
+
+
+@pytest.fixture
+def own_server():
+    """A fork server of the test's own, stopped after it (the next test starts
+    its own, with its own preloads)."""
+    from multiprocessing import forkserver
+
+    forkserver._forkserver._stop()
+    yield forkserver._forkserver
+    forkserver._forkserver._stop()
+
+
+def test_a_child_of_a_gpu_pages_real_fork_server_was_never_probed(own_server):
+    code = (
+        "import sys\nfrom gpuguide.chapters import coldstart\n"
+        "coldstart.report({'probe_s': coldstart.SERVER_PROBE_S, 'where': "
+        "coldstart._probe_outside('cuda')[1], 'imported': "
+        "'gpuguide.chapters._forkserver_probe' in sys.modules, "
+        "'inductor': 'torch._inductor.compile_fx' in sys.modules})"
+    )
+    result = run_fresh(code, device="cuda")  # a fake: the server only reads its type
+    assert result == {
+        "probe_s": None, "where": "not needed on a GPU", "imported": False,
+        "inductor": True,
+    }  # fmt: skip
+
+
 # ---- fresh processes --------------------------------------------------------
 
 
@@ -362,6 +505,66 @@ def test_a_child_of_the_real_fork_server_inherits_its_probe():
 def light_server(monkeypatch):
     """The fork server without torch to import (a test needs none)."""
     monkeypatch.setattr(coldstart, "PRELOAD", ("gpuguide.chapters.coldstart",))
+
+
+def _environment_of(pid):
+    """The environment process ``pid`` started with (Linux's /proc)."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+
+
+ENV_CHILD = (
+    "import os\nfrom gpuguide.chapters.coldstart import report\n"
+    "report({'check': os.environ.get('PYTORCH_NVML_BASED_CUDA_CHECK'), "
+    "'parent': os.getppid()})"
+)
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
+def test_the_fork_server_starts_with_the_nvml_based_cuda_check(
+    light_server, own_server, monkeypatch
+):
+    # Importing inductor asks torch.cuda.is_available(); by default that starts
+    # CUDA's driver in the server, and torch then refuses CUDA in every child.
+    assert SERVER_ENV == {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+    monkeypatch.delenv("PYTORCH_NVML_BASED_CUDA_CHECK", raising=False)
+    result = run_fresh(ENV_CHILD)
+    server = own_server._forkserver_pid
+    assert result["parent"] == server  # forked by the server
+    # set when the server started, before it imported anything
+    assert _environment_of(server)["PYTORCH_NVML_BASED_CUDA_CHECK"] == "1"
+    assert result["check"] is None  # the child has this process's environment
+    assert "PYTORCH_NVML_BASED_CUDA_CHECK" not in os.environ  # restored here
+
+
+def test_a_child_keeps_the_parents_own_cuda_check(
+    light_server, own_server, monkeypatch
+):
+    monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "0")
+    assert run_fresh(ENV_CHILD)["check"] == "0"
+    assert (
+        run_fresh(ENV_CHILD, env={"PYTORCH_NVML_BASED_CUDA_CHECK": "1"})["check"] == "1"
+    )
+    assert os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] == "0"
+
+
+@pytest.mark.gpu
+def test_a_child_of_the_real_fork_server_uses_cuda(own_server):
+    # The server preloads torch and inductor; on torch 2.11 that import asks
+    # torch.cuda.is_available(), which without SERVER_ENV initialises CUDA there
+    # and every child dies with "Cannot re-initialize CUDA in forked subprocess".
+    code = (
+        "import os, torch\nfrom gpuguide.chapters.coldstart import report\n"
+        "x = torch.arange(8.0, device='cuda')\n"
+        "double = torch.compile(lambda t: 2 * t + 1)\n"
+        "report({'sum': (x * x).sum().item(), 'compiled': double(x).sum().item(), "
+        "'parent': os.getppid(), 'initialized': torch.cuda.is_initialized()})"
+    )
+    result = run_fresh(code, device="cuda")
+    assert result["parent"] == own_server._forkserver_pid  # forked, not python -c
+    assert result["sum"] == 140.0
+    assert result["compiled"] == 64.0
+    assert result["initialized"] is True
 
 
 @pytest.mark.parametrize("fork", [True, False], ids=["forkserver", "python -c"])

@@ -12,10 +12,8 @@ starts: **cold** (an empty cache directory), **warm** (the same directory again)
 into an empty directory) and **regional** compilation (the repeated block
 compiled once, reused N times).
 
-For each it measures the first call (with its spread where a case runs in more
-than one process), what the caches did, the steady state against eager mode and
-between the two ways of compiling, and after how many steps the compilation pays
-for itself.
+It measures each first call, what a full and a regional compilation add per
+block, the steady state against eager mode, and when compiling pays for itself.
 """
 
 # %%
@@ -23,14 +21,12 @@ for itself.
 # -----
 # Each case runs in a child process, so that nothing compiled stays in memory.
 # ``coldstart.run_fresh`` forks it from a server that has imported torch once
-# (where the system has none: ``python -c``), so that no child pays seconds of
-# imports, and keeps its output, compiler logs included, off the page. The server
-# also runs, once, inductor's probe of the CPU's vector instructions (a small C++
-# build that every new process pays before compiling for a CPU, whatever the
-# model), so the children's first calls time the model's compilation alone; the
-# page prints what the probe cost. Every empty cache directory still costs
-# seconds of kernel compilation (C++ on a CPU, Triton on a GPU), so the page
-# measures two depths, repeats only the cheap warm start, and says so.
+# (where the system has none: ``python -c``) and keeps its output off the page.
+# On a CPU the server also runs inductor's probe of the CPU's vector instructions
+# (a C++ build that every new process pays before compiling for a CPU), so the
+# first calls time the model alone. An empty cache directory costs seconds of
+# kernel compilation, so the page runs two depths and, mostly, one process per
+# case and depth: those figures have no spread.
 import tempfile
 from pathlib import Path
 
@@ -40,23 +36,20 @@ import gpuguide
 from gpuguide.chapters import coldstart
 
 page = gpuguide.setup()
-device, small = page.device, page.small
+device = page.device
 CASES = ["cold", "warm", "Mega-Cache", "regional"]
-if page.cuda:
-    blocks, dim = ([2, 4] if small else [4, 32]), 256
+if page.cuda:  # each process also creates a CUDA context and compiles with Triton
+    blocks, dim, warm = ([2, 4] if page.small else [4, 16]), 256, 1
 else:
-    blocks, dim = ([2] if small else [1, 8]), 64
+    blocks, dim, warm = ([2] if page.small else [1, 8]), 64, 2
 largest = blocks[-1]
-print(f"stacks of {blocks} blocks of width {dim}, inference only (a training step "
-      "would add a backward graph to compile)")  # fmt: skip
-print(f"left out, for time: Mega-Cache below {largest} blocks, and a second cold, "
-      "Mega-Cache and regional process (so those have no spread)")  # fmt: skip
+print(f"stacks of {blocks} blocks of width {dim}, inference only (no backward)")
 
 
 def plan(case, n):  # how many fresh processes of a case at n blocks
     if case == "Mega-Cache":
         return int(n == largest)
-    return 2 if case == "warm" and n == largest else 1
+    return warm if case == "warm" and n == largest else 1
 
 
 # %%
@@ -71,8 +64,8 @@ def plan(case, n):  # how many fresh processes of a case at n blocks
 # (``block.compile()``) instead of the stack: the blocks share their code, so
 # Dynamo traces one, inductor compiles it, and the other N-1 reuse it after a
 # guard check (``torch.compiler.nested_compile_region`` marks such a region in a
-# whole-model compile instead). A warm child of a stack also compiles a copy by
-# blocks, so that the two compiled forms run side by side in one process.
+# whole-model compile instead). A warm child of the deepest stack also compiles
+# a copy by blocks, so that the two compiled forms run side by side.
 # ``measure`` times the first call, then eager and compiled steps in alternating
 # rounds, and reads the cache counters; ``report`` prints one line of JSON.
 CHILD = """
@@ -83,7 +76,7 @@ import torch.nn.functional as F
 from torch import nn
 from gpuguide.chapters.coldstart import measure, report
 
-case, blocks, dim, device, artifacts = sys.argv[1:]
+case, blocks, dim, device, artifacts, deepest = sys.argv[1:]
 class Block(nn.Module):
     def __init__(self, dim, heads=4):
         super().__init__()
@@ -110,7 +103,7 @@ load = None
 if case == "Mega-Cache":
     load = lambda: torch.compiler.load_cache_artifacts(Path(artifacts).read_bytes())
 also = {}
-if case == "warm" and int(blocks) > 1:  # compiled by blocks too, to run side by side
+if case == "warm" and deepest == "True":  # compiled by blocks too, side by side
     also["regional"] = copy.deepcopy(eager)
     for block in also["regional"]:
         block.compile()
@@ -125,24 +118,24 @@ report(result)
 # --------------------------------
 # Per stack: a cold child in an empty directory, warm children in the same
 # directory, a Mega-Cache child in a second empty directory with the cold child's
-# artifacts, a regional child in a third. All of it lives in one temporary
-# directory, removed at the end.
+# artifacts, a regional child in a third, all in one temporary directory.
 results = {case: {n: [] for n in blocks} for case in CASES}
 with tempfile.TemporaryDirectory(prefix="gpuguide-cold-start-") as root:
     for n in blocks:
         artifacts = Path(root, f"{n}.bin")
         for case, folder in zip(CASES, "aabc", strict=True):
             cache = Path(root, f"{n}-{folder}")
-            env = {"TORCHINDUCTOR_CACHE_DIR": str(cache),
-                   "TRITON_CACHE_DIR": str(cache / "triton")}  # fmt: skip
-            saved = case != "Mega-Cache" or artifacts.exists()  # from the cold one
-            for _ in range(plan(case, n) * saved):
-                args = [case, n, dim, device, artifacts]
-                results[case][n].append(coldstart.run_fresh(CHILD, args, env=env))
+            env = {"TORCHINDUCTOR_CACHE_DIR": str(cache)}
+            env["TRITON_CACHE_DIR"] = str(cache / "triton")
+            for _ in range(plan(case, n)):
+                args = [case, n, dim, device, artifacts, n == largest]
+                run = coldstart.run_fresh(CHILD, args, env=env, device=device)
+                results[case][n].append(run)
 if not page.cuda:
     probe = results["cold"][largest][0]
-    print(f"inductor's CPU probe ({probe['probed']}): {probe['probe_s']:.1f} s, paid by "
-          "every new process in an empty cache directory, left out of the first calls")  # fmt: skip
+    print(
+        f"CPU probe ({probe['probed']}, not in first calls): {probe['probe_s']:.1f} s"
+    )
 
 
 def runs(cases, n):  # the processes of some cases at n blocks
@@ -154,94 +147,104 @@ def first(case, n):  # the first calls of a case's processes, as one Measurement
     return coldstart.first_calls(done, case, str(device)) if done else None
 
 
-def steps(n, name, label, cases=CASES[:3]):  # pooled: cold, warm, Mega-Cache by default
-    return coldstart.steady(runs(cases, n), name, label, str(device), relative=True)
-
-
-rows = [{"blocks": n, "case": case, "processes": len(results[case][n]),
-         "first call": first(case, n),
-         "caches": coldstart.describe_caches(results[case][n][0]["caches"])}
-        for n in blocks for case in CASES if results[case][n]]  # fmt: skip
+rows = [
+    {"blocks": n, "case": case, "processes": len(runs([case], n)), "first call": m}
+    | {"caches": coldstart.describe_caches(results[case][n][0]["caches"])}
+    for n in blocks
+    for case in CASES
+    if (m := first(case, n))
+]
 print(gpuguide.table(rows))
 
 # %%
-# First call against the stack's depth
-# ------------------------------------
-# A full compilation traces and lowers every block, so its cost grows with N;
-# a warm start still traces and checks guards but loads the compiled graph; a
-# regional one traces the block once. On a CPU, compiling the C++ kernels is a
-# large part of every start in an empty directory, whatever the depth, and it
-# can remain after a Mega-Cache load: the FX graph cache hits, but the kernels
-# are compiled again (compare inductor's time for warm and Mega-Cache below).
-fig, ax = plt.subplots()
+# What each block adds to the first call
+# --------------------------------------
+# A full compilation traces and lowers every block; a regional one compiles the
+# block once and checks guards for the others. ``coldstart.growth`` fits the
+# seconds each block adds over the depths measured, with the range the first
+# calls' quartiles allow (none from one process per depth).
 series = {case: [first(case, n) for n in blocks] for case in CASES}
-cold, warm = first("cold", largest), first("warm", largest)
+title = f"First calls up to {largest} blocks"
+if len(blocks) > 1:  # a slope needs two depths (small mode on a CPU runs one)
+    full = coldstart.growth("full compilation", blocks, series["cold"])
+    regional = coldstart.growth("regional compilation", blocks, series["regional"])
+    for g in (full, regional):
+        name = f"first call per block, {g.label}"
+        gpuguide.report(name, g.per_block_s, unit="s", spread=g.spread)
+    print(coldstart.compare_growth(full, regional))
+    title = f"Per block: full {full.short}, regional {regional.short}"
+fig, ax = plt.subplots()
+labels = {"xlabel": "blocks in the stack (N)", "ylabel": "first call (s)"}
 gpuguide.plot_sweep(
-    ax, blocks, series, xlabel="blocks in the stack (N)", ylabel="first call (s)",
-    value=lambda s: s, device=device,
-    title=f"At {largest} blocks: cold {cold.median_s:.1f} s, warm {warm.median_s:.1f} s")  # fmt: skip
+    ax, blocks, series, **labels, value=float, device=device, title=title
+)
 plt.show()
 
 # %%
 # What a warm start still pays
 # ----------------------------
-# Dynamo's own timers in each child, at the largest stack: tracing the Python
-# code, building the guards, and the backend (AOTAutograd and inductor: cache
-# lookups and loading when warm, all of code generation when cold). What is
-# left runs the graph and loads kernels.
-split = [{"case": case} | coldstart.split_first_call(results[case][largest][0])
-         for case in CASES]  # fmt: skip
+# Dynamo's own timers in each child, at the largest stack: tracing, guards, and
+# the backend (AOTAutograd and inductor: cache lookups and loading when warm, all
+# of code generation when cold). The rest runs the graph and loads kernels. On a
+# CPU, a Mega-Cache start can compile the C++ kernels again although the FX
+# graph cache hits (compare inductor's time for warm and Mega-Cache).
+split = [
+    {"case": case} | coldstart.split_first_call(results[case][largest][0])
+    for case in CASES
+]
 print(gpuguide.table(split, title=f"{largest} blocks, the first process of each case"))
 
 # %%
 # When does compiling pay?
 # ------------------------
-# A start's cost is its first call beyond one compiled step; it pays once the
-# steps saved over eager mode add up to it. Cold, warm and Mega-Cache starts
-# end with the same compiled model, so their steps are pooled; regional
-# compilation has its own. ``coldstart.payback`` counts in eager steps (each
-# process's steps divided by its own eager median, so that a process slowed by
-# its neighbours does not pass for slower code); the range comes from the first
-# call's quartiles over processes; no step count is printed where the compiled
-# step is not measurably faster than eager. The stack runs one sequence of 64
-# tokens, so a step is mostly framework overhead: the regime where compiling
-# pays most, and where regional compilation costs most in the steady state
-# (each block is its own compiled graph, called and guarded on its own, with no
-# fusion across blocks). Larger blocks and batches draw the two together.
-for case in CASES:  # regional: timed side by side with eager in the warm processes
-    cases, name = (
-        (["warm"], "regional") if case == "regional" else (CASES[:3], "compiled")
+# A start pays once the steps it saves over eager mode add up to its first call
+# beyond one compiled step. Cold, warm and Mega-Cache starts end with the same
+# compiled model: their steps are pooled, each process's divided by its eager
+# median. The range comes from the first call's quartiles. A step is one
+# sequence of 64 tokens, mostly framework overhead: where compiling pays most,
+# and where a graph per block (no fusion across blocks) costs most.
+for case in CASES:  # regional: timed beside eager in the warm processes
+    cases, name = (["warm"], case) if case == "regional" else (CASES[:3], "compiled")
+    (even, low, high), vs = coldstart.payback(
+        runs(cases, largest), first(case, largest), str(device), name
     )
-    (even, low, high), speedup = coldstart.payback(
-        runs(cases, largest), first(case, largest), str(device), name)  # fmt: skip
     spread = f" ({low:,}-{high:,})" if even and low != high else ""
-    print(f"{case}: pays after {even:,} steps{spread}" if even
-          else f"{case}: never here, {speedup}")  # fmt: skip
+    print(f"{case}: pays after {even:,} steps{spread}" if even else f"{case}: {vs}")
 
 # %%
 # Headline figures
 # ----------------
-# Published: a warm start's first iteration took 40% of a cold one's (A100), a
-# Mega-Cache load 1.03 s against 3.36 s cold (H100), and regional compilation of
-# Flux's DiT took 9.6 s against 67.4 s (H100), keeping its speed-up.
-for case in ("warm", "Mega-Cache", "regional"):
-    gpuguide.report(f"first call, {case} against cold",
-                    gpuguide.compare(first(case, largest), cold), blocks=largest)  # fmt: skip
-full = steps(largest, "compiled", "full compilation")
-gpuguide.report("steady state, full compilation against eager",
-                gpuguide.compare(full, steps(largest, "eager", "eager")), blocks=largest)  # fmt: skip
-gpuguide.report("steady state, regional against full",
-                gpuguide.compare(steps(largest, "regional", "regional", ["warm"]),
-                                 steps(largest, "compiled", "full compilation", ["warm"])),
-                blocks=largest)  # fmt: skip
+# Published, each for one model at one depth: a warm start's first iteration
+# took 40% of a cold one's (A100), a Mega-Cache load 1.03 s against 3.36 s cold
+# (H100), regional compilation of Flux's DiT 9.6 s against 67.4 s (H100).
+cold = first("cold", largest)
+for case in ("warm", "Mega-Cache"):
+    vs = gpuguide.compare(first(case, largest), cold)
+    gpuguide.report(f"first call, {case} against cold", vs, blocks=largest)
+
+
+def steps(cases, name, label, relative=True):  # at the largest stack
+    found = runs(cases, largest)
+    return coldstart.steady(found, name, label, str(device), relative=relative)
+
+
+vs = gpuguide.compare(
+    steps(CASES[:3], "compiled", "full compilation"), steps(CASES[:3], "eager", "eager")
+)
+gpuguide.report("steady state, full compilation against eager", vs, blocks=largest)
+vs = gpuguide.compare(  # timed in the same rounds of the warm processes
+    steps(["warm"], "regional", "regional", relative=False),
+    steps(["warm"], "compiled", "full compilation", relative=False),
+)
+gpuguide.report("steady state, regional against full", vs, blocks=largest)
 
 # %%
 # What to take away
 # -----------------
 # Keep inductor's cache directory between runs (``TORCHINDUCTOR_CACHE_DIR`` on a
-# persistent disk): a warm start skips code generation but still traces. Where the
-# directory cannot travel (a new container, another machine), save the artifacts
-# after a run and load them before the first call. For models built from a
-# repeated block, compile the block once: the start stops growing with depth, at
-# the price of the fusion across blocks and a call per block, which shows where a
-# step is short (the steady state above).
+# persistent disk): a warm start skips code generation but still traces. Where
+# the directory cannot travel (a new container, another machine), save the
+# artifacts after a run and load them before the first call. For a model built
+# from a repeated block, weigh what each block adds to a full compilation (the
+# figures per block above) against the steady state that compiling by blocks
+# gives up (fusion across blocks, a call per block: the last figure).

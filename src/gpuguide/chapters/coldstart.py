@@ -6,10 +6,12 @@ A fresh Python process spends seconds importing torch and inductor before it
 compiles anything. Where the platform can fork (Linux, macOS), :func:`run_fresh`
 forks each child from a server that imported them once (``multiprocessing``'s
 ``"forkserver"``): the child still starts with no compiled code, no loaded kernel
-and empty in-memory caches, and it skips only the imports. Elsewhere it runs
-``python -c``. Either way the child's stdout and stderr are captured (compiler
-logs stay off the page) and its result comes back as one JSON line
-(:func:`report`, marked with :data:`MARK`).
+and empty in-memory caches, and it skips only the imports. The server must not
+touch CUDA, or every child it forks fails ("Cannot re-initialize CUDA in forked
+subprocess"): it starts with :data:`SERVER_ENV`, and on a GPU it skips the CPU
+probe. Elsewhere it runs ``python -c``. Either way the child's stdout and stderr
+are captured (compiler logs stay off the page) and its result comes back as one
+JSON line (:func:`report`, marked with :data:`MARK`).
 """
 
 from __future__ import annotations
@@ -26,19 +28,24 @@ import sys
 import tempfile
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuguide.chapters.spawning import spawn_safe
 from gpuguide.timing import Measurement
-from gpuguide.verdicts import Comparison, break_even, compare
+from gpuguide.units import format_time
+from gpuguide.verdicts import NO_DIFFERENCE, Comparison, break_even, compare
 
 __all__ = [
     "MARK",
     "ChildFailed",
+    "Growth",
     "cache_counts",
+    "compare_growth",
     "describe_caches",
     "first_calls",
+    "growth",
     "measure",
     "payback",
     "phases",
@@ -53,11 +60,22 @@ __all__ = [
 #: Starts the line of a child's stdout that holds its result, as JSON.
 MARK = "gpuguide-result: "
 #: What the fork server imports once, so that no child pays for it; the last one
-#: runs inductor's CPU probe there (:func:`probe_cpu`), which the children inherit.
+#: runs inductor's CPU probe there (:func:`probe_cpu`), which the children inherit,
+#: and is left out where the children compile for another device (see
+#: :func:`_forkserver`).
 PRELOAD = (
     "gpuguide.chapters.coldstart", "torch", "torch._inductor.compile_fx",
     "gpuguide.chapters._forkserver_probe",
 )  # fmt: skip
+_PROBE = "gpuguide.chapters._forkserver_probe"
+#: The fork server's environment, set before it imports anything. Importing
+#: inductor asks ``torch.cuda.is_available()`` (torch 2.11: at module level, in
+#: ``torch/_inductor/runtime/benchmarking.py``), which by default asks the CUDA
+#: runtime for its devices: that initialises the driver in the server, and torch
+#: then refuses CUDA in every process forked from it. With this variable torch asks
+#: NVML instead, which leaves CUDA untouched. The children do not keep it (see
+#: :func:`run_fresh`).
+SERVER_ENV = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 #: Seconds the fork server spent in :func:`probe_cpu`; set there, inherited by the
 #: children it forks, None in any other process.
 SERVER_PROBE_S: float | None = None
@@ -256,10 +274,13 @@ def read_result(
 
 
 def _child(code: str, argv: list[str], env: dict[str, str], out: str, err: str) -> None:
-    """In a forked child: the outputs to files, ``env`` set, ``code`` run as ``__main__``."""
+    """In a forked child: the outputs to files, the server's own :data:`SERVER_ENV`
+    dropped and ``env`` set, ``code`` run as ``__main__``."""
     for fd, path in ((1, out), (2, err)):
         with open(path, "w") as handle:  # noqa: PTH123
             os.dup2(handle.fileno(), fd)
+    for name in SERVER_ENV:
+        os.environ.pop(name, None)
     os.environ.update(env)
     sys.argv = ["-c", *argv]
     main = sys.modules["__main__"] = types.ModuleType("__main__")  # as ``python -c``
@@ -271,12 +292,19 @@ def _child(code: str, argv: list[str], env: dict[str, str], out: str, err: str) 
         sys.stderr.flush()
 
 
-def _forkserver() -> Any:
-    """``multiprocessing``'s fork-server context, its imports set; None without one."""
+def _forkserver(device: object = "cpu") -> Any:
+    """``multiprocessing``'s fork-server context, its imports set for children that
+    compile for ``device`` (a CPU probe only where that is a CPU); None without one.
+
+    The imports apply when the server starts: a server already running (one per
+    process) keeps its own."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return None
+    kind = str(getattr(device, "type", device)).partition(":")[0]
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(list(PRELOAD))
+    context.set_forkserver_preload(
+        [name for name in PRELOAD if kind == "cpu" or name != _PROBE]
+    )
     return context
 
 
@@ -297,17 +325,19 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
 
 def run_fresh(
     code: str, args: Iterable[object] = (), *, env: Mapping[str, str] | None = None,
-    timeout_s: float = 600.0, fork: bool = True,
+    timeout_s: float = 600.0, fork: bool = True, device: object = "cpu",
 ) -> dict[str, Any]:  # fmt: skip
     """Run ``code`` as a script in a fresh process, ``args`` as its ``sys.argv[1:]``
     and ``env`` added to its environment; return what it :func:`report`-ed.
 
     ``fork``: from the fork server where there is one (see the module), else (or
-    with ``fork=False``) ``python -c``. Its stdout and stderr are kept off the
-    page; a failure raises :class:`ChildFailed` with the end of its stderr.
+    with ``fork=False``) ``python -c``. ``device``: what the child compiles for
+    (``"cuda"``, a ``torch.device``); the server runs inductor's CPU probe only for
+    a CPU. Its stdout and stderr are kept off the page; a failure raises
+    :class:`ChildFailed` with the end of its stderr.
     """
     argv, extra = [str(a) for a in args], dict(env or {})
-    context = _forkserver() if fork else None
+    context = _forkserver(device) if fork else None
     # The child imports what this process imports: its folders, made absolute (a
     # relative PYTHONPATH means something else once a page changes directory).
     path = {
@@ -318,12 +348,15 @@ def run_fresh(
         done = subprocess.run([sys.executable, "-c", code, *argv], env={**os.environ, **extra},
                               capture_output=True, text=True, timeout=timeout_s, check=False)  # fmt: skip
         return read_result(done.stdout, done.stderr, done.returncode)
+    # The child drops the server's SERVER_ENV, and gets back this process's values.
+    extra = {k: os.environ[k] for k in SERVER_ENV if k in os.environ} | extra
     with tempfile.TemporaryDirectory(prefix="gpuguide-child-") as folder:
         out, err = Path(folder, "stdout"), Path(folder, "stderr")
         process = context.Process(
             target=_child, args=(code, argv, extra, str(out), str(err))
         )
-        with spawn_safe(), _environment(path):  # the server, if it starts now, too
+        # The server, if it starts now, takes this environment before its imports.
+        with spawn_safe(), _environment(path | SERVER_ENV):
             process.start()
         process.join(timeout_s)
         if process.is_alive():
@@ -384,15 +417,95 @@ def payback(
     back by the steps saved over eager.
 
     Steps are compared each relative to its process's eager median (see
-    :func:`steady`). Returns the step counts at the first call's median, lower
-    and upper quartiles (None where compiled is not measurably faster), and the
-    compiled-against-eager comparison they rest on."""
-    eager = steady(results, "eager", "eager", device, relative=True)
-    compiled = steady(results, name, "compiled", device, relative=True)
-    step_s = steady(results, "eager", "eager", device).median_s  # the unit, in seconds
+    :func:`steady`), or, from a single process, as it timed them (in the same
+    rounds: their spread is its own). Returns the step counts at the first call's
+    median, lower and upper quartiles (None where compiled is not measurably
+    faster), and the compiled-against-eager comparison they rest on."""
+    relative = len(results) > 1
+    eager = steady(results, "eager", "eager", device, relative=relative)
+    compiled = steady(results, name, name, device, relative=relative)
+    # the unit of eager and compiled, in seconds: an eager step where relative
+    unit_s = steady(results, "eager", "eager", device).median_s if relative else 1.0
     low, median, high = (
-        break_even(max(first_call.quantile(q) / step_s - compiled.median_s, 0.0),
+        break_even(max(first_call.quantile(q) / unit_s - compiled.median_s, 0.0),
                    eager, compiled)
         for q in (0.25, 0.5, 0.75)
     )  # fmt: skip
     return (median, low, high), compare(compiled, eager)
+
+
+@dataclass(frozen=True)
+class Growth:
+    """How much a first call grows per block of the stack (``per_block_s``, the
+    least-squares slope through the medians at each depth), with ``low_s`` and
+    ``high_s`` the shallowest and steepest slopes through the quartiles;
+    ``processes``: the fewest processes at a depth (one: no spread)."""
+
+    label: str
+    per_block_s: float
+    low_s: float
+    high_s: float
+    processes: int
+
+    @property
+    def single_run(self) -> bool:
+        """Whether a depth ran one process only: the slope then has no spread."""
+        return self.processes < 2
+
+    @property
+    def spread(self) -> tuple[float, float] | None:
+        """``(low_s, high_s)``, or None for a :attr:`single_run`."""
+        return None if self.single_run else (self.low_s, self.high_s)
+
+    @property
+    def short(self) -> str:
+        """For a title: ``"457 ms"``, or ``"457 ms (410 ms to 500 ms)"``."""
+        text = format_time(self.per_block_s)
+        if self.single_run:
+            return text
+        return f"{text} ({format_time(self.low_s)} to {format_time(self.high_s)})"
+
+    def __str__(self) -> str:
+        text = f"{self.label}: {format_time(self.per_block_s)} per block"
+        if self.single_run:
+            return f"{text} (one process per depth: no spread)"
+        span = f"{format_time(self.low_s)} to {format_time(self.high_s)}"
+        if self.low_s <= 0 <= self.high_s:
+            return f"{self.label}: no measurable growth per block ({span})"
+        return f"{text} ({span})"
+
+
+def growth(label: str, depths: Sequence[int], firsts: Sequence[Measurement]) -> Growth:
+    """The :class:`Growth` of the first calls ``firsts`` measured at ``depths``
+    (blocks), two depths or more."""
+    if len(depths) != len(firsts) or len(set(depths)) < 2:
+        msg = f"growth needs first calls at two depths or more, got depths {depths!r}"
+        raise ValueError(msg)
+    mean = statistics.fmean(depths)
+    spread = sum((n - mean) ** 2 for n in depths)
+    weights = [(n - mean) / spread for n in depths]
+    slopes = [
+        sum(
+            w * m.quantile(q if w > 0 else 1 - q)
+            for w, m in zip(weights, firsts, strict=True)
+        )
+        for q in (0.25, 0.5, 0.75)
+    ]
+    return Growth(label, slopes[1], slopes[0], slopes[2], min(m.n for m in firsts))
+
+
+def compare_growth(steep: Growth, flat: Growth) -> str:
+    """Whether ``steep``'s first call grows faster per block than ``flat``'s: a
+    sentence, its verdict computed from both spreads (none from a single run)."""
+    a, b = steep.label, flat.label
+    more = steep.per_block_s - flat.per_block_s
+    adds = (
+        f"{a} adds {format_time(abs(more))} per block {'more' if more >= 0 else 'less'}"
+    )
+    if steep.single_run or flat.single_run:
+        return f"{adds} than {b}: one process per depth, so no spread and no verdict"
+    low, high = steep.low_s - flat.high_s, steep.high_s - flat.low_s
+    span = f"{format_time(low)} to {format_time(high)}"
+    if low > 0 or high < 0:
+        return f"{adds} than {b} ({span})"
+    return f"{NO_DIFFERENCE} in growth per block between {a} and {b} ({span})"
