@@ -396,8 +396,10 @@ def _broken(kind):
         return json.dumps(RECORDING)[:200], "is not valid JSON (line 1, column"
     data = json.loads(json.dumps(RECORDING))
     if kind == "wrong schema version":
-        data["schema"] = 2
-        return json.dumps(data), "is schema version 2; this gpuguide reads version 1"
+        data["schema"] = 3
+        return json.dumps(
+            data
+        ), "is schema version 3; this gpuguide reads versions 1 and 2"
     data["results"][0]["value"] = "fast"
     return json.dumps(data), "results[0]: value must be a number, got 'fast'"
 
