@@ -11,6 +11,7 @@ from conftest import CPU_RECORD, H100_RECORD
 from gpuguide.results import PageRecord, PageRun, Result, ResultsFile, load_dir, save
 from gpuguide_tools.pages import PageCode
 from recorded import (
+    EARLIER,
     code_status,
     device_label,
     devices_table,
@@ -93,12 +94,23 @@ def test_recorded_table_beside_another_device():
     empty = ResultsFile(replace(H100, short_name="H200"), ())
     table = recorded_table(PAGE, live, (h100, empty))
     assert table.header == ("figure", "this build", "H100 SXM5 [rec]")
-    # A figure the page no longer records is not shown as a current one.
+    # A CPU run does not tell which figures a page records on a GPU: every
+    # recorded row is shown.
     assert table.rows == (
         ("tiny call", "2.00 us (128)", "-"),
         ("bandwidth, mode eager", "50.0 GB/s", "3.00 TB/s (2^30)"),
+        ("recorded only", "-", "4.00 us"),
     )
-    assert no_longer_recorded(PAGE, live, (h100, empty)) == {"H100 SXM5": 1}
+    assert no_longer_recorded(PAGE, live, (h100, empty)) == {}
+    # A run on a GPU does: a figure the page no longer records is not shown as
+    # a current one; figures an earlier version of the page recorded are marked.
+    on_gpu = ResultsFile(replace(H100, short_name="H200"), live.results)
+    table = recorded_table(PAGE, on_gpu, (h100,), earlier=["H100 SXM5"])
+    assert table.rows == (
+        ("tiny call", "2.00 us (128)", "-"),
+        ("bandwidth, mode eager", "50.0 GB/s", "3.00 TB/s (2^30)" + EARLIER),
+    )
+    assert no_longer_recorded(PAGE, on_gpu, (h100, empty)) == {"H100 SXM5": 1}
     # A build that did not run the page: the recorded devices only, every row.
     table = recorded_table(PAGE, None, (h100,))
     assert table.header == ("figure", "H100 SXM5 [rec]")

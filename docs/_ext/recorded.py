@@ -12,7 +12,7 @@ Sweep points (figures with an ``x``) are left out of every table.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from gpuguide.results import ON_HOST, ConfigValue, DeviceRecord, Result, ResultsFile
@@ -22,6 +22,7 @@ from gpuguide_tools.checkup import against_recording
 from gpuguide_tools.pages import PageCode
 
 __all__ = [
+    "EARLIER",
     "code_status",
     "device_label",
     "devices_table",
@@ -110,21 +111,38 @@ def no_longer_recorded(
     page: str, live: ResultsFile | None, files: Sequence[ResultsFile]
 ) -> dict[str, int]:
     """How many of each device's headline figures of ``page`` this build's run
-    of the page no longer records (by device short name; empty without a run):
-    :func:`recorded_table` does not show them as current figures."""
+    of the page, on the same kind of device, no longer records (by device
+    short name; empty without such a run): :func:`recorded_table` does not
+    show them as current figures."""
     if live is None:
         return {}
     mine = _headlines(live, page)
     counts = {}
     for f in files:
+        if not _judged_by(live, f):
+            continue
         gone = [key for key in _headlines(f, page) if key not in mine]
         if gone:
             counts[f.device.short_name] = len(gone)
     return counts
 
 
+#: What marks a cell recorded by an earlier version of the page.
+EARLIER = " \u2020"
+
+
+def _judged_by(live: ResultsFile | None, recording: ResultsFile) -> bool:
+    """Whether this build's run of a page tells which of ``recording``'s figures
+    the page still records: a run on the same kind of device (a CPU run does
+    not record what a page measures only on a GPU)."""
+    return live is not None and live.device.kind == recording.device.kind
+
+
 def recorded_table(
-    page: str, live: ResultsFile | None, files: Sequence[ResultsFile]
+    page: str,
+    live: ResultsFile | None,
+    files: Sequence[ResultsFile],
+    earlier: Collection[str] = (),
 ) -> Table | None:
     """A page's headline figures in this build next to each recorded device's.
 
@@ -137,11 +155,17 @@ def recorded_table(
         device; None when the page was not run (``plot_gallery=0``).
     files : sequence of ResultsFile
         The recorded devices (``docs/results``).
+    earlier : collection of str
+        The short names of the devices whose figures of the page an earlier
+        version of it recorded (:func:`code_status`): their cells are marked
+        with :data:`EARLIER`.
 
     Returns
     -------
     Table or None
-        A row per figure (sizes in parentheses), a "this build" column, one
+        A row per figure (sizes in parentheses; a recorded figure that this
+        build's run on the same kind of device no longer records is left out:
+        :func:`no_longer_recorded`), a "this build" column, one
         column per recorded device with figures of the page, and a "this build
         against its recording" column where one of them is this build's device
         (the same kind, short name and, for a CPU, vector ISA). None when no
@@ -153,10 +177,11 @@ def recorded_table(
         return None
     mine = _headlines(live, page)
     rows_by_key = dict(mine)
-    if live is None:  # without a run of the page, every recorded row is shown
-        for _, by_key in shown:
-            for key, result in by_key.items():
-                rows_by_key.setdefault(key, result)
+    for f, by_key in shown:
+        if _judged_by(live, f):  # the run says which figures the page records
+            continue
+        for key, result in by_key.items():
+            rows_by_key.setdefault(key, result)
     own = None
     if live is not None:
         own = next((b for f, b in shown if f.device.key == live.device.key), None)
@@ -167,7 +192,10 @@ def recorded_table(
     for key, result in rows_by_key.items():
         now = mine.get(key)
         row = [_figure(result), *([_cell(now)] if live else [])]
-        row += [_cell(by_key.get(key), f.device) for f, by_key in shown]
+        for f, by_key in shown:
+            found = by_key.get(key)
+            mark = EARLIER if found and f.device.short_name in earlier else ""
+            row.append(_cell(found, f.device) + mark)
         if own is not None:
             then = own.get(key)
             row.append(against_recording(now, then) if now and then else "-")

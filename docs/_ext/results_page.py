@@ -54,6 +54,7 @@ from gpuguide.results import (
 from gpuguide.tables import Table
 from gpuguide_tools.pages import page_code
 from recorded import (
+    EARLIER,
     code_status,
     device_label,
     devices_table,
@@ -220,7 +221,12 @@ class RecordedFigures(SphinxDirective):
         if live_file(script).exists() and md5sum_is_current(script, mode="t"):
             self.env.note_dependency(os.fspath(live_file(script)))
             live = load(live_file(script))
-        table = recorded_table(page, live, list(files.values()))
+        code = page_code(script) if script.is_file() else None
+        status = {
+            f.device.short_name: code_status(f, page, code) for f in files.values()
+        }
+        earlier = [name for name, text in status.items() if "changed since" in text]
+        table = recorded_table(page, live, list(files.values()), earlier)
         missing = [
             f.device.short_name
             for f in files.values()
@@ -239,15 +245,15 @@ class RecordedFigures(SphinxDirective):
             intro = f"What this build measured ({live.device.short_name}), beside"
             intro += " the figures each device recorded"
         intro += " ([rec]: not measured in this build); sizes in parentheses."
+        if earlier:
+            intro += f" {EARLIER.strip()}: recorded by an earlier version of this page."
         labels = nodes.bullet_list()
         names = {cell.removesuffix(" [rec]") for cell in table.header}
-        code = page_code(script) if script.is_file() else None
         gone = no_longer_recorded(page, live, list(files.values()))
         for recording in files.values():
             name = recording.device.short_name
             if name in names:
-                status = code_status(recording, page, code)
-                label = f"[rec] {device_label(recording.device)}: {status}"
+                label = f"[rec] {device_label(recording.device)}: {status[name]}"
                 if gone.get(name):
                     label += (
                         f"; {gone[name]} of its figures are not shown: this page no "
