@@ -286,5 +286,7 @@ def test_page_table_puts_devices_side_by_side_with_percent_of_peak():
         ("matmul, dtype bf16", "494 TFLOP/s (2^13), 50% of peak", "100 GFLOP/s (2^10)"),
         ("call", "5.00 us", "-"),
     )
+    marked = page_table(PAGE, [h100, cpu], earlier=["H100 SXM5"])
+    assert marked.rows[1] == ("call", "5.00 us" + EARLIER, "-")
     assert page_table("plot_other", [h100, cpu]) is None
     assert page_table(PAGE, [sweep_only]) is None

@@ -211,10 +211,14 @@ def _percent_of_peak(result: Result, device: DeviceRecord) -> float | None:
     return 100.0 * result.value / device.peaks[result.peak]
 
 
-def page_table(page: str, files: Sequence[ResultsFile]) -> Table | None:
+def page_table(
+    page: str, files: Sequence[ResultsFile], earlier: Collection[str] = ()
+) -> Table | None:
     """One page's headline figures on every recorded device, with % of its peak
     (a CPU's measured ceiling, a GPU's datasheet figure); None when no file
-    has a headline figure of the page."""
+    has a headline figure of the page. The cells of the devices named in
+    ``earlier`` (recorded by an earlier version of the page) are marked with
+    :data:`EARLIER`."""
     columns = [(f, _headlines(f, page)) for f in files]
     columns = [(f, by_key) for f, by_key in columns if by_key]
     if not columns:
@@ -230,7 +234,9 @@ def page_table(page: str, files: Sequence[ResultsFile]) -> Table | None:
             found = by_key.get(key)
             pct = _percent_of_peak(found, f.device) if found else None
             cell = _cell(found, f.device)
-            row.append(cell if pct is None else f"{cell}, {pct:.0f}% of peak")
+            cell = cell if pct is None else f"{cell}, {pct:.0f}% of peak"
+            mark = EARLIER if found and f.device.short_name in earlier else ""
+            row.append(cell + mark)
         rows.append(tuple(row))
     header = ("figure", *(f.device.short_name for f, _ in columns))
     return Table(header=header, rows=tuple(rows))

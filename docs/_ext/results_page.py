@@ -285,13 +285,26 @@ class RecordedResults(SphinxDirective):
         if not files:
             return [nodes.paragraph(text=f"No results files in {folder.name}/ yet.")]
         out: list[nodes.Node] = [table_node(devices_table(files), "Recorded devices")]
+        legend = (
+            f"{EARLIER.strip()}: recorded by an earlier version of the page (each "
+            "page's own section says which code measured its figures)."
+        )
+        out.append(nodes.paragraph(text=legend))
         docs = _page_docs(Path(self.config.gpuguide_examples_dir))
         recorded = list(files.values())
         order = list(docs)
         pages = list(dict.fromkeys(p for f in recorded for p in f.pages))
         pages.sort(key=lambda p: (order.index(p) if p in order else len(order), p))
+        examples = Path(self.config.gpuguide_examples_dir)
+        scripts = {s.stem: s for s in examples.glob("*/plot_*.py")}
         for page in pages:
-            table = page_table(page, recorded)
+            code = page_code(scripts[page]) if page in scripts else None
+            earlier = [
+                f.device.short_name
+                for f in recorded
+                if "changed since" in code_status(f, page, code)
+            ]
+            table = page_table(page, recorded, earlier)
             if table is None:
                 continue
             heading = nodes.rubric()
