@@ -4,6 +4,7 @@ int8 weights within their bound, and the CUDA-graph capture (with fakes)."""
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import pytest
 import torch
@@ -23,6 +24,12 @@ def test_counts_match_the_model_it_builds():
     model.setup_cache(3, 10)
     cache = sum(b.nbytes for b in model.buffers())
     assert cache == SHAPE.kv_cache_bytes(3, 10, 4)
+
+
+def test_the_label_names_every_size_a_figure_depends_on():
+    assert SHAPE.label == "2 layer(s) of dim 64, ffn 96, 8/2 heads, vocab 50"
+    wider = dataclasses.replace(SHAPE, ffn=128)
+    assert wider.label != SHAPE.label
 
 
 def test_kv_bytes_grow_with_the_kv_heads_not_the_query_heads():
@@ -151,3 +158,21 @@ def test_stepper_marks_a_new_step_before_each_call(monkeypatch):
     step = decode.stepper(lambda a, b: seen.append((a, b)) or a + b, 2, 3)
     assert step() == 5
     assert seen == ["mark", (2, 3)]
+
+
+def test_l2_cache_bytes_reads_the_device_and_falls_back(monkeypatch):
+    assert decode.l2_cache_bytes("cpu") == 0  # no GPU cache to stream past
+    asked = []
+
+    def properties(device, size=50 * 2**20):
+        asked.append(device)
+        return types.SimpleNamespace(L2_cache_size=size)
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    assert decode.l2_cache_bytes("cuda:1") == 50 * 2**20
+    assert asked == [torch.device("cuda:1")]
+    # A torch that does not say (no attribute, or 0): more than any GPU's L2.
+    for props in (types.SimpleNamespace(), types.SimpleNamespace(L2_cache_size=0)):
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d, p=props: p)
+        assert decode.l2_cache_bytes("cuda") == decode.L2_FALLBACK_BYTES
+    assert decode.L2_FALLBACK_BYTES > 126 * 10**6  # a B200's, the largest so far

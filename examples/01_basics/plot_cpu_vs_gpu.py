@@ -9,9 +9,10 @@ sizes: a square matrix multiplication (``2 n^3`` FLOP on ``3 n^2`` numbers,
 compute-bound once ``n`` is large) and an elementwise ``y = x * a + b`` (one
 multiply-add per 16 bytes of memory traffic, memory-bound at every size).
 
-Each size runs on the CPU, on the GPU with the data already there, and on the GPU
-including the copies in and out. You will read off the crossover sizes, the
-speed-ups, and the achieved FLOP/s and GB/s as a share of the device's peak.
+Each size runs on the CPU, on the GPU with the data already there, and, where the
+CPU ran too, on the GPU including the copies in and out. You will read off the
+crossover sizes, the speed-ups, and the achieved FLOP/s and GB/s as a share of the
+device's peak.
 
 See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
 :doc:`the roofline and its three regimes </concepts/roofline>`.
@@ -60,28 +61,33 @@ def scale_shift(x, a, b, out):
 # that keeps its data on the host pays for every call: ``.to(device)`` for each input,
 # the operation, and ``.cpu()`` for the result, which also waits for the GPU. Each call
 # is timed as one of a loop of such calls, its launch included: at small sizes the
-# launch, not the arithmetic, decides whether the GPU wins.
+# launch, not the arithmetic, decides whether the GPU wins. The copies answer whether
+# to move work off the CPU, so they are timed where the CPU ran. Beside a GPU, the
+# CPU series is sized for calls of about 0.1 s (to reach into the GPU's sizes), the
+# inputs are drawn on the GPU (its generator is faster) and, with three series at
+# many sizes, each timing gets a shorter budget.
 def time_sweep(op, shape, n_inputs, lo, hi, **fit):
     def with_copies(*host_inputs):
         return op(*(t.to(device) for t in host_inputs), None).cpu()
 
-    cpu_s = 0.25 if on_gpu else None  # longer calls: to reach the GPU's sizes
+    cpu_s, budget = (0.1, {"warmup_ms": 10, "rep_ms": 25}) if on_gpu else (None, {})
     cpu_sizes = sweep(lo, hi, device=cpu, call_s=cpu_s, **fit)
     gpu_sizes = sweep(lo, hi, **fit) if on_gpu else []
     sizes = sorted(set(cpu_sizes) | set(gpu_sizes))
     times = {"CPU": [], "GPU, data on device": [], "GPU incl. copies": []}
     for n in sizes:
-        host = [torch.randn(shape(n)) for _ in range(n_inputs + 1)]  # the last: `out`
+        drawn = [torch.randn(shape(n), device=device) for _ in range(n_inputs + 1)]
         on_cpu = on_device = copies = None
         if n in cpu_sizes:
-            on_cpu = benchmark(op, args=host, device=cpu, label="CPU")
+            host = [t.cpu() for t in drawn]  # the last: `out`
+            on_cpu = benchmark(op, args=host, device=cpu, label="CPU", **budget)
         if n in gpu_sizes:
-            resident = [t.to(device) for t in host]
-            on_device = benchmark(
-                op, args=resident, device=device, label="GPU, data on device"
-            )
+            label = "GPU, data on device"
+            on_device = benchmark(op, args=drawn, device=device, label=label, **budget)
+        if n in gpu_sizes and n in cpu_sizes:
+            label = "GPU incl. copies"
             copies = benchmark(
-                with_copies, args=host[:-1], device=device, label="GPU incl. copies"
+                with_copies, args=host[:-1], device=device, label=label, **budget
             )
         for label, m in zip(times, (on_cpu, on_device, copies), strict=True):
             times[label].append(m)

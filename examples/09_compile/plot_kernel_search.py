@@ -110,7 +110,7 @@ if str(log):
 # there. Only the search can pick another kernel; on a large, common shape cuBLAS is
 # hard to beat, so expect a small gain at most, and weigh it against the extra
 # seconds of the first call.
-timed = gpuguide.interleave(calls, rep_ms=200 if page.cuda else 100, device=device)
+timed = gpuguide.interleave(calls, device=device)
 print(gpuguide.table([{"variant": name, "time per call": m, "rate": m.rate(flop(rows))}
                       for name, m in timed.items()]))  # fmt: skip
 print(gpuguide.compare(timed["default"], timed["eager"]))

@@ -43,6 +43,7 @@ lengths = [512, 1024, 2048, 4096, 8192, 16384] if page.cuda else [256, 512, 1024
 if page.small:
     lengths, tokens = [128, 256], 512
 element = torch.finfo(dtype).bits // 8
+size = f"{tokens} tokens, {heads} heads of {head_dim}"  # what every S shares
 
 
 def make_qkv(seq):  # q, k, v of shape (batch, heads, seq, head_dim)
@@ -144,22 +145,27 @@ for name in ("SDPA default", "SDPA flash", "naive"):
     measured = [(s, r) for s, r in zip(lengths, times.get(name, []), strict=True)
                 if r and s <= at]  # fmt: skip
     if measured:  # the naive path: its longest length within the budget
-        gpuguide.report(
-            name, measured[-1][1], peak=peak, S=measured[-1][0], causal=False
-        )
+        s, rate = measured[-1]
+        gpuguide.report(name, rate, peak=peak, size=size, S=s, causal=False)
 
 # %%
 # Memory: quadratic against linear
 # --------------------------------
-# The FlashAttention README reports 10x less memory than standard attention at
-# ``S = 2048`` and 20x at 4096; the ratio grows with ``S`` because the scores grow
-# with ``S**2`` and a fused kernel's working memory with ``S``.
+# The ratio of the two grows with ``S``: the written-out path's scores grow with
+# ``S**2``, a fused kernel's working memory with ``S``. The ratios below are for the
+# one forward pass this page times. The FlashAttention README's figures, 10x less
+# memory than standard attention at ``S = 2048`` and 20x at 4096, were measured for
+# training (forward and backward): a different quantity, quoted beside them.
 for seq in (2048, 4096):
     i = lengths.index(seq) if seq in lengths else None
     pair = None if i is None else (memory["naive"][i], memory["SDPA default"][i])
     if pair and all(pair):
-        gpuguide.report("peak memory, naive / SDPA default", pair[0] / pair[1],
-                        unit="x", S=seq)  # fmt: skip
+        ratio, name = pair[0] / pair[1], "forward peak memory, naive / SDPA default"
+        gpuguide.report(name, ratio, unit="x", size=size, S=seq)
+print(
+    "quoted for training (forward and backward), not measured here: the "
+    "FlashAttention README's 10x less memory at S=2048, 20x at S=4096"
+)
 print(f"memory budget for one call: {budget / 2**30:.2f} GiB")
 
 fig, ax = plt.subplots()
@@ -192,7 +198,9 @@ causal_flop = attention.attention_flop(tokens // at, at, heads, head_dim, causal
 for name in ("SDPA default", "SDPA flash"):
     if name in variants:
         m = gpuguide.benchmark(variants[name], args=(q, k, v, True), label=name)
-        gpuguide.report(name, m.rate(causal_flop), peak=peak, S=at, causal=True)
+        gpuguide.report(
+            name, m.rate(causal_flop), peak=peak, size=size, S=at, causal=True
+        )
 if page.cuda:
     print("published, H100 SXM5, S=8192: " + "; ".join(
         f"{'causal' if c else 'non-causal'} " + ", ".join(f"{n} {f / 1e12:.0f}" for n, f in p.items())

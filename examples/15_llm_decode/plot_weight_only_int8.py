@@ -32,13 +32,23 @@ device, small = page.device, page.small
 dtype = torch.bfloat16 if page.cuda else torch.float32
 if page.cuda:
     print(compiling.start_compiler(device))
-if page.cuda:
-    shape = decode.DecoderShape(dim=8192, layers=1, heads=64, kv_heads=8, ffn=28672, vocab=32000)  # fmt: skip
+if small:
+    shape = decode.DecoderShape(
+        dim=256, layers=1, heads=4, kv_heads=2, ffn=704, vocab=1024
+    )
+    batches, context = [1, 16], 64
+elif page.cuda:
+    shape = decode.DecoderShape(
+        dim=8192, layers=1, heads=64, kv_heads=8, ffn=28672, vocab=32000
+    )
     batches, context = [1, 256], 256
 else:
-    shape = decode.DecoderShape(dim=512, layers=2, heads=8, kv_heads=2, ffn=1408, vocab=4096)  # fmt: skip
+    shape = decode.DecoderShape(
+        dim=512, layers=2, heads=8, kv_heads=2, ffn=1408, vocab=4096
+    )
     batches, context = [1, 64], 128
 model = decode.random_decoder(shape, device=device, dtype=dtype)
+model_size = f"{shape.label}, context {context}"
 
 # %%
 # Per-channel int8 weights, converted inside the linear layer
@@ -48,6 +58,7 @@ model = decode.random_decoder(shape, device=device, dtype=dtype)
 # (:func:`~gpuguide.chapters.decode.quantize_int8`); each weight is then off by at
 # most half its row's scale. The layer converts the int8 weight to the input's dtype
 # and multiplies the output by the scales: the same result as the dequantized matrix.
+# A compiled batch-1 product is written as a multiply and a sum (why: below).
 
 
 class Int8Linear(nn.Module):
@@ -58,7 +69,10 @@ class Int8Linear(nn.Module):
         self.register_buffer("scales", scales)
 
     def forward(self, x):
-        return F.linear(x, self.weight.to(x.dtype)) * self.scales
+        weight = self.weight.to(x.dtype)
+        if x.shape[0] == 1 and torch.compiler.is_compiling():
+            return (x[:, None, :] * weight).sum(-1) * self.scales
+        return F.linear(x, weight) * self.scales
 
 
 def to_int8(module):
@@ -86,13 +100,17 @@ print(f"a batch-1 step reads {format_bytes(int8_bytes)} instead of "
 # In eager mode ``self.weight.to(x.dtype)`` writes a converted copy of every weight
 # and the matmul reads it again: more bytes than the 16-bit weights, not fewer. The
 # compiler can fuse the conversion into the kernel that reads the weights, but
-# only where it generates that kernel: with ``coordinate_descent_tuning`` on,
-# inductor turns a batch-1 matmul into a reduction of its own (tuned for bandwidth)
-# and fuses it; at a large batch the matmul stays a cuBLAS call that takes 16-bit
-# weights. On a GPU each batch size compiles both models afresh, with CUDA graphs;
-# on a CPU, where four compilations would outlast this page's time, both run
-# eagerly, which shows what the unfused conversion costs.
-mode, base = ("reduce-overhead", "bf16") if page.cuda else ("eager", "fp32")
+# only where it generates that kernel: a matmul goes to cuBLAS, which takes 16-bit
+# weights. Written as a multiply and a sum, a batch-1 product becomes a reduction
+# that inductor generates, converting each int8 weight as it reads it; eagerly the
+# same line would build the whole product in memory, hence ``is_compiling()``.
+# (Inductor makes this rewrite itself under ``coordinate_descent_tuning``, which
+# also tunes every kernel it generates by compiling and timing it again in several
+# configurations.) At a large batch the matmul stays a cuBLAS call. On a GPU each
+# batch size compiles both models afresh, in the default mode (no CUDA graphs), so
+# that only the weights differ; on a CPU, where four compilations would outlast
+# this page's time, both run eagerly, which shows what the unfused conversion costs.
+mode, base = ("default", "bf16") if page.cuda else ("eager", "fp32")
 pos = torch.tensor([context // 2], device=device)
 timed, logits = {}, {}
 for batch in batches:
@@ -101,10 +119,9 @@ for batch in batches:
     steps = {}
     for name, net in {base: model, "int8": quantized}.items():
         net.setup_cache(batch, context)
-        compiled = torch.compile(net, mode=mode, dynamic=False) if page.cuda else net
+        compiled = torch.compile(net, dynamic=False) if page.cuda else net
         steps[name] = decode.stepper(compiled, tokens, pos)
-        with torch._inductor.config.patch(coordinate_descent_tuning=batch == 1):
-            compiling.first_calls_s(steps[name], device=device, calls=3)
+        compiling.first_calls_s(steps[name], device=device, calls=3)
         logits[name] = steps[name]().float().clone()
     timed[batch] = gpuguide.interleave(steps, device=device)
 difference = (logits["int8"] - logits[base]).norm() / logits[base].norm()
@@ -122,11 +139,12 @@ print(f"int8 logits differ from {base}'s by {difference.item():.2%} (relative no
 # goes to memory; the comparison below says which happened here.
 gains = {b: gpuguide.compare(t["int8"], t[base]) for b, t in timed.items()}
 for batch, gain in gains.items():
-    report(f"int8 over {base} weights", gain, batch=batch, mode=mode)
+    report("int8 speed-up", gain, over=base, batch=batch, mode=mode, size=model_size)
     rate = timed[batch]["int8"].rate(shape.step_bytes(batch, context, dtype.itemsize, 1), "B/s")  # fmt: skip
     print(f"batch {batch}: int8 reads its bytes at {rate}")
-report("decode bandwidth", timed[1][base].rate(bf16_bytes, "B/s"), peak="memory",
-                batch=1, mode=mode, dtype=base)  # fmt: skip
+bandwidth, at = timed[1][base].rate(bf16_bytes, "B/s"), {"mode": mode, "dtype": base}
+if bf16_bytes > 4 * decode.l2_cache_bytes(device):  # past a GPU's L2 (a CPU: 0)
+    report("decode bandwidth", bandwidth, peak="memory", size=model_size, batch=1, **at)
 fig, axes = plt.subplots(1, len(batches), figsize=(10, 4))
 for ax, (batch, times) in zip(axes, timed.items(), strict=True):
     gpuguide.plot_bars(ax, times, ylabel="time per decode step (ms)",

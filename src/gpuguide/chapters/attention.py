@@ -36,7 +36,9 @@ PUBLISHED_FLOPS: dict[bool, dict[str, float]] = {
     True: {"standard": 35e12, "FlashAttention-2": 333e12, "cuDNN": 529e12,
            "FlashAttention-3": 602e12},
 }  # fmt: skip
-#: FlashAttention-2's forward + backward on an H100 (arXiv 2307.08691), FLOP/s.
+#: FlashAttention-2's best forward + backward rate on an H100 (arXiv 2307.08691:
+#: "up to 335 TFLOPs/s"), FLOP/s: a published result of one kernel to compare a
+#: measurement with, never a peak to take a share of (other kernels go past it).
 FA2_FWD_BWD_FLOPS = 335e12
 
 #: The ATen operator each SDPA backend runs, without the ``aten::`` prefix.

@@ -6,7 +6,8 @@ here, where the tests can import it too: :class:`StaticCache` (the cache, update
 place), :class:`Decoder` and :func:`random_decoder`; :class:`DecoderShape` counts
 what one decode step reads and computes; :func:`quantize_int8` and
 :func:`dequantize_int8` are int8 weight-only quantization with a bounded error;
-:func:`cuda_graph` captures a step in a CUDA graph (chapter 11's recipe).
+:func:`cuda_graph` captures a step in a CUDA graph (chapter 11's recipe);
+:func:`l2_cache_bytes` says how large a copy must be to stream from memory.
 """
 
 from __future__ import annotations
@@ -25,15 +26,22 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 __all__ = [
+    "L2_FALLBACK_BYTES",
     "Decoder",
     "DecoderShape",
     "StaticCache",
     "cuda_graph",
     "dequantize_int8",
+    "l2_cache_bytes",
     "quantize_int8",
     "random_decoder",
     "stepper",
 ]
+
+
+#: The L2 cache assumed for a CUDA device whose properties do not say: more than any
+#: GPU's so far (an H100's is 50 MiB, an H200's 60 MiB, a B200's 126 MB).
+L2_FALLBACK_BYTES = 256 * 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +70,18 @@ class DecoderShape:
                 f"dim={self.dim}, heads={self.heads}, kv_heads={self.kv_heads}"
             )
             raise ValueError(msg)
+
+    @property
+    def label(self) -> str:
+        """The shape in a few words, to name what a recorded figure was measured on.
+
+        >>> DecoderShape(dim=64, layers=2, heads=4, kv_heads=2, ffn=128, vocab=100).label
+        '2 layer(s) of dim 64, ffn 128, 4/2 heads, vocab 100'
+        """
+        return (
+            f"{self.layers} layer(s) of dim {self.dim}, ffn {self.ffn}, "
+            f"{self.heads}/{self.kv_heads} heads, vocab {self.vocab}"
+        )
 
     @property
     def head_dim(self) -> int:
@@ -303,3 +323,17 @@ def cuda_graph(step: Callable[[], Any]) -> Callable[[], None]:
     with torch.cuda.graph(graph):
         step()
     return graph.replay
+
+
+def l2_cache_bytes(device: torch.device | str) -> int:
+    """Bytes of ``device``'s L2 cache: a CUDA device's ``L2_cache_size`` property
+    (:data:`L2_FALLBACK_BYTES` where torch gives none), 0 for any other device.
+
+    Data that fits it can be served from the cache on repeated calls, at more than
+    the memory's bandwidth; a tensor several times its size cannot.
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return 0
+    props = torch.cuda.get_device_properties(device)
+    return int(getattr(props, "L2_cache_size", 0) or L2_FALLBACK_BYTES)
