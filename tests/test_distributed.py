@@ -14,9 +14,11 @@ from gpuguide.chapters.distributed import (
     DDPConfig,
     DDPReport,
     _run_rank,
+    _run_worlds,
     ddp_train_worker,
     make_mlp,
     run_rank,
+    run_worlds,
 )
 from gpuguide.chapters.spawning import spawn_safe
 from gpuguide.timing import Measurement
@@ -137,6 +139,45 @@ def test_run_rank_sets_the_environment_and_reports(monkeypatch):
     assert os.environ["RANK"] == "1"
     assert os.environ["WORLD_SIZE"] == "3"
     assert os.environ["MASTER_ADDR"] == "10.0.0.1"
+
+
+class _CountingBarrier:
+    waits = 0
+
+    def wait(self):
+        self.waits += 1
+
+
+def test_run_worlds_takes_part_in_the_worlds_larger_than_its_index(monkeypatch):
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    queue, barrier = _ListQueue(), _CountingBarrier()
+    worlds = [(1, 1111), (2, 2222), (4, 4444)]
+    _run_worlds(1, os.getenv, ("MASTER_PORT",), worlds, "10.0.0.1", barrier, queue)
+    assert barrier.waits == 3  # also before the world it sits out
+    assert queue == [((2, 1), "2222"), ((4, 1), "4444")]
+    assert os.environ["WORLD_SIZE"] == "4"
+    assert os.environ["RANK"] == "1"
+
+
+def test_run_worlds_runs_each_world_in_turn_in_one_set_of_processes():
+    ports = [free_port(), free_port()]
+    worlds = list(zip((1, 2), ports, strict=True))
+    spawn = mp.get_context("spawn")
+    results, barrier = spawn.SimpleQueue(), spawn.Barrier(2)
+    text = "$RANK/$WORLD_SIZE@$MASTER_PORT"
+    with spawn_safe():
+        mp.start_processes(
+            run_worlds,
+            args=(os.path.expandvars, (text,), worlds, "127.0.0.1", barrier, results),
+            nprocs=2,
+            start_method="spawn",
+        )
+    got = dict(results.get() for _ in range(3))
+    assert got == {
+        (1, 0): f"0/1@{ports[0]}",
+        (2, 0): f"0/2@{ports[1]}",
+        (2, 1): f"1/2@{ports[1]}",
+    }
 
 
 @pytest.mark.parametrize(

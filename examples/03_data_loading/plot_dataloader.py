@@ -19,7 +19,9 @@ See also the concept page :doc:`Amdahl's law for a training step </concepts/amda
 # Setup
 # -----
 # On a CPU the model and the workers share the cores: the model gets one thread, the
-# other cores are left to the workers. Worker counts stop at the usable cores.
+# other cores are left to the workers. Worker counts stop at the usable cores. With
+# a GPU, whose host takes seconds to start a worker, the sweep runs two workers and
+# the most, and times each variant over 6 epochs rather than 10.
 from functools import partial
 
 import matplotlib.pyplot as plt
@@ -38,6 +40,9 @@ if device.type == "cpu":
     torch.set_num_threads(1)
     print(f"{cores} usable CPU cores; the model uses 1 thread, workers the others")
 worker_counts = [n for n in (1, 2, 4, 8) if n <= cores][: 1 if page.small else 4]
+if page.cuda and len(worker_counts) > 2:
+    worker_counts = [2, worker_counts[-1]]
+rounds, reps = (3, 6) if page.cuda else (5, 10)  # turns; timed epochs per variant
 SAMPLES = 64 * max(4, *worker_counts)  # an epoch: a batch of 64 for every worker
 
 # %%
@@ -116,9 +121,10 @@ load, compute = interleave(
         "loading alone": partial(epoch, baseline, step=lambda images, labels: None),
         "model alone": partial(epoch, premade),  # an epoch over the list of batches
     },
-    device=device, warmup_ms=1, min_reps=10,
+    device=device, warmup_ms=1, rounds=rounds, min_reps=reps,
 ).values()  # fmt: skip
-report("loading alone", load.rate(SAMPLES, "samples/s"), size=SAMPLES)
+# Loading alone runs on the host's CPU, also on a GPU machine (host=True says so).
+report("loading alone", load.rate(SAMPLES, "samples/s"), size=SAMPLES, host=True)
 report("model alone", compute.rate(SAMPLES, "samples/s"), size=SAMPLES)
 bound = compare(compute, load)
 regime = {"faster": "loader-bound", "slower": "model-bound"}.get(
@@ -130,11 +136,12 @@ print(f"per epoch of {SAMPLES} samples: {regime} ({bound})")
 # More workers
 # ------------
 # The baseline prepares batches of 64 in the main process; the other loaders hand the
-# work to 1, 2, 4 or 8 workers (up to the cores). The workers start in one untimed
-# epoch, then the loaders take turns. Expect, when the loop is loader-bound,
-# throughput to grow with the workers until the cores or the loading-to-model ratio
-# run out; else at most the loading time they hide. On a CPU the workers and the
-# model share the cores: a worker that loads takes a core from the model.
+# work to 1, 2, 4 or 8 workers (up to the cores; with a GPU, 2 and the most). The
+# workers start in one untimed epoch, then the loaders take turns. Expect, when the
+# loop is loader-bound, throughput to grow with the workers until the cores or the
+# loading-to-model ratio run out; else at most the loading time they hide. On a CPU
+# the workers and the model share the cores: a worker that loads takes a core from
+# the model.
 loaders = {"baseline": baseline}
 for n in worker_counts:
     loaders[f"num_workers={n}"] = make_loader(n)
@@ -146,7 +153,7 @@ for batches in started:
 del started
 results = interleave(
     {label: partial(epoch, loader) for label, loader in loaders.items()},
-    device=device, warmup_ms=1, min_reps=10,
+    device=device, warmup_ms=1, rounds=rounds, min_reps=reps,
 )  # fmt: skip
 vs = {k: compare(m, results["baseline"]).short for k, m in results.items()}
 vs["baseline"] = None  # the reference itself

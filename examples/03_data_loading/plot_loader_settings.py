@@ -18,7 +18,7 @@ See also the concept page :doc:`Amdahl's law for a training step </concepts/amda
 # -----
 # The same small model and synthetic samples as on the previous page: on a CPU the
 # model gets one thread and the workers the other cores; an epoch is 256 samples
-# (512 where at least 8 cores can run workers), in batches of 64.
+# (512 where at least 8 cores can run workers, 128 with a GPU), in batches of 64.
 from functools import partial
 
 import matplotlib.pyplot as plt
@@ -36,7 +36,8 @@ device, cores = page.device, gpuguide.usable_cpus()
 if device.type == "cpu":
     torch.set_num_threads(1)
     print(f"{cores} usable CPU cores; the model uses 1 thread, workers the others")
-SAMPLES = 512 if cores >= 8 and not page.small else 256
+SAMPLES = 128 if page.cuda else 512 if cores >= 8 and not page.small else 256
+rounds, reps = (3, 6) if page.cuda else (5, 10)  # turns; timed epochs per variant
 dataset = SyntheticImages(2**20, shape=(3, 32, 32), work=2)
 
 # %%
@@ -46,7 +47,8 @@ dataset = SyntheticImages(2**20, shape=(3, 32, 32), work=2)
 # to its end, so that no batch is on its way from a worker when a loader is deleted.
 # Workers are spawned (``multiprocessing_context="spawn"``): each imports the dataset
 # by name, and ``spawn_safe`` keeps it from re-running this page. A loader changes
-# one setting of the baseline.
+# one setting of the baseline. Workers start at ``iter(loader)``: ``start_workers``
+# starts those of several loaders at once, and ``finish`` runs out their epochs.
 model = nn.Sequential(
     nn.Flatten(), nn.Linear(3 * 32 * 32, 512), nn.ReLU(), nn.Linear(512, 10)
 ).to(device)
@@ -78,6 +80,30 @@ def make_loader(samples=SAMPLES, **change):
     return DataLoader(Subset(dataset, range(samples)), **settings)
 
 
+def start_workers(loaders):
+    with spawn_safe():
+        return [iter(loader) for loader in loaders]
+
+
+def finish(started):
+    for batches in started:
+        for _ in batches:  # the rest of this untimed epoch
+            pass
+
+
+def skip(images, labels):  # a step that does nothing: loading alone
+    pass
+
+
+# The loaders compared further down, each with one setting changed.
+loaders = {"baseline": make_loader(), "batch_size=128": make_loader(batch_size=128)}
+if page.needs_cuda("pin_memory=True (page-locked batches for copies to a GPU)"):
+    loaders["pin_memory=True"] = make_loader(pin_memory=True)
+loaders["num_workers=1"] = make_loader(num_workers=1)
+if not page.small:
+    loaders["1 worker, prefetch 4"] = make_loader(num_workers=1, prefetch_factor=4)
+
+
 # %%
 # Starting workers: once, or every epoch
 # --------------------------------------
@@ -85,17 +111,27 @@ def make_loader(samples=SAMPLES, **change):
 # spawned worker imports torch before its first sample (typically one to a few
 # seconds). The two loaders below differ only in ``persistent_workers``; each epoch
 # is a single batch, after one untimed epoch (which starts the persistent worker).
+# With a GPU, whose host takes seconds to start a worker, the persistent workers of
+# this page start in the background while the new worker's untimed epoch runs.
+one_batch = {
+    "new": make_loader(64, num_workers=1, persistent_workers=False),
+    "persistent": make_loader(64, num_workers=1),
+}
+early = [x for x in (one_batch["persistent"], *loaders.values()) if x.num_workers]
+started = start_workers(early if page.cuda else [])
 first_batch = {}
-for name, persistent in (("new", False), ("persistent", True)):
-    loader = make_loader(64, num_workers=1, persistent_workers=persistent)
+for name, loader in one_batch.items():
     first_batch[name] = benchmark(
-        partial(epoch, loader, step=lambda images, labels: None),
+        partial(epoch, loader, step=skip),
         label=f"one-batch epoch, {name} worker",
         warmup_ms=1.0, min_reps=1, max_reps=1,
     )  # fmt: skip
-    del loader
+    finish(started)  # before the persistent worker is timed
+    started = []
+del one_batch, loader
 fresh, kept = first_batch["new"].median_s, first_batch["persistent"].median_s
-report("start-up saved per epoch by persistent workers", fresh - kept, unit="s")
+saved = fresh - kept  # measured on the host's CPU, also with a GPU: host=True
+report("start-up saved per epoch by persistent workers", saved, unit="s", host=True)
 print(
     f"(a one-batch epoch: {format_time(fresh)} with a new worker, "
     f"{format_time(kept)} with a persistent one)"
@@ -111,22 +147,12 @@ print(
 # compared with ``num_workers=1``: one worker busy all the time gains nothing from
 # preparing more batches ahead. Expect each of them to matter little, unless the
 # printed verdicts say otherwise. The workers of every loader start together in one
-# untimed epoch; then the loaders take turns, so a drift of the machine falls on all.
-loaders = {"baseline": make_loader(), "batch_size=128": make_loader(batch_size=128)}
-if page.needs_cuda("pin_memory=True (page-locked batches for copies to a GPU)"):
-    loaders["pin_memory=True"] = make_loader(pin_memory=True)
-loaders["num_workers=1"] = make_loader(num_workers=1)
-if not page.small:
-    loaders["1 worker, prefetch 4"] = make_loader(num_workers=1, prefetch_factor=4)
-with spawn_safe():
-    started = [iter(loader) for loader in loaders.values()]  # all workers at once
-for batches in started:
-    for _ in batches:  # the rest of this untimed epoch
-        pass
-del started
+# untimed epoch (with a GPU, they started above); then the loaders take turns, so a
+# drift of the machine falls on all.
+finish(start_workers(loaders.values()))  # all workers at once
 results = interleave(
     {label: partial(epoch, loader) for label, loader in loaders.items()},
-    device=device, warmup_ms=1, min_reps=10,
+    device=device, warmup_ms=1, rounds=rounds, min_reps=reps,
 )  # fmt: skip
 for label, against in (
     ("batch_size=128", "baseline"),

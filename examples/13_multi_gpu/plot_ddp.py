@@ -17,7 +17,8 @@ See also the concept page :doc:`Amdahl's law for a training step </concepts/amda
 # Setup
 # -----
 # On a CPU each process gets one thread, so that N processes use N cores and the
-# comparison with one process is fair. Process counts stop at the usable cores.
+# comparison with one process is fair. Process counts stop at the usable cores; on
+# the host of a single GPU, the page runs one process and the most.
 import socket
 import time
 from dataclasses import replace
@@ -39,6 +40,8 @@ if gpus >= 2:
 else:
     cores = usable_cpus()
     world_sizes = [n for n in (1, 2, 4) if n <= max(cores, 2)][: 2 if page.small else 3]
+    if page.cuda:
+        world_sizes = [1, world_sizes[-1]]
     config = distributed.DDPConfig("gloo", width=512 if page.small else 1024,
                                    batch_size=128, steps=5 if page.small else 10,
                                    cpu_threads=1)  # fmt: skip
@@ -69,11 +72,16 @@ print(config)
 # %%
 # Launching one process per device
 # --------------------------------
-# ``launch`` does on one machine what ``torchrun`` does: it starts ``world_size``
-# processes with the ``"spawn"`` method, and each (``run_rank``) sets its ``RANK``,
-# ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` before it calls
-# the worker. Rank 0 opens a rendezvous store on that port; a free one is found by
-# binding a socket to port 0. Each rank sends its report back through a queue.
+# ``launch`` does on one machine what ``torchrun`` does: it starts processes with the
+# ``"spawn"`` method, and each (``run_worlds``) sets its ``RANK``, ``LOCAL_RANK``,
+# ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` before it calls the worker.
+# Rank 0 opens a rendezvous store on that port; a free one is found by binding a
+# socket to port 0. Each rank sends its report back through a queue. Given several
+# world sizes, one set of processes runs them in turn, meeting at a barrier between
+# them, and process ``i`` is rank ``i`` of every world larger than ``i``: each
+# process then starts, and imports torch, once. This page does so where the ranks
+# train on the host of a GPU, which takes seconds to start a process; elsewhere
+# every world size starts processes of its own.
 #
 # On several machines, ``torchrun`` starts the same worker. For two machines with
 # eight GPUs each, run on both:
@@ -89,29 +97,37 @@ print(config)
 # The worker above reads them and runs unchanged.
 
 
-def launch(world_size, timeout_s=600, host="127.0.0.1"):
-    with socket.socket() as s:
+def launch(sizes, timeout_s=600, host="127.0.0.1"):
+    sockets = [socket.socket() for _ in sizes]  # all bound at once: distinct ports
+    for s in sockets:
         s.bind((host, 0))
-        port = s.getsockname()[1]
-    results = mp.get_context("spawn").SimpleQueue()
-    args = (distributed.ddp_train_worker, (config,), world_size, host, port, results)
+    worlds = [(n, s.getsockname()[1]) for n, s in zip(sizes, sockets, strict=True)]
+    for s in sockets:
+        s.close()
+    spawn = mp.get_context("spawn")
+    results, barrier = spawn.SimpleQueue(), spawn.Barrier(max(sizes))
+    args = (distributed.ddp_train_worker, (config,), worlds, host, barrier, results)
     with spawning.spawn_safe():  # the children import what they run, not this page
-        ranks = mp.start_processes(distributed.run_rank, args=args, nprocs=world_size,
+        ranks = mp.start_processes(distributed.run_worlds, args=args, nprocs=max(sizes),
                                    join=False, start_method="spawn")  # fmt: skip
     deadline = time.monotonic() + timeout_s
     try:
         while not ranks.join(timeout=0.05):  # raises if a rank failed
             if time.monotonic() > deadline:
-                msg = f"{world_size} processes still running after {timeout_s} s"
+                msg = f"{max(sizes)} processes still running after {timeout_s} s"
                 raise TimeoutError(msg)
     finally:
         for process in ranks.processes:
             if process.is_alive():
                 process.kill()
-    return [r for _, r in sorted(results.get() for _ in range(world_size))]
+    got = dict(results.get() for _ in range(sum(sizes)))  # (size, rank): report
+    return {n: [got[n, rank] for rank in range(n)] for n in sizes}
 
 
-reports = {n: launch(n) for n in world_sizes}
+if page.cuda and gpus < 2:  # ranks on a GPU's host: one set of processes
+    reports = launch(world_sizes)
+else:
+    reports = {n: launch([n])[n] for n in world_sizes}
 print(table({"world size": n, "rank 0's step": r[0].step} for n, r in reports.items()))
 
 # %%

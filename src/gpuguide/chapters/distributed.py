@@ -1,6 +1,8 @@
 """Data-parallel training in spawned processes: what each process imports by name.
 
 :func:`run_rank` is one process's entry point (it sets ``torchrun``'s variables);
+:func:`run_worlds` is one for a set of processes that runs several world sizes in
+turn, so that each process starts (and imports torch) once;
 :func:`ddp_train_worker` trains a small MLP with DDP and times its steps.
 
 Examples
@@ -20,7 +22,7 @@ import gc
 import itertools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,11 +32,27 @@ from gpuguide.timing import Measurement, benchmark
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DDPConfig", "DDPReport", "ddp_train_worker", "make_mlp", "run_rank"]
+__all__ = [
+    "DDPConfig",
+    "DDPReport",
+    "ddp_train_worker",
+    "make_mlp",
+    "run_rank",
+    "run_worlds",
+]
 
 # A warm-up budget no call stays under: ``benchmark`` warms up with exactly one call,
 # so every rank makes as many calls (a DDP step is collective: one more would hang).
 _ONE_WARMUP_CALL_MS = 1e-6
+
+
+def _set_rank(
+    local_rank: int, world_size: int, master_addr: str, master_port: int
+) -> None:
+    """Set torchrun's variables for this rank of a world on one machine."""
+    rank, size = str(local_rank), str(world_size)
+    os.environ.update(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=size, LOCAL_WORLD_SIZE=size,
+                      MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))  # fmt: skip
 
 
 def _run_rank(
@@ -42,10 +60,15 @@ def _run_rank(
     master_addr: str, master_port: int, results: Any,
 ) -> None:  # fmt: skip
     """Set torchrun's variables for this rank, call ``fn(*args)``, put the result."""
-    rank, size = str(local_rank), str(world_size)
-    os.environ.update(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=size, LOCAL_WORLD_SIZE=size,
-                      MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))  # fmt: skip
+    _set_rank(local_rank, world_size, master_addr, master_port)
     results.put((local_rank, fn(*args)))
+
+
+def _exit_now() -> None:  # pragma: no cover - child
+    """Exit at once (tearing down while gloo's threads hold tensors can abort)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run_rank(local_rank: int, *args: Any) -> None:  # pragma: no cover - child
@@ -54,9 +77,40 @@ def run_rank(local_rank: int, *args: Any) -> None:  # pragma: no cover - child
     fn(*args))`` in ``results``, then exits at once (tearing down while gloo's
     threads hold tensors can abort the process)."""
     _run_rank(local_rank, *args)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    _exit_now()
+
+
+def _run_worlds(
+    local_rank: int, fn: Callable[..., Any], args: tuple[Any, ...],
+    worlds: Sequence[tuple[int, int]], master_addr: str, barrier: Any, results: Any,
+) -> None:  # fmt: skip
+    """Take part in each world of ``worlds`` (``(world_size, master_port)``) in turn:
+    wait at ``barrier``, then, as one of its first ``world_size`` processes, set
+    torchrun's variables and put ``((world_size, local_rank), fn(*args))``."""
+    for world_size, master_port in worlds:
+        barrier.wait()  # every process is done with the world before
+        if local_rank < world_size:
+            _set_rank(local_rank, world_size, master_addr, master_port)
+            results.put(((world_size, local_rank), fn(*args)))
+
+
+def run_worlds(local_rank: int, *args: Any) -> None:  # pragma: no cover - child
+    """One spawned process of a set that runs several worlds in turn:
+    ``run_worlds(local_rank, fn, args, worlds, master_addr, barrier, results)``.
+
+    ``worlds`` holds ``(world_size, master_port)`` pairs, each at most the number
+    of processes; ``barrier`` is a ``Barrier`` of all of them, so that a world
+    starts once the one before has ended everywhere. Process ``i`` is rank ``i``
+    of every world larger than ``i`` and waits out the others. Each result goes
+    into ``results`` as ``((world_size, local_rank), fn(*args))``; the process
+    then exits at once, as :func:`run_rank` does. It imports ``torch._dynamo``
+    first, which DDP imports when it wraps its first model, so that the processes
+    pay for it together, not a later world's ranks while the others wait.
+    """
+    import torch._dynamo  # noqa: F401
+
+    _run_worlds(local_rank, *args)
+    _exit_now()
 
 
 @dataclass(frozen=True)
