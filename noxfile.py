@@ -194,15 +194,29 @@ def _has_module(session: nox.Session, name: str) -> bool:
     return (out or "").strip() == "True"
 
 
+#: pytest-xdist's workers for ``nox -s tests``: the session's site build (about
+#: four minutes on two cores, every page executed once) on one, the other tests
+#: beside it (tests/conftest.py keeps the site's tests and each file's together).
+TEST_WORKERS = 2
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite with coverage of src/gpuguide (posargs go to pytest)."""
+    """Run the test suite with coverage of src/gpuguide (posargs go to pytest).
+
+    Two workers (pytest-xdist, where installed), and the 25 slowest tests
+    listed at the end.
+    """
     _install(session, "test")
-    args = ["-m", "pytest"]
+    args = ["-m", "pytest", "--durations=25"]
+    if _has_module(session, "xdist"):
+        args += ["-n", str(TEST_WORKERS), "--dist", "loadgroup"]
+    else:
+        session.log("pytest-xdist is not installed here: running on one worker.")
     if _has_module(session, "pytest_cov"):
         args += ["--cov=gpuguide", "--cov-report=term-missing"]
         if not session.posargs:  # a selection of tests cannot cover everything
-            args.append("--cov-fail-under=90")
+            args.append("--cov-fail-under=95")
     else:
         session.log("pytest-cov is not installed here: running without coverage.")
     session.run(_python(session), *args, *session.posargs, env=_env(session))
@@ -404,7 +418,7 @@ def build(session: nox.Session) -> None:
 @nox.session
 @nox.parametrize("torch", [_lowest_torch(), NEWEST_TORCH])
 def compat(session: nox.Session, torch: str) -> None:
-    """Unit tests and every example as a script on the lowest and newest torch.
+    """The tests, every page once (the site build), on the lowest and newest torch.
 
     The lowest is read from pyproject.toml. Each torch comes from PyPI, whatever
     this machine's pip configuration says; on Linux that is a CUDA build of
@@ -429,9 +443,8 @@ def compat(session: nox.Session, torch: str) -> None:
         session.error(f"expected torch {torch} from PyPI, found {dist}")
     build = "a CPU build" if cuda == "None" else f"a CUDA {cuda} build"
     session.log(f"Running on torch {version}, {build}.")
-    # The site build (tests/test_docs_build.py) runs the examples once more,
-    # through Sphinx: the docs session's job, not a torch version's.
+    # Every page runs once, in the session's site build (tests/test_docs_build.py).
     session.run(
-        "python", "-m", "pytest", "--ignore=tests/test_docs_build.py",
+        "python", "-m", "pytest", "-n", str(TEST_WORKERS), "--dist", "loadgroup",
         *session.posargs, env=_env(session),
     )  # fmt: skip

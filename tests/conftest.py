@@ -9,8 +9,10 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import matplotlib as mpl
 
@@ -89,17 +91,79 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
         parser.addini("timeout", "seconds per test (pytest-timeout is not installed)")
 
 
+#: A file the docs build's hooks append each executed page's name to
+#: (``gallery_hooks``): the count of page executions in one pytest run.
+EXECUTED_LOG_ENV = "GPUGUIDE_EXECUTED_LOG"
+
+
+def _shared_scratch(name: str) -> Path:
+    """A folder shared by this run's processes (pytest-xdist's workers inherit
+    the environment the main process sets here, before it starts them)."""
+    variable = f"GPUGUIDE_TEST_{name.upper()}"
+    if not os.environ.get(variable):
+        os.environ[variable] = tempfile.mkdtemp(prefix=f"gpuguide-{name}-")
+    return Path(os.environ[variable])
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.hasplugin("timeout"):
         config.addinivalue_line(
             "markers", "timeout(seconds): pytest-timeout's limit (not installed here)"
         )
+    if not config.pluginmanager.hasplugin("xdist"):
+        config.addinivalue_line(
+            "markers", "xdist_group(name): pytest-xdist's group (not installed here)"
+        )
+    # One wheel for the whole run: every site a test builds takes it from here.
+    os.environ.setdefault("GPUGUIDE_WHEEL_CACHE", str(_shared_scratch("wheels")))
+    os.environ.setdefault(
+        EXECUTED_LOG_ENV, str(_shared_scratch("executed") / "pages.txt")
+    )
+
+
+def executed_pages() -> list[str]:
+    """The guide's pages executed so far in this run, once per execution."""
+    log = Path(os.environ.get(EXECUTED_LOG_ENV, "") or os.devnull)
+    names = log.read_text().split() if log.is_file() else []
+    guide = {script.stem for script in EXAMPLES}
+    return [name for name in names if name in guide]
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line: how many of the guide's pages ran in this run, and how often."""
+    if hasattr(terminalreporter.config, "workerinput"):  # an xdist worker
+        return
+    runs = executed_pages()
+    again = sorted({name for name in runs if runs.count(name) > 1})
+    line = (
+        f"gpuguide: {len(runs)} page execution(s) in this run, "
+        f"{len(set(runs))} of the guide's {len(EXAMPLES)} pages"
+    )
+    line += f"; more than once: {', '.join(again)}" if again else ", each once"
+    terminalreporter.write_line(line)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A run that executes one of the guide's pages twice fails: each page runs
+    once per run, in the session's site build (tests/test_docs_build.py)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    runs = executed_pages()
+    if len(runs) != len(set(runs)) and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]
 ) -> None:
-    """Skip tests marked ``gpu`` cleanly when CUDA is not available."""
+    """Skip tests marked ``gpu`` cleanly when CUDA is not available; under
+    pytest-xdist (``--dist loadgroup``), keep the tests of one file on one
+    worker (its module fixtures are built once), and every test of the
+    session's site with it (the site is built once)."""
+    for item in items:
+        defs = item._fixtureinfo.name2fixturedefs.get("site", ())
+        ours = bool(defs) and not defs[-1].baseid.endswith(".py")  # not a module's
+        item.add_marker(pytest.mark.xdist_group("site" if ours else item.path.name))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(

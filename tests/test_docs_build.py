@@ -16,6 +16,7 @@ from conftest import (
     TORCH_LOG,
     build_mini_site,
 )
+from test_examples import PAGE_CHECKS
 
 bs4 = pytest.importorskip("bs4")
 pytest.importorskip("sphinx_gallery")
@@ -158,10 +159,19 @@ def test_landing_and_method_pages_exist(site):
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.stem)
 def test_example_page_has_figures_output_and_provenance(site, script):
-    out, _ = site
+    """The page's test: it ran once, in the session's site build (at small
+    sizes, warnings as errors), without an exception, and printed what every
+    page prints (provenance, measured figures) and what it must
+    (:data:`test_examples.PAGE_CHECKS`)."""
+    out, result = site
     page = _page(out, script)
     assert page.exists(), f"no page for {script.name}"
     soup = bs4.BeautifulSoup(page.read_text(), "html.parser")
+    # An exception (a warning is one) shows as a traceback on the page, and the
+    # build names the page among its failing examples.
+    raised = "\n".join(b.get_text() for b in soup.select("div.highlight-pytb pre"))
+    assert not raised, raised[-3000:]
+    assert f"{script.stem}.py failed" not in result.stderr, result.stderr[-3000:]
 
     figures = soup.select("img.sphx-glr-single-img, img.sphx-glr-multi-img")
     assert figures, "no figure on the page"
@@ -181,6 +191,9 @@ def test_example_page_has_figures_output_and_provenance(site, script):
     assert stray is None, (
         f"a cell's last value on the page: {stray and stray.group(0)!r}"
     )
+    check = PAGE_CHECKS.get(script.stem)
+    if check is not None:
+        check(outputs)
 
     # The reader can take the script (and a notebook) away.
     downloads = {a["href"].rsplit("/", 1)[-1] for a in soup.select("a.download")}
@@ -235,6 +248,13 @@ def test_an_uncaught_warning_fails_the_build(tmp_path):
     result = build_mini_site(tmp_path, code)
     assert result.returncode != 0
     assert "nobody caught me" in result.stdout + result.stderr
+    # What the site's page test looks for: the traceback on the page, and the
+    # page named among the failing examples.
+    page = tmp_path / "html" / "auto_examples" / "01_only" / "plot_only.html"
+    soup = bs4.BeautifulSoup(page.read_text(), "html.parser")
+    raised = "\n".join(b.get_text() for b in soup.select("div.highlight-pytb pre"))
+    assert "nobody caught me" in raised
+    assert "plot_only.py failed" in result.stderr
 
 
 def test_a_warning_caught_on_purpose_does_not(tmp_path):

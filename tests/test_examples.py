@@ -1,46 +1,25 @@
-"""Every gallery example runs as a plain script, at small sizes.
+"""What the pages are made of, and what some of them must print.
 
-This is how a reader runs a downloaded example: ``python plot_x.py``. The
-scripts run in a fresh interpreter with warnings turned into errors, as the
-docs build runs them. On a GPU the docs build is the pages' test: no test
-marked ``gpu`` runs a page again (checked below), so ``pytest -m gpu`` holds
-only the CUDA units (timer, memory, NVML, CUDA graphs, NCCL) and takes about
-a minute.
+Each page executes once per test run, in the session's site build
+(``tests/test_docs_build.py``): its test there,
+``test_example_page_has_figures_output_and_provenance[<page>]``, reads what
+the page printed and applies :data:`PAGE_CHECKS`. How a reader runs one
+downloaded script (``python plot_x.py``, in a fresh environment) is tested in
+``tests/test_downloads.py``. On a GPU the docs build is the pages' test: no
+test marked ``gpu`` runs a page again (checked below), so ``pytest -m gpu``
+holds only the CUDA units (timer, memory, NVML, CUDA graphs, NCCL).
 """
 
 from __future__ import annotations
 
 import ast
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, MEASURED, ROOT, TORCH_LOG
+from conftest import EXAMPLES
 
 TESTS = Path(__file__).resolve().parent
-
-
-def _run(script, tmp_path):
-    env = {
-        **os.environ,
-        "GPUGUIDE_SMALL": "1",
-        "MPLBACKEND": "Agg",
-        "PYTHONFAULTHANDLER": "1",  # a native crash shows its Python stack
-        "PYTHONPATH": os.pathsep.join(
-            p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p
-        ),
-    }
-    return subprocess.run(
-        [sys.executable, "-W", "error", str(script)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
 
 
 def test_there_are_examples():
@@ -68,24 +47,7 @@ def test_no_cell_ends_with_a_recorded_value(script):
     assert not ends, ends
 
 
-@pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.stem)
-def test_example_runs_as_a_script(script, tmp_path):
-    result = _run(script, tmp_path)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    out = result.stdout
-    assert re.search(r"^Measured on .+\| torch \S+", out, re.MULTILINE), out[:2000]
-    # Traceable: the helpers' version and commit (or "commit unknown") are named.
-    assert re.search(r"^Measured on .+ \| gpuguide \S+ \(", out, re.MULTILINE)
-    assert MEASURED.search(out), "no measured number with a unit in the output"
-    assert "Traceback" not in result.stderr
-    log = TORCH_LOG.search(out)
-    assert log is None, f"torch's own log in the output: {log and log.group(0)!r}"
-    check = PAGE_CHECKS.get(script.stem)
-    if check is not None:
-        check(out)
-
-
-# -- what some pages print, checked where they run (the CPU here) ------------------
+# -- what some pages print, checked on the site build's output (test_docs_build) -----
 
 _PREFIXES = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _BYTES = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}

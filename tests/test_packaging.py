@@ -378,3 +378,39 @@ def test_sdist_and_wheel_pass_twine_check(tmp_path):
         member = sdist.extractfile(f"gpuguide-{version}/LICENSE")
         assert member is not None
         assert member.read() == licence
+
+
+def test_one_wheel_per_run_is_built_and_reused_until_a_source_changes(
+    tmp_path, monkeypatch
+):
+    root = tmp_path / "checkout"
+    shutil.copytree(
+        ROOT / "src", root / "src", ignore=shutil.ignore_patterns("*.egg-info")
+    )
+    for name in site_wheel.PACKAGE_FILES:
+        shutil.copy2(ROOT / name, root / name)
+    monkeypatch.setenv(site_wheel.WHEEL_CACHE_ENV, str(tmp_path / "cache"))
+    source = ("abcdef1", False)
+    first = site_wheel.build_wheel(root, tmp_path / "one", source=source)
+    built = []
+    real_run = subprocess.run
+
+    def counting_run(*args, **kwargs):
+        built.append(args)
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(site_wheel.subprocess, "run", counting_run)
+    again = site_wheel.build_wheel(root, tmp_path / "two", source=source)
+    assert built == []  # taken from the cache
+    assert again.read_bytes() == first.read_bytes()
+    assert again.parent == tmp_path / "two"
+    # Another stamp or a changed source is another wheel.
+    site_wheel.build_wheel(root, tmp_path / "three", source=("abcdef1", True))
+    assert len(built) == 1
+    (root / "src" / "gpuguide" / "units.py").write_text("# changed\n", "utf-8")
+    site_wheel.build_wheel(root, tmp_path / "four", source=source)
+    assert len(built) == 2
+    # Without the variable, every build builds.
+    monkeypatch.delenv(site_wheel.WHEEL_CACHE_ENV)
+    site_wheel.build_wheel(root, tmp_path / "five", source=source)
+    assert len(built) == 3

@@ -34,6 +34,7 @@ import gc
 import hashlib
 import json
 import logging
+import os
 import random
 import shutil
 import sys
@@ -403,9 +404,22 @@ def reset_torch_state(
         _torch_logs_to_build_log()
         if page is not None:
             _page_started[page] = time.perf_counter()
+            _note_executed(page)
     if ended is not None:
         for listener in tuple(_listeners):
             listener(ended)
+
+
+#: A file to append each executed page's name to (the tests count page runs).
+EXECUTED_LOG_ENV = "GPUGUIDE_EXECUTED_LOG"
+
+
+def _note_executed(page: str) -> None:
+    """Append ``page`` to the file ``GPUGUIDE_EXECUTED_LOG`` names, if any."""
+    log = os.environ.get(EXECUTED_LOG_ENV, "").strip()
+    if log:
+        with Path(log).open("a", encoding="utf-8") as handle:
+            handle.write(page + "\n")
 
 
 class ChapterOrder:

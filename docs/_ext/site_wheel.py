@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import email.parser
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -390,17 +391,26 @@ def build_wheel(
     now (:func:`gpuguide.version.git_commit`); not stamped where ``root`` is no
     git checkout, so the wheel's runs say "commit unknown".
 
+    With ``GPUGUIDE_WHEEL_CACHE`` naming a folder (the tests set one per
+    session), a wheel built from the same sources and stamp is taken from it
+    instead of built again.
+
     Raises
     ------
     sphinx.errors.ExtensionError
         When setuptools fails, with its output.
     """
     outdir.mkdir(parents=True, exist_ok=True)
+    source = source or git_commit(root)
+    cache = os.environ.get(WHEEL_CACHE_ENV, "").strip()
+    cached = Path(cache) / _wheel_key(root, source) if cache else None
+    if cached is not None and cached.is_dir():
+        for wheel in cached.glob("*.whl"):
+            return Path(shutil.copy2(wheel, outdir / wheel.name))
     with tempfile.TemporaryDirectory(prefix="gpuguide-wheel-") as tmp:
         tree = Path(tmp) / "package"
         skip = shutil.ignore_patterns("__pycache__", "*.egg-info", STAMP_FILE)
         shutil.copytree(root / "src", tree / "src", ignore=skip)
-        source = source or git_commit(root)
         if source is not None:
             write_stamp(tree / "src" / "gpuguide", *source)
         for name in PACKAGE_FILES:
@@ -420,7 +430,34 @@ def build_wheel(
         built = wheels / done.stdout.split()[-1]
         target = outdir / built.name
         shutil.copy2(built, target)
+        if cached is not None:  # whole or not at all: written aside, then renamed
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            partial = Path(tempfile.mkdtemp(dir=cached.parent, prefix=".wheel-"))
+            shutil.copy2(built, partial / built.name)
+            try:
+                partial.rename(cached)
+            except OSError:  # another build cached it first
+                shutil.rmtree(partial, ignore_errors=True)
     return target
+
+
+#: A folder where :func:`build_wheel` keeps the wheels it built, by their sources.
+WHEEL_CACHE_ENV = "GPUGUIDE_WHEEL_CACHE"
+
+
+def _wheel_key(root: Path, source: tuple[str, bool] | None) -> str:
+    """What a wheel is built from: the sources under ``src``, the package's
+    files and the stamp."""
+    digest = hashlib.sha256(repr(source).encode())
+    files = sorted(p for p in (root / "src").rglob("*") if p.is_file())
+    files = [
+        p for p in files if "__pycache__" not in p.parts and ".egg-info" not in str(p)
+    ]
+    files = [p for p in files if p.name != STAMP_FILE]
+    for path in [*files, *(root / name for name in PACKAGE_FILES)]:
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return "wheel-" + digest.hexdigest()[:16]
 
 
 def _download_base(config: Any) -> tuple[str, bool]:
