@@ -194,25 +194,15 @@ def _has_module(session: nox.Session, name: str) -> bool:
     return (out or "").strip() == "True"
 
 
-#: pytest-xdist's workers for ``nox -s tests``: the session's site build (about
-#: four minutes on two cores, every page executed once) on one, the other tests
-#: beside it (tests/conftest.py keeps the site's tests and each file's together).
-TEST_WORKERS = 2
-
-
 @nox.session
 def tests(session: nox.Session) -> None:
     """Run the test suite with coverage of src/gpuguide (posargs go to pytest).
 
-    Two workers (pytest-xdist, where installed), and the 25 slowest tests
-    listed at the end.
+    The site build, which executes every page once, runs beside the other
+    tests (tests/conftest.py); the 25 slowest tests are listed at the end.
     """
     _install(session, "test")
     args = ["-m", "pytest", "--durations=25"]
-    if _has_module(session, "xdist"):
-        args += ["-n", str(TEST_WORKERS), "--dist", "loadgroup"]
-    else:
-        session.log("pytest-xdist is not installed here: running on one worker.")
     if _has_module(session, "pytest_cov"):
         args += ["--cov=gpuguide", "--cov-report=term-missing"]
         if not session.posargs:  # a selection of tests cannot cover everything
@@ -444,7 +434,4 @@ def compat(session: nox.Session, torch: str) -> None:
     build = "a CPU build" if cuda == "None" else f"a CUDA {cuda} build"
     session.log(f"Running on torch {version}, {build}.")
     # Every page runs once, in the session's site build (tests/test_docs_build.py).
-    session.run(
-        "python", "-m", "pytest", "-n", str(TEST_WORKERS), "--dist", "loadgroup",
-        *session.posargs, env=_env(session),
-    )  # fmt: skip
+    session.run("python", "-m", "pytest", *session.posargs, env=_env(session))

@@ -97,8 +97,8 @@ EXECUTED_LOG_ENV = "GPUGUIDE_EXECUTED_LOG"
 
 
 def _shared_scratch(name: str) -> Path:
-    """A folder shared by this run's processes (pytest-xdist's workers inherit
-    the environment the main process sets here, before it starts them)."""
+    """A folder shared by this run's processes (the builds it starts inherit
+    the environment set here)."""
     variable = f"GPUGUIDE_TEST_{name.upper()}"
     if not os.environ.get(variable):
         os.environ[variable] = tempfile.mkdtemp(prefix=f"gpuguide-{name}-")
@@ -109,10 +109,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.hasplugin("timeout"):
         config.addinivalue_line(
             "markers", "timeout(seconds): pytest-timeout's limit (not installed here)"
-        )
-    if not config.pluginmanager.hasplugin("xdist"):
-        config.addinivalue_line(
-            "markers", "xdist_group(name): pytest-xdist's group (not installed here)"
         )
     # One wheel for the whole run: every site a test builds takes it from here.
     os.environ.setdefault("GPUGUIDE_WHEEL_CACHE", str(_shared_scratch("wheels")))
@@ -153,18 +149,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]
 ) -> None:
-    """Skip tests marked ``gpu`` cleanly when CUDA is not available; under
-    pytest-xdist (``--dist loadgroup``), keep the tests of one file on one
-    worker (its module fixtures are built once), and every test of the
-    session's site with it (the site is built once)."""
-    for item in items:
-        defs = item._fixtureinfo.name2fixturedefs.get("site", ())
-        ours = bool(defs) and not defs[-1].baseid.endswith(".py")  # not a module's
-        item.add_marker(pytest.mark.xdist_group("site" if ours else item.path.name))
+    """Run the tests of the session's site last (its build runs beside the
+    others: :func:`pytest_collection_finish`), and skip tests marked ``gpu``
+    cleanly when CUDA is not available."""
+    items.sort(key=_uses_the_site)  # stable: the others keep their order
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(
@@ -196,18 +187,18 @@ FAKE_GPU = {
 }  # fmt: skip
 
 
-@pytest.fixture(scope="session")
-def site(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    """The whole site built once, at small sizes: its output folder and the build's
-    result, whose output is the build log a reader sees (test_docs_build.py and
-    test_browser.py share it).
+#: The session's site build, started as soon as the tests are collected (a
+#: subprocess beside the other tests): its folder, process and log files.
+_SITE_BUILD: dict[str, Any] = {}
 
-    The build runs in a copy of ``docs/`` and ``examples/`` so the reader's own
-    build (``docs/auto_examples``, ``docs/_build``) is never touched.
-    """
-    work = tmp_path_factory.mktemp("site")
+#: The longest a site build may take (a slow or busy machine), in seconds.
+SITE_BUILD_TIMEOUT_S = 1800
+
+
+def _start_site_build(work: Path) -> None:
+    """Start building the whole site at small sizes in ``work`` (a copy of
+    ``docs/``, ``examples/`` and ``src/``, so the reader's own build is never
+    touched), without waiting for it."""
     shutil.copytree(
         ROOT / "docs",
         work / "docs",
@@ -219,7 +210,6 @@ def site(
     shutil.copytree(ROOT / "src", work / "src")
     for name in ("pyproject.toml", "README.md", "LICENSE"):  # the site's wheel
         shutil.copy2(ROOT / name, work / name)
-    out = work / "html"
     # The recorded results, and a fake GPU recording made from a CPU's
     # (tests/data: a recording of every page, of schema version 1), as a
     # CPU-only build would show a real one.
@@ -235,12 +225,61 @@ def site(
         # a local build: no site address (test_docs_build checks what that gives)
         "GPUGUIDE_SITE_URL": "", "GPUGUIDE_PUBLISH": "",
     }  # fmt: skip
-    result = subprocess.run(
+    # Files, not pipes: nobody reads the log until the build ends.
+    out, err = (work / "build.stdout").open("w"), (work / "build.stderr").open("w")
+    process = subprocess.Popen(
         [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going",
-         str(work / "docs"), str(out)],
-        env=env, capture_output=True, text=True, timeout=1800,
+         str(work / "docs"), str(work / "html")],
+        env=env, stdout=out, stderr=err, text=True,
     )  # fmt: skip
-    return out, result
+    _SITE_BUILD.update(work=work, process=process, logs=(out, err))
+
+
+def _uses_the_site(item: pytest.Item) -> bool:
+    """Whether a test uses this file's session ``site`` (not a module's own)."""
+    defs = getattr(item, "_fixtureinfo", None)
+    found = defs.name2fixturedefs.get("site", ()) if defs is not None else ()
+    return bool(found) and found[-1].func is site.__wrapped__  # type: ignore[attr-defined]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the site build as soon as a collected test needs it, so that it
+    runs beside the other tests (which run first: the site's tests are last)."""
+    if "work" in _SITE_BUILD or not any(map(_uses_the_site, session.items)):
+        return
+    factory = session.config._tmp_path_factory  # type: ignore[attr-defined]
+    _start_site_build(factory.mktemp("site"))
+
+
+@pytest.fixture(scope="session")
+def site(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The whole site built once, at small sizes, every page executed once: its
+    output folder and the build's result, whose output is the build log a
+    reader sees (test_docs_build.py, test_browser.py and test_intersphinx.py
+    share it). The build starts when the tests are collected and runs beside
+    the other tests (:func:`pytest_collection_finish`); the first test that
+    needs it waits for the rest of it (several minutes on two cores: the
+    suite's longest wait, hence ``slow`` on those tests).
+    """
+    if "work" not in _SITE_BUILD:  # a run that started no build: build it now
+        _start_site_build(tmp_path_factory.mktemp("site"))
+    work, process = _SITE_BUILD["work"], _SITE_BUILD["process"]
+    try:
+        process.wait(timeout=SITE_BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    for log in _SITE_BUILD["logs"]:
+        log.close()
+    result = subprocess.CompletedProcess(
+        process.args,
+        process.returncode,
+        (work / "build.stdout").read_text(),
+        (work / "build.stderr").read_text(),
+    )
+    return work / "html", result
 
 
 def build_mini_site(root: Path, example_code: str, *sphinx_args: str, **extra_env: str):
