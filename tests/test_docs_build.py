@@ -27,6 +27,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 def test_every_page_ends_with_its_recorded_results(site):
+    """The first test of the site: it waits for the rest of its build, which
+    runs every page once at small sizes (about four minutes on two cores,
+    beside the other tests), hence slow."""
     from gpuguide.results import load_dir
 
     out, _ = site

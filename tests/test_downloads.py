@@ -213,6 +213,10 @@ def outside_the_repository():
 def test_a_downloaded_notebook_and_script_run_in_a_fresh_environment(
     tmp_path, site, outside_the_repository
 ):
+    """A reader's run of a downloaded script, from a fresh virtual environment
+    with pip and the site's wheel: slow (about 40 s on two cores from local
+    wheels; minutes where pip downloads torch), because that environment and
+    its torch are what a reader gets, and nothing shorter installs them."""
     started = time.perf_counter()
     url, downloads = site
     (notebook,) = downloads.rglob("plot_only.ipynb")
