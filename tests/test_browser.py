@@ -151,10 +151,13 @@ def _pages(out: Path) -> list[str]:
     )
 
 
-def _open(context: BrowserContext, base: str, path: str) -> tuple[Page, Visit]:
-    """Open one page, recording every problem it shows; the page stays open."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+#: How many pages the browser loads at once (each in its own tab).
+TABS = 8
 
+
+def _start(context: BrowserContext, base: str, path: str) -> tuple[Page, Visit]:
+    """Start opening one page, recording every problem it shows from its first
+    request on; :func:`_finish` waits for it."""
     visit = Visit()
     origin = urlsplit(base)[:2]
     page = context.new_page()
@@ -193,7 +196,15 @@ def _open(context: BrowserContext, base: str, path: str) -> tuple[Page, Visit]:
             and visit.problems.append(f"HTTP {r.status}: {r.url}")
         ),
     )
-    page.goto(base + path, wait_until="load", timeout=LOAD_MS)
+    page.goto(base + path, wait_until="commit", timeout=LOAD_MS)
+    return page, visit
+
+
+def _finish(page: Page, visit: Visit) -> Visit:
+    """Wait for a started page to load and settle; note what it shows."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page.wait_for_load_state("load", timeout=LOAD_MS)
     page.evaluate(SETTLE_IMAGES)
     try:
         page.wait_for_load_state("networkidle", timeout=LOAD_MS)
@@ -204,17 +215,29 @@ def _open(context: BrowserContext, base: str, path: str) -> tuple[Page, Visit]:
     if not visit.title:
         visit.problems.append("empty <title>")
     visit.page_top_y = page.evaluate(PAGE_TOP_Y)
-    return page, visit
+    return visit
+
+
+def _open(context: BrowserContext, base: str, path: str) -> tuple[Page, Visit]:
+    """Open one page, recording every problem it shows; the page stays open."""
+    page, visit = _start(context, base, path)
+    return page, _finish(page, visit)
 
 
 @pytest.fixture(scope="module")
 def visits(context: BrowserContext, served: tuple[Path, str]) -> dict[str, Visit]:
-    """Every page of the site, opened once."""
+    """Every page of the site, opened once, :data:`TABS` at a time (the browser
+    loads them side by side while the test waits for the first)."""
     out, base = served
+    paths = _pages(out)
     result = {}
-    for path in _pages(out):
-        page, result[path] = _open(context, base, path)
-        page.close()
+    for at in range(0, len(paths), TABS):
+        started = [
+            (path, *_start(context, base, path)) for path in paths[at : at + TABS]
+        ]
+        for path, page, visit in started:
+            result[path] = _finish(page, visit)
+            page.close()
     return result
 
 
