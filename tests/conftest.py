@@ -91,6 +91,18 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
         parser.addini("timeout", "seconds per test (pytest-timeout is not installed)")
 
 
+#: Terminal colours, which Sphinx writes into its log when it thinks it may (CI).
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def failing_examples(log: str) -> set[str]:
+    """The pages a Sphinx build's log names as failing examples (sphinx-gallery's
+    "plot_x.py failed leaving traceback" and "... unexpectedly failed")."""
+    plain = ANSI.sub("", log)
+    found = re.finditer(r"(plot_\w+)\.py\s+(?:unexpectedly )?failed", plain)
+    return {m[1] for m in found}
+
+
 #: A file the docs build's hooks append each executed page's name to
 #: (``gallery_hooks``): the count of page executions in one pytest run.
 EXECUTED_LOG_ENV = "GPUGUIDE_EXECUTED_LOG"
