@@ -249,6 +249,9 @@ def _is_example(path: str) -> bool:
 
 
 def test_every_page_loads_with_no_error_failed_request_or_broken_image(visits):
+    """Every page of the site opened in chromium (about 40 s on two cores, the
+    browser's start and about 100 pages eight at a time; and, for the first
+    test of the site, the wait for its build): slow."""
     assert len(visits) >= 60, f"only {len(visits)} pages: {sorted(visits)}"
     problems = [
         f"{path}: {problem}" for path, v in visits.items() for problem in v.problems
