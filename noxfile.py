@@ -260,15 +260,14 @@ def docs(session: nox.Session) -> None:
     publishing) refuses to run without it.
 
     ``--record``: the same execution of the pages also writes this device's
-    results file, ``docs/results/<kind>-<device>.json`` (validated, replaced in
-    one step, only when every page ran; the log names a page that failed), and
-    the site shows it. With ``--example NAME`` it replaces those pages' figures
-    and keeps the others'; ``--merge`` (implies ``--record``) merges with the
-    earlier recording into medians with their spread, as ``nox -s record``
-    does. Every page of the build is executed, even one that is up to date.
-    Each page is written into the file as soon as it ends, so a build killed
-    at any moment keeps every page that finished; a page that fails keeps its
-    earlier figures and is marked failed.
+    results file, ``docs/results/<kind>-<device>.json``, one page at a time:
+    each page's figures are written (validated, in one step) as soon as it
+    ends, so a build killed at any moment keeps every page that finished; a
+    page that fails keeps its earlier figures, is marked failed and named in
+    the log. The site shows the file. With ``--example NAME`` only those pages
+    run; ``--merge`` (implies ``--record``) merges each page with its earlier
+    recording into medians with their spread, as ``nox -s record`` does. Every
+    page of the build is executed, even one that is up to date.
 
     ``--record --stale``: the pages this device's file lacks or marks failed
     run first, then those recorded from other code (the page or the helpers it
@@ -345,8 +344,9 @@ def docs(session: nox.Session) -> None:
 def record(session: nox.Session) -> None:
     """Run every page on this device and record its figures in docs/results.
 
-    Writes ``docs/results/<kind>-<device>.json`` (replacing the device's file)
-    when every page ran; a failing page leaves the file as it was. posargs go to
+    Writes each page into ``docs/results/<kind>-<device>.json`` as soon as it
+    ends; a failing page keeps its earlier figures and is marked failed, and
+    the other pages still run. posargs go to
     ``python -m gpuguide_tools.recorder``: ``--example NAME`` (some pages; the file's
     other pages are kept), ``--merge`` (merge with the recording already there
     into medians with their spread), ``--timeout SECONDS`` (per page).
