@@ -30,12 +30,16 @@ FAILING = PAGE + "raise SystemExit(1)\n"
 
 
 REAL_BUSY_WARNING = recorder.busy_warning
+REAL_COMMIT_WARNING = recorder.commit_warning
 
 
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch, fresh_results):
-    # The machine's load is not what these tests check (it is high under xdist).
+    # The machine's load is not what these tests check (the site's build runs
+    # beside them), nor whether this copy knows its commit (an installed copy,
+    # as in nox -s compat, does not).
     monkeypatch.setattr(recorder, "busy_warning", lambda: "")
+    monkeypatch.setattr(recorder, "commit_warning", lambda device: "")
 
 
 def _page(examples, chapter, page, body="", **values):
@@ -277,6 +281,26 @@ def test_a_busy_machine_is_warned_about(monkeypatch, tmp_path, examples):
         recorder.pages(examples, ["plot_one"]), tmp_path / "r", log=said.append
     )
     assert said[0] == "warning: busy"  # said before any page runs
+    assert said[1].startswith("ok   plot_one")
+
+
+def test_a_recording_that_would_not_name_its_commit_is_warned_about(
+    monkeypatch, tmp_path, examples, device
+):
+    assert (
+        REAL_COMMIT_WARNING(replace(device, gpuguide="0.1.0", commit="abc1234")) == ""
+    )
+    unknown = replace(device, gpuguide="0.1.0", commit=None, dirty=False)
+    text = REAL_COMMIT_WARNING(unknown)
+    assert "GPUGUIDE_COMMIT is not set" in text
+    assert "GPUGUIDE_COMMIT=$(git rev-parse --short HEAD)" in text
+    monkeypatch.setattr(recorder, "commit_warning", REAL_COMMIT_WARNING)
+    monkeypatch.setattr(recorder, "current_device", lambda: unknown)
+    said = []
+    recorder.record_pages(
+        recorder.pages(examples, ["plot_one"]), tmp_path / "r", log=said.append
+    )
+    assert said[0] == f"warning: {text}"  # said before any page runs
     assert said[1].startswith("ok   plot_one")
 
 
