@@ -254,10 +254,11 @@ def test_a_downloaded_notebook_and_script_run_in_a_fresh_environment(
         # other indexes (on Linux the CUDA build, several GB) after retrying the
         # index for every package. So take this interpreter's torch from the local
         # wheels first (the command then keeps it) and let pip not retry.
-        import torch
-
         env["PIP_RETRIES"] = "0"
-        _pip(venv, ["install", f"torch=={torch.__version__}"], env, reader)
+        # The distribution's version: PyPI's CUDA build is "2.11.0", though it
+        # calls itself 2.11.0+cu130 once imported.
+        torch = importlib.metadata.version("torch")
+        _pip(venv, ["install", f"torch=={torch}"], env, reader)
     _pip(venv, install, env, reader)
     _pip(venv, ["install", "nbconvert", "ipykernel"], env, reader)
     if index is None and not _has_nvidia_gpu():  # the CPU-only command did its job

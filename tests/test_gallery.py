@@ -179,6 +179,34 @@ def test_torch_logs_go_to_the_build_log_not_the_page(monkeypatch, capfd):
     _gallery.reset_torch_state(when="after")
 
 
+class _FollowsStderr(logging.Handler):
+    """As torch 2.15's ``_StderrHandler``: a plain Handler whose stream is
+    whatever ``sys.stderr`` is when it emits."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    def emit(self, record):
+        self.stream.write(self.format(record) + "\n")
+
+
+def test_a_handler_that_follows_stderr_goes_to_the_build_log(monkeypatch, capfd):
+    page = io.StringIO()
+    logger = logging.getLogger("torch")
+    handler = _FollowsStderr()
+    monkeypatch.setattr(logger, "handlers", [handler])
+    try:
+        _gallery.reset_torch_state(when="before")
+        monkeypatch.setattr(sys, "stderr", page)
+        logger.warning("a warning torch 2.15 prints")
+    finally:
+        monkeypatch.undo()
+        _gallery.reset_torch_state(when="after")
+    assert page.getvalue() == ""
+    assert "a warning torch 2.15 prints" in capfd.readouterr().err
+
+
 @pytest.fixture
 def page(monkeypatch):
     """The page an example prints to: ``sys.stderr`` while the hooks are in force."""

@@ -260,13 +260,16 @@ def _prints(handler: logging.Handler) -> bool:
     """Whether ``handler`` writes its records to a console stream.
 
     A ``StreamHandler`` does, except a file (``TORCH_LOGS_OUT``) and torch's
-    trace handler, a ``StreamHandler`` that opens its file at the first record.
+    trace handler, a ``StreamHandler`` that opens its file at the first record;
+    so does a handler whose ``stream`` is a property that follows
+    ``sys.stderr`` (torch 2.15's ``_StderrHandler``, a plain ``Handler``).
     """
-    return (
-        isinstance(handler, logging.StreamHandler)
-        and not isinstance(handler, logging.FileHandler)
-        and type(handler).__name__ != "LazyTraceHandler"
-    )
+    if isinstance(handler, logging.StreamHandler):
+        return (
+            not isinstance(handler, logging.FileHandler)
+            and type(handler).__name__ != "LazyTraceHandler"
+        )
+    return isinstance(getattr(type(handler), "stream", None), property)
 
 
 def _torch_logs_to_build_log() -> None:
