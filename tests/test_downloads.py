@@ -319,21 +319,35 @@ def test_a_downloaded_notebook_and_script_run_in_a_fresh_environment(
 def _requirements_closure(
     requirements: list[str],
 ) -> dict[str, importlib.metadata.Distribution]:
-    """The installed distributions that ``requirements`` need, theirs included."""
+    """The installed distributions that ``requirements`` need, theirs included,
+    following the extras each asks for (``cuda-toolkit[cudart]``: the CUDA
+    build of torch needs the runtime that extra names)."""
+
+    def wanted(req: Requirement, extras: set[str]) -> bool:
+        marker = req.marker
+        return marker is None or any(
+            marker.evaluate({"extra": e}) for e in {"", *extras}
+        )
+
     found: dict[str, importlib.metadata.Distribution] = {}
-    todo = [Requirement(text) for text in requirements]
+    extras_of: dict[str, set[str]] = {}
+    todo = [r for r in map(Requirement, requirements) if wanted(r, set())]
     while todo:
         req = todo.pop()
         name = canonicalize_name(req.name)
-        if name in found or (req.marker and not req.marker.evaluate({"extra": ""})):
+        if name in found and set(req.extras) <= extras_of[name]:
             continue
-        try:
-            found[name] = importlib.metadata.distribution(req.name)
-        except importlib.metadata.PackageNotFoundError:
-            pytest.fail(
-                f"{req} is not installed here: the script's needs cannot be met"
-            )
-        todo += [Requirement(text) for text in found[name].requires or []]
+        if name not in found:
+            try:
+                found[name] = importlib.metadata.distribution(req.name)
+            except importlib.metadata.PackageNotFoundError:
+                pytest.fail(
+                    f"{req} is not installed here: the script's needs cannot be met"
+                )
+        extras = extras_of.setdefault(name, set())
+        extras.update(req.extras)
+        needs = map(Requirement, found[name].requires or [])
+        todo += [r for r in needs if wanted(r, extras)]
     return found
 
 
