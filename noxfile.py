@@ -434,4 +434,6 @@ def compat(session: nox.Session, torch: str) -> None:
     build = "a CPU build" if cuda == "None" else f"a CUDA {cuda} build"
     session.log(f"Running on torch {version}, {build}.")
     # Every page runs once, in the session's site build (tests/test_docs_build.py).
-    session.run("python", "-m", "pytest", *session.posargs, env=_env(session))
+    # A reader's environment in the download tests installs from PyPI too.
+    env = {**_env(session), **PYPI_ONLY}
+    session.run("python", "-m", "pytest", *session.posargs, env=env)
