@@ -251,7 +251,7 @@ def _uses_the_site(item: pytest.Item) -> bool:
     """Whether a test uses this file's session ``site`` (not a module's own)."""
     defs = getattr(item, "_fixtureinfo", None)
     found = defs.name2fixturedefs.get("site", ()) if defs is not None else ()
-    return bool(found) and found[-1].func is site.__wrapped__  # type: ignore[attr-defined]
+    return bool(found) and getattr(found[-1].func, "__module__", None) == __name__
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
