@@ -223,6 +223,11 @@ def _docs_args(posargs: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return parser.parse_known_args(posargs)
 
 
+def _pages_pattern(pages: list[str]) -> str:
+    """sphinx-gallery's ``filename_pattern`` that executes exactly ``pages``."""
+    return "/(" + "|".join(pages) + r")\.py$"
+
+
 def _stale_passes(session: nox.Session) -> list[tuple[str, list[str]]]:
     """The pages of a ``--stale`` build, in passes: those this device's results
     file lacks or marks failed, then those recorded from other code, then the
@@ -310,8 +315,7 @@ def docs(session: nox.Session) -> None:
     passes: list[tuple[str, str | None]] = [("", opts.example)]
     if opts.stale:  # most stale first: a loan cut short has spent itself there
         passes = [
-            (what, "/(" + "|".join(pages) + r")\.py$")
-            for what, pages in _stale_passes(session)
+            (what, _pages_pattern(pages)) for what, pages in _stale_passes(session)
         ]
     failed = []
     for what, pattern in passes:

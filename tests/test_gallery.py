@@ -157,28 +157,6 @@ def test_state_module_keeps_one_warning_context():
     assert "warnings" not in _gallery._state
 
 
-def test_torch_logs_go_to_the_build_log_not_the_page(monkeypatch, capfd):
-    page = io.StringIO()
-    logger = logging.getLogger("torch")
-    # As in torch 2.15: a handler that writes to whatever sys.stderr is now.
-    handler = logging.StreamHandler()
-    monkeypatch.setattr(logger, "handlers", [handler])
-    try:
-        _gallery.reset_torch_state(when="before")
-        monkeypatch.setattr(sys, "stderr", page)
-        handler.setStream(page)
-        logger.warning("No CUDA runtime is found")
-    finally:
-        monkeypatch.undo()
-        _gallery.reset_torch_state(when="after")
-    assert page.getvalue() == ""
-    assert "No CUDA runtime is found" in capfd.readouterr().err
-    # Applied once per handler, however many examples run.
-    _gallery.reset_torch_state(when="before")
-    _gallery.reset_torch_state(when="before")
-    _gallery.reset_torch_state(when="after")
-
-
 class _FollowsStderr(logging.Handler):
     """As torch 2.15's ``_StderrHandler``: a plain Handler whose stream is
     whatever ``sys.stderr`` is when it emits."""
@@ -191,20 +169,31 @@ class _FollowsStderr(logging.Handler):
         self.stream.write(self.format(record) + "\n")
 
 
-def test_a_handler_that_follows_stderr_goes_to_the_build_log(monkeypatch, capfd):
+@pytest.mark.parametrize(
+    "make", [logging.StreamHandler, _FollowsStderr], ids=["StreamHandler", "follows"]
+)
+def test_torch_logs_go_to_the_build_log_not_the_page(monkeypatch, capfd, make):
     page = io.StringIO()
     logger = logging.getLogger("torch")
-    handler = _FollowsStderr()
+    # A handler that writes to the page once sys.stderr is the page: a
+    # StreamHandler pointed at it, or one that follows sys.stderr (torch 2.15).
+    handler = make()
     monkeypatch.setattr(logger, "handlers", [handler])
     try:
         _gallery.reset_torch_state(when="before")
         monkeypatch.setattr(sys, "stderr", page)
-        logger.warning("a warning torch 2.15 prints")
+        if isinstance(handler, logging.StreamHandler):
+            handler.setStream(page)
+        logger.warning("No CUDA runtime is found")
     finally:
         monkeypatch.undo()
         _gallery.reset_torch_state(when="after")
     assert page.getvalue() == ""
-    assert "a warning torch 2.15 prints" in capfd.readouterr().err
+    assert "No CUDA runtime is found" in capfd.readouterr().err
+    # Applied once per handler, however many examples run.
+    _gallery.reset_torch_state(when="before")
+    _gallery.reset_torch_state(when="before")
+    _gallery.reset_torch_state(when="after")
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ budgets, and which pages a device's recording leaves stale (``--stale``)."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import textwrap
 from dataclasses import replace
@@ -182,6 +183,7 @@ def test_stale_pages_come_most_stale_first(tmp_path):
     assert first.reason == "recorded before pages named their code"
 
 
+@functools.cache  # nox registers the sessions once
 def _noxfile():
     spec = importlib.util.spec_from_file_location("noxfile", ROOT / "noxfile.py")
     module = importlib.util.module_from_spec(spec)
@@ -254,7 +256,7 @@ def test_a_stale_pass_executes_only_the_stale_pages(tmp_path):
         s.page for s in stale_pages(scripts, results.load(folder / device.file_name))
     ]
     assert stale == ["plot_only"]
-    pattern = "/(" + "|".join(stale) + r")\.py$"
+    pattern = _noxfile()._pages_pattern(stale)  # as nox -s docs -- --stale builds it
     built = build_mini_site(
         tmp_path / "site", only, "-D", "gpuguide_record=replace",
         "-D", f"sphinx_gallery_conf.filename_pattern={pattern}",

@@ -64,8 +64,8 @@ def scale_shift(x, a, b, out):
 # launch, not the arithmetic, decides whether the GPU wins. The copies answer whether
 # to move work off the CPU, so they are timed where the CPU ran. Beside a GPU, the
 # CPU series is sized for calls of about 0.1 s (to reach into the GPU's sizes), the
-# inputs are drawn on the GPU (its generator is faster) and, with three series at
-# many sizes, each timing gets a shorter budget.
+# GPU's inputs are drawn on the GPU and, with three series at many sizes, each
+# timing gets a shorter budget.
 def time_sweep(op, shape, n_inputs, lo, hi, **fit):
     def with_copies(*host_inputs):
         return op(*(t.to(device) for t in host_inputs), None).cpu()
