@@ -72,7 +72,12 @@ def test_report_prints_one_line_with_spread_and_share_and_records_it():
 
 @pytest.mark.parametrize(
     ("quoted", "place"),
-    [((1e12, 1.5e12), "above"), ((3e12, 5e12), "within"), ((9e12, 1e13), "below")],
+    [
+        ((1e12, 1.5e12), "above"),
+        ((1e12, 1e13), "within"),
+        ((3e12, 5e12), "too wide to place against"),
+        ((9e12, 1e13), "below"),
+    ],
 )
 def test_report_places_the_spread_against_a_quoted_range(quoted, place):
     out = io.StringIO()

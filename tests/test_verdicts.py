@@ -47,7 +47,7 @@ def test_a_difference_under_the_minimum_effect_is_no_verdict_either_way():
     assert c.within_min_effect
     assert str(c).startswith("no measurable difference between new and old: they")
     assert "less than 5%, as two builds can" in str(c)
-    assert c.short.startswith("no measurable difference, less than 5% (1.0")
+    assert c.short.startswith("no measurable difference (they differ by less than 5%")
     assert compare(old, new).verdict == NO_DIFFERENCE
     assert break_even(1.0, old, new) is None
     # From 5% on, apart intervals give a verdict both ways.
@@ -59,7 +59,8 @@ def test_a_difference_under_the_minimum_effect_is_no_verdict_either_way():
 
 
 def test_overlapping_intervals_are_no_measurable_difference():
-    a, b = around("a", 1.00, 0.2), around("b", 1.05, 0.2)
+    a, b = around("a", 1.00, 0.08), around("b", 1.02, 0.08)
+    assert not (a.is_noisy or b.is_noisy)
     c = compare(a, b)
     assert c.verdict == NO_DIFFERENCE
     assert not c.measurable
@@ -90,7 +91,13 @@ def test_compare_rejects_non_measurements_and_zero_times():
 
 @pytest.mark.parametrize(
     ("median", "expected"),
-    [(5.0, "above"), (2.0, "within"), (1.5, "within"), (1.2, "below"), (0.5, "below")],
+    [
+        (5.0, "above"),
+        (2.0, "within"),
+        (1.5, verdicts.TOO_WIDE),
+        (1.2, "below"),
+        (0.5, "below"),
+    ],
 )
 def test_against_a_quoted_range(median, expected):
     base = around("eager", 10.0, 0.1)
@@ -98,19 +105,99 @@ def test_against_a_quoted_range(median, expected):
     assert c.against(1.5, 3.0) == expected
 
 
-def test_against_a_range_straddled_by_the_spread_is_within():
-    # Median 3.3x, but the interval reaches below 3x: not "above".
+def test_against_a_range_straddled_by_the_spread_is_too_wide_to_place():
+    # Median 3.3x, but the interval reaches below 3x: neither "above" nor "within".
     c = compare(around("c", 1.0, 0.2), around("e", 3.3, 0.1))
     assert c.speedup > 3.0
-    assert c.against(1.5, 3.0) == "within"
+    assert c.against(1.5, 3.0) == "too wide to place"
+    # An interval wider than the quoted range on both sides is not "within" either.
+    wide = compare(around("w", 1.0, 0.8), around("e", 2.0, 0.1))
+    assert wide.low < 1.5 and wide.high > 3.0
+    assert wide.against(1.5, 3.0) == "too wide to place"
+    # The whole interval inside: within.
+    assert compare(around("t", 1.0, 0.01), around("e", 2.0, 0.01)).against(1.5, 3.0) == "within"
 
 
 def test_against_checks_the_range():
     c = compare(around("a", 1.0, 0.1), around("b", 2.0, 0.1))
-    with pytest.raises(ValueError, match="high must be >= low"):
+    with pytest.raises(ValueError, match="quoted must be \\(low, high\\) with low <= high"):
         c.against(3.0, 1.5)
-    with pytest.raises(ValueError, match="low must be"):
+    with pytest.raises(ValueError, match="quoted must be a finite number > 0"):
         c.against(0.0, 1.5)
+
+
+# ---------------------------------------------------- paired rounds, noise
+
+
+def rounds(label, medians, spread=0.01):
+    """A measurement of 3 calls per round around each round's median."""
+    times = [t * (1 + d) for t in medians for d in (-spread, 0.0, spread)]
+    return Measurement(label, tuple(times), "cpu", "wall-clock", rounds=tuple(medians))
+
+
+def test_the_sign_test_counts_rounds_in_each_direction():
+    assert verdicts.sign_test(5, 0) == pytest.approx(1 / 16)
+    assert verdicts.sign_test(0, 5) == pytest.approx(1 / 16)
+    assert verdicts.sign_test(4, 1) == pytest.approx(12 / 32)
+    assert verdicts.sign_test(0, 0) == 1.0
+    assert verdicts.sign_test(7, 1) < verdicts.SIGN_LEVEL < verdicts.sign_test(6, 1)
+    with pytest.raises(ValueError, match="wins must be >= 0"):
+        verdicts.sign_test(-1, 2)
+
+
+def test_paired_rounds_that_all_agree_give_a_verdict():
+    fast = rounds("fused", [1.0, 1.01, 0.99, 1.0, 1.02])
+    slow = rounds("eager", [1.3, 1.31, 1.29, 1.3, 1.32])
+    c = compare(fast, slow)
+    assert (c.wins, c.losses) == (5, 0)
+    assert c.paired and c.rounds_agree
+    assert c.verdict == "faster"
+    assert compare(slow, fast).verdict == "slower"
+
+
+def test_a_load_burst_on_one_variant_gives_no_verdict():
+    # "a" and "b" run alike, but a burst of load slows "b" alone in four of five
+    # rounds: pooled over the calls, b looks 1.5x slower with its intervals apart,
+    # yet in round 5 b was as fast as a, so the rounds do not agree and the verdict
+    # must say neither "faster" nor the opposite.
+    a = rounds("a", [1.0, 1.0, 1.0, 1.0, 1.0])
+    b = rounds("b", [1.5, 1.5, 1.5, 1.5, 0.99])
+    unpaired = Measurement("b", b.times_s, "cpu", "wall-clock")
+    assert compare(a, unpaired).verdict == "faster"  # the pooled rule alone
+    c = compare(a, b)
+    assert (c.wins, c.losses) == (4, 1)
+    assert not c.rounds_agree
+    assert c.verdict == NO_DIFFERENCE
+    assert "faster in 4 of 5 rounds" in str(c)
+    assert compare(b, a).verdict == NO_DIFFERENCE
+
+
+def test_a_noisy_measurement_gets_no_verdict_and_says_why():
+    steady = around("steady", 1.0, 0.01)
+    noisy = m("noisy", 2.0, 2.0, 2.1, 2.5, 3.0, 3.5, 4.0, 4.0, 4.1)
+    assert noisy.is_noisy
+    c = compare(steady, noisy)
+    assert c.low > 1.0 and c.speedup > 1.05  # apart, and by a lot ...
+    assert c.verdict == NO_DIFFERENCE  # ... but a NOISY side gives no verdict
+    assert c.noisy == (noisy,)
+    assert "noisy is NOISY (IQR > 10% of the median), so no verdict" in str(c)
+    assert "NOISY" in c.short
+
+
+def test_paired_rounds_of_different_lengths_are_not_paired():
+    a = rounds("a", [1.0, 1.0, 1.0])
+    b = rounds("b", [2.0, 2.0, 2.0, 2.0, 2.0])
+    c = compare(a, b)
+    assert not c.paired
+    assert c.verdict == "faster"  # by the intervals, as for any unpaired pair
+
+
+def test_interleave_keeps_each_rounds_median():
+    ticks = itertools.count()
+    clock = lambda: next(ticks) * 1e-3  # noqa: E731 - every call takes 1 ms
+    out = interleave({"a": lambda: None, "b": lambda: None}, rounds=5, clock=clock)
+    assert len(out["a"].rounds) == len(out["b"].rounds) == 5
+    assert all(t > 0 for t in out["a"].rounds)
 
 
 # ---------------------------------------------------------------- break_even

@@ -24,7 +24,8 @@ from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.results import ConfigValue, record
 from gpuguide.timing import NOISY_RELATIVE_IQR, Measurement, Rate
 from gpuguide.units import format_bytes, format_rate, format_time, significant
-from gpuguide.verdicts import Comparison
+from gpuguide.verdicts import TOO_WIDE, Comparison
+from gpuguide.verdicts import place as place_of
 
 if TYPE_CHECKING:
     import torch
@@ -97,18 +98,6 @@ def _peaks_for(device: str) -> Peaks:
         if page.device.type == device.split(":")[0]:
             return page.peaks
     return device_peaks(device)
-
-
-def _place(low: float, high: float, quoted: tuple[float, float]) -> str:
-    q_low, q_high = (checks.positive("quoted", q) for q in quoted)
-    if q_high < q_low:
-        msg = f"quoted must be (low, high) with low <= high, got {quoted!r}"
-        raise ValueError(msg)
-    if low > q_high:
-        return "above"
-    if high < q_low:
-        return "below"
-    return "within"
 
 
 def _quoted_text(quoted: tuple[float, float], unit: str) -> str:
@@ -222,8 +211,9 @@ def report(
             parts.append(f"{share:.0f}% of {format_rate(peak, unit)}")
     if quoted is not None:
         lo, hi = (number, number) if low is None or high is None else (low, high)
-        place = _place(lo, hi, quoted)
-        parts.append(f"{place} the quoted {_quoted_text(quoted, unit)}")
+        place = place_of((lo, hi), quoted)
+        against = " against" if place == TOO_WIDE else ""
+        parts.append(f"{place}{against} the quoted {_quoted_text(quoted, unit)}")
     print(", ".join(parts), file=file or sys.stdout)
     plain = not isinstance(value, (Rate, Measurement, Comparison))
     extra: dict[str, Any] = dict(config)  # typed apart from record's own keywords

@@ -73,6 +73,9 @@ class Measurement:
 
     ``times_s`` holds each call's time in seconds; ``method`` is ``"cuda-events"``,
     ``"cuda-events-queued"``, ``"wall-clock"`` or ``"wall-clock+sync"`` (MPS).
+    ``rounds`` holds the median time of each round when the operation was timed
+    in rounds interleaved with others (:func:`gpuguide.interleave`), in seconds;
+    empty otherwise. Comparisons pair the rounds of two such measurements.
     """
 
     label: str
@@ -80,6 +83,7 @@ class Measurement:
     device: str
     method: str
     warmup_calls: int = 0
+    rounds: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         times = tuple(float(t) for t in self.times_s)
@@ -91,6 +95,11 @@ class Measurement:
             raise ValueError(msg)
         checks.integer("warmup_calls", self.warmup_calls, minimum=0)
         object.__setattr__(self, "times_s", times)
+        rounds = tuple(float(t) for t in self.rounds)
+        if not all(math.isfinite(t) and t >= 0 for t in rounds):
+            msg = f"rounds must be finite numbers >= 0, got {rounds!r}"
+            raise ValueError(msg)
+        object.__setattr__(self, "rounds", rounds)
 
     @cached_property
     def _sorted(self) -> tuple[float, ...]:
