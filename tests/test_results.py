@@ -338,7 +338,7 @@ def test_a_file_round_trips(tmp_path):
         pytest.param("", "not valid JSON", id="empty"),
         pytest.param("[1, 2]", "must hold a JSON object, got a JSON list", id="not-object"),
         pytest.param({"device": {}, "results": []}, 'no "schema"', id="no-schema"),
-        pytest.param(_file(schema=3), "schema version 3; this gpuguide reads versions 1 and 2", id="newer-schema"),
+        pytest.param(_file(schema=4), "schema version 4; this gpuguide reads versions 1, 2 and 3", id="newer-schema"),
         pytest.param(_file(schema="1"), '"schema" must be an integer', id="schema-string"),
         pytest.param(_file(schema=True), '"schema" must be an integer', id="schema-bool"),
         pytest.param(_file(extra=1), "unknown keys extra", id="foreign-top-key"),
@@ -513,7 +513,7 @@ def test_the_committed_files_follow_the_published_schema(path):
 @pytest.mark.parametrize(
     "data",
     [
-        _file(schema=3),
+        _file(schema=4),
         _file(extra=1),
         _file(device={**H100.to_json(), "kind": "tpu"}),
         _file(device={k: v for k, v in H100.to_json().items() if k != "torch"}),

@@ -8,7 +8,7 @@ in three layers, each importing only from the ones before: the foundation
 :mod:`~gpuguide.timing`, :mod:`~gpuguide.memory`, :mod:`~gpuguide.peaks`,
 :mod:`~gpuguide.sizes`, :mod:`~gpuguide.plotting`, :mod:`~gpuguide.tables`,
 :mod:`~gpuguide.verdicts`, :mod:`~gpuguide.artifacts`, :mod:`~gpuguide.results`,
-:mod:`~gpuguide.page`) and :mod:`gpuguide.chapters`, helpers that serve one
+:mod:`~gpuguide.page`, :mod:`~gpuguide.claims`) and :mod:`gpuguide.chapters`, helpers that serve one
 chapter each. This namespace exports the core and the foundation's most used
 names. Importing it ignores torch's warnings about its own code
 (:func:`~gpuguide.quiet.ignore_torch_internal_warnings`), so that they cannot fail
@@ -18,6 +18,7 @@ a page run with ``-W error``.
 from __future__ import annotations
 
 from gpuguide.artifacts import artifact_path, download_link
+from gpuguide.claims import claim, takeaway
 from gpuguide.device import describe_device, pick_device, provenance
 from gpuguide.host import usable_cpus
 from gpuguide.memory import release_host_memory, track_memory
@@ -51,6 +52,7 @@ __all__ = [
     "artifact_path",
     "benchmark",
     "break_even",
+    "claim",
     "compare",
     "describe_device",
     "device_peaks",
@@ -75,6 +77,7 @@ __all__ = [
     "size_budget",
     "sweep",
     "table",
+    "takeaway",
     "track_memory",
     "usable_cpus",
 ]

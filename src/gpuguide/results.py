@@ -33,18 +33,21 @@ if TYPE_CHECKING:
     from gpuguide.device import DeviceInfo
 
 __all__ = [
-    "ON_HOST", "PEAK_NAMES", "READ_VERSIONS", "RECORD_ENV", "RESULTS_DIR_ENV",
-    "SCHEMA_VERSION", "ConfigValue", "DeviceRecord", "PageRecord", "PageRun", "Result",
-    "ResultsFile", "ResultsFileError", "clear",
-    "current_device", "dumps", "load", "load_dir", "loads", "record", "recorded",
-    "save",
+    "OUTCOMES", "ON_HOST", "PEAK_NAMES", "READ_VERSIONS", "RECORD_ENV",
+    "RESULTS_DIR_ENV", "SCHEMA_VERSION", "Claim", "ConfigValue", "DeviceRecord",
+    "PageRecord", "PageRun", "Result", "ResultsFile", "ResultsFileError", "clear",
+    "current_device", "dumps", "load", "load_dir", "loads", "record", "record_claim",
+    "recorded", "recorded_claims", "save",
 ]  # fmt: skip
 
 #: The version of the file format this module writes.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: The versions it reads: a version 1 file (before each page named the code
-#: that measured it) reads as one whose pages' provenance is unknown.
-READ_VERSIONS = (1, 2)
+#: that measured it) reads as one whose pages' provenance is unknown, a version
+#: 2 file (before claims were recorded) as one without claims.
+READ_VERSIONS = (1, 2, 3)
+#: A claim's outcomes: it held, it failed, or it does not apply on this device.
+OUTCOMES = ("held", "failed", "n/a")
 #: What a result's ``on`` may say: ``"host"``, a figure that a GPU machine
 #: measured on its host CPU (the file's ``device.host``), not on the GPU.
 ON_HOST = "host"
@@ -374,6 +377,29 @@ _RESULT_CHECKS: dict[str, Callable[[str, Any], Any]] = {
 }  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Claim:
+    """One claim a page states and its run checked (:func:`gpuguide.claim`): the
+    ``text`` as the page states it, the ``outcome`` (one of :data:`OUTCOMES`) and
+    ``measured``: what the run measured, or why the claim does not apply."""
+
+    text: str
+    outcome: str
+    measured: str
+
+    def __post_init__(self) -> None:
+        _checked(self, _CLAIM_CHECKS)
+
+    def to_json(self) -> dict[str, object]:
+        """The claim as one entry of a results file's ``"claims"`` list of a page."""
+        return {"text": self.text, "outcome": self.outcome, "measured": self.measured}
+
+
+_CLAIM_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "text": _text, "outcome": _one_of(OUTCOMES), "measured": _text,
+}  # fmt: skip
+
+
 _digest = _is(
     "a digest such as '3 file(s), sha256 3f2a9c0d1e4b' or 'none'",
     lambda v: isinstance(v, str) and (v == "none" or "sha256 " in v),
@@ -480,16 +506,30 @@ class PageRecord:
 
 @dataclass(frozen=True)
 class ResultsFile:
-    """The contents of a results file: one device's provenance, its results, and
+    """The contents of a results file: one device's provenance, its results,
     what each page's figures were measured by (``pages``, by page name; empty
-    for a file of schema version 1)."""
+    for a file of schema version 1) and the claims each page's recorded run
+    checked (``claims``, by page name; empty before schema version 3)."""
 
     device: DeviceRecord
     results: tuple[Result, ...] = ()
     pages_run: Mapping[str, PageRecord] = field(default_factory=dict)
+    claims: Mapping[str, tuple[Claim, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "results", tuple(self.results))
+        checked = {}
+        for page, page_claims in dict(self.claims).items():
+            page_claims = tuple(page_claims)
+            if not all(isinstance(c, Claim) for c in page_claims):
+                raise _bad(f"claims {page!r}", "a sequence of Claims", page_claims)
+            texts = [c.text for c in page_claims]
+            if len(set(texts)) != len(texts):
+                raise _bad(f"claims {page!r}", "claims each stated once", texts)
+            checked[_text("a page's name", page)] = page_claims
+        object.__setattr__(
+            self, "claims", MappingProxyType(dict(sorted(checked.items())))
+        )
         runs = {}
         for page, record in dict(self.pages_run).items():
             if not isinstance(record, PageRecord):
@@ -509,6 +549,10 @@ class ResultsFile:
         """The results of one page (empty when it has none)."""
         return tuple(r for r in self.results if r.page == page)
 
+    def claims_of(self, page: str) -> tuple[Claim, ...]:
+        """The claims ``page``'s recorded run checked (empty when none)."""
+        return self.claims.get(page, ())
+
     def page_record(self, page: str) -> PageRecord | None:
         """What the file knows of ``page``'s runs (None: nothing)."""
         return self.pages_run.get(page)
@@ -517,9 +561,10 @@ class ResultsFile:
         """The file's JSON object."""
         device, results = self.device.to_json(), [r.to_json() for r in self.results]
         pages = {page: record.to_json() for page, record in self.pages_run.items()}
+        claims = {p: [c.to_json() for c in cs] for p, cs in self.claims.items()}
         return {
             "schema": SCHEMA_VERSION, "device": device, "pages": pages,
-            "results": results,
+            "claims": claims, "results": results,
         }  # fmt: skip
 
 
@@ -556,10 +601,14 @@ def _parse(data: object, source: str) -> ResultsFile:
     elif isinstance(schema := data["schema"], bool) or not isinstance(schema, int):
         problem = f'"schema" must be an integer version, got {schema!r}'
     elif schema not in READ_VERSIONS:
-        versions = " and ".join(str(v) for v in READ_VERSIONS)
+        versions = ", ".join(str(v) for v in READ_VERSIONS[:-1]) + f" and {READ_VERSIONS[-1]}"
         problem = f"is schema version {schema}; this gpuguide reads versions {versions}"
     elif unknown := _unknown(
-        data, ("schema", "device", "results", *(("pages",) if schema >= 2 else ()))
+        data,
+        (
+            "schema", "device", "results", *(("pages",) if schema >= 2 else ()),
+            *(("claims",) if schema >= 3 else ()),
+        ),  # fmt: skip
     ):
         problem = f"has unknown keys {unknown}"
     elif "device" not in data:
@@ -592,7 +641,21 @@ def _parse(data: object, source: str) -> ResultsFile:
             records[page] = PageRecord(entry.get("recorded"), entry.get("failed"))
         except (TypeError, ValueError) as error:
             raise _fail(source, f"{where}: {error}") from None
-    return ResultsFile(device, tuple(results), records)
+    claims = data.get("claims", {})
+    if not isinstance(claims, dict):
+        raise _fail(source, f'"claims" must be an object, got {claims!r}')
+    page_claims = {}
+    for page, entries in claims.items():
+        where = f'"claims" {page!r}'
+        if not isinstance(entries, list):
+            raise _fail(source, f"{where} must be a list, got {entries!r}")
+        page_claims[page] = tuple(
+            _object(Claim, e, f"{where}[{i}]", source) for i, e in enumerate(entries)
+        )
+    try:
+        return ResultsFile(device, tuple(results), records, page_claims)
+    except ValueError as error:
+        raise _fail(source, str(error)) from None
 
 
 def _no_constant(constant: str) -> float:
@@ -668,6 +731,7 @@ def load_dir(path: str | os.PathLike[str]) -> dict[Path, ResultsFile]:
 
 
 _recorded: dict[object, Result] = {}
+_claims: dict[tuple[str, str], Claim] = {}
 _device: list[DeviceRecord] = []
 
 
@@ -792,16 +856,42 @@ def recorded() -> tuple[Result, ...]:
     return tuple(_recorded.values())
 
 
+def record_claim(claim: Claim, *, page: str | None = None) -> Claim:
+    """Keep the outcome of one claim of the running page (``page``: default the
+    running script); stating it again replaces it. Written at once, with the
+    page's figures, when ``GPUGUIDE_RECORD`` is set."""
+    if not isinstance(claim, Claim):
+        msg = f"claim must be a Claim, got {type(claim).__name__}"
+        raise TypeError(msg)
+    page = _default_page() if page is None else _text("page", page)
+    _claims.pop((page, claim.text), None)
+    _claims[page, claim.text] = claim
+    if target := os.environ.get(RECORD_ENV, "").strip():
+        _flush(Path(target), current_device())
+    return claim
+
+
+def recorded_claims() -> dict[str, tuple[Claim, ...]]:
+    """The claims this process checked so far, by page, in the order stated."""
+    pages: dict[str, list[Claim]] = {}
+    for (page, _), claim in _claims.items():
+        pages.setdefault(page, []).append(claim)
+    return {page: tuple(claims) for page, claims in pages.items()}
+
+
 def clear() -> None:
-    """Forget what this process recorded (the files written stay as they are)."""
+    """Forget what this process recorded and the claims it checked (the files
+    written stay as they are)."""
     _recorded.clear()
+    _claims.clear()
 
 
 def _flush(target: Path, device: DeviceRecord) -> None:
     """Write what this process recorded into ``target``, keeping the other pages'."""
-    mine = recorded()
+    mine, my_claims = recorded(), recorded_claims()
     kept: tuple[Result, ...] = ()
     runs: Mapping[str, PageRecord] = {}
+    claims: dict[str, tuple[Claim, ...]] = {}
     if target.exists():
         existing = load(target)
         if existing.device.key != device.key:
@@ -811,10 +901,11 @@ def _flush(target: Path, device: DeviceRecord) -> None:
                 f"({device.kind}); record each device into its own file"
             )
             raise _fail(os.fspath(target), problem)
-        pages = {r.page for r in mine}
+        pages = {r.page for r in mine} | set(my_claims)
         kept = tuple(r for r in existing.results if r.page not in pages)
         runs = existing.pages_run
+        claims = {p: c for p, c in existing.claims.items() if p not in pages}
         if existing.device.gpu is not None:  # the limiters the other pages saw too
             device = _with_limits(device, existing.device.gpu.clock_limits or ())
     ordered = sorted((*kept, *mine), key=lambda r: r.page)  # stable: pages keep order
-    save(ResultsFile(device, tuple(ordered), runs), target)
+    save(ResultsFile(device, tuple(ordered), runs, claims | my_claims), target)
