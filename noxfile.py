@@ -220,6 +220,7 @@ def _docs_args(posargs: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--record", action="store_true")
     parser.add_argument("--merge", action="store_true")
     parser.add_argument("--stale", action="store_true")
+    parser.add_argument("--strict-claims", action="store_true")
     return parser.parse_known_args(posargs)
 
 
@@ -258,7 +259,11 @@ def _stale_passes(session: nox.Session) -> list[tuple[str, list[str]]]:
 @nox.session
 def docs(session: nox.Session) -> None:
     """Build the site into docs/_build/html (--no-exec, --example NAME, --clean,
-    --record, --merge, --stale).
+    --record, --merge, --stale, --strict-claims).
+
+    ``--strict-claims``: a claim a page states (``gpuguide.claim``) that does
+    not hold on this device fails the page, and so the build (the tests' build
+    does the same); without it the page says so in place and the log lists it.
 
     ``GPUGUIDE_SITE_URL`` is the address the site is served from (canonical
     links, the downloads' install commands); ``GPUGUIDE_PUBLISH=1`` (a build for
@@ -317,6 +322,9 @@ def docs(session: nox.Session) -> None:
         passes = [
             (what, _pages_pattern(pages)) for what, pages in _stale_passes(session)
         ]
+    env = _env(session)
+    if opts.strict_claims:
+        env["GPUGUIDE_STRICT_CLAIMS"] = "1"
     failed = []
     for what, pattern in passes:
         args = list(sphinx_args)
@@ -333,7 +341,7 @@ def docs(session: nox.Session) -> None:
             session.run(
                 _python(session), "-m", "sphinx", "-b", "html", "-W", "--keep-going",
                 "-d", str(BUILD / "doctrees" / out.name), str(DOCS), str(out), *args,
-                env=_env(session),
+                env=env,
             )  # fmt: skip
         except nox.command.CommandFailed:
             if not opts.stale:

@@ -40,6 +40,7 @@ extensions = [
     "sphinx_copybutton",
     "sphinx_gallery.gen_gallery",
     "results_page",  # docs/_ext: recorded results, validated when the build starts
+    "claims_page",  # docs/_ext: every page's checked claims, on a page and per page
     "site_wheel",  # docs/_ext: the helpers' wheel on the site, its install command
     "landing",  # docs/_ext: banner and chapter cards; actions and provenance on top
     "record_build",  # docs/_ext: --record writes this device's results file

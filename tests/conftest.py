@@ -25,6 +25,9 @@ import torch
 # In the guide's own tests (and the pages and builds they run), a rate above a
 # datasheet peak is an error, never a flag (gpuguide.env.strict_peaks).
 os.environ["GPUGUIDE_STRICT_PEAKS"] = "1"
+# ... and a claim a page states that does not hold here fails the page
+# (gpuguide.claims.strict): the site build and every page run in the tests.
+os.environ["GPUGUIDE_STRICT_CLAIMS"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*/plot_*.py"))

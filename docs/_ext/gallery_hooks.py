@@ -114,6 +114,7 @@ _state: dict[str, Any] = {}
 _page_started: dict[str, float] = {}
 _page_seconds: dict[str, float] = {}
 _page_figures: dict[str, tuple[gpuguide_results.Result, ...]] = {}
+_page_claims: dict[str, tuple[gpuguide_results.Claim, ...]] = {}
 # sphinx-gallery's variables of each running example (page_argv): they say
 # whether it raised.
 _page_vars: dict[str, dict[str, Any]] = {}
@@ -124,14 +125,15 @@ _listeners: list[Callable[[PageEnd], object]] = []
 @dataclass(frozen=True)
 class PageEnd:
     """One example's end, as :func:`on_page_end` listeners get it: its ``page``
-    name, its ``script``, its ``seconds``, the ``figures`` it recorded and
-    whether it ``failed`` (raised)."""
+    name, its ``script``, its ``seconds``, the ``figures`` it recorded, whether
+    it ``failed`` (raised) and the ``claims`` it checked."""
 
     page: str
     script: Path | None
     seconds: float
     figures: tuple[gpuguide_results.Result, ...]
     failed: bool
+    claims: tuple[gpuguide_results.Claim, ...] = ()
 
 
 def on_page_end(listener: Callable[[PageEnd], object] | None) -> None:
@@ -161,6 +163,12 @@ def page_figures() -> dict[str, tuple[gpuguide_results.Result, ...]]:
     every ``gpuguide.record`` (and ``gpuguide.report``) call of its run, taken by
     :func:`reset_torch_state` after the example (a failed one included)."""
     return dict(_page_figures)
+
+
+def page_claims() -> dict[str, tuple[gpuguide_results.Claim, ...]]:
+    """The claims each example executed in this process checked, by page name
+    (:func:`gpuguide.claim`), taken with its figures."""
+    return dict(_page_claims)
 
 
 def page_times() -> dict[str, float]:
@@ -362,6 +370,7 @@ def reset_torch_state(
     if page is not None and when == "after" and page in _page_started:
         _page_seconds[page] = time.perf_counter() - _page_started.pop(page)
         _page_figures[page] = gpuguide_results.recorded()
+        _page_claims[page] = gpuguide_results.recorded_claims().get(page, ())
         # Only what the listeners need: the variables hold the example's globals.
         script_vars = _page_vars.pop(page, {})
         src, failed = script_vars.get("src_file"), "formatted_exception" in script_vars
@@ -372,6 +381,7 @@ def reset_torch_state(
             seconds=_page_seconds[page],
             figures=_page_figures[page],
             failed=failed,
+            claims=_page_claims[page],
         )
     _snapshot_defaults()
 

@@ -104,7 +104,7 @@ def page_ended(ended: PageEnd, results: Path, *, merge_runs: bool = False) -> No
         record_page(
             results, ended.page, ended.figures,
             page_run(ended.script, device, ended.seconds), device=device,
-            failed=ended.failed, merge_runs=merge_runs,
+            failed=ended.failed, merge_runs=merge_runs, claims=ended.claims,
         )  # fmt: skip
     except ValueError as error:  # ResultsFileError is a ValueError
         logger.warning(f"gpuguide: {ended.page} not recorded: {error}")

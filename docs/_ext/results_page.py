@@ -41,7 +41,7 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 from sphinx_gallery.gen_rst import md5sum_is_current
 
-from gallery_hooks import page_figures, sources_digest
+from gallery_hooks import page_claims, page_figures, sources_digest
 from gpuguide.results import (
     RESULTS_DIR_ENV,
     ResultsFile,
@@ -139,17 +139,20 @@ def live_file(script: Path) -> Path:
 
 
 def write_live_files(
-    srcdir: Path, gallery_dirs: list[str], figures: dict[str, tuple[Any, ...]]
-) -> list[Path]:
-    """Keep what each executed page recorded beside its generated page; return
-    the files written (one per page, empty results for a page that recorded
-    nothing)."""
+    srcdir: Path, gallery_dirs: list[str], figures: dict[str, tuple[Any, ...]],
+    claims: dict[str, tuple[Any, ...]] | None = None,
+) -> list[Path]:  # fmt: skip
+    """Keep what each executed page recorded, and the claims it checked, beside
+    its generated page; return the files written (one per page, empty results
+    for a page that recorded nothing)."""
     written = []
+    claims = claims or {}
     device = current_device() if figures else None
     for gallery in gallery_dirs:
         for script in sorted(Path(srcdir, gallery).glob("**/plot_*.py")):
             if script.stem in figures and device is not None:
-                live = ResultsFile(device, figures[script.stem])
+                checked = {script.stem: claims[script.stem]} if claims.get(script.stem) else {}
+                live = ResultsFile(device, figures[script.stem], claims=checked)
                 written.append(save(live, live_file(script)))
     return written
 
@@ -158,7 +161,7 @@ def _examples_ran(app: Any) -> None:
     conf = app.config.sphinx_gallery_conf
     dirs = conf["gallery_dirs"]
     dirs = [dirs] if isinstance(dirs, str) else list(dirs)
-    write_live_files(Path(app.srcdir), dirs, page_figures())
+    write_live_files(Path(app.srcdir), dirs, page_figures(), page_claims())
 
 
 def add_section(source: str) -> str:
@@ -236,9 +239,19 @@ class RecordedFigures(SphinxDirective):
         if missing:
             text = f"Not recorded on {', '.join(missing)} yet."
             lack = [nodes.paragraph(text=text)]
+        from claims_page import claims_table
+
+        checked = claims_table(page, live, list(files.values()))
+        claims_part: list[nodes.Node] = []
+        if checked is not None:
+            text = (
+                "What this page claims, checked by each run that measured it "
+                "([rec]: recorded, with the commit that recorded it):"
+            )
+            claims_part = [nodes.paragraph(text=text), table_node(checked)]
         if table is None:
             text = "No device has recorded figures of this page yet."
-            return [nodes.paragraph(text=text)]
+            return [nodes.paragraph(text=text), *claims_part]
         if live is None:
             intro = "This build did not run the page: the figures each device recorded"
         else:
@@ -260,7 +273,9 @@ class RecordedFigures(SphinxDirective):
                         "longer records them"
                     )
                 labels += nodes.list_item("", nodes.paragraph(text=label))
-        return [nodes.paragraph(text=intro), table_node(table), labels, *lack]
+        return [
+            nodes.paragraph(text=intro), table_node(table), labels, *lack, *claims_part
+        ]
 
 
 def _page_docs(examples: Path) -> dict[str, str]:

@@ -37,6 +37,7 @@ from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.results import (
     PEAK_NAMES,
     RECORD_ENV,
+    Claim,
     DeviceRecord,
     PageRecord,
     PageRun,
@@ -159,8 +160,11 @@ def record_page(
     device: DeviceRecord,
     failed: bool = False,
     merge_runs: bool = False,
+    claims: Sequence[Claim] = (),
 ) -> Path:
     """Write one page's outcome into the device's file in ``results``, at once.
+
+    The page's ``claims`` replace its earlier ones, unless it failed.
 
     A page that ran replaces its figures in the file with ``figures`` (with
     ``merge_runs``, merges them with its earlier ones into medians with their
@@ -204,7 +208,14 @@ def record_page(
     kept = tuple(r for r in old.results if r.page != page) if old is not None else ()
     ordered = sorted((*kept, *mine), key=lambda r: r.page)  # stable: pages keep order
     runs = {**(old.pages_run if old is not None else {}), page: entry}
-    save(ResultsFile(_device_for(device, old), tuple(ordered), runs), target)
+    checked = dict(old.claims) if old is not None else {}
+    if not failed:
+        checked.pop(page, None)
+        if claims:
+            checked[page] = tuple(claims)
+    save(
+        ResultsFile(_device_for(device, old), tuple(ordered), runs, checked), target
+    )
     return target
 
 
@@ -294,6 +305,7 @@ def record_pages(
                 results, script.stem, recorded.results if recorded else (),
                 page_run(script, ran_on, took), device=ran_on, failed=not ok,
                 merge_runs=merge_runs,
+                claims=recorded.claims_of(script.stem) if recorded else (),
             )  # fmt: skip
             if not ok:
                 say(tail)
