@@ -443,3 +443,98 @@ def test_a_corrupted_results_file_stops_the_build_naming_the_file(tmp_path, kind
     message = result.stdout + result.stderr
     assert f"results file {folder / 'cuda-h100-sxm5.json'}: {problem}" in message
     assert not (tmp_path / "html" / "auto_examples").exists()  # stopped before pages
+
+
+CLAIMS_CODE = EXAMPLE_HEAD + (
+    "import gpuguide\n\n"
+    "page = gpuguide.setup()\n"
+    'gpuguide.claim("the sum of 2 and 2 is 4", holds=2 + 2 == 4, measured="4")\n'
+    'gpuguide.claim("the sum of 2 and 2 is 5", holds=2 + 2 == 5, measured="4")\n'
+    'gpuguide.claim("graphs help", None, at_least=1.0, on="cuda")\n'
+    'print("the page goes on")\n'
+)
+
+
+def test_a_claim_that_does_not_hold_fails_a_strict_build(tmp_path):
+    result = build_mini_site(tmp_path, CLAIMS_CODE, GPUGUIDE_STRICT_CLAIMS="1")
+    assert result.returncode != 0
+    assert failing_examples(result.stderr) == {"plot_only"}
+    assert "Claim did not hold here: the sum of 2 and 2 is 5; measured 4" in (
+        result.stdout + result.stderr
+    )
+
+
+def test_a_claim_that_does_not_hold_is_shown_in_place_and_listed(tmp_path):
+    result = build_mini_site(tmp_path, CLAIMS_CODE, GPUGUIDE_STRICT_CLAIMS="0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    page = tmp_path / "html" / "auto_examples" / "01_only" / "plot_only.html"
+    soup = bs4.BeautifulSoup(page.read_text(), "html.parser")
+    output = "\n".join(p.get_text() for p in soup.select("div.sphx-glr-script-out pre"))
+    assert "Claim held: the sum of 2 and 2 is 4 (measured 4)" in output
+    assert "Claim did not hold here: the sum of 2 and 2 is 5; measured 4" in output
+    assert "Claim not checked here: graphs help (needs CUDA" in output
+    assert "the page goes on" in output  # a failed claim does not stop the page
+    # The page's Recorded results section has the claims table, this build's column.
+    cells = [
+        td.get_text(" ", strip=True) for td in soup.select("table.gpuguide-recorded td")
+    ]
+    assert "the sum of 2 and 2 is 5" in cells
+    assert "did not hold: 4" in cells
+
+
+def test_the_build_log_counts_the_claims_and_lists_those_that_did_not_hold():
+    from claims_page import claims_summary
+
+    from gpuguide.results import Claim
+
+    claims = {
+        "plot_a": (Claim("x is 4", "held", "4"), Claim("y is 5", "failed", "4")),
+        "plot_b": (Claim("graphs help", "n/a", "needs CUDA"),),
+    }
+    assert claims_summary(claims) == [
+        "gpuguide: claims of the 2 page(s) run: 1 held, 1 did not hold, 1 not checked here",
+        "    did not hold: plot_a: y is 5; measured 4",
+    ]
+    assert claims_summary({}) == []
+
+
+def test_the_claims_table_sets_this_build_beside_each_recording():
+    import dataclasses
+
+    from claims_page import claims_table
+    from conftest import CPU_RECORD, H100_RECORD
+
+    from gpuguide.results import Claim, PageRecord, PageRun, ResultsFile
+
+    run = PageRun(
+        date="2026-11-01",
+        torch="2.11.0",
+        source="none",
+        helpers="none",
+        commit="abc1234",
+    )
+    h100 = ResultsFile(
+        H100_RECORD, pages_run={"plot_a": PageRecord(run)},
+        claims={"plot_a": (Claim("graphs help", "held", "1.40x (1.30-1.50x)"),)},
+    )  # fmt: skip
+    live = ResultsFile(
+        dataclasses.replace(CPU_RECORD),
+        claims={"plot_a": (Claim("x is 4", "held", "4"), Claim("graphs help", "n/a", "needs CUDA"))},
+    )  # fmt: skip
+    table = claims_table("plot_a", live, [h100])
+    assert table.header == (
+        "claim",
+        f"this build ({CPU_RECORD.short_name})",
+        "H100 SXM5 [rec]",
+    )
+    assert table.rows == (
+        ("x is 4", "held: 4", "-"),
+        (
+            "graphs help",
+            "not checked: needs CUDA",
+            "held: 1.40x (1.30-1.50x) [abc1234]",
+        ),
+    )
+    assert claims_table("plot_b", live, [h100]) is None
+    # A build that did not run the page: the recordings only.
+    assert claims_table("plot_a", None, [h100]).header == ("claim", "H100 SXM5 [rec]")

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from docutils import nodes
+from results_page import _page_docs, _recordings, live_file, table_node
 from sphinx import addnodes
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
@@ -33,7 +34,6 @@ from sphinx_gallery.gen_rst import md5sum_is_current
 from gallery_hooks import page_claims
 from gpuguide.results import Claim, ResultsFile, load
 from gpuguide.tables import Table
-from results_page import _page_docs, _recordings, live_file, table_node
 
 __all__ = ["OUTCOME_WORDS", "RecordedClaims", "claims_summary", "claims_table", "setup"]
 
@@ -143,7 +143,9 @@ class RecordedClaims(SphinxDirective):
             heading += link
             out += [heading, table_node(table)]
         if not out:
-            return [nodes.paragraph(text="No page has checked a claim in this build yet.")]
+            return [
+                nodes.paragraph(text="No page has checked a claim in this build yet.")
+            ]
         count = f"{total} claims on {len(out) // 2} pages."
         return [nodes.paragraph(text=count), *out]
 

@@ -151,7 +151,11 @@ def write_live_files(
     for gallery in gallery_dirs:
         for script in sorted(Path(srcdir, gallery).glob("**/plot_*.py")):
             if script.stem in figures and device is not None:
-                checked = {script.stem: claims[script.stem]} if claims.get(script.stem) else {}
+                checked = (
+                    {script.stem: claims[script.stem]}
+                    if claims.get(script.stem)
+                    else {}
+                )
                 live = ResultsFile(device, figures[script.stem], claims=checked)
                 written.append(save(live, live_file(script)))
     return written
@@ -274,7 +278,11 @@ class RecordedFigures(SphinxDirective):
                     )
                 labels += nodes.list_item("", nodes.paragraph(text=label))
         return [
-            nodes.paragraph(text=intro), table_node(table), labels, *lack, *claims_part
+            nodes.paragraph(text=intro),
+            table_node(table),
+            labels,
+            *lack,
+            *claims_part,
         ]
 
 

@@ -70,7 +70,9 @@ def strict() -> bool:
     return os.environ.get(STRICT_ENV, "").strip() not in ("", "0")
 
 
-def _interval(value: object, spread: Sequence[float] | None) -> tuple[float, float, str]:
+def _interval(
+    value: object, spread: Sequence[float] | None
+) -> tuple[float, float, str]:
     """``(low, high, text)`` of a measured object or a number with its spread."""
     if isinstance(value, Comparison):
         return value.low, value.high, value.short
@@ -103,7 +105,9 @@ def _interval(value: object, spread: Sequence[float] | None) -> tuple[float, flo
 
 def _verdict_holds(value: object, verdict: str) -> bool:
     if verdict not in VERDICTS:
-        msg = f"verdict must be one of {', '.join(map(repr, VERDICTS))}, got {verdict!r}"
+        msg = (
+            f"verdict must be one of {', '.join(map(repr, VERDICTS))}, got {verdict!r}"
+        )
         raise ValueError(msg)
     if not isinstance(value, Comparison):
         msg = f"a verdict claim needs a Comparison, got {type(value).__name__}"
@@ -195,8 +199,7 @@ def claim(
     ]
     if sum(conditions) != 1:
         msg = (
-            f"claim {text!r} needs one condition: at_least/at_most, verdict= "
-            "or holds="
+            f"claim {text!r} needs one condition: at_least/at_most, verdict= or holds="
         )
         raise ValueError(msg)
     if holds is not None and (not isinstance(holds, bool) or not measured):

@@ -33,11 +33,32 @@ if TYPE_CHECKING:
     from gpuguide.device import DeviceInfo
 
 __all__ = [
-    "OUTCOMES", "ON_HOST", "PEAK_NAMES", "READ_VERSIONS", "RECORD_ENV",
-    "RESULTS_DIR_ENV", "SCHEMA_VERSION", "Claim", "ConfigValue", "DeviceRecord",
-    "PageRecord", "PageRun", "Result", "ResultsFile", "ResultsFileError", "clear",
-    "current_device", "dumps", "load", "load_dir", "loads", "record", "record_claim",
-    "recorded", "recorded_claims", "save",
+    "ON_HOST",
+    "OUTCOMES",
+    "PEAK_NAMES",
+    "READ_VERSIONS",
+    "RECORD_ENV",
+    "RESULTS_DIR_ENV",
+    "SCHEMA_VERSION",
+    "Claim",
+    "ConfigValue",
+    "DeviceRecord",
+    "PageRecord",
+    "PageRun",
+    "Result",
+    "ResultsFile",
+    "ResultsFileError",
+    "clear",
+    "current_device",
+    "dumps",
+    "load",
+    "load_dir",
+    "loads",
+    "record",
+    "record_claim",
+    "recorded",
+    "recorded_claims",
+    "save",
 ]  # fmt: skip
 
 #: The version of the file format this module writes.
@@ -522,10 +543,12 @@ class ResultsFile:
         for page, page_claims in dict(self.claims).items():
             page_claims = tuple(page_claims)
             if not all(isinstance(c, Claim) for c in page_claims):
-                raise _bad(f"claims {page!r}", "a sequence of Claims", page_claims)
+                msg = f"claims {page!r}"
+                raise _bad(msg, "a sequence of Claims", page_claims)
             texts = [c.text for c in page_claims]
             if len(set(texts)) != len(texts):
-                raise _bad(f"claims {page!r}", "claims each stated once", texts)
+                msg = f"claims {page!r}"
+                raise _bad(msg, "claims each stated once", texts)
             checked[_text("a page's name", page)] = page_claims
         object.__setattr__(
             self, "claims", MappingProxyType(dict(sorted(checked.items())))
@@ -601,14 +624,19 @@ def _parse(data: object, source: str) -> ResultsFile:
     elif isinstance(schema := data["schema"], bool) or not isinstance(schema, int):
         problem = f'"schema" must be an integer version, got {schema!r}'
     elif schema not in READ_VERSIONS:
-        versions = ", ".join(str(v) for v in READ_VERSIONS[:-1]) + f" and {READ_VERSIONS[-1]}"
+        versions = (
+            ", ".join(str(v) for v in READ_VERSIONS[:-1]) + f" and {READ_VERSIONS[-1]}"
+        )
         problem = f"is schema version {schema}; this gpuguide reads versions {versions}"
     elif unknown := _unknown(
         data,
         (
-            "schema", "device", "results", *(("pages",) if schema >= 2 else ()),
+            "schema",
+            "device",
+            "results",
+            *(("pages",) if schema >= 2 else ()),
             *(("claims",) if schema >= 3 else ()),
-        ),  # fmt: skip
+        ),
     ):
         problem = f"has unknown keys {unknown}"
     elif "device" not in data:

@@ -104,7 +104,11 @@ class Comparison:
             return NO_DIFFERENCE
         if self.low > 1.0 and self.speedup >= MIN_EFFECT and self.wins >= self.losses:
             return "faster"
-        if self.high < 1.0 and self.speedup <= 1 / MIN_EFFECT and self.losses >= self.wins:
+        if (
+            self.high < 1.0
+            and self.speedup <= 1 / MIN_EFFECT
+            and self.losses >= self.wins
+        ):
             return "slower"
         return NO_DIFFERENCE
 

@@ -213,9 +213,7 @@ def record_page(
         checked.pop(page, None)
         if claims:
             checked[page] = tuple(claims)
-    save(
-        ResultsFile(_device_for(device, old), tuple(ordered), runs, checked), target
-    )
+    save(ResultsFile(_device_for(device, old), tuple(ordered), runs, checked), target)
     return target
 
 
