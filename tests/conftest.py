@@ -75,7 +75,13 @@ TORCH_LOG = re.compile(
 #: ``gpuguide.record(...)``, or a default ``<module.Class object at 0x7f...>``.
 STRAY_REPR = re.compile(
     r"\bResult\(|\bmappingproxy\(|<[\w.]+ object at 0x[0-9a-fA-F]+>"
+    # ... and the repr of a helper object or dataclass printed instead of text
+    r"|<(Measurement|Peaks|Rate|Comparison) |\btorch\.Size\("
+    r"|\b[A-Z]\w*(Config|Shape|Info|Record)\(\w+="
 )
+#: A share above 100% ("257% of a large copy_"): a page compares with a
+#: reference its figure cannot exceed, or it has picked the wrong one.
+SHARE_ABOVE_100 = re.compile(r"(?<![\d.])(\d{3,}(?:\.\d+)?)% of\b")
 
 #: A reference to the texts the guide was written from, which readers do not have:
 #: "Seed 004 says", "(seed 002 says ~10 us)", "as the seeds say". Random seeds

@@ -12,6 +12,7 @@ from conftest import (
     EXAMPLES,
     MEASURED,
     SEED_REFERENCE,
+    SHARE_ABOVE_100,
     STRAY_REPR,
     TORCH_LOG,
     build_mini_site,
@@ -195,6 +196,17 @@ def test_example_page_has_figures_output_and_provenance(site, script):
     assert stray is None, (
         f"a cell's last value on the page: {stray and stray.group(0)!r}"
     )
+    shares = [
+        m.group(0) for m in SHARE_ABOVE_100.finditer(outputs) if float(m[1]) > 100
+    ]
+    assert not shares, f"shares above 100%: {shares}"
+    # Strict mode fails the page on a claim that did not hold; the page's own
+    # lines say so too, and it states at least two claims.
+    assert "Claim did not hold here" not in outputs
+    stated = re.findall(
+        r"^Claim (held|did not hold here|not checked here): ", outputs, re.M
+    )
+    assert len(stated) >= 2, f"{script.stem} states {len(stated)} claim(s)"
     check = PAGE_CHECKS.get(script.stem)
     if check is not None:
         check(outputs)
@@ -242,6 +254,20 @@ def test_gallery_lists_every_example(site):
     gallery = (out / "auto_examples" / "index.html").read_text()
     for script in EXAMPLES:
         assert f"{script.stem}.html" in gallery
+
+
+def test_the_claims_page_lists_every_pages_claims(site):
+    out, _ = site
+    page = bs4.BeautifulSoup((out / "claims.html").read_text(), "html.parser")
+    rows = page.select("table.gpuguide-recorded tbody tr")
+    assert len(rows) >= 80, f"{len(rows)} claims on the claims page"
+    headings = {r.get_text(strip=True) for r in page.select("p.rubric")}
+    assert headings == {script.stem for script in EXAMPLES}
+    # This build ran every page: each row has this build's outcome.
+    cells = [r.select("td")[1].get_text(strip=True) for r in rows]
+    assert all(c.split(":")[0] in ("held", "not checked") for c in cells), cells
+    nav = (out / "index.html").read_text()
+    assert 'href="claims.html"' in nav
 
 
 EXAMPLE_HEAD = '"""\nOnly\n====\n\nOne example.\n"""\n\nimport warnings\n\n'
