@@ -398,3 +398,48 @@ def test_a_long_run_says_which_page_runs_and_how_long_it_has_been(
     # by default, the progress goes to stderr, one flushed line per page
     recorder.record_pages(recorder.pages(examples, ["plot_one"]), tmp_path / "s")
     assert capsys.readouterr().err == "[1/1] plot_one: running (0:00 in)\n"
+
+
+# -- claims ----------------------------------------------------------------------------
+
+CLAIMING = PAGE + (
+    'gpuguide.claim("{name} is positive", holds={value} > 0, measured="{value}")\n'
+)
+
+
+def test_claims_are_recorded_with_their_page_and_kept_when_it_fails(
+    tmp_path, device, monkeypatch
+):
+    monkeypatch.setenv("GPUGUIDE_STRICT_CLAIMS", "0")  # a claim may fail: said, kept
+    examples, folder = tmp_path / "examples", tmp_path / "results"
+    _page(examples, "01_a", "plot_one", CLAIMING, name="a", value=1.0)
+    _page(examples, "01_a", "plot_two", CLAIMING, name="b", value=-2.0)
+    said = []
+    recorder.record_pages(recorder.pages(examples), folder, log=said.append)
+    path = folder / device.file_name
+    saved = results.load(path)
+    assert [(c.text, c.outcome) for c in saved.claims_of("plot_one")] == [
+        ("a is positive", "held")
+    ]
+    assert [(c.text, c.outcome) for c in saved.claims_of("plot_two")] == [
+        ("b is positive", "failed")
+    ]
+    assert "claims of those pages: 1 held, 1 did not hold, 0 not checked here" in said
+    assert "    did not hold: plot_two: b is positive; measured -2.0" in said
+    # The page fails in its next run: its claims stay those of the run recorded.
+    _page(examples, "01_a", "plot_one", FAILING, name="a", value=3.0)
+    with pytest.raises(RuntimeError, match="plot_one"):
+        recorder.record_pages(recorder.pages(examples), folder, log=said.append)
+    assert [c.outcome for c in results.load(path).claims_of("plot_one")] == ["held"]
+    # Strict, a claim that does not hold fails its page.
+    monkeypatch.setenv("GPUGUIDE_STRICT_CLAIMS", "1")
+    with pytest.raises(RuntimeError, match="1 page\\(s\\) failed: plot_two"):
+        recorder.record_pages([examples / "01_a" / "plot_two.py"], folder, partial=True)
+
+
+def test_merge_and_the_ceilings_keep_the_claims(device):
+    claim = results.Claim("a is positive", "held", "1.0")
+    first = ResultsFile(device, (Result("p", "a", 1.0, "s"),), claims={"p": (claim,)})
+    later = replace(first, device=replace(device, date="2099-01-01T00:00:00+00:00"))
+    assert recorder.merge([first, later]).claims_of("p") == (claim,)
+    assert recorder.with_measured_ceilings(first).claims == first.claims

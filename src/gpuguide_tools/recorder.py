@@ -353,18 +353,32 @@ def finish_recording(
         gone += sorted(set(new.pages_run) - set(pages) - set(gone))
         if gone:
             log(f"dropped {len(gone)} page(s) that no longer exist: {', '.join(gone)}")
-            new = ResultsFile(
-                new.device,
-                tuple(r for r in new.results if r.page not in gone),
-                {k: v for k, v in new.pages_run.items() if k not in gone},
+            new = replace(
+                new,
+                results=tuple(r for r in new.results if r.page not in gone),
+                pages_run={k: v for k, v in new.pages_run.items() if k not in gone},
+                claims={k: v for k, v in new.claims.items() if k not in gone},
             )
     if not new.device.peaks:
         peaks = peak_figures(device_peaks())
-        new = ResultsFile(replace(new.device, peaks=peaks), new.results, new.pages_run)
+        new = replace(new, device=replace(new.device, peaks=peaks))
     new = with_measured_ceilings(new)
     save(new, target)
     ran = [page for page in pages if page not in failed]
     log(f"wrote {len(ran)} page(s) to {target} ({len(new.results)} figures in all)")
+    checked = [c for page in ran for c in new.claims_of(page)]
+    if checked:
+        count = {
+            o: sum(c.outcome == o for c in checked) for o in ("held", "failed", "n/a")
+        }
+        log(
+            f"claims of those pages: {count['held']} held, {count['failed']} did not "
+            f"hold, {count['n/a']} not checked here"
+        )
+        for page in ran:
+            for c in new.claims_of(page):
+                if c.outcome == "failed":
+                    log(f"    did not hold: {page}: {c.text}; measured {c.measured}")
     if failed:
         raise RuntimeError(failures)
     return target
@@ -396,9 +410,7 @@ def with_measured_ceilings(results_file: ResultsFile) -> ResultsFile:
     for r in results_file.results:
         if r.peak in peaks and r.unit.endswith("/s"):
             peaks[r.peak] = max(peaks[r.peak], r.value)
-    return ResultsFile(
-        replace(device, peaks=peaks), results_file.results, results_file.pages_run
-    )
+    return replace(results_file, device=replace(device, peaks=peaks))
 
 
 def _when(date: str) -> datetime:
@@ -452,9 +464,13 @@ def merge(files: Sequence[ResultsFile]) -> ResultsFile:
         )  # fmt: skip
     latest = max((f.device for f in files), key=lambda d: _when(d.date))
     runs: dict[str, PageRecord] = {}
-    for results_file in files:  # the later file's page records win
+    claims: dict[str, tuple[Claim, ...]] = {}
+    for results_file in files:  # the later file's page records and claims win
         runs.update(results_file.pages_run)
-    return ResultsFile(device=latest, results=tuple(merged), pages_run=runs)
+        claims.update(results_file.claims)
+    return ResultsFile(
+        device=latest, results=tuple(merged), pages_run=runs, claims=claims
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
