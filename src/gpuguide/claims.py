@@ -36,7 +36,9 @@ import os
 import sys
 from typing import TYPE_CHECKING, TextIO
 
+from gpuguide.device import pick_device
 from gpuguide.env import small_mode
+from gpuguide.page import current
 from gpuguide.results import Claim, record_claim, recorded_claims
 from gpuguide.timing import Measurement, Rate
 from gpuguide.units import format_time, significant
@@ -118,13 +120,9 @@ def _verdict_holds(value: object, verdict: str) -> bool:
 
 
 def _device_type() -> str:
-    from gpuguide.page import _current
-
-    if _current:
-        return _current[0].device.type
-    from gpuguide.device import pick_device
-
-    return pick_device().type
+    """The set-up page's device type, else the device a page would pick."""
+    page = current()
+    return page.device.type if page is not None else pick_device().type
 
 
 def claim(
@@ -251,12 +249,12 @@ def line(claim: Claim) -> str:
 
 
 def takeaway(page: str | None = None, *, file: TextIO | None = None) -> str:
-    """Print the running page's claims with their outcomes in this run, for its
-    take-away section; return the text."""
-    from gpuguide.results import _default_page
-
-    name = _default_page() if page is None else page
-    claims = recorded_claims().get(name, ())
+    """Print the claims the running page checked (``page``: those of that page)
+    with their outcomes in this run, for its take-away section; return the text."""
+    checked = recorded_claims()
+    if page is not None:
+        checked = {page: checked.get(page, ())}
+    claims = [c for page_claims in checked.values() for c in page_claims]
     counts = {o: sum(c.outcome == o for c in claims) for o in HEADS}
     head = (
         f"This page's claims in this run: {counts['held']} held, "

@@ -30,7 +30,7 @@ from gpuguide.verdicts import place as place_of
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Page", "report", "setup"]
+__all__ = ["Page", "current", "report", "setup"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,11 @@ def setup(
     print(provenance(device), file=file or sys.stdout)
     _current[:] = [page]
     return page
+
+
+def current() -> Page | None:
+    """The page set up last in this process (:func:`setup`), if any."""
+    return _current[0] if _current else None
 
 
 def _peaks_for(device: str) -> Peaks:
