@@ -34,10 +34,17 @@ x = torch.randn(16, 64)  # no device=: this is a CPU tensor
 if device.type == "cpu" and not page.needs_cuda("A real CPU/GPU mismatch"):
     print("Here a 'meta' tensor (shape and dtype, no data) plays the other device.")
     x = torch.randn(16, 64, device="meta")
+raised = {}
 try:
     model(x)
 except RuntimeError as err:
     print(f"RuntimeError: {err}")
+    raised["devices"] = True
+gpuguide.claim(
+    "an operation that mixes devices raises a RuntimeError",
+    holds=raised.get("devices", False),
+    measured="raised" if raised else "no error",
+)
 
 # A close relative on every device: NumPy arrays are float64 by default and
 # ``torch.from_numpy`` keeps their dtype, while the model's weights are float32.
@@ -46,6 +53,12 @@ try:
     model(x_np.to(device))
 except RuntimeError as err:
     print(f"RuntimeError: {err}")
+    raised["dtypes"] = True
+gpuguide.claim(
+    "a float64 NumPy input to float32 weights raises a RuntimeError",
+    holds=raised.get("dtypes", False),
+    measured=f"input {x_np.dtype}: " + ("raised" if "dtypes" in raised else "no error"),
+)
 
 # %%
 # The fix: take device and dtype from the model, once
@@ -54,7 +67,10 @@ except RuntimeError as err:
 # from outside (NumPy, a data loader) with a single ``.to(device=..., dtype=...)``.
 weight = next(model.parameters())
 fixed = model(x_np.to(device=weight.device, dtype=weight.dtype))
-print(f"fixed: input moved to {weight.device} as {weight.dtype}, output {fixed.shape}")
+print(
+    f"fixed: input moved to {weight.device} as {weight.dtype}, "
+    f"output of shape {tuple(fixed.shape)}"
+)
 
 # %%
 # Pitfall 2: gradients that are never zeroed
@@ -71,6 +87,12 @@ for _ in range(4):
     norms.append(model.weight.grad.norm().item())
 for k, norm in enumerate(norms, start=1):
     print(f"after {k} backward calls: |grad| = {norm:.4g} ({norm / norms[0]:.2f}x)")
+ratios = [norm / norms[0] for norm in norms]
+gpuguide.claim(
+    "k backward calls without zeroing give k times one call's gradient",
+    holds=all(abs(r - k) <= 1e-3 * k for k, r in enumerate(ratios, start=1)),
+    measured=", ".join(f"{r:.3f}x" for r in ratios),
+)
 
 # %%
 # The cost: a run that does not converge
@@ -100,6 +122,14 @@ for label, zero in [("zero_grad each step", True), ("never zeroed", False)]:
     rows.append({"run": label, "grad norm every 8 steps": picks,
                  "loss after 40 steps": f"{curves[label][-1]:.3g}"})  # fmt: skip
 print(table(rows))
+zeroed, never = curves["zero_grad each step"], curves["never zeroed"]
+gpuguide.claim(
+    "with zero_grad the loss falls at least 1000x in 40 steps; never zeroed, it "
+    "ends at least 1000x higher",
+    holds=zeroed[-1] * 1000 <= zeroed[0] and never[-1] >= 1000 * zeroed[-1],
+    measured=f"zeroed {zeroed[0]:.3g} -> {zeroed[-1]:.3g}, never zeroed "
+    f"{never[0]:.3g} -> {never[-1]:.3g}",
+)
 
 fig, ax = plt.subplots()
 plot_sweep(
@@ -109,3 +139,10 @@ plot_sweep(
     f"zero_grad, {curves['never zeroed'][-1]:.2g} without",
 )  # fmt: skip
 plt.show()
+
+# %%
+# What to take away
+# -----------------
+# Put inputs on the model's device and dtype with one ``.to(...)``, and zero the
+# gradients once per optimizer step. What this run found:
+gpuguide.takeaway()
