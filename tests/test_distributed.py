@@ -180,6 +180,13 @@ def test_run_worlds_runs_each_world_in_turn_in_one_set_of_processes():
     }
 
 
+def test_launch_runs_each_world_and_returns_its_results_by_rank():
+    from gpuguide.chapters import distributed
+
+    got = distributed.launch(os.path.expandvars, ("$RANK/$WORLD_SIZE",), [1, 2])
+    assert got == {1: ["0/1"], 2: ["0/2", "1/2"]}
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"), [({"backend": "mpi"}, "backend"), ({"steps": 0}, "steps")]
 )

@@ -19,26 +19,23 @@ See also the concept page :doc:`Amdahl's law for a training step </concepts/amda
 # On a CPU each process gets one thread, so that N processes use N cores and the
 # comparison with one process is fair. Process counts stop at the usable cores; on
 # the host of a single GPU, the page runs one process and the most.
-import socket
-import time
 from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import torch
-import torch.multiprocessing as mp
 
 import gpuguide
 from gpuguide import benchmark, compare, plot_bars, report, table, usable_cpus
-from gpuguide.chapters import distributed, spawning
+from gpuguide.chapters import distributed
 
 page = gpuguide.setup()
 gpus = torch.cuda.device_count() if page.cuda else 0
+cores = usable_cpus()
 if gpus >= 2:
     world_sizes = [n for n in (1, 2, 4, 8) if n <= gpus]
     config = distributed.DDPConfig("nccl", features=1024, width=4096, batch_size=256,
                                    steps=20)  # fmt: skip
 else:
-    cores = usable_cpus()
     world_sizes = [n for n in (1, 2, 4) if n <= max(cores, 2)][: 2 if page.small else 3]
     if page.cuda:
         world_sizes = [1, world_sizes[-1]]
@@ -49,7 +46,23 @@ else:
           f" the processes below train on CPU cores ({cores} usable) with gloo.")  # fmt: skip
 where = "cuda" if gpus >= 2 else "cpu"
 size = f"width {config.width}, batch {config.batch_size}"
-print(config)
+print(
+    f"each process: an MLP {config.features} -> {config.width} -> {config.width} "
+    f"-> {config.classes}, a batch of {config.batch_size}, {config.steps} timed "
+    f"steps, backend {config.backend}"
+)
+# N ranks on a CPU need a core each, and gloo's threads and this page more.
+few = None
+if gpus < 2 and cores < 2 * world_sizes[-1]:
+    few = (
+        f"{cores} usable cores: too few for {world_sizes[-1]} processes, "
+        "their gloo threads and this page"
+    )
+    print(
+        f"{few}, so the steps of more than one process are not timed steadily "
+        "here and not shown as results; the Recorded results give them on a "
+        "host with more cores, and on GPUs."
+    )
 
 # %%
 # The code each process runs
@@ -66,15 +79,16 @@ print(config)
 # the parameters. ``DistributedSampler`` gives every rank a different share of the
 # data. In ``backward()`` those hooks start an all-reduce for each *bucket* of
 # gradients (25 MB by default) as soon as the bucket is complete, so communication
-# overlaps with the rest of the backward pass. ``ddp.no_sync()`` skips the
+# can overlap with the rest of the backward pass (measured below). ``ddp.no_sync()`` skips the
 # all-reduce, for gradient accumulation, and here to time a step without it.
 
 # %%
 # Launching one process per device
 # --------------------------------
-# ``launch`` does on one machine what ``torchrun`` does: it starts processes with the
-# ``"spawn"`` method, and each (``run_worlds``) sets its ``RANK``, ``LOCAL_RANK``,
-# ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` before it calls the worker.
+# ``distributed.launch`` does on one machine what ``torchrun`` does: it starts
+# processes with the ``"spawn"`` method, and each (``run_worlds``) sets its
+# ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``
+# before it calls the worker.
 # Rank 0 opens a rendezvous store on that port; a free one is found by binding a
 # socket to port 0. Each rank sends its report back through a queue. Given several
 # world sizes, one set of processes runs them in turn, meeting at a barrier between
@@ -82,6 +96,9 @@ print(config)
 # process then starts, and imports torch, once. This page does so where the ranks
 # train on the host of a GPU, which takes seconds to start a process; elsewhere
 # every world size starts processes of its own.
+#
+# .. literalinclude:: /../src/gpuguide/chapters/distributed.py
+#    :pyobject: launch
 #
 # On several machines, ``torchrun`` starts the same worker. For two machines with
 # eight GPUs each, run on both:
@@ -97,38 +114,16 @@ print(config)
 # The worker above reads them and runs unchanged.
 
 
-def launch(sizes, timeout_s=600, host="127.0.0.1"):
-    sockets = [socket.socket() for _ in sizes]  # all bound at once: distinct ports
-    for s in sockets:
-        s.bind((host, 0))
-    worlds = [(n, s.getsockname()[1]) for n, s in zip(sizes, sockets, strict=True)]
-    for s in sockets:
-        s.close()
-    spawn = mp.get_context("spawn")
-    results, barrier = spawn.SimpleQueue(), spawn.Barrier(max(sizes))
-    args = (distributed.ddp_train_worker, (config,), worlds, host, barrier, results)
-    with spawning.spawn_safe():  # the children import what they run, not this page
-        ranks = mp.start_processes(distributed.run_worlds, args=args, nprocs=max(sizes),
-                                   join=False, start_method="spawn")  # fmt: skip
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not ranks.join(timeout=0.05):  # raises if a rank failed
-            if time.monotonic() > deadline:
-                msg = f"{max(sizes)} processes still running after {timeout_s} s"
-                raise TimeoutError(msg)
-    finally:
-        for process in ranks.processes:
-            if process.is_alive():
-                process.kill()
-    got = dict(results.get() for _ in range(sum(sizes)))  # (size, rank): report
-    return {n: [got[n, rank] for rank in range(n)] for n in sizes}
+def launch(sizes):
+    return distributed.launch(distributed.ddp_train_worker, (config,), sizes)
 
 
 if page.cuda and gpus < 2:  # ranks on a GPU's host: one set of processes
     reports = launch(world_sizes)
 else:
     reports = {n: launch([n])[n] for n in world_sizes}
-print(table({"world size": n, "rank 0's step": r[0].step} for n, r in reports.items()))
+shown = [n for n in world_sizes if n == 1 or not few]  # the steady timings
+print(table({"world size": n, "rank 0's step": reports[n][0].step} for n in shown))
 
 # %%
 # Every rank ends with the same gradients
@@ -138,9 +133,22 @@ print(table({"world size": n, "rank 0's step": r[0].step} for n, r in reports.it
 ranks = reports[world_sizes[-1]]
 for r in ranks:
     print(f"rank {r.rank} on {r.device}: first samples {list(r.first_indices)}")
-print(f"largest difference from rank 0's gradients: "
-      f"{max(r.rank_difference for r in ranks):.1e}; from the mean of the local "
-      f"gradients: {max(r.mean_error for r in ranks):.1e}")  # fmt: skip
+firsts = [set(r.first_indices) for r in ranks]
+gpuguide.claim(
+    "each rank's sampler hands it different samples (the ranks' first four overlap "
+    "nowhere)",
+    holds=len(set().union(*firsts)) == sum(map(len, firsts)),
+    measured=f"{len(set().union(*firsts))} distinct of {sum(map(len, firsts))}",
+)
+apart = max(r.rank_difference for r in ranks)
+off_mean = max(r.mean_error for r in ranks)
+gpuguide.claim(
+    f"after the all-reduce, the {len(ranks)} ranks hold the same gradients, the mean "
+    "of their local ones (to 1e-5)",
+    holds=max(apart, off_mean) <= 1e-5,
+    measured=f"largest difference from rank 0's: {apart:.1e}, from the mean: "
+    f"{off_mean:.1e}",
+)
 
 # %%
 # Throughput with 1 and N processes
@@ -150,27 +158,31 @@ print(f"largest difference from rank 0's gradients: "
 # of one process; communication and shared resources take their share. On a CPU, N
 # processes need N idle cores, and even with a core each they share its memory
 # bandwidth and caches, so a step without communication may take them longer than
-# one process alone (the line after the throughputs); GPUs of their own share
-# nothing of the sort. The comparisons carry the spread of rank 0's steps.
+# one process alone (the line after the throughputs, and the table below); GPUs of
+# their own share nothing of the sort. The comparisons carry the spread of rank 0's
+# steps.
 throughput = {}  # time per sample of rank 0's steps: a Measurement to compare
 for n, (r0, *_) in reports.items():
     label = f"training with {n} process{'es' if n > 1 else ''}"
     per_sample = [t / r0.samples_per_step for t in r0.step.times_s]
     throughput[label] = replace(r0.step, label=label, times_s=per_sample)
-    c = compare(throughput[label], next(iter(throughput.values())))
-    print(f"{c}, {c.speedup / n:.0%} of ideal" if n > 1 else f"{label}, the baseline:")
-    report("throughput", r0.step.rate(r0.samples_per_step, "samples/s"), size=size,
-           processes=n, backend=config.backend)  # fmt: skip
+    if n in shown:
+        rate = r0.step.rate(r0.samples_per_step, "samples/s")
+        report("throughput", rate, size=size, processes=n, backend=config.backend)
 most = f"{world_sizes[-1]} processes"
-print(compare(
-    replace(ranks[0].step_no_sync, label=f"a step of {most} without communication"),
-    replace(reports[world_sizes[0]][0].step_no_sync, label="one process's"),
-))  # fmt: skip
-fig, ax = plt.subplots()
-plot_bars(ax, throughput, ylabel="throughput (samples/s)", device=where,
-          value=lambda s: 1 / s,
-          title=f"DDP: {most} train {c.speedup:.3g}x as fast as one")  # fmt: skip
-plt.show()
+c = compare(throughput[label], next(iter(throughput.values())))
+gpuguide.claim(f"{most} train more samples per second than one", c,
+               verdict="faster", unless=few)  # fmt: skip
+if not few:
+    print(f"{c}, {c.speedup / world_sizes[-1]:.0%} of ideal")
+    print(compare(
+        replace(ranks[0].step_no_sync, label=f"a step of {most} without communication"),
+        replace(reports[1][0].step_no_sync, label="one process's"),
+    ))  # fmt: skip
+    fig, ax = plt.subplots()
+    plot_bars(ax, throughput, ylabel="throughput (samples/s)", device=where,
+              value=lambda s: 1 / s, title=f"DDP, {most} against one: {c.short}")  # fmt: skip
+    plt.show()
 
 # %%
 # What the all-reduce costs
@@ -182,24 +194,26 @@ plt.show()
 # it overlapped, mind that DDP also copies gradients into its buckets, and that its
 # communication thread needs a free core to run beside the backward pass.
 r0 = ranks[0]
-print(table({"rank 0": m.label, "time": m} for m in (r0.step_no_sync, r0.step)))
 gradients = gpuguide.format_bytes(r0.gradient_bytes)
 print(f"{gradients} of gradients per step")
-report("all-reduce alone", r0.allreduce, size=gradients,
-       processes=r0.world_size, backend=config.backend)  # fmt: skip
-exposed = r0.step.median_s - r0.step_no_sync.median_s
-grown = gpuguide.format_time(exposed)
-hidden = min(max(1 - exposed / r0.allreduce.median_s, 0.0), 1.0)
-grows = compare(r0.step, r0.step_no_sync).verdict == "slower"
-print(f"the step grows by {grown}: about {hidden:.0%} of the "
-      "communication overlapped the backward" if grows else "the step with "
-      "communication is not measurably slower: the backward hid it")  # fmt: skip
-fig, ax = plt.subplots()
-plot_bars(ax, {"step, no_sync": r0.step_no_sync, "step": r0.step,
-               "all-reduce alone": r0.allreduce}, ylabel="time (ms)", device=where,
-          title=f"All-reduce adds {grown} to a step of {most}" if grows
-          else f"A step of {most} hides its all-reduce")  # fmt: skip
-plt.show()
+if few:
+    print(f"not timed steadily here ({few})")
+if not few:
+    one = replace(reports[1][0].step_no_sync, label="one process, no_sync")
+    print(table({"rank 0": m.label, "time": m} for m in (one, r0.step_no_sync, r0.step)))  # fmt: skip
+    report("all-reduce alone", r0.allreduce, size=gradients,
+           processes=r0.world_size, backend=config.backend)  # fmt: skip
+    exposed = r0.step.median_s - r0.step_no_sync.median_s
+    hidden = min(max(1 - exposed / r0.allreduce.median_s, 0.0), 1.0)
+    grows = compare(r0.step, r0.step_no_sync)
+    print(f"the step grows by {gpuguide.format_time(exposed)}: about {hidden:.0%} of "
+          "the communication overlapped the backward" if grows.verdict == "slower"
+          else grows)  # fmt: skip
+    fig, ax = plt.subplots()
+    plot_bars(ax, {"step, no_sync": r0.step_no_sync, "step": r0.step,
+                   "all-reduce alone": r0.allreduce}, ylabel="time (ms)",
+              device=where, title=f"A step of {most} against no_sync: {grows.short}")  # fmt: skip
+    plt.show()
 
 # %%
 # Why not ``nn.DataParallel``?
@@ -209,7 +223,8 @@ plt.show()
 # (which contend for the GIL) and gathers outputs and gradients on the first GPU.
 # DDP copies the weights once and overlaps the all-reduce with the backward pass;
 # PyTorch recommends it even on a single machine. By how much it wins depends on
-# the model, the batch and the interconnect, so it is measured here.
+# the model, the batch and the interconnect; the page measures it on 2 GPUs or more.
+dp_vs = None
 if gpus >= 2:
     n = world_sizes[-1]
     mlp = distributed.make_mlp(config.features, config.width, config.classes)
@@ -226,7 +241,21 @@ if gpus >= 2:
     dp = benchmark(dp_step, device="cuda:0", label="DataParallel")
     report("DataParallel throughput", dp.rate(r0.samples_per_step, "samples/s"),
            size=size, processes=n)  # fmt: skip
-    print(compare(replace(r0.step, label="DDP"), dp))
+    dp_vs = compare(replace(r0.step, label="DDP"), dp)
+    print(dp_vs)
     del mlp, model, x, y, optimizer
-else:
-    print("Comparing nn.DataParallel with DDP needs at least 2 CUDA GPUs.")
+gpuguide.claim(
+    "a DDP step is faster than nn.DataParallel's on the same samples",
+    dp_vs,
+    verdict="faster",
+    unless=None if gpus >= 2 else "needs at least 2 CUDA GPUs",
+)
+
+# %%
+# What to take away
+# -----------------
+# DDP keeps one copy of the model per device, each on its own data, and averages
+# the gradients in the backward pass. Scaling needs a device (or a free core) per
+# process and communication the backward can hide; time the step with and without
+# ``no_sync()`` to see what it costs. The claims, and where they held:
+gpuguide.takeaway()

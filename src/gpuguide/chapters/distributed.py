@@ -21,12 +21,15 @@ from __future__ import annotations
 import gc
 import itertools
 import os
+import socket
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuguide import checks
+from gpuguide.chapters import spawning
 from gpuguide.timing import Measurement, benchmark
 
 if TYPE_CHECKING:
@@ -36,6 +39,7 @@ __all__ = [
     "DDPConfig",
     "DDPReport",
     "ddp_train_worker",
+    "launch",
     "make_mlp",
     "run_rank",
     "run_worlds",
@@ -111,6 +115,48 @@ def run_worlds(local_rank: int, *args: Any) -> None:  # pragma: no cover - child
 
     _run_worlds(local_rank, *args)
     _exit_now()
+
+
+def launch(
+    worker: Callable[..., Any],
+    args: tuple[Any, ...],
+    sizes: Sequence[int],
+    timeout_s: float = 600,
+    host: str = "127.0.0.1",
+) -> dict[int, list[Any]]:
+    """Run ``worker(*args)`` in every rank of worlds of ``sizes`` processes, with
+    one set of ``max(sizes)`` spawned processes (:func:`run_worlds`); return each
+    world's results, by rank."""
+    import torch.multiprocessing as mp
+
+    sockets = [socket.socket() for _ in sizes]  # all bound at once: distinct ports
+    for s in sockets:
+        s.bind((host, 0))
+    worlds = [(n, s.getsockname()[1]) for n, s in zip(sizes, sockets, strict=True)]
+    for s in sockets:
+        s.close()
+    spawn = mp.get_context("spawn")
+    results, barrier = spawn.SimpleQueue(), spawn.Barrier(max(sizes))
+    with spawning.spawn_safe():  # the children import what they run, not the page
+        ranks = mp.start_processes(
+            run_worlds,
+            args=(worker, args, worlds, host, barrier, results),
+            nprocs=max(sizes),
+            join=False,
+            start_method="spawn",
+        )
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not ranks.join(timeout=0.05):  # raises if a rank failed
+            if time.monotonic() > deadline:
+                msg = f"{max(sizes)} processes still running after {timeout_s} s"
+                raise TimeoutError(msg)
+    finally:
+        for process in ranks.processes:
+            if process.is_alive():
+                process.kill()
+    got = dict(results.get() for _ in range(sum(sizes)))  # (size, rank): report
+    return {n: [got[n, rank] for rank in range(n)] for n in sizes}
 
 
 @dataclass(frozen=True)
@@ -258,14 +304,19 @@ def ddp_train_worker(config: DDPConfig) -> DDPReport:
         timed_allreduce = timed(dist.all_reduce, "all-reduce alone", buffer)
         dist.barrier()  # every rank is done with its collectives before teardown
         report = DDPReport(
-            rank=rank, world_size=world_size, device=str(device), step=timed_step,
-            step_no_sync=timed_no_sync, allreduce=timed_allreduce,
+            rank=rank,
+            world_size=world_size,
+            device=str(device),
+            step=timed_step,
+            step_no_sync=timed_no_sync,
+            allreduce=timed_allreduce,
             gradient_bytes=averaged.numel() * averaged.element_size(),
             samples_per_step=world_size * config.batch_size,
             first_indices=tuple(list(sampler)[:4]),
-            rank_difference=float(rank_difference), mean_error=float(mean_error),
+            rank_difference=float(rank_difference),
+            mean_error=float(mean_error),
             gradient_norm=float(averaged.norm()),
-        )  # fmt: skip
+        )
         # Free DDP, whose Reducer holds the process group, while the group is
         # still registered: a Reducer freed after destroy_process_group runs
         # gloo's destructor itself, which was seen to hang joining its threads.
