@@ -94,6 +94,14 @@ def check_kept_losses(out: str) -> None:
     assert output is not None, out
     assert growth["train: append(loss.detach())"] == _bytes(output[1])
     assert growth["eval: append(loss)"] > growth["train: append(loss.detach())"]
+    # Resident memory's drift, where printed, says how much of it the first step took.
+    drift = re.search(
+        r"resident memory grew ([\d.]+) MiB over (\d+) steps, ([\d.]+) MiB of it in "
+        r"the first step",
+        out,
+    )
+    if "resident memory grew" in out:
+        assert drift is not None, out
 
 
 def check_transfer_bandwidth(out: str) -> None:

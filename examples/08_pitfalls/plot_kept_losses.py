@@ -15,6 +15,7 @@ of each loss and measures, after every step, the memory each one holds.
 # -----
 # A small MLP and one batch. The tensors that live all along (the batch and the
 # weights) are left out of the exact counts below.
+import math
 import weakref
 
 import matplotlib.pyplot as plt
@@ -99,7 +100,7 @@ def per_step(series):
     return (series[-1] - series[0]) / (steps - 1)
 
 
-variants, exact, rows = {}, {}, []
+variants, exact, alive_at_end, rows = {}, {}, {}, []
 for label, keep, train in [  # the variant that holds the most memory runs last
     ("train: append(loss.item())", torch.Tensor.item, True),
     ("train: append(loss.detach().clone())", lambda t: t.detach().clone(), True),
@@ -109,6 +110,7 @@ for label, keep, train in [  # the variant that holds the most memory runs last
     ("eval: append(loss)", lambda t: t, False),
 ]:
     variants[label], exact[label], values, alive = held_after_each_step(keep, train)
+    alive_at_end[label] = alive
     mib = per_step(variants[label])
     rows.append(
         {
@@ -120,26 +122,50 @@ for label, keep, train in [  # the variant that holds the most memory runs last
     )
 title = f"batch {batch} x 64 features, after {steps} steps: memory tracked per step; "
 print(table(rows, title=title + "held exactly at the end"))
-drift = variants["train: append(loss.detach().clone())"][-1]
-if device.type == "cpu" and drift > 1:
+fixed = variants["train: append(loss.detach().clone())"]
+if device.type == "cpu" and fixed[-1] > 1:
     print(
         f"The fixed training loop holds nothing, yet resident memory grew "
-        f"{drift:.1f} MiB: the C allocator keeps blocks that tensors freed. On a "
-        "CPU, trust the exact count."
+        f"{fixed[-1]:.1f} MiB over {steps} steps, {fixed[0]:.1f} MiB of it in the "
+        "first step: the C allocator keeps blocks that tensors freed. On a CPU, "
+        "trust the exact count."
     )
 # The headline figures: what two of the loops add per step, counted exactly.
 size = f"batch {batch}x64"
 for loop in ("eval: append(loss)", "train: append(loss.detach())"):
     bytes_per_step = per_step(exact[loop]) * 2**20
     report("memory growth per step", bytes_per_step, unit="B", size=size, loop=loop)
+output = 4 * batch * 64  # bytes of the model's output, and of each loss's storage
+added = {label: per_step(series) * 2**20 for label, series in exact.items()}
+one_each = ["train: append(loss.detach())", "train: append(loss)"]
+gpuguide.claim(
+    "a training loop that keeps loss.detach() or loss holds one output-sized "
+    f"storage ({format_bytes(output)}) more per step, counted exactly",
+    holds=all(math.isclose(added[label], output) for label in one_each),
+    measured=", ".join(format_bytes(added[label]) for label in one_each),
+)
+flat = ["train: append(loss.item())", "train: append(loss.detach().clone())"]
+gpuguide.claim(
+    "keeping loss.item() or loss.detach().clone() holds at most 4 B per step",
+    holds=all(added[label] <= 4 + 1e-6 for label in flat),
+    measured=", ".join(format_bytes(added[label]) for label in flat),
+)
+activations = alive_at_end["eval: append(loss)"] / steps  # per step
+gpuguide.claim(
+    "the evaluation loop that keeps loss holds one step's activations and one "
+    "output-sized storage more per step",
+    holds=math.isclose(added["eval: append(loss)"], activations + output),
+    measured=f"{format_bytes(added['eval: append(loss)'])} per step; activations "
+    f"{format_bytes(activations)} + output {format_bytes(output)}",
+)
 
 # %%
 # Plot: memory after each step
 # ----------------------------
-# Expect the evaluation loop that keeps ``loss`` to climb by one step's activations
-# (and one output-sized storage) per step, the loops that keep ``loss.detach()`` or
-# a training ``loss`` by one output-sized storage per step, and those that keep a
-# clone or a number to stay flat. Left, what ``track_memory`` sees: on CUDA the
+# The evaluation loop that keeps ``loss`` climbs by one step's activations (and one
+# output-sized storage) per step, the loops that keep ``loss.detach()`` or a
+# training ``loss`` by one output-sized storage per step, and those that keep a
+# clone or a number stay flat, as the exact counts above checked. Left, what ``track_memory`` sees: on CUDA the
 # allocator's exact count; on a CPU the process's resident memory, with what the C
 # allocator keeps after tensors are freed (noise of several MiB). Right, the exact
 # count. (In the evaluation loops ``loss`` also keeps the last graph.)
@@ -174,3 +200,11 @@ for where, series, ylabel, title in [
     )
 ax_exact.get_legend().remove()
 plt.show()
+
+# %%
+# What to take away
+# -----------------
+# Keep a number (``loss.item()``, once per logging interval) or a clone
+# (``loss.detach().clone()``), not the loss nor a detached view of its storage, and
+# evaluate under ``torch.no_grad()``. What this run counted:
+gpuguide.takeaway()
