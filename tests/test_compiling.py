@@ -415,3 +415,15 @@ def test_torch_compile_without_a_cpp_compiler_fails_with_one_clear_line(tmp_path
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"RuntimeError: {compiling.NO_COMPILER} (the error: ")
     assert "no-such-g++" in last
+
+
+def test_round_speedups_pairs_the_rounds_and_needs_the_same_rounds():
+    from gpuguide.chapters.compiling import round_speedups
+    from gpuguide.timing import Measurement
+
+    fast = Measurement("fast", (1.0,) * 4, "cpu", "wall-clock", rounds=(1, 2, 1, 3))
+    slow = Measurement("slow", (2.0,) * 4, "cpu", "wall-clock", rounds=(2, 4, 3, 3))
+    assert round_speedups(fast, slow) == (2.0, (1.0, 3.0))
+    alone = Measurement("alone", (1.0,) * 4, "cpu", "wall-clock")
+    with pytest.raises(ValueError, match="same rounds"):
+        round_speedups(fast, alone)

@@ -39,6 +39,7 @@ __all__ = [
     "first_calls_s",
     "host_and_gpu_times",
     "passes",
+    "round_speedups",
     "start_compiler",
 ]
 
@@ -212,6 +213,39 @@ def first_calls_s(
             fn(*args)
         sync()
     return time.perf_counter() - t0
+
+
+def round_speedups(
+    subject: Measurement, baseline: Measurement
+) -> tuple[float, tuple[float, float]]:
+    """The speed-up of ``subject`` over ``baseline`` round by round, for two
+    measurements timed in the same interleaved rounds (:func:`gpuguide.interleave`):
+    ``(median, (lowest, highest))`` over the rounds. A burst of load on the machine
+    slows both sides of a round alike, so the rounds' ratios stay steadier than the
+    ratio of the two pooled spreads.
+
+    >>> a = Measurement("a", (1.0,) * 3, "cpu", "wall-clock", rounds=(1.0, 2.0, 1.0))
+    >>> b = Measurement("b", (2.0,) * 3, "cpu", "wall-clock", rounds=(2.0, 4.4, 2.2))
+    >>> round_speedups(a, b)
+    (2.2, (2.0, 2.2))
+    """
+    if len(subject.rounds) != len(baseline.rounds) or not subject.rounds:
+        msg = (
+            f"{subject.label!r} and {baseline.label!r} must be timed in the same "
+            f"rounds, got {len(subject.rounds)} and {len(baseline.rounds)} rounds"
+        )
+        raise ValueError(msg)
+    ratios = sorted(
+        b / s for s, b in zip(subject.rounds, baseline.rounds, strict=True) if s > 0
+    )
+    if not ratios:
+        msg = f"{subject.label!r}: every round took 0 s"
+        raise ValueError(msg)
+    middle = len(ratios) // 2
+    median = (
+        ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2
+    )
+    return median, (ratios[0], ratios[-1])
 
 
 @dataclass(frozen=True)
