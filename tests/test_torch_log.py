@@ -44,12 +44,21 @@ STRAY = [
     "unit='FLOP/s', spread=None, config=mappingproxy({}), runs=1, size=8192)",
     "config=mappingproxy({'dtype': 'bf16'})",
     "<gpuguide.chapters.data.Loader object at 0x7f3a2c1b9d90>",
+    # Printed on purpose once, but a reader should get text, not a repr (the
+    # reading of 6f805ee found each of these on a page).
+    "<Measurement 'matmul 256' on cpu: median 221 us, IQR 63 us (29%), 455 runs>",
+    "DDPConfig(backend='gloo', features=256, width=1024, batch_size=128, seed=0)",
+    "DecoderShape(dim=1024, layers=1, heads=16, kv_heads=4, ffn=2816, vocab=8192)",
+    "<Peaks CPU: fp32 214 GFLOP/s, memory 12.1 GB/s>",
+    "output shape torch.Size([64, 10])",
 ]
 
 MEANT = [
-    "<Measurement 'matmul 256' on cpu: median 221 us, IQR 63 us (29%), 455 runs>",
-    "DDPConfig(backend='gloo', features=256, width=1024, batch_size=128, seed=0)",
     "Results of this run: 4 figures",
+    "matmul 256: 221 us per call (190 us-253 us)",
+    "DDP with 2 processes: backend gloo, 256 features, width 1024, batch 128",
+    "output shape (64, 10)",
+    "torch.Size is a tuple",
 ]
 
 
