@@ -101,8 +101,11 @@ if on_gpu:
     cached = series["reserved"][2] - series["reserved"][0]  # still reserved after del
     report("cached after del", cached, unit="B", size=fmt(n))
     report("returned by empty_cache", -held[4], unit="B", size=fmt(n))
+    kept = abs(held[1]) < n / 2 and cached >= n  # del a: the driver sees no change
+    reused = change["reserved"][2] < n / 2  # b = ones(n): reserved does not grow
+    returned = held[4] < -n / 2
     title = "del keeps the block cached; empty_cache returns it"
-    if not (abs(held[1]) < n / 2 and abs(held[2]) < n / 2 and held[4] < -n / 2):
+    if not (kept and reused and returned):
         title = "Allocated, reserved and driver-used memory over the steps"
 else:
     held = change["process RSS"]  # after a, del a, b, del b, malloc_trim
@@ -111,6 +114,34 @@ else:
     title = f"del a: glibc {freed[0]}; b {took}"
     print(f"{title}; del b: glibc {freed[1]}.")
     report("returned by malloc_trim", -held[4], unit="B", size=fmt(n))
+    kept = reused = returned = False  # the GPU's claims below are not checked here
+gpuguide.claim(
+    "on a GPU, del keeps the block reserved and the driver sees no change",
+    holds=kept,
+    measured=f"reserved after del: {fmt(cached)}" if on_gpu else "-",
+    on="cuda",
+)
+gpuguide.claim(
+    "on a GPU, the second tensor of the same size reuses the cached block",
+    holds=reused,
+    measured=f"reserved grew by {fmt(change['reserved'][2])}" if on_gpu else "-",
+    on="cuda",
+)
+gpuguide.claim(
+    "on a GPU, only empty_cache returns the block to the driver",
+    holds=returned and kept,
+    measured=f"empty_cache returned {fmt(-held[4])}" if on_gpu else "-",
+    on="cuda",
+)
+# glibc serves a request above its largest mmap threshold (32 MiB) with mmap, and
+# unmaps it on free: checked where the tensor is that large.
+gpuguide.claim(
+    "on the CPU, glibc returns a tensor of more than 32 MiB to the OS on del",
+    holds=all(d < -n / 2 for d in held[1:4:2]),
+    measured=", ".join(f"RSS {fmt(d)}" for d in held[1:4:2]) if not on_gpu else "-",
+    on="cpu",
+    unless=None if n > 2**25 else f"a {fmt(n)} tensor: glibc may keep it in its heap",
+)
 fig, ax = plt.subplots()
 plot_sweep(
     ax, range(len(history)),
@@ -155,13 +186,23 @@ if page.needs_cuda("Recovering from CUDA out-of-memory"):
     total = torch.cuda.mem_get_info(device)[1]
     usable = page.info.memory_cap_bytes or total
     # 1 GiB more than is free: free_memory_bytes honours GPUGUIDE_GPU_MEMORY.
-    ran = run_with_fallback((free_memory_bytes(device) + 2**30) // ROW_BYTES)
+    asked = (free_memory_bytes(device) + 2**30) // ROW_BYTES
+    ran = run_with_fallback(asked)
     release()
+    left = torch.cuda.memory_allocated(device)
     print(
         f"batch {ran} ({fmt(ran * ROW_BYTES)}) ran after the error; now allocated "
-        f"{fmt(torch.cuda.memory_allocated(device))}, driver free "
+        f"{fmt(left)}, driver free "
         f"{fmt(torch.cuda.mem_get_info(device)[0])} of {fmt(total)}"
     )
+    recovered = 0 < ran < asked and left <= history["start"]["allocated"]
+gpuguide.claim(
+    "on a GPU, a smaller batch runs after the out-of-memory error, and nothing the "
+    "failed call asked for stays allocated",
+    holds=on_gpu and recovered,
+    measured=f"batch {ran} of {asked}, {fmt(left)} allocated" if on_gpu else "-",
+    on="cuda",
+)
 
 # %%
 # What to take away
@@ -169,4 +210,6 @@ if page.needs_cuda("Recovering from CUDA out-of-memory"):
 # A reserved-minus-allocated gap is the cache doing its job, not a leak: freed blocks
 # wait for the next tensor of their size, and ``empty_cache`` only helps other
 # processes. After an out-of-memory error, retry outside the ``except`` block. Next:
-# what the driver counts beyond the allocator, a CUDA context first.
+# what the driver counts beyond the allocator, a CUDA context first. This page's
+# claims, and where they held:
+gpuguide.takeaway()

@@ -71,9 +71,9 @@ else:
 # -------------------------
 # Asking the driver anything initialises CUDA, and this process already has, so a
 # fresh child process goes through three stages, pausing after each while this one
-# reads the driver's used memory. Expect importing torch to cost nothing on the GPU,
-# the context a few hundred MiB (it depends on the GPU, the driver and how many
-# kernels CUDA loads eagerly), and the first matmul more for cuBLAS. The context is
+# reads the driver's used memory. Expect importing torch to cost next to nothing on
+# the GPU, the context a few hundred MiB (it depends on the GPU, the driver and how
+# many kernels CUDA loads eagerly), and the first matmul more for cuBLAS. The context is
 # what the driver lost at the second stage beyond the allocator's reserved bytes;
 # ``memory_allocated()`` sees only the one small tensor (its column). On a CPU the same
 # three stages show the process's resident memory instead: importing torch is most of
@@ -133,6 +133,38 @@ if len(stages) == 3 and code == 0:
     if page.cuda:
         context_bytes = context.driver_used - imported.driver_used - context.reserved
         report("CUDA context", context_bytes, unit="B")
+    context_mib = context_bytes / 2**20 if page.cuda else None
+    gpuguide.claim(
+        "on a GPU, importing torch takes at most 16 MiB of GPU memory",
+        imported.driver_used / 2**20 if page.cuda else None,
+        at_most=16,
+        on="cuda",
+    )
+    gpuguide.claim(
+        "on a GPU, the CUDA context costs a few hundred MiB (100 MiB to 2 GiB)",
+        context_mib,
+        at_least=100,
+        at_most=2048,
+        on="cuda",
+    )
+    gpuguide.claim(
+        "on a GPU, memory_allocated sees only the one small tensor, not the context",
+        holds=page.cuda and context.allocated < 2**20,
+        measured=f"memory_allocated {fmt(context.allocated)}",
+        on="cuda",
+    )
+    gpuguide.claim(
+        "on a CPU, importing torch is most of a fresh process's resident memory",
+        imported.driver_used / max(matmul.driver_used, 1),
+        at_least=0.5,
+        on="cpu",
+    )
+    gpuguide.claim(
+        "on a CPU, the first tensor adds at most 16 MiB: no context to pay",
+        (context.driver_used - imported.driver_used) / 2**20,
+        at_most=16,
+        on="cpu",
+    )
     steps = {"import torch": imported.driver_used,
              "first tensor": context.driver_used - imported.driver_used,
              "first matmul": matmul.driver_used - context.driver_used}  # fmt: skip
@@ -151,4 +183,5 @@ elif code not in (0, None):
 # Read ``memory_allocated`` for what tensors need, ``memory_reserved`` for what PyTorch
 # holds and the driver for what is left, contexts included: every process that uses a
 # GPU pays for its context there, before its first tensor. Next: a training step's
-# memory, by part.
+# memory, by part. This page's claims, and where they held in this run:
+gpuguide.takeaway()

@@ -107,6 +107,12 @@ with torch.autograd.graph.saved_tensors_hooks(count_saved, lambda t: t):
 parts["activations"] = sum(saved.values())
 report("saved for backward", parts["activations"], unit="B", size=dims)
 print(f"(expected {format_bytes(saved_per_row * batch)}: 9 floats a sample per block)")
+gpuguide.claim(
+    "autograd saves 9 floats a sample per block (within 1%)",
+    parts["activations"] / (saved_per_row * batch),
+    at_least=0.99,
+    at_most=1.01,
+)
 
 # %%
 # The measured peak holds more than the activations
@@ -125,6 +131,12 @@ with gpuguide.track_memory(device) as tracked:
 rise = tracked.report.peak_increase_bytes
 report("peak rise in forward + backward", rise, unit="B", size=dims)
 print(f"The rise is {rise / parts['activations']:.2f}x the saved activations.")
+gpuguide.claim(
+    "the peak rise during forward and backward exceeds the saved activations",
+    rise / parts["activations"],
+    at_least=1.0,
+    unless="small sizes: RSS moves by whole pages and arenas" if page.small else None,
+)
 print(f"How the rise was measured: {tracked.report.note}")
 
 # %%
@@ -139,6 +151,16 @@ state = weights + parts["gradients"] + parts["Adam state"]
 report("weights, gradients and Adam", state, unit="B", size=dims)
 print(table({"part": k, "size": format_bytes(v), "vs weights": f"{v / weights:.2f}x"}
             for k, v in parts.items()))  # fmt: skip
+gpuguide.claim(
+    "the gradients take as much as the weights and Adam's state twice as much",
+    holds=parts["gradients"] == weights and parts["Adam state"] == 2 * weights,
+    measured=f"{parts['gradients'] / weights:g}x and {parts['Adam state'] / weights:g}x",
+)
+gpuguide.claim(
+    "fp32 weights, gradients and Adam take 16 bytes per parameter",
+    holds=state == 16 * params,
+    measured=f"{state / params:g} bytes per parameter",
+)
 fig, ax = plt.subplots()
 plot_bars(
     ax, {name: size / 2**20 for name, size in parts.items()}, ylabel="memory (MiB)",
@@ -154,9 +176,9 @@ plt.show()
 # allocation and free with a Python stack; ``_dump_snapshot`` writes the log and the
 # allocator's state to a pickle. Each ``alloc`` event in the log adds its size to the
 # memory held by tensors and each ``free_completed`` removes it, so a running sum from
-# ``memory_allocated()`` read before recording draws that memory over the steps. Each
-# step climbs through the forward pass as activations pile up, peaks around the start
-# of backward, and falls as backward frees them. Open the downloadable file at
+# ``memory_allocated()`` read before recording draws that memory over the steps. Expect
+# each step to climb through the forward pass as activations pile up, peak around the
+# start of backward, and fall back as backward frees them. Open the downloadable file at
 # https://pytorch.org/memory_viz: its "Active Memory Timeline" shows every allocation
 # as a band, with the Python line that made it.
 if page.needs_cuda("A memory snapshot of the CUDA caching allocator"):
@@ -181,13 +203,26 @@ if page.needs_cuda("A memory snapshot of the CUDA caching allocator"):
     peak_rise = max(allocated) - start
     print(f"{len(events)} allocator events; peak {format_bytes(max(allocated))}")
     report("snapshot peak rise", peak_rise, unit="B", size=dims)
+    left = allocated[-1] - start
+    drained = abs(left) < peak_rise / 10
+    print(f"after two steps, {format_bytes(left)} more than at the start")
+    shape = "Activations pile up and drain each step" if drained else "Two steps"
     fig, ax = plt.subplots()
     plot_sweep(
         ax, range(len(allocated)), {"allocated (tensors)": [b / 2**20 for b in allocated]},
         xlabel="allocator event (index)", ylabel="memory (MiB)", logx=False, logy=False,
-        title=f"Activations pile up and drain each step: {format_bytes(peak_rise)} above the start",
+        title=f"{shape}: {format_bytes(peak_rise)} above the start",
     )  # fmt: skip
     plt.show()
+gpuguide.claim(
+    "on a GPU, two training steps end within a tenth of their peak rise of where they "
+    "started: the activations are freed",
+    holds=page.cuda and drained,
+    measured=f"{format_bytes(left)} left, peak rise {format_bytes(peak_rise)}"
+    if page.cuda
+    else "-",
+    on="cuda",
+)
 gpuguide.download_link(
     path, "memory snapshot (pickle; open it at https://pytorch.org/memory_viz)"
 ) if page.cuda else None
@@ -197,4 +232,5 @@ gpuguide.download_link(
 # -----------------
 # Plan for 16 bytes per parameter for fp32 training with Adam, plus activations that
 # grow with the batch. The next page cuts the activations: no graph at all for
-# inference, and checkpointing for training.
+# inference, and checkpointing for training. This page's claims, and where they held:
+gpuguide.takeaway()
