@@ -10,9 +10,11 @@ compute-bound once ``n`` is large) and an elementwise ``y = x * a + b`` (one
 multiply-add per 16 bytes of memory traffic, memory-bound at every size).
 
 Each size runs on the CPU, on the GPU with the data already there, and, where the
-CPU ran too, on the GPU including the copies in and out. You will read off the
-crossover sizes, the speed-ups, and the achieved FLOP/s and GB/s as a share of the
-device's peak.
+CPU ran too, on the GPU including the copies in and out. The page prints the achieved
+FLOP/s and GB/s as a share of the device's peak and, where a GPU ran, the crossover
+size of each GPU series and its speed-up at the largest size both devices ran. Each
+claim is checked where it is made; on a CPU-only machine the GPU's claims are not
+checked here, and the recorded GPU figures are under "Recorded results".
 
 See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
 :doc:`the roofline and its three regimes </concepts/roofline>`.
@@ -108,6 +110,9 @@ def size_text(n):
 
 
 def show(name, sizes, times, work, unit, peak, xlabel):
+    """Print and plot one sweep; return the rate at the largest size of each
+    series and each GPU series' comparison at the largest size both ran."""
+    rates, against_cpu = {}, {}
     last = {
         k: [(n, m) for n, m in zip(sizes, ms, strict=True) if m][-1]
         for k, ms in times.items()
@@ -119,7 +124,7 @@ def show(name, sizes, times, work, unit, peak, xlabel):
     legend = {}
     for label, (n, m) in last.items():
         own = "copies" not in label and (label == "CPU") != on_gpu  # run's device
-        rate = m.rate(work(n), unit)
+        rates[label] = rate = m.rate(work(n), unit)
         report(f"{name} rate", rate, peak=peak if own else None, size=n, on=label)
         if label == "CPU":
             legend[f"CPU ({cpu_name.removeprefix('CPU: ')})"] = times[label]
@@ -132,7 +137,7 @@ def show(name, sizes, times, work, unit, peak, xlabel):
             if versus.verdict != "faster":
                 break
             found = n
-        n, versus = verdicts[-1]
+        n, versus = against_cpu[label] = verdicts[-1]
         where = f"from n={size_text(found)} on" if found else "at no measured size"
         print(f"{name}, {label}: faster than the CPU {where}")
         report(f"{name} speed-up", versus, size=n, on=label)
@@ -145,6 +150,7 @@ def show(name, sizes, times, work, unit, peak, xlabel):
         title=f"{name}: {title}",
     )  # fmt: skip
     plt.show()
+    return rates, against_cpu
 
 
 # %%
@@ -153,7 +159,9 @@ def show(name, sizes, times, work, unit, peak, xlabel):
 # Expect the CPU to win at small ``n``, where launching GPU work and copying cost
 # more than the arithmetic, and the device-resident GPU to win by a large factor at
 # large ``n``. The copies grow as ``n^2`` and the arithmetic as ``n^3``, so counting
-# them moves the crossover up but matters less and less beyond it.
+# them moves the crossover up but matters less and less beyond it. On the CPU, the
+# FLOP rate should grow with ``n`` as the arithmetic outgrows the fixed cost of a
+# call, towards the ceiling measured above.
 def matmul_flop(n):
     return 2 * n**3
 
@@ -166,17 +174,40 @@ sizes, mm = time_sweep(
     matmul, lambda n: (n, n), 2, 16, 8192, memory_at=matmul_bytes,
     flop_at=matmul_flop, traffic_at=matmul_bytes, per_octave=2, multiple_of=8,
 )  # fmt: skip
-show("matmul", sizes, mm, matmul_flop, "FLOP/s", "fp32", "matrix side n")
+mm_rates, mm_vs = show(
+    "matmul", sizes, mm, matmul_flop, "FLOP/s", "fp32", "matrix side n"
+)
+small = mm["CPU"][0].rate(matmul_flop(sizes[0]), "FLOP/s")  # the smallest size
+grows = mm_rates["CPU"].value / small.value
+gpuguide.claim(
+    f"the CPU's matmul FLOP rate grows with n: at the largest size at least 4x its "
+    f"rate at n={sizes[0]}",
+    grows,
+    spread=(mm_rates["CPU"].low / small.high, mm_rates["CPU"].high / small.low),
+    at_least=4,
+    timed=True,
+    measured=f"{mm_rates['CPU']} against {small}: {grows:.3g}x",
+)
+on_device = mm_vs.get("GPU, data on device", (None, None))[1]
+gpuguide.claim(
+    "with the data on the GPU, the largest matmul both ran is faster on the GPU",
+    on_device,
+    verdict="faster",
+    on="cuda",
+)
 
 
 # %%
 # Elementwise ``y = x * a + b``
 # -----------------------------
-# Each element is used once, so both devices run at memory speed. The device-resident
-# GPU should win at large sizes by about the ratio of the two memory bandwidths (often
-# 10-100x). With copies the data crosses the host link, which is slower than the
-# CPU's own memory, so expect the GPU to lose at every size: memory-bound work is worth
-# moving to the GPU only if the data is already there or stays there for more work.
+# Each element is used once, so memory traffic, not arithmetic, sets the time: at
+# the largest size the CPU's FLOP rate here should be at most a tenth of its matmul's.
+# The printed share of the memory ceiling is against the best of a copy, an add and a
+# sum, and a read-only sum outruns a kernel that also writes. The device-resident GPU
+# should win at large sizes by about the ratio of the two memory bandwidths, at least
+# 10x. With copies the data crosses the host link, which is slower than the CPU's own
+# memory, so expect the GPU not to beat the CPU: memory-bound work is worth moving to
+# the GPU only if the data is already there or stays there for more work.
 def scale_shift_bytes(n):
     return 4 * 4 * n  # read x, a, b and write y, float32
 
@@ -185,12 +216,39 @@ sizes, ew = time_sweep(
     scale_shift, lambda n: (n,), 3, 2**10, 2**27, memory_at=scale_shift_bytes,
     flop_at=lambda n: 2 * n, traffic_at=scale_shift_bytes,
 )  # fmt: skip
-show("x * a + b", sizes, ew, scale_shift_bytes, "B/s", "memory", "vector length")
+ew_rates, ew_vs = show(
+    "x * a + b", sizes, ew, scale_shift_bytes, "B/s", "memory", "vector length"
+)
+ew_n = max(n for n, m in zip(sizes, ew["CPU"], strict=True) if m)
+ew_flops = ew["CPU"][sizes.index(ew_n)].rate(2 * ew_n, "FLOP/s")
+gpuguide.claim(
+    "on the CPU, x * a + b at its largest size runs at most a tenth of the matmul's "
+    "FLOP/s: memory, not arithmetic, limits it",
+    ew_flops,
+    at_most=mm_rates["CPU"].low / 10,
+    measured=f"{ew_flops}, {ew_flops.value / mm_rates['CPU'].value:.1%} of the matmul's",
+)
+gpuguide.claim(
+    "with the data on the GPU, x * a + b at the largest size both ran is at least "
+    "10x faster on the GPU",
+    ew_vs.get("GPU, data on device", (None, None))[1],
+    at_least=10,
+    on="cuda",
+)
+gpuguide.claim(
+    "counting the copies, the GPU is not faster than the CPU for x * a + b at the "
+    "largest size both ran",
+    ew_vs.get("GPU incl. copies", (None, None))[1],
+    verdict="not faster",
+    on="cuda",
+)
 
 # %%
 # What to take away
 # -----------------
 # A GPU's speed-up is not one number: read it off the printout for your size and
-# operation. Large matrix multiplications gain the most, elementwise work at best the
-# bandwidth ratio, and data that crosses the host link for one use may be better
-# left on the CPU. Faster copies (pinned memory, non-blocking) come later.
+# operation, and the claims below for where each held. Elementwise work is bound by
+# memory, so a GPU can gain at most its bandwidth ratio there, and data that crosses
+# the host link for one use may be better left on the CPU. Faster copies (pinned
+# memory, non-blocking) come later.
+gpuguide.takeaway()

@@ -49,6 +49,11 @@ print(f"zeros_like(y) is on {torch.zeros_like(y).device}")
 t = torch.zeros(3)
 t.to(device)  # result thrown away: t itself does not move
 print(f"after t.to(device) without assignment, t is still on {t.device}")
+gpuguide.claim(
+    "Tensor.to(device) leaves the tensor itself where it was",
+    holds=t.device.type == "cpu",
+    measured=f"t is on {t.device}",
+)
 t = t.to(device)
 print(f"after t = t.to(device), t is on {t.device}")
 
@@ -68,10 +73,17 @@ other = b_host
 if device.type == "cpu":
     print("Mixing CPU and GPU tensors needs a GPU; a 'meta' tensor stands in here.")
     other = torch.ones(4, 4, device="meta")
+raised = False
 try:
     a + other
 except RuntimeError as err:
+    raised = True
     print(f"RuntimeError: {err}")
+gpuguide.claim(
+    "an operation on tensors of two devices raises a RuntimeError",
+    holds=raised,
+    measured="it raised" if raised else "it did not raise",
+)
 
 print(f"a + b_host.to(device) works: result on {(a + b_host.to(device)).device}")
 print(f"a * torch.tensor(2.0) works too: result on {(a * torch.tensor(2.0)).device}")
@@ -130,11 +142,31 @@ on_device, on_host, copy, both = times.values()
 # bandwidth. The copy runs over the host link (PCIe or similar) from pageable memory,
 # typically at a few to a few tens of GB/s. Which of the CPU's generator and the copy
 # dominates depends on the CPU and the link, and that is exactly what the single-step
-# comparison hid. On a CPU, ``.to(device)`` of a tensor already on that device returns
-# the *same* tensor, so the copy costs almost nothing, and the two ``randn`` are the
-# same operation: expect "no measurable difference".
+# comparison hid. On any device, ``.to(device)`` of a tensor already there returns
+# the *same* tensor, so on a CPU the copy costs almost nothing, and the two ``randn``
+# are the same operation: expect "no measurable difference" there.
 print(f"x_host.to(device) is x_host: {x_host.to(device) is x_host}")
-report("creating on the device", compare(on_device, both))
+gpuguide.claim(
+    ".to(device) of a tensor already on the device returns the same tensor",
+    holds=a.to(device) is a,
+    measured=f"a.to(device) is a: {a.to(device) is a}",
+)
+creating = compare(on_device, both)
+report("creating on the device", creating)
+gpuguide.claim(
+    "on a GPU, creating on the device is at least 10x faster than creating on the "
+    "CPU and moving",
+    creating,
+    at_least=10,
+    on="cuda",
+)
+gpuguide.claim(
+    "on a CPU, randn on the device and randn then .to(device) show no measurable "
+    "difference",
+    creating,
+    verdict="no measurable difference",
+    on="cpu",
+)
 if device.type != "cpu":
     rate = copy.rate(nbytes, "B/s")
     where = {
@@ -142,6 +174,13 @@ if device.type != "cpu":
         "copy": fmt(nbytes),
     }  # as the transfers page names it
     report("H2D bandwidth", rate, peak="host_link", size=nbytes, **where)
+    gpuguide.claim(
+        "a pageable copy to the GPU runs at a few to a few tens of GB/s",
+        rate,
+        at_least=2e9,
+        at_most=60e9,
+        on="cuda",
+    )
 
 # %%
 # Do the parts add up?
@@ -170,8 +209,8 @@ print(
 # ----
 # Each bar is a median with its IQR; the labels give the ratio to creating on the
 # device.
-if device.type == "cpu":
-    title = "On the CPU, .to(device) returns the same tensor: moving is free"
+if x_host.to(device) is x_host:
+    title = f".to(device) returned the same tensor: {fmt_s(copy.median_s)} per call"
 else:
     title = (
         f"Create-then-move: {on_host.median_s / parts_s:.0%} CPU random numbers, "
