@@ -35,7 +35,11 @@ device = page.device
 tf32 = torch.get_float32_matmul_precision() != "highest"
 peak_flops = page.peaks.flops_for(torch.float32, tf32=tf32)
 peak_bytes = page.peaks.memory_bandwidth_bytes_per_s
-print(page.peaks)
+print(
+    f"{page.peaks.name}: float32 {'TF32 ' if tf32 else ''}matmul "
+    f"{format_rate(peak_flops, 'FLOP/s')}, memory {format_rate(peak_bytes, 'B/s')} "
+    f"({page.peaks.source})"
+)
 ops = {}  # label -> (FLOP, bytes, Measurement)
 
 
@@ -87,8 +91,9 @@ print(
 # ``A @ B`` with square ``n x n`` float32 matrices performs ``2 n^3`` FLOP (one
 # multiply and one add per term) and must at least read ``A`` and ``B`` and write
 # the result once: ``12 n^2`` bytes. Its intensity, ``n / 6`` FLOP/byte, passes any
-# ridge once ``n`` reaches a few hundred, so expect it near the flat compute roof:
-# large matmuls commonly reach 60-90% of a GPU's peak.
+# ridge once ``n`` reaches a few hundred, so expect it under the flat compute roof
+# (on a GPU, large matmuls commonly reach 60-90% of the peak; a claim below checks
+# at least half).
 mm_flop, mm_bytes = (lambda n: 2 * n**3), (lambda n: 12 * n * n)
 side = largest_size(
     64, 16384, memory_at=mm_bytes, flop_at=mm_flop, traffic_at=mm_bytes,
@@ -104,9 +109,10 @@ report("float32 matmul rate", mm.rate(flop), peak=precision, size=side)
 # ----------------------------------------------------------
 # ``(m x k) @ (k x m)`` writes an ``m x m`` result whatever ``k`` is, while its work
 # grows with ``k``: ``2 m^2 k`` FLOP for ``4 (2 m k + m^2)`` bytes, about ``k / 2``
-# FLOP/byte while ``k`` is much smaller than ``m``. As ``k`` grows the points should
-# climb the slanted roof and bend onto the flat one past the ridge, as close as the
-# matmul library's handling of thin shapes allows. ``k`` = 1, 4 and 16 always run,
+# FLOP/byte while ``k`` is much smaller than ``m``. As ``k`` grows the points move
+# right, towards and past the ridge, and their FLOP/s rises; how close each stays to
+# its roof depends on the matmul library's handling of thin shapes (the table below
+# gives each one's share of its roof). ``k`` = 1, 4 and 16 always run,
 # larger ``k`` while a call fits the budget; ``m`` >= 4096 outside small mode.
 m = largest_size(
     64, 8192, memory_at=lambda s: 8 * s * s, traffic_at=lambda s: 8 * s * s
@@ -162,6 +168,54 @@ for label, (flop, nbytes, t) in ops.items():
     cells = format_rate(flops, "FLOP/s"), format_rate(rates[label][1], "B/s")
     rows.append(Row(label, t, *cells, f"{intensity:.3g}", reached, regime[label]))
 print(table(rows))
+shares = {label: flops / roof(i) for label, (i, flops) in points.items()}
+gpuguide.claim(
+    "the tiny add is far below its roof (under 25% of it)",
+    shares[tiny_add.label],
+    at_most=0.25,
+    timed=True,
+    measured=f"{shares[tiny_add.label]:.0%}",
+)
+gpuguide.claim(
+    "large x + y is memory-bound, at least 50% of the memory roof",
+    shares[add.label],
+    at_least=0.5,
+    timed=True,
+    measured=f"{shares[add.label]:.0%}",
+)
+gpuguide.claim(
+    "on a GPU, large x + y reaches at least 70% of the datasheet bandwidth",
+    shares[add.label],
+    at_least=0.7,
+    timed=True,
+    on="cuda",
+    measured=f"{shares[add.label]:.0%}",
+)
+gpuguide.claim(
+    "the large matmul is compute-bound: right of the ridge, not overhead-bound",
+    holds=regime[mm.label] == "compute-bound",
+    measured=f"{regime[mm.label]}, {shares[mm.label]:.0%} of its roof",
+    timed=True,
+)
+gpuguide.claim(
+    "on a GPU, the large matmul reaches at least 50% of the flat roof",
+    shares[mm.label],
+    at_least=0.5,
+    timed=True,
+    on="cuda",
+    measured=f"{shares[mm.label]:.0%}",
+)
+first, last = ops[inner[0]], ops[inner[-1]]
+grew = gpuguide.compare(last[2], first[2])
+work = last[0] / first[0]  # FLOP per call, k=max against k=1
+gpuguide.claim(
+    f"the k sweep's FLOP/s rises with k: {inner[-1]} reaches at least "
+    f"1.5x {inner[0]}'s",
+    grew.speedup * work,
+    at_least=1.5,
+    timed=True,
+    spread=(grew.low * work, grew.high * work),
+)
 if above := [row.operation for row in rows if row.of_roof == "> roof"]:
     print(
         f"Above the roof: {', '.join(above)}. The roof is a lower bound here, or "
@@ -171,9 +225,10 @@ if above := [row.operation for row in rows if row.of_roof == "> roof"]:
 # %%
 # The roofline
 # ------------
-# Read it from left to right: the elementwise points should hug the slanted roof,
-# the tiny add sit far beneath it, the ``k`` sweep climb towards the ridge and the
-# large matmul sit under the flat roof. The title names the regimes measured.
+# Read it from left to right: the elementwise points near the slanted roof, the tiny
+# add far beneath it, the ``k`` sweep moving right towards the ridge and the large
+# matmul under the flat roof, as the claims above checked. The title names the
+# regimes measured.
 short = [regime[t.label].split("-")[0] for t in (tiny_add, add, mm)]
 fig, ax = plt.subplots()
 plot_roofline(
@@ -193,4 +248,5 @@ plt.show()
 # Count FLOP and bytes before optimizing. An overhead-bound program gains from doing
 # fewer, larger calls (batching, fusion, CUDA graphs), a memory-bound one from moving
 # fewer bytes (fusion, smaller dtypes), and only a compute-bound one from faster
-# arithmetic (tensor cores, lower precision).
+# arithmetic (tensor cores, lower precision). What this run found:
+gpuguide.takeaway()
