@@ -59,9 +59,9 @@ def as_measurement(label, times_s, method):
 # The pitfall: a host clock that does not wait
 # --------------------------------------------
 # This is the obvious way to time a call. On a CPU it is right, because the matmul
-# is done when the call returns. On a GPU the call only queues a kernel and returns,
-# typically after 5-50 us whatever the size, so the clock measures the launch and the
-# verdict below reads "faster" by a large factor.
+# is done when the call returns: it should not read measurably faster. On a
+# GPU the call only queues a kernel and returns, typically after 5-50 us whatever the
+# size, so the clock measures the launch and reads at least 10x too fast.
 samples = []
 for _ in range(reps):
     t0 = time.perf_counter()
@@ -70,9 +70,22 @@ for _ in range(reps):
 # Drain the queue before going on (torch.cpu.synchronize() does nothing).
 getattr(torch, device.type).synchronize()
 no_sync = as_measurement("host clock, no sync", samples, "wall-clock")
-print(no_sync)
+report("host clock, no sync", no_sync, size=n)
 versus = compare(no_sync, ref)
 report("against the reference", versus, size=n, method=no_sync.label)
+gpuguide.claim(
+    "on a CPU, a host clock without a sync does not read faster than the reference",
+    versus,
+    verdict="not faster",
+    on="cpu",
+)
+gpuguide.claim(
+    "on a GPU, a host clock without a sync reads at least 10x faster than the "
+    "reference",
+    versus,
+    at_least=10,
+    on="cuda",
+)
 
 # %%
 # The fixes: synchronize, or use CUDA events
@@ -105,9 +118,18 @@ if page.needs_cuda("Synchronizing and CUDA events"):
     samples = [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends, strict=True)]
     gpu_only["CUDA events"] = as_measurement("CUDA events", samples, "cuda-events")
     sync, events = gpu_only.values()
-    print(f"{sync}\n{events}")
+    report("host clock + sync", sync, size=n)
+    report("CUDA events", events, size=n)
     apart = gpuguide.format_time(abs(sync.median_s - events.median_s))
     print(f"{compare(events, sync)}; the medians are {apart} apart")
+    gpuguide.claim(
+        "the host clock with syncs reads at most 100 us more than CUDA events",
+        sync.median_s - events.median_s,
+        spread=(sync.q25_s - events.q75_s, sync.q75_s - events.q25_s),
+        at_most=100e-6,
+        timed=True,
+        measured=f"{apart} between the medians",
+    )
 
 # %%
 # A short kernel's time is its launch
@@ -130,7 +152,16 @@ if page.needs_cuda('measure="call" against measure="kernel"'):
         benchmark(torch.add, args=(u, v), kwargs={"out": w}, measure=kind, label=label)
         for kind, label in labels.items()
     )
-    print(f"{per_call}\n{kernel}\n{compare(per_call, kernel)}")
+    report("add of 16384 floats", per_call, measure="call")
+    report("add of 16384 floats", kernel, measure="kernel")
+    launch = compare(per_call, kernel)
+    print(launch)
+    gpuguide.claim(
+        "a 64 KiB add's time per call is at least 1.05x its kernel's time alone",
+        launch,
+        at_most=1 / 1.05,
+        measured=f"per call {launch.short} the kernel's speed",
+    )
 
 # %%
 # How wrong is each clock?
