@@ -114,7 +114,12 @@ cases = {"copy behind a matmul": produce, "copy alone": lambda: None}
 wrong = {
     name: [trial(prep, unsafe) for _ in range(trials)] for name, prep in cases.items()
 }
-print(f"after synchronize(), dst equals src.cpu(): {torch.equal(dst, src.cpu())}")
+equal = torch.equal(dst, src.cpu())
+gpuguide.claim(
+    "after synchronize(), the destination holds the source's values",
+    holds=equal,
+    measured=f"torch.equal: {equal}",
+)
 for name, counts in wrong.items():
     print(
         f"unsafe read, {name}: wrong in {sum(c > 0 for c in counts)} of {trials} "
@@ -122,18 +127,37 @@ for name, counts in wrong.items():
     )
     mean = 100 * sum(counts) / (trials * n * n)
     report("wrong elements, unsafe read", mean, unit="%", size=nbytes, case=name)
+fixed = {}
 for name, fix in {"event": with_event, "blocking": blocking}.items():
-    total = sum(trial(produce, fix) for _ in range(trials))
+    fixed[name] = total = sum(trial(produce, fix) for _ in range(trials))
     print(f"fix '{name}': {total} wrong elements in {trials} trials")
+gpuguide.claim(
+    "both fixes, the event and the blocking copy, read no wrong element",
+    holds=not any(fixed.values()),
+    measured=f"{sum(fixed.values())} wrong elements in {2 * trials} trials",
+)
+behind = wrong["copy behind a matmul"]
+gpuguide.claim(
+    "on a GPU, the unsafe read behind a matmul sees wrong elements",
+    holds=any(behind),
+    measured=f"wrong in {sum(c > 0 for c in behind)} of {trials} trials",
+    on="cuda",
+)
+runs = sum(c > 0 for counts in wrong.values() for c in counts)
+gpuguide.claim(
+    "on a CPU, where copy_ is synchronous, the unsafe read sees no wrong element",
+    holds=runs == 0,
+    measured=f"wrong in {runs} of {2 * trials} trials",
+    on="cpu",
+)
 
 # %%
 # How often was the read wrong?
 # -----------------------------
-# Behind a matmul the copy has not even started when the host begins to read, so
-# expect a large share of the buffer to be wrong. A copy alone races the host's
-# read through the buffer: the outcome depends on which is faster, so expect anything
-# from none to many wrong elements.
-runs = sum(c > 0 for counts in wrong.values() for c in counts)
+# On a GPU, behind a matmul the copy has not even started when the host begins to
+# read, so expect a large share of the buffer to be wrong. A copy alone races the
+# host's read through the buffer: the outcome depends on which is faster, so expect
+# anything from none to many wrong elements.
 fig, ax = plt.subplots()
 plot_sweep(
     ax,
@@ -154,12 +178,14 @@ plt.show()
 # What the fix costs, and what non-blocking buys
 # ----------------------------------------------
 # First the copy alone: blocking, and non-blocking followed by the event wait. Both
-# wait for the same copy, so expect the same time. Then with host work (copying a
+# wait for the same copy, so expect the event wait not to be slower. Then with host
+# work (copying a
 # batch of the same size between two pageable buffers): after a blocking copy the two
-# run one after the other; between a non-blocking copy and the wait they overlap, so
-# expect the time of the longer one instead of the sum. On the CPU the copy is done
-# before the host work starts, so nothing overlaps, and the event is a stand-in that
-# does nothing: the pairs differ only by its calls (a fraction of a microsecond).
+# run one after the other; on a GPU, between a non-blocking copy and the wait they
+# overlap, so expect the time of the longer one instead of the sum, measurably faster.
+# On the CPU the copy is done before the host work starts, so nothing overlaps, and
+# the event is a stand-in that does nothing: the pairs differ only by its calls (a
+# fraction of a microsecond), and the non-blocking order is not faster.
 # The four take turns for five rounds (:func:`gpuguide.interleave`).
 batch, staging = torch.randn(n, n), torch.empty(n, n)
 host_work = partial(staging.copy_, batch)
@@ -173,9 +199,15 @@ times = interleave(
     device=device,
 )
 copy, event, serial, overlap = times.values()
-print(f"the event wait against a blocking copy: {compare(event, copy)}")
-report("copy + host work", serial, size=nbytes, order="one after the other")
-report("copy + host work", overlap, size=nbytes, order="overlapped")
+waiting = compare(event, copy)
+print(f"the event wait against a blocking copy: {waiting}")
+gpuguide.claim(
+    "the event wait is not slower than a blocking copy",
+    waiting,
+    verdict="not slower",
+)
+report("copy + host work", serial, size=nbytes, order="blocking copy first")
+report("copy + host work", overlap, size=nbytes, order="non-blocking copy first")
 work_s = max(serial.median_s - copy.median_s, 0.0)  # the host work alone
 print(
     f"a blocking copy takes {format_time(copy.median_s)}, the host work about "
@@ -184,6 +216,18 @@ print(
 )
 gain = compare(overlap, serial)
 print(f"with host work: {gain}")
+gpuguide.claim(
+    "on a GPU, with host work, the non-blocking copy is faster than the blocking one",
+    gain,
+    verdict="faster",
+    on="cuda",
+)
+gpuguide.claim(
+    "on a CPU, where nothing overlaps, the non-blocking order is not faster",
+    gain,
+    verdict="not faster",
+    on="cpu",
+)
 saved = "no measurable overlap"
 if gain.verdict == "faster":
     saved_s = serial.median_s - overlap.median_s
@@ -212,3 +256,4 @@ plt.show()
 # Non-blocking is worth it only when the host has work to do before it needs the data.
 # A pinned *source* of a host-to-device copy has the mirror-image hazard: do not
 # overwrite it until the copy is done.
+gpuguide.takeaway()
