@@ -55,9 +55,11 @@ def batched_mm(a, b, out):
 # of the machine's speed falls on both. Expect the loop to be slower already at
 # ``B = 1``, where it also pays for indexing ``a[i]``, ``b[i]`` and ``out[i]``. As
 # ``B`` grows, the loop's time grows with ``B`` while a small ``bmm`` costs about
-# one launch: on a GPU, whose launch dwarfs the arithmetic of a 64 x 64 product,
-# expect the speed-up to grow about as fast as ``B``; on a CPU, where a product's
-# arithmetic costs about as much as a call, expect far less.
+# one launch. What decides the speed-up is how a call's fixed cost compares with one
+# product's arithmetic, and that differs between devices: on a GPU, whose launch
+# dwarfs the arithmetic of a 64 x 64 product, expect the speed-up to grow with ``B``
+# to a large fraction of ``B``; on a CPU, where a product's arithmetic costs about
+# as much as a call, expect far less. The claims below the table check both.
 n = 32 if page.small else 64
 batches = [1, 4, 16, 64] if page.small else [1, 4, 16, 64, 256]
 loops, batched, rows = [], [], []
@@ -78,8 +80,43 @@ for B in batches:
     speed = compare(bmm, loop).short
     rows.append({"B": B, "loop": loop, "bmm": bmm, "bmm speed vs loop": speed})
 print(table(rows, title=f"{n}x{n} matrices (results allclose)"))
-last = compare(batched[-1], loops[-1])
+first, last = compare(batched[0], loops[0]), compare(batched[-1], loops[-1])
 report("bmm speed-up over a loop", last, size=f"B={B}, {n}x{n}")
+gpuguide.claim(
+    "at B=1 the loop is already slower: one bmm at least 1.1x faster",
+    first,
+    at_least=1.1,
+)
+gpuguide.claim(
+    f"the loop's time grows about in proportion to B: at B={B} at least "
+    f"{B // 2}x its time at B=1",
+    compare(loops[0], loops[-1]),
+    at_least=B // 2,
+)
+# At B=16, not the largest B: a busy CPU disturbs the largest calls most.
+mid = compare(batched[batches.index(16)], loops[batches.index(16)])
+gpuguide.claim(
+    "bmm's speed-up over the loop grows with B: at B=16 at least 1.2x the "
+    "speed-up at B=1",
+    mid.speedup / first.speedup,
+    at_least=1.2,
+    timed=True,
+    spread=(mid.low / first.high, mid.high / first.low),
+)
+gpuguide.claim(
+    f"on a GPU, one bmm of B={B} products is at least {B // 4}x faster "
+    "than the loop (a launch dwarfs a small product)",
+    last,
+    at_least=B // 4,
+    on="cuda",
+)
+gpuguide.claim(
+    f"on a CPU, far less: one bmm of B={B} is at most 10x faster than "
+    "the loop (a product's arithmetic costs about as much as a call)",
+    last,
+    at_most=10,
+    on="cpu",
+)
 if device.type == "cuda":  # how much of bmm's time per call is the GPU's work?
     work = benchmark(batched_mm, args=(a, b, out), measure="kernel")
     print(
@@ -112,4 +149,7 @@ plt.show()
 # -----------------
 # Batch small operations into one call whenever the data allows it (``torch.bmm``
 # for matrix products, a batch dimension for a model's inputs): the fewer the
-# calls, the less the fixed cost of each matters.
+# calls, the less the fixed cost of each matters. How much batching buys depends on
+# the device: it is the ratio of a call's fixed cost to one product's arithmetic,
+# which the claims below state for a GPU and for a CPU.
+gpuguide.takeaway()
