@@ -16,7 +16,10 @@ See also :doc:`the roofline and its three regimes </concepts/roofline>` and
 # Setup
 # -----
 # A small MLP classifier on random data. The batch arrives as raw features; the step
-# standardises every sample (zero mean, unit variance) before the forward pass.
+# standardises every sample (zero mean, unit variance) before the forward pass. On a
+# CPU, torch runs one thread, so that another process on the machine takes no core
+# from under the phases' timings.
+import gc
 import gzip
 import time
 from contextlib import nullcontext
@@ -33,7 +36,11 @@ from gpuguide import Measurement, compare, format_bytes, plot_bars, report, tabl
 page = gpuguide.setup()
 device = page.device
 sync = getattr(torch, device.type).synchronize  # torch.cpu.synchronize does nothing
+if not page.cuda:
+    torch.set_num_threads(1)
 batch, features, hidden = (64, 256, 512) if page.small else (128, 512, 1024)
+if not page.cuda and not page.small:  # a CPU's matmuls weigh more: a smaller MLP
+    batch, features, hidden = 256, 256, 256
 model = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
                       nn.ReLU(), nn.Linear(hidden, 10)).to(device)  # fmt: skip
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -114,13 +121,21 @@ averages[:] = [e for e in averages if not (
 sort_by = "self_device_time_total" if kernels else "self_cpu_time_total"
 print(averages.table(sort_by=sort_by, row_limit=12))
 means = sum(e.count for e in averages if e.key == "aten::mean") // active
-print(f"aten::mean ran {means} times per step for a batch of {batch}")
+gpuguide.claim(
+    "the per-sample loop calls aten::mean at least once per sample and step",
+    holds=means >= batch,
+    measured=f"{means} calls per step for a batch of {batch}",
+)
 events = profiled[0].events()
 main_thread = {e.thread for e in events if e.name == "backward"}
 backward_ops = [e for e in events if e.name.startswith("autograd::engine::")]
 inside = sum(e.thread in main_thread for e in backward_ops)
-print(f"backward's operators on the thread of the 'backward' range: {inside} of "
-      f"{len(backward_ops)}")  # fmt: skip
+gpuguide.claim(
+    "autograd runs the backward pass's operators on "
+    + ("a thread of its own" if page.cuda else "the thread that called backward()"),
+    holds=bool(backward_ops) and inside == (0 if page.cuda else len(backward_ops)),
+    measured=f"{inside} of {len(backward_ops)} on the thread of the 'backward' range",
+)
 
 # %%
 # Time per phase, with events on the stream
@@ -130,9 +145,9 @@ print(f"backward's operators on the thread of the 'backward' range: {inside} of 
 # does, whichever thread queued that work, so the time between two events is a
 # phase's time on the GPU, waits for the host to launch its kernels included (a CPU
 # reads its clock). The per-sample and the batched step (the fix, below) take turns,
-# without the profiler, after two untimed steps each. On a GPU, expect ``normalise``
-# to lead: each of its few hundred small operators costs the host more than its
-# kernel costs the GPU. On a CPU the cores and the batch decide.
+# without the profiler, after two untimed steps each. Each of the loop's few hundred
+# small operators pays the dispatcher's fixed cost (on a GPU also a launch, which
+# costs the host more than the kernel costs the GPU), so ``normalise`` should lead.
 phases = ("normalise", "forward", "backward", "optimizer")
 
 
@@ -155,9 +170,11 @@ variants = {"per sample": normalise_per_sample, "batched": normalise_batched}
 for normalise in [*variants.values()] * 2:
     train_step(normalise, lambda name: nullcontext())
 steps = {label: [] for label in variants}
-for _ in range(10 if page.small else 30):
+gc.disable()  # a collection inside a phase would land in its time
+for _ in range(10 if page.small else 100):
     for label, normalise in variants.items():
         steps[label].append(timed_step(normalise))
+gc.enable()
 sync()  # now every event has completed
 seconds = (lambda a, b: a.elapsed_time(b) / 1e3) if page.cuda else (lambda a, b: b - a)
 timed, method = {}, "cuda-events" if page.cuda else "wall-clock"
@@ -174,6 +191,12 @@ largest = [p for p in phases if all(
     compare(slow[q], slow[p]).verdict == "faster" for q in phases if q != p)]  # fmt: skip
 print(f"largest phase: {largest[0]}" if largest else "no phase is measurably larger "
       "than every other")  # fmt: skip
+gpuguide.claim(
+    "normalise takes the largest share of the per-sample step",
+    holds=max(phases, key=lambda n: sum(slow[n].times_s)) == "normalise",
+    measured=", ".join(f"{n} {share[n]}" for n in phases),
+    timed=True,
+)
 if kernels:  # no kernels in the profile when CUPTI was not available to it
     kernels_s = sum(e.self_device_time_total for e in averages
                     if e.device_type != DeviceType.CPU) / 1e6 / active  # fmt: skip
@@ -198,17 +221,32 @@ gpuguide.download_link(trace, "profiler trace (gzipped JSON, for ui.perfetto.dev
 # The fix, measured
 # -----------------
 # The batched version computes the same numbers with one ``mean`` and one ``std``
-# over the whole batch. The gain is what the loop's fixed costs were worth: large on
-# a GPU, where a few hundred launches take far longer than their kernels; smaller on
-# a CPU, where an operator costs a few microseconds and the matrix products weigh
-# more.
+# over the whole batch. The gain is what the loop's fixed costs were worth beside
+# the rest of the step: on a GPU, a few hundred launches take far longer than their
+# kernels; on a CPU, an operator costs a few microseconds and the matrix products
+# weigh more (hence the smaller MLP there).
 for label, t in timed.items():
     report("step time", t["step"], size=f"batch {batch}x{features}",
            normalisation=label)  # fmt: skip
 batching = compare(fast["step"], slow["step"])
 print(f"normalisation: {batching}")
+gpuguide.claim(
+    "the batched normalisation is at least 3x as fast as the per-sample loop",
+    compare(fast["normalise"], slow["normalise"]),
+    at_least=3,
+)
+gpuguide.claim(
+    "batching it makes the step at least 1.5x as fast", batching, at_least=1.5
+)
 fig, ax = plt.subplots()
 plot_bars(ax, {"per-sample loop": slow["step"], "batched": fast["step"]},
           ylabel="training step (ms)",
           title=f"Batching the normalisation: {batching.short}")  # fmt: skip
 plt.show()
+
+# %%
+# What to take away
+# -----------------
+# Profile first, to see which operators and phases take the time; then time the
+# phases where the step runs, and the step before and after a fix.
+gpuguide.takeaway()
