@@ -3,10 +3,11 @@ CUDA graphs: launch many small kernels for the price of one
 ===========================================================
 
 Every eager PyTorch operation costs host time before the GPU sees a kernel: Python,
-the dispatcher, the caching allocator and the CUDA launch, typically 5-20 us in all.
-When the kernels are tiny the GPU finishes each one before the host has launched the
-next, so the run time grows with the number of operations, not with the data. A CUDA
-graph records the kernels once and then replays the whole sequence with one launch.
+the dispatcher, the caching allocator and the CUDA launch: microseconds (this page
+measures it). When the kernels are tiny the GPU finishes each one before the host
+has launched the next, so the run time grows with the number of operations, not with
+the data. A CUDA graph records the kernels once and then replays the whole sequence
+with one launch.
 
 This page times chains of tiny operations, eagerly and replayed from a graph, fits
 ``time = fixed + per-op cost x ops`` to each, and prints the per-op cost and the
@@ -114,15 +115,25 @@ for n_ops in op_counts:
         rows[-1]["same result"] = torch.equal(static_out, chain(new_data, n_ops))
 print(table(rows))
 times = {mode: [row[mode] for row in rows] for mode in steps}
+if graphs:
+    same = sum(row["same result"] for row in rows)
+    gpuguide.claim("replaying a graph gives exactly the eager result", holds=same == len(rows),
+                   measured=f"equal at {same} of {len(rows)} op counts")  # fmt: skip
+more = op_counts[-1] // op_counts[0]
+growth = compare(times["eager"][0], times["eager"][-1])
+gpuguide.claim(f"eagerly, a step of {op_counts[-1]} ops costs at least {more // 2}x a step of "
+               f"{op_counts[0]} ({more}x the ops): time grows with the op count",
+               growth, at_least=more // 2)  # fmt: skip
 
 # %%
 # The cost of one operation
 # -------------------------
 # A line through time against the number of operations: its slope is the cost of
 # one more operation (eagerly the host's cost per launch; replayed roughly the GPU's
-# time per tiny kernel, typically a few times lower), its intercept the fixed cost
-# of a step. Fits through the first and the third quartiles give the slope's range.
-slopes, series = {}, {}
+# time per tiny kernel, which a claim below puts at most at half the eager one), its
+# intercept the fixed cost of a step. Fits through the first and the third quartiles
+# give the slope's range.
+slopes, series, ranges = {}, {}, {}
 for mode, runs in times.items():
     fits = [np.polyfit(op_counts, [getattr(m, q) for m in runs], 1)
             for q in ("median_s", "q25_s", "q75_s")]  # fmt: skip
@@ -132,15 +143,22 @@ for mode, runs in times.items():
     print(f"{mode}: {format_time(max(fixed, 0.0))} fixed per step{noisy}{lost}")
     series[f"{mode} ({format_time(slope)} per op)" if slope > 0 else mode] = runs
     if slope > 0:
-        slopes[mode] = slope
+        slopes[mode], ranges[mode] = slope, (min(ends), max(ends))
         report("per-op cost", slope, unit="s", spread=(min(ends), max(ends)),
                size=f"{op_counts[0]}-{op_counts[-1]} ops", mode=mode)  # fmt: skip
-title = "Eager: time grows with the op count"
+title = f"Eager, {op_counts[-1]} ops against {op_counts[0]}: {growth.short} the time"
 if graphs:
-    if len(slopes) == 2:
-        print(f"per-op cost with a graph: {slopes['graph'] / slopes['eager']:.2g}x the eager one")  # fmt: skip
+    both = len(slopes) == 2 and min(ranges["eager"]) > 0
+    (g_low, g_high), (e_low, e_high) = (
+        ranges.get(m, (0, 0)) for m in ("graph", "eager")
+    )
+    ratio = slopes["graph"] / slopes["eager"] if both else 1.0
+    gpuguide.claim("a graph's per-op cost is at most half the eager one", ratio, at_most=0.5,
+                   spread=(min(ratio, g_low / e_high), max(ratio, g_high / e_low)) if both
+                   else None, timed=True, unless=None if both else "a slope is lost in the noise")  # fmt: skip
     at_most = compare(times["graph"][-1], times["eager"][-1])
-    print(f"at {op_counts[-1]} ops: {at_most}")
+    gpuguide.claim(f"at {op_counts[-1]} ops, replaying the graph is faster than eager",
+                   at_most, verdict="faster")  # fmt: skip
     title = f"A graph against eager at {op_counts[-1]} ops: {at_most.short}"
 
 # Both axes of the plot are logarithmic: a line of slope one is a constant cost per
@@ -173,7 +191,8 @@ if graphs:
 # small model serving one request at a time, captured like any function
 # (``torch.no_grad()`` keeps autograd out of the graph). On a GPU each version's
 # host time to launch is measured next to the GPU's work for it (the GPU held busy
-# meanwhile): eagerly the GPU waits for the host, replayed it does not.
+# meanwhile): eagerly the GPU waits for the host, replayed it does not. On a CPU
+# there is nothing to replay, so the MLP is timed on a GPU only.
 layers = [m for _ in range(4) for m in (torch.nn.Linear(256, 256), torch.nn.ReLU())]
 mlp = torch.nn.Sequential(*layers).to(device).eval()
 static_x, new_x = (torch.randn(8, 256, device=device) for _ in range(2))
@@ -191,10 +210,13 @@ if graphs:
         mlp_graph, mlp_out = capture(mlp, static_x)
     mlp_steps["graph"] = partial(replay, mlp_graph, static_x, new_x)
     mlp_steps["graph"]()
-    print(f"MLP output matches eager: {torch.allclose(mlp_out, mlp_eager())}")
-mlp_times = interleave(mlp_steps, rounds=10, device=device, measure="call")
-for name, fn in mlp_steps.items():
-    print(f"MLP, {name}: {format_time(mlp_times[name].median_s)} per step; "
-          f"{host_and_gpu_times(fn, device=device)}")  # fmt: skip
-if graphs:
-    print(f"MLP: {compare(mlp_times['graph'], mlp_times['eager'])}")
+    gpuguide.claim("the MLP's replayed output matches eager's (allclose)",
+                   holds=torch.allclose(mlp_out, mlp_eager()), measured="torch.allclose")  # fmt: skip
+    mlp_times = interleave(mlp_steps, rounds=10, device=device, measure="call")
+    for name, fn in mlp_steps.items():
+        print(f"MLP, {name}: {format_time(mlp_times[name].median_s)} per step; "
+              f"{host_and_gpu_times(fn, device=device)}")  # fmt: skip
+    gpuguide.claim("the small MLP's step is faster replayed than eager",
+                   compare(mlp_times["graph"], mlp_times["eager"]), verdict="faster")  # fmt: skip
+else:
+    print("MLP: no graph to set eager against on a CPU; its eager cost per op is above")

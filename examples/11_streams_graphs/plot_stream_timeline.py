@@ -16,6 +16,7 @@ See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 # The previous page's chunks: copy one to the device, run a few rounds of
 # ``tanh(x @ w)`` on it, copy the result back, from and to host memory (pinned on a
 # GPU); the rounds per chunk balance copying and computing.
+import itertools
 import time
 from contextlib import contextmanager
 
@@ -142,8 +143,10 @@ def pipelined(x_host, out_host, marks):
 # The timeline
 # ------------
 # One run of each version (one run, not a median: the previous page measures in
-# rounds), its spans read against an event recorded before it: one row per stream,
-# copies and compute side by side when pipelined.
+# rounds), after a first run that warms it up (it allocates its streams' memory),
+# its spans read against an event recorded before it: one row per stream. The
+# claims say what the timelines should show: one stage at a time on one stream,
+# and on a GPU copies side by side with compute when pipelined.
 
 
 def timeline(run):
@@ -157,6 +160,10 @@ def timeline(run):
 
 
 versions = {"serialized": serialized} | ({"pipelined": pipelined} if cuda else {})
+for run in versions.values():  # the warm-up runs
+    run(x_pinned, out_pinned, [])
+sync()
+ends, shares = {}, {}
 fig, axes = plt.subplots(len(versions), 1, sharex=True, squeeze=False)
 for ax, (name, run) in zip(axes[:, 0], versions.items(), strict=True):
     spans = timeline(run)
@@ -166,8 +173,18 @@ for ax, (name, run) in zip(axes[:, 0], versions.items(), strict=True):
                for a in copying for b in spans if b.lane == "compute stream")  # fmt: skip
     finding = "one stage at a time, no overlap"
     if both > 0:
-        share = both / sum(s.duration_s for s in copying)
-        finding = f"copies overlap compute {share:.0%} of their time"
+        shares[name] = both / sum(s.duration_s for s in copying)
+        finding = f"copies overlap compute {shares[name]:.0%} of their time"
     print(f"timeline, {name}: done after {end}; {finding}")
     plot_timeline(ax, spans, title=f"{name}: {end}, {finding}")
+    ends[name] = max(s.end_s for s in spans)
+    if name == "serialized":  # each span starts after the one before ends (1 us slack)
+        order = sorted(spans, key=lambda s: s.start_s)
+        apart = all(b.start_s >= a.end_s - 1e-6 for a, b in itertools.pairwise(order))
+        gpuguide.claim("serialized on one stream, no two stages overlap", holds=apart,
+                       measured=f"{len(spans)} spans, {'none' if apart else 'some'} overlapping")  # fmt: skip
 plt.show()
+gpuguide.claim("on a GPU, pipelined copies overlap compute at least half of their time",
+               shares.get("pipelined", 0.0), at_least=0.5, on="cuda", timed=True)  # fmt: skip
+gpuguide.claim("on a GPU, the pipelined run ends in at most 80% of the serialized run's time",
+               ends.get("pipelined", 0.0) / ends["serialized"], at_most=0.8, on="cuda", timed=True)  # fmt: skip
