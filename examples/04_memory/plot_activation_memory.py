@@ -88,8 +88,11 @@ print(f"{depth} blocks, width {width}, batch {batch}")
 # --------------------------------------------------------
 # The same forward pass three ways, taking turns. With gradients enabled (the
 # default), every block's saved tensors stay alive as long as the output does, even
-# if backward never comes. Under ``no_grad`` nothing is saved, so expect the peak to
-# drop to about two layers' worth of activations. ``inference_mode`` also skips
+# if backward never comes. Under ``no_grad`` nothing is saved: a block's output is
+# freed once the next block has read it, so the peak holds a few of the widest
+# (``4 width``) activations, not all of them; the page counts how many. (On the CPU
+# the rise is the process's RSS, which also keeps what glibc did not hand back, so it
+# counts more, by a different amount from run to run.) ``inference_mode`` also skips
 # autograd's version counters and view tracking; its tensors cannot enter autograd.
 def run(mode):
     with mode():
@@ -101,7 +104,7 @@ forwards = {
     "no_grad": partial(run, torch.no_grad),
     "inference_mode": partial(run, torch.inference_mode),
 }
-times = interleave(forwards, device=device)
+times = interleave(forwards, device=device, rep_ms=200)
 memory = {name: peak_rise(forward) for name, forward in forwards.items()}
 print(table({"mode": k, "peak rise": format_bytes(memory[k]), "time": t}
             for k, t in times.items()))  # fmt: skip
@@ -110,6 +113,21 @@ for mode in ("grad enabled", "no_grad"):
 saving = 1 - memory["no_grad"] / max(memory["grad enabled"], 1)
 speed = compare(times["inference_mode"], times["grad enabled"])
 print(f"no_grad's peak is {saving:.0%} lower than with grad enabled; time: {speed}")
+wide = 4 * batch * width * 4  # bytes of one block's widest activation (fp32)
+print(f"no_grad's peak rise: {memory['no_grad'] / wide:.1f} widest activations")
+gpuguide.claim(  # on a CPU the RSS rise also holds what glibc kept: it varies
+    "on a GPU, without a graph (no_grad) the forward pass's peak rise is at most a "
+    "quarter of the rise with grad enabled",
+    memory["no_grad"] / max(memory["grad enabled"], 1),
+    at_most=0.25,
+    on="cuda",
+)
+gpuguide.claim(
+    "on a GPU, no_grad's peak rise is at most three of the widest activations",
+    memory["no_grad"] / wide,
+    at_most=3,
+    on="cuda",
+)
 fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4))
 plot_bars(left, mib(memory), ylabel="peak memory rise (MiB)",
           title=f"Without a graph, {saving:.0%} less")  # fmt: skip
@@ -125,8 +143,9 @@ plt.show()
 # ``use_reentrant=False`` PyTorch warns and falls back to the older reentrant variant,
 # which among other limits gives a block's weights no gradient when none of its inputs
 # requires grad (the first block here). Expect the saved tensors to shrink to about a
-# ninth (block inputs only); the peak falls less, because backward still rebuilds one
-# block's activations at a time next to the gradients flowing back.
+# ninth (block inputs only, of 9 floats a sample per block); the peak falls less,
+# because backward still rebuilds one block's activations at a time next to the
+# gradients flowing back.
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 loss_fn = nn.MSELoss()
 
@@ -146,7 +165,9 @@ def train_step(net):
 train_step(model)  # creates the gradients and Adam's state
 variants = {"plain": model, "checkpointed": checkpointed_forward}
 step_time = interleave(
-    {name: partial(train_step, net) for name, net in variants.items()}, device=device
+    {name: partial(train_step, net) for name, net in variants.items()},
+    device=device,
+    rep_ms=400,
 )
 kept, peak = {}, {}
 for name, net in variants.items():
@@ -162,9 +183,10 @@ for name, net in variants.items():
 # time, also in forward passes (grad enabled, timed above): the layers run again plus
 # checkpointing's own work per block. It stops recomputing a block once it has rebuilt
 # what backward needs, the second ``Linear``'s input, not its output: forward hooks
-# count the layers run again. Where the matmuls dominate (a large model on a GPU),
-# expect about half a forward pass more; where per-call overheads weigh (a small
-# model, a CPU), its bookkeeping adds to that, past a whole forward pass.
+# count the layers run again: half of them, so where the matmuls dominate (a large
+# model on a GPU) expect about half a forward pass more, and less than a whole one.
+# Where per-call overheads weigh (a small model, a CPU), checkpointing's bookkeeping
+# adds to that; the line below says how much it added here.
 linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
 calls = []
 hooks = [m.register_forward_hook(lambda m, *_: calls.append(m)) for m in linears]
@@ -173,7 +195,13 @@ forward = len(calls)
 loss.backward()
 for hook in hooks:
     hook.remove()
-print(f"backward ran {len(calls) - forward} of {len(linears)} Linear layers again")
+again = len(calls) - forward
+print(f"backward ran {again} of {len(linears)} Linear layers again")
+gpuguide.claim(
+    "checkpointed backward runs half of the Linear layers again (each block's first)",
+    holds=again == len(linears) // 2,
+    measured=f"{again} of {len(linears)}",
+)
 saved = peak["plain"] - peak["checkpointed"]
 share = saved / max(peak["plain"], 1)
 kept_share = 1 - kept["checkpointed"] / max(kept["plain"], 1)
@@ -182,13 +210,37 @@ print(
     f"against {format_bytes(kept['plain'])}) and lowers the peak rise by "
     f"{format_bytes(saved)} ({share:.0%})"
 )
+gpuguide.claim(
+    "checkpointing keeps about a ninth of what autograd keeps without it (at most 1/8)",
+    kept["checkpointed"] / max(kept["plain"], 1),
+    at_most=1 / 8,
+)
+gpuguide.claim(
+    "checkpointing lowers the backward peak by less than it cuts what is kept",
+    holds=share < kept_share,
+    measured=f"peak {share:.0%} lower, kept {kept_share:.0%} less",
+    unless="small sizes: RSS moves by whole pages and arenas" if page.small else None,
+)
 cost = compare(step_time["plain"], step_time["checkpointed"])
 report("checkpointing's cost", cost, size=dims)
+gpuguide.claim(  # a CPU shared with other work times these steps too unsteadily
+    "on a GPU, checkpointing makes a training step slower",
+    cost,
+    verdict="faster",
+    on="cuda",
+)
 step_passes = step_time["plain"].median_s / times["grad enabled"].median_s
 extra = [(ratio - 1) * step_passes for ratio in (cost.speedup, cost.low, cost.high)]
 print(
     f"in forward passes: a plain step takes {step_passes:.2f}, checkpointing adds "
     f"{extra[0]:.2f} ({extra[1]:.2f} to {extra[2]:.2f})"
+)
+gpuguide.claim(
+    "on a GPU, checkpointing adds less than one forward pass to a training step",
+    extra[0],
+    spread=(min(extra), max(extra)),
+    at_most=1.0,
+    on="cuda",
 )
 fig, (left, middle, right) = plt.subplots(1, 3, figsize=(11, 4))
 plot_bars(left, mib(kept), ylabel="kept for backward (MiB)",
@@ -198,3 +250,11 @@ plot_bars(middle, mib(peak), ylabel="peak memory rise (MiB)",
 plot_bars(right, step_time, ylabel="step time (ms)",
           title=f"plain against checkpointed:\n{cost.short}")  # fmt: skip
 plt.show()
+
+# %%
+# What to take away
+# -----------------
+# Inference needs no graph: ``no_grad`` or ``inference_mode`` keep only what the next
+# layer reads. Checkpointing trades memory for time: it keeps each block's input and
+# runs half the layers again in backward. This page's claims, and where they held:
+gpuguide.takeaway()
