@@ -17,6 +17,8 @@ See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
 # %%
 # Setup
 # -----
+import time
+from dataclasses import replace
 from functools import partial
 
 import matplotlib.pyplot as plt
@@ -38,6 +40,37 @@ from gpuguide import (
 
 page = gpuguide.setup()
 device = page.device
+# On a CPU one call of these memory-bound operations can vary by more than 10% from
+# call to call, so there each timed sample of a short call runs enough calls to
+# last about 5 ms (at most 10); every time is per call.
+
+
+def calls_for(fn):
+    if page.cuda:
+        return 1
+    start = time.perf_counter()
+    fn()
+    return max(1, min(10, round(5e-3 / (time.perf_counter() - start))))
+
+
+def timed(variants):
+    """Time zero-argument callables in interleaved rounds, per call."""
+    calls = {name: calls_for(fn) for name, fn in variants.items()}
+    samples = {name: partial(repeat, fn, calls[name]) for name, fn in variants.items()}
+    return {
+        name: replace(
+            m,
+            times_s=tuple(t / calls[name] for t in m.times_s),
+            rounds=tuple(r / calls[name] for r in m.rounds),
+        )
+        for name, m in interleave(samples, device=device).items()
+    }
+
+
+def repeat(fn, calls):
+    for _ in range(calls):
+        fn()
+
 
 # %%
 # In place or out of place
@@ -84,9 +117,7 @@ for name, fn in versions.items():
     memory[name] = tracker.report.net_bytes if peak is None else peak
     del result
 print(f"x: {numel} float32 ({format_bytes(4 * numel)}); memory from {tracker.method}")
-times = interleave(
-    {name: partial(fn, x) for name, fn in versions.items()}, device=device
-)
+times = timed({name: partial(fn, x) for name, fn in versions.items()})
 for name, m in times.items():
     report(f"{name} update", m, size=numel)
     share = memory[name] / (4 * numel)
@@ -94,6 +125,33 @@ for name, m in times.items():
           f"{share:.1f}x the size of x")  # fmt: skip
 verdict = compare(times["in place"], times["out of place"])
 print(f"Time: {verdict}")
+shares = {name: memory[name] / (4 * numel) for name in versions}
+gpuguide.claim(
+    "in place allocates nothing: its peak increase is at most 0.1x x's size",
+    holds=shares["in place"] <= 0.1,
+    measured=f"{shares['in place']:.1f}x",
+)
+gpuguide.claim(
+    "out of place holds two extra tensors of x's size at its peak (1.5x-2.5x x's size)",
+    holds=1.5 <= shares["out of place"] <= 2.5,
+    measured=f"{shares['out of place']:.1f}x",
+    unless="no peak counter on this device" if peak is None else None,
+)
+gpuguide.claim(
+    "on a GPU, the caching allocator makes the times similar: in place's "
+    "speed-up is within 0.8-1.25x",
+    verdict,
+    at_least=0.8,
+    at_most=1.25,
+    on="cuda",
+)
+gpuguide.claim(
+    "on a CPU, in place is at least 2x faster: every out-of-place result's fresh "
+    "pages are faulted in",
+    verdict,
+    at_least=2,
+    on="cpu",
+)
 
 fig, (ax_t, ax_m) = plt.subplots(1, 2)
 plot_bars(ax_t, times, ylabel="time (ms)", title=str(verdict).split(" (")[0])
@@ -126,8 +184,9 @@ except RuntimeError as err:
 # separately; a copy used ``k`` times pays off once ``copy + k * contiguous < k *
 # strided`` (:func:`gpuguide.break_even`, which gives no number unless the copy is
 # measurably faster to work on). Matmul libraries can read transposed operands
-# without a copy and reductions can reorder their loops to follow memory, so expect
-# the penalty to vary widely from one operation to the next. (Summing ``x.t()`` over
+# without a copy and reductions can reorder their loops to follow memory, so the
+# penalty can differ widely from one operation to the next: the table shows it for
+# three. (Summing ``x.t()`` over
 # dim 0 would read ``x`` row by row, contiguously; dim 1 is the strided direction.)
 side = largest_size(
     64, 16384, memory_at=lambda s: 16 * s * s, traffic_at=lambda s: 12 * s * s,
@@ -147,21 +206,21 @@ ops = {
     "view @ w": lambda v: torch.mm(v, w),
 }
 fig, axes = plt.subplots(1, len(ops))
-rows = []
+rows, gains = [], []
 for ax, (name, op) in zip(axes, ops.items(), strict=True):
     contiguous = view.contiguous()
     assert torch.allclose(op(view), op(contiguous), rtol=1e-4, atol=1e-3)
-    strided, packed = interleave(
+    strided, packed = timed(
         {
             f"{name}, strided": partial(op, view),
             f"{name}, contiguous": partial(op, contiguous),
-        },
-        device=device,
+        }
     ).values()
+    gains.append(compare(packed, strided))
     uses = break_even(copy, strided, packed)
     verdict = "pays on the first use" if uses == 1 else f"pays after {uses} uses"
     if uses is None:
-        verdict = "never measurably pays: the view is not measurably slower"
+        verdict = f"no break-even: {gains[-1].short}"
     rows.append({"operation": name, "view": strided, "contiguous": packed,
                  "making it contiguous": verdict})  # fmt: skip
     bars = {"view": strided, "copy+op": copy.median_ms + packed.median_ms}
@@ -169,6 +228,12 @@ for ax, (name, op) in zip(axes, ops.items(), strict=True):
     plot_bars(ax, bars, ylabel="time (ms)", title=name)
     ax.set_xlabel(verdict.split(":")[0], fontsize="small")
 print(table(rows))
+gpuguide.claim(
+    "adding to the transposed view is at least 1.5x slower than to its contiguous "
+    "copy: the view's reads jump across memory",
+    gains[0],
+    at_least=1.5,
+)
 paid = sum(row["making it contiguous"].startswith("pays") for row in rows)
 fig.suptitle(f".contiguous() paid off for {paid} of {len(ops)} operations")
 fig.supxlabel(f"{side}x{side} float32; view = x.t()", fontsize="small")
@@ -181,4 +246,5 @@ plt.show()
 # values; they save time only where allocating is expensive, which the printout
 # above shows for this device. Make a view contiguous only when the operation is
 # measurably slower on it and the copy is reused enough times: time the copy apart
-# from the operation, never inside it.
+# from the operation, never inside it. The claims this run checked:
+gpuguide.takeaway()
