@@ -173,6 +173,13 @@ if len(blocks) > 1:  # a slope needs two depths (small mode on a CPU runs one)
         gpuguide.report(name, g.per_block_s, unit="s", spread=g.spread)
     print(coldstart.compare_growth(full, regional))
     title = f"Per block: full {full.short}, regional {regional.short}"
+gpuguide.claim(
+    "regional compilation adds less to the first call per block than full compilation",
+    holds=len(blocks) > 1 and regional.per_block_s < full.per_block_s,
+    measured=f"{regional.short} against {full.short}" if len(blocks) > 1 else "-",
+    timed=True,
+    unless=len(blocks) < 2 and "one depth only: no slope",
+)
 fig, ax = plt.subplots()
 labels = {"xlabel": "blocks in the stack (N)", "ylabel": "first call (s)"}
 gpuguide.plot_sweep(
@@ -218,9 +225,16 @@ for case in CASES:  # regional: timed beside eager in the warm processes
 # took 40% of a cold one's (A100), a Mega-Cache load 1.03 s against 3.36 s cold
 # (H100), regional compilation of Flux's DiT 9.6 s against 67.4 s (H100).
 cold = first("cold", largest)
-for case in ("warm", "Mega-Cache"):
+for case, least in (("warm", 2), ("Mega-Cache", 1.2)):
     vs = gpuguide.compare(first(case, largest), cold)
     gpuguide.report(f"first call, {case} against cold", vs, blocks=largest)
+    gpuguide.claim(
+        f"a {case} start's first call is at least {least}x as fast as a cold one's",
+        vs.speedup,
+        at_least=least,
+        measured=f"{vs.speedup:.2f}x, one process each",
+        timed=True,
+    )
 
 
 def steps(cases, name, label, relative=True):  # at the largest stack
@@ -232,6 +246,7 @@ vs = gpuguide.compare(
     steps(CASES[:3], "compiled", "full compilation"), steps(CASES[:3], "eager", "eager")
 )
 gpuguide.report("steady state, full compilation against eager", vs, blocks=largest)
+gpuguide.claim("a compiled step is at least 1.05x as fast as eager", vs, at_least=1.05)
 vs = gpuguide.compare(  # timed in the same rounds of the warm processes
     steps(["warm"], "regional", "regional", relative=False),
     steps(["warm"], "compiled", "full compilation", relative=False),
@@ -248,3 +263,4 @@ gpuguide.report("steady state, regional against full", vs, blocks=largest)
 # from a repeated block, weigh what each block adds to a full compilation (the
 # figures per block above) against the steady state that compiling by blocks
 # gives up (fusion across blocks, a call per block: the last figure).
+gpuguide.takeaway()
