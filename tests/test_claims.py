@@ -202,3 +202,14 @@ def test_a_results_file_refuses_a_claim_stated_twice_or_a_bad_outcome():
         results.ResultsFile(device, claims={PAGE: twice})
     with pytest.raises(ValueError, match="outcome must be"):
         results.Claim("x", "maybe", "1")
+
+
+def test_a_bound_on_a_noisy_comparison_prints_the_bare_speed_up():
+    fast = m("fused", 1.0, 1.0, 1.3, 1.6, 1.6)  # NOISY: no verdict, but an interval
+    slow = around("eager", 30.0, 0.1)
+    c = compare(fast, slow)
+    assert c.noisy
+    held, text = check("fused is at least 10x faster", c, at_least=10.0)
+    assert held.outcome == "held"
+    assert "no measurable difference" not in text
+    assert text.startswith("Claim held: fused is at least 10x faster (measured 23.1x (")

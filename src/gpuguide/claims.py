@@ -41,7 +41,7 @@ from gpuguide.env import small_mode
 from gpuguide.page import current
 from gpuguide.results import Claim, record_claim, recorded_claims
 from gpuguide.timing import Measurement, Rate
-from gpuguide.units import format_time, significant
+from gpuguide.units import format_ratio, format_time, significant
 from gpuguide.verdicts import NO_DIFFERENCE, Comparison
 
 if TYPE_CHECKING:
@@ -76,8 +76,9 @@ def _interval(
     value: object, spread: Sequence[float] | None
 ) -> tuple[float, float, str]:
     """``(low, high, text)`` of a measured object or a number with its spread."""
-    if isinstance(value, Comparison):
-        return value.low, value.high, value.short
+    if isinstance(value, Comparison):  # the bare speed-up: the verdict is another claim
+        spread = f"{format_ratio(value.low).removesuffix('x')}-{format_ratio(value.high)}"
+        return value.low, value.high, f"{format_ratio(value.speedup)} ({spread})"
     if isinstance(value, Rate):
         return value.low, value.high, str(value)
     if isinstance(value, Measurement):
