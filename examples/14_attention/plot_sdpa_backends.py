@@ -99,6 +99,7 @@ for name, backend in backends.items():
     variants[f"SDPA {name}"] = forced
 
 tolerance = 2e-2 if dtype == torch.bfloat16 else 1e-5
+agree = []
 for causal in (False, True):
     high = torch.float32 if page.cuda else torch.float64
     reference = naive(q.to(high), k.to(high), v.to(high), causal)
@@ -106,6 +107,9 @@ for causal in (False, True):
               for name, fn in variants.items()]  # fmt: skip
     print(f"causal={causal}, tolerance {tolerance:g} of the largest value: " + "; ".join(
         f"{name} {err:.1e} {'ok' if ok else 'DIFFERS'}" for name, err, ok in checks))  # fmt: skip
+    agree += [ok for _, _, ok in checks]
+gpuguide.claim("every variant gives the reference's answer within the tolerance",
+               holds=all(agree), measured=f"{sum(agree)} of {len(agree)} outputs within it")  # fmt: skip
 del q, k, v, reference
 
 # %%
@@ -147,12 +151,20 @@ for name in ("SDPA default", "SDPA flash", "naive"):
     if measured:  # the naive path: its longest length within the budget
         s, rate = measured[-1]
         gpuguide.report(name, rate, peak=peak, size=size, S=s, causal=False)
+both = [i for i, s in enumerate(lengths) if s <= at and times["naive"][i]]
+if both:  # the longest length where both ran
+    i = both[-1]
+    fused, out = times["SDPA default"][i], times["naive"][i]
+    gpuguide.claim(f"at S={lengths[i]}, SDPA default runs at least 1.2x the written-out FLOP/s",
+                   fused.value / out.value, spread=(fused.low / out.high, fused.high / out.low),
+                   at_least=1.2, timed=True)  # fmt: skip
 
 # %%
 # Memory: quadratic against linear
 # --------------------------------
-# The ratio of the two grows with ``S``: the written-out path's scores grow with
-# ``S**2``, a fused kernel's working memory with ``S``. The ratios below are for the
+# The written-out path's scores grow with ``S**2`` per sequence, a fused kernel's
+# working memory with ``S``: at a fixed number of tokens per call, the ratio of the
+# two grows with ``S`` (a claim below checks it). The ratios below are for the
 # one forward pass this page times. The FlashAttention README's figures, 10x less
 # memory than standard attention at ``S = 2048`` and 20x at 4096, were measured for
 # training (forward and backward): a different quantity, quoted beside them.
@@ -167,11 +179,18 @@ print(
     "FlashAttention README's 10x less memory at S=2048, 20x at S=4096"
 )
 print(f"memory budget for one call: {budget / 2**30:.2f} GiB")
+ratios = [(s, n / f) for s, n, f in zip(lengths, memory["naive"], memory["SDPA default"],
+                                         strict=True) if n and f]  # fmt: skip
+grew = len(ratios) >= 2 and ratios[-1][1] >= 2 * ratios[0][1]
+gpuguide.claim("naive's memory over SDPA default's grows with S: at least doubles over the sweep",
+               holds=grew, measured=", ".join(f"{r:.3g}x at S={s}" for s, r in ratios),
+               unless="small sizes: too little memory to measure" if page.small else None)  # fmt: skip
 
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(ax, lengths, {n: [b and b / 2**20 for b in memory[n]] for n in variants},
                     xlabel="sequence length S (tokens)", ylabel="peak memory per call (MiB)",
-                    title="The written-out path's memory grows with S squared")  # fmt: skip
+                    title="Peak memory per call: " + ", ".join(
+                        f"naive {r:.3g}x SDPA at S={s}" for s, r in ratios[::2]))  # fmt: skip
 ax.axhline(budget / 2**20, color="0.5", ls=":", label="budget")
 ax.legend()
 plt.show()
@@ -198,9 +217,13 @@ causal_flop = attention.attention_flop(tokens // at, at, heads, head_dim, causal
 for name in ("SDPA default", "SDPA flash"):
     if name in variants:
         m = gpuguide.benchmark(variants[name], args=(q, k, v, True), label=name)
-        gpuguide.report(
-            name, m.rate(causal_flop), peak=peak, size=size, S=at, causal=True
-        )
+        rate = m.rate(causal_flop)
+        gpuguide.report(name, rate, peak=peak, size=size, S=at, causal=True)
+        full = times[name][lengths.index(at)]
+        if name == "SDPA default" and full:
+            gpuguide.claim(f"at S={at}, {name}'s causal rate is below its non-causal one",
+                           rate.value / full.value, spread=(rate.low / full.high,
+                           rate.high / full.low), at_most=1.0, timed=True)  # fmt: skip
 if page.cuda:
     print("published, H100 SXM5, S=8192: " + "; ".join(
         f"{'causal' if c else 'non-causal'} " + ", ".join(f"{n} {f / 1e12:.0f}" for n, f in p.items())
@@ -210,8 +233,9 @@ if page.cuda:
 # What to take away
 # -----------------
 # Call ``scaled_dot_product_attention`` rather than writing the formula out: the
-# answer is the same within the data type's precision, the memory stays linear in
-# ``S`` and, on a GPU, the rate stays close to the tensor cores' while the
-# written-out version is limited by moving its ``S x S`` matrices. The next page
+# answer is the same within the data type's precision, its memory does not hold the
+# ``S x S`` matrices, and its rate is higher than the written-out version's, which
+# is limited by moving them (the claims, in this run). The next page
 # shows which kernel SDPA picked, when it falls back to the math path, and
 # FlexAttention for masks SDPA cannot express.
+gpuguide.takeaway()

@@ -3,7 +3,8 @@ Decode overhead: CUDA graphs, and a cache that must keep its shape
 ==================================================================
 
 At batch 1 a decode step of a mid-sized model is a few hundred small kernels, and
-eager PyTorch spends more time launching them than the GPU spends running them.
+on a GPU eager PyTorch can spend more time launching them than the GPU spends
+running them (a claim below checks it).
 ``torch.compile`` fuses some of them; ``mode="reduce-overhead"`` also replays the
 step from a CUDA graph, which removes the launches. This page times eager, compiled
 and CUDA-graph steps with the host's and the GPU's time per step, the compile time
@@ -47,7 +48,7 @@ model = decode.random_decoder(shape, device=device, dtype=dtype)
 model.setup_cache(1, context)
 token = torch.randint(shape.vocab, (1,), device=device)
 pos = torch.tensor([prompt], device=device)  # a prompt is in the cache
-print(f"{shape}: {format_bytes(shape.weight_bytes(dtype.itemsize))} of weights")
+print(f"{shape.label}: {format_bytes(shape.weight_bytes(dtype.itemsize))} of weights")
 model_size = f"{shape.label}, context {context}"
 
 # %%
@@ -96,9 +97,22 @@ for name, m in timed.items():
                  "pays off after": even and f"{even:,} steps"})  # fmt: skip
 print(table(rows))
 print(f"eager: {split['eager']}")
+gpuguide.claim("on a GPU, an eager step at batch 1 is launch-bound: its host time exceeds its GPU time",
+               holds=split["eager"].bound == "host", measured=str(split["eager"]), on="cuda")  # fmt: skip
 best, at = modes[-1], {"size": model_size, "batch": 1, "mode": modes[-1]}
 gain = compare(timed[best], timed["eager"])
 report("speed-up over eager", gain, quoted=(2.0, 5.0) if page.cuda else None, **at)
+fused = compare(timed["default"], timed["eager"])
+gpuguide.claim(
+    "compiled (default mode) is at least 1.2x faster than eager at batch 1",
+    fused,
+    at_least=1.2,
+    unless="a side is NOISY here: no check" if fused.noisy else None,
+)
+if best != "default":
+    gpuguide.claim(
+        f"{best} is at least 2x faster than eager at batch 1", gain, at_least=2.0
+    )
 # Memory's bandwidth needs weights well past the caches (a CPU's hold this model).
 if page.cuda and nbytes > 4 * decode.l2_cache_bytes(device):
     report("decode bandwidth", timed[best].rate(nbytes, "B/s"), peak="memory", **at)
@@ -157,6 +171,12 @@ with compiling.capture_compiler() as log:
             pos.add_(1)  # on the device: no synchronization
         trace[f"{name} ({compiles} compilations)"] = times
         report("steps that compiled", compiles, unit="steps", cache=name, size=n_steps)
+        if name == "static cache":
+            gpuguide.claim("the static cache compiles nothing new, step after step",
+                           holds=compiles == 0, measured=f"{compiles} compilations")  # fmt: skip
+        else:
+            gpuguide.claim("the growing cache compiles at least twice: a new shape, then symbolic",
+                           holds=compiles >= 2, measured=f"{compiles} compilations")  # fmt: skip
 if str(log):
     print(f"the compiler, meanwhile: {log}")
 if best != "default":
@@ -166,8 +186,9 @@ if best != "default":
 # Time per step
 # -------------
 # The static cache's steps should all take the steady time; the growing cache's
-# first two compile, and the later ones run the code made for any length, each
-# with a longer cache to copy into its next, longer tensor.
+# first steps compile (counted above), and the later ones run the code made for any
+# length, each with a longer cache to copy into its next, longer tensor. The title
+# gives the mean of the steps after the second.
 steady = {name.split(" (")[0]: sum(t[2:]) / (n_steps - 2) for name, t in trace.items()}
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(ax, list(range(1, n_steps + 1)), {k: [t * 1e3 for t in v] for k, v in trace.items()},
@@ -179,6 +200,8 @@ plt.show()
 # %%
 # What to take away
 # -----------------
-# At small batch, launching a decode step can cost more than running it: capture it
-# in a CUDA graph (``mode="reduce-overhead"``), and keep every shape fixed from step
-# to step: a preallocated cache written in place at a position held in a tensor.
+# At small batch, launching a decode step can cost more than running it (on a GPU,
+# see the claims): capture it in a CUDA graph (``mode="reduce-overhead"``), and keep
+# every shape fixed from step to step: a preallocated cache written in place at a
+# position held in a tensor, which the compiler does not recompile for.
+gpuguide.takeaway()

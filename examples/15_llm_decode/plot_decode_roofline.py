@@ -5,9 +5,9 @@ A decode step is memory-bound: step time against batch size
 A language model generates text one token per sequence at a time. Each of these
 *decode steps* multiplies a handful of new token vectors by every weight matrix of
 the model, so it reads all the weights to do two FLOP per weight and token: at small
-batch sizes its time is what memory bandwidth allows, and a batch of 32 sequences
-costs little more than one. Only when the batch outgrows the roofline's ridge does
-the arithmetic take over.
+batch sizes the roofline puts its time at what memory bandwidth allows, so that on a
+GPU a batch of 32 sequences should cost little more than one (a claim below checks
+it). Only when the batch outgrows the roofline's ridge does the arithmetic take over.
 
 This page builds a Llama-shaped decoder with random weights and a preallocated
 key-value cache, times one step for batches from 1 to a few hundred, turns the times
@@ -81,7 +81,7 @@ layers = gpuguide.largest_size(
 shape = dataclasses.replace(base, layers=layers)
 model = decode.random_decoder(shape, device=device, dtype=dtype)
 weights = shape.weight_bytes(size)
-print(f"{shape}: {shape.params / 1e6:,.0f} M parameters, "
+print(f"{shape.label}: {shape.params / 1e6:,.0f} M parameters, "
       f"{format_bytes(weights)} of weights; cache of {context} positions")  # fmt: skip
 
 # %%
@@ -141,6 +141,11 @@ print(
 )
 last = batches[-1]
 report("decode rate", steps[last].rate(last, "token/s"), size=model_size, batch=last)
+many = min(64, last)  # tokens per second: batch `many` over batch 1
+ride = compare(steps[many], steps[1])
+gpuguide.claim(f"a step of batch {many} yields at least 2x the tokens per second of batch 1",
+               many * ride.speedup, spread=(many * ride.low, many * ride.high),
+               at_least=2, timed=True)  # fmt: skip
 
 # %%
 # The roofline's prediction
@@ -171,8 +176,18 @@ gain = flop_1 * copy.value / peak_flops - per_seq
 knee = fixed / gain if gain > 0 else float("inf")
 print(f"ridge {peak_flops / copy.value:.3g} FLOP/byte with the copy's bandwidth: "
       f"the knee is predicted at batch {knee:.3g}")  # fmt: skip
-flat = compare(steps[batches[0]], steps[min(32, batches[-1])])
-print(f"batch {batches[0]} against batch {min(32, batches[-1])}: {flat}")
+# A step at batch 32 against batch 1: the speed-up of batch 1 is the ratio of their
+# times. Then the sweep's last batch against one well below the knee.
+wide = min(32, batches[-1])
+flat = compare(steps[batches[0]], steps[wide])
+gpuguide.claim(f"on a GPU, a decode step at batch {wide} costs at most 1.3x batch 1's",
+               flat, at_most=1.3, on="cuda")  # fmt: skip
+last, below = batches[-1], max([b for b in batches if b <= knee / 2], default=None)
+gpuguide.claim(
+    f"past the knee a step costs more: batch {last} at least 1.5x batch {below}",
+    below and compare(steps[below], steps[last]), at_least=1.5,
+    unless=None if below and last >= 2 * knee else "the sweep does not reach past the knee",
+)  # fmt: skip
 peak_bw = page.peaks.memory_bandwidth_bytes_per_s
 series = {
     "measured": list(steps.values()),
@@ -183,7 +198,7 @@ if peak_bw:
 fig, ax = plt.subplots()
 plot_sweep(ax, batches, series, xlabel="batch (sequences)",
            ylabel="time per decode step (ms)",
-           title=f"Flat while memory-bound; knee predicted at batch {knee:.0f}")  # fmt: skip
+           title=f"Step time, batch {wide} over batch 1: {flat.short}; knee predicted at batch {knee:.0f}")  # fmt: skip
 if batches[0] <= knee <= 4 * batches[-1]:
     ax.axvline(knee, color="0.5", ls=":")
 plt.show()
@@ -197,8 +212,10 @@ plt.show()
 # flight (batch x context) it outweighs the weights: in memory, and in the bytes a
 # step reads. The allocated cache is checked against the count.
 allocated = sum(buf.nbytes for buf in model.buffers())
-print(f"cache allocated for batch {batches[-1]}: {format_bytes(allocated)} "
-      f"(counted: {format_bytes(shape.kv_cache_bytes(batches[-1], context, size))})")  # fmt: skip
+counted = shape.kv_cache_bytes(batches[-1], context, size)
+gpuguide.claim(f"the cache allocated for batch {batches[-1]} is the size counted",
+               holds=allocated == counted,
+               measured=f"{format_bytes(allocated)} allocated, {format_bytes(counted)} counted")  # fmt: skip
 per_token = shape.kv_bytes_per_token(size)
 crossover = weights / per_token
 grouped = shape.heads // shape.kv_heads
@@ -220,8 +237,10 @@ plt.show()
 # %%
 # What to take away
 # -----------------
-# At small batch a decode step costs the time to read the weights: serve several
-# sequences together and they ride along almost for free, until the batch reaches
-# the ridge. Fewer bytes per weight (next pages: int8) speed up every step that is
-# memory-bound; a long context or a large batch makes the cache, not the weights,
-# the bytes to save.
+# Below the ridge a decode step is bounded by reading the weights, which every
+# sequence of the batch shares: serve several sequences together and the tokens per
+# second grow with the batch (on a GPU, up to batch 32 almost for free), until the
+# batch passes the knee. Fewer bytes per weight (next pages: int8) can speed up a step
+# that is memory-bound; a long context or a large batch makes the cache, not the
+# weights, the bytes to save.
+gpuguide.takeaway()
