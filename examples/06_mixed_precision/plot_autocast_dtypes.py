@@ -4,8 +4,9 @@ What autocast changes
 
 ``torch.autocast`` does not convert a model to 16 bits. The weights stay float32;
 inside the autocast region each operation picks its own dtype: matrix
-multiplications run in float16 or bfloat16, operations that need range or
-accuracy (reductions, normalizations, the loss) stay in float32.
+multiplications run in float16 or bfloat16, and operations that need range or
+accuracy stay in float32. Which ones differs by device: the loss and layer norm
+on both, softmax on CUDA but not on the CPU, as this page's run shows.
 
 This page runs a small transformer block and reads from the run itself which module
 produced which dtype, how many bytes the forward pass keeps for backward in each
@@ -106,12 +107,38 @@ for dtype in low:
         row = rows.setdefault(n, {"module": n, "type": type(watched[n]).__name__})
         row[f"autocast {name[dtype]}"] = f"{short[in_dtype]} -> {short[out.dtype]}"
 print(table(rows.values()))
+out_of = {  # module name -> the dtypes it returned, over both autocast passes
+    n: "/".join(sorted({row[f"autocast {name[d]}"].split(" -> ")[1] for d in low}))
+    for n, row in rows.items()
+}
+linears = [n for n, m in watched.items() if isinstance(m, nn.Linear)]
+gpuguide.claim(
+    "under autocast every Linear returns 16-bit values",
+    holds=all("fp32" not in out_of[n] for n in linears),
+    measured=", ".join(f"{n} {out_of[n]}" for n in linears),
+)
+gpuguide.claim(
+    "the loss and layer norm return float32 under autocast",
+    holds=all(out_of[n] == "fp32" for n in ("loss", "norm1", "norm2")),
+    measured=f"loss {out_of['loss']}, norm1 {out_of['norm1']}, norm2 {out_of['norm2']}",
+)
+gpuguide.claim(
+    "on CUDA, softmax runs in float32 under autocast",
+    holds=out_of["softmax"] == "fp32",
+    measured=f"softmax returns {out_of['softmax']}",
+    on="cuda",
+)
 
 with torch.autocast(device.type, dtype=low[0]):
     loss = loss_fn(model(x), y)
 loss.backward()
 weight = model.qkv.weight
 print(f"after an autocast step: weights {weight.dtype}, gradients {weight.grad.dtype}")
+gpuguide.claim(
+    "after an autocast step the weights and their gradients are float32",
+    holds=weight.dtype == weight.grad.dtype == torch.float32,
+    measured=f"{short[weight.dtype]} and {short[weight.grad.dtype]}",
+)
 model.zero_grad(set_to_none=True)
 
 
@@ -141,6 +168,13 @@ for mode, nbytes in saved.items():
     report("saved for backward", nbytes, unit="B", size=dims, mode=mode)
 fig, ax = plt.subplots()
 kept = min(saved.values()) / saved["float32"]
+gpuguide.claim(
+    "the 16-bit modes keep between half and three quarters of float32's bytes",
+    max(saved[name[d]] for d in low) / saved["float32"],
+    spread=(kept, max(saved[name[d]] for d in low) / saved["float32"]),
+    at_least=0.5,
+    at_most=0.75,
+)
 plot_bars(ax, {mode: nbytes / 2**20 for mode, nbytes in saved.items()},
           ylabel="saved for backward (MiB)",
           title=f"Autocast keeps {kept:.0%} of float32's activation bytes")  # fmt: skip
@@ -172,6 +206,18 @@ for label, rounded in [("float16", values.half()), ("float16, loss x 2**16", sca
     sub = ((rounded != 0) & (rounded.abs() < tiny)).float().mean().item()
     lost.append(Lost(label, f"{zero:.3%}", f"{sub:.3%}"))
 print(table(lost))
+zero_or_sub = [float(row.zero[:-1]) + float(row.subnormal[:-1]) for row in lost]
+gpuguide.claim(
+    "the loss scale 2**16 leaves fewer activation gradients zero or subnormal in "
+    "float16 than no scale",
+    holds=zero_or_sub[1] < zero_or_sub[0],
+    measured=f"{zero_or_sub[1]:.3f}% against {zero_or_sub[0]:.3f}%",
+)
+gpuguide.claim(
+    "bfloat16 rounds no activation gradient to zero",
+    holds=lost[2].zero == f"{0:.3%}",
+    measured=f"{lost[2].zero} zero",
+)
 
 magnitudes = values.abs().log10().cpu()
 lo, hi = math.floor(magnitudes.min().item()), math.ceil(magnitudes.max().item())
@@ -192,3 +238,11 @@ ax.axvline(tiny16, color="0.3", linestyle="--", label="float16 smallest normal")
 ax.axvline(tiny16 * 2**-10, color="0.3", linestyle=":", label="float16 smallest")
 ax.legend()
 plt.show()
+
+# %%
+# What to take away
+# -----------------
+# Autocast keeps the weights in float32 and picks a dtype per operation; read the
+# table above for the device at hand. float16's narrow range is why float16
+# training needs a loss scale and bfloat16's does not. This page's claims:
+gpuguide.takeaway()
