@@ -18,14 +18,19 @@ See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 # -----
 # On a GPU the sweep runs in fp16, the dtype that has used tensor cores the longest.
 # On a CPU it runs in fp32, where what alignment can change is how the rows fall on
-# the vector registers and cache lines.
+# the vector registers and cache lines, on one thread: with two on a two-core
+# machine, any other work stalls every matmul, and a size's rate with it.
+from functools import partial
+
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
 import gpuguide
-from gpuguide import Measurement, benchmark, compare, plot_bars, plot_sweep, report
+from gpuguide import Measurement, compare, interleave, plot_bars, plot_sweep, report
 
+if not torch.cuda.is_available():
+    torch.set_num_threads(1)
 page = gpuguide.setup()
 device = page.device
 dtype, dtype_name = (
@@ -45,13 +50,15 @@ def flop(n):  # a square matmul of side n: a multiply and an add per term
 # Base sizes are multiples of 64 that fit the device's time budget at this dtype's
 # peak. Around each base ``b`` the sweep takes three aligned sizes (``b - 8``, ``b``,
 # ``b + 8``) and three misaligned ones (``b - 2``, ``b - 1``, ``b + 1``): ``b - 2`` is
-# even but not a multiple of 8, the other two are odd. Only ``torch.mm`` is timed, on
-# a short budget; small sizes take less time on a GPU than launching them, so the
-# timer takes the matmul's own GPU time (``measure="kernel"``), not the launches.
+# even but not a multiple of 8, the other two are odd. Only ``torch.mm`` is timed,
+# the six sizes of a base in five interleaved rounds (:func:`gpuguide.interleave`),
+# so that a slow spell of the machine falls on aligned and misaligned sizes alike.
+# Small sizes take less time on a GPU than launching them, so the timer takes the
+# matmul's own GPU time (``measure="kernel"``), not the launches.
 bases = gpuguide.sweep(
     64,
     8192,
-    memory_at=lambda b: 3 * (b + 8) ** 2 * dtype.itemsize,
+    memory_at=lambda b: 18 * (b + 8) ** 2 * dtype.itemsize,  # six sizes at once
     flop_at=lambda b: flop(b + 8),
     flop_per_s=page.peaks.flops_for(dtype),
     peaks=None,
@@ -59,37 +66,41 @@ bases = gpuguide.sweep(
 )
 offsets = (-8, -2, -1, 0, 1, 8)
 print(f"bases: {bases}; offsets: {offsets}")
-times = {}  # n -> Measurement
-for n in (base + d for base in bases for d in offsets):
-    a, b, out = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(3))
-    times[n] = benchmark(
-        torch.mm,
-        args=(a, b),
-        kwargs={"out": out},
-        label=f"mm {n}",
+times = {}  # n -> Measurement, with its rounds
+for base in bases:
+    calls = {}
+    for n in (base + d for d in offsets):
+        a, b, out = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(3))
+        calls[n] = partial(torch.mm, a, b, out=out)
+    timed = interleave(
+        {f"mm {n}": call for n, call in calls.items()},
+        device=device,
         warmup_ms=10,
-        rep_ms=50,
+        rep_ms=60,
         measure="kernel",
     )
-del a, b, out
+    times |= {n: timed[f"mm {n}"] for n in calls}
+del a, b, out, calls
 
 
 # %%
 # Did the cliff show up?
 # ----------------------
 # Sizes of different work compare per FLOP: a call's time over its size's FLOP.
-# Around each base, the three misaligned sizes are pooled (nine quantiles of each
-# size's calls, so each size weighs the same) and compared with the three aligned
-# ones: a size that ran unusually slow or fast widens the range rather than deciding
-# the verdict. A ratio below 1 means misaligned sizes are slower. Small sizes cannot
-# keep a GPU busy, so read the verdict at the largest base. What decides it: on a
-# GPU, whether cuBLAS has a fast tensor-core kernel for rows that do not start on
-# 16-byte boundaries (it depends on the GPU and the cuBLAS version); on a CPU, how
-# the BLAS library blocks and packs the matrices, and at small sizes the noise of a
-# shared machine.
+# Around each base, the three misaligned sizes are pooled round by round (the mean
+# time per FLOP of the three in each round) and compared with the three aligned ones
+# of the same rounds: a verdict needs all five rounds to agree. A ratio below 1 means
+# misaligned sizes are slower. Small sizes cannot keep a GPU busy, so read the
+# verdict at the largest base. What decides it: on a GPU, whether cuBLAS has a fast
+# tensor-core kernel for rows that do not start on 16-byte boundaries (it depends on
+# the GPU and the cuBLAS version); on a CPU, how the BLAS library blocks and packs
+# the matrices.
 def per_flop(label, sizes):
-    calls = [times[n].quantile(q / 10) / flop(n) for n in sizes for q in range(1, 10)]
-    return Measurement(label, calls, times[sizes[0]].device, "per FLOP")
+    rounds = [
+        sum(times[n].rounds[r] / flop(n) for n in sizes) / len(sizes)
+        for r in range(len(times[sizes[0]].rounds))
+    ]
+    return Measurement(label, rounds, times[sizes[0]].device, "per FLOP", rounds=rounds)
 
 
 unit, scale = ("TFLOP/s", 1e12) if page.cuda else ("GFLOP/s", 1e9)
@@ -110,10 +121,20 @@ report("misaligned/aligned", c, size=last, dtype=dtype_name)  # the last base
 worst = min((last + d for d in offsets if d % 8), key=rate.get)
 worst_c = compare(per_flop(f"n={worst}", [worst]), per_flop(f"n={last}", [last]))
 report("worst misaligned", worst_c, size=worst, dtype=dtype_name)
-print(
-    f"At n~{last}: {'a' if c.high < 0.5 else 'no'} cliff, a cliff being a whole range "
-    f"of misaligned/aligned below 0.5. A 16x cliff would be {1 / 16:.3f}; the worst "
-    f"size here ran at {worst_c.speedup:.2f}."
+print(f"A cliff: misaligned/aligned below 0.5; a 16x cliff would be {1 / 16:.3f}.")
+gpuguide.claim(
+    f"on a CPU in fp32, misaligned sizes around n={last} run at least half as fast "
+    "per FLOP as their aligned neighbours (no cliff)",
+    c,
+    at_least=0.5,
+    on="cpu",
+)
+gpuguide.claim(
+    f"on a GPU in fp16, misaligned sizes around n={last} are slower per FLOP "
+    "than their aligned neighbours",
+    c,
+    verdict="slower",
+    on="cuda",
 )
 
 # %%
@@ -160,14 +181,26 @@ def pad_then_mm(x, w):
 
 calls = {f"k={k}": (torch.mm, x, w), f"padded to {k8}": (torch.mm, x8, w8)}
 calls["pad + mm each call"] = (pad_then_mm, x, w)
-fix = {
-    name: benchmark(fn, args=args, label=name) for name, (fn, *args) in calls.items()
-}
+fix = interleave(
+    {name: partial(fn, *args) for name, (fn, *args) in calls.items()}, device=device
+)
 print(gpuguide.table({"matmul": name, "time": m} for name, m in fix.items()))
 plain, ahead, each = fix.values()
 gain = compare(ahead, plain)
 report("padded speed-up", gain, size=f"{last}x{last}x{k}", dtype=dtype_name)
 print(compare(each, plain))
+gpuguide.claim(
+    "padding inside every call is not faster than padding in advance: it adds a copy",
+    compare(each, ahead),
+    verdict="not faster",
+)
+gpuguide.claim(
+    f"on a GPU in fp16, a matmul padded in advance to k={k8} is faster than "
+    f"one with k={k}",
+    gain,
+    verdict="faster",
+    on="cuda",
+)
 fig, ax = plt.subplots()
 plot_bars(
     ax,
@@ -213,3 +246,5 @@ else:
 # percent or a few times, and the verdicts above say which it was here. Choosing
 # dimensions that are multiples of 8 (or 64) when you design a model costs nothing;
 # padding at run time costs a copy per call, which the chart weighs against the gain.
+# This page's claims, and where they held in this run:
+gpuguide.takeaway()
