@@ -6,6 +6,8 @@ import matplotlib as mpl
 
 mpl.use("Agg")
 
+from types import SimpleNamespace
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
@@ -14,11 +16,16 @@ from gpuguide.chapters import roofline
 from gpuguide.chapters.roofline import (
     REGIMES,
     STREAMING_MIN_ELEMENTS,
+    crossover,
     plot_roofline,
+    roofline_rows,
+    size_text,
     streaming_elements,
 )
 from gpuguide.device import describe_device
 from gpuguide.peaks import streaming_bytes
+from gpuguide.tables import table
+from gpuguide.timing import Measurement
 
 CPU = describe_device("cpu")
 #: A made-up device: 10 TFLOP/s and 1 TB/s, so the ridge is at 10 FLOP/byte.
@@ -266,3 +273,63 @@ def test_streaming_elements_on_this_machine() -> None:
     assert max(STREAMING_MIN_ELEMENTS, streaming_bytes(small=False) // 4) <= n
     assert n & (n - 1) == 0  # a power of two
     assert STREAMING_MIN_ELEMENTS == 2**24
+
+
+# -- roofline_rows, size_text, crossover ---------------------------------------
+
+
+def test_roofline_rows_give_rates_intensity_and_the_share_of_the_roof() -> None:
+    t = Measurement("op", (0.5, 0.5, 0.5), "cpu", "wall-clock")
+    ops = {"low": (1e9, 4e9, t), "roof": (8e9, 2e9, t), "above": (4e9, 1e9, t)}
+    shares = {"low": 0.123, "roof": 1.0 + 1e-12, "above": 1.5}
+    regimes = dict.fromkeys(ops, "memory-bound")
+    rows = roofline_rows(ops, shares, regimes)
+    assert [r.operation for r in rows] == ["low", "roof", "above"]
+    assert [r.of_roof for r in rows] == ["12%", "at the roof", "> roof"]
+    assert [r.FLOP_per_byte for r in rows] == ["0.25", "4", "4"]
+    assert rows[0].compute == "2.00 GFLOP/s"
+    assert rows[0].bandwidth == "8.00 GB/s"
+    assert rows[0].time is t
+    header = table(rows).header
+    assert header[4] == "FLOP per byte"
+    assert header[-1] == "regime"
+
+
+@pytest.mark.parametrize(
+    ("n", "least", "expected"),
+    [
+        (2**20, 2**14, "2^20"),
+        (2**14, 2**14, "2^14"),
+        (8192, 2**14, "8192"),
+        (3 * 2**20, 2**14, "3145728"),
+        (4096, 1, "2^12"),
+        (48, 1, "48"),
+    ],
+)
+def test_size_text_writes_large_powers_of_two_as_such(n, least, expected) -> None:
+    assert size_text(n, least=least) == expected
+
+
+def test_size_text_defaults_to_powers_from_2_to_the_14() -> None:
+    assert (size_text(2**13), size_text(2**14)) == ("8192", "2^14")
+
+
+def verdicts(*words: str) -> list[tuple[int, SimpleNamespace]]:
+    """Verdicts at sizes 16, 32, 64...: one per word, in ascending size."""
+    return [(16 * 2**i, SimpleNamespace(verdict=w)) for i, w in enumerate(words)]
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        (("faster", "faster", "faster"), 16),
+        (("slower", "faster", "faster"), 32),
+        (("faster", "no measurable difference", "faster"), 64),
+        (("faster", "faster", "slower"), None),
+        ((), None),
+    ],
+)
+def test_crossover_is_where_the_run_of_faster_verdicts_to_the_end_starts(
+    words, expected
+) -> None:
+    assert crossover(verdicts(*words)) == expected

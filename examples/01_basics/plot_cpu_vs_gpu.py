@@ -12,9 +12,8 @@ multiply-add per 16 bytes of memory traffic, memory-bound at every size).
 Each size runs on the CPU, on the GPU with the data already there, and, where the
 CPU ran too, on the GPU including the copies in and out. The page prints the achieved
 FLOP/s and GB/s as a share of the device's peak and, where a GPU ran, the crossover
-size of each GPU series and its speed-up at the largest size both devices ran. Each
-claim is checked where it is made; on a CPU-only machine the GPU's claims are not
-checked here, and the recorded GPU figures are under "Recorded results".
+size of each GPU series and its speed-up at the largest size both devices ran. On a
+CPU-only machine the GPU's claims are not checked; "Recorded results" has GPU figures.
 
 See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
 :doc:`the roofline and its three regimes </concepts/roofline>`.
@@ -32,6 +31,7 @@ import torch
 
 import gpuguide
 from gpuguide import benchmark, compare, plot_sweep, report, sweep
+from gpuguide.chapters.roofline import crossover, size_text
 
 page = gpuguide.setup()
 device, cpu = page.device, torch.device("cpu")
@@ -60,14 +60,13 @@ def scale_shift(x, a, b, out):
 # ---------------------
 # :func:`gpuguide.sweep` picks the sizes that fit each device's budget from what a
 # size allocates, computes and moves (``fit``). The "copies" variant is what a program
-# that keeps its data on the host pays for every call: ``.to(device)`` for each input,
-# the operation, and ``.cpu()`` for the result, which also waits for the GPU. Each call
-# is timed as one of a loop of such calls, its launch included: at small sizes the
-# launch, not the arithmetic, decides whether the GPU wins. The copies answer whether
-# to move work off the CPU, so they are timed where the CPU ran. Beside a GPU, the
-# CPU series is sized for calls of about 0.1 s (to reach into the GPU's sizes), the
-# GPU's inputs are drawn on the GPU and, with three series at many sizes, each
-# timing gets a shorter budget.
+# that keeps its data on the host pays per call: ``.to(device)`` for each input, the
+# operation, and ``.cpu()`` for the result, which also waits for the GPU. Each call is
+# timed as one of a loop of such calls, launch included: at small sizes the launch,
+# not the arithmetic, decides whether the GPU wins. The copies are timed where the CPU
+# ran (they answer whether to move work off it). Beside a GPU, the CPU series is sized
+# for calls of about 0.1 s (to reach into the GPU's sizes) and, with three series at
+# many sizes, each timing gets a shorter budget.
 def time_sweep(op, shape, n_inputs, lo, hi, **fit):
     def with_copies(*host_inputs):
         return op(*(t.to(device) for t in host_inputs), None).cpu()
@@ -105,10 +104,6 @@ def time_sweep(op, shape, n_inputs, lo, hi, **fit):
 # at the largest size of each series, as a share of the peak of the run's device (none
 # for the copies). A CPU's elementwise rate is its memory's only when the tensors (16
 # bytes per element) outgrow its last-level cache; smaller ones stream from the cache.
-def size_text(n):
-    return f"2^{n.bit_length() - 1}" if n >= 2**14 and n & (n - 1) == 0 else str(n)
-
-
 def show(name, sizes, times, work, unit, peak, xlabel):
     """Print and plot one sweep; return the rate at the largest size of each
     series and each GPU series' comparison at the largest size both ran."""
@@ -132,11 +127,7 @@ def show(name, sizes, times, work, unit, peak, xlabel):
             continue
         pairs = zip(sizes, times["CPU"], times[label], strict=True)
         verdicts = [(n, compare(g, c)) for n, c, g in pairs if c and g]
-        found = None
-        for n, versus in reversed(verdicts):
-            if versus.verdict != "faster":
-                break
-            found = n
+        found = crossover(verdicts)
         n, versus = against_cpu[label] = verdicts[-1]
         where = f"from n={size_text(found)} on" if found else "at no measured size"
         print(f"{name}, {label}: faster than the CPU {where}")

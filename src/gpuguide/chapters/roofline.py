@@ -1,10 +1,13 @@
-"""Draw the roofline (:func:`plot_roofline`) and size the tensors a page streams
-through memory (:func:`streaming_elements`)."""
+"""Draw the roofline (:func:`plot_roofline`), size the tensors a page streams
+through memory (:func:`streaming_elements`), tabulate where each operation sits
+(:func:`roofline_rows`), and, for the CPU-against-GPU page, name a size
+(:func:`size_text`) and find where the GPU starts to win (:func:`crossover`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from gpuguide import checks
 from gpuguide.device import as_device
@@ -19,8 +22,19 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
     from gpuguide.device import DeviceInfo
+    from gpuguide.timing import Measurement
+    from gpuguide.verdicts import Comparison
 
-__all__ = ["REGIMES", "STREAMING_MIN_ELEMENTS", "plot_roofline", "streaming_elements"]
+__all__ = [
+    "REGIMES",
+    "STREAMING_MIN_ELEMENTS",
+    "Row",
+    "crossover",
+    "plot_roofline",
+    "roofline_rows",
+    "size_text",
+    "streaming_elements",
+]
 
 #: The regimes :func:`plot_roofline` colours points by.
 REGIMES: tuple[str, ...] = ("overhead-bound", "memory-bound", "compute-bound")
@@ -152,3 +166,59 @@ def plot_roofline(
     ax.set_title(title)
     ax.legend(loc="lower right")
     label_device(ax.figure, device)
+
+
+class Row(NamedTuple):
+    """One operation's line in the roofline page's table (:func:`roofline_rows`)."""
+
+    operation: str
+    time: Measurement
+    compute: str
+    bandwidth: str
+    FLOP_per_byte: str
+    of_roof: str
+    regime: str
+
+
+def roofline_rows(
+    ops: Mapping[str, tuple[float, float, Measurement]],
+    shares: Mapping[str, float],
+    regimes: Mapping[str, str],
+) -> list[Row]:
+    """A :class:`Row` per operation of ``ops`` (label: FLOP, bytes, time), with its
+    share of its roof from ``shares``: ``"at the roof"`` for the one that set a
+    measured roof (a share of 1), ``"> roof"`` above it, else a percentage."""
+    rows = []
+    for label, (flop, nbytes, t) in ops.items():
+        share = shares[label]
+        reached = f"{share:.0%}"
+        if math.isclose(share, 1):
+            reached = "at the roof"
+        elif share > 1:
+            reached = "> roof"
+        rate = format_rate(flop / t.median_s, "FLOP/s")
+        bandwidth = format_rate(nbytes / t.median_s, "B/s")
+        intensity = f"{flop / nbytes:.3g}"
+        rows.append(Row(label, t, rate, bandwidth, intensity, reached, regimes[label]))
+    return rows
+
+
+def size_text(n: int, *, least: int = 2**14) -> str:
+    """A size for a label: ``"2^20"`` for a power of two of at least ``least``,
+    else its digits (``"8192"`` below the default ``least``, ``"48"``)."""
+    if n >= least and n & (n - 1) == 0:
+        return f"2^{n.bit_length() - 1}"
+    return str(n)
+
+
+def crossover(verdicts: Sequence[tuple[int, Comparison]]) -> int | None:
+    """The smallest size from which on the GPU was faster at every size: from
+    ``(size, comparison of the GPU against the CPU)`` pairs in ascending size, the
+    first of the unbroken run of ``"faster"`` verdicts that ends the list; None
+    where the largest size's verdict is not ``"faster"``."""
+    found = None
+    for n, versus in reversed(verdicts):
+        if versus.verdict != "faster":
+            break
+        found = n
+    return found
