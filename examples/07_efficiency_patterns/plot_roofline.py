@@ -19,15 +19,12 @@ device's roofline (see also :doc:`the roofline and its three regimes
 # may use it) and memory bandwidth; a CPU's are measured, lower bounds on its true
 # peaks. All the roofline needs of an operation is its FLOP, its bytes and its
 # time: ``measure`` keeps the three.
-import math
-from collections import namedtuple
-
 import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
 from gpuguide import benchmark, format_rate, largest_size, report, table
-from gpuguide.chapters.roofline import plot_roofline, streaming_elements
+from gpuguide.chapters import roofline
 from gpuguide.tables import format_cell
 
 page = gpuguide.setup()
@@ -66,9 +63,9 @@ report("tiny add call", tiny_add, size=128)
 if device.type == "cuda":
     kernel = benchmark(torch.add, args=(x, y), kwargs={"out": out}, measure="kernel")
     print(f"x + y, 128: the kernel alone takes {format_cell(kernel)}")
-big = streaming_elements(device=device)
+big = roofline.streaming_elements(device=device)
 x, y, z, out = (torch.randn(big, device=device) for _ in range(4))
-n = f"2^{big.bit_length() - 1}" if big & (big - 1) == 0 else str(big)
+n = roofline.size_text(big, least=1)
 streams = [
     measure(f"x + y, {n}", torch.add, x, y, out=out, flop=big, nbytes=12 * big),
     measure(
@@ -153,22 +150,16 @@ def roof(intensity):
     return min(peak_flops, intensity * peak_bytes)
 
 
-Row = namedtuple("Row", "operation time compute bandwidth FLOP_per_byte of_roof regime")
-points, regime, rows = {}, {}, []
-for label, (flop, nbytes, t) in ops.items():
-    intensity, flops = flop / nbytes, rates[label][0]
-    points[label] = (intensity, flops)
-    share = flops / roof(intensity)
-    if share < 0.25 and t.median_s < 50e-6:
+points = {label: (f / b, rates[label][0]) for label, (f, b, _) in ops.items()}
+shares = {label: flops / roof(i) for label, (i, flops) in points.items()}
+regime = {}
+for label, (intensity, _) in points.items():
+    if shares[label] < 0.25 and ops[label][2].median_s < 50e-6:
         regime[label] = "overhead-bound"
     else:
         regime[label] = "memory-bound" if intensity < ridge else "compute-bound"
-    at_roof = math.isclose(share, 1)  # the operation that set the roof, if measured
-    reached = "at the roof" if at_roof else "> roof" if share > 1 else f"{share:.0%}"
-    cells = format_rate(flops, "FLOP/s"), format_rate(rates[label][1], "B/s")
-    rows.append(Row(label, t, *cells, f"{intensity:.3g}", reached, regime[label]))
+rows = roofline.roofline_rows(ops, shares, regime)
 print(table(rows))
-shares = {label: flops / roof(i) for label, (i, flops) in points.items()}
 gpuguide.claim(
     "the tiny add is far below its roof (under 25% of it)",
     shares[tiny_add.label],
@@ -231,7 +222,7 @@ if above := [row.operation for row in rows if row.of_roof == "> roof"]:
 # regimes measured.
 short = [regime[t.label].split("-")[0] for t in (tiny_add, add, mm)]
 fig, ax = plt.subplots()
-plot_roofline(
+roofline.plot_roofline(
     ax,
     {label: p for label, p in points.items() if label not in inner},
     regimes=regime,
