@@ -21,6 +21,7 @@ from gpuguide.chapters.coldstart import (
     MARK,
     SERVER_ENV,
     ChildFailed,
+    Starts,
     cache_counts,
     describe_caches,
     first_calls,
@@ -30,6 +31,7 @@ from gpuguide.chapters.coldstart import (
     read_result,
     report,
     run_fresh,
+    run_starts,
     split_first_call,
     steady,
 )
@@ -630,3 +632,82 @@ def test_a_child_imports_the_parents_gpuguide_from_another_folder(
     code = "import gpuguide.chapters.coldstart as c\nc.report({'file': c.__file__})"
     assert run_fresh(code, fork=fork) == {"file": coldstart.__file__}
     assert os.environ["PYTHONPATH"] == "src"  # restored in this process
+
+
+# ---- run_starts and Starts: the page's fresh processes, by case and depth ----
+
+
+def test_run_starts_runs_the_cases_in_turn_and_warm_reuses_colds_cache(monkeypatch):
+    calls = []
+
+    def fake_run_fresh(code, args, *, env, device):
+        calls.append((code, list(args), dict(env), device))
+        first_s = float(len(calls))
+        return {"first_s": first_s, "caches": {"FX graph": {"miss": args[1]}}}
+
+    monkeypatch.setattr(coldstart, "run_fresh", fake_run_fresh)
+    cases = ["cold", "warm", "Mega-Cache", "regional"]
+
+    def plan(case, n):
+        if case == "Mega-Cache":
+            return int(n == 4)
+        return 2 if case == "warm" and n == 4 else 1
+
+    starts = run_starts("the child", cases, [2, 4], plan, dim=64, device="cpu")
+    ran = [(args[0], args[1]) for _, args, _, _ in calls]
+    assert ran == [
+        ("cold", 2),
+        ("warm", 2),
+        ("regional", 2),
+        ("cold", 4),
+        ("warm", 4),
+        ("warm", 4),
+        ("Mega-Cache", 4),
+        ("regional", 4),
+    ]
+    assert all(code == "the child" and device == "cpu" for code, _, _, device in calls)
+    caches = {
+        (args[0], args[1]): env["TORCHINDUCTOR_CACHE_DIR"] for _, args, env, _ in calls
+    }
+    assert caches["warm", 4] == caches["cold", 4]
+    assert len({caches["cold", 4], caches["Mega-Cache", 4], caches["regional", 4]}) == 3
+    assert caches["cold", 2] != caches["cold", 4]
+    for _, args, env, _ in calls:
+        assert env["TRITON_CACHE_DIR"] == str(
+            Path(env["TORCHINDUCTOR_CACHE_DIR"], "triton")
+        )
+        assert args[2:4] == [64, "cpu"]
+        assert args[5] == (args[1] == 4)  # the last depth
+        assert Path(args[4]).name == f"{args[1]}.bin"  # one artifacts file per depth
+        assert not Path(args[4]).parent.exists()  # the temporary directory is gone
+    assert isinstance(starts, Starts)
+    assert [r["first_s"] for r in starts["warm"][4]] == [5.0, 6.0]
+    assert starts["Mega-Cache"][2] == []
+
+
+def test_starts_gives_runs_first_calls_and_table_rows():
+    def result(first_s):
+        return {"first_s": first_s, "caches": {"FX graph": {"hit": 1}}}
+
+    results = {
+        "cold": {1: [result(3.0)], 8: [result(9.0)]},
+        "warm": {1: [result(1.0)], 8: [result(2.0), result(4.0)]},
+        "Mega-Cache": {1: [], 8: [result(5.0)]},
+    }
+    starts = Starts(results, "cpu")
+    assert starts["warm"] is results["warm"]
+    assert [r["first_s"] for r in starts.runs(["cold", "warm"], 8)] == [9.0, 2.0, 4.0]
+    warm = starts.first("warm", 8)
+    assert isinstance(warm, Measurement)
+    assert (warm.label, warm.times_s, warm.device) == ("warm", (2.0, 4.0), "cpu")
+    assert starts.first("Mega-Cache", 1) is None
+    rows = starts.rows()
+    assert [(r["blocks"], r["case"], r["processes"]) for r in rows] == [
+        (1, "cold", 1),
+        (1, "warm", 1),
+        (8, "cold", 1),
+        (8, "warm", 2),
+        (8, "Mega-Cache", 1),
+    ]
+    assert rows[3]["first call"].times_s == (2.0, 4.0)
+    assert {r["caches"] for r in rows} == {"FX graph 1 hit"}

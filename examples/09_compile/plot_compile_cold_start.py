@@ -27,9 +27,6 @@ block, the steady state against eager mode, and when compiling pays for itself.
 # first calls time the model alone. An empty cache directory costs seconds of
 # kernel compilation, so the page runs two depths and, mostly, one process per
 # case and depth: those figures have no spread.
-import tempfile
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 
 import gpuguide
@@ -118,43 +115,15 @@ report(result)
 # --------------------------------
 # Per stack: a cold child in an empty directory, warm children in the same
 # directory, a Mega-Cache child in a second empty directory with the cold child's
-# artifacts, a regional child in a third, all in one temporary directory.
-results = {case: {n: [] for n in blocks} for case in CASES}
-with tempfile.TemporaryDirectory(prefix="gpuguide-cold-start-") as root:
-    for n in blocks:
-        artifacts = Path(root, f"{n}.bin")
-        for case, folder in zip(CASES, "aabc", strict=True):
-            cache = Path(root, f"{n}-{folder}")
-            env = {"TORCHINDUCTOR_CACHE_DIR": str(cache)}
-            env["TRITON_CACHE_DIR"] = str(cache / "triton")
-            for _ in range(plan(case, n)):
-                args = [case, n, dim, device, artifacts, n == largest]
-                run = coldstart.run_fresh(CHILD, args, env=env, device=device)
-                results[case][n].append(run)
+# artifacts, a regional child in a third (``coldstart.run_starts``). ``starts``
+# holds their results by case and depth.
+starts = coldstart.run_starts(CHILD, CASES, blocks, plan, dim=dim, device=device)
 if not page.cuda:
-    probe = results["cold"][largest][0]
+    probe = starts["cold"][largest][0]
     print(
         f"CPU probe ({probe['probed']}, not in first calls): {probe['probe_s']:.1f} s"
     )
-
-
-def runs(cases, n):  # the processes of some cases at n blocks
-    return [r for case in cases for r in results[case][n]]
-
-
-def first(case, n):  # the first calls of a case's processes, as one Measurement
-    done = runs([case], n)
-    return coldstart.first_calls(done, case, str(device)) if done else None
-
-
-rows = [
-    {"blocks": n, "case": case, "processes": len(runs([case], n)), "first call": m}
-    | {"caches": coldstart.describe_caches(results[case][n][0]["caches"])}
-    for n in blocks
-    for case in CASES
-    if (m := first(case, n))
-]
-print(gpuguide.table(rows))
+print(gpuguide.table(starts.rows()))
 
 # %%
 # What each block adds to the first call
@@ -163,7 +132,7 @@ print(gpuguide.table(rows))
 # block once and checks guards for the others. ``coldstart.growth`` fits the
 # seconds each block adds over the depths measured, with the range the first
 # calls' quartiles allow (none from one process per depth).
-series = {case: [first(case, n) for n in blocks] for case in CASES}
+series = {case: [starts.first(case, n) for n in blocks] for case in CASES}
 title = f"First calls up to {largest} blocks"
 if len(blocks) > 1:  # a slope needs two depths (small mode on a CPU runs one)
     full = coldstart.growth("full compilation", blocks, series["cold"])
@@ -196,7 +165,7 @@ plt.show()
 # CPU, a Mega-Cache start can compile the C++ kernels again although the FX
 # graph cache hits (compare inductor's time for warm and Mega-Cache).
 split = [
-    {"case": case} | coldstart.split_first_call(results[case][largest][0])
+    {"case": case} | coldstart.split_first_call(starts[case][largest][0])
     for case in CASES
 ]
 print(gpuguide.table(split, title=f"{largest} blocks, the first process of each case"))
@@ -213,7 +182,7 @@ print(gpuguide.table(split, title=f"{largest} blocks, the first process of each 
 for case in CASES:  # regional: timed beside eager in the warm processes
     cases, name = (["warm"], case) if case == "regional" else (CASES[:3], "compiled")
     (even, low, high), vs = coldstart.payback(
-        runs(cases, largest), first(case, largest), str(device), name
+        starts.runs(cases, largest), starts.first(case, largest), str(device), name
     )
     spread = f" ({low:,}-{high:,})" if even and low != high else ""
     print(f"{case}: pays after {even:,} steps{spread}" if even else f"{case}: {vs}")
@@ -224,9 +193,9 @@ for case in CASES:  # regional: timed beside eager in the warm processes
 # Published, each for one model at one depth: a warm start's first iteration
 # took 40% of a cold one's (A100), a Mega-Cache load 1.03 s against 3.36 s cold
 # (H100), regional compilation of Flux's DiT 9.6 s against 67.4 s (H100).
-cold = first("cold", largest)
+cold = starts.first("cold", largest)
 for case, least in (("warm", 2), ("Mega-Cache", 1.2)):
-    vs = gpuguide.compare(first(case, largest), cold)
+    vs = gpuguide.compare(starts.first(case, largest), cold)
     gpuguide.report(f"first call, {case} against cold", vs, blocks=largest)
     gpuguide.claim(
         f"a {case} start's first call is at least {least}x as fast as a cold one's",
@@ -238,7 +207,7 @@ for case, least in (("warm", 2), ("Mega-Cache", 1.2)):
 
 
 def steps(cases, name, label, relative=True):  # at the largest stack
-    found = runs(cases, largest)
+    found = starts.runs(cases, largest)
     return coldstart.steady(found, name, label, str(device), relative=relative)
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "MARK",
     "ChildFailed",
     "Growth",
+    "Starts",
     "cache_counts",
     "compare_growth",
     "describe_caches",
@@ -53,6 +54,7 @@ __all__ = [
     "read_result",
     "report",
     "run_fresh",
+    "run_starts",
     "split_first_call",
     "steady",
 ]
@@ -364,6 +366,77 @@ def run_fresh(
             process.join()
         stdout, stderr = (p.read_text() if p.exists() else "" for p in (out, err))
         return read_result(stdout, stderr, process.exitcode)
+
+
+@dataclass(frozen=True)
+class Starts:
+    """What :func:`run_starts` gathered: ``results[case][n]`` (also ``starts[case][n]``)
+    holds the results of a case's fresh processes at ``n`` blocks, in the order they
+    ran, for a child that compiled for ``device``."""
+
+    results: Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]]
+    device: str
+
+    def __getitem__(self, case: str) -> Mapping[int, Sequence[Mapping[str, Any]]]:
+        return self.results[case]
+
+    def runs(self, cases: Iterable[str], n: int) -> list[Mapping[str, Any]]:
+        """The results of the processes of ``cases`` at ``n`` blocks."""
+        return [r for case in cases for r in self.results[case][n]]
+
+    def first(self, case: str, n: int) -> Measurement | None:
+        """The first calls of ``case``'s processes at ``n`` blocks as one Measurement
+        (:func:`first_calls`); None where none ran."""
+        done = self.runs([case], n)
+        return first_calls(done, case, self.device) if done else None
+
+    def rows(self) -> list[dict[str, Any]]:
+        """A table row per depth and case that ran: blocks, case, processes, their
+        first call, and what the caches did in the first of them."""
+        depths = sorted({n for by_depth in self.results.values() for n in by_depth})
+        return [
+            {"blocks": n, "case": case, "processes": len(done)}
+            | {"first call": self.first(case, n)}
+            | {"caches": describe_caches(done[0]["caches"])}
+            for n in depths
+            for case, by_depth in self.results.items()
+            if (done := by_depth.get(n))
+        ]
+
+
+def run_starts(
+    code: str,
+    cases: Sequence[str],
+    blocks: Sequence[int],
+    plan: Callable[[str, int], int],
+    *,
+    dim: int,
+    device: object,
+) -> Starts:
+    """Run ``code`` in fresh processes (:func:`run_fresh`): at each depth ``n`` of
+    ``blocks``, ``plan(case, n)`` processes of each of ``cases`` in turn, each with
+    ``sys.argv[1:]``: the case, ``n``, ``dim``, ``device``, the path of the depth's
+    Mega-Cache artifacts and whether ``n`` is the last depth.
+
+    Each case at a depth gets an inductor cache directory of its own
+    (``TORCHINDUCTOR_CACHE_DIR``, with ``TRITON_CACHE_DIR`` inside), empty at
+    first, but ``"warm"``, which reuses ``"cold"``'s; all of them, and the
+    artifacts, live in one temporary directory, removed at the end."""
+    results: dict[str, dict[int, list[dict[str, Any]]]] = {
+        case: {n: [] for n in blocks} for case in cases
+    }
+    with tempfile.TemporaryDirectory(prefix="gpuguide-cold-start-") as root:
+        for n in blocks:
+            artifacts = Path(root, f"{n}.bin")
+            for case in cases:
+                cache = Path(root, f"{n}-{'cold' if case == 'warm' else case}")
+                env = {"TORCHINDUCTOR_CACHE_DIR": str(cache)}
+                env["TRITON_CACHE_DIR"] = str(cache / "triton")
+                for _ in range(plan(case, n)):
+                    args = [case, n, dim, device, artifacts, n == blocks[-1]]
+                    run = run_fresh(code, args, env=env, device=device)
+                    results[case][n].append(run)
+    return Starts(results, str(device))
 
 
 def split_first_call(result: Mapping[str, Any]) -> dict[str, float]:
