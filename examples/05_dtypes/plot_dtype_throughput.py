@@ -20,7 +20,9 @@ See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
 # tensor cores with a 10-bit mantissa, switched by one flag (set and put back by the
 # context manager below). The peaks are the device's dense datasheet figures, or on
 # a CPU the best fp32 and fp64 rates measured on it (a lower bound: a better rate
-# reads 100%); fp16 and bf16 have none there.
+# reads 100%); fp16 and bf16 have none there. A CPU runs torch on one thread here
+# (its peaks are measured so too): with two on a two-core machine, any other work
+# stalls every parallel matmul, and the rates with it.
 import contextlib
 import itertools
 
@@ -30,6 +32,8 @@ import torch
 import gpuguide
 from gpuguide import Measurement, benchmark, compare, plot_sweep, report, sweep
 
+if not torch.cuda.is_available():
+    torch.set_num_threads(1)
 page = gpuguide.setup()
 device, peaks = page.device, page.peaks
 
@@ -66,10 +70,11 @@ def nbytes(m, n, k, dtype):  # the two inputs and the output
     return (m * k + k * n + m * n) * dtype.itemsize
 
 
-def probe_rate(dtype):  # the fastest call of a 64 x 64 matmul
-    a = torch.randn(64, 64, device=device).to(dtype)
-    probe = benchmark(torch.mm, args=(a, a), device=device, rep_ms=5.0)
-    return flop(64, 64, 64) / probe.min_s
+def probe_rate(dtype):  # the fastest call of a 64 x 64 matmul, in two tries
+    a = torch.randn(64, 64, device=device).to(dtype)  # (a first one may stall)
+    probes = [benchmark(torch.mm, args=(a, a), device=device, rep_ms=5.0)]
+    probes.append(benchmark(torch.mm, args=(a, a), device=device, rep_ms=5.0))
+    return flop(64, 64, 64) / min(probe.min_s for probe in probes)
 
 
 known = {k: peaks.flops_for(d, tf32=k == "tf32") for k, d in variants.items()}
@@ -111,9 +116,28 @@ del a, b, out
 # runs bf16 fast only with AVX512-BF16 or AMX, fp16 only with AVX512-FP16 or
 # AMX-FP16, and without them takes slow paths, often many times slower than fp32.
 pairs = [("tf32", "fp32"), ("fp16", "fp32"), ("bf16", "fp32"), ("bf16", "fp16")]
+against = {}
 for low, high in (pair for pair in pairs if pair[0] in times):
     n = max(set(times[low]) & set(times[high]))
-    print(compare(times[low][n], times[high][n]))
+    against[low, high] = compare(times[low][n], times[high][n])
+    print(against[low, high])
+fp16_matrix = getattr(torch.cpu, "_is_amx_fp16_supported", lambda: False)()
+bf16_vector = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
+gpuguide.claim(
+    "on a CPU without AMX-FP16 or AVX512-FP16, an fp16 matmul runs at most half as "
+    "fast as fp32's",
+    against["fp16", "fp32"],
+    at_most=0.5,
+    on="cpu",
+    unless="this CPU has AMX-FP16" if fp16_matrix else None,
+)
+gpuguide.claim(
+    "on a CPU with AVX512-BF16, a bf16 matmul runs at least 1.5x as fast as fp32's",
+    against["bf16", "fp32"],
+    at_least=1.5,
+    on="cpu",
+    unless=None if bf16_vector else "this CPU has no AVX512-BF16",
+)
 
 
 # %%
@@ -199,6 +223,34 @@ for name, dtype in variants.items():
 first, second = sorted(best, key=lambda k: best[k].median_s)[:2]
 verdict = compare(best[first], best[second])
 print(f"fastest: {verdict}")
+small_n, large_n = min(times["fp32"]), max(times["fp32"])
+rates = [times["fp32"][n].rate(flop(n, n, n)) for n in (small_n, large_n)]
+gpuguide.claim(
+    f"small matmuls cannot fill the device: fp32 at n={large_n} runs at least 2x "
+    f"the FLOP/s of n={small_n}",
+    rates[1].value / rates[0].value,
+    spread=(rates[1].low / rates[0].high, rates[1].high / rates[0].low),
+    at_least=2,
+    timed=True,
+)
+gpuguide.claim(
+    "on a GPU, bf16's best matmul runs at least 4x as fast as fp32's",
+    compare(best["bf16"], best["fp32"]),
+    at_least=4,
+    on="cuda",
+)
+bf16_peak = peaks.flops_for(torch.bfloat16)
+gpuguide.claim(
+    "on a GPU, bf16's best matmul reaches at least 65% of the dense peak",
+    best["bf16"].rate(1).value / bf16_peak if bf16_peak else None,
+    spread=(best["bf16"].rate(1).low / bf16_peak, best["bf16"].rate(1).high / bf16_peak)
+    if bf16_peak
+    else None,
+    at_least=0.65,
+    timed=True,
+    on="cuda",
+    unless=None if bf16_peak else "the bf16 peak of this GPU is unknown",
+)
 unit, scale = ("TFLOP/s", 1e12) if page.cuda else ("GFLOP/s", 1e9)
 sizes = sorted({n for by_n in times.values() for n in by_n})
 series = {
@@ -222,3 +274,11 @@ for line, marker in zip(ax.get_lines(), "osD^v", strict=False):
     line.set(marker=marker, markerfacecolor="none")
 ax.legend()
 plt.show()
+
+# %%
+# What to take away
+# -----------------
+# Which dtype is fastest depends on the device's matrix units: measure it, search
+# shapes before calling a rate the best, and weigh the speed against the next
+# page's accuracy. This page's claims, and where they held in this run:
+gpuguide.takeaway()
