@@ -427,3 +427,59 @@ def test_round_speedups_pairs_the_rounds_and_needs_the_same_rounds():
     alone = Measurement("alone", (1.0,) * 4, "cpu", "wall-clock")
     with pytest.raises(ValueError, match="same rounds"):
         round_speedups(fast, alone)
+
+
+def test_per_round_gives_a_claims_value_spread_and_words_from_the_rounds():
+    from gpuguide.verdicts import compare
+
+    fast = Measurement("fast", (1.0,) * 4, "cpu", "wall-clock", rounds=(1, 2, 1, 3))
+    slow = Measurement("slow", (2.0,) * 4, "cpu", "wall-clock", rounds=(2, 4, 3, 3))
+    got = compiling.per_round(compare(fast, slow))
+    assert got == {
+        "value": 2.0,
+        "spread": (1.0, 3.0),
+        "measured": "2.00x, 1.00-3.00x over the rounds",
+        "timed": True,
+    }
+
+
+def steps(label: str, median_s: float) -> Measurement:
+    return Measurement(label, (median_s * 0.99, median_s, median_s * 1.01), "cpu", "x")
+
+
+def test_mode_rows_price_each_compiled_modes_warm_up_against_eager():
+    timed = {
+        "eager": steps("eager", 0.010),
+        "default": steps("default", 0.006),
+        "slow": steps("slow", 0.012),
+    }
+    # warm-up calls beyond a steady call: 2.0 + 0 (a faster call counts as none)
+    warmup = {"default": [2.006, 0.001], "slow": [1.012]}
+    rows = compiling.mode_rows(timed, warmup)
+    assert [r["mode"] for r in rows] == ["eager", "default", "slow"]
+    assert list(rows[0]) == ["mode", "time per call", "compile", "pays off after"]
+    assert rows[0]["compile"] is None
+    assert rows[0]["pays off after"] is None
+    assert rows[1]["time per call"] is timed["default"]
+    assert rows[1]["compile"] == "2.00 s"
+    assert rows[1]["pays off after"] == "500 calls"  # 2 s / 4 ms saved per call
+    assert rows[2]["compile"] == "1.00 s"
+    assert rows[2]["pays off after"] is None  # slower than eager: never
+
+
+def test_mode_rows_split_host_and_gpu_where_given():
+    timed = {"eager": steps("eager", 0.010), "default": steps("default", 0.004)}
+    split = {name: StepTimes(m, steps("gpu", 0.001)) for name, m in timed.items()}
+    rows = compiling.mode_rows(timed, {"default": [0.004]}, split)
+    assert list(rows[1]) == [
+        "mode",
+        "time per call",
+        "host (launch)",
+        "GPU (work)",
+        "compile",
+        "pays off after",
+    ]
+    assert rows[1]["host (launch)"] is timed["default"]
+    assert rows[1]["GPU (work)"].median_s == 0.001
+    assert rows[1]["compile"] == "0.00 s"
+    assert rows[1]["pays off after"] == "1 calls"

@@ -21,8 +21,9 @@ See also the concept pages
 # -----
 # TF32 on a GPU for eager and compiled runs alike, so that the compiler is the only
 # thing that changes. On a CPU, one thread, for eager and inductor's C++ alike, so
-# that another process on the machine takes no core from under a timing. Getting the compiler ready (importing inductor, starting its
-# compile workers, a first compilation) is a one-off cost per process, which
+# that another process on the machine takes no core from under a timing. Getting the
+# compiler ready (importing inductor, starting its compile workers, a first
+# compilation) is a one-off cost per process, which
 # :func:`~gpuguide.chapters.compiling.start_compiler` pays and times first.
 import copy
 
@@ -148,11 +149,7 @@ def measure(size, make_fn):
         split = {name: compiling.host_and_gpu_times(fn, device=device, label=name)
                  for name, fn in variants.items()} if page.cuda else {}  # fmt: skip
     assert counters["stats"]["unique_graphs"] == warm, "recompiled while timing"
-    compile_s = {  # the warm-up calls beyond five steady-state calls
-        mode: sum(max(t - timed[mode].median_s, 0.0) for t in times)
-        for mode, times in warmup.items()
-    }
-    return timed, split, compile_s
+    return timed, split, warmup
 
 
 # %%
@@ -161,7 +158,7 @@ def measure(size, make_fn):
 # "compile" is what the five warm-up calls took beyond five steady-state calls
 # (inductor's disk cache makes a second run of this script compile faster); it pays
 # off after ``compile / (eager - compiled)`` calls, where the saving exceeds the
-# spread. Speed-ups of 1.5-3x are often quoted for transformers; each speed-up
+# spread (:func:`~gpuguide.chapters.compiling.mode_rows`). Speed-ups of 1.5-3x are often quoted for transformers; each speed-up
 # below says where it lies against that range. The small model runs inference only,
 # to keep the page's compile time short.
 phases = {"inference": inference, "training step": training}
@@ -169,17 +166,8 @@ workloads = {f"{s} model, {p}": (s, f) for s in models for p, f in phases.items(
 del workloads["small model, training step"]
 results, gains = {}, {}
 for key, (size, make_fn) in workloads.items():
-    timed, split, compile_s = results[key] = measure(size, make_fn)
-    rows = []
-    for name, m in timed.items():
-        cost = compile_s.get(name)  # None for eager
-        even = None if cost is None else gpuguide.break_even(cost, timed["eager"], m)
-        row = {"mode": name, "time per call": m}
-        if split:
-            row |= {"host (launch)": split[name].host, "GPU (work)": split[name].gpu}
-        row["compile"] = None if cost is None else f"{cost:.2f} s"
-        rows.append(row | {"pays off after": even and f"{even:,} calls"})
-    print(gpuguide.table(rows, title=key))
+    timed, split, warmup = results[key] = measure(size, make_fn)
+    print(gpuguide.table(compiling.mode_rows(timed, warmup, split), title=key))
     if split:
         print(f"eager: {split['eager']}")
     gains[key] = {m: gpuguide.compare(timed[m], timed["eager"]) for m in modes}
@@ -210,18 +198,10 @@ gpuguide.claim(
     at_least=2.0,
     on="cuda",
 )
-
-
-def per_round(c):  # the speed-up in each of the paired rounds: median, range
-    speedup, (low, high) = compiling.round_speedups(c.subject, c.baseline)
-    words = f"{speedup:.2f}x, {low:.2f}-{high:.2f}x over the rounds"
-    return {"value": speedup, "spread": (low, high), "measured": words, "timed": True}
-
-
 gpuguide.claim(
     "on a CPU, the default mode runs the small model's inference at least 1.1x as "
     "fast as eager, in each round",
-    **per_round(small_gain["default"]),
+    **compiling.per_round(small_gain["default"]),
     at_least=1.1,
     unless=page.cuda and "on a GPU, the small model's gain is CUDA graphs' (above)",
 )
@@ -231,7 +211,7 @@ large = [
 gpuguide.claim(
     "compiling the large model gains at most 1.3x over eager, in each round, phase "
     "and mode",
-    **max(map(per_round, large), key=lambda r: r["spread"][1]),
+    **max(map(compiling.per_round, large), key=lambda r: r["spread"][1]),
     at_most=1.3,
 )
 

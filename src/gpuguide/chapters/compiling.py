@@ -13,7 +13,7 @@ import math
 import re
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,10 +24,12 @@ from gpuguide.quiet import ignore_torch_internal_warnings, warning_text
 from gpuguide.tables import format_cell
 from gpuguide.timing import REP_MS, SMALL_REP_MS, Measurement, benchmark, gpu_hold
 from gpuguide.units import format_time
-from gpuguide.verdicts import compare
+from gpuguide.verdicts import break_even, compare
 
 if TYPE_CHECKING:
     import torch
+
+    from gpuguide.verdicts import Comparison
 
 __all__ = [
     "NO_COMPILER",
@@ -38,7 +40,9 @@ __all__ = [
     "capture_compiler",
     "first_calls_s",
     "host_and_gpu_times",
+    "mode_rows",
     "passes",
+    "per_round",
     "round_speedups",
     "start_compiler",
 ]
@@ -246,6 +250,41 @@ def round_speedups(
         ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2
     )
     return median, (ratios[0], ratios[-1])
+
+
+def per_round(c: Comparison) -> dict[str, Any]:
+    """The keywords of a :func:`gpuguide.claim` on the speed-up of a comparison
+    ``c`` timed in paired rounds: the median of the rounds' speed-ups
+    (:func:`round_speedups`) as its value, the lowest and highest as its spread,
+    ``measured`` saying both, and ``timed``."""
+    speedup, (low, high) = round_speedups(c.subject, c.baseline)
+    words = f"{speedup:.2f}x, {low:.2f}-{high:.2f}x over the rounds"
+    return {"value": speedup, "spread": (low, high), "measured": words, "timed": True}
+
+
+def mode_rows(
+    timed: Mapping[str, Measurement],
+    warmup_s: Mapping[str, Sequence[float]],
+    split: Mapping[str, StepTimes] | None = None,
+) -> list[dict[str, Any]]:
+    """A table row per variant of ``timed`` (``"eager"`` and compiled modes): its
+    time per call; with ``split`` (:func:`host_and_gpu_times`), the host's launch
+    and the GPU's work; and for a variant with warm-up calls in ``warmup_s`` (the
+    seconds of each), its "compile" cost, what those calls took beyond as many
+    steady-state calls, and after how many calls that pays off against eager
+    (:func:`gpuguide.break_even`: None where it is not measurably faster)."""
+    rows = []
+    for name, m in timed.items():
+        row: dict[str, Any] = {"mode": name, "time per call": m}
+        if split:
+            row |= {"host (launch)": split[name].host, "GPU (work)": split[name].gpu}
+        cost = even = None
+        if name in warmup_s:
+            cost = sum(max(t - m.median_s, 0.0) for t in warmup_s[name])
+            even = break_even(cost, timed["eager"], m)
+        row["compile"] = None if cost is None else f"{cost:.2f} s"
+        rows.append(row | {"pays off after": even and f"{even:,} calls"})
+    return rows
 
 
 @dataclass(frozen=True)
