@@ -483,3 +483,39 @@ def test_mode_rows_split_host_and_gpu_where_given():
     assert rows[1]["GPU (work)"].median_s == 0.001
     assert rows[1]["compile"] == "0.00 s"
     assert rows[1]["pays off after"] == "1 calls"
+
+
+def test_call_times_sums_the_compiling_calls_and_says_so():
+    calls = compiling.CallTimes((2.0, 0.5, 0.25, 1.5), (1, 0, 0, 2), 1, 2)
+    assert calls.compiling_s == 3.5
+    assert str(calls) == (
+        "3 compilation(s) (1 from inductor's disk cache, 2 fresh), in calls that "
+        "took 3.50 s"
+    )
+
+
+def test_time_each_call_counts_the_graphs_each_call_compiled():
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: x.sin() + 1, backend="eager", dynamic=False)
+    sizes = [3, 4, 3, 4, 5]
+    calls = compiling.time_each_call(
+        fn, [(torch.ones(n),) for n in sizes], device="cpu"
+    )
+    assert calls.compiles == (1, 1, 0, 0, 1)  # a new size recompiles (static)
+    assert len(calls.times_s) == len(sizes)
+    assert all(t > 0 for t in calls.times_s)
+    assert (calls.cache_hits, calls.cache_misses) == (0, 0)  # no inductor
+    torch._dynamo.reset()
+
+
+def test_print_messages_prints_each_line_alone_without_folders(capsys):
+    log = logging.getLogger("gpuguide.test.print_messages")
+    log.handlers, log.propagate = [compiling.PrintMessages()], False
+    log.warning(
+        "Recompiling function forward in /home/me/site/models/block.py:57\n"
+        "  triggered by: tensor 'x' size mismatch at index 1 (C:\\\\code\\\\page.py)"
+    )
+    assert capsys.readouterr().out == (
+        "    Recompiling function forward in block.py:57\n"
+        "    triggered by: tensor 'x' size mismatch at index 1 (page.py)\n"
+    )

@@ -18,16 +18,14 @@ compares their steady-state speed.
 # on a CPU (steadier timings), and the compiler's one-off start-up paid, with
 # :func:`~gpuguide.chapters.compiling.start_compiler`, before anything is timed.
 import logging
-import re
 
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch._dynamo.utils import counters
 
 import gpuguide
-from gpuguide.chapters.compiling import first_calls_s, start_compiler
+from gpuguide.chapters.compiling import PrintMessages, start_compiler, time_each_call
 
 page = gpuguide.setup()
 device, small = page.device, page.small
@@ -79,18 +77,8 @@ print(f"sequence lengths, in call order: {lengths}")
 # environment) makes dynamo log the guard that failed each time it recompiles.
 # torch's handler writes to stderr, each message behind a prefix of level, time,
 # process, file and line; here one handler on the ``torch._dynamo`` logger takes its
-# place and prints the messages alone, with each file's folders cut off.
-
-
-FOLDERS = re.compile(r"[^\s'(]*[/\\](?=[^/\\\s']+\.py\b)")  # a Python file's folders
-
-
-class PrintMessages(logging.Handler):
-    def emit(self, record):
-        for line in record.getMessage().splitlines():
-            print("    " + FOLDERS.sub("", line.strip()))
-
-
+# place and prints the messages alone, with each file's folders cut off
+# (:class:`~gpuguide.chapters.compiling.PrintMessages`).
 torch._logging.set_logs(recompiles=True)
 logging.getLogger("torch._dynamo").handlers = [PrintMessages()]
 
@@ -101,9 +89,10 @@ logging.getLogger("torch._dynamo").handlers = [PrintMessages()]
 # Each call is timed on its own with a synchronized host clock, as each may
 # compile; dynamo's count of graphs says which did, and inductor's counters which
 # compilations found their code in its disk cache (the FX graph cache, kept across
-# runs). ``prepare`` makes the block's arguments from a batch, as it is or padded to
-# the next bucket size. Then one call at length 33 is timed under the
-# ``"fail_on_recompile"`` stance, which raises should it recompile.
+# runs): :func:`~gpuguide.chapters.compiling.time_each_call`. ``prepare`` makes the
+# block's arguments from a batch, as it is or padded to the next bucket size. Then
+# one call at length 33 is timed under the ``"fail_on_recompile"`` stance, which
+# raises should it recompile.
 def as_is(x):
     return x, torch.zeros(x.shape[:2], dtype=torch.bool, device=x.device)
 
@@ -122,37 +111,27 @@ def run(name, compiled, expect, prepare=as_is, mark=False, time_steady=True):
         for x, pad in args:
             torch._dynamo.mark_dynamic(x, 1)
             torch._dynamo.mark_dynamic(pad, 1)
-    cache = dict(counters["inductor"])
-    times, compiles = [], []
     print(f"{name}:")
     with torch.no_grad():
-        for x, pad in args:
-            before = counters["stats"]["unique_graphs"]
-            times.append(first_calls_s(compiled, x, pad, device=device, calls=1))
-            compiles.append(counters["stats"]["unique_graphs"] - before)
+        calls = time_each_call(compiled, args, device=device)
         out = compiled(*args[-1])[:, : lengths[-1]]  # without the padding
         with torch.compiler.set_stance("fail_on_recompile"):
             steady = time_steady and gpuguide.benchmark(
                 compiled, args=prepare(inputs[lengths.index(steady_at)]),
                 device=device, label=name, rep_ms=steady_ms)  # fmt: skip
-    hits, misses = (counters["inductor"][k] - cache.get(k, 0)
-                    for k in ("fxgraph_cache_hit", "fxgraph_cache_miss"))  # fmt: skip
-    compiling = sum(t for t, c in zip(times, compiles, strict=True) if c)
-    print(f"    {sum(compiles)} compilation(s) ({hits} from inductor's disk cache, "
-          f"{misses} fresh), in calls that took {compiling:.2f} s")  # fmt: skip
+    print(f"    {calls}")
     count, how = expect  # the compilations the approach should make, and in words
     gpuguide.claim(
         f"{name}: dynamo compiles {how}",
-        holds=sum(compiles) == count,
-        measured=f"{sum(compiles)} for {len(set(lengths))} lengths",
+        holds=sum(calls.compiles) == count,
+        measured=f"{sum(calls.compiles)} for {len(set(lengths))} lengths",
     )
     if time_steady:
-        gpuguide.report("whole sequence", sum(times), unit="s",
+        gpuguide.report("whole sequence", sum(calls.times_s), unit="s",
                         size=f"{len(lengths)} calls", approach=name)  # fmt: skip
         gpuguide.report("steady call", steady, size=f"{batch}x{steady_at}x{dim}",
                         approach=name)  # fmt: skip
-    runs[name] = {"times": times, "compiles": compiles, "compiling": compiling,
-                  "last": out, "steady": steady}  # fmt: skip
+    runs[name] = {"calls": calls, "last": out, "steady": steady}
 
 
 runs = {}
@@ -200,13 +179,13 @@ print(f"largest difference from eager on the last batch, over all approaches: {e
 # earlier approach here) skips code generation, and a graph with symbolic sizes
 # costs more to trace than a static one, so fewer compilations need not mean less
 # time. Only the first call at each new shape (or bucket) should stand out.
-total = {name: sum(r["times"]) for name, r in runs.items()}
-share = sum(r["compiling"] for r in runs.values()) / sum(total.values())
+total = {name: sum(r["calls"].times_s) for name, r in runs.items()}
+share = sum(r["calls"].compiling_s for r in runs.values()) / sum(total.values())
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(
     ax, list(range(1, len(lengths) + 1)),
-    {f"{name} ({sum(r['compiles'])} compiles, {total[name]:.1f} s)":
-     [t * 1e3 for t in r["times"]] for name, r in runs.items()},
+    {f"{name} ({sum(r['calls'].compiles)} compiles, {total[name]:.1f} s)":
+     [t * 1e3 for t in r["calls"].times_s] for name, r in runs.items()},
     xlabel="call (index in the sequence)", ylabel="time of the call (ms)",
     title=f"Whole sequences of {min(total.values()):.1f} to {max(total.values()):.1f} s, "
     f"{share:.0%} of it in compiling calls", logx=False)  # fmt: skip
@@ -251,8 +230,8 @@ default = torch._dynamo.config.recompile_limit
 with torch._dynamo.config.patch(recompile_limit=2):
     run("static, recompile_limit=2", torch.compile(model, dynamic=False),
         (2, "twice, then runs the others uncompiled"), time_steady=False)  # fmt: skip
-limited = runs.pop("static, recompile_limit=2")
-print(f"with the limit at 2 (default {default}): {sum(limited['compiles'])} "
+limited = runs.pop("static, recompile_limit=2")["calls"]
+print(f"with the limit at 2 (default {default}): {sum(limited.compiles)} "
       f"compilations for {len(set(lengths))} lengths; the others ran uncompiled")  # fmt: skip
 torch._logging.set_logs()  # torch's default log settings and handlers again
 

@@ -34,8 +34,10 @@ if TYPE_CHECKING:
 __all__ = [
     "NO_COMPILER",
     "Autotune",
+    "CallTimes",
     "CompilerLog",
     "CompilerStart",
+    "PrintMessages",
     "StepTimes",
     "capture_compiler",
     "first_calls_s",
@@ -45,6 +47,7 @@ __all__ = [
     "per_round",
     "round_speedups",
     "start_compiler",
+    "time_each_call",
 ]
 
 #: Operators that only allocate, left out of a CPU call's passes.
@@ -217,6 +220,70 @@ def first_calls_s(
             fn(*args)
         sync()
     return time.perf_counter() - t0
+
+
+@dataclass(frozen=True)
+class CallTimes:
+    """What :func:`time_each_call` found: each call's seconds (``times_s``), the
+    graphs dynamo compiled in it (``compiles``), and the hits and misses of
+    inductor's FX graph cache (on disk) over all the calls."""
+
+    times_s: tuple[float, ...]
+    compiles: tuple[int, ...]
+    cache_hits: int
+    cache_misses: int
+
+    @property
+    def compiling_s(self) -> float:
+        """The seconds of the calls that compiled."""
+        pairs = zip(self.times_s, self.compiles, strict=True)
+        return sum(t for t, compiled in pairs if compiled)
+
+    def __str__(self) -> str:
+        return (
+            f"{sum(self.compiles)} compilation(s) ({self.cache_hits} from inductor's "
+            f"disk cache, {self.cache_misses} fresh), in calls that took "
+            f"{self.compiling_s:.2f} s"
+        )
+
+
+def time_each_call(
+    fn: Callable[..., Any],
+    calls: Sequence[Sequence[Any]],
+    *,
+    device: str | torch.device,
+) -> CallTimes:
+    """Call ``fn(*args)`` for each ``args`` of ``calls`` in turn, timing each call on
+    its own (:func:`first_calls_s`, as each may compile) and counting the graphs
+    dynamo compiled in it (its ``unique_graphs`` counter) and the FX graph cache's
+    hits and misses over them all."""
+    from torch._dynamo.utils import counters
+
+    cache = dict(counters["inductor"])
+    times, compiles = [], []
+    for args in calls:
+        before = counters["stats"]["unique_graphs"]
+        times.append(first_calls_s(fn, *args, device=device, calls=1))
+        compiles.append(counters["stats"]["unique_graphs"] - before)
+    hits, misses = (
+        counters["inductor"][k] - cache.get(k, 0)
+        for k in ("fxgraph_cache_hit", "fxgraph_cache_miss")
+    )
+    return CallTimes(tuple(times), tuple(compiles), hits, misses)
+
+
+#: A Python file's folders in a log message (cut off by :class:`PrintMessages`).
+_FOLDERS = re.compile(r"[^\s'(]*[/\\](?=[^/\\\s']+\.py\b)")
+
+
+class PrintMessages(logging.Handler):
+    """A logging handler that prints each record's message alone, line by line and
+    indented, without the level, time, process, file and line that torch's own
+    handler puts before it, and with each Python file's folders cut off."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        for line in record.getMessage().splitlines():
+            print("    " + _FOLDERS.sub("", line.strip()))
 
 
 def round_speedups(
