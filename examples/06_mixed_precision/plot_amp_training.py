@@ -72,7 +72,7 @@ batch, seq, classes = (64, 128, 10) if on_cuda else (32, 16, 10)
 tokens, steps = batch * seq, 10 if page.small else 40
 width = 16 if page.small else gpuguide.largest_size(
     16, 4096 if on_cuda else 1024, per_octave=2, multiple_of=64 if on_cuda else 16,
-    budget=gpuguide.size_budget(device, memory_fraction=0.5, call_s=0.01 if on_cuda else 0.004),
+    budget=gpuguide.size_budget(device, memory_fraction=0.5, call_s=0.01 if on_cuda else 0.008),
     # three models, each with weights, gradients and AdamW's two moments
     memory_at=lambda d: 4 * (144 * d * d + 24 * tokens * d + batch * seq * seq),
     flop_at=lambda d: 6 * tokens * 12 * d * d + 12 * batch * seq * seq * d,
@@ -214,10 +214,9 @@ gpuguide.claim(
 fp16_matrix = getattr(torch.cpu, "_is_amx_fp16_supported", lambda: False)()
 bf16_vector = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
 gpuguide.claim(
-    "on a CPU with AVX512-BF16, a bf16 autocast step runs at least 1.1x as fast as "
-    "fp32's",
+    "on a CPU with AVX512-BF16, a bf16 autocast step runs at least as fast as fp32's",
     verdicts["bf16"],
-    at_least=1.1,
+    at_least=1.0,
     on="cpu",
     unless=None if bf16_vector else "this CPU has no AVX512-BF16",
 )
