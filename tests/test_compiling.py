@@ -519,3 +519,49 @@ def test_print_messages_prints_each_line_alone_without_folders(capsys):
         "    Recompiling function forward in block.py:57\n"
         "    triggered by: tensor 'x' size mismatch at index 1 (page.py)\n"
     )
+
+
+def test_pass_rows_give_passes_first_calls_rate_share_and_what_ran():
+    times = {
+        "eager": Measurement("eager", (1e-3,) * 3, "cpu", "x"),
+        "fused": Measurement("fused", (0.25e-3,) * 3, "cpu", "x"),
+    }
+    firsts = {"eager": 0.0025, "fused": 1.5}
+    names = {"eager": ["aten::sin"] * 4, "fused": ["graph_0"]}
+    rows = compiling.pass_rows(
+        times, firsts, names, pass_bytes=1e6, peak_bytes_per_s=10e9
+    )
+    eager, fused = rows
+    assert list(eager) == [
+        "way",
+        "median ± IQR/2",
+        "passes",
+        "first 3 calls, beyond steady",
+        "moved, % of peak",
+        "what ran",
+    ]
+    assert (eager["way"], eager["passes"], fused["passes"]) == ("eager", 4, 1)
+    assert eager["median ± IQR/2"] is times["eager"]
+    assert eager["first 3 calls, beyond steady"] == "0.00 s"  # faster: none beyond
+    assert fused["first 3 calls, beyond steady"] == "1.50 s"
+    assert eager["moved, % of peak"].endswith(", 40%")  # 4 MB in 1 ms: 4 GB/s
+    assert fused["moved, % of peak"].endswith(", 40%")
+    assert eager["what ran"] == "4 x aten::sin"
+    faster = compiling.pass_rows(
+        times, firsts, names, pass_bytes=1e6, peak_bytes_per_s=1e9, calls=1
+    )
+    assert faster[0]["moved, % of peak"].endswith(", > peak: cached")
+    assert "first 1 calls, beyond steady" in faster[0]
+    unknown = compiling.pass_rows(
+        times, firsts, names, pass_bytes=1e6, peak_bytes_per_s=None
+    )
+    assert unknown[0]["moved, % of peak"].endswith(", n/a")
+
+
+def test_pass_rows_list_each_name_once_in_order_with_its_count():
+    times = {"mixed": Measurement("mixed", (1e-3,) * 3, "cpu", "x")}
+    names = {"mixed": ["aten::sin", "aten::cos", "aten::sin"]}
+    (row,) = compiling.pass_rows(
+        times, {"mixed": 0.0}, names, pass_bytes=1.0, peak_bytes_per_s=None
+    )
+    assert row["what ran"] == "2 x aten::sin, 1 x aten::cos"

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 import gpuguide
-from gpuguide.chapters.compiling import first_calls_s, passes
+from gpuguide.chapters.compiling import first_calls_s, pass_rows, passes
 
 page = gpuguide.setup()
 device = page.device
@@ -142,22 +142,10 @@ names = {way: passes(fn, x, device=device) for way, fn in modules.items()}
 # copy, an add or a sum past the caches: the line below names which); a rate above
 # it came from a cache. Below the table, each way's "useful" bandwidth: the bytes
 # the chain must move (read ``x``, write the result) by the time.
-
-
 _, measured, memory = page.peaks.detail.partition("; memory ")
 print(f"memory peak: {memory if measured else page.peaks.source}")
-
-
-def rate_text(rate):  # with its share of the memory peak; above it, a cache served
-    p = gpuguide.percent_of_peak(rate.value, page.peaks.memory_bandwidth_bytes_per_s)
-    return f"{rate}, " + ("n/a" if p is None else f"{p:.0f}%" if p <= 100 else "> peak: cached")  # fmt: skip
-
-
-rows = [{"way": way, "median ± IQR/2": m, "passes": len(names[way]),
-         "first 3 calls, beyond steady": f"{max(firsts[way] - 3 * m.median_s, 0):.2f} s",
-         "moved, % of peak": rate_text(m.rate(len(names[way]) * pass_bytes(n), "B/s")),
-         "what ran": ", ".join(f"{names[way].count(s)} x {s}" for s in dict.fromkeys(names[way]))}
-        for way, m in times.items()]  # fmt: skip
+peak = page.peaks.memory_bandwidth_bytes_per_s
+rows = pass_rows(times, firsts, names, pass_bytes=pass_bytes(n), peak_bytes_per_s=peak)
 print(gpuguide.table(rows))
 if names["TorchScript"] == names["eager"]:
     print("TorchScript ran the same operators as eager here: it fused nothing.")

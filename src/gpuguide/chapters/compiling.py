@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gpuguide import checks
 from gpuguide.device import as_device
 from gpuguide.env import small_mode
+from gpuguide.peaks import percent_of_peak
 from gpuguide.quiet import ignore_torch_internal_warnings, warning_text
 from gpuguide.tables import format_cell
 from gpuguide.timing import REP_MS, SMALL_REP_MS, Measurement, benchmark, gpu_hold
@@ -43,6 +44,7 @@ __all__ = [
     "first_calls_s",
     "host_and_gpu_times",
     "mode_rows",
+    "pass_rows",
     "passes",
     "per_round",
     "round_speedups",
@@ -202,6 +204,44 @@ def passes(fn: Callable[..., Any], *args: Any, device: str | torch.device) -> li
             and not _inside_aten(e)
         )
     ]
+
+
+def pass_rows(
+    times: Mapping[str, Measurement],
+    firsts_s: Mapping[str, float],
+    names: Mapping[str, Sequence[str]],
+    *,
+    pass_bytes: float,
+    peak_bytes_per_s: float | None,
+    calls: int = 3,
+) -> list[dict[str, Any]]:
+    """A table row per way of running the same work (``times``, its steady state):
+    the passes over memory one call made (``names``, from :func:`passes`); what its
+    first ``calls`` calls (``firsts_s``, :func:`first_calls_s`) took beyond as many
+    steady-state calls; the rate of ``pass_bytes`` per pass, with its share of
+    ``peak_bytes_per_s`` (``"n/a"`` without one, ``"> peak: cached"`` above it);
+    and what ran, each name once with its count."""
+    rows = []
+    for way, m in times.items():
+        ran = names[way]
+        rate = m.rate(len(ran) * pass_bytes, "B/s")
+        share = percent_of_peak(rate.value, peak_bytes_per_s)
+        of_peak = "n/a" if share is None else f"{share:.0f}%"
+        if share is not None and share > 100:
+            of_peak = "> peak: cached"
+        beyond = max(firsts_s[way] - calls * m.median_s, 0)
+        what_ran = ", ".join(f"{ran.count(n)} x {n}" for n in dict.fromkeys(ran))
+        rows.append(
+            {
+                "way": way,
+                "median ± IQR/2": m,
+                "passes": len(ran),
+                f"first {calls} calls, beyond steady": f"{beyond:.2f} s",
+                "moved, % of peak": f"{rate}, {of_peak}",
+                "what ran": what_ran,
+            }
+        )
+    return rows
 
 
 def first_calls_s(
