@@ -94,12 +94,8 @@ def test_a_verdict_claim_follows_the_comparisons_rule():
 
 def test_facts_numbers_and_spreads():
     fact, text = check("LayerNorm runs in float32", holds=True, measured="float32")
-    assert (
-        fact.outcome == "held"
-    )
-    assert (
-        text == "Claim held: LayerNorm runs in float32 (measured float32)\n"
-    )
+    assert fact.outcome == "held"
+    assert text == "Claim held: LayerNorm runs in float32 (measured float32)\n"
     share, _ = check(
         "the copy reaches at least 50% of peak", 0.62, spread=(0.55, 0.7), at_least=0.5
     )
@@ -213,3 +209,20 @@ def test_a_bound_on_a_noisy_comparison_prints_the_bare_speed_up():
     assert held.outcome == "held"
     assert "no measurable difference" not in text
     assert text.startswith("Claim held: fused is at least 10x faster (measured 23.1x (")
+
+
+def test_a_claim_that_does_not_apply_here_may_omit_its_value_and_condition():
+    cuda, text = check("replaying a graph gives exactly the eager result", on="cuda")
+    assert cuda.outcome == "n/a"
+    # ... but where it applies, it needs one.
+    page_module._current[:] = [Page(torch.device("cpu"))]
+    with pytest.raises(ValueError, match="needs one condition"):
+        check("a CPU claim without a condition")
+    with pytest.raises(ValueError, match="needs one condition"):
+        check(
+            "two conditions, even here",
+            on="cuda",
+            holds=True,
+            measured="x",
+            at_least=1.0,
+        )

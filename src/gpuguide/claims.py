@@ -77,7 +77,9 @@ def _interval(
 ) -> tuple[float, float, str]:
     """``(low, high, text)`` of a measured object or a number with its spread."""
     if isinstance(value, Comparison):  # the bare speed-up: the verdict is another claim
-        spread = f"{format_ratio(value.low).removesuffix('x')}-{format_ratio(value.high)}"
+        spread = (
+            f"{format_ratio(value.low).removesuffix('x')}-{format_ratio(value.high)}"
+        )
         return value.low, value.high, f"{format_ratio(value.speedup)} ({spread})"
     if isinstance(value, Rate):
         return value.low, value.high, str(value)
@@ -168,7 +170,8 @@ def claim(
         What was measured, in words (default: the value with its spread).
     on : str, optional
         The device type the claim is about (``"cuda"``): on another it does
-        not apply, and ``value`` may be None.
+        not apply, and ``value`` and the condition may be omitted (a page
+        declares its CUDA claims on every device, so that each lists them).
     unless : str, optional
         A reason the claim cannot be checked in this run (it then does not
         apply); None: it can.
@@ -196,9 +199,12 @@ def claim(
     conditions = [c is not None for c in (verdict, holds)] + [
         at_least is not None or at_most is not None
     ]
-    if sum(conditions) != 1:
+    here = None if on is None else _device_type()
+    applies = (on is None or here == on) and not unless
+    if sum(conditions) > 1 or (applies and sum(conditions) != 1):
         msg = (
-            f"claim {text!r} needs one condition: at_least/at_most, verdict= or holds="
+            f"claim {text!r} needs one condition: at_least/at_most, verdict= "
+            "or holds= (a claim that does not apply here may omit it)"
         )
         raise ValueError(msg)
     if holds is not None and (not isinstance(holds, bool) or not measured):
@@ -207,7 +213,6 @@ def claim(
     if at_least is not None and at_most is not None and at_most < at_least:
         msg = f"at_most must be >= at_least, got {at_least!r} and {at_most!r}"
         raise ValueError(msg)
-    here = None if on is None else _device_type()
     if on is not None and here != on:
         outcome, what = "n/a", f"needs {on.upper()}; this run is on {here.upper()}"
     elif unless:
