@@ -10,6 +10,7 @@ import torch
 import torch.multiprocessing as mp
 from torch.utils.data import DistributedSampler, TensorDataset
 
+from gpuguide.chapters import distributed
 from gpuguide.chapters.distributed import (
     DDPConfig,
     DDPReport,
@@ -206,3 +207,57 @@ def test_ddp_worker_with_nccl_on_the_gpus():
         assert r.step.method == "cuda-events"
         assert r.rank_difference == 0.0
         assert r.gradient_norm == pytest.approx(expected, rel=1e-4)
+
+
+# -- the page's plan: world sizes, model, cores, launches ----------------------
+
+
+@pytest.mark.parametrize(
+    ("gpus", "cores", "small", "gpu_host", "sizes"),
+    [
+        (8, 4, False, True, [1, 2, 4, 8]),
+        (3, 1, True, True, [1, 2]),
+        (0, 2, False, False, [1, 2]),
+        (0, 1, False, False, [1, 2]),  # at least two processes, even on one core
+        (0, 16, False, False, [1, 2, 4]),
+        (0, 16, True, False, [1, 2]),
+        (1, 16, False, True, [1, 4]),  # a GPU's host: one process and the most
+    ],
+)
+def test_ddp_plan_picks_world_sizes(gpus, cores, small, gpu_host, sizes):
+    got, config = distributed.ddp_plan(gpus, cores, small=small, gpu_host=gpu_host)
+    assert got == sizes
+    assert config.backend == ("nccl" if gpus >= 2 else "gloo")
+
+
+def test_ddp_plan_sizes_the_model_for_the_backend():
+    nccl = DDPConfig("nccl", features=1024, width=4096, batch_size=256, steps=20)
+    assert distributed.ddp_plan(2, 1)[1] == nccl
+    gloo = DDPConfig("gloo", width=1024, batch_size=128, steps=10, cpu_threads=1)
+    assert distributed.ddp_plan(0, 8)[1] == gloo
+    small = DDPConfig("gloo", width=512, batch_size=128, steps=5, cpu_threads=1)
+    assert distributed.ddp_plan(0, 8, small=True)[1] == small
+
+
+def test_too_few_cores_needs_two_per_process():
+    assert distributed.too_few_cores(8, 4) is None
+    assert distributed.too_few_cores(7, 4) == (
+        "7 usable cores: too few for 4 processes, their gloo threads and this page"
+    )
+
+
+@pytest.mark.parametrize(
+    ("one_set", "launches"), [(True, [[1, 2, 4]]), (False, [[1], [2], [4]])]
+)
+def test_launch_worlds_in_one_set_or_a_set_per_world(monkeypatch, one_set, launches):
+    calls = []
+
+    def fake_launch(worker, args, sizes):
+        calls.append(list(sizes))
+        return {n: [(worker, args, n, rank) for rank in range(n)] for n in sizes}
+
+    monkeypatch.setattr(distributed, "launch", fake_launch)
+    got = distributed.launch_worlds(len, ("a",), [1, 2, 4], one_set=one_set)
+    assert calls == launches
+    assert list(got) == [1, 2, 4]
+    assert got[2] == [(len, ("a",), 2, 0), (len, ("a",), 2, 1)]

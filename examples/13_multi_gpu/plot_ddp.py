@@ -31,17 +31,10 @@ from gpuguide.chapters import distributed
 page = gpuguide.setup()
 gpus = torch.cuda.device_count() if page.cuda else 0
 cores = usable_cpus()
-if gpus >= 2:
-    world_sizes = [n for n in (1, 2, 4, 8) if n <= gpus]
-    config = distributed.DDPConfig("nccl", features=1024, width=4096, batch_size=256,
-                                   steps=20)  # fmt: skip
-else:
-    world_sizes = [n for n in (1, 2, 4) if n <= max(cores, 2)][: 2 if page.small else 3]
-    if page.cuda:
-        world_sizes = [1, world_sizes[-1]]
-    config = distributed.DDPConfig("gloo", width=512 if page.small else 1024,
-                                   batch_size=128, steps=5 if page.small else 10,
-                                   cpu_threads=1)  # fmt: skip
+world_sizes, config = distributed.ddp_plan(
+    gpus, cores, small=page.small, gpu_host=page.cuda
+)
+if gpus < 2:
     print(f"Scaling over GPUs needs at least 2 CUDA GPUs (this run has {gpus or 'none'}):"
           f" the processes below train on CPU cores ({cores} usable) with gloo.")  # fmt: skip
 where = "cuda" if gpus >= 2 else "cpu"
@@ -52,12 +45,8 @@ print(
     f"steps, backend {config.backend}"
 )
 # N ranks on a CPU need a core each, and gloo's threads and this page more.
-few = None
-if gpus < 2 and cores < 2 * world_sizes[-1]:
-    few = (
-        f"{cores} usable cores: too few for {world_sizes[-1]} processes, "
-        "their gloo threads and this page"
-    )
+few = None if gpus >= 2 else distributed.too_few_cores(cores, world_sizes[-1])
+if few:
     print(
         f"{few}, so the steps of more than one process are not timed steadily "
         "here and not shown as results; the Recorded results give them on a "
@@ -79,23 +68,22 @@ if gpus < 2 and cores < 2 * world_sizes[-1]:
 # the parameters. ``DistributedSampler`` gives every rank a different share of the
 # data. In ``backward()`` those hooks start an all-reduce for each *bucket* of
 # gradients (25 MB by default) as soon as the bucket is complete, so communication
-# can overlap with the rest of the backward pass (measured below). ``ddp.no_sync()`` skips the
-# all-reduce, for gradient accumulation, and here to time a step without it.
+# can overlap with the rest of the backward pass (measured below). ``ddp.no_sync()``
+# skips the all-reduce, for gradient accumulation, and here to time a step without it.
 
 # %%
 # Launching one process per device
 # --------------------------------
 # ``distributed.launch`` does on one machine what ``torchrun`` does: it starts
-# processes with the ``"spawn"`` method, and each (``run_worlds``) sets its
-# ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``
-# before it calls the worker.
-# Rank 0 opens a rendezvous store on that port; a free one is found by binding a
-# socket to port 0. Each rank sends its report back through a queue. Given several
-# world sizes, one set of processes runs them in turn, meeting at a barrier between
-# them, and process ``i`` is rank ``i`` of every world larger than ``i``: each
+# processes with the ``"spawn"`` method, and each (``run_worlds``) sets its ``RANK``,
+# ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` before it calls
+# the worker. Rank 0 opens a rendezvous store on that port; a free one is found by
+# binding a socket to port 0. Each rank sends its report back through a queue. Given
+# several world sizes, one set of processes runs them in turn, meeting at a barrier
+# between them, and process ``i`` is rank ``i`` of every world larger than ``i``: each
 # process then starts, and imports torch, once. This page does so where the ranks
 # train on the host of a GPU, which takes seconds to start a process; elsewhere
-# every world size starts processes of its own.
+# every world size starts processes of its own (``distributed.launch_worlds``).
 #
 # .. literalinclude:: /../src/gpuguide/chapters/distributed.py
 #    :pyobject: launch
@@ -112,16 +100,10 @@ if gpus < 2 and cores < 2 * world_sizes[-1]:
 # the other (the rendezvous decides which), ``LOCAL_RANK`` 0-7 on each (the GPU a
 # process uses), ``MASTER_ADDR``/``MASTER_PORT`` naming the store where all 16 meet.
 # The worker above reads them and runs unchanged.
-
-
-def launch(sizes):
-    return distributed.launch(distributed.ddp_train_worker, (config,), sizes)
-
-
-if page.cuda and gpus < 2:  # ranks on a GPU's host: one set of processes
-    reports = launch(world_sizes)
-else:
-    reports = {n: launch([n])[n] for n in world_sizes}
+one_set = page.cuda and gpus < 2  # ranks on a GPU's host: one set of processes
+reports = distributed.launch_worlds(
+    distributed.ddp_train_worker, (config,), world_sizes, one_set=one_set
+)
 shown = [n for n in world_sizes if n == 1 or not few]  # the steady timings
 print(table({"world size": n, "rank 0's step": reports[n][0].step} for n in shown))
 
@@ -155,12 +137,11 @@ gpuguide.claim(
 # ---------------------------------
 # Each process trains a batch of its own, so N processes train N times as many
 # samples per step (the usual way to scale DDP). The ideal is N times the throughput
-# of one process; communication and shared resources take their share. On a CPU, N
-# processes need N idle cores, and even with a core each they share its memory
-# bandwidth and caches, so a step without communication may take them longer than
-# one process alone (the line after the throughputs, and the table below); GPUs of
-# their own share nothing of the sort. The comparisons carry the spread of rank 0's
-# steps.
+# of one process; communication and shared resources take their share. On a CPU,
+# even with an idle core each, N processes share memory bandwidth and caches, so a
+# step without communication may take them longer than one process alone (the line
+# after the throughputs, and the table below); GPUs of their own share nothing of
+# the sort. The comparisons carry the spread of rank 0's steps.
 throughput = {}  # time per sample of rank 0's steps: a Measurement to compare
 for n, (r0, *_) in reports.items():
     label = f"training with {n} process{'es' if n > 1 else ''}"

@@ -3,7 +3,10 @@
 :func:`run_rank` is one process's entry point (it sets ``torchrun``'s variables);
 :func:`run_worlds` is one for a set of processes that runs several world sizes in
 turn, so that each process starts (and imports torch) once;
-:func:`ddp_train_worker` trains a small MLP with DDP and times its steps.
+:func:`launch` starts them, :func:`launch_worlds` for each world size or all at once;
+:func:`ddp_train_worker` trains a small MLP with DDP and times its steps;
+:func:`ddp_plan` picks the DDP page's world sizes and model, and
+:func:`too_few_cores` says when a CPU has too few cores to time them.
 
 Examples
 --------
@@ -38,11 +41,14 @@ if TYPE_CHECKING:
 __all__ = [
     "DDPConfig",
     "DDPReport",
+    "ddp_plan",
     "ddp_train_worker",
     "launch",
+    "launch_worlds",
     "make_mlp",
     "run_rank",
     "run_worlds",
+    "too_few_cores",
 ]
 
 # A warm-up budget no call stays under: ``benchmark`` warms up with exactly one call,
@@ -159,6 +165,22 @@ def launch(
     return {n: [got[n, rank] for rank in range(n)] for n in sizes}
 
 
+def launch_worlds(
+    worker: Callable[..., Any],
+    args: tuple[Any, ...],
+    sizes: Sequence[int],
+    *,
+    one_set: bool = False,
+) -> dict[int, list[Any]]:
+    """Run ``worker(*args)`` in every rank of worlds of ``sizes`` processes and
+    return each world's results by rank, as :func:`launch` does: with ``one_set``,
+    in one set of processes that runs the worlds in turn (each process starts, and
+    imports torch, once); else in a set of processes per world, one after another."""
+    if one_set:
+        return launch(worker, args, sizes)
+    return {n: launch(worker, args, [n])[n] for n in sizes}
+
+
 @dataclass(frozen=True)
 class DDPConfig:
     """What :func:`ddp_train_worker` trains and how long it times: ``backend``
@@ -205,6 +227,43 @@ class DDPReport:
     rank_difference: float
     mean_error: float
     gradient_norm: float
+
+
+def ddp_plan(
+    gpus: int, cores: int, *, small: bool = False, gpu_host: bool = False
+) -> tuple[list[int], DDPConfig]:
+    """The DDP page's world sizes and :class:`DDPConfig`: with two CUDA GPUs or more,
+    1, 2, 4 and 8 processes up to ``gpus``, NCCL and a large MLP; else gloo on CPU
+    cores, a thread per process, 1, 2 and 4 processes up to the usable ``cores``
+    (at least 2; in ``small`` mode, 1 and 2 and a narrower MLP), and on the host of
+    one GPU (``gpu_host``) only one process and the most."""
+    if gpus >= 2:
+        sizes = [n for n in (1, 2, 4, 8) if n <= gpus]
+        config = DDPConfig("nccl", features=1024, width=4096, batch_size=256, steps=20)
+        return sizes, config
+    sizes = [n for n in (1, 2, 4) if n <= max(cores, 2)][: 2 if small else 3]
+    if gpu_host:
+        sizes = [1, sizes[-1]]
+    config = DDPConfig(
+        "gloo",
+        width=512 if small else 1024,
+        batch_size=128,
+        steps=5 if small else 10,
+        cpu_threads=1,
+    )
+    return sizes, config
+
+
+def too_few_cores(cores: int, processes: int) -> str | None:
+    """Why ``processes`` gloo ranks cannot be timed steadily on ``cores`` usable
+    cores: each needs a core, and their gloo threads and the page need more (two
+    cores per process in all); None where there are enough."""
+    if cores >= 2 * processes:
+        return None
+    return (
+        f"{cores} usable cores: too few for {processes} processes, "
+        "their gloo threads and this page"
+    )
 
 
 def make_mlp(features: int, width: int, classes: int) -> torch.nn.Module:
