@@ -17,37 +17,26 @@ See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
 # Setup
 # -----
 # TF32 is not a storage dtype: it is a mode in which cuBLAS runs fp32 matmuls on
-# tensor cores with a 10-bit mantissa, switched by one flag (set and put back by the
-# context manager below). The peaks are the device's dense datasheet figures, or on
-# a CPU the best fp32 and fp64 rates measured on it (a lower bound: a better rate
-# reads 100%); fp16 and bf16 have none there. A CPU runs torch on one thread here
-# (its peaks are measured so too): with two on a two-core machine, any other work
-# stalls every parallel matmul, and the rates with it.
-import contextlib
-import itertools
-
+# tensor cores with a 10-bit mantissa, switched by one flag,
+# ``torch.backends.cuda.matmul.allow_tf32`` (set and put back by
+# :func:`~gpuguide.chapters.precision.tf32_matmuls`). The peaks are the device's
+# dense datasheet figures, or on a CPU the best fp32 and fp64 rates measured on it
+# (a lower bound: a better rate reads 100%); fp16 and bf16 have none there. A CPU
+# runs torch on one thread here (its peaks are measured so too): with two on a
+# two-core machine, any other work stalls every parallel matmul, and the rates
+# with it.
 import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide import Measurement, benchmark, compare, plot_sweep, report, sweep
+from gpuguide import compare, matmul_flop, plot_sweep, report, sweep
+from gpuguide.chapters import precision
+from gpuguide.chapters.precision import matmul_bytes, tf32_matmuls, time_matmul
 
 if not torch.cuda.is_available():
     torch.set_num_threads(1)
 page = gpuguide.setup()
 device, peaks = page.device, page.peaks
-
-
-@contextlib.contextmanager
-def tf32_matmuls(enabled):
-    previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
-
-
 variants = {"fp64": torch.float64, "fp32": torch.float32, "tf32": torch.float32}
 variants |= {"fp16": torch.float16, "bf16": torch.bfloat16}  # name -> storage dtype
 if not (page.needs_cuda("TF32") and torch.cuda.get_device_capability(device) >= (8, 0)):
@@ -55,31 +44,16 @@ if not (page.needs_cuda("TF32") and torch.cuda.get_device_capability(device) >= 
 if device.type == "mps":
     del variants["fp64"]  # MPS has no float64
 
-
 # %%
 # Sizes per dtype
 # ---------------
-# An ``(m, k) @ (k, n)`` product does a multiply and an add per term. Each dtype
-# plans its sizes with its own peak, or where none is known (fp16 and bf16 on a
-# CPU) with the rate of a 64 x 64 matmul.
-def flop(m, n, k):
-    return 2 * m * n * k
-
-
-def nbytes(m, n, k, dtype):  # the two inputs and the output
-    return (m * k + k * n + m * n) * dtype.itemsize
-
-
-def probe_rate(dtype):  # the fastest call of a 64 x 64 matmul, in two tries
-    a = torch.randn(64, 64, device=device).to(dtype)  # (a first one may stall)
-    probes = [benchmark(torch.mm, args=(a, a), device=device, rep_ms=5.0)]
-    probes.append(benchmark(torch.mm, args=(a, a), device=device, rep_ms=5.0))
-    return flop(64, 64, 64) / min(probe.min_s for probe in probes)
-
-
+# An ``(m, k) @ (k, n)`` product does a multiply and an add per term: ``2 m n k``
+# FLOP (:func:`gpuguide.matmul_flop`). Each dtype plans its sizes with its own peak,
+# or where none is known (fp16 and bf16 on a CPU) with the fastest of two short
+# timings of a 64 x 64 matmul (a first one may stall).
 known = {k: peaks.flops_for(d, tf32=k == "tf32") for k, d in variants.items()}
 budget = gpuguide.size_budget(device)
-plan = {k: known[k] or probe_rate(d) for k, d in variants.items()}
+plan = {k: known[k] or precision.probe_rate(d, device) for k, d in variants.items()}
 
 # %%
 # Square matmuls of growing size
@@ -97,19 +71,17 @@ for name, dtype in variants.items():
         flop_per_s=plan[name],
         per_octave=2,
         multiple_of=8,
-        memory_at=lambda n, d=dtype: nbytes(n, n, n, d),
-        flop_at=lambda n: flop(n, n, n),
+        memory_at=lambda n, d=dtype: matmul_bytes(n, n, n, d),
+        flop_at=lambda n: matmul_flop(n, n, n),
     )
     with tf32_matmuls(name == "tf32"):
         for n in sizes:
-            a, b, out = (torch.randn(n, n, device=device).to(dtype) for _ in range(3))
-            m = times[name][n] = benchmark(
-                torch.mm, args=(a, b), kwargs={"out": out}, label=f"{name} {n}"
+            m = times[name][n] = time_matmul(
+                dtype, (n, n, n), device=device, label=f"{name} {n}"
             )
             if not known[name] and m.min_s > 2 * budget.call_s:
                 break
-    report(f"{name} square matmul", m.rate(flop(n, n, n)), peak=name, size=n)
-del a, b, out
+    report(f"{name} square matmul", m.rate(matmul_flop(n, n, n)), peak=name, size=n)
 
 # Each lower precision against fp32 at the largest size both reached, then bf16
 # against fp16. A tensor-core GPU runs fp16 and bf16 at one rate (one peak); a CPU
@@ -121,8 +93,7 @@ for low, high in (pair for pair in pairs if pair[0] in times):
     n = max(set(times[low]) & set(times[high]))
     against[low, high] = compare(times[low][n], times[high][n])
     print(against[low, high])
-fp16_matrix = getattr(torch.cpu, "_is_amx_fp16_supported", lambda: False)()
-bf16_vector = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
+fp16_matrix, bf16_vector = precision.has_amx_fp16(), precision.has_avx512_bf16()
 gpuguide.claim(
     "on a CPU without AMX-FP16 or AVX512-FP16, an fp16 matmul runs at most half as "
     "fast as fp32's",
@@ -149,62 +120,31 @@ gpuguide.claim(
 # ``(m, n, k)`` of the four largest doubling sizes that fit (three on a CPU, one fewer
 # in small mode) in short bursts on a cold L2 cache, then the three fastest again on
 # the full budget. A shape's rate is MAMF's: its FLOP over the median of its five
-# fastest calls. The best is the fastest of those three and of the squares above.
-def shapes(dtype, rate):
-    lo, levels = (256, 4) if page.cuda else (32, 3)
-    sizes = sweep(
-        lo,
-        16384,
-        memory_at=lambda s: nbytes(s, s, s, dtype),
-        peaks=None,
-        flop_at=lambda s: flop(s, s, s),
-        budget=budget,
-        flop_per_s=rate,
-        multiple_of=lo,
-    )[-(levels - page.small) :]
-    fits = [
-        s
-        for s in itertools.product(sizes, repeat=3)  # memory, time at half rate
-        if nbytes(*s, dtype) <= budget.memory_bytes
-        and 2 * flop(*s) / rate <= budget.call_s
-    ]
-    return sorted(fits or [(sizes[0],) * 3], key=lambda s: (flop(*s), s))
+# fastest calls (:func:`~gpuguide.chapters.precision.mamf`). The best is the fastest
+# of those three and of the squares above.
+def time_shape(name, dtype, shape, **budgets):  # on a cold L2; per FLOP, as MAMF
+    label = f"{name} {'x'.join(map(str, shape))}"
+    m = time_matmul(dtype, shape, device=device, label=label, flush_l2=True, **budgets)
+    return precision.mamf(m, matmul_flop(*shape))
 
 
-def time_shape(name, dtype, shape, **budgets):
-    m, n, k = shape
-    a, b, out = (
-        torch.randn(*mn, device=device).to(dtype) for mn in ((m, k), (k, n), (m, n))
-    )
-    return benchmark(
-        torch.mm,
-        args=(a, b),
-        kwargs={"out": out},
-        label=f"{name} {m}x{n}x{k}",
-        device=device,
-        flush_l2=True,
-        min_reps=5,
-        **budgets,
-    )
-
-
-def per_flop(m, shape):  # the five fastest calls per FLOP: .rate(1) is MAMF's rate
-    fastest = sorted(t / flop(*shape) for t in m.times_s)[:5]
-    return Measurement(m.label, fastest, m.device, m.method)
-
-
+lo, levels = (256, 4) if page.cuda else (32, 3)
 scout = {"warmup_ms": 5, "rep_ms": 20, "max_reps": 100}  # short bursts
 best = {}  # name -> the best shape's five fastest calls, per FLOP
 for name, dtype in variants.items():
     scouted = {}
+    shapes = precision.matmul_shapes(
+        dtype, plan[name], budget, lo=lo, levels=levels - page.small
+    )
     with tf32_matmuls(name == "tf32"):
-        for shape in shapes(dtype, plan[name]):
+        for shape in shapes:
             scouted[shape] = time_shape(name, dtype, shape, **scout)
-            if scouted[shape].min_s > 2 * budget.call_s:
+            if scouted[shape].min_s * matmul_flop(*shape) > 2 * budget.call_s:
                 break  # larger shapes would take longer still
-        top = sorted(scouted, key=lambda s: per_flop(scouted[s], s).median_s)[:3]
-        full = {s: per_flop(time_shape(name, dtype, s), s) for s in top}
-    full |= {(n, n, n): per_flop(m, (n, n, n)) for n, m in times[name].items()}
+        top = sorted(scouted, key=lambda s: scouted[s].median_s)[:3]
+        full = {s: time_shape(name, dtype, s) for s in top}
+    squares = {(n, n, n): m for n, m in times[name].items()}
+    full |= {s: precision.mamf(m, matmul_flop(*s)) for s, m in squares.items()}
     shape = min(full, key=lambda s: full[s].median_s)
     best[name] = full[shape]
     size = "x".join(map(str, shape))
@@ -224,7 +164,7 @@ first, second = sorted(best, key=lambda k: best[k].median_s)[:2]
 verdict = compare(best[first], best[second])
 print(f"fastest: {verdict}")
 small_n, large_n = min(times["fp32"]), max(times["fp32"])
-rates = [times["fp32"][n].rate(flop(n, n, n)) for n in (small_n, large_n)]
+rates = [times["fp32"][n].rate(matmul_flop(n, n, n)) for n in (small_n, large_n)]
 gpuguide.claim(
     f"small matmuls cannot fill the device: fp32 at n={large_n} runs at least 2x "
     f"the FLOP/s of n={small_n}",
@@ -251,7 +191,8 @@ unit, scale = ("TFLOP/s", 1e12) if page.cuda else ("GFLOP/s", 1e9)
 sizes = sorted({n for by_n in times.values() for n in by_n})
 series = {
     f"{name} (best {gpuguide.format_rate(best[name].rate(1).value, 'FLOP/s')})": [
-        by_n[n].rate(flop(n, n, n)).value / scale if n in by_n else None for n in sizes
+        by_n[n].rate(matmul_flop(n, n, n)).value / scale if n in by_n else None
+        for n in sizes
     ]
     for name, by_n in times.items()
 }

@@ -7,7 +7,9 @@ logs), :mod:`~gpuguide.chapters.coldstart` (a compiled model's start in a fresh
 process), :mod:`~gpuguide.chapters.timeline` (the work on each stream, drawn),
 :mod:`~gpuguide.chapters.spawning` and :mod:`~gpuguide.chapters.distributed`
 (starting processes safely; what a DDP rank runs), :mod:`~gpuguide.chapters.attention`
-(the attention chapter's FLOP count, published figures and backend checks). They live in modules because
+(the attention chapter's FLOP count, published figures and backend checks),
+:mod:`~gpuguide.chapters.precision` (the memory, dtype and mixed-precision pages'
+matmul timing, memory counts and transformer block). They live in modules because
 spawned processes (DataLoader workers, DDP ranks) can only run what they import by
 name, and because drawing is not the lesson. Nothing in gpuguide's core imports
 them.

@@ -1,0 +1,248 @@
+"""Plumbing for the pages on memory and precision.
+
+- ``04_memory/plot_activation_memory``: the lowest peak memory rise of a call over
+  a few runs (:func:`peak_rise`), the bytes autograd keeps for backward
+  (:func:`kept_for_backward`) and sizes in MiB for the bar charts (:func:`mib`).
+- ``05_dtypes/plot_dtype_throughput``: TF32 matmuls switched on and off
+  (:func:`tf32_matmuls`), a matmul's bytes (:func:`matmul_bytes`), a planning rate
+  where no peak is known (:func:`probe_rate`), the shapes the search for the best
+  rate tries (:func:`matmul_shapes`), one matmul timed (:func:`time_matmul`) and
+  MAMF's statistic (:func:`mamf`).
+- ``06_mixed_precision/plot_amp_training``: the chapter's transformer block
+  (:class:`Block`, the one ``plot_autocast_dtypes`` shows).
+- Both the dtype and the AMP pages: which 16-bit matrix instructions this CPU has
+  (:func:`has_amx_fp16`, :func:`has_avx512_bf16`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from gpuguide import checks
+from gpuguide.memory import release_host_memory, track_memory
+from gpuguide.sizes import sweep
+from gpuguide.timing import Measurement, benchmark, matmul_flop
+
+if TYPE_CHECKING:
+    from gpuguide.sizes import SizeBudget
+
+__all__ = [
+    "Block",
+    "has_amx_fp16",
+    "has_avx512_bf16",
+    "kept_for_backward",
+    "mamf",
+    "matmul_bytes",
+    "matmul_shapes",
+    "mib",
+    "peak_rise",
+    "probe_rate",
+    "tf32_matmuls",
+    "time_matmul",
+]
+
+Shape = tuple[int, int, int]
+
+
+# -- which 16-bit matrix instructions this CPU has ------------------------------
+
+
+def has_amx_fp16() -> bool:
+    """Whether this CPU has AMX-FP16 (fast fp16 matrix tiles), as torch reports it;
+    False where this torch cannot tell."""
+    return bool(getattr(torch.cpu, "_is_amx_fp16_supported", lambda: False)())
+
+
+def has_avx512_bf16() -> bool:
+    """Whether this CPU has AVX512-BF16 (bf16 dot products in its vector units), as
+    torch reports it; False where this torch cannot tell."""
+    return bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())
+
+
+# -- matmul throughput -----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def tf32_matmuls(enabled: bool) -> Iterator[None]:
+    """Set ``torch.backends.cuda.matmul.allow_tf32`` to ``enabled`` inside the block,
+    and put the previous value back after it (also on an error)."""
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = bool(enabled)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+def matmul_bytes(m: int, n: int, k: int, dtype: torch.dtype) -> int:
+    """Bytes of an ``(m, k) @ (k, n)`` product's two inputs and its output."""
+    sizes = {"m": m, "n": n, "k": k}
+    m, n, k = (checks.integer(name, v, minimum=1) for name, v in sizes.items())
+    return (m * k + k * n + m * n) * dtype.itemsize
+
+
+def time_matmul(
+    dtype: torch.dtype,
+    shape: Shape,
+    *,
+    device: torch.device | str,
+    label: str | None = None,
+    **options: Any,
+) -> Measurement:
+    """Time ``torch.mm(a, b, out=out)`` on random ``(m, k)`` and ``(k, n)`` inputs
+    of ``dtype`` (``shape`` is ``(m, n, k)``); only the product is timed. The
+    ``options`` go to :func:`gpuguide.benchmark`."""
+    m, n, k = shape
+    a, b, out = (
+        torch.randn(*rows_cols, device=device).to(dtype)
+        for rows_cols in ((m, k), (k, n), (m, n))
+    )
+    return benchmark(
+        torch.mm,
+        args=(a, b),
+        kwargs={"out": out},
+        label=label,
+        device=device,
+        **options,
+    )
+
+
+def probe_rate(
+    dtype: torch.dtype, device: torch.device | str, *, side: int = 64, tries: int = 2
+) -> float:
+    """FLOP/s of a ``side x side`` matmul's fastest call over ``tries`` short
+    timings (a first one may stall): a stand-in rate to plan sizes with where no
+    peak is known, never a result."""
+    side = checks.integer("side", side, minimum=1)
+    tries = checks.integer("tries", tries, minimum=1)
+    shape = (side, side, side)
+    fastest = min(
+        time_matmul(dtype, shape, device=device, rep_ms=5.0).min_s for _ in range(tries)
+    )
+    return matmul_flop(*shape) / fastest
+
+
+def matmul_shapes(
+    dtype: torch.dtype,
+    flop_per_s: float,
+    budget: SizeBudget,
+    *,
+    lo: int,
+    levels: int,
+    hi: int = 16384,
+) -> list[Shape]:
+    """The ``(m, n, k)`` shapes a search for the best matmul rate times, cheapest
+    first: every combination of the ``levels`` largest doubling sizes from ``lo``
+    (multiples of ``lo``) that fit ``budget``, keeping the shapes whose inputs and
+    output fit its memory and whose call at half of ``flop_per_s`` fits its time
+    per call; the smallest size's square where none does."""
+    checks.positive("flop_per_s", flop_per_s)
+    levels = checks.integer("levels", levels, minimum=1)
+    sizes = sweep(
+        lo,
+        hi,
+        memory_at=lambda s: matmul_bytes(s, s, s, dtype),
+        flop_at=lambda s: matmul_flop(s, s, s),
+        peaks=None,
+        budget=budget,
+        flop_per_s=flop_per_s,
+        multiple_of=lo,
+    )[-levels:]
+    fits = [
+        shape
+        for shape in itertools.product(sizes, repeat=3)
+        if matmul_bytes(*shape, dtype) <= budget.memory_bytes
+        and 2 * matmul_flop(*shape) / flop_per_s <= budget.call_s
+    ]
+    return sorted(fits or [(sizes[0],) * 3], key=lambda s: (matmul_flop(*s), s))
+
+
+def mamf(measurement: Measurement, flop: float, *, fastest: int = 5) -> Measurement:
+    """The ``fastest`` calls of ``measurement``, each divided by the ``flop`` of one
+    call: ``.median_s`` is seconds per FLOP and ``.rate(1)`` the rate of Stas
+    Bekman's MAMF finder (the median of the five fastest calls)."""
+    checks.positive("flop", flop)
+    fastest = checks.integer("fastest", fastest, minimum=1)
+    per_flop = sorted(t / flop for t in measurement.times_s)[:fastest]
+    return Measurement(
+        measurement.label, per_flop, measurement.device, measurement.method
+    )
+
+
+# -- activation memory -----------------------------------------------------------
+
+
+def mib(sizes: Mapping[str, float]) -> dict[str, float]:
+    """The same mapping with each size in bytes given in MiB."""
+    return {name: size / 2**20 for name, size in sizes.items()}
+
+
+def peak_rise(
+    fn: Callable[[], Any], device: torch.device | str, *, repeats: int = 3
+) -> int:
+    """The lowest peak memory rise of ``fn()`` over ``repeats`` runs, in bytes, as
+    :func:`gpuguide.track_memory` measures it, each after
+    :func:`gpuguide.release_host_memory` (on a CPU what glibc kept from earlier
+    frees only adds to the resident memory, so the lowest is the truest)."""
+    repeats = checks.integer("repeats", repeats, minimum=1)
+    rises = []
+    for _ in range(repeats):
+        release_host_memory()
+        with track_memory(device) as tracked:
+            fn()
+        rises.append(tracked.report.peak_increase_bytes)
+    return min(rises)
+
+
+def kept_for_backward(
+    fn: Callable[[], Any], *, resident: Iterable[torch.Tensor] = ()
+) -> int:
+    """Bytes autograd saves for backward while ``fn()`` runs, counted once per
+    storage by ``torch.autograd.graph.saved_tensors_hooks``, leaving out the
+    storages of ``resident`` (weights and batch, held anyway)."""
+    held = {t.untyped_storage().data_ptr() for t in resident}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in held:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(saved.values())
+
+
+# -- mixed-precision training ----------------------------------------------------
+
+
+class Block(nn.Module):
+    """One pre-norm transformer block, its attention written out (the softmax a
+    module whose output can be watched), on ``(batch, seq, width)`` inputs, with
+    a head that classifies a sequence's mean into ``classes``."""
+
+    def __init__(self, width: int, classes: int) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.softmax = nn.Softmax(dim=-1)
+        self.proj = nn.Linear(width, width)
+        self.norm2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+        )
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
+        weights = self.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5)
+        x = x + self.proj(weights @ v)
+        x = x + self.mlp(self.norm2(x))
+        return self.head(x.mean(dim=1))

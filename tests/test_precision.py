@@ -1,0 +1,186 @@
+"""Tests for gpuguide.chapters.precision: the CPU's 16-bit instructions, the TF32
+switch, matmul sizes, shapes and timing, MAMF's statistic, the activation-memory
+helpers and the chapter's transformer block (all on a CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from gpuguide import Measurement, matmul_flop
+from gpuguide.chapters import precision
+from gpuguide.chapters.precision import (
+    Block,
+    kept_for_backward,
+    mamf,
+    matmul_bytes,
+    matmul_shapes,
+    mib,
+    peak_rise,
+    probe_rate,
+    tf32_matmuls,
+    time_matmul,
+)
+from gpuguide.sizes import SizeBudget
+
+
+def _budget(memory_bytes: int = 2**30, call_s: float = 1.0) -> SizeBudget:
+    return SizeBudget(
+        device="cpu", memory_bytes=memory_bytes, call_s=call_s, small=False
+    )
+
+
+# -- the CPU's instructions and the TF32 switch ------------------------------------
+
+
+def test_cpu_instructions_follow_torch(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cpu, "_is_amx_fp16_supported", lambda: 1, raising=False)
+    monkeypatch.setattr(
+        torch.cpu, "_is_avx512_bf16_supported", lambda: 0, raising=False
+    )
+    assert precision.has_amx_fp16() is True
+    assert precision.has_avx512_bf16() is False
+
+
+def test_cpu_instructions_are_false_where_torch_cannot_tell(monkeypatch) -> None:
+    monkeypatch.delattr(torch.cpu, "_is_amx_fp16_supported", raising=False)
+    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported", raising=False)
+    assert precision.has_amx_fp16() is False
+    assert precision.has_avx512_bf16() is False
+
+
+@pytest.mark.parametrize("before", [False, True])
+def test_tf32_switch_is_put_back_also_on_an_error(before) -> None:
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = before
+    try:
+        with tf32_matmuls(not before):
+            assert torch.backends.cuda.matmul.allow_tf32 is (not before)
+        assert torch.backends.cuda.matmul.allow_tf32 is before
+        with pytest.raises(KeyError), tf32_matmuls(not before):
+            raise KeyError
+        assert torch.backends.cuda.matmul.allow_tf32 is before
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+# -- matmul sizes, shapes and timing ---------------------------------------------
+
+
+def test_matmul_bytes_counts_both_inputs_and_the_output() -> None:
+    # (2 x 4) @ (4 x 3) -> (2 x 3): 8 + 12 + 6 elements.
+    assert matmul_bytes(2, 3, 4, torch.float32) == 26 * 4
+    assert matmul_bytes(2, 3, 4, torch.bfloat16) == 26 * 2
+    with pytest.raises(ValueError, match="m must be"):
+        matmul_bytes(0, 3, 4, torch.float32)
+
+
+def test_shapes_are_the_largest_levels_cheapest_first() -> None:
+    shapes = matmul_shapes(torch.float32, 1e15, _budget(), lo=32, levels=2, hi=128)
+    assert len(shapes) == 8
+    assert {s for shape in shapes for s in shape} == {64, 128}
+    flops = [matmul_flop(*s) for s in shapes]
+    assert flops == sorted(flops)
+    assert shapes[0] == (64, 64, 64)
+    assert shapes[-1] == (128, 128, 128)
+
+
+def test_shapes_keep_only_what_fits_memory_and_time() -> None:
+    # Half of 1e9 FLOP/s over 4 ms allows 1e6 FLOP: 64**3 * 2 = 524288 fits twice,
+    # (64, 64, 128) is 1048576 and does not.
+    rate, call_s = 1e9, 0.004
+    budget = _budget(call_s=call_s)
+    shapes = matmul_shapes(torch.float32, rate, budget, lo=32, levels=3, hi=256)
+    assert shapes
+    assert all(2 * matmul_flop(*s) / rate <= call_s for s in shapes)
+    tight = _budget(memory_bytes=matmul_bytes(64, 64, 64, torch.float32))
+    kept = matmul_shapes(torch.float32, 1e15, tight, lo=32, levels=2, hi=128)
+    assert all(matmul_bytes(*s, torch.float32) <= tight.memory_bytes for s in kept)
+
+
+def test_shapes_fall_back_to_the_smallest_square() -> None:
+    # No combination of the two sizes fits a time budget this short.
+    budget = _budget(call_s=1e-12)
+    shapes = matmul_shapes(torch.float32, 1e9, budget, lo=32, levels=2, hi=128)
+    assert len(shapes) == 1
+    assert shapes[0][0] == shapes[0][1] == shapes[0][2]
+
+
+def test_time_matmul_times_the_product_only() -> None:
+    m = time_matmul(torch.float32, (8, 4, 16), device="cpu", label="mm", rep_ms=1.0)
+    assert m.label == "mm"
+    assert m.device == "cpu"
+    assert m.n >= 5
+
+
+def test_probe_rate_is_a_positive_rate() -> None:
+    assert probe_rate(torch.float32, "cpu", side=16) > 0
+    with pytest.raises(ValueError, match="tries must be"):
+        probe_rate(torch.float32, "cpu", tries=0)
+
+
+def test_mamf_is_the_five_fastest_calls_per_flop() -> None:
+    m = Measurement("mm", (9.0, 1.0, 2.0, 8.0, 3.0, 4.0, 5.0), "cpu", "wall-clock")
+    per_flop = mamf(m, 2.0)
+    assert sorted(per_flop.times_s) == [0.5, 1.0, 1.5, 2.0, 2.5]
+    assert per_flop.median_s == 1.5  # the median of the five fastest, per FLOP
+    assert per_flop.rate(1).value == pytest.approx(1 / 1.5)
+    assert mamf(m, 1.0, fastest=1).times_s == (1.0,)
+    with pytest.raises(ValueError, match="flop must be"):
+        mamf(m, 0.0)
+
+
+# -- activation memory ------------------------------------------------------------
+
+
+def test_mib() -> None:
+    assert mib({"a": 2**20, "b": 3 * 2**19}) == {"a": 1.0, "b": 1.5}
+
+
+def test_peak_rise_is_the_lowest_of_its_runs(monkeypatch) -> None:
+    rises = iter([300, 100, 200])
+
+    class Tracked:
+        def __enter__(self):
+            self.report = type("Report", (), {"peak_increase_bytes": next(rises)})
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    calls = []
+    monkeypatch.setattr(precision, "track_memory", lambda device: Tracked())
+    monkeypatch.setattr(precision, "release_host_memory", lambda: True)
+    assert peak_rise(lambda: calls.append(1), "cpu") == 100
+    assert len(calls) == 3
+    with pytest.raises(ValueError, match="repeats must be"):
+        peak_rise(lambda: None, "cpu", repeats=0)
+
+
+def test_kept_for_backward_counts_saved_storages_once_but_the_resident() -> None:
+    w = torch.randn(16, 16, requires_grad=True)
+    x = torch.randn(8, 16)
+
+    def forward():
+        h = x @ w  # saves x (resident), the input of w's gradient
+        return (h.relu() * h).sum()  # saves h and relu(h) (relu's output, twice)
+
+    kept = kept_for_backward(forward, resident=(w, x))
+    assert kept == 2 * 8 * 16 * 4
+    assert kept_for_backward(forward) == kept + 8 * 16 * 4
+    with torch.no_grad():
+        assert kept_for_backward(forward) == 0
+
+
+# -- the chapter's transformer block ---------------------------------------------
+
+
+def test_block_classifies_sequences() -> None:
+    torch.manual_seed(0)
+    block = Block(16, 3)
+    out = block(torch.randn(2, 5, 16))
+    assert out.shape == (2, 3)
+    linears = [m for m in block.modules() if isinstance(m, nn.Linear)]
+    assert len(linears) == 5
+    assert isinstance(block.softmax, nn.Softmax)
