@@ -25,24 +25,14 @@ import torch
 
 import gpuguide
 from gpuguide import benchmark, break_even, compare, format_bytes, format_time, report
+from gpuguide.chapters import data
 
 page = gpuguide.setup()
 device, cpu, peaks = page.device, torch.device("cpu"), page.peaks
 on_gpu = page.needs_cuda("H2D and D2H copies, pinned memory and pin_memory()")
 # Copy sizes double from 4 KiB up to what fits (on a GPU: four host buffers and one on
 # the device) and the time budget (planned at 10 GB/s, or at the CPU's bandwidth).
-sizes = gpuguide.sweep(
-    4096,
-    2**30,
-    memory_at=lambda n: (4 if on_gpu else 2) * n,
-    traffic_at=lambda n: n if on_gpu else 2 * n,
-    device=cpu,
-    call_s=0.1 if on_gpu else None,
-    peaks=None if on_gpu else peaks,
-)
-if on_gpu:  # the device buffer must fit too
-    fits = gpuguide.sweep(4096, 2**30, memory_at=lambda n: n)
-    sizes = [n for n in sizes if n in fits]
+sizes = data.copy_sizes(on_gpu=on_gpu, peaks=peaks)
 n_max = sizes[-1]
 # The headline figures are taken at 64 MiB (or the largest size below it): past the
 # CPU's caches, where GPU copies level off, and the same size on every device. A
@@ -59,8 +49,7 @@ print(f"{len(sizes)} sizes from {format_bytes(sizes[0])} to {format_bytes(n_max)
 # time the allocator too). A ``non_blocking=True`` copy's end event is recorded on
 # the stream right after it, so the time still covers the copy: non-blocking frees the
 # host, it does not make the copy faster. At each size the six ways take turns
-# (:func:`gpuguide.interleave`).
-# On the CPU: ``copy_`` between two CPU tensors.
+# (:func:`gpuguide.interleave`); on the CPU, ``copy_`` between two CPU tensors.
 def copy(dst, src, non_blocking=False):
     return dst.copy_(src, non_blocking=non_blocking)
 
@@ -103,10 +92,9 @@ results = {key: [at_size[key] for at_size in found] for key in found[0]}
 # system cannot move: from pageable memory the driver first copies each chunk into a
 # pinned staging buffer. Expect pinned copies to be faster and nearer the link's
 # peak, at least 60% of it, and the gain over pageable to be larger the faster the
-# link. A small copy costs mostly a fixed time per copy.
-# The link's peak is the one the card negotiates in its slot where NVML says so
-# plausibly, else the datasheet's (also for a copy that ran faster than NVML's link:
-# NVML then does not see the real one, as in some virtual machines).
+# link. The link's peak is the one the card negotiates in its slot where NVML says
+# so plausibly, else the datasheet's (also for a copy that ran faster than NVML's
+# link: NVML then does not see the real one, as in some virtual machines).
 if on_gpu:
     fastest = max(
         n / m.median_s
@@ -174,13 +162,8 @@ if on_gpu:
 # run at least 1.5x the largest copy's rate, through main memory.
 for direction in ("H2D", "D2H") if on_gpu else ("host-to-host",):
     ways = {way: ms for (d, way), ms in results.items() if d == direction}
-    base_s = next(iter(ways.values()))[-1].median_s  # the first way, largest size
-    series = {  # GB/s by size; on a GPU, each way against pageable at the largest
-        f"{way} ({base_s / ms[-1].median_s:.3g}x)" if on_gpu else way: [
-            n / m.median_s / 1e9 for n, m in zip(sizes, ms, strict=True)
-        ]
-        for way, ms in ways.items()
-    }
+    # GB/s by size; on a GPU, each way against pageable at the largest size
+    series = data.bandwidth_series(sizes, ways, vs_first=on_gpu)
     best = max(max(rates) for rates in series.values()) * 1e9
     if on_gpu:
         finding = peaks.share(best, "host_link", peak="the link peak")
@@ -224,9 +207,7 @@ for direction in ("H2D", "D2H") if on_gpu else ("host-to-host",):
 # (pageable - pinned copy)`` copies of one buffer, if pinned is measurably faster.
 if on_gpu:
     host, stat = torch.randn(n_max // 4), "host_alloc_time.total"  # in us
-    # Give the cached pinned buffers back (torch 2.11 has only a private name for it).
-    empty = getattr(torch.accelerator, "empty_host_cache", None)
-    empty = empty or getattr(torch._C, "_host_emptyCache", None)
+    empty = data.host_cache_emptier()  # gives the cached pinned buffers back
     torch.cuda.synchronize()  # every earlier copy is done, so its buffer is free
     if empty is not None:
         empty()  # the next pin must allocate
