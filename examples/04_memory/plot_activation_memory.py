@@ -19,7 +19,10 @@ and time in each mode, then what checkpointing saves in a training step and cost
 # The model, its size and the memory measurement are those of the previous page
 # (:func:`gpuguide.track_memory`): on a GPU the rise of the bytes held by tensors; on
 # the CPU the rise of the process's RSS, after ``malloc_trim(0)`` has handed back what
-# glibc kept from earlier frees.
+# glibc kept from earlier frees (what it still keeps only adds, so
+# :func:`~gpuguide.chapters.precision.peak_rise` takes the lowest of three runs).
+# :func:`~gpuguide.chapters.precision.kept_for_backward` counts what autograd saves
+# as the previous page did, once per storage, without the weights and the batch.
 import contextlib
 from functools import partial
 
@@ -30,41 +33,10 @@ from torch.utils.checkpoint import checkpoint
 
 import gpuguide
 from gpuguide import compare, format_bytes, interleave, plot_bars, record, report, table
+from gpuguide.chapters.precision import kept_for_backward, mib, peak_rise
 
 page = gpuguide.setup()
 device = page.device
-
-
-def mib(sizes):
-    return {name: size / 2**20 for name, size in sizes.items()}
-
-
-def peak_rise(fn, repeats=3):
-    """The lowest rise over ``repeats`` runs (glibc's kept frees only add to RSS)."""
-    rises = []
-    for _ in range(repeats):
-        gpuguide.release_host_memory()
-        with gpuguide.track_memory(device) as tracked:
-            fn()
-        rises.append(tracked.report.peak_increase_bytes)
-    return min(rises)
-
-
-def kept_for_backward(fn):
-    """Bytes autograd saves in ``fn()``, once per storage, but the weights and batch."""
-    resident = {t.untyped_storage().data_ptr() for t in (*model.parameters(), x, y)}
-    saved = {}
-
-    def pack(t):
-        if t.untyped_storage().data_ptr() not in resident:
-            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(saved.values())
-
-
 width, depth = (1024, 8) if page.cuda and not page.small else (64, 4)
 params = depth * (8 * width * width + 5 * width)
 batch = gpuguide.largest_size(
@@ -105,7 +77,7 @@ forwards = {
     "inference_mode": partial(run, torch.inference_mode),
 }
 times = interleave(forwards, device=device, rep_ms=200)
-memory = {name: peak_rise(forward) for name, forward in forwards.items()}
+memory = {name: peak_rise(forward, device) for name, forward in forwards.items()}
 print(table({"mode": k, "peak rise": format_bytes(memory[k]), "time": t}
             for k, t in times.items()))  # fmt: skip
 for mode in ("grad enabled", "no_grad"):
@@ -170,9 +142,12 @@ step_time = interleave(
     rep_ms=400,
 )
 kept, peak = {}, {}
+resident = (*model.parameters(), x, y)  # held anyway: not what autograd keeps
 for name, net in variants.items():
-    kept[name] = kept_for_backward(lambda net=net: loss_fn(net(x), y))
-    peak[name] = peak_rise(lambda net=net: loss_fn(net(x), y).backward())
+    kept[name] = kept_for_backward(
+        lambda net=net: loss_fn(net(x), y), resident=resident
+    )
+    peak[name] = peak_rise(lambda net=net: loss_fn(net(x), y).backward(), device)
     report("backward peak rise", peak[name], unit="B", size=dims, variant=name)
     report("step time", step_time[name], size=dims, variant=name)
 
