@@ -32,6 +32,7 @@ from torch import nn
 import gpuguide
 from gpuguide import compare, interleave, plot_bars, plot_sweep, report, track_memory
 from gpuguide.chapters.compiling import host_and_gpu_times
+from gpuguide.chapters.precision import Block, has_amx_fp16, has_avx512_bf16
 
 if not torch.cuda.is_available():
     torch.set_num_threads(1)
@@ -43,36 +44,17 @@ print(f"float32 matmul precision: {torch.get_float32_matmul_precision()!r}")
 # %%
 # A small model and a synthetic task
 # ----------------------------------
-# The previous page's transformer block classifies random sequences by a fixed
-# projection of their mean. On a GPU it is as wide as a bfloat16 step of about 10 ms
-# of matmuls allows, so that the GPU's work, not the launches, sets the step time; a
-# CPU gets a small step, as without 16-bit matrix instructions 16-bit steps are slow.
-class Block(nn.Module):
-    def __init__(self, width, classes):
-        super().__init__()
-        self.norm1 = nn.LayerNorm(width)
-        self.qkv = nn.Linear(width, 3 * width)
-        self.softmax = nn.Softmax(dim=-1)
-        self.proj = nn.Linear(width, width)
-        self.norm2 = nn.LayerNorm(width)
-        self.mlp = nn.Sequential(
-            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
-        )
-        self.head = nn.Linear(width, classes)
-
-    def forward(self, x):
-        q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
-        weights = self.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5)
-        x = x + self.proj(weights @ v)
-        x = x + self.mlp(self.norm2(x))
-        return self.head(x.mean(dim=1))
-
-
+# The previous page's transformer block (:class:`~gpuguide.chapters.precision.Block`,
+# shown there) classifies random sequences by a fixed projection of their mean. On a
+# GPU it is as wide as a bfloat16 step of about 10 ms of matmuls allows, so that the
+# GPU's work, not the launches, sets the step time; a CPU gets a small step, as
+# without 16-bit matrix instructions 16-bit steps are slow.
 batch, seq, classes = (64, 128, 10) if on_cuda else (32, 16, 10)
 tokens, steps = batch * seq, 10 if page.small else 40
+step_s = 0.01 if on_cuda else 0.008  # the time budget of one step's matmuls
 width = 16 if page.small else gpuguide.largest_size(
     16, 4096 if on_cuda else 1024, per_octave=2, multiple_of=64 if on_cuda else 16,
-    budget=gpuguide.size_budget(device, memory_fraction=0.5, call_s=0.01 if on_cuda else 0.008),
+    budget=gpuguide.size_budget(device, memory_fraction=0.5, call_s=step_s),
     # three models, each with weights, gradients and AdamW's two moments
     memory_at=lambda d: 4 * (144 * d * d + 24 * tokens * d + batch * seq * seq),
     flop_at=lambda d: 6 * tokens * 12 * d * d + 12 * batch * seq * seq * d,
@@ -211,8 +193,7 @@ gpuguide.claim(
     verdict="faster",
     on="cuda",
 )
-fp16_matrix = getattr(torch.cpu, "_is_amx_fp16_supported", lambda: False)()
-bf16_vector = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
+fp16_matrix, bf16_vector = has_amx_fp16(), has_avx512_bf16()
 gpuguide.claim(
     "on a CPU with AVX512-BF16, a bf16 autocast step runs at least as fast as fp32's",
     verdicts["bf16"],
