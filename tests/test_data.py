@@ -185,3 +185,26 @@ def test_host_cache_emptier_finds_the_public_name_or_the_private_one(monkeypatch
     assert data.host_cache_emptier() is print
     monkeypatch.delattr(torch._C, "_host_emptyCache")
     assert data.host_cache_emptier() is None
+
+
+def test_matmul_side_plans_four_matrices_and_one_matmul(monkeypatch):
+    asked = {}
+
+    def fake_largest_size(lo, hi, **plan):
+        asked.update(lo=lo, hi=hi, **plan)
+        return 1024
+
+    monkeypatch.setattr(data, "largest_size", fake_largest_size)
+    assert data.matmul_side(device="cuda", call_s=0.02) == 1024
+    assert (asked["lo"], asked["hi"], asked["multiple_of"]) == (64, 8192, 64)
+    assert (asked["device"], asked["call_s"]) == ("cuda", 0.02)
+    assert asked["memory_at"](100) == 4 * 4 * 100 * 100  # four float32 matrices
+    assert asked["flop_at"](100) == 2 * 100**3
+    assert asked["traffic_at"](100) == 3 * 4 * 100 * 100
+
+
+def test_matmul_side_on_this_machine_grows_with_the_time_per_call():
+    short = data.matmul_side(device="cpu", call_s=1e-4)
+    long = data.matmul_side(device="cpu", call_s=0.05)
+    assert 64 <= short <= long <= 8192
+    assert long % 64 == 0

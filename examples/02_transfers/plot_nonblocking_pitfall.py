@@ -28,6 +28,7 @@ from matplotlib.ticker import MaxNLocator
 
 import gpuguide
 from gpuguide import compare, format_bytes, format_time, interleave, plot_sweep, report
+from gpuguide.chapters.data import matmul_side
 
 page = gpuguide.setup()
 on_gpu = page.needs_cuda("The race of a non-blocking copy to the host")
@@ -42,26 +43,11 @@ trials = 5 if page.small else 20
 # queued after it waits that long on the GPU. The destination is pinned: into
 # pageable memory the CUDA driver finishes a device-to-host copy before returning,
 # ``non_blocking`` or not, and there is no race (and no overlap either).
-
-
-def matrix_bytes(n):
-    return 4 * n * n  # one n x n float32 matrix
-
-
-n = gpuguide.largest_size(
-    64,
-    8192,
-    memory_at=lambda n: 4 * matrix_bytes(n),
-    multiple_of=64,
-    device=device,
-    flop_at=lambda n: 2 * n**3,
-    traffic_at=lambda n: 3 * matrix_bytes(n),
-    call_s=0.01,
-)
+n = matmul_side(device=device, call_s=0.01)
 a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
 src = torch.empty(n, n, device=device)
 dst = torch.empty(n, n, pin_memory=on_gpu)
-nbytes = matrix_bytes(n)
+nbytes = 4 * n * n  # one n x n float32 matrix
 print(f"source: the {n} x {n} float32 result of a matmul, {format_bytes(nbytes)}")
 # On the CPU a copy is done when copy_ returns: the event is a stand-in doing nothing.
 nothing = SimpleNamespace(record=lambda: None, synchronize=lambda: None)
@@ -179,14 +165,13 @@ plt.show()
 # ----------------------------------------------
 # First the copy alone: blocking, and non-blocking followed by the event wait. Both
 # wait for the same copy, so expect the event wait not to be slower. Then with host
-# work (copying a
-# batch of the same size between two pageable buffers): after a blocking copy the two
-# run one after the other; on a GPU, between a non-blocking copy and the wait they
-# overlap, so expect the time of the longer one instead of the sum, measurably faster.
-# On the CPU the copy is done before the host work starts, so nothing overlaps, and
-# the event is a stand-in that does nothing: the pairs differ only by its calls (a
-# fraction of a microsecond), and the non-blocking order is not faster.
-# The four take turns for five rounds (:func:`gpuguide.interleave`).
+# work (copying a batch of the same size between two pageable buffers): after a
+# blocking copy the two run one after the other; on a GPU, between a non-blocking copy
+# and the wait they overlap, so expect the time of the longer one instead of the sum,
+# measurably faster. On the CPU nothing overlaps (the copy is done before the host
+# work starts) and the stand-in event's calls cost a fraction of a microsecond, so
+# the non-blocking order is not faster. The four take turns for five rounds
+# (:func:`gpuguide.interleave`).
 batch, staging = torch.randn(n, n), torch.empty(n, n)
 host_work = partial(staging.copy_, batch)
 times = interleave(

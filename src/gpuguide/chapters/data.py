@@ -4,7 +4,8 @@ work, and the transfer pages' copy sizes and bandwidth curves.
 :class:`SyntheticImages` imitates a pipeline's per-sample CPU time (read, decode,
 augment) without files. It lives in a module so that DataLoader workers started
 with ``"spawn"`` can import it by name (see :mod:`gpuguide.chapters.spawning`).
-:func:`copy_sizes` picks the sizes of the copies a page times, and
+:func:`copy_sizes` picks the sizes of the copies a page times, :func:`matmul_side`
+the size of a matmul that keeps a GPU busy before a copy,
 :func:`bandwidth_series` turns their times into curves of GB/s, and
 :func:`host_cache_emptier` finds how this torch gives cached pinned memory back.
 
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpuguide import checks
-from gpuguide.sizes import sweep
+from gpuguide.sizes import largest_size, sweep
 
 if TYPE_CHECKING:
     import torch
@@ -34,7 +35,13 @@ if TYPE_CHECKING:
     from gpuguide.peaks import Peaks
     from gpuguide.timing import Measurement
 
-__all__ = ["SyntheticImages", "bandwidth_series", "copy_sizes", "host_cache_emptier"]
+__all__ = [
+    "SyntheticImages",
+    "bandwidth_series",
+    "copy_sizes",
+    "host_cache_emptier",
+    "matmul_side",
+]
 
 
 class SyntheticImages:
@@ -168,3 +175,22 @@ def host_cache_emptier() -> Callable[[], None] | None:
 
     empty = getattr(torch.accelerator, "empty_host_cache", None)
     return empty or getattr(torch._C, "_host_emptyCache", None)
+
+
+def matmul_side(
+    *, device: torch.device | str | None = None, call_s: float = 0.01
+) -> int:
+    """The side ``n`` of a square float32 matmul on ``device`` that takes about
+    ``call_s`` (a copy queued behind it waits that long): the largest multiple of 64
+    up to 8192 whose ``2 n^3`` FLOP and ``12 n^2`` bytes fit that time and whose
+    four ``n x n`` matrices (two inputs, the result, a host copy) fit the budget."""
+    return largest_size(
+        64,
+        8192,
+        memory_at=lambda n: 4 * 4 * n * n,
+        multiple_of=64,
+        device=device,
+        flop_at=lambda n: 2 * n**3,
+        traffic_at=lambda n: 3 * 4 * n * n,
+        call_s=call_s,
+    )
