@@ -17,8 +17,7 @@ See also :doc:`the roofline and its three regimes </concepts/roofline>` and
 # -----
 # A small MLP classifier on random data. The batch arrives as raw features; the step
 # standardises every sample (zero mean, unit variance) before the forward pass. On a
-# CPU, torch runs one thread, so that another process on the machine takes no core
-# from under the phases' timings.
+# CPU, torch runs one thread, so that other processes take no core from the timings.
 import gc
 import gzip
 import time
@@ -49,16 +48,14 @@ labels = torch.randint(0, 10, (batch,), device=device)  # 10 classes
 print(f"batch {batch} x {features} features")
 kernels = page.needs_cuda("Kernel times in the profile")
 
+
 # %%
 # The step, with named phases
 # ---------------------------
 # ``record_function`` puts a named range around each phase, so the profile groups
-# operators by what the step was doing (the phase timer below passes its own
-# ``phase``). The normalisation is written the slow way, one sample at a time: a
-# handful of small operators per sample, each paying the dispatcher's fixed cost
-# (and, on a GPU, a kernel launch).
-
-
+# operators by what the step was doing. The normalisation is written the slow way,
+# one sample at a time: a handful of small operators per sample, each paying the
+# dispatcher's fixed cost (and, on a GPU, a kernel launch).
 def normalise_per_sample(x):
     return torch.stack([(row - row.mean()) / (row.std() + 1e-5) for row in x])
 
@@ -80,6 +77,7 @@ def train_step(normalise, phase=record_function):
         optimizer.step()
 
 
+phases = ("normalise", "forward", "backward", "optimizer")  # train_step's, in order
 assert torch.allclose(normalise_per_sample(raw), normalise_batched(raw), atol=1e-5)
 
 # %%
@@ -137,6 +135,7 @@ gpuguide.claim(
     measured=f"{inside} of {len(backward_ops)} on the thread of the 'backward' range",
 )
 
+
 # %%
 # Time per phase, with events on the stream
 # -----------------------------------------
@@ -145,12 +144,7 @@ gpuguide.claim(
 # does, whichever thread queued that work, so the time between two events is a
 # phase's time on the GPU, waits for the host to launch its kernels included (a CPU
 # reads its clock). The per-sample and the batched step (the fix, below) take turns,
-# without the profiler, after two untimed steps each. Each of the loop's few hundred
-# small operators pays the dispatcher's fixed cost (on a GPU also a launch, which
-# costs the host more than the kernel costs the GPU), so ``normalise`` should lead.
-phases = ("normalise", "forward", "backward", "optimizer")
-
-
+# without the profiler; ``normalise``, a few hundred small operators, should lead.
 def stamp():
     if not page.cuda:
         return time.perf_counter()
@@ -220,8 +214,7 @@ gpuguide.download_link(trace, "profiler trace (gzipped JSON, for ui.perfetto.dev
 # %%
 # The fix, measured
 # -----------------
-# The batched version computes the same numbers with one ``mean`` and one ``std``
-# over the whole batch. The gain is what the loop's fixed costs were worth beside
+# The gain of the batched version is what the loop's fixed costs were worth beside
 # the rest of the step: on a GPU, a few hundred launches take far longer than their
 # kernels; on a CPU, an operator costs a few microseconds and the matrix products
 # weigh more (hence the smaller MLP there).
