@@ -158,9 +158,9 @@ def measure(size, make_fn):
 # "compile" is what the five warm-up calls took beyond five steady-state calls
 # (inductor's disk cache makes a second run of this script compile faster); it pays
 # off after ``compile / (eager - compiled)`` calls, where the saving exceeds the
-# spread (:func:`~gpuguide.chapters.compiling.mode_rows`). Speed-ups of 1.5-3x are often quoted for transformers; each speed-up
-# below says where it lies against that range. The small model runs inference only,
-# to keep the page's compile time short.
+# spread (:func:`~gpuguide.chapters.compiling.mode_rows`). Speed-ups of 1.5-3x are
+# often quoted for transformers; each speed-up below says where it lies against that
+# range. The small model runs inference only, to keep the page's compile time short.
 phases = {"inference": inference, "training step": training}
 workloads = {f"{s} model, {p}": (s, f) for s in models for p, f in phases.items()}
 del workloads["small model, training step"]
