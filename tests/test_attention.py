@@ -1,6 +1,7 @@
 """Tests for gpuguide.chapters.attention: FLOP count, naive memory, the memory
 guard (with a fake out-of-memory), backend probing (with a fake sdpa_kernel),
-the profiler's backend names and the agreement check."""
+the profiler's backend names, the agreement check, and the which-kernel page's
+priority order, table of cases, one-off timing and times per call."""
 
 from __future__ import annotations
 
@@ -11,13 +12,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from gpuguide import Measurement
 from gpuguide.chapters import attention
 from gpuguide.chapters.attention import (
     agreement,
     attention_flop,
     backend_of,
+    case_rows,
     naive_bytes,
+    per_call,
+    priority_order,
     run_within_memory,
+    timed_once,
     usable_backends,
 )
 
@@ -237,3 +243,64 @@ def test_published_figures_are_ordered_as_in_the_paper() -> None:
         attention.PUBLISHED_FLOPS[True]["standard"]
         < attention.PUBLISHED_FLOPS[False]["standard"]
     )
+
+
+# -- the which-kernel page: priority order, cases, one-off timing, times per call --
+
+
+def test_priority_order_names_backends(monkeypatch) -> None:
+    from torch.nn.attention import SDPBackend
+
+    monkeypatch.setattr(
+        torch._C, "_get_sdp_priority_order", lambda: [3, 0], raising=False
+    )
+    assert priority_order() == [SDPBackend(3).name, SDPBackend(0).name]
+    monkeypatch.delattr(torch._C, "_get_sdp_priority_order")
+    assert priority_order() == []
+
+
+def test_case_rows_run_what_fits_and_skip_the_rest() -> None:
+    ran = []
+
+    def allocate():
+        ran.append("fits")
+        return torch.empty(2**20, dtype=torch.uint8)
+
+    def never():
+        ran.append("over")
+
+    cases = {"fits": allocate, "over budget": never}
+    needed = {"fits": 10, "over budget": 1000}
+    rows = [
+        case_rows({n: fn}, lambda fn: fn.__name__, needed[n], 100, device="cpu")[0]
+        for n, fn in cases.items()
+    ]
+    assert [r["case"] for r in rows] == ["fits", "over budget"]
+    assert rows[0]["backend"] == "allocate"
+    assert isinstance(rows[0]["peak memory (MiB)"], float)
+    assert rows[0]["peak memory (MiB)"] >= 0
+    assert rows[1] == {
+        "case": "over budget",
+        "backend": None,
+        "peak memory (MiB)": None,
+    }
+    assert ran == ["fits"]
+
+
+def test_timed_once_returns_the_result_and_its_seconds() -> None:
+    calls = []
+    result, seconds = timed_once(lambda: calls.append(1) or "mask", device="cpu")
+    assert result == "mask"
+    assert calls == [1]
+    assert 0 <= seconds < 1
+
+
+def test_per_call_lines_with_and_without_a_rate() -> None:
+    timed = {
+        "Flex": Measurement("Flex", (2e-3, 2e-3, 2e-3), "cpu", "wall-clock"),
+        "SDPA": Measurement("SDPA", (4e-3,), "cpu", "wall-clock"),
+    }
+    assert per_call(timed) == "Flex: 2 ms per call\nSDPA: 4 ms per call"
+    with_rate = per_call(timed, 2e9).splitlines()
+    assert with_rate[0].startswith("Flex: 2 ms per call, 1.00 TFLOP/s")
+    assert with_rate[1].startswith("SDPA: 4 ms per call, 500 GFLOP/s")

@@ -7,11 +7,10 @@ the device and the libraries present, and says nothing about its choice. A
 reader who assumes it chose a fused kernel can be running the math fallback,
 whose memory grows with the square of the sequence length.
 
-This page asks the profiler which kernel ran, explains the choice, shows two
-inputs that change it and what that costs in memory, then runs the same causal
-attention with FlexAttention (compiled, with a block mask) against SDPA, a sliding
-window mask that SDPA can only take as a dense matrix, and a forward and backward
-pass at ``S = 8192`` on a GPU.
+This page asks the profiler which kernel ran and why, shows two inputs that change
+it and what that costs in memory, then runs FlexAttention (compiled, with a block
+mask) against SDPA on a causal and on a sliding window mask, and times a forward and
+backward pass.
 """
 
 # %%
@@ -19,6 +18,8 @@ pass at ``S = 8192`` on a GPU.
 # -----
 # One causal attention at the FlashAttention papers' shapes (on a GPU: bf16, 16
 # heads of 128, ``S = 8192``, two sequences; on a CPU: float32, shorter).
+from functools import partial
+
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
@@ -39,10 +40,7 @@ batch = max(16384 // seq, 1) if page.cuda else 2
 q, k, v = (torch.randn(batch, heads, seq, head_dim, device=device, dtype=dtype)
            for _ in range(3))  # fmt: skip
 size = f"{batch * seq} tokens, {heads} heads of {head_dim}"  # with S, what is timed
-
-
-def sdpa(q, k, v, **options):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, **options)
+sdpa = partial(F.scaled_dot_product_attention, is_causal=True)
 
 
 # %%
@@ -51,15 +49,12 @@ def sdpa(q, k, v, **options):
 # The profiler records the ATen operator that SDPA dispatched to (one per
 # backend: ``_scaled_dot_product_cudnn_attention``, ``..._flash_attention``,
 # ``..._efficient_attention``, ``..._attention_math``) and, on a GPU, the kernels
-# it launched. SDPA tries the backends in a priority order and takes the first
-# whose checks (data type, head dimension, mask, memory layout, GPU generation)
-# pass. Since torch 2.11, on Hopper and Blackwell GPUs with a recent cuDNN
-# (above 9.15), cuDNN comes first; ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1`` puts
-# FlashAttention-2 back in front. A CPU has one fused kernel, a FlashAttention
-# written for CPUs. The operator names the backend; tracing the GPU's kernels takes
-# longer, so it is done for the first call only.
-
-
+# it launched. SDPA tries the backends in a priority order and takes the first whose
+# checks (data type, head dimension, mask, memory layout, GPU generation) pass.
+# Since torch 2.11, on Hopper and Blackwell GPUs with a recent cuDNN (above 9.15),
+# cuDNN comes first; ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1`` puts FlashAttention-2
+# back in front. A CPU has one fused kernel, a FlashAttention written for CPUs.
+# Tracing the GPU's kernels takes longer, so it is done for the first call only.
 def which(fn, gpu=False):  # (backend, kernels) of one call of fn
     on_gpu = [ProfilerActivity.CUDA] if page.cuda and gpu else []
     with profile(activities=[ProfilerActivity.CPU, *on_gpu]) as prof:
@@ -71,10 +66,9 @@ def which(fn, gpu=False):  # (backend, kernels) of one call of fn
 
 backend, kernels = which(lambda: sdpa(q, k, v), gpu=True)
 print(f"SDPA's default here: {backend}; kernels: {', '.join(kernels) or 'none (CPU)'}")
-order = getattr(torch._C, "_get_sdp_priority_order", lambda: [])()  # torch >= 2.6
 if page.cuda:
-    names = [torch.nn.attention.SDPBackend(i).name for i in order]
-    print(f"cuDNN {torch.backends.cudnn.version()}; SDPA tries: {' > '.join(names)}")
+    order = " > ".join(attention.priority_order())
+    print(f"cuDNN {torch.backends.cudnn.version()}; SDPA tries: {order}")
 
 # %%
 # Two inputs that change the choice
@@ -89,54 +83,53 @@ if page.cuda:
 short = seq // 4 if page.cuda else seq
 args = [t[..., :short, :].contiguous() for t in (q, k, v)]
 transposed = args[0].transpose(-2, -1).contiguous().transpose(-2, -1)
-cases = {"default": lambda: sdpa(*args),
-         "float mask": lambda: F.scaled_dot_product_attention(
-             *args, attn_mask=torch.zeros(short, short, device=device, dtype=dtype)),
-         "head dim not innermost": lambda: sdpa(transposed, *args[1:]),
-         "...then .contiguous()": lambda: sdpa(transposed.contiguous(), *args[1:])}  # fmt: skip
+cases = {
+    "default": lambda: sdpa(*args),
+    "float mask": lambda: F.scaled_dot_product_attention(
+        *args, attn_mask=torch.zeros(short, short, device=device, dtype=dtype)
+    ),
+    "head dim not innermost": lambda: sdpa(transposed, *args[1:]),
+    "...then .contiguous()": lambda: sdpa(transposed.contiguous(), *args[1:]),
+}
 budget = gpuguide.size_budget(device, memory_fraction=0.5).memory_bytes
-need = attention.naive_bytes(batch, short, heads, head_dim, 4)
-rows = []
-for name, fn in cases.items():
-
-    def tracked(fn=fn):
-        with gpuguide.track_memory(device) as tracker:
-            fn()
-        return tracker.report.peak_increase_bytes
-
-    peak = attention.run_within_memory(tracked, need, budget)
-    rows.append({"case": name, "backend": which(fn)[0] if peak is not None else None,
-                 "peak memory (MiB)": peak and round(max(peak, 0) / 2**20, 1)})  # fmt: skip
+need = attention.naive_bytes(batch, short, heads, head_dim, 4)  # the math path's
+rows = attention.case_rows(cases, lambda fn: which(fn)[0], need, budget, device=device)
 print(gpuguide.table(rows, title=f"S = {short}, causal (where no mask is given)"))
 ran = {row["case"]: row["backend"] for row in rows}
 gpuguide.claim("a q whose head dimension is not innermost sends SDPA to the math path",
                holds=ran["head dim not innermost"] == "math",
                measured=f"{ran['head dim not innermost']} ran")  # fmt: skip
-gpuguide.claim(".contiguous() restores the default's fused kernel",
-               holds=ran["...then .contiguous()"] == ran["default"] != "math",
-               measured=f"{ran['...then .contiguous()']} ran, {ran['default']} by default")  # fmt: skip
+gpuguide.claim(
+    ".contiguous() restores the default's fused kernel",
+    holds=ran["...then .contiguous()"] == ran["default"] != "math",
+    measured=f"{ran['...then .contiguous()']} ran, {ran['default']} by default",
+)
 gpuguide.claim("on a GPU, an explicit float mask rules out FlashAttention-2",
                holds=ran["float mask"] != "flash", measured=f"{ran['float mask']} ran",
                on="cuda")  # fmt: skip
 peaks = {row["case"]: row["peak memory (MiB)"] for row in rows}
 fallback, fused = peaks["head dim not innermost"], peaks["default"]
-gpuguide.claim("the math fallback's peak memory is at least 4x the fused kernel's",
-               holds=bool(fallback and fused and fallback >= 4 * fused),
-               measured=f"{fallback} MiB against {fused} MiB",
-               unless="small sizes: too little memory to measure" if page.small else None)  # fmt: skip
+gpuguide.claim(
+    "the math fallback's peak memory is at least 4x the fused kernel's",
+    holds=bool(fallback and fused and fallback >= 4 * fused),
+    measured=f"{fallback} MiB against {fused} MiB",
+    unless="small sizes: too little memory to measure" if page.small else None,
+)
+
 
 # %%
 # FlexAttention: the same causal attention, compiled
 # --------------------------------------------------
 # FlexAttention takes the mask as a function of the positions (``mask_mod``);
-# ``create_block_mask`` evaluates it once per 128 x 128 block, so that the kernel
-# skips the blocks that are fully masked. Three costs differ, and are timed
-# apart: building the block mask (once per mask and shape), compiling (once per
-# mask function; the first call here also starts the compiler), and the
-# steady-state call, in rounds against SDPA. The mask below is causal within a
-# window of the last ``window`` tokens; with the window in a tensor, one compiled
-# kernel serves every window size, and a window as long as the sequence is plain
-# causal attention.
+# ``create_block_mask`` evaluates it once per 128 x 128 block, so that the kernel skips
+# the blocks that are fully masked. Three costs differ, and are timed apart: building
+# the block mask (once per mask and shape), compiling (once per mask function; the
+# first call here also starts the compiler), and the steady-state call, in rounds
+# against SDPA. The mask below is causal within a window of the last ``window``
+# tokens; with the window in a tensor, one compiled kernel serves every window size,
+# and a window as long as the sequence is plain causal attention.
+flex = torch.compile(flex_attention)
+bars = {}  # every variant's times, for the figure
 
 
 def causal_window(window):
@@ -149,92 +142,85 @@ def causal_window(window):
 
 
 def build(mask_mod):  # a block mask, and the seconds it took
-    made = []
-    seconds = compiling.first_calls_s(lambda: made.append(
-        create_block_mask(mask_mod, None, None, seq, seq, device=device)), device=device, calls=1)  # fmt: skip
-    return made[-1], seconds
-
-
-flex = torch.compile(flex_attention)
+    return attention.timed_once(
+        lambda: create_block_mask(mask_mod, None, None, seq, seq, device=device),
+        device=device,
+    )
 
 
 def flex_against(block_mask, flex_name, name, baseline, flop=None, **config):
     """The compile and first call, timed; then Flex and the baseline in rounds."""
+    call = partial(flex, q, k, v, block_mask=block_mask)
     with compiling.capture_compiler():
-        first_s = compiling.first_calls_s(lambda: flex(q, k, v, block_mask=block_mask),
-                                          device=device, calls=1)  # fmt: skip
-    timed = gpuguide.interleave({flex_name: lambda: flex(q, k, v, block_mask=block_mask),
-                                 name: baseline})  # fmt: skip
-    for label, m in timed.items():
-        print(
-            f"{label}: {m.median_s * 1e3:.3g} ms per call"
-            + (f", {m.rate(flop)}" if flop else "")
-        )
+        first_s = compiling.first_calls_s(call, device=device, calls=1)
+    timed = gpuguide.interleave({flex_name: call, name: baseline})
+    print(attention.per_call(timed, flop))
     gain = gpuguide.compare(*timed.values())
     gpuguide.report(f"{flex_name} against {name}", gain, size=size, S=seq, **config)
     bars.update(timed)
     return first_s, gain
 
 
-bars = {}  # every variant's times, for the figure
-
-
 causal, build_s = build(causal_window(seq))
 flop = attention.attention_flop(batch, seq, heads, head_dim, causal=True)
-first_s, _ = flex_against(causal, "Flex, causal", "SDPA default", lambda: sdpa(q, k, v), flop,
-                       causal=True)  # fmt: skip
-print(f"block mask: built in {build_s * 1e3:.0f} ms, {causal.sparsity():.0f}% of blocks "
-      f"skipped; compile and first call: {first_s:.1f} s")  # fmt: skip
+first_s, _ = flex_against(
+    causal, "Flex, causal", "SDPA default", lambda: sdpa(q, k, v), flop, causal=True
+)
+print(
+    f"block mask: built in {build_s * 1e3:.0f} ms, {causal.sparsity():.0f}% of blocks "
+    f"skipped; compile and first call: {first_s:.1f} s"
+)
 
 # %%
 # A mask SDPA cannot express: a sliding window
 # --------------------------------------------
 # SDPA takes a sliding window only as a dense ``S x S`` boolean matrix: on a GPU that
-# rules out FlashAttention-2 (a CPU's flash kernel takes a mask), it costs the
-# matrix's memory, and every block is still computed. FlexAttention skips the
-# blocks outside the window (the share printed below), and here it reuses the
-# kernel compiled above (its first call is quick). Whether skipping beats SDPA's
-# kernel depends on how many blocks are skipped; with a window of an eighth of the
-# sequence, most are, and the claim below puts Flex at least 2x faster.
+# rules out FlashAttention-2 (a CPU's flash kernel takes a mask), it costs the matrix's
+# memory, and every block is still computed. FlexAttention skips the blocks outside
+# the window (the share printed below) and reuses the kernel compiled above (its first
+# call is quick). Whether skipping beats SDPA's kernel depends on how many blocks are
+# skipped: with a window of an eighth of the sequence, most are.
 window = seq // 8
 sliding, build_s = build(causal_window(window))
 positions = torch.arange(seq, device=device)
 dense = causal_window(window)(None, None, positions[:, None], positions[None, :])
-
-
-def sdpa_dense():
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
-
-
-first_s, skipping = flex_against(sliding, f"Flex, window {window}", "SDPA, dense mask", sdpa_dense,
-                       window=window)  # fmt: skip
-print(f"window {window}: block mask {build_s * 1e3:.0f} ms, {sliding.sparsity():.0f}% "
-      f"skipped; first call {first_s:.2f} s; SDPA ran {which(sdpa_dense)[0]} with a "
-      f"{dense.nbytes / 2**20:.1f} MiB mask")  # fmt: skip
-gpuguide.claim(f"with a window of {window}, Flex skipping blocks is at least 2x faster than "
-               "SDPA's dense mask", skipping, at_least=2.0)  # fmt: skip
+sdpa_dense = partial(F.scaled_dot_product_attention, q, k, v, attn_mask=dense)
+first_s, skipping = flex_against(
+    sliding, f"Flex, window {window}", "SDPA, dense mask", sdpa_dense, window=window
+)
+print(
+    f"window {window}: block mask {build_s * 1e3:.0f} ms, {sliding.sparsity():.0f}% "
+    f"skipped; first call {first_s:.2f} s; SDPA ran {which(sdpa_dense)[0]} with a "
+    f"{dense.nbytes / 2**20:.1f} MiB mask"
+)
+gpuguide.claim(
+    f"with a window of {window}, Flex skipping blocks is at least 2x faster than "
+    "SDPA's dense mask",
+    skipping,
+    at_least=2.0,
+)
 fig, ax = plt.subplots()
-gpuguide.plot_bars(ax, bars, ylabel="time per call (ms)", baseline="SDPA default",
-                   title=f"Causal attention at S={seq}: FlexAttention and SDPA")  # fmt: skip
+title = f"Causal attention at S={seq}: FlexAttention and SDPA"
+gpuguide.plot_bars(
+    ax, bars, ylabel="time per call (ms)", baseline="SDPA default", title=title
+)
 plt.show()
+
 
 # %%
 # Forward and backward
 # --------------------
 # Training runs the backward pass too, which the papers count as 2.5 times the
-# forward's FLOP. SDPA's default backend runs here. On a GPU, the FlashAttention-2
-# paper's forward and backward rate on an H100 is printed beside the measurement: a
-# published result of one kernel, not a ceiling (cuDNN's kernel, SDPA's first choice
-# on Hopper GPUs, can go past it).
-for t in (q, k, v):
-    t.requires_grad_(True)
-grad = torch.randn_like(q)
-
-
+# forward's FLOP. On a GPU, the FlashAttention-2 paper's forward and backward rate on
+# an H100 is printed beside the measurement: a published result of one kernel, not a
+# ceiling (cuDNN's kernel, SDPA's first choice on Hopper GPUs, can go past it).
 def train_step():
     return torch.autograd.grad(F.scaled_dot_product_attention(q, k, v), (q, k, v), grad)
 
 
+for t in (q, k, v):
+    t.requires_grad_(True)
+grad = torch.randn_like(q)
 m = gpuguide.benchmark(train_step, label="SDPA forward + backward")
 rate = m.rate(attention.attention_flop(batch, seq, heads, head_dim, backward=True))
 backend = which(train_step)[0] or "?"

@@ -1,19 +1,25 @@
 """Plumbing for the attention chapter: the papers' FLOP count and published figures,
 the naive path's memory, which SDPA backends run here, which one ran, and whether
-two outputs agree.
+two outputs agree; for the which-kernel page, SDPA's order of backends, the table of
+the cases it runs, one call timed once and the time per call of timed variants.
 """
 
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpuguide import checks
+from gpuguide.device import as_device
+from gpuguide.memory import track_memory
 
 if TYPE_CHECKING:
     import torch
+
+    from gpuguide.timing import Measurement
 
 __all__ = [
     "BACKEND_OPS",
@@ -22,8 +28,12 @@ __all__ = [
     "agreement",
     "attention_flop",
     "backend_of",
+    "case_rows",
     "naive_bytes",
+    "per_call",
+    "priority_order",
     "run_within_memory",
+    "timed_once",
     "usable_backends",
 ]
 
@@ -148,3 +158,70 @@ def agreement(
     scale = max(float(ref.abs().max()), 1e-30)
     error = float((out - ref).abs().max()) / scale
     return error, math.isfinite(error) and error <= tolerance
+
+
+def priority_order() -> list[str]:
+    """The SDPA backends by name (``SDPBackend``), in the order SDPA tries them here
+    (torch 2.6 and later); empty where this torch cannot say."""
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    order = getattr(torch._C, "_get_sdp_priority_order", list)()
+    return [SDPBackend(i).name for i in order]
+
+
+def case_rows(
+    cases: Mapping[str, Callable[[], Any]],
+    backend: Callable[[Callable[[], Any]], str | None],
+    needed_bytes: float,
+    budget_bytes: float,
+    *,
+    device: torch.device | str,
+) -> list[dict[str, Any]]:
+    """A table's rows, one per case: its name, ``backend(fn)`` (the backend that ran
+    it) and the peak memory rise of one call of ``fn``, in MiB to a tenth
+    (:func:`gpuguide.track_memory`). A case whose ``needed_bytes`` exceed
+    ``budget_bytes`` or that runs out of memory is not run, and both are None
+    (:func:`run_within_memory`)."""
+    rows = []
+    for name, fn in cases.items():
+
+        def tracked(fn: Callable[[], Any] = fn) -> int | None:
+            with track_memory(device) as tracker:
+                fn()
+            return tracker.report.peak_increase_bytes
+
+        peak = run_within_memory(tracked, needed_bytes, budget_bytes)
+        rows.append(
+            {
+                "case": name,
+                "backend": backend(fn) if peak is not None else None,
+                "peak memory (MiB)": peak and round(max(peak, 0) / 2**20, 1),
+            }
+        )
+    return rows
+
+
+def timed_once(
+    fn: Callable[[], Any], *, device: torch.device | str
+) -> tuple[Any, float]:
+    """``fn()``'s result and the seconds its one call took: a host clock between
+    synchronizations of ``device``, for one-off costs (building a mask)."""
+    import torch
+
+    sync = getattr(torch, as_device(device).type).synchronize
+    sync()
+    start = time.perf_counter()
+    result = fn()
+    sync()
+    return result, time.perf_counter() - start
+
+
+def per_call(timed: Mapping[str, Measurement], flop: float | None = None) -> str:
+    """One line per timed variant: its median time per call and, given the FLOP of
+    one call, its rate (``"SDPA: 8.22 ms per call, 131 GFLOP/s (130-131)"``)."""
+    lines = []
+    for label, m in timed.items():
+        rate = f", {m.rate(flop)}" if flop else ""
+        lines.append(f"{label}: {m.median_s * 1e3:.3g} ms per call{rate}")
+    return "\n".join(lines)
