@@ -78,6 +78,9 @@ STRAY_REPR = re.compile(
     # ... and the repr of a helper object or dataclass printed instead of text
     r"|<(Measurement|Peaks|Rate|Comparison) |\btorch\.Size\("
     r"|\b[A-Z]\w*(Config|Shape|Info|Record)\(\w+="
+    # ... and a string left as a cell's last value, quotes and \n escapes shown
+    r"|^(?P<quote>['\"])[^\n]*\\n[^\n]*(?P=quote)$",
+    re.MULTILINE,
 )
 #: A share above 100% ("257% of a large copy_"): a page compares with a
 #: reference its figure cannot exceed, or it has picked the wrong one.

@@ -51,6 +51,7 @@ STRAY = [
     "DecoderShape(dim=1024, layers=1, heads=16, kv_heads=4, ffn=2816, vocab=8192)",
     "<Peaks CPU: fp32 214 GFLOP/s, memory 12.1 GB/s>",
     "output shape torch.Size([64, 10])",
+    '"This page\'s claims in this run: 2 held\\n  Claim held: x (measured 1)"',
 ]
 
 MEANT = [
@@ -59,6 +60,7 @@ MEANT = [
     "DDP with 2 processes: backend gloo, 256 features, width 1024, batch 128",
     "output shape (64, 10)",
     "torch.Size is a tuple",
+    '"quoted" words in a sentence',
 ]
 
 

@@ -254,9 +254,12 @@ def line(claim: Claim) -> str:
     return f"{head}: {claim.text} (measured {claim.measured})"
 
 
-def takeaway(page: str | None = None, *, file: TextIO | None = None) -> str:
+def takeaway(page: str | None = None, *, file: TextIO | None = None) -> None:
     """Print the claims the running page checked (``page``: those of that page)
-    with their outcomes in this run, for its take-away section; return the text."""
+    with their outcomes in this run, for its take-away section.
+
+    Returns nothing, so that a cell ending with the call shows only the lines.
+    """
     checked = recorded_claims()
     if page is not None:
         checked = {page: checked.get(page, ())}
@@ -268,4 +271,3 @@ def takeaway(page: str | None = None, *, file: TextIO | None = None) -> str:
     )
     text = "\n".join([head, *(f"  {line(c)}" for c in claims)])
     print(text, file=file or sys.stdout)
-    return text
