@@ -76,7 +76,7 @@ TORCH_LOG = re.compile(
 STRAY_REPR = re.compile(
     r"\bResult\(|\bmappingproxy\(|<[\w.]+ object at 0x[0-9a-fA-F]+>"
     # ... and the repr of a helper object or dataclass printed instead of text
-    r"|<(Measurement|Peaks|Rate|Comparison) |\btorch\.Size\("
+    r"|<(Measurement|Peaks|Rate|Comparison) |\btorch\.Size\(|\bClaim\(text="
     r"|\b[A-Z]\w*(Config|Shape|Info|Record)\(\w+="
     # ... and a string left as a cell's last value, quotes and \n escapes shown
     r"|^(?P<quote>['\"])[^\n]*\\n[^\n]*(?P=quote)$",

@@ -51,6 +51,7 @@ STRAY = [
     "DecoderShape(dim=1024, layers=1, heads=16, kv_heads=4, ffn=2816, vocab=8192)",
     "<Peaks CPU: fp32 214 GFLOP/s, memory 12.1 GB/s>",
     "output shape torch.Size([64, 10])",
+    "Claim(text='a is 4', outcome='held', measured='4')",
     '"This page\'s claims in this run: 2 held\\n  Claim held: x (measured 1)"',
 ]
 

@@ -24,8 +24,8 @@ Examples
 >>> from gpuguide.verdicts import compare
 >>> one = Measurement("batch 1", (1.0, 1.01, 1.02), "cpu", "wall-clock")
 >>> many = Measurement("batch 32", (1.1, 1.12, 1.14), "cpu", "wall-clock")
->>> c = claim("batch 32 costs at most 1.3x batch 1", compare(one, many), at_most=1.3,
-...           page="doctest")
+>>> claim("batch 32 costs at most 1.3x batch 1", compare(one, many), at_most=1.3,
+...       page="doctest")
 Claim held: batch 32 costs at most 1.3x batch 1 (measured 1.11x (1.09-1.12x))
 """
 
@@ -143,8 +143,11 @@ def claim(
     timed: bool = False,
     page: str | None = None,
     file: TextIO | None = None,
-) -> Claim:
+) -> None:
     """Check one claim the page states, print its outcome in place, record it.
+
+    Returns nothing, so that a cell ending with the call shows only the line;
+    the outcome is recorded (:func:`gpuguide.results.recorded_claims`).
 
     Parameters
     ----------
@@ -182,11 +185,6 @@ def claim(
         The page (default: the running script).
     file : file, optional
         Where the line goes (default: stdout).
-
-    Returns
-    -------
-    gpuguide.results.Claim
-        The outcome, also recorded for the page.
 
     Raises
     ------
@@ -241,7 +239,6 @@ def claim(
     if outcome == "failed" and strict():
         msg = f"{line(result)} (strict mode: {STRICT_ENV}=1)"
         raise ClaimFailed(msg)
-    return result
 
 
 def line(claim: Claim) -> str:
