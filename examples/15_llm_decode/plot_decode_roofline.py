@@ -105,10 +105,14 @@ del src, dst
 # Each batch size gets a fresh cache; its step (one token per sequence, at position
 # ``context // 2``) is timed from a CUDA graph on a GPU, so that launching its few
 # hundred kernels costs no host time (the next page measures that cost). A step
-# reads the weights once, whatever the batch, plus the whole cache: masked
-# positions are read too. "read / copy" divides the bytes a step reads per second
-# by the bytes the copy reads and writes per second: a step only reads, and reading
-# alone can outrun a copy, so it can pass 100%.
+# reads the weights once, whatever the batch, plus the whole cache (masked
+# positions too). "read / copy": the bytes a step reads per second over those the
+# copy reads and writes; reading alone can outrun a copy. What decides batch 1
+# against batch 2 is the matmul library more than the roofline: at batch 1 each
+# weight matrix multiplies a vector (a matrix-vector kernel that streams the
+# weights), from batch 2 on a thin matrix (a matrix-matrix kernel, which on a CPU
+# may read the weights more slowly at two columns); the line below the table says
+# which way it went here.
 graphs = page.needs_cuda("Replaying each step from a CUDA graph")
 pos = torch.tensor([context // 2], device=device)
 steps = {}
@@ -139,6 +143,7 @@ print(
     f"batch 1 reads {read.value / copy.value:.0%} as many bytes per second as the copy "
     f"reads and writes: {place} the copy's rate"
 )
+print(f"batch 2 against batch 1: {compare(steps[batches[1]], steps[batches[0]])}")
 last = batches[-1]
 report("decode rate", steps[last].rate(last, "token/s"), size=model_size, batch=last)
 many = min(64, last)  # tokens per second: batch `many` over batch 1
@@ -238,9 +243,8 @@ plt.show()
 # What to take away
 # -----------------
 # Below the ridge a decode step is bounded by reading the weights, which every
-# sequence of the batch shares: serve several sequences together and the tokens per
-# second grow with the batch (on a GPU, up to batch 32 almost for free), until the
-# batch passes the knee. Fewer bytes per weight (next pages: int8) can speed up a step
-# that is memory-bound; a long context or a large batch makes the cache, not the
-# weights, the bytes to save.
+# sequence of the batch shares: serve several together and the tokens per second grow
+# with the batch until it passes the knee (the claims say how much, and where).
+# Fewer bytes per weight (next pages: int8) can speed up a memory-bound step; a long
+# context or a large batch makes the cache, not the weights, the bytes to save.
 gpuguide.takeaway()
