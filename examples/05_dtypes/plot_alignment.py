@@ -143,16 +143,15 @@ gpuguide.claim(
 # Aligned sizes and misaligned ones as two series: a cliff shows as the misaligned
 # points sitting well below the aligned line at every large base.
 sizes = sorted(rate)
+series = {
+    f"aligned ({dtype_name}, n % 8 == 0)": [None if n % 8 else rate[n] for n in sizes],
+    f"misaligned ({dtype_name})": [rate[n] if n % 8 else None for n in sizes],
+}
 fig, ax = plt.subplots()
 plot_sweep(
     ax,
     sizes,
-    {
-        f"aligned ({dtype_name}, n % 8 == 0)": [
-            None if n % 8 else rate[n] for n in sizes
-        ],
-        f"misaligned ({dtype_name})": [rate[n] if n % 8 else None for n in sizes],
-    },
+    series,
     xlabel="matrix side n (elements)",
     ylabel=f"matmul throughput ({unit})",
     title=f"At n~{last}, misaligned/aligned: {c.short}",
@@ -181,9 +180,8 @@ def pad_then_mm(x, w):
 
 calls = {f"k={k}": (torch.mm, x, w), f"padded to {k8}": (torch.mm, x8, w8)}
 calls["pad + mm each call"] = (pad_then_mm, x, w)
-fix = interleave(
-    {name: partial(fn, *args) for name, (fn, *args) in calls.items()}, device=device
-)
+variants = {name: partial(fn, *args) for name, (fn, *args) in calls.items()}
+fix = interleave(variants, device=device, rep_ms=500)  # 100 ms rounds: a steady median
 print(gpuguide.table({"matmul": name, "time": m} for name, m in fix.items()))
 plain, ahead, each = fix.values()
 gain = compare(ahead, plain)
@@ -202,12 +200,8 @@ gpuguide.claim(
     on="cuda",
 )
 fig, ax = plt.subplots()
-plot_bars(
-    ax,
-    fix,
-    ylabel="time per matmul (ms)",
-    title=f"Padded in advance against k={k}: {gain.short}",
-)
+title = f"Padded in advance against k={k}: {gain.short}"
+plot_bars(ax, fix, ylabel="time per matmul (ms)", title=title)
 plt.show()
 
 # %%
