@@ -15,6 +15,8 @@ See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
 # %%
 # Setup
 # -----
+import time
+from dataclasses import replace
 from functools import partial
 
 import matplotlib.pyplot as plt
@@ -46,6 +48,27 @@ def batched_mm(a, b, out):
     return torch.bmm(a, b, out=out)
 
 
+# On a CPU a timed sample is a block of calls of about 10 ms (at most 10 calls):
+# a call on two threads can lose a whole scheduler tick, which a block averages.
+def calls_for(fn):
+    if device.type != "cpu":
+        return 1
+    fn()
+    start = time.perf_counter()
+    fn()
+    return max(1, min(10, round(0.01 / max(time.perf_counter() - start, 1e-9))))
+
+
+def repeat(fn, calls):
+    for _ in range(calls):
+        fn()
+
+
+def per_call(m, calls):
+    rounds = tuple(r / calls for r in m.rounds)
+    return replace(m, times_s=tuple(t / calls for t in m.times_s), rounds=rounds)
+
+
 # %%
 # Timing both as the batch grows
 # ------------------------------
@@ -71,10 +94,12 @@ for B in batches:
         "loop": partial(loop_mm, a, b, out),
         "bmm": partial(batched_mm, a, b, out),
     }
+    calls = {name: calls_for(fn) for name, fn in versions.items()}
     times = interleave(
-        {f"{name}, B={B}": fn for name, fn in versions.items()}, device=device
+        {f"{k}, B={B}": partial(repeat, fn, calls[k]) for k, fn in versions.items()},
+        device=device,
     )
-    loop, bmm = times.values()
+    loop, bmm = (per_call(times[f"{k}, B={B}"], calls[k]) for k in versions)
     loops.append(loop)
     batched.append(bmm)
     speed = compare(bmm, loop).short
