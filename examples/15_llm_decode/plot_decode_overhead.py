@@ -30,6 +30,8 @@ import gpuguide
 from gpuguide import compare, format_bytes, report, table
 from gpuguide.chapters import compiling, decode
 
+if not torch.cuda.is_available():  # a relative lesson: one thread's steadier times
+    torch.set_num_threads(1)
 page = gpuguide.setup()
 device, small = page.device, page.small
 dtype = torch.bfloat16 if page.cuda else torch.float32
