@@ -36,6 +36,7 @@ from gpuguide.chapters.coldstart import (
     steady,
 )
 from gpuguide.timing import Measurement
+from gpuguide.verdicts import compare
 
 CHILD = f"""
 import os, sys
@@ -161,6 +162,21 @@ def test_steady_relative_divides_by_each_processes_eager_median():
     pooled = steady(results, "compiled", "full", "cpu")
     assert pooled.times_s == (0.5, 0.5, 7.0, 1.0, 1.0, 1.0)
     assert pooled.median_s == 1.0
+
+
+def test_steady_paired_keeps_each_rounds_median_relative_to_eager():
+    # The second process ran twice as slowly; round by round, regional is faster.
+    results = [{"steady": {"eager": [1.0, 1.0, 9.0]},
+                "rounds": {"full": [1.0, 1.2], "regional": [0.8, 1.0]}},
+               {"steady": {"eager": [2.0, 2.0, 2.0]},
+                "rounds": {"full": [2.0, 2.2], "regional": [1.6, 2.0]}}]  # fmt: skip
+    full = steady(results, "full", "full", "cpu", paired=True)
+    regional = steady(results, "regional", "regional", "cpu", paired=True)
+    assert full.times_s == full.rounds == pytest.approx((1.0, 1.2, 1.0, 1.1))
+    assert regional.rounds == pytest.approx((0.8, 1.0, 0.8, 1.0))
+    assert "paired" in full.method
+    vs = compare(regional, full)
+    assert (vs.wins, vs.losses) == (4, 0)
 
 
 def test_payback_counts_steps_relative_to_each_processes_eager_steps():
@@ -300,7 +316,7 @@ def test_measure_times_the_load_and_first_call_then_both_in_rounds():
                      before=lambda: calls.append("load"), rep_ms=5)  # fmt: skip
     assert calls == ["load"]
     assert result["first_s"] >= result["load_s"] >= 0
-    assert set(result["steady"]) == {"eager", "compiled"}
+    assert set(result["steady"]) == set(result["rounds"]) == {"eager", "compiled"}
     assert all(result["steady"][name] for name in ("eager", "compiled"))
     json.dumps(result)  # what report prints must be JSON
 

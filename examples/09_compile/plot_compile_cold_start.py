@@ -206,19 +206,20 @@ for case, least in (("warm", 2), ("Mega-Cache", 1.2)):
     )
 
 
-def steps(cases, name, label, relative=True):  # at the largest stack
+def steps(cases, name, label, **how):  # at the largest stack
     found = starts.runs(cases, largest)
-    return coldstart.steady(found, name, label, str(device), relative=relative)
+    return coldstart.steady(found, name, label, str(device), **how)
 
 
 vs = gpuguide.compare(
-    steps(CASES[:3], "compiled", "full compilation"), steps(CASES[:3], "eager", "eager")
+    steps(CASES[:3], "compiled", "full compilation", relative=True),
+    steps(CASES[:3], "eager", "eager", relative=True),
 )
 gpuguide.report("steady state, full compilation against eager", vs, blocks=largest)
 gpuguide.claim("a compiled step is at least 1.05x as fast as eager", vs, at_least=1.05)
-vs = gpuguide.compare(  # timed in the same rounds of the warm processes
-    steps(["warm"], "regional", "regional", relative=False),
-    steps(["warm"], "compiled", "full compilation", relative=False),
+vs = gpuguide.compare(  # round by round, in the same rounds of the warm processes
+    steps(["warm"], "regional", "regional", paired=True),
+    steps(["warm"], "compiled", "full compilation", paired=True),
 )
 gpuguide.report("steady state, regional against full", vs, blocks=largest)
 

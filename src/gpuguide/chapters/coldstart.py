@@ -218,8 +218,9 @@ def measure(
     together (a cache load counts in the start), then ``model`` (eager),
     ``compiled`` and the callables in ``also`` in alternating rounds (the compile
     workers stopped), without gradients; returns the times (``"steady"``, keyed
-    ``"eager"``, ``"compiled"`` and ``also``'s names), the cache counts and
-    dynamo's phases, ready for :func:`report`.
+    ``"eager"``, ``"compiled"`` and ``also``'s names), each round's median
+    (``"rounds"``, keyed alike), the cache counts and dynamo's phases, ready for
+    :func:`report`.
 
     The cache counts and phases are read before ``also``'s first calls, which
     compile outside every figure. Inductor's CPU probe (:func:`probe_cpu`) is left
@@ -246,6 +247,7 @@ def measure(
         "first_s": loaded_s + first_s, "load_s": loaded_s,
         "probe_s": probe_s, "probed": probed, "caches": caches, "phases": timers,
         "steady": {name: list(m.times_s) for name, m in timed.items()},
+        "rounds": {name: list(m.rounds) for name, m in timed.items()},
     }  # fmt: skip
 
 
@@ -460,7 +462,7 @@ def first_calls(
 
 def steady(
     results: Sequence[Mapping[str, Any]], name: str, label: str, device: str, *,
-    relative: bool = False,
+    relative: bool = False, paired: bool = False,
 ) -> Measurement:  # fmt: skip
     """Steady-state times ``name`` (``"eager"``, ``"compiled"``) of several children,
     pooled into one Measurement.
@@ -469,7 +471,16 @@ def steady(
     over the median of its eager steps (timed in the same rounds), so that children
     slowed by their neighbours on a shared machine still compare fairly, and the
     spread is the spread between processes, which a burst of load in a few rounds
-    does not widen."""
+    does not widen.
+
+    ``paired``: one value per round instead, its median of ``name`` over the
+    process's eager median, the rounds kept (:class:`Measurement`'s ``rounds``):
+    two names of the same processes then compare round by round."""
+    if paired:
+        times = [t / statistics.median(r["steady"]["eager"])
+                 for r in results for t in r["rounds"][name]]  # fmt: skip
+        method = "round medians relative to eager, paired rounds"
+        return Measurement(label, tuple(times), device, method, rounds=tuple(times))
     if relative:
         times = [statistics.median(r["steady"][name]) / statistics.median(r["steady"]["eager"])
                  for r in results]  # fmt: skip
