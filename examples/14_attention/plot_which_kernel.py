@@ -17,7 +17,7 @@ backward pass.
 # Setup
 # -----
 # One causal attention at the FlashAttention papers' shapes (on a GPU: bf16, 16
-# heads of 128, ``S = 8192``, two sequences; on a CPU: float32, shorter).
+# heads of 128, ``S = 8192``, two sequences; on a CPU: float32, shorter, one thread).
 from functools import partial
 
 import matplotlib.pyplot as plt
@@ -30,12 +30,13 @@ from torch.profiler import ProfilerActivity, profile
 import gpuguide
 from gpuguide.chapters import attention, compiling
 
+if not torch.cuda.is_available():  # two would stall when other work runs
+    torch.set_num_threads(1)
 page = gpuguide.setup()
 device, sync = page.device, getattr(torch, page.device.type).synchronize
 dtype = torch.bfloat16 if page.cuda else torch.float32
 seq, heads, head_dim = (8192, 16, 128) if page.cuda else (1024, 2, 128)
-if page.small:
-    seq, heads = 256, 2
+seq, heads = (256, 2) if page.small else (seq, heads)
 batch = max(16384 // seq, 1) if page.cuda else 2
 q, k, v = (torch.randn(batch, heads, seq, head_dim, device=device, dtype=dtype)
            for _ in range(3))  # fmt: skip
@@ -153,7 +154,7 @@ def flex_against(block_mask, flex_name, name, baseline, flop=None, **config):
     call = partial(flex, q, k, v, block_mask=block_mask)
     with compiling.capture_compiler():
         first_s = compiling.first_calls_s(call, device=device, calls=1)
-    timed = gpuguide.interleave({flex_name: call, name: baseline})
+    timed = gpuguide.interleave({flex_name: call, name: baseline}, rep_ms=500)
     print(attention.per_call(timed, flop))
     gain = gpuguide.compare(*timed.values())
     gpuguide.report(f"{flex_name} against {name}", gain, size=size, S=seq, **config)
