@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import itertools
 import math
 import statistics
 import time
@@ -902,3 +903,41 @@ def test_kernel_mode_refuses_the_host_clock_while_cuda_is_in_use(monkeypatch):
         benchmark(lambda: None, measure="kernel")
     # A call measure on the host clock stays allowed (CPU work on a GPU machine).
     assert benchmark(lambda: None, rep_ms=1).method == "wall-clock"
+
+
+class CallClock:
+    """A host clock that only calls move: each call takes the next duration of a cycle."""
+
+    def __init__(self, durations_s):
+        self.now, self.durations, self.calls = 0.0, itertools.cycle(durations_s), 0
+
+    def __call__(self):
+        return self.now
+
+    def call(self):
+        self.calls += 1
+        self.now += next(self.durations)
+
+
+def test_sample_ms_times_blocks_of_calls_and_keeps_the_time_per_call():
+    clock = CallClock([1e-3])
+    m = benchmark(clock.call, clock=clock, warmup_ms=5, rep_ms=100, sample_ms=5)
+    # Blocks of ceil(5 ms / 1 ms) = 5 calls; 100 ms of repetitions is 20 blocks.
+    assert m.n == 20
+    assert m.times_s == pytest.approx((1e-3,) * 20)
+    assert clock.calls == m.warmup_calls + 5 * 20
+
+
+def test_sample_ms_steadies_a_call_that_is_sometimes_preempted():
+    # One call in three is preempted for 4 ms more: call by call, the spread is
+    # four times the median; in blocks of 30 calls, each block holds as many
+    # preempted calls as the next.
+    durations = [1e-3, 1e-3, 5e-3]
+    single = CallClock(durations)
+    assert benchmark(single.call, clock=single).is_noisy
+    clock = CallClock(durations)
+    blocked = benchmark(clock.call, clock=clock, sample_ms=30)
+    assert not blocked.is_noisy
+    assert blocked.median_s == pytest.approx(7e-3 / 3, rel=0.05)
+    with pytest.raises(ValueError, match="sample_ms must be a finite number > 0"):
+        benchmark(clock.call, clock=clock, sample_ms=0)

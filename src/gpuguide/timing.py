@@ -259,6 +259,7 @@ def benchmark(
     flush_l2: bool = False,
     measure: str = "call",
     clock: Callable[[], float] | None = None,
+    sample_ms: float | None = None,
 ) -> Measurement:
     """Time ``fn(*args, **kwargs)`` and return every call's time.
 
@@ -269,7 +270,12 @@ def benchmark(
     object, ``partial`` arguments, defaults, closure, module-level names it reads),
     else the CPU. CUDA only: ``flush_l2`` zeroes a 256 MiB buffer before each call,
     outside the events; ``measure`` is explained in the module. ``clock`` replaces
-    ``time.perf_counter`` (tests; not on CUDA).
+    ``time.perf_counter`` (tests; not on CUDA). On a host clock (CPU, MPS),
+    ``sample_ms`` times blocks of back-to-back calls that last at least that long,
+    each block one sample of the time per call (as ``torch.utils.benchmark``'s
+    ``blocked_autorange``): a call shorter than a scheduler tick then no longer
+    reads a whole tick when the OS preempts it. Ignored on CUDA, whose events time
+    each call on the GPU.
 
     Raises ``ValueError`` for bad budgets or bounds, ``measure="kernel"`` with no
     CUDA tensor in reach while CUDA is in use, or a ``clock`` on CUDA, and
@@ -350,8 +356,12 @@ def benchmark(
             synchronize()
             method = "wall-clock+sync"
         calls, estimate = _warmup(call, warmup_s, clock, synchronize)
-        n = _rep_count(estimate, rep_s, min_reps, max_reps)
-        times = _host_times(call, n, clock, synchronize)
+        block = 1
+        if sample_ms is not None:
+            sample_s = checks.positive("sample_ms", sample_ms) / 1e3
+            block = max(1, math.ceil(sample_s / estimate)) if estimate > 0 else 1
+        n = _rep_count(estimate * block, rep_s, min_reps, max_reps)
+        times = _host_times(call, n, clock, synchronize, block=block)
 
     return Measurement(
         label=label,
@@ -521,19 +531,23 @@ def _host_times(
     n: int,
     clock: Callable[[], float],
     synchronize: Callable[[], None] | None = None,
+    *,
+    block: int = 1,
 ) -> list[float]:
-    """Time ``n`` calls one by one on a host clock, the GC paused."""
+    """Time ``n`` samples on a host clock, each ``block`` calls back to back (the
+    time per call), the GC paused."""
     times = []
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         for _ in range(n):
             t0 = clock()
-            call()
+            for _ in range(block):
+                call()
             if synchronize is not None:
                 synchronize()
             t1 = clock()
-            times.append(t1 - t0)
+            times.append((t1 - t0) / block)
     finally:
         if gc_was_enabled:
             gc.enable()
