@@ -25,24 +25,15 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide import (
-    benchmark,
-    break_even,
-    compare,
-    format_bytes,
-    interleave,
-    largest_size,
-    plot_bars,
-    report,
-    table,
-    track_memory,
-)
+from gpuguide import benchmark, break_even, compare, interleave, plot_bars, report
 
+# Each lesson is a comparison: one thread on a CPU (two: 3-4x the spread).
+if not torch.cuda.is_available():
+    torch.set_num_threads(1)
 page = gpuguide.setup()
 device = page.device
-# On a CPU one call of these memory-bound operations can vary by more than 10% from
-# call to call, so there each timed sample of a short call runs enough calls to
-# last about 5 ms (at most 10); every time is per call.
+# On a CPU a timed sample of a short call is a block of calls of about 5 ms (at
+# most 10); every time is per call.
 
 
 def calls_for(fn):
@@ -102,7 +93,7 @@ def in_place(x):
 # memory (RSS) of the whole process, which sees a tensor only if the C allocator
 # takes fresh pages for it; blocks of 32 MiB and more always get them, so the CPU
 # run uses at least that size. The two versions take turns for five rounds.
-numel = largest_size(
+numel = gpuguide.largest_size(
     2**12, 2**26, memory_at=lambda k: 16 * k, traffic_at=lambda k: 32 * k
 )
 numel = max(numel, 2**23) if device.type == "cpu" else numel
@@ -111,17 +102,18 @@ assert torch.allclose(in_place(x.clone()), out_of_place(x))
 versions = {"out of place": out_of_place, "in place": in_place}
 memory = {}
 for name, fn in versions.items():
-    with track_memory(device) as tracker:
+    with gpuguide.track_memory(device) as tracker:
         result = fn(x)
     peak = tracker.report.peak_increase_bytes  # None on MPS: no peak counter there
     memory[name] = tracker.report.net_bytes if peak is None else peak
     del result
-print(f"x: {numel} float32 ({format_bytes(4 * numel)}); memory from {tracker.method}")
+size = gpuguide.format_bytes(4 * numel)
+print(f"x: {numel} float32 ({size}); memory from {tracker.method}")
 times = timed({name: partial(fn, x) for name, fn in versions.items()})
 for name, m in times.items():
     report(f"{name} update", m, size=numel)
     share = memory[name] / (4 * numel)
-    print(f"{name} peak memory: +{format_bytes(memory[name])}, "
+    print(f"{name} peak memory: +{gpuguide.format_bytes(memory[name])}, "
           f"{share:.1f}x the size of x")  # fmt: skip
 verdict = compare(times["in place"], times["out of place"])
 print(f"Time: {verdict}")
@@ -182,13 +174,12 @@ except RuntimeError as err:
 # which reads and writes the whole tensor. Whether that pays depends on the
 # operation, so the view, the copy alone, and the operation on the copy are timed
 # separately; a copy used ``k`` times pays off once ``copy + k * contiguous < k *
-# strided`` (:func:`gpuguide.break_even`, which gives no number unless the copy is
-# measurably faster to work on). Matmul libraries can read transposed operands
-# without a copy and reductions can reorder their loops to follow memory, so the
-# penalty can differ widely from one operation to the next: the table shows it for
-# three. (Summing ``x.t()`` over
-# dim 0 would read ``x`` row by row, contiguously; dim 1 is the strided direction.)
-side = largest_size(
+# strided`` (:func:`gpuguide.break_even`: no number unless the copy is measurably
+# faster to work on). Matmul libraries read transposed operands without a copy and
+# reductions can reorder their loops to follow memory, so the penalty differs from
+# one operation to the next. (Summing ``x.t()`` over dim 0 would read ``x`` row by
+# row, contiguously; dim 1 is the strided direction.)
+side = gpuguide.largest_size(
     64, 16384, memory_at=lambda s: 16 * s * s, traffic_at=lambda s: 12 * s * s,
     call_s=0.005,
 )  # fmt: skip
@@ -227,7 +218,7 @@ for ax, (name, op) in zip(axes, ops.items(), strict=True):
     bars["contig."] = packed
     plot_bars(ax, bars, ylabel="time (ms)", title=name)
     ax.set_xlabel(verdict.split(":")[0], fontsize="small")
-print(table(rows))
+print(gpuguide.table(rows))
 gpuguide.claim(
     "adding to the transposed view is at least 1.5x slower than to its contiguous "
     "copy: the view's reads jump across memory",
