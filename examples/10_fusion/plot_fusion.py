@@ -26,17 +26,21 @@ See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
 # well as give the rates below. On a GPU the deepest chain has 8 sines, not 16 (a
 # longer chain takes seconds more to compile), and each way is timed for 40 ms:
 # streaming a tensor this large takes nearly the same time at every call. A CPU's
-# calls vary more, so there each way is timed for 300 ms.
+# calls vary more, so there each way is timed for 1 s, on one thread: the lesson
+# is eager against compiled, and two threads on a two-core machine stall whenever
+# any other work runs.
 import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
 from gpuguide.chapters.compiling import first_calls_s, passes
 
+if not torch.cuda.is_available():  # a relative lesson: one thread times it steadily
+    torch.set_num_threads(1)
 page = gpuguide.setup()
 device = page.device
 depths = [1, 4] if page.small else [1, 4, 8] if page.cuda else [1, 4, 16]
-rep_ms = 40 if page.cuda else 300  # a CPU's timings need more calls to settle
+rep_ms = 40 if page.cuda else 1000  # a CPU's timings need more calls to settle
 deepest = depths[-1]
 
 
