@@ -75,7 +75,7 @@ with compiling.capture_compiler() as log:  # what torch logs stays off the page
 if str(log):
     print(f"while compiling: {log}")
 with torch.compiler.set_stance("fail_on_recompile"):
-    timed = gpuguide.interleave(variants, device=device)
+    timed = gpuguide.interleave(variants, device=device, sample_ms=5)
     split = {name: compiling.host_and_gpu_times(fn, device=device, label=name)
              for name, fn in variants.items()}  # fmt: skip
 

@@ -596,8 +596,10 @@ def host_and_gpu_times(
 
     On CUDA the GPU is held busy before each call, for about twice its launch time,
     so that CUDA events time its work back to back while ``perf_counter`` times the
-    launch; elsewhere only the call is timed, as ``host``. ``rep_ms``: the budget
-    (default :func:`gpuguide.benchmark`'s, at most 10 ms in small mode).
+    launch; elsewhere only the call is timed, as ``host``, in blocks of calls of at
+    least 5 ms (``sample_ms``), so that a preempted call does not read a whole
+    scheduler tick. ``rep_ms``: the budget (default :func:`gpuguide.benchmark`'s, at
+    most 10 ms in small mode).
     """
     label = label or "step"
     min_reps = checks.integer("min_reps", min_reps, minimum=1)
@@ -614,6 +616,7 @@ def host_and_gpu_times(
             rep_ms=rep,
             min_reps=min_reps,
             max_reps=max_reps,
+            sample_ms=5.0,
         )
         return StepTimes(host=m, gpu=None)
     import torch
