@@ -23,6 +23,8 @@ and time in each mode, then what checkpointing saves in a training step and cost
 # :func:`~gpuguide.chapters.precision.peak_rise` takes the lowest of three runs).
 # :func:`~gpuguide.chapters.precision.kept_for_backward` counts what autograd saves
 # as the previous page did, once per storage, without the weights and the batch.
+# On a CPU torch runs on one thread: the times compare modes, and two threads on a
+# two-core machine stall whenever any other work runs.
 import contextlib
 from functools import partial
 
@@ -35,6 +37,8 @@ import gpuguide
 from gpuguide import compare, format_bytes, interleave, plot_bars, record, report, table
 from gpuguide.chapters.precision import kept_for_backward, mib, peak_rise
 
+if not torch.cuda.is_available():  # a relative lesson: one thread times it steadily
+    torch.set_num_threads(1)
 page = gpuguide.setup()
 device = page.device
 width, depth = (1024, 8) if page.cuda and not page.small else (64, 4)
@@ -76,7 +80,7 @@ forwards = {
     "no_grad": partial(run, torch.no_grad),
     "inference_mode": partial(run, torch.inference_mode),
 }
-times = interleave(forwards, device=device, rep_ms=200)
+times = interleave(forwards, device=device, rep_ms=200 if page.cuda else 1000)
 memory = {name: peak_rise(forward, device) for name, forward in forwards.items()}
 print(table({"mode": k, "peak rise": format_bytes(memory[k]), "time": t}
             for k, t in times.items()))  # fmt: skip
@@ -139,7 +143,7 @@ variants = {"plain": model, "checkpointed": checkpointed_forward}
 step_time = interleave(
     {name: partial(train_step, net) for name, net in variants.items()},
     device=device,
-    rep_ms=400,
+    rep_ms=400 if page.cuda else 2000,  # a CPU's steps vary more: more of them
 )
 kept, peak = {}, {}
 resident = (*model.parameters(), x, y)  # held anyway: not what autograd keeps
