@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 import gpuguide
+from gpuguide.chapters import compiling
 from gpuguide.chapters.compiling import capture_compiler, first_calls_s, start_compiler
 
 page = gpuguide.setup()
@@ -116,9 +117,9 @@ timed = gpuguide.interleave(calls, device=device)
 print(gpuguide.table([{"variant": name, "time per call": m, "rate": m.rate(flop(rows))}
                       for name, m in timed.items()]))  # fmt: skip
 print(gpuguide.compare(timed["default"], timed["eager"]))
-gpuguide.claim(
+gpuguide.claim(  # judged round by round: a burst of load slows both sides alike
     "the default mode runs the lone matmul within 10% of eager's time",
-    gpuguide.compare(timed["default"], timed["eager"]),
+    **compiling.per_round(gpuguide.compare(timed["default"], timed["eager"])),
     at_least=1 / 1.1,
     at_most=1.1,
 )
