@@ -145,7 +145,7 @@ def measure(size, make_fn):
         assert counters["stats"]["unique_graphs"] > before, f"{mode}: not compiled"
     warm = counters["stats"]["unique_graphs"]
     with torch.compiler.set_stance("fail_on_recompile"):
-        timed = gpuguide.interleave(variants, device=device, rep_ms=rep_ms)
+        timed = gpuguide.interleave(variants, device=device, rep_ms=rep_ms, sample_ms=5)
         split = {name: compiling.host_and_gpu_times(fn, device=device, label=name)
                  for name, fn in variants.items()} if page.cuda else {}  # fmt: skip
     assert counters["stats"]["unique_graphs"] == warm, "recompiled while timing"

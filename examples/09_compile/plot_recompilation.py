@@ -118,7 +118,7 @@ def run(name, compiled, expect, prepare=as_is, mark=False, time_steady=True):
         with torch.compiler.set_stance("fail_on_recompile"):
             steady = time_steady and gpuguide.benchmark(
                 compiled, args=prepare(inputs[lengths.index(steady_at)]),
-                device=device, label=name, rep_ms=steady_ms)  # fmt: skip
+                device=device, label=name, rep_ms=steady_ms, sample_ms=5)  # fmt: skip
     print(f"    {calls}")
     count, how = expect  # the compilations the approach should make, and in words
     gpuguide.claim(
