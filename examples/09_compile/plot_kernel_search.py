@@ -113,7 +113,7 @@ if str(log):
 # each other. Only the search can pick another kernel; on a large, common shape
 # cuBLAS is hard to beat, so a small gain at most, to weigh against the extra
 # seconds of the first call.
-timed = gpuguide.interleave(calls, device=device)
+timed = gpuguide.interleave(calls, device=device, sample_ms=5)
 print(gpuguide.table([{"variant": name, "time per call": m, "rate": m.rate(flop(rows))}
                       for name, m in timed.items()]))  # fmt: skip
 print(gpuguide.compare(timed["default"], timed["eager"]))
