@@ -109,19 +109,26 @@ if str(log):
 # The variants run in five rounds, one after the other in each round, so that a
 # drift of the machine falls on all of them. Compiling a lone matmul gives the
 # default mode nothing to fuse: it calls the same library kernel as eager mode
-# (cuBLAS on a GPU, oneDNN or MKL on a CPU), so the two should be within 10% of
-# each other. Only the search can pick another kernel; on a large, common shape
+# (cuBLAS on a GPU, oneDNN or MKL on a CPU), so it cannot be faster; on a GPU the
+# two should be within 10% of each other. Only the search can pick another kernel; on a large, common shape
 # cuBLAS is hard to beat, so a small gain at most, to weigh against the extra
 # seconds of the first call.
 timed = gpuguide.interleave(calls, device=device, sample_ms=5)
 print(gpuguide.table([{"variant": name, "time per call": m, "rate": m.rate(flop(rows))}
                       for name, m in timed.items()]))  # fmt: skip
 print(gpuguide.compare(timed["default"], timed["eager"]))
-gpuguide.claim(  # judged round by round: a burst of load slows both sides alike
-    "the default mode runs the lone matmul within 10% of eager's time",
-    **compiling.per_round(gpuguide.compare(timed["default"], timed["eager"])),
-    at_least=1 / 1.1,
-    at_most=1.1,
+default = gpuguide.compare(timed["default"], timed["eager"])
+gpuguide.claim(
+    "the default mode runs the lone matmul no faster than eager: nothing to fuse",
+    default,
+    verdict="not faster",
+)
+gpuguide.claim(  # on a CPU its wrapper costs a few percent more, up to 16% a round
+    "on a GPU, the default mode runs the lone matmul within 10% of eager's time",
+    **(compiling.per_round(default) if page.cuda else {}),
+    at_least=1 / 1.1 if page.cuda else None,
+    at_most=1.1 if page.cuda else None,
+    on="cuda",
 )
 found = None
 gpuguide.claim(
