@@ -189,9 +189,6 @@ def test_example_page_has_figures_output_and_provenance(site, script):
     for img in figures:
         assert (page.parent / img["src"]).is_file(), img["src"]
 
-    outputs = "\n".join(
-        b.get_text() for b in soup.select("div.sphx-glr-script-out pre")
-    )
     assert MEASURED.search(outputs), outputs[-2000:]
     assert re.search(r"Measured on .+\| torch \S+ \|.+\d{4}-\d{2}-\d{2}", outputs)
     assert re.search(r"Measured on .+ \| gpuguide \S+ \(.+\) \| \d{4}-", outputs)
