@@ -130,9 +130,13 @@ def pipelined(x_host, out_host, sync_every_stage=False):
 
 if not cuda:  # the claims of the parts that run on a GPU only
     gpuguide.claim("the pipelined output equals the serialized one", on="cuda")
-    gpuguide.claim("the pinned pipeline hides more than half of the shorter stage", on="cuda")
+    gpuguide.claim(
+        "the pinned pipeline hides more than half of the shorter stage", on="cuda"
+    )
     for failure in ("pipelined, pageable", "pipelined, sync per stage"):
-        gpuguide.claim(f"the pinned pipeline is at least 1.2x faster than {failure}", on="cuda")
+        gpuguide.claim(
+            f"the pinned pipeline is at least 1.2x faster than {failure}", on="cuda"
+        )
 else:
     serialized(x_pinned, out_pinned)
     sync()

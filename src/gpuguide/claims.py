@@ -77,10 +77,8 @@ def _interval(
 ) -> tuple[float, float, str]:
     """``(low, high, text)`` of a measured object or a number with its spread."""
     if isinstance(value, Comparison):  # the bare speed-up: the verdict is another claim
-        spread = (
-            f"{format_ratio(value.low).removesuffix('x')}-{format_ratio(value.high)}"
-        )
-        return value.low, value.high, f"{format_ratio(value.speedup)} ({spread})"
+        span = f"{format_ratio(value.low).removesuffix('x')}-{format_ratio(value.high)}"
+        return value.low, value.high, f"{format_ratio(value.speedup)} ({span})"
     if isinstance(value, Rate):
         return value.low, value.high, str(value)
     if isinstance(value, Measurement):
@@ -212,14 +210,14 @@ def claim(
         msg = f"at_most must be >= at_least, got {at_least!r} and {at_most!r}"
         raise ValueError(msg)
     if on is not None and here != on:
-        outcome, what = "n/a", f"needs {on.upper()}; this run is on {here.upper()}"
+        outcome, what = "n/a", f"needs {on.upper()}; this run is on {str(here).upper()}"
     elif unless:
         outcome, what = "n/a", unless
     elif small_mode() and (timed or isinstance(value, (Comparison, Rate, Measurement))):
         outcome, what = "n/a", SMALL
     else:
         if holds is not None:
-            ok, what = holds, measured
+            ok, what = holds, str(measured)
         else:
             if value is None:
                 msg = f"claim {text!r} needs the measured value"

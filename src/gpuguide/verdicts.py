@@ -61,8 +61,8 @@ def sign_test(wins: int, losses: int) -> float:
     n, k = wins + losses, max(wins, losses)
     if n == 0:
         return 1.0
-    tail = sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n
-    return min(1.0, 2 * tail)
+    tail = sum(math.comb(n, i) for i in range(k, n + 1)) / float(2**n)
+    return min(1.0, 2.0 * tail)
 
 
 @dataclass(frozen=True)

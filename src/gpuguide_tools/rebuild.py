@@ -23,9 +23,10 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = ["BuildDiff", "claims", "diff", "main", "page_outputs", "verdicts"]
 
@@ -87,7 +88,7 @@ def page_outputs(site: Path) -> dict[str, str]:
     from sphinx-gallery's ``.rst`` files."""
     html = sorted(site.glob("auto_examples/*/plot_*.html"))
     if html:
-        from bs4 import BeautifulSoup
+        from bs4 import BeautifulSoup  # type: ignore[import-not-found,unused-ignore]
 
         out = {}
         for page in html:
@@ -171,8 +172,10 @@ def diff(a: Mapping[str, str], b: Mapping[str, str]) -> BuildDiff:
     )  # fmt: skip
 
 
-def _all(read, outputs: Mapping[str, str]) -> dict:
-    found: dict = {}
+def _all(
+    read: Callable[[str, str], Mapping[Any, Any]], outputs: Mapping[str, str]
+) -> dict[Any, Any]:
+    found: dict[Any, Any] = {}
     for page, text in outputs.items():
         found.update(read(page, text))
     return found

@@ -166,7 +166,7 @@ def priority_order() -> list[str]:
     import torch
     from torch.nn.attention import SDPBackend
 
-    order = getattr(torch._C, "_get_sdp_priority_order", list)()
+    order: list[int] = list(getattr(torch._C, "_get_sdp_priority_order", list)())
     return [SDPBackend(i).name for i in order]
 
 
@@ -189,6 +189,7 @@ def case_rows(
         def tracked(fn: Callable[[], Any] = fn) -> int | None:
             with track_memory(device) as tracker:
                 fn()
+            assert tracker.report is not None  # set when the block ends
             return tracker.report.peak_increase_bytes
 
         peak = run_within_memory(tracked, needed_bytes, budget_bytes)

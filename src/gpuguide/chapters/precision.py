@@ -155,12 +155,13 @@ def matmul_shapes(
         multiple_of=lo,
     )[-levels:]
     fits = [
-        shape
-        for shape in itertools.product(sizes, repeat=3)
-        if matmul_bytes(*shape, dtype) <= budget.memory_bytes
-        and 2 * matmul_flop(*shape) / flop_per_s <= budget.call_s
+        (m, n, k)
+        for m, n, k in itertools.product(sizes, repeat=3)
+        if matmul_bytes(m, n, k, dtype) <= budget.memory_bytes
+        and 2 * matmul_flop(m, n, k) / flop_per_s <= budget.call_s
     ]
-    return sorted(fits or [(sizes[0],) * 3], key=lambda s: (matmul_flop(*s), s))
+    first = (sizes[0], sizes[0], sizes[0])
+    return sorted(fits or [first], key=lambda s: (matmul_flop(*s), s))
 
 
 def mamf(measurement: Measurement, flop: float, *, fastest: int = 5) -> Measurement:
@@ -171,7 +172,7 @@ def mamf(measurement: Measurement, flop: float, *, fastest: int = 5) -> Measurem
     fastest = checks.integer("fastest", fastest, minimum=1)
     per_flop = sorted(t / flop for t in measurement.times_s)[:fastest]
     return Measurement(
-        measurement.label, per_flop, measurement.device, measurement.method
+        measurement.label, tuple(per_flop), measurement.device, measurement.method
     )
 
 
@@ -191,12 +192,17 @@ def peak_rise(
     :func:`gpuguide.release_host_memory` (on a CPU what glibc kept from earlier
     frees only adds to the resident memory, so the lowest is the truest)."""
     repeats = checks.integer("repeats", repeats, minimum=1)
-    rises = []
+    rises: list[int] = []
     for _ in range(repeats):
         release_host_memory()
         with track_memory(device) as tracked:
             fn()
-        rises.append(tracked.report.peak_increase_bytes)
+        assert tracked.report is not None  # set when the block ends
+        rise = tracked.report.peak_increase_bytes
+        if rise is None:
+            msg = f"peak memory cannot be measured on {device}"
+            raise RuntimeError(msg)
+        rises.append(rise)
     return min(rises)
 
 
@@ -245,4 +251,5 @@ class Block(nn.Module):
         weights = self.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5)
         x = x + self.proj(weights @ v)
         x = x + self.mlp(self.norm2(x))
-        return self.head(x.mean(dim=1))
+        logits: torch.Tensor = self.head(x.mean(dim=1))
+        return logits
