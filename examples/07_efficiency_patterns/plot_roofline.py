@@ -152,6 +152,16 @@ def roof(intensity):
 
 points = {label: (f / b, rates[label][0]) for label, (f, b, _) in ops.items()}
 shares = {label: flops / roof(i) for label, (i, flops) in points.items()}
+
+
+def share_of_roof(label):
+    """A claim's value: the share of the roof, with its spread over the quartile calls."""
+    flop, _, t = ops[label]
+    low, high = (flop / q / roof(points[label][0]) for q in (t.q75_s, t.q25_s))
+    measured = f"{shares[label]:.0%} ({low:.0%}-{high:.0%})"
+    return {"value": shares[label], "spread": (low, high), "measured": measured}
+
+
 regime = {}
 for label, (intensity, _) in points.items():
     if shares[label] < 0.25 and ops[label][2].median_s < 50e-6:
@@ -162,25 +172,22 @@ rows = roofline.roofline_rows(ops, shares, regime)
 print(table(rows))
 gpuguide.claim(
     "the tiny add is far below its roof (under 25% of it)",
-    shares[tiny_add.label],
+    **share_of_roof(tiny_add.label),
     at_most=0.25,
     timed=True,
-    measured=f"{shares[tiny_add.label]:.0%}",
 )
 gpuguide.claim(
     "large x + y is memory-bound, at least 50% of the memory roof",
-    shares[add.label],
+    **share_of_roof(add.label),
     at_least=0.5,
     timed=True,
-    measured=f"{shares[add.label]:.0%}",
 )
 gpuguide.claim(
     "on a GPU, large x + y reaches at least 70% of the datasheet bandwidth",
-    shares[add.label],
+    **share_of_roof(add.label),
     at_least=0.7,
     timed=True,
     on="cuda",
-    measured=f"{shares[add.label]:.0%}",
 )
 gpuguide.claim(
     "the large matmul is compute-bound: right of the ridge, not overhead-bound",
@@ -190,11 +197,10 @@ gpuguide.claim(
 )
 gpuguide.claim(
     "on a GPU, the large matmul reaches at least 50% of the flat roof",
-    shares[mm.label],
+    **share_of_roof(mm.label),
     at_least=0.5,
     timed=True,
     on="cuda",
-    measured=f"{shares[mm.label]:.0%}",
 )
 first, last = ops[inner[0]], ops[inner[-1]]
 grew = gpuguide.compare(last[2], first[2])
