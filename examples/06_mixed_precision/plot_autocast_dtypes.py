@@ -30,6 +30,7 @@ from torch import nn
 
 import gpuguide
 from gpuguide import plot_bars, plot_sweep, report, table
+from gpuguide.chapters import precision
 
 page = gpuguide.setup()
 device = page.device
@@ -51,30 +52,14 @@ print(table(Format(f.dtype, f.max, f.tiny, f.tiny * f.eps, f.eps) for f in infos
 # The model
 # ---------
 # One pre-norm transformer block with the attention written out (its softmax a
-# module whose output we can watch), and a classification head.
-class Block(nn.Module):
-    def __init__(self, width, classes):
-        super().__init__()
-        self.norm1 = nn.LayerNorm(width)
-        self.qkv = nn.Linear(width, 3 * width)
-        self.softmax = nn.Softmax(dim=-1)
-        self.proj = nn.Linear(width, width)
-        self.norm2 = nn.LayerNorm(width)
-        self.mlp = nn.Sequential(
-            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
-        )
-        self.head = nn.Linear(width, classes)
-
-    def forward(self, x):
-        q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
-        weights = self.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5)
-        x = x + self.proj(weights @ v)
-        x = x + self.mlp(self.norm2(x))
-        return self.head(x.mean(dim=1))
-
+# module whose output we can watch), and a classification head; the AMP training
+# page trains the same block:
+#
+# .. literalinclude:: /../src/gpuguide/chapters/precision.py
+#    :pyobject: Block
 
 width, seq = (64, 16) if device.type == "cpu" or page.small else (512, 128)
-model = Block(width, 10).to(device)
+model = precision.Block(width, 10).to(device)
 loss_fn = nn.CrossEntropyLoss()
 x = torch.randn(32, seq, width, device=device)
 y = torch.randint(0, 10, (32,), device=device)
