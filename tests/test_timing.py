@@ -24,10 +24,14 @@ from gpuguide import timing
 from gpuguide.timing import (
     NOISY_RELATIVE_IQR,
     Measurement,
+    StepTimes,
     _cuda_times,
+    _held_times,
     _rep_count,
     _tensor_device,
     benchmark,
+    first_calls_s,
+    host_and_gpu_times,
     matmul_flop,
 )
 
@@ -941,3 +945,186 @@ def test_sample_ms_steadies_a_call_that_is_sometimes_preempted():
     assert blocked.median_s == pytest.approx(7e-3 / 3, rel=0.05)
     with pytest.raises(ValueError, match="sample_ms must be a finite number > 0"):
         benchmark(clock.call, clock=clock, sample_ms=0)
+
+
+# ---- first calls, and a step's host and GPU times (moved from compiling) ----
+
+
+def test_first_calls_s_times_that_many_calls():
+    calls = []
+
+    def slow(x):
+        calls.append(x)
+        time.sleep(0.01)
+
+    seconds = first_calls_s(slow, 7, device="cpu", calls=4)
+    assert calls == [7] * 4
+    assert 0.04 <= seconds < 1.0
+
+
+class _FakeGPU:
+    """Events, a hold and a clock for _held_times: the GPU takes ``gpu_s`` per call,
+    the host ``host_s[i]`` for call ``i``."""
+
+    def __init__(self, host_s, gpu_s):
+        self.host_s, self.gpu_s = list(host_s), gpu_s
+        self.now, self.holds, self.calls, self.syncs = 0.0, [], 0, 0
+
+    def clock(self):
+        return self.now
+
+    def call(self):
+        self.now += self.host_s[self.calls % len(self.host_s)]
+        self.calls += 1
+
+    def hold(self, seconds):
+        self.holds.append(seconds)
+
+    def synchronize(self):
+        self.syncs += 1
+
+    def event(self, enable_timing):
+        assert enable_timing
+        gpu_s = self.gpu_s
+
+        class Event:
+            def record(self):
+                pass
+
+            def elapsed_time(self, end):
+                return gpu_s * 1e3  # ms, as CUDA events
+
+        return Event()
+
+
+def _held(fake, n, hold_s):
+    return _held_times(
+        fake.call,
+        n,
+        hold=fake.hold,
+        hold_s=hold_s,
+        clock=fake.clock,
+        event_factory=fake.event,
+        synchronize=fake.synchronize,
+    )
+
+
+def test_held_times_pairs_host_and_gpu_times_of_each_call():
+    fake = _FakeGPU(host_s=[1e-3], gpu_s=0.25e-3)
+    host, gpu = _held(fake, 4, hold_s=3e-3)
+    assert host == pytest.approx([1e-3] * 4)
+    assert gpu == pytest.approx([0.25e-3] * 4)
+    assert fake.holds == [3e-3] * 4  # one hold per call
+    assert fake.syncs == 8  # before each hold, and before reading the events
+
+
+def test_held_times_grows_a_hold_the_host_outlasted_and_drops_that_gpu_time():
+    fake = _FakeGPU(host_s=[1e-3, 5e-3, 1e-3, 1e-3], gpu_s=2e-3)
+    host, gpu = _held(fake, 4, hold_s=3e-3)
+    # The second call ended after its hold: neither of its times is kept (its
+    # host time includes waiting for the hold), and the hold grows.
+    assert host == pytest.approx([1e-3] * 4)
+    assert len(gpu) == 4
+    assert fake.holds == pytest.approx([3e-3, 3e-3, 10e-3, 10e-3, 10e-3])
+
+
+def test_held_times_gives_no_gpu_times_for_a_call_that_waits_for_the_gpu():
+    fake = _FakeGPU(host_s=[1.0], gpu_s=1e-3)  # e.g. .item(): waits out the hold
+
+    def hold(seconds):  # the host waits for the hold to end, however long
+        fake.holds.append(seconds)
+        fake.host_s = [seconds + 1e-3]
+
+    fake.hold = hold
+    host, gpu = _held(fake, 5, hold_s=1e-3)
+    assert len(host) == 5
+    assert gpu == []
+    # It stops holding after three misses in a row, instead of doubling the
+    # hold for every call (which would grow without bound).
+    assert len(fake.holds) == 3
+
+
+def test_held_times_finishes_a_step_that_waits_for_the_gpu_every_other_call():
+    # Like a step that calls .item() every other call: the odd calls wait out the
+    # hold, the even ones return at once. Misses that are not in a row count too,
+    # and the hold never grows past its bound.
+    fake = _FakeGPU(host_s=[1e-3], gpu_s=1e-3)
+    waits = []
+
+    def hold(seconds):
+        fake.holds.append(seconds)
+        waits.append(seconds)
+
+    def call():
+        fake.now += (waits[-1] + 1e-3) if fake.calls % 2 else 1e-3
+        fake.calls += 1
+
+    fake.hold, fake.call = hold, call
+    host, gpu = _held(fake, 50, hold_s=2e-3)
+    assert len(host) == 50
+    assert gpu == []  # holding cannot hide launches that wait for the GPU
+    assert fake.calls < 60
+    assert max(fake.holds) <= timing._MAX_HOLD_S
+
+
+def test_held_times_bounds_the_hold_and_pauses_the_garbage_collector():
+    fake = _FakeGPU(host_s=[2.0, 1e-3, 1e-3], gpu_s=1e-3)  # one call of 2 s
+    enabled = []
+    call = fake.call
+
+    def watched():
+        enabled.append(gc.isenabled())
+        call()
+
+    fake.call = watched
+    host, gpu = _held(fake, 3, hold_s=1e-3)
+    assert len(host) == 3
+    assert len(gpu) == 3
+    assert max(fake.holds) == timing._MAX_HOLD_S
+    assert not any(enabled)
+    assert gc.isenabled()
+
+
+def _m(label, center, spread=0.01):
+    return Measurement(
+        label, (center * (1 - spread), center, center * (1 + spread)), "cuda:0", "x"
+    )
+
+
+@pytest.mark.parametrize(
+    ("host_s", "gpu_s", "bound", "words"),
+    [
+        (2e-3, 0.5e-3, "host", "host-bound (the GPU idles 75% of a step)"),
+        (0.5e-3, 2e-3, "GPU", "GPU-bound (the host runs ahead)"),
+        (1e-3, 1.005e-3, "neither", "no measurable difference between the two"),
+    ],
+)
+def test_step_times_names_the_side_that_is_measurably_slower(
+    host_s, gpu_s, bound, words
+):
+    times = StepTimes(host=_m("step", host_s), gpu=_m("step", gpu_s))
+    assert times.bound == bound
+    assert str(times).startswith("host ")
+    assert str(times).endswith(words)
+
+
+def test_step_times_marks_a_noisy_time_and_reads_the_cpu_as_the_host():
+    noisy = StepTimes(host=_m("step", 1e-3, spread=0.3), gpu=_m("step", 0.1e-3))
+    assert "NOISY" in str(noisy).split(", GPU")[0]
+    cpu = StepTimes(host=_m("step", 1e-3), gpu=None)
+    assert cpu.bound == "host"
+    assert str(cpu).endswith("per call (the host does the work)")
+    waited = StepTimes(host=_m("step", 1e-3), gpu=None, waits=True)
+    assert str(waited).endswith("per call, waiting for the GPU inside the call")
+
+
+def test_host_and_gpu_times_on_the_cpu_times_the_call():
+    calls = []
+    times = host_and_gpu_times(
+        lambda: calls.append(time.sleep(1e-3)), device="cpu", rep_ms=20, label="nap"
+    )
+    assert times.gpu is None
+    assert times.host.label == "nap"
+    assert times.host.n >= 5
+    assert times.host.median_s >= 1e-3
+    assert len(calls) >= times.host.n

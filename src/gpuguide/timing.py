@@ -31,7 +31,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from gpuguide import checks
-from gpuguide.device import pick_device
+from gpuguide.device import as_device, pick_device
 from gpuguide.env import small_mode
 from gpuguide.units import format_rate, format_time, significant, time_unit
 
@@ -41,7 +41,10 @@ if TYPE_CHECKING:
 __all__ = [
     "Measurement",
     "Rate",
+    "StepTimes",
     "benchmark",
+    "first_calls_s",
+    "host_and_gpu_times",
     "matmul_flop",
 ]
 
@@ -688,3 +691,181 @@ def _cuda_times(
             end.record(stream)
     synchronize()
     return [start.elapsed_time(end) / 1e3 for start, end in pairs]
+
+
+def first_calls_s(
+    fn: Callable[..., Any], *args: Any, device: str | torch.device, calls: int = 3
+) -> float:
+    """Seconds the first ``calls`` calls of ``fn(*args)`` take, compilation included
+    (a host clock between synchronizations: CUDA events would miss compilation)."""
+    import torch
+
+    sync = getattr(torch, as_device(device).type).synchronize
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn(*args)
+    sync()
+    return time.perf_counter() - t0
+
+
+_MAX_MISSES = 3  # calls (in all) outlasting their hold before _held_times stops holding
+_MAX_HOLD_S = 0.5  # the longest hold before one call, in seconds
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """The host's time to launch each call (on the CPU: run it) and the GPU's work.
+
+    ``gpu`` is None off CUDA, and when the calls wait for the GPU (``waits``:
+    ``.item()``, a copy to the host), which leaves no launches to hide.
+    """
+
+    host: Measurement
+    gpu: Measurement | None
+    waits: bool = False
+
+    @property
+    def bound(self) -> str:
+        """``"host"`` or ``"GPU"``, whichever is slower with their interquartile
+        ranges apart, or ``"neither"`` (also where either is NOISY)."""
+        if self.gpu is None:
+            return "host"
+        host, gpu = self.host, self.gpu
+        if host.is_noisy or gpu.is_noisy:
+            return "neither"
+        if host.q25_s > gpu.q75_s:
+            return "host"
+        return "GPU" if gpu.q25_s > host.q75_s else "neither"
+
+    def __str__(self) -> str:
+        host = _spread_text(self.host)
+        if self.gpu is None and self.waits:
+            return f"host {host} per call, waiting for the GPU inside the call"
+        if self.gpu is None:
+            return f"host {host} per call (the host does the work)"
+        text = f"host {host} to launch, GPU {_spread_text(self.gpu)} of work: "
+        if self.bound == "host":
+            idle = 1 - self.gpu.median_s / self.host.median_s
+            return text + f"host-bound (the GPU idles {idle:.0%} of a step)"
+        if self.bound == "GPU":
+            return text + "GPU-bound (the host runs ahead)"
+        return text + "no measurable difference between the two"
+
+
+def _spread_text(m: Measurement) -> str:
+    """``"1.23 ms ± 45.6 us"``, with `` NOISY`` where it is."""
+    text = f"{format_time(m.median_s)} ± {format_time(m.iqr_s / 2)}"
+    return text + " NOISY" if m.is_noisy else text
+
+
+def _held_times(
+    call: Callable[[], Any],
+    n: int,
+    *,
+    hold: Callable[[float], None],
+    hold_s: float,
+    clock: Callable[[], float],
+    event_factory: Callable[..., Any],
+    synchronize: Callable[[], None],
+) -> tuple[list[float], list[float]]:
+    """Host and GPU seconds of ``n`` calls, each launched while the GPU is held."""
+    host: list[float] = []
+    gpu: list[float] = []
+    held, misses = True, 0
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        while len(host) < n or (held and len(gpu) < min(n, 3)):
+            start = event_factory(enable_timing=True)
+            end = event_factory(enable_timing=True)
+            synchronize()
+            if held:
+                hold(hold_s)
+            start.record()
+            t0 = clock()
+            call()
+            t1 = clock()
+            end.record()
+            synchronize()
+            host_s = max(t1 - t0, 0.0)
+            if held and host_s >= hold_s:  # a miss: the GPU did not find it all queued
+                misses += 1
+                hold_s = min(2 * max(hold_s, host_s), _MAX_HOLD_S)
+                held = misses < _MAX_MISSES  # else it waits for the GPU: stop holding
+                continue
+            if len(host) < n:
+                host.append(host_s)
+            if held:
+                gpu.append(start.elapsed_time(end) / 1e3)
+    finally:
+        if paused:
+            gc.enable()
+    return host, gpu if held else []
+
+
+def host_and_gpu_times(
+    fn: Callable[[], Any],
+    *,
+    device: str | torch.device,
+    rep_ms: float | None = None,
+    min_reps: int = 5,
+    max_reps: int = 200,
+    label: str | None = None,
+) -> StepTimes:
+    """Time the host's launch of ``fn()`` (warmed up) and the GPU's work for it.
+
+    On CUDA the GPU is held busy before each call, for about twice its launch time,
+    so that CUDA events time its work back to back while ``perf_counter`` times the
+    launch; elsewhere only the call is timed, as ``host``, in blocks of calls of at
+    least 5 ms (``sample_ms``), so that a preempted call does not read a whole
+    scheduler tick. ``rep_ms``: the budget (default :func:`benchmark`'s, at most
+    10 ms in small mode).
+    """
+    label = label or "step"
+    min_reps = checks.integer("min_reps", min_reps, minimum=1)
+    max_reps = checks.integer("max_reps", max_reps, minimum=min_reps)
+    rep = REP_MS if rep_ms is None else checks.positive("rep_ms", rep_ms)
+    if small_mode():
+        rep = min(rep, SMALL_REP_MS)
+    dev = as_device(device)
+    if dev.type != "cuda":
+        m = benchmark(
+            fn,
+            device=dev,
+            label=label,
+            rep_ms=rep,
+            min_reps=min_reps,
+            max_reps=max_reps,
+            sample_ms=5.0,
+        )
+        return StepTimes(host=m, gpu=None)
+    import torch
+
+    with torch.cuda.device(dev):
+        index = torch.cuda.current_device()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        launched = time.perf_counter() - t0
+        torch.cuda.synchronize()
+        whole = time.perf_counter() - t0
+        hold_s = 2 * launched + 100e-6
+        n = min(max(math.ceil(rep / 1e3 / (hold_s + whole)), min_reps), max_reps)
+        hold = gpu_hold(torch.cuda.current_stream())
+        host, gpu = _held_times(
+            fn,
+            n,
+            hold=hold,
+            hold_s=hold_s,
+            clock=time.perf_counter,
+            event_factory=torch.cuda.Event,
+            synchronize=torch.cuda.synchronize,
+        )
+    name = f"cuda:{index}"
+    times = Measurement(label, tuple(gpu), name, "cuda-events, launches hidden")
+    return StepTimes(
+        host=Measurement(label, tuple(host), name, "host-clock, GPU held"),
+        gpu=times if gpu else None,
+        waits=not gpu,
+    )

@@ -1,15 +1,13 @@
-"""Plumbing for the compile, fusion, mixed-precision and CUDA-graph pages: start the
-compiler, keep its output off the page, list a call's passes, time first calls, and
-time a step's launch on the host beside the GPU's work for it.
+"""Plumbing for the pages that compile: start the compiler, keep its output off the
+page, time each call and price each mode's warm-up. :func:`~gpuguide.timing.first_calls_s` and
+:func:`host_and_gpu_times` live in :mod:`gpuguide.timing` (re-exported here).
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
 import io
 import logging
-import math
 import re
 import time
 import warnings
@@ -17,15 +15,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpuguide import checks
 from gpuguide.device import as_device
-from gpuguide.env import small_mode
-from gpuguide.peaks import percent_of_peak
 from gpuguide.quiet import ignore_torch_internal_warnings, warning_text
-from gpuguide.tables import format_cell
-from gpuguide.timing import REP_MS, SMALL_REP_MS, Measurement, benchmark, gpu_hold
+from gpuguide.timing import Measurement
+from gpuguide.timing import StepTimes as StepTimes  # moved: re-exported for pages
+from gpuguide.timing import first_calls_s as first_calls_s
+from gpuguide.timing import host_and_gpu_times as host_and_gpu_times
 from gpuguide.units import format_time
-from gpuguide.verdicts import break_even, compare
+from gpuguide.verdicts import break_even
 
 if TYPE_CHECKING:
     import torch
@@ -33,27 +30,14 @@ if TYPE_CHECKING:
     from gpuguide.verdicts import Comparison
 
 __all__ = [
-    "NO_COMPILER",
-    "Autotune",
-    "CallTimes",
-    "CompilerLog",
-    "CompilerStart",
     "PrintMessages",
-    "StepTimes",
     "capture_compiler",
-    "first_calls_s",
-    "host_and_gpu_times",
     "mode_rows",
-    "pass_rows",
-    "passes",
     "per_round",
-    "round_speedups",
     "start_compiler",
     "time_each_call",
 ]
 
-#: Operators that only allocate, left out of a CPU call's passes.
-_ALLOCATIONS = ("aten::empty", "aten::empty_strided", "aten::empty_like")
 #: ``AUTOTUNE addmm(2048x768, ...)``: heads a table inductor writes per tuned op.
 _AUTOTUNE_HEAD = re.compile(r"^AUTOTUNE (\w+)\((.*)\)\s*$", re.MULTILINE)
 #: The last line of a table (torch 2.11 to 2.15).
@@ -63,8 +47,6 @@ _AUTOTUNE_TAIL = re.compile(
 )
 #: torch's loggers but its structured trace (``torch.__trace``: files only).
 _TORCH_LOGGERS = re.compile(r"torch(\.(?!__trace)|$)")
-_MAX_MISSES = 3  # calls (in all) outlasting their hold before _held_times stops holding
-_MAX_HOLD_S = 0.5  # the longest hold before one call, in seconds
 
 
 #: What a page that compiles says when the machine has no compiler for torch.compile.
@@ -164,104 +146,6 @@ def start_compiler(device: str | torch.device | None = None) -> CompilerStart:
     return CompilerStart(t1 - t0, workers, t2 - t1, t3 - t2, tuple(texts), str(log))
 
 
-def _inside_aten(event: Any) -> bool:
-    """Whether a profiler event was called by an ``aten::`` operator."""
-    while (event := event.cpu_parent) is not None:
-        if event.name.startswith("aten::"):
-            return True
-    return False
-
-
-def passes(fn: Callable[..., Any], *args: Any, device: str | torch.device) -> list[str]:
-    """The passes over memory one call ``fn(*args)`` makes, by name, from the profiler:
-    on CUDA each kernel (names cut to 48 characters); on the CPU each top-level
-    ``aten::`` operator but allocations, and each call into a compiled graph."""
-    import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    on_cuda = as_device(device).type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
-    with profile(activities=activities) as prof:
-        fn(*args)
-        getattr(torch, as_device(device).type).synchronize()
-    events = prof.events()
-    if on_cuda:
-        return [
-            e.name[:48]
-            for e in events
-            if e.device_type == DeviceType.CUDA
-            and not e.is_user_annotation
-            and not e.name.startswith(("Memcpy", "Memset"))
-        ]
-    return [
-        e.name.split(" ")[2] if "CompiledFxGraph" in e.name else e.name
-        for e in events
-        if "CompiledFxGraph" in e.name
-        or (
-            e.name.startswith("aten::")
-            and e.name not in _ALLOCATIONS
-            and not _inside_aten(e)
-        )
-    ]
-
-
-def pass_rows(
-    times: Mapping[str, Measurement],
-    firsts_s: Mapping[str, float],
-    names: Mapping[str, Sequence[str]],
-    *,
-    pass_bytes: float,
-    peak_bytes_per_s: float | None,
-    calls: int = 3,
-) -> list[dict[str, Any]]:
-    """A table row per way of running the same work (``times``, its steady state):
-    the passes over memory one call made (``names``, from :func:`passes`); what its
-    first ``calls`` calls (``firsts_s``, :func:`first_calls_s`) took beyond as many
-    steady-state calls; the rate of ``pass_bytes`` per pass, with its share of
-    ``peak_bytes_per_s`` (``"n/a"`` without one, ``"> peak: cached"`` above it);
-    and what ran, each name once with its count."""
-    rows = []
-    for way, m in times.items():
-        ran = names[way]
-        rate = m.rate(len(ran) * pass_bytes, "B/s")
-        share = percent_of_peak(rate.value, peak_bytes_per_s)
-        of_peak = "n/a" if share is None else f"{share:.0f}%"
-        if share is not None and share > 100:
-            of_peak = "> peak: cached"
-        beyond = max(firsts_s[way] - calls * m.median_s, 0)
-        what_ran = ", ".join(f"{ran.count(n)} x {n}" for n in dict.fromkeys(ran))
-        rows.append(
-            {
-                "way": way,
-                "median ± IQR/2": m,
-                "passes": len(ran),
-                f"first {calls} calls, beyond steady": f"{beyond:.2f} s",
-                "moved, % of peak": f"{rate}, {of_peak}",
-                "what ran": what_ran,
-            }
-        )
-    return rows
-
-
-def first_calls_s(
-    fn: Callable[..., Any], *args: Any, device: str | torch.device, calls: int = 3
-) -> float:
-    """Seconds the first ``calls`` calls of ``fn(*args)`` take, compilation included
-    (a host clock between synchronizations: CUDA events would miss compilation).
-    Raises ``RuntimeError`` saying what to install where no compiler is found."""
-    import torch
-
-    sync = getattr(torch, as_device(device).type).synchronize
-    sync()
-    t0 = time.perf_counter()
-    with _needs_a_compiler():
-        for _ in range(calls):
-            fn(*args)
-        sync()
-    return time.perf_counter() - t0
-
-
 @dataclass(frozen=True)
 class CallTimes:
     """What :func:`time_each_call` found: each call's seconds (``times_s``), the
@@ -294,7 +178,7 @@ def time_each_call(
     device: str | torch.device,
 ) -> CallTimes:
     """Call ``fn(*args)`` for each ``args`` of ``calls`` in turn, timing each call on
-    its own (:func:`first_calls_s`, as each may compile) and counting the graphs
+    its own (:func:`~gpuguide.timing.first_calls_s`, as each may compile) and counting the graphs
     dynamo compiled in it (its ``unique_graphs`` counter) and the FX graph cache's
     hits and misses over them all."""
     from torch._dynamo.utils import counters
@@ -375,7 +259,7 @@ def mode_rows(
     split: Mapping[str, StepTimes] | None = None,
 ) -> list[dict[str, Any]]:
     """A table row per variant of ``timed`` (``"eager"`` and compiled modes): its
-    time per call; with ``split`` (:func:`host_and_gpu_times`), the host's launch
+    time per call; with ``split`` (:func:`~gpuguide.timing.host_and_gpu_times`), the host's launch
     and the GPU's work; and for a variant with warm-up calls in ``warmup_s`` (the
     seconds of each), its "compile" cost, what those calls took beyond as many
     steady-state calls, and after how many calls that pays off against eager
@@ -500,152 +384,3 @@ def capture_compiler() -> Iterator[CompilerLog]:
         log.records = holdback.records
         texts = (f"{w.category.__name__}: {warning_text(w)}" for w in recorded)
         log.warnings = list(dict.fromkeys(texts))
-
-
-@dataclass(frozen=True)
-class StepTimes:
-    """The host's time to launch each call (on the CPU: run it) and the GPU's work.
-
-    ``gpu`` is None off CUDA, and when the calls wait for the GPU (``waits``:
-    ``.item()``, a copy to the host), which leaves no launches to hide.
-    """
-
-    host: Measurement
-    gpu: Measurement | None
-    waits: bool = False
-
-    @property
-    def bound(self) -> str:
-        """``"host"`` or ``"GPU"``, whichever is measurably slower, or ``"neither"``."""
-        if self.gpu is None:
-            return "host"
-        verdict = compare(self.gpu, self.host).verdict
-        return {"faster": "host", "slower": "GPU"}.get(verdict, "neither")
-
-    def __str__(self) -> str:
-        host = format_cell(self.host)
-        if self.gpu is None and self.waits:
-            return f"host {host} per call, waiting for the GPU inside the call"
-        if self.gpu is None:
-            return f"host {host} per call (the host does the work)"
-        gpu = format_cell(self.gpu)
-        text = f"host {host} to launch, GPU {gpu} of work: "
-        if self.bound == "host":
-            idle = 1 - self.gpu.median_s / self.host.median_s
-            return text + f"host-bound (the GPU idles {idle:.0%} of a step)"
-        if self.bound == "GPU":
-            return text + "GPU-bound (the host runs ahead)"
-        return text + "no measurable difference between the two"
-
-
-def _held_times(
-    call: Callable[[], Any],
-    n: int,
-    *,
-    hold: Callable[[float], None],
-    hold_s: float,
-    clock: Callable[[], float],
-    event_factory: Callable[..., Any],
-    synchronize: Callable[[], None],
-) -> tuple[list[float], list[float]]:
-    """Host and GPU seconds of ``n`` calls, each launched while the GPU is held."""
-    host: list[float] = []
-    gpu: list[float] = []
-    held, misses = True, 0
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        while len(host) < n or (held and len(gpu) < min(n, 3)):
-            start = event_factory(enable_timing=True)
-            end = event_factory(enable_timing=True)
-            synchronize()
-            if held:
-                hold(hold_s)
-            start.record()
-            t0 = clock()
-            call()
-            t1 = clock()
-            end.record()
-            synchronize()
-            host_s = max(t1 - t0, 0.0)
-            if held and host_s >= hold_s:  # a miss: the GPU did not find it all queued
-                misses += 1
-                hold_s = min(2 * max(hold_s, host_s), _MAX_HOLD_S)
-                held = misses < _MAX_MISSES  # else it waits for the GPU: stop holding
-                continue
-            if len(host) < n:
-                host.append(host_s)
-            if held:
-                gpu.append(start.elapsed_time(end) / 1e3)
-    finally:
-        if paused:
-            gc.enable()
-    return host, gpu if held else []
-
-
-def host_and_gpu_times(
-    fn: Callable[[], Any],
-    *,
-    device: str | torch.device,
-    rep_ms: float | None = None,
-    min_reps: int = 5,
-    max_reps: int = 200,
-    label: str | None = None,
-) -> StepTimes:
-    """Time the host's launch of ``fn()`` (warmed up) and the GPU's work for it.
-
-    On CUDA the GPU is held busy before each call, for about twice its launch time,
-    so that CUDA events time its work back to back while ``perf_counter`` times the
-    launch; elsewhere only the call is timed, as ``host``, in blocks of calls of at
-    least 5 ms (``sample_ms``), so that a preempted call does not read a whole
-    scheduler tick. ``rep_ms``: the budget (default :func:`gpuguide.benchmark`'s, at
-    most 10 ms in small mode).
-    """
-    label = label or "step"
-    min_reps = checks.integer("min_reps", min_reps, minimum=1)
-    max_reps = checks.integer("max_reps", max_reps, minimum=min_reps)
-    rep = REP_MS if rep_ms is None else checks.positive("rep_ms", rep_ms)
-    if small_mode():
-        rep = min(rep, SMALL_REP_MS)
-    dev = as_device(device)
-    if dev.type != "cuda":
-        m = benchmark(
-            fn,
-            device=dev,
-            label=label,
-            rep_ms=rep,
-            min_reps=min_reps,
-            max_reps=max_reps,
-            sample_ms=5.0,
-        )
-        return StepTimes(host=m, gpu=None)
-    import torch
-
-    with torch.cuda.device(dev):
-        index = torch.cuda.current_device()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        launched = time.perf_counter() - t0
-        torch.cuda.synchronize()
-        whole = time.perf_counter() - t0
-        hold_s = 2 * launched + 100e-6
-        n = min(max(math.ceil(rep / 1e3 / (hold_s + whole)), min_reps), max_reps)
-        hold = gpu_hold(torch.cuda.current_stream())
-        host, gpu = _held_times(
-            fn,
-            n,
-            hold=hold,
-            hold_s=hold_s,
-            clock=time.perf_counter,
-            event_factory=torch.cuda.Event,
-            synchronize=torch.cuda.synchronize,
-        )
-    name = f"cuda:{index}"
-    return StepTimes(
-        host=Measurement(label, tuple(host), name, "host-clock, GPU held"),
-        gpu=Measurement(label, tuple(gpu), name, "cuda-events, launches hidden")
-        if gpu
-        else None,
-        waits=not gpu,
-    )
