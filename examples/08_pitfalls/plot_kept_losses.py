@@ -100,57 +100,36 @@ def per_step(series):
     return (series[-1] - series[0]) / (steps - 1)
 
 
-variants, exact, alive_at_end, rows = {}, {}, {}, []
-for label, keep, train in [  # the variant that holds the most memory runs last
-    ("train: append(loss.item())", torch.Tensor.item, True),
-    ("train: append(loss.detach().clone())", lambda t: t.detach().clone(), True),
-    ("train: append(loss.detach())", torch.Tensor.detach, True),
-    ("train: append(loss)", lambda t: t, True),
-    ("eval: append(loss.detach().clone())", lambda t: t.detach().clone(), False),
-    ("eval: append(loss)", lambda t: t, False),
-]:
-    variants[label], exact[label], values, alive = held_after_each_step(keep, train)
-    alive_at_end[label] = alive
-    mib = per_step(variants[label])
-    rows.append(
-        {
-            "variant": label,
-            "tracked per step": f"{mib:+.2f} MiB",
-            "kept values": format_bytes(values),
-            "activations alive": format_bytes(alive),
-        }
-    )
-title = f"batch {batch} x 64 features, after {steps} steps: memory tracked per step; "
-print(table(rows, title=title + "held exactly at the end"))
-fixed = variants["train: append(loss.detach().clone())"]
-if device.type == "cpu" and fixed[-1] > 1:
-    print(
-        f"The fixed training loop holds nothing, yet resident memory grew "
-        f"{fixed[-1]:.1f} MiB over {steps} steps, {fixed[0]:.1f} MiB of it in the "
-        "first step: the C allocator keeps blocks that tensors freed. On a CPU, "
-        "trust the exact count."
-    )
+loops = {  # the loop that holds the most memory runs last
+    "train: append(loss.item())": (torch.Tensor.item, True),
+    "train: append(loss.detach().clone())": (lambda t: t.detach().clone(), True),
+    "train: append(loss.detach())": (torch.Tensor.detach, True),
+    "train: append(loss)": (lambda t: t, True),
+    "eval: append(loss.detach().clone())": (lambda t: t.detach().clone(), False),
+    "eval: append(loss)": (lambda t: t, False),
+}
+tracked, exact, rows = {}, {}, []
+for label, (keep, train) in loops.items():
+    tracked[label], exact[label], values, alive = held_after_each_step(keep, train)
+    row = {"kept values": format_bytes(values), "activations": format_bytes(alive)}
+    rows.append({"loop": label} | row)
+print(table(rows, title=f"held after {steps} steps, batch {batch} x 64"))
 # The headline figures: what two of the loops add per step, counted exactly.
-size = f"batch {batch}x64"
-for loop in ("eval: append(loss)", "train: append(loss.detach())"):
-    bytes_per_step = per_step(exact[loop]) * 2**20
-    report("memory growth per step", bytes_per_step, unit="B", size=size, loop=loop)
-output = 4 * batch * 64  # bytes of the model's output, and of each loss's storage
 added = {label: per_step(series) * 2**20 for label, series in exact.items()}
+for loop in ("eval: append(loss)", "train: append(loss.detach())"):
+    report("memory growth per step", added[loop], unit="B", size=batch, loop=loop)
+output = 4 * batch * 64  # bytes of the model's output, and of each loss's storage
 one_each = ["train: append(loss.detach())", "train: append(loss)"]
-gpuguide.claim(
-    "a training loop that keeps loss.detach() or loss holds one output-sized "
-    f"storage ({format_bytes(output)}) more per step, counted exactly",
-    holds=all(math.isclose(added[label], output) for label in one_each),
-    measured=", ".join(format_bytes(added[label]) for label in one_each),
-)
 flat = ["train: append(loss.item())", "train: append(loss.detach().clone())"]
 gpuguide.claim(
-    "keeping loss.item() or loss.detach().clone() holds at most 4 B per step",
-    holds=all(added[label] <= 4 + 1e-6 for label in flat),
-    measured=", ".join(format_bytes(added[label]) for label in flat),
+    "a training loop that keeps loss.detach() or loss holds one output-sized "
+    f"storage ({format_bytes(output)}) more per step, counted exactly; one that "
+    "keeps loss.item() or loss.detach().clone() at most 4 B",
+    holds=all(math.isclose(added[label], output) for label in one_each)
+    and all(added[label] <= 4 + 1e-6 for label in flat),
+    measured=", ".join(format_bytes(added[label]) for label in one_each + flat),
 )
-activations = alive_at_end["eval: append(loss)"] / steps  # per step
+activations = alive / steps  # per step, in the last loop: eval, append(loss)
 gpuguide.claim(
     "the evaluation loop that keeps loss holds one step's activations and one "
     "output-sized storage more per step",
@@ -162,49 +141,27 @@ gpuguide.claim(
 # %%
 # Plot: memory after each step
 # ----------------------------
-# The evaluation loop that keeps ``loss`` climbs by one step's activations (and one
-# output-sized storage) per step, the loops that keep ``loss.detach()`` or a
-# training ``loss`` by one output-sized storage per step, and those that keep a
-# clone or a number stay flat, as the exact counts above checked. Left, what ``track_memory`` sees: on CUDA the
-# allocator's exact count; on a CPU the process's resident memory, with what the C
-# allocator keeps after tensors are freed (noise of several MiB). Right, the exact
-# count. (In the evaluation loops ``loss`` also keeps the last graph.)
-fig, (ax, ax_exact) = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
-method = track_memory(device).method
-growth = per_step(variants["eval: append(loss)"])  # MiB per step, tracked
-detached = per_step(exact["train: append(loss.detach())"])  # MiB per step, exact
-clone = per_step(exact["train: append(loss.detach().clone())"])
-for where, series, ylabel, title in [
-    (
-        ax,
-        variants,
-        "memory held since the loop began (MiB)",
-        f"Tracked ({method}): eval loop keeping losses +{growth:.1f} MiB/step",
-    ),
-    (
-        ax_exact,
-        exact,
-        "held by kept values and live activations (MiB)",
-        f"Exact: a kept loss.detach() holds {detached:.1f} MiB, a clone {clone:.1f}",
-    ),
-]:
-    plot_sweep(
-        where,
-        list(range(1, steps + 1)),
-        series,
-        xlabel="step (count)",
-        ylabel=ylabel,
-        title=title,
-        logx=False,
-        logy=False,
-    )
-ax_exact.get_legend().remove()
+# Left, what ``track_memory`` sees: on CUDA the allocator's exact count; on a CPU
+# the process's resident memory, which also holds what the C allocator keeps after
+# tensors are freed (several MiB of noise: there, trust the exact count). Right,
+# the exact count. (In the evaluation loops ``loss`` also keeps the last graph.)
+fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+growth = per_step(tracked["eval: append(loss)"])
+panels = {
+    f"Tracked: eval loop keeping losses +{growth:.1f} MiB/step": tracked,
+    f"Exact: a kept loss.detach() holds {added[one_each[0]] / 2**20:.1f} MiB": exact,
+}
+ylabel = "memory held since the loop began (MiB)"
+for ax, (title, series) in zip(axes, panels.items(), strict=True):
+    kw = {"xlabel": "step (count)", "ylabel": ylabel, "logx": False, "logy": False}
+    plot_sweep(ax, list(range(1, steps + 1)), series, title=title, **kw)
+axes[1].get_legend().remove()
 plt.show()
 
 # %%
 # What to take away
 # -----------------
 # Keep a number (``loss.item()``, once per logging interval) or a clone
-# (``loss.detach().clone()``), not the loss nor a detached view of its storage, and
-# evaluate under ``torch.no_grad()``. What this run counted:
+# (``loss.detach().clone()``), not the loss nor a detached view of its storage,
+# and evaluate under ``torch.no_grad()``.
 gpuguide.takeaway()
