@@ -28,6 +28,7 @@ from gpuguide.plotting import label_device, plot_bars, plot_sweep
 from gpuguide.quiet import ignore_torch_internal_warnings
 from gpuguide.results import record
 from gpuguide.sizes import largest_size, size_budget, sweep
+from gpuguide.sweeps import Sweep, SweepResult, Variant
 from gpuguide.tables import Table, table
 from gpuguide.timing import (
     Measurement,
@@ -47,7 +48,10 @@ __all__ = [
     "Page",
     "Peaks",
     "Rate",
+    "Sweep",
+    "SweepResult",
     "Table",
+    "Variant",
     "__version__",
     "artifact_path",
     "benchmark",

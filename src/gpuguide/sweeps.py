@@ -1,0 +1,417 @@
+"""A size sweep that measures, prints and plots itself.
+
+A page declares its workload once (what a size allocates, computes and moves), the
+sizes and the variants; :meth:`Sweep.run` picks the sizes each variant's device can
+afford, times every variant at each of them and returns a :class:`SweepResult`.
+Printing that result gives a table of sizes by variants (the median time with its
+quartiles, or the rate and its share of the named peak); :meth:`~SweepResult.plot`
+draws it with spread bands; :meth:`~SweepResult.crossover` finds the size from
+which one variant beats another; :meth:`~SweepResult.report` prints and records
+a headline figure at a chosen size.
+
+>>> import torch
+>>> add = Sweep(
+...     "add", lambda n, device: [torch.ones(n, device=device)] * 2,
+...     lo=2**10, hi=2**12, memory=lambda n: 12 * n, traffic=lambda n: 12 * n,
+...     rate="B/s", peak="memory",
+... )
+>>> result = add.run({"torch.add": torch.add}, rep_ms=1)
+>>> result.sizes
+[1024, 2048, 4096]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from gpuguide.device import as_device, pick_device
+from gpuguide.page import report as report_figure
+from gpuguide.peaks import device_peaks
+from gpuguide.plotting import plot_sweep
+from gpuguide.sizes import sweep as fitting_sizes
+from gpuguide.tables import Table, format_cell
+from gpuguide.timing import Measurement, Rate, benchmark
+from gpuguide.units import format_rate, time_unit
+from gpuguide.verdicts import Comparison, compare, interleave
+
+__all__ = ["Sweep", "SweepResult", "Variant", "size_text"]
+
+_RATE_UNITS = ("FLOP/s", "B/s")
+
+
+def size_text(n: int, *, least: int = 2**14) -> str:
+    """A size for a label: ``"2^20"`` for a power of two of at least ``least``,
+    else its digits (``"8192"``, ``"48"``)."""
+    if n >= least and n & (n - 1) == 0:
+        return f"2^{n.bit_length() - 1}"
+    return str(n)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to run the workload: ``fn(*inputs)`` on ``device`` (default the
+    page's), its inputs made on ``inputs_on`` (default ``device``), sized for
+    calls of ``call_s`` seconds, and only at the sizes variant ``within`` ran.
+    ``peak`` False leaves its rate without a share of a peak (a variant that
+    also copies, say)."""
+
+    fn: Callable[..., Any]
+    device: torch.device | str | None = None
+    inputs_on: torch.device | str | None = None
+    call_s: float | None = None
+    within: str | None = None
+    peak: bool = True
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A workload over sizes ``lo`` to ``hi`` (``per_octave`` per doubling, each a
+    multiple of ``multiple_of``). ``inputs(n, device)`` makes one size's
+    arguments outside the timed region; ``memory(n)`` is the bytes they take
+    (default ``traffic(n)``), ``flop(n)`` and ``traffic(n)`` the FLOP and bytes one
+    call computes and moves.
+    ``rate`` ("FLOP/s" or "B/s") prints rates instead of times, as a share of
+    the device's ``peak`` ("fp32", "memory", "host_link"...)."""
+
+    name: str
+    inputs: Callable[[int, torch.device], Sequence[Any]]
+    lo: int
+    hi: int
+    memory: Callable[[int], float] | None = None
+    flop: Callable[[int], float] | None = None
+    traffic: Callable[[int], float] | None = None
+    rate: str | None = None
+    peak: str | None = None
+    per_octave: int = 1
+    multiple_of: int = 1
+    size_label: str = "size n (elements)"
+
+    def __post_init__(self) -> None:
+        if self.memory is None and self.traffic is None:
+            msg = "give memory(n), the bytes one size takes, or traffic(n)"
+            raise ValueError(msg)
+        if self.rate not in (None, *_RATE_UNITS):
+            msg = f"rate must be one of {_RATE_UNITS} or None, got {self.rate!r}"
+            raise ValueError(msg)
+        if self.rate is not None and self.work is None:
+            need = "flop" if self.rate == "FLOP/s" else "traffic"
+            msg = f"rate={self.rate!r} needs {need}(n), the work of one call"
+            raise ValueError(msg)
+
+    @property
+    def work(self) -> Callable[[int], float] | None:
+        """The work per call that :attr:`rate` counts."""
+        return self.flop if self.rate == "FLOP/s" else self.traffic
+
+    def sizes_for(
+        self, device: torch.device | str, call_s: float | None = None
+    ) -> list[int]:
+        """The sizes this sweep runs on ``device`` (see :func:`gpuguide.sweep`)."""
+        return fitting_sizes(
+            self.lo,
+            self.hi,
+            memory_at=self.memory or self.traffic,  # type: ignore[arg-type]
+            flop_at=self.flop,
+            traffic_at=self.traffic,
+            device=device,
+            call_s=call_s,
+            per_octave=self.per_octave,
+            multiple_of=self.multiple_of,
+        )
+
+    def run(
+        self,
+        variants: Mapping[str, Variant | Callable[..., Any]],
+        *,
+        paired: bool = False,
+        **timing: Any,
+    ) -> SweepResult:
+        """Time every variant at each of its sizes. ``paired`` times the variants
+        that share a device and inputs in interleaved rounds
+        (:func:`gpuguide.interleave`), so that their comparisons pair rounds;
+        ``timing`` goes to :func:`gpuguide.benchmark` (``rep_ms=``...)."""
+        if not variants:
+            msg = "variants must name at least one way to run the workload"
+            raise ValueError(msg)
+        plans = {
+            label: v if isinstance(v, Variant) else Variant(v)
+            for label, v in variants.items()
+        }
+        devices = {
+            label: as_device(v.device or pick_device()) for label, v in plans.items()
+        }
+        own_sizes: dict[str, list[int]] = {}
+        for label, v in plans.items():
+            if v.within is not None and v.within not in plans:
+                msg = f"variant {label!r}: within={v.within!r} names no variant"
+                raise ValueError(msg)
+            own_sizes[label] = self.sizes_for(devices[label], v.call_s)
+        for label, v in plans.items():
+            if v.within is not None:
+                inside = set(own_sizes[v.within])
+                own_sizes[label] = [n for n in own_sizes[label] if n in inside]
+        sizes = sorted({n for ns in own_sizes.values() for n in ns})
+        times: dict[str, list[Measurement | None]] = {label: [] for label in plans}
+        for n in sizes:
+            groups: dict[tuple[str, str], dict[str, Callable[[], Any]]] = {}
+            made: dict[str, Sequence[Any]] = {}
+            for label, v in plans.items():
+                if n not in own_sizes[label]:
+                    continue
+                where = as_device(v.inputs_on or devices[label])
+                if str(where) not in made:
+                    made[str(where)] = self.inputs(n, where)
+                args = made[str(where)]
+                group = (str(devices[label]), str(where)) if paired else (label, "")
+                groups.setdefault(group, {})[label] = _bind(v.fn, args)
+            timed: dict[str, Measurement] = {}
+            for (_, _), calls in groups.items():
+                dev = devices[next(iter(calls))]
+                if paired and len(calls) > 1:
+                    timed.update(interleave(calls, device=dev, **timing))
+                else:
+                    for label, call in calls.items():
+                        timed[label] = benchmark(
+                            call, label=label, device=dev, **timing
+                        )
+            for label in plans:
+                times[label].append(timed.get(label))
+            del made, groups
+        return SweepResult(
+            sweep=self,
+            sizes=sizes,
+            times=times,
+            devices={label: str(d) for label, d in devices.items()},
+            peaked={label: v.peak for label, v in plans.items()},
+        )
+
+
+def _bind(fn: Callable[..., Any], args: Sequence[Any]) -> Callable[[], Any]:
+    def call() -> Any:
+        return fn(*args)
+
+    return call
+
+
+@dataclass
+class SweepResult:
+    """What :meth:`Sweep.run` measured: ``times[label][i]`` at ``sizes[i]``
+    (None where that variant did not run). Printing it gives the table."""
+
+    sweep: Sweep
+    sizes: list[int]
+    times: dict[str, list[Measurement | None]]
+    devices: dict[str, str]
+    peaked: dict[str, bool] = field(default_factory=dict)
+
+    def _check(self, label: str) -> None:
+        if label not in self.times:
+            msg = f"no variant {label!r}; this sweep ran {list(self.times)}"
+            raise KeyError(msg)
+
+    def ran(self, *labels: str) -> list[int]:
+        """The sizes at which every one of ``labels`` ran, ascending."""
+        for label in labels:
+            self._check(label)
+        return [
+            n
+            for i, n in enumerate(self.sizes)
+            if all(self.times[label][i] is not None for label in labels)
+        ]
+
+    def largest(self, *labels: str) -> int:
+        """The largest size at which all ``labels`` ran; ``ValueError`` if none."""
+        both = self.ran(*labels)
+        if not both:
+            msg = f"{' and '.join(map(repr, labels))} never ran at the same size"
+            raise ValueError(msg)
+        return both[-1]
+
+    def at(self, label: str, n: int | None = None) -> Measurement:
+        """``label``'s measurement at size ``n`` (default its largest)."""
+        n = self.largest(label) if n is None else n
+        if n not in self.ran(label):
+            msg = f"{label!r} did not run at n={n}; it ran at {self.ran(label)}"
+            raise ValueError(msg)
+        found = self.times[label][self.sizes.index(n)]
+        assert found is not None
+        return found
+
+    def rate(self, label: str, n: int | None = None) -> Rate:
+        """``label``'s rate at size ``n`` (default its largest)."""
+        work = self.sweep.work or self.sweep.flop or self.sweep.traffic
+        if work is None:
+            msg = f"sweep {self.sweep.name!r} declares no flop(n) or traffic(n)"
+            raise ValueError(msg)
+        unit = self.sweep.rate or ("FLOP/s" if work is self.sweep.flop else "B/s")
+        n = self.largest(label) if n is None else n
+        return self.at(label, n).rate(work(n), unit)
+
+    def compare(self, subject: str, baseline: str, n: int | None = None) -> Comparison:
+        """``subject`` against ``baseline`` at ``n`` (default the largest both ran)."""
+        n = self.largest(subject, baseline) if n is None else n
+        return compare(self.at(subject, n), self.at(baseline, n))
+
+    def verdicts(self, subject: str, baseline: str) -> list[tuple[int, Comparison]]:
+        """``(n, comparison)`` at every size both ran, ascending."""
+        return [
+            (n, self.compare(subject, baseline, n)) for n in self.ran(subject, baseline)
+        ]
+
+    def crossover(self, subject: str, baseline: str) -> int | None:
+        """The smallest size from which ``subject`` was faster than ``baseline`` at
+        every size both ran; None if it was not faster at the largest."""
+        found = None
+        for n, versus in reversed(self.verdicts(subject, baseline)):
+            if versus.verdict != "faster":
+                break
+            found = n
+        return found
+
+    def report(
+        self, label: str | None = None, n: int | None = None, **config: Any
+    ) -> None:
+        """Print and record a variant's figure at ``n`` (default its largest; every
+        variant when ``label`` is None): its rate with the share of the peak when
+        the sweep has a rate, else its time."""
+        if label is None:
+            for each in self.times:
+                self.report(each, n, **config)
+            return
+        n = self.largest(label) if n is None else n
+        name = f"{self.sweep.name}, {label}"
+        if self.sweep.rate is None:
+            report_figure(name, self.at(label, n), size=n, **config)
+            return
+        peak = self.sweep.peak if self.peaked.get(label, True) else None
+        report_figure(name, self.rate(label, n), peak=peak, size=n, **config)
+
+    def against(self, baseline: str) -> None:
+        """For every other variant: from which size on it beat ``baseline`` (the
+        :meth:`crossover`), and its speed-up at the largest size both ran."""
+        for label in self.times:
+            if label == baseline or not self.ran(label, baseline):
+                continue
+            found = self.crossover(label, baseline)
+            where = f"from n={size_text(found)} on" if found else "at no measured size"
+            print(f"{self.sweep.name}, {label}: faster than {baseline} {where}")
+            report_figure(
+                f"{self.sweep.name} speed-up, {label}",
+                self.compare(label, baseline),
+                size=self.largest(label, baseline),
+            )
+
+    def _cell(self, label: str, n: int) -> str:
+        m = self.times[label][self.sizes.index(n)]
+        if m is None:
+            return "-"
+        if self.sweep.rate is None:
+            return format_cell(m)
+        rate = self.rate(label, n)
+        text = format_rate(rate.value, rate.unit)
+        text += " NOISY" if m.is_noisy else ""
+        if self.sweep.peak and self.peaked.get(label, True):
+            share = device_peaks(self.devices[label]).percent_of(
+                rate.value, self.sweep.peak
+            )
+            text += f" ({share:.0f}%)" if share is not None else ""
+        return text
+
+    def table(self) -> Table:
+        """The sizes by variants, as :class:`~gpuguide.tables.Table`."""
+        what = "median time per call ± half the IQR"
+        if self.sweep.rate is not None:
+            what = f"median {self.sweep.rate}"
+            if self.sweep.peak:
+                what += f" (share of the {self.sweep.peak} peak)"
+        rows = tuple(
+            (size_text(n), *(self._cell(label, n) for label in self.times))
+            for n in self.sizes
+        )
+        return Table(
+            header=(self.sweep.size_label.split(" (")[0], *self.times),
+            rows=rows,
+            title=f"{self.sweep.name}: {what}",
+        )
+
+    def __str__(self) -> str:
+        return str(self.table())
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def plot(
+        self,
+        ax: Any = None,
+        *,
+        title: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        xlabel: str | None = None,
+    ) -> None:
+        """Draw each variant against size with its quartile band (rates when the
+        sweep has a rate, else times); ``labels`` renames legend entries."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots()
+        labels = dict(labels or {})
+        series: dict[str, list[Measurement | None]] = {}
+        scale, unit = 1e-3, "ms"
+        if self.sweep.rate is None:
+            medians = [m.median_s for ms in self.times.values() for m in ms if m]
+            scale, unit = time_unit(min(medians) if medians else 1e-3)
+        else:
+            top = max(
+                self.rate(label, n).value
+                for label in self.times
+                for n in self.ran(label)
+            )
+            scale, unit = _rate_scale(top, self.sweep.rate)
+        for label, ms in self.times.items():
+            shown = labels.get(label, label)
+            series[shown] = [
+                self._scaled(m, n, scale) for n, m in zip(self.sizes, ms, strict=True)
+            ]
+        what = (
+            "time"
+            if self.sweep.rate is None
+            else ("FLOP rate" if self.sweep.rate == "FLOP/s" else "bandwidth")
+        )
+        plot_sweep(
+            ax,
+            self.sizes,
+            series,
+            xlabel=xlabel or self.sweep.size_label,
+            ylabel=f"{what} ({unit})",
+            title=title or self.sweep.name,
+            device=next(iter(self.devices.values())),
+            value=lambda v: v,
+        )
+
+    def _scaled(
+        self, m: Measurement | None, n: int, scale: float
+    ) -> Measurement | None:
+        """``m`` in the plotted unit: times over ``scale``, or the rate per call."""
+        if m is None:
+            return None
+        if self.sweep.rate is None:
+            values = tuple(t / scale for t in m.times_s)
+        else:
+            work = self.sweep.work
+            assert work is not None
+            values = tuple(work(n) / t / scale for t in m.times_s if t > 0)
+        return Measurement(m.label, values or (0.0,), m.device, m.method)
+
+
+def _rate_scale(top: float, unit: str) -> tuple[float, str]:
+    """The prefixed unit to plot rates up to ``top`` in, and its size."""
+    shown = format_rate(top, unit).split()[-1]
+    prefix = shown[: -len(unit)]
+    return 1000.0 ** (_SI.index(prefix) if prefix in _SI else 0), shown
+
+
+_SI = ("", "k", "M", "G", "T", "P", "E")

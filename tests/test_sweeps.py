@@ -1,0 +1,181 @@
+"""The sweep that measures, prints and plots itself, on the CPU and on fakes."""
+
+from __future__ import annotations
+
+import matplotlib as mpl
+
+mpl.use("Agg")
+
+import matplotlib.pyplot as plt
+import pytest
+import torch
+
+from gpuguide import results
+from gpuguide.sweeps import Sweep, SweepResult, Variant, size_text
+from gpuguide.timing import Measurement
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    monkeypatch.delenv(results.RECORD_ENV, raising=False)
+    monkeypatch.setattr(results, "_default_page", lambda: "plot_sweep_test")
+    results.clear()
+    yield
+    results.clear()
+
+
+def vectors(n, device):
+    return [torch.ones(n, device=device), torch.ones(n, device=device)]
+
+
+def small_sweep(**overrides):
+    options = {
+        "name": "add",
+        "inputs": vectors,
+        "lo": 1024,
+        "hi": 8192,
+        "traffic": lambda n: 12 * n,
+        "rate": "B/s",
+        "peak": "memory",
+    }
+    return Sweep(**{**options, **overrides})
+
+
+def m(label, seconds, spread=0.01):
+    """Nine times spread evenly over seconds +- spread (a share of it)."""
+    step = 2 * spread * seconds / 8
+    times = tuple(seconds * (1 - spread) + i * step for i in range(9))
+    return Measurement(label, times, "cpu", "wall-clock")
+
+
+def fake(times, sizes=(1, 2, 4, 8), rate=None):
+    sweep = Sweep("op", vectors, lo=1, hi=8, memory=lambda n: n, flop=lambda n: 1e6 * n,
+                  rate=rate)  # fmt: skip
+    return SweepResult(sweep, list(sizes), times, dict.fromkeys(times, "cpu"))
+
+
+def test_a_run_times_every_variant_at_each_size_and_prints_a_table():
+    calls = []
+
+    def add(x, y):
+        calls.append(x.numel())
+        return x + y
+
+    result = small_sweep().run({"add": add, "torch.add": torch.add}, rep_ms=1)
+    assert result.sizes == [1024, 2048, 4096, 8192]
+    assert set(calls) == set(result.sizes)
+    assert all(isinstance(t, Measurement) for ts in result.times.values() for t in ts)
+    text = str(result)
+    assert text.splitlines()[0] == "add: median B/s (share of the memory peak)"
+    assert text.splitlines()[1].split() == ["size", "n", "add", "torch.add"]
+    assert len(text.splitlines()) >= 2 + len(result.sizes)
+    assert repr(result) == text
+    assert "%)" in text  # the share of the measured CPU ceiling
+
+
+def test_within_limits_a_variant_to_the_sizes_another_ran():
+    result = small_sweep().run(
+        {
+            "short": Variant(torch.add, call_s=1.0),
+            "inside": Variant(torch.add, within="short", peak=False),
+        },
+        rep_ms=1,
+    )
+    assert result.ran("inside") == [
+        n for n in result.ran("short") if n in result.ran("inside")
+    ]
+    assert result.peaked == {"short": True, "inside": False}
+
+
+def test_paired_variants_share_rounds():
+    result = small_sweep(hi=1024).run(
+        {"a": torch.add, "b": torch.sub}, paired=True, rep_ms=5
+    )
+    assert len(result.at("a").rounds) == 5
+    assert len(result.at("b").rounds) == 5
+    unpaired = small_sweep(hi=1024).run({"a": torch.add}, rep_ms=5)
+    assert unpaired.at("a").rounds == ()
+
+
+def test_the_crossover_is_the_start_of_the_winning_run_that_ends_the_sweep():
+    slow = [m("cpu", t) for t in (1.0, 1.0, 1.0, 1.0)]
+    gpu = [m("gpu", t) for t in (2.0, 0.5, 1.0, 0.5)]  # wins, ties, wins
+    result = fake({"cpu": slow, "gpu": gpu})
+    assert [v.verdict for _, v in result.verdicts("gpu", "cpu")] == [
+        "slower", "faster", "no measurable difference", "faster",
+    ]  # fmt: skip
+    assert result.crossover("gpu", "cpu") == 8
+    assert fake({"cpu": slow, "gpu": [m("g", 0.5)] * 4}).crossover("gpu", "cpu") == 1
+    assert fake({"cpu": slow, "gpu": slow}).crossover("gpu", "cpu") is None
+
+
+def test_comparisons_and_rates_default_to_the_largest_size_both_ran():
+    result = fake({"a": [m("a", 1.0)] * 4, "b": [m("b", 2.0), None, m("b", 4.0), None]})
+    assert result.ran("a", "b") == [1, 4]
+    assert result.largest("a", "b") == 4
+    assert result.compare("a", "b").speedup == pytest.approx(4.0)
+    assert result.rate("a").value == pytest.approx(8e6)  # 8e6 FLOP in 1 s
+    assert result.rate("b", 1).value == pytest.approx(0.5e6)
+    assert "-" in str(result).splitlines()[3].split()  # b did not run at n=2
+
+
+def test_report_prints_each_variant_and_against_prints_the_crossover(capsys):
+    result = fake({"cpu": [m("c", 1.0)] * 4, "gpu": [m("g", 2.0)] + [m("g", 0.25)] * 3},
+                  rate="FLOP/s")  # fmt: skip
+    result.report()
+    result.against("cpu")
+    out = capsys.readouterr().out
+    assert "op, cpu: 8.00 MFLOP/s" in out
+    assert "op, gpu: 32.0 MFLOP/s" in out
+    assert "op, gpu: faster than cpu from n=2 on" in out
+    assert "op speed-up, gpu: g is 4.00x faster than c" in out
+    names = [(r.name, r.value) for r in results.recorded()]
+    assert ("op, gpu", pytest.approx(32e6)) in names
+    assert ("op speed-up, gpu", pytest.approx(4.0)) in names
+
+
+def test_a_time_sweep_reports_times():
+    result = fake({"a": [m("a", 1e-3)] * 4})
+    assert str(result).startswith("op: median time per call ± half the IQR")
+    assert "1.00 ms" in str(result)
+
+
+def test_the_plot_draws_one_line_and_band_per_variant_on_log_axes():
+    result = fake({"a": [m("a", 1.0)] * 4, "b": [m("b", 2.0), None, m("b", 4.0), None]},
+                  rate="FLOP/s")  # fmt: skip
+    _, ax = plt.subplots()
+    result.plot(ax, title="rates", labels={"b": "B"})
+    assert [line.get_label() for line in ax.lines] == ["a", "B"]
+    assert ax.get_xscale() == "log"
+    assert ax.get_ylabel() == "FLOP rate (MFLOP/s)"
+    assert list(ax.lines[1].get_ydata()) == pytest.approx([0.5, 1.0])
+    assert ax.get_title() == "rates"
+    plt.close("all")
+
+
+def test_bad_declarations_and_lookups_fail_clearly():
+    with pytest.raises(ValueError, match="rate must be one of"):
+        small_sweep(rate="TB")
+    with pytest.raises(ValueError, match=r"needs flop\(n\)"):
+        small_sweep(rate="FLOP/s")
+    with pytest.raises(ValueError, match="give memory"):
+        Sweep("x", vectors, lo=1, hi=2)
+    with pytest.raises(ValueError, match="within='nope' names no variant"):
+        small_sweep().run({"a": Variant(torch.add, within="nope")})
+    with pytest.raises(ValueError, match="at least one"):
+        small_sweep().run({})
+    result = fake(
+        {"a": [m("a", 1.0), None, None, None], "b": [None, m("b", 1.0)] + [None] * 2}
+    )
+    with pytest.raises(KeyError, match="no variant 'c'"):
+        result.at("c")
+    with pytest.raises(ValueError, match="never ran at the same size"):
+        result.compare("a", "b")
+    with pytest.raises(ValueError, match="did not run at n=2"):
+        result.at("a", 2)
+
+
+def test_size_text_names_large_powers_of_two():
+    assert size_text(2**20) == "2^20"
+    assert size_text(8192) == "8192"
+    assert size_text(3 * 2**20) == str(3 * 2**20)
