@@ -4,14 +4,11 @@ Reading values back every step
 
 A GPU runs work from a queue: each PyTorch call on a CUDA tensor queues a kernel
 and returns, so the Python loop can run ahead of the GPU. Anything that needs a
-*value* on the host (``loss.item()``, ``print(tensor)``, ``if tensor > 0:``) waits
-until the queue has drained: a synchronization (see :doc:`how a GPU runs PyTorch
-</concepts/gpu>`). Once per step, it stops the host from preparing step ``n + 1``
-while the GPU runs step ``n``.
-
-This page times one training loop reading the loss back every step, every tenth
-step or once at the end, for models of growing width, next to the host's and the
-GPU's time per step; on a GPU it also lists the operations that synchronize.
+*value* on the host (``loss.item()``, ``if tensor > 0:``) waits until the queue has
+drained: a synchronization (see :doc:`how a GPU runs PyTorch </concepts/gpu>`).
+Once per step, it stops the host from preparing step ``n + 1`` while the GPU runs
+step ``n``. This page times a training loop reading the loss back every step,
+every tenth step or once at the end, and lists the operations that synchronize.
 """
 
 # %%
@@ -19,8 +16,7 @@ GPU's time per step; on a GPU it also lists the operations that synchronize.
 # -----
 # A small MLP regression. Its width sets the GPU's work per step (``18 * batch *
 # width**2`` FLOP) while the host's work, launching the same kernels, stays about
-# the same: on a GPU the widths run from steps where the GPU waits for the host to
-# steps where the host waits for the GPU. A CPU, which has no queue, runs one width.
+# the same. A CPU, which has no queue, runs one width.
 import warnings
 from dataclasses import replace
 from functools import partial
@@ -39,13 +35,15 @@ steps = 10 if page.small else 50
 batch = 256
 # A GPU plans with its datasheet peak, a CPU with a fixed rate, not its current load.
 widths = sweep(
-    16, 4096, memory_at=lambda w: 4 * (12 * w * w + 8 * batch * w),
-    flop_at=lambda w: 18 * batch * w * w, call_s=4e-3 if on_gpu else 5e-4,
-    peaks=page.peaks if on_gpu else None, multiple_of=16,
-)  # fmt: skip
+    16,
+    4096,
+    memory_at=lambda w: 4 * (12 * w * w + 8 * batch * w),
+    flop_at=lambda w: 18 * batch * w * w,
+    call_s=4e-3 if on_gpu else 5e-4,
+    peaks=page.peaks if on_gpu else None,
+    multiple_of=16,
+)
 widths = widths[-4:] if on_gpu else widths[-1:]  # a CPU has no GPU side to vary
-print(f"MLP: 3 layers of width {', '.join(map(str, widths))}; batch {batch}, "
-      f"{steps} steps per loop")  # fmt: skip
 
 
 def make_model(width):
@@ -87,19 +85,10 @@ def train_loop(train_step, read_every):
 # %%
 # Host time and GPU time per step
 # -------------------------------
-# Two more measurements per width say which side is slower. The GPU's time is that
-# of the step's kernels alone (``measure="kernel"``). The host's time is what the
-# loop's Python code takes to issue a step: a host clock that does *not* wait for
-# the GPU measures exactly that, for a few steps after an empty queue, so that the
-# queue never fills and makes the host wait. On a CPU, with no queue, the step is
-# the host's time and ``.item()`` only converts a number: any difference between
-# the loops there is that conversion or noise.
-
-
-def per_step(m):  # a loop's measurement, as times per step
-    return replace(m, times_s=tuple(t / steps for t in m.times_s))
-
-
+# Two more measurements say which side is slower: the GPU's time for the step's
+# kernels alone (``measure="kernel"``), and the host's time to issue a step, by a
+# host clock that does *not* wait for the GPU, for a few steps after an empty
+# queue. On a CPU, with no queue, ``.item()`` only converts a number.
 def issue_time(train_step):
     """The host's time to issue one step, not waiting for the GPU."""
     torch.cuda.synchronize()
@@ -108,44 +97,39 @@ def issue_time(train_step):
     return m
 
 
+def per_step(m):  # a loop's measurement, as times per step
+    return replace(m, times_s=tuple(t / steps for t in m.times_s))
+
+
 variants = {"once at the end": steps, "every 10 steps": 10, "every step": 1}
 rows, gains, tenth = [], {}, {}
 for width in widths:
     train_step = make_model(width)
     reads = {label: partial(train_loop, train_step, k) for label, k in variants.items()}
-    loops = interleave(reads, device=device).values()
-    once, every_10, every = (per_step(m) for m in loops)
+    once, every_10, every = map(per_step, interleave(reads, device=device).values())
     host = kernels = None
     if on_gpu:
         host = issue_time(train_step)
         kernels = benchmark(train_step, device=device, measure="kernel")
     gains[width] = compare(once, every)  # how much faster reading once is
     tenth[width] = compare(once, every_10)
-    rows.append({"width": width, "host": host, "GPU": kernels, "read once": once,
-                 "every 10": every_10, "every step": every,
-                 "once speed vs every": gains[width].short})  # fmt: skip
+    row = {"width": width, "host": host, "GPU": kernels, "read once": once}
+    rows.append(row | {"every 10": every_10, "every step": every})
 print(table(rows, title="time per training step"))
-for read, field in [("once at the end", "read once"), ("every step", "every step")]:
-    gpuguide.record("training step", rows[-1][field], size=width, read=read)
+for read, m in [("once at the end", once), ("every step", every)]:
+    gpuguide.record("training step", m, size=width, read=read)
 if on_gpu:  # at the largest width, as the recorded devices have them
-    gpuguide.record("host: issuing a step", rows[-1]["host"], size=width)
-    gpuguide.record("GPU: the step's kernels", rows[-1]["GPU"], size=width)
+    gpuguide.record("host: issuing a step", host, size=width)
+    gpuguide.record("GPU: the step's kernels", kernels, size=width)
 
 # %%
 # What the numbers say
 # --------------------
 # A read every step costs what could otherwise overlap across the step boundary:
-# the GPU idles while the host, just woken up, prepares the next step's first
-# kernels, and the host idles while the GPU finishes this step's last ones. That
-# idle time is at most the shorter side's share of a step, so where either side's
-# time dwarfs the other's it is small next to the step; the table gives both sides'
-# times per width. Reading every tenth step pays it once in ten steps. The line
-# below and the title give the largest measurable speed-up of reading once, and the
-# claims say what this run found.
-lines = {"read once": ".item() once at the end", "every step": ".item() every step"}
-if on_gpu:
-    lines |= {"host": "host: issuing a step", "GPU": "GPU: the step's kernels"}
-series = {name: [row[f] for row in rows] for f, name in lines.items()}
+# the GPU idles while the host prepares the next step's first kernels, and the
+# host idles while the GPU finishes this step's last ones. That idle time is at
+# most the shorter side's share of a step. Reading every tenth step pays it once
+# in ten steps.
 worst = max(gains, key=lambda w: (gains[w].measurable, gains[w].speedup))
 report("speed-up of reading once", gains[worst], size=f"width {worst}")
 gpuguide.claim(
@@ -167,12 +151,19 @@ gpuguide.claim(
     tenth[worst],
     verdict="not faster",
 )
+lines = {"read once": ".item() once at the end", "every step": ".item() every step"}
+if on_gpu:
+    lines |= {"host": "host: issuing a step", "GPU": "GPU: the step's kernels"}
 fig, ax = plt.subplots()
 plot_sweep(
-    ax, widths, series, xlabel="width (features)", ylabel="time per training step (ms)",
-    title=f"Reading once instead of every step: {gains[worst].short} at width {worst}",
+    ax,
+    widths,
+    {name: [row[field] for row in rows] for field, name in lines.items()},
+    xlabel="width (features)",
+    ylabel="time per training step (ms)",
+    title=f"Reading once instead of every step: {gains[worst].short} at {worst}",
     record="time per training step",
-)  # fmt: skip
+)
 plt.show()
 
 # %%
@@ -195,7 +186,7 @@ if page.needs_cuda("torch.cuda.set_sync_debug_mode"):
     }
     loss = make_model(widths[0])()
     torch.cuda.synchronize()
-    rows, notices = [], set()
+    rows = []
     for code, run in suspects.items():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -205,12 +196,8 @@ if page.needs_cuda("torch.cuda.set_sync_debug_mode"):
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         texts = [warning_text(w) for w in caught]
-        notices.update(t for t in texts if "prototype" in t)
-        found = [t for t in texts if "prototype" not in t]
-        rows.append({"code": code, "synchronizes": "yes" if found else "no",
-                     "PyTorch warning": found[0] if found else None})  # fmt: skip
-    for notice in sorted(notices):
-        print(f"PyTorch notes: {notice}")
+        found = [t for t in texts if "prototype" not in t]  # not the mode's notice
+        rows.append({"code": code, "synchronizes": "yes" if found else "no"})
     print(table(rows))
     expected = {code: "no" if "(no sync)" in code else "yes" for code in suspects}
     found = {row["code"]: row["synchronizes"] for row in rows}
@@ -223,7 +210,6 @@ if page.needs_cuda("torch.cuda.set_sync_debug_mode"):
 # %%
 # What to take away
 # -----------------
-# Keep values on the device inside the loop (``running += loss.detach()``) and read
-# them back once per logging interval; look for hidden synchronizations with
-# ``torch.cuda.set_sync_debug_mode("warn")``. What this run found:
+# Keep values on the device (``running += loss.detach()``) and read them back once
+# per logging interval; find hidden synchronizations with ``set_sync_debug_mode``.
 gpuguide.takeaway()
