@@ -26,15 +26,13 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide import Measurement, benchmark, compare, largest_size, plot_bars, report
+from gpuguide import Measurement, benchmark, compare, plot_bars, report
+from gpuguide.chapters.data import matmul_side
 
 page = gpuguide.setup()
 device = page.device
 reps = 5 if page.small else 30
-n = largest_size(
-    64, 16384, memory_at=lambda n: 12 * n * n, flop_at=lambda n: 2 * n**3,
-    traffic_at=lambda n: 12 * n * n, call_s=0.005, multiple_of=64,
-)  # fmt: skip
+n = matmul_side(device=device, call_s=0.005)
 a, b, out = (torch.randn(n, n, device=device) for _ in range(3))
 print(f"float32 matmul, n = {n}")
 
@@ -51,10 +49,6 @@ ref = benchmark(torch.matmul, args=(a, b), kwargs={"out": out}, label="the refer
 report("reference matmul", ref, size=n)
 
 
-def as_measurement(label, times_s, method):
-    return Measurement(label, tuple(times_s), str(device), method)
-
-
 # %%
 # The pitfall: a host clock that does not wait
 # --------------------------------------------
@@ -69,7 +63,7 @@ for _ in range(reps):
     samples.append(time.perf_counter() - t0)
 # Drain the queue before going on (torch.cpu.synchronize() does nothing).
 getattr(torch, device.type).synchronize()
-no_sync = as_measurement("host clock, no sync", samples, "wall-clock")
+no_sync = Measurement("host clock, no sync", tuple(samples), str(device), "wall-clock")
 report("host clock, no sync", no_sync, size=n)
 versus = compare(no_sync, ref)
 report("against the reference", versus, size=n, method=no_sync.label)
@@ -105,8 +99,8 @@ if page.needs_cuda("Synchronizing and CUDA events"):
         torch.matmul(a, b, out=out)
         torch.cuda.synchronize()
         samples.append(time.perf_counter() - t0)
-    label = "host clock + sync"
-    gpu_only[label] = as_measurement(label, samples, "wall-clock+sync")
+    method = "wall-clock+sync"
+    sync = Measurement("host clock + sync", tuple(samples), str(device), method)
 
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
@@ -116,12 +110,11 @@ if page.needs_cuda("Synchronizing and CUDA events"):
         end.record()
     torch.cuda.synchronize()
     samples = [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends, strict=True)]
-    gpu_only["CUDA events"] = as_measurement("CUDA events", samples, "cuda-events")
-    sync, events = gpu_only.values()
+    events = Measurement("CUDA events", tuple(samples), str(device), "cuda-events")
+    gpu_only = {"host clock + sync": sync, "CUDA events": events}
     report("host clock + sync", sync, size=n)
     report("CUDA events", events, size=n)
     apart = gpuguide.format_time(abs(sync.median_s - events.median_s))
-    print(f"{compare(events, sync)}; the medians are {apart} apart")
     gpuguide.claim(
         "the host clock with syncs reads at most 100 us more than CUDA events",
         sync.median_s - events.median_s,
@@ -147,15 +140,13 @@ if page.needs_cuda("Synchronizing and CUDA events"):
 # floats (64 KiB per tensor), both ways.
 if page.needs_cuda('measure="call" against measure="kernel"'):
     u, v, w = (torch.randn(16384, device=device) for _ in range(3))
-    labels = {"call": "time per call (launch included)", "kernel": "the kernel alone"}
     per_call, kernel = (
-        benchmark(torch.add, args=(u, v), kwargs={"out": w}, measure=kind, label=label)
-        for kind, label in labels.items()
+        benchmark(torch.add, args=(u, v), kwargs={"out": w}, measure=kind)
+        for kind in ("call", "kernel")
     )
     report("add of 16384 floats", per_call, measure="call")
     report("add of 16384 floats", kernel, measure="kernel")
     launch = compare(per_call, kernel)
-    print(launch)
     gpuguide.claim(
         "a 64 KiB add's time per call is at least 1.05x its kernel's time alone",
         launch,
@@ -171,12 +162,8 @@ if page.needs_cuda('measure="call" against measure="kernel"'):
 # differ by more than 10x, as the no-sync clock on a GPU does.
 methods = {"reference": ref, "host clock, no sync": no_sync, **gpu_only}
 fig, ax = plt.subplots()
-plot_bars(
-    ax,
-    methods,
-    ylabel="median time (ms)",
-    title=f"host clock, no sync / reference: {compare(ref, no_sync).short}",
-)
+title = f"host clock, no sync / reference: {compare(ref, no_sync).short}"
+plot_bars(ax, methods, ylabel="median time (ms)", title=title)
 medians = [m.median_s for m in methods.values()]
 if max(medians) > 10 * min(medians):
     ax.set_yscale("log")
