@@ -179,3 +179,39 @@ def test_size_text_names_large_powers_of_two():
     assert size_text(2**20) == "2^20"
     assert size_text(8192) == "8192"
     assert size_text(3 * 2**20) == str(3 * 2**20)
+
+
+def test_a_variant_may_bring_its_own_inputs_size_peak_and_planning_rate():
+    seen = []
+
+    def halves(n, device):
+        seen.append(n)
+        return [torch.ones(n, device=device, dtype=torch.float16)] * 2
+
+    result = small_sweep(hi=2048, flop=lambda n: n).run(
+        {
+            "fp32": torch.add,
+            "fp16": Variant(torch.add, inputs=halves, peak="fp16"),
+            "n+1": Variant(torch.add, size=lambda n: n + 1, peak=False),
+            "slow": Variant(torch.add, flop_per_s=1.0),
+        },
+        rep_ms=1,
+    )
+    assert seen == [1024, 2048]
+    assert result.size_of("n+1", 1024) == 1025
+    assert result.rate("n+1", 1024).value == pytest.approx(
+        12 * 1025 / result.at("n+1", 1024).median_s
+    )
+    assert result.ran("slow") == [1024]  # 1 FLOP/s: only the smallest size
+    assert result._peak("fp16") == "fp16"
+    assert result._peak("n+1") is None
+    assert result._peak("fp32") == "memory"
+    assert "(share of each one's peak)" in str(result).splitlines()[0]
+
+
+def test_the_plot_records_its_points_when_asked():
+    result = fake({"a": [m("a", 1e-3)] * 4})
+    _, ax = plt.subplots()
+    result.plot(ax, record="op time")
+    plt.close("all")
+    assert [r.x for r in results.recorded() if r.name == "op time"] == [1, 2, 4, 8]

@@ -57,14 +57,21 @@ class Variant:
     page's), its inputs made on ``inputs_on`` (default ``device``), sized for
     calls of ``call_s`` seconds, and only at the sizes variant ``within`` ran.
     ``peak`` False leaves its rate without a share of a peak (a variant that
-    also copies, say)."""
+    also copies, say), a name holds it against that peak instead of the sweep's.
+    ``inputs(n, device)`` replaces the sweep's inputs (another dtype, say);
+    ``size(n)`` is the size it runs at for the sweep's ``n`` (a neighbour such as
+    ``n + 1``: its inputs, work and rate are at that size); ``flop_per_s`` is the
+    rate its sizes are planned with (default the device's fp32 peak)."""
 
     fn: Callable[..., Any]
     device: torch.device | str | None = None
     inputs_on: torch.device | str | None = None
     call_s: float | None = None
     within: str | None = None
-    peak: bool = True
+    peak: bool | str = True
+    inputs: Callable[[int, torch.device], Sequence[Any]] | None = None
+    size: Callable[[int], int] | None = None
+    flop_per_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,10 @@ class Sweep:
         return self.flop if self.rate == "FLOP/s" else self.traffic
 
     def sizes_for(
-        self, device: torch.device | str, call_s: float | None = None
+        self,
+        device: torch.device | str,
+        call_s: float | None = None,
+        flop_per_s: float | None = None,
     ) -> list[int]:
         """The sizes this sweep runs on ``device`` (see :func:`gpuguide.sweep`)."""
         return fitting_sizes(
@@ -119,6 +129,7 @@ class Sweep:
             traffic_at=self.traffic,
             device=device,
             call_s=call_s,
+            flop_per_s=flop_per_s,
             per_octave=self.per_octave,
             multiple_of=self.multiple_of,
         )
@@ -149,7 +160,7 @@ class Sweep:
             if v.within is not None and v.within not in plans:
                 msg = f"variant {label!r}: within={v.within!r} names no variant"
                 raise ValueError(msg)
-            own_sizes[label] = self.sizes_for(devices[label], v.call_s)
+            own_sizes[label] = self.sizes_for(devices[label], v.call_s, v.flop_per_s)
         for label, v in plans.items():
             if v.within is not None:
                 inside = set(own_sizes[v.within])
@@ -158,14 +169,16 @@ class Sweep:
         times: dict[str, list[Measurement | None]] = {label: [] for label in plans}
         for n in sizes:
             groups: dict[tuple[str, str], dict[str, Callable[[], Any]]] = {}
-            made: dict[str, Sequence[Any]] = {}
+            made: dict[tuple[Any, ...], Sequence[Any]] = {}
             for label, v in plans.items():
                 if n not in own_sizes[label]:
                     continue
                 where = as_device(v.inputs_on or devices[label])
-                if str(where) not in made:
-                    made[str(where)] = self.inputs(n, where)
-                args = made[str(where)]
+                at = v.size(n) if v.size else n
+                key = (v.inputs or self.inputs, str(where), at)
+                if key not in made:
+                    made[key] = (v.inputs or self.inputs)(at, where)
+                args = made[key]
                 group = (str(devices[label]), str(where)) if paired else (label, "")
                 groups.setdefault(group, {})[label] = _bind(v.fn, args)
             timed: dict[str, Measurement] = {}
@@ -187,6 +200,7 @@ class Sweep:
             times=times,
             devices={label: str(d) for label, d in devices.items()},
             peaked={label: v.peak for label, v in plans.items()},
+            variants=plans,
         )
 
 
@@ -206,12 +220,22 @@ class SweepResult:
     sizes: list[int]
     times: dict[str, list[Measurement | None]]
     devices: dict[str, str]
-    peaked: dict[str, bool] = field(default_factory=dict)
+    peaked: dict[str, bool | str] = field(default_factory=dict)
+    variants: dict[str, Variant] = field(default_factory=dict)
 
     def _check(self, label: str) -> None:
         if label not in self.times:
             msg = f"no variant {label!r}; this sweep ran {list(self.times)}"
             raise KeyError(msg)
+
+    def size_of(self, label: str, n: int) -> int:
+        """The size ``label`` ran at for the sweep's ``n`` (see ``Variant.size``)."""
+        v = self.variants.get(label)
+        return v.size(n) if v is not None and v.size is not None else n
+
+    def _peak(self, label: str) -> str | None:
+        peak = self.peaked.get(label, True)
+        return peak if isinstance(peak, str) else (self.sweep.peak if peak else None)
 
     def ran(self, *labels: str) -> list[int]:
         """The sizes at which every one of ``labels`` ran, ascending."""
@@ -249,7 +273,7 @@ class SweepResult:
             raise ValueError(msg)
         unit = self.sweep.rate or ("FLOP/s" if work is self.sweep.flop else "B/s")
         n = self.largest(label) if n is None else n
-        return self.at(label, n).rate(work(n), unit)
+        return self.at(label, n).rate(work(self.size_of(label, n)), unit)
 
     def compare(self, subject: str, baseline: str, n: int | None = None) -> Comparison:
         """``subject`` against ``baseline`` at ``n`` (default the largest both ran)."""
@@ -283,12 +307,12 @@ class SweepResult:
                 self.report(each, n, **config)
             return
         n = self.largest(label) if n is None else n
-        name = f"{self.sweep.name}, {label}"
+        name, size = f"{self.sweep.name}, {label}", self.size_of(label, n)
         if self.sweep.rate is None:
-            report_figure(name, self.at(label, n), size=n, **config)
+            report_figure(name, self.at(label, n), size=size, **config)
             return
-        peak = self.sweep.peak if self.peaked.get(label, True) else None
-        report_figure(name, self.rate(label, n), peak=peak, size=n, **config)
+        rate = self.rate(label, n)
+        report_figure(name, rate, peak=self._peak(label), size=size, **config)
 
     def against(self, baseline: str) -> None:
         """For every other variant: from which size on it beat ``baseline`` (the
@@ -314,10 +338,8 @@ class SweepResult:
         rate = self.rate(label, n)
         text = format_rate(rate.value, rate.unit)
         text += " NOISY" if m.is_noisy else ""
-        if self.sweep.peak and self.peaked.get(label, True):
-            share = device_peaks(self.devices[label]).percent_of(
-                rate.value, self.sweep.peak
-            )
+        if peak := self._peak(label):
+            share = device_peaks(self.devices[label]).percent_of(rate.value, peak)
             text += f" ({share:.0f}%)" if share is not None else ""
         return text
 
@@ -326,8 +348,11 @@ class SweepResult:
         what = "median time per call ± half the IQR"
         if self.sweep.rate is not None:
             what = f"median {self.sweep.rate}"
-            if self.sweep.peak:
-                what += f" (share of the {self.sweep.peak} peak)"
+            peaks = {self._peak(label) for label in self.times} - {None}
+            if len(peaks) == 1:
+                what += f" (share of the {peaks.pop()} peak)"
+            elif peaks:
+                what += " (share of each one's peak)"
         rows = tuple(
             (size_text(n), *(self._cell(label, n) for label in self.times))
             for n in self.sizes
@@ -351,9 +376,11 @@ class SweepResult:
         title: str | None = None,
         labels: Mapping[str, str] | None = None,
         xlabel: str | None = None,
+        record: str | None = None,
     ) -> None:
         """Draw each variant against size with its quartile band (rates when the
-        sweep has a rate, else times); ``labels`` renames legend entries."""
+        sweep has a rate, else times); ``labels`` renames legend entries, and
+        ``record`` records each point under that name."""
         import matplotlib.pyplot as plt
 
         if ax is None:
@@ -374,7 +401,8 @@ class SweepResult:
         for label, ms in self.times.items():
             shown = labels.get(label, label)
             series[shown] = [
-                self._scaled(m, n, scale) for n, m in zip(self.sizes, ms, strict=True)
+                self._scaled(m, self.size_of(label, n), scale)
+                for n, m in zip(self.sizes, ms, strict=True)
             ]
         what = (
             "time"
@@ -390,6 +418,7 @@ class SweepResult:
             title=title or self.sweep.name,
             device=next(iter(self.devices.values())),
             value=lambda v: v,
+            record=record,
         )
 
     def _scaled(
