@@ -8,6 +8,14 @@ from landing import banner_text, chapters, page_top
 import gpuguide
 
 EXAMPLE_RST = """
+.. only:: html
+
+    .. note::
+        :class: sphx-glr-download-link-note
+
+        :ref:`Go to the end <sphx_glr_download_auto_examples_05_dtypes_plot_x.py>`
+        to download the full example code.
+
 .. rst-class:: sphx-glr-example-title
 
 .. _sphx_glr_auto_examples_05_dtypes_plot_x.py:
@@ -46,23 +54,37 @@ def test_every_chapter_has_a_card_with_a_first_page_and_a_sentence():
         assert "\n" not in chapter["sentence"]
 
 
-def test_actions_and_provenance_go_under_the_title():
+def test_the_take_away_provenance_and_actions_go_under_the_title():
     out = page_top(EXAMPLE_RST, "plot_x.py")
+    box = out.index(".. page-takeaway::")
     top = out.index(".. container:: gpuguide-page-top")
-    assert out.index("=======") < top < out.index("Intro text.")
+    # the title, the take-away box, then provenance and actions, then the intro
+    assert out.index("=======") < box < top < out.index("Intro text.")
     block = out[top : out.index("Intro text.")]
     assert ":download:`Download the script <plot_x.py>`" in block
     assert ":download:`Download the notebook <plot_x.ipynb>`" in block
     assert "`View the source <plot_x.py.txt>`__" in block
     # the provenance line, its | escaped so that reST does not read substitutions
     assert "Measured on CPU X (2 cores) \\| torch 2.13.0 \\| CUDA: none" in block
+    assert block.index("Measured on") < block.index("Download the script")
     assert page_top(out, "plot_x.py") == out  # done once only
 
 
-def test_a_page_without_provenance_gets_the_actions_only():
+def test_the_go_to_the_end_note_is_gone():
+    assert "Go to the end" in EXAMPLE_RST
+    out = page_top(EXAMPLE_RST, "plot_x.py")
+    assert "Go to the end" not in out
+    assert "sphx-glr-download-link-note" not in out
+    assert ".. only:: html" not in out
+    # what followed the note stays, as it was
+    assert out.lstrip().startswith(".. rst-class:: sphx-glr-example-title")
+
+
+def test_a_page_without_provenance_gets_the_take_away_and_actions_only():
     source = EXAMPLE_RST.replace("Measured on", "Something else")
     out = page_top(source, "plot_x.py")
     assert "Download the script" in out
+    assert ".. page-takeaway::" in out
     assert "Measured on" not in out
     assert page_top("no title here", "plot_x.py") == "no title here"
 
@@ -104,3 +126,32 @@ def test_the_device_figures_name_a_gpu_s_sms_memory_and_datasheet_peaks(monkeypa
         gpuguide.device_peaks(h100).flops["bf16"], "FLOP/s"
     )
     assert rows["source of the peaks"] == gpuguide.device_peaks(h100).source
+
+
+def test_the_provenance_a_page_prints_is_one_compact_line():
+    import dataclasses
+    from datetime import datetime, timezone
+
+    now = datetime(2026, 11, 21, 10, 42, tzinfo=timezone.utc)
+    cpu = dataclasses.replace(
+        gpuguide.describe_device("cpu"), torch_version="2.13.0+cpu",
+        gpuguide_version="0.1.0", gpuguide_commit="abc1234", gpuguide_dirty=False,
+    )  # fmt: skip
+    h100 = dataclasses.replace(
+        cpu, type="cuda", name="NVIDIA H100 80GB HBM3", variant="H100 SXM5",
+        sm_count=132, total_memory_bytes=80 * 2**30, compute_capability=(9, 0),
+        cuda_version="12.8", driver_version="570.86.15", torch_version="2.13.0",
+    )  # fmt: skip
+    assert gpuguide.provenance(h100, now=now, compact=True) == (
+        "Measured on H100 SXM5 | torch 2.13.0 | CUDA 12.8 | driver 570.86.15 | "
+        "gpuguide 0.1.0 (abc1234) | 2026-11-21"
+    )
+    assert gpuguide.provenance(cpu, now=now, compact=True) == (
+        f"Measured on {cpu.short_name} | torch 2.13.0+cpu | gpuguide 0.1.0 (abc1234) "
+        "| 2026-11-21"
+    )
+    capped = dataclasses.replace(h100, memory_cap_bytes=2**30)
+    line = gpuguide.provenance(capped, now=now, compact=True)
+    assert line.startswith("Measured on H100 SXM5, GPU memory capped at 1.00 GiB |")
+    # the full line stays what it was, and longer
+    assert len(gpuguide.provenance(h100, now=now)) > len(line)

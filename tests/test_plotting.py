@@ -456,3 +456,83 @@ def test_plot_sweep_without_record_records_nothing(ax: plt.Axes, recording) -> N
     plot_sweep(ax, [1.0], {"a": [1.0]}, xlabel="n (x)", ylabel="t (ms)", title="t",
                device="cpu")  # fmt: skip
     assert recording() == ()
+
+
+# -- log axes: plain tick labels -------------------------------------------------------
+
+
+def tick_texts(ax, which: str = "y") -> list[str]:
+    """The labels matplotlib draws on ``ax``'s axis, major and minor, non-empty."""
+    ax.figure.canvas.draw()
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    ticks = axis.get_majorticklabels() + axis.get_minorticklabels()
+    return [t.get_text() for t in ticks if t.get_text()]
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "shown"),
+    [
+        (50, 90, {"60", "100"}),  # under a decade: minor ticks labelled, as 60
+        (0.001, 2e6, {"0.01", "1", "100", "10 k", "1 M"}),
+        (2e4, 9e4, {"20 k", "60 k"}),
+    ],
+)
+def test_log_axis_labels_ticks_as_plain_numbers(low, high, shown) -> None:
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [low, high])
+    plotting.log_axis(ax, "y")
+    texts = tick_texts(ax)
+    assert shown <= set(texts), texts
+    assert not [t for t in texts if "times" in t or "^" in t or "e+" in t], texts
+    assert ax.get_yscale() == "log"
+    plt.close(fig)
+
+
+def test_a_base_2_log_axis_counts_in_binary_prefixes() -> None:
+    fig, ax = plt.subplots()
+    ax.plot([16, 2**22], [1, 2])
+    plotting.log_axis(ax, "x", base=2)
+    texts = tick_texts(ax, "x")
+    assert {"32", "512", "8 Ki", "2 Mi"} <= set(texts), texts
+    assert not [t for t in texts if "^" in t], texts
+    with pytest.raises(ValueError, match="which must be"):
+        plotting.log_axis(ax, "z")
+    plt.close(fig)
+
+
+def test_plot_sweep_and_a_styled_plain_log_axis_have_plain_labels() -> None:
+    fig, ax = plt.subplots()
+    plot_sweep(
+        ax, [1024, 4096, 16384], {"copy": [60.0, 70.0, 80.0]}, xlabel="n (elements)",
+        ylabel="time (ms)", title="t", device=CPU,
+    )  # fmt: skip
+    assert "1 Ki" in tick_texts(ax, "x")
+    assert "60" in tick_texts(ax, "y")
+    plt.close(fig)
+    # A page's own ax.set_yscale("log") under the style: 60, not 6x10^1.
+    with mpl.rc_context():
+        apply_style()
+        fig, ax = plt.subplots()
+        ax.plot([1, 2], [50, 90])
+        ax.set_yscale("log")
+        texts = tick_texts(ax)
+        plt.close(fig)
+    assert "$\\mathdefault{60}$" in texts, texts
+    assert not [t for t in texts if "times" in t], texts
+
+
+def test_setup_applies_the_style_before_a_page_draws(monkeypatch) -> None:
+    import io
+
+    import gpuguide
+
+    monkeypatch.setenv("GPUGUIDE_DEVICE", "cpu")
+    with mpl.rc_context():
+        mpl.rcdefaults()  # as sphinx-gallery leaves matplotlib before each page
+        gpuguide.setup(file=io.StringIO())
+        fig, ax = plt.subplots()  # plain matplotlib, as a page draws
+        assert tuple(fig.get_size_inches()) == (7.0, 4.5)
+        assert not ax.spines["top"].get_visible()
+        assert fig.get_layout_engine() is not None
+        assert ax.xaxis.get_gridlines()[0].get_visible()
+        plt.close(fig)

@@ -149,7 +149,7 @@ def test_code_status_says_whether_figures_come_from_the_pages_current_code():
     assert status(_run(code.source, code.helpers)) == (
         "figures from this page's current code (2026-11-25, 2417e61)"
     )
-    assert status(_run("1 file(s), sha256 old", code.helpers)) == (
+    assert status(_run("1 file(s), sha256 ccc", code.helpers)) == (
         "recorded at 2417e61 (2026-11-25); this page changed since"
     )
     assert status(_run(code.source, "none")) == (
@@ -290,3 +290,61 @@ def test_page_table_puts_devices_side_by_side_with_percent_of_peak():
     assert marked.rows[1] == ("call", "5.00 us" + EARLIER, "-")
     assert page_table("plot_other", [h100, cpu]) is None
     assert page_table(PAGE, [sweep_only]) is None
+
+
+# -- the take-away box (docs/_ext/claims_page.py) ----------------------------------------
+
+
+def _takeaway(claims, live=True):
+    from claims_page import takeaway_box
+
+    from gpuguide.results import Claim
+
+    checked = tuple(Claim(*c) for c in claims)
+    run = ResultsFile(CPU, claims={PAGE: checked} if checked else {}) if live else None
+    return takeaway_box(PAGE, run)
+
+
+def test_the_take_away_lists_what_this_run_checked_with_its_outcome():
+    box = _takeaway(
+        [
+            ("x is 4", "held", "4"),
+            ("y is 5", "failed", "4"),
+            ("graphs help", "n/a", "needs CUDA; this run is on CPU"),
+            ("streams overlap", "n/a", "needs CUDA; this run is on CPU"),
+            ("compiled is faster", "n/a", "small mode: too small"),
+        ]
+    )
+    assert "gpuguide-takeaway" in box["classes"]
+    title, items, rest = box.children
+    assert title.astext() == f"Take-away, measured in this build on {CPU.short_name}"
+    assert [i.astext() for i in items.children] == [
+        "held: x is 4 (measured 4)",
+        "did not hold: y is 5 (measured 4)",
+    ]
+    assert [i["classes"] for i in items.children] == [
+        ["gpuguide-held"],
+        ["gpuguide-failed"],
+    ]
+    assert rest.astext() == (
+        "Not checked here: 3 claims: 2 (needs CUDA; this run is on CPU), 1 (small "
+        "mode: too small); see Recorded results."
+    )
+    (link,) = [n for n in rest.children if n.tagname == "reference"]
+    assert link["refuri"] == "#recorded-results"
+
+
+def test_a_take_away_with_nothing_checked_says_why_in_one_line():
+    box = _takeaway([("graphs help", "n/a", "needs CUDA; this run is on CPU")])
+    _, rest = box.children
+    assert rest.astext() == (
+        "Not checked here: 1 claim (needs CUDA; this run is on CPU); see Recorded "
+        "results."
+    )
+
+
+def test_a_page_this_build_did_not_run_says_so_and_one_without_claims_has_no_box():
+    box = _takeaway([], live=False)
+    assert box.children[0].astext() == "Take-away"
+    assert "This build did not run this page" in box.astext()
+    assert _takeaway([]) is None

@@ -13,6 +13,10 @@ that device's results file.
   commit that recorded it.
 * :func:`claims_table` gives the same table for one page; the "Recorded
   results" section of each page shows it (:class:`results_page.RecordedFigures`).
+* ``.. page-takeaway::`` (put under each example page's title by
+  ``landing.page_top``) is the page's take-away: a box of the claims this
+  build's run of the page checked, each with its outcome and what was measured
+  (:func:`takeaway_box`).
 * When the build ends, the log counts the claims of the pages it ran and lists
   each one that did not hold (:func:`claims_summary`).
 """
@@ -20,6 +24,7 @@ that device's results file.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,7 +40,15 @@ from gallery_hooks import page_claims
 from gpuguide.results import Claim, ResultsFile, load
 from gpuguide.tables import Table
 
-__all__ = ["OUTCOME_WORDS", "RecordedClaims", "claims_summary", "claims_table", "setup"]
+__all__ = [
+    "OUTCOME_WORDS",
+    "PageTakeaway",
+    "RecordedClaims",
+    "claims_summary",
+    "claims_table",
+    "setup",
+    "takeaway_box",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +163,70 @@ class RecordedClaims(SphinxDirective):
         return [nodes.paragraph(text=count), *out]
 
 
+def _not_checked(claims: Sequence[Claim]) -> str:
+    """``"3 claims (needs CUDA; this run is on CPU)"``, or with several reasons
+    ``"3 claims: 2 (needs CUDA; ...), 1 (small mode: ...)"``."""
+    reasons = Counter(c.measured for c in claims)
+    head = f"{len(claims)} claim" + ("s" if len(claims) > 1 else "")
+    if len(reasons) == 1:
+        return f"{head} ({next(iter(reasons))})"
+    return f"{head}: " + ", ".join(f"{n} ({why})" for why, n in reasons.items())
+
+
+def _see_recorded(text: str) -> nodes.paragraph:
+    """``text`` and a link to the page's own "Recorded results" section."""
+    link = nodes.reference("", "Recorded results", refuri="#recorded-results")
+    return nodes.paragraph("", text, link, nodes.Text("."))
+
+
+def takeaway_box(page: str, live: ResultsFile | None) -> nodes.admonition | None:
+    """A page's take-away: the claims this build's run of it checked.
+
+    Each claim that held or did not hold is an item with what was measured; the
+    claims the run could not check are counted in one line, with why, pointing
+    at the page's recorded results. ``live`` None (the build did not run the
+    page): one line saying so. None when the run checked no claim.
+    """
+    box = nodes.admonition(classes=["gpuguide-takeaway"])
+    if live is None:
+        box += nodes.title(text="Take-away")
+        text = "This build did not run this page; each device's run of it is in "
+        box += _see_recorded(text)
+        return box
+    claims = live.claims_of(page)
+    if not claims:
+        return None
+    where = live.device.short_name
+    box += nodes.title(text=f"Take-away, measured in this build on {where}")
+    checked = [c for c in claims if c.outcome != "n/a"]
+    if checked:
+        items = nodes.bullet_list()
+        for c in checked:
+            item = nodes.paragraph()
+            item += nodes.strong(text=OUTCOME_WORDS[c.outcome])
+            item += nodes.Text(f": {c.text} (measured {c.measured})")
+            items += nodes.list_item("", item, classes=[f"gpuguide-{c.outcome}"])
+        box += items
+    rest = [c for c in claims if c.outcome == "n/a"]
+    if rest:
+        box += _see_recorded(f"Not checked here: {_not_checked(rest)}; see ")
+    return box
+
+
+class PageTakeaway(SphinxDirective):
+    """``.. page-takeaway::``: the page's take-away box (:func:`takeaway_box`)."""
+
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        script = Path(self.env.srcdir, self.env.docname + ".py")
+        live = live_results(self.env.srcdir, self.env.docname)
+        if live is not None:
+            self.env.note_dependency(os.fspath(live_file(script)))
+        box = takeaway_box(script.stem, live)
+        return [] if box is None else [box]
+
+
 def _build_finished(app: Any, exception: BaseException | None) -> None:
     for line in claims_summary(page_claims()):
         logger.info(line)
@@ -157,5 +234,6 @@ def _build_finished(app: Any, exception: BaseException | None) -> None:
 
 def setup(app: Any) -> dict[str, Any]:
     app.add_directive("recorded-claims", RecordedClaims)
+    app.add_directive("page-takeaway", PageTakeaway)
     app.connect("build-finished", _build_finished)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

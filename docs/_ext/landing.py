@@ -6,10 +6,12 @@ torch, CUDA, the date of the build) and which devices have recorded results.
 the chapter's first page, the chapter's title and first sentence, linking to
 the chapter.
 
-On every example page, a row of actions (download the script, download the
-notebook, download both zipped, view the source as text) and the page's provenance line ("Measured on
-...", copied from the page's own output) are put right under the title, so that
-a reader sees what the numbers were measured on without scrolling.
+On every example page (:func:`page_top`), right under the title: the page's
+take-away (``.. page-takeaway::``, ``claims_page.py``: the claims this build's
+run checked), then its provenance on one line ("Measured on ...", copied from
+the page's own output) and a row of actions (download the script, the notebook,
+both zipped, view the source as text). sphinx-gallery's "Go to the end" note
+above the title goes: the actions are under the title.
 """
 
 from __future__ import annotations
@@ -197,17 +199,26 @@ class ChapterCards(SphinxDirective):
 
 _TITLE = re.compile(r"^(?P<title>[^\n]+)\n(?P<rule>=+)\n", re.MULTILINE)
 _PROVENANCE = re.compile(r"^\s+(Measured on [^\n]+)$", re.MULTILINE)
+#: sphinx-gallery's note above the title: "Go to the end to download the full
+#: example code" (its directive, its options and its indented text).
+_END_NOTE = re.compile(
+    r"^\.\. only:: html\n\n    \.\. note::\n        :class: sphx-glr-download-link-note\n"
+    r"(?:\n|        [^\n]*\n)*",
+    re.MULTILINE,
+)
 
 
 def page_top(source: str, script: str) -> str:
-    """An example page's reST with actions and provenance under its title.
+    """An example page's reST with its take-away, provenance and actions under its
+    title, and without sphinx-gallery's "Go to the end" note.
 
     ``script`` is the page's file name (``plot_alignment.py``). A page whose
-    output has no provenance line gets the actions only; a page already done
-    is returned unchanged.
+    output has no provenance line gets the take-away and the actions only; a
+    page already done is returned unchanged.
     """
     if "gpuguide-page-top" in source:
         return source
+    source = _END_NOTE.sub("", source, count=1)
     anchor = source.find(".. rst-class:: sphx-glr-example-title")
     title = _TITLE.search(source, anchor if anchor >= 0 else 0)
     if title is None:
@@ -219,11 +230,12 @@ def page_top(source: str, script: str) -> str:
         f":download:`Download both (zip) <{stem}.zip>` · "
         f"`View the source <{stem}.py.txt>`__"
     )
-    lines = ["", ".. container:: gpuguide-page-top", "", f"   {actions}", ""]
+    lines = ["", ".. page-takeaway::", "", ".. container:: gpuguide-page-top", ""]
     found = _PROVENANCE.search(source, title.end())
     if found:
         text = found.group(1).strip().replace("\\", "\\\\").replace("|", "\\|")
         lines += [f"   {text}", ""]
+    lines += [f"   {actions}", ""]
     return source[: title.end()] + "\n".join(lines) + "\n" + source[title.end() :]
 
 

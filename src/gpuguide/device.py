@@ -373,12 +373,20 @@ def provenance(
     device: str | torch.device | DeviceInfo | None = None,
     *,
     now: datetime | None = None,
+    compact: bool = False,
 ) -> str:
     """One line that says what a measurement ran on, and when (``now``, in UTC):
     ``"Measured on NVIDIA H100 80GB HBM3 [H100 SXM5] (132 SMs, ...) | torch 2.13.0 |
     CUDA 12.8 | driver 570.86.15 | gpuguide 0.1.0 (f4b16f4) | 2026-11-21 10:42 UTC"``.
+
+    ``compact``: the device by its short name, without its counts and NVML's
+    state, and the date alone (what :func:`gpuguide.setup` prints): ``"Measured on
+    H100 SXM5 | torch 2.13.0 | CUDA 12.8 | driver 570.86.15 | gpuguide 0.1.0
+    (f4b16f4) | 2026-11-21"``.
     """
     info = device if isinstance(device, DeviceInfo) else describe_device(device)
+    if compact:
+        return _compact_provenance(info, now)
     parts: list[str] = []
     if info.type == "cuda":
         head = f"Measured on {_clean(info.name)}"
@@ -427,4 +435,17 @@ def provenance(
             parts.append("CUDA: none (CPU-only run)")
     parts.append(info.gpuguide_label)
     parts.append(_utc_stamp(now))
+    return " | ".join(_clean(part) for part in parts)
+
+
+def _compact_provenance(info: DeviceInfo, now: datetime | None) -> str:
+    """:func:`provenance`'s compact line."""
+    head = f"Measured on {info.short_name}"
+    if info.memory_cap_bytes is not None:
+        head += f", GPU memory capped at {format_bytes(info.memory_cap_bytes)}"
+    parts = [head, f"torch {info.torch_version}"]
+    if info.type == "cuda":
+        parts.append(f"CUDA {info.cuda_version or 'unknown'}")
+        parts.append(f"driver {info.driver_version or 'unknown'}")
+    parts += [info.gpuguide_label, _utc_stamp(now)[: len("2026-11-21")]]
     return " | ".join(_clean(part) for part in parts)

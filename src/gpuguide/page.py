@@ -3,7 +3,7 @@
 Examples
 --------
 >>> page = setup()  # doctest: +SKIP
-Measured on CPU ... | torch 2.13.0+cpu | CUDA: none (CPU-only run) | ...
+Measured on CPU: ... | torch 2.13.0+cpu | gpuguide 0.1.0 (f4b16f4) | ...
 >>> m = gpuguide.benchmark(torch.mm, args=(a, a))  # doctest: +SKIP
 >>> report("fp32 matmul", m.rate(2 * n**3), peak="fp32", size=n)  # doctest: +SKIP
 fp32 matmul: 1.52 TFLOP/s (1.49-1.53), 84% of the fp32 peak
@@ -21,6 +21,7 @@ from gpuguide import checks
 from gpuguide.device import DeviceInfo, describe_device, pick_device, provenance
 from gpuguide.env import small_mode
 from gpuguide.peaks import Peaks, device_peaks
+from gpuguide.plotting import apply_style
 from gpuguide.results import ConfigValue, record
 from gpuguide.timing import NOISY_RELATIVE_IQR, Measurement, Rate
 from gpuguide.units import format_bytes, format_rate, format_time, significant
@@ -79,15 +80,17 @@ def setup(
     file: TextIO | None = None,
 ) -> Page:  # fmt: skip
     """A page's first call: pick the device (``prefer`` as for
-    :func:`gpuguide.pick_device`), seed torch (unless ``seed`` is None), print
-    the provenance line."""
+    :func:`gpuguide.pick_device`), seed torch (unless ``seed`` is None), apply
+    the plot style (:func:`gpuguide.plotting.apply_style`) before any figure is
+    drawn, and print the provenance on one compact line."""
     import torch
 
     device = pick_device(prefer)
     if seed is not None:
         torch.manual_seed(checks.integer("seed", seed, minimum=0))
     page = Page(device, small_mode(), file)
-    print(provenance(device), file=file or sys.stdout)
+    apply_style()
+    print(provenance(device, compact=True), file=file or sys.stdout)
     _current[:] = [page]
     return page
 

@@ -1,6 +1,10 @@
 """One look for every figure of the guide: sweeps, bar charts and the device label.
 
 Every axis label names its unit in parentheses, every figure its device.
+:func:`gpuguide.setup` applies the style (:func:`apply_style`) before a page
+draws, so a figure made with plain matplotlib has it too. Log axes label their
+ticks as plain numbers (1, 60, 100, 10 k; 1 Ki, 4 Mi on a base-2 axis), never
+``6x10^1``: :func:`log_axis` sets such an axis, as :func:`plot_sweep` does.
 
 Examples
 --------
@@ -21,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import matplotlib as mpl
 from cycler import cycler
 from matplotlib.layout_engine import ConstrainedLayoutEngine
+from matplotlib.ticker import LogFormatter
 
 from gpuguide.device import DeviceInfo, describe_device, pick_device
 from gpuguide.timing import Measurement
@@ -32,8 +37,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure, SubFigure
 
 __all__ = [
-    "COLORS", "apply_style", "label_device", "plot_bars", "plot_sweep", "require_unit",
-    "style_axes",
+    "COLORS", "apply_style", "label_device", "log_axis", "plot_bars", "plot_sweep",
+    "require_unit", "style_axes",
 ]  # fmt: skip
 
 #: Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
@@ -48,6 +53,8 @@ _STYLE: dict[Any, Any] = {
     "axes.prop_cycle": cycler(color=list(COLORS)), "axes.titlesize": "medium",
     "axes.titleweight": "bold", "lines.linewidth": 1.8, "lines.markersize": 5,
     "legend.frameon": False, "legend.fontsize": "small",
+    # A log axis set without log_axis labels 0.001 to 9000 as plain numbers.
+    "axes.formatter.min_exponent": 4,
 }  # fmt: skip
 
 _DEVICE_LABEL_GID = "gpuguide-device-label"
@@ -71,6 +78,54 @@ def style_axes(ax: Axes) -> None:
     fig = _top(ax.figure)
     if fig.get_layout_engine() is None:
         fig.set_layout_engine("constrained")
+
+
+#: Prefixes of plain tick labels, largest first: decimal, and binary for base 2.
+_DECIMAL = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+_BINARY = (
+    (2.0**50, "Pi"),
+    (2.0**40, "Ti"),
+    (2.0**30, "Gi"),
+    (2.0**20, "Mi"),
+    (1024, "Ki"),
+)
+
+
+def _plain(x: float, *, binary: bool) -> str:
+    """``60``, ``0.005``, ``10 k``, ``2.5 M``; with ``binary``, ``1 Ki``, ``4 Mi``."""
+    for size, prefix in _BINARY if binary else _DECIMAL:
+        if abs(x) >= size:
+            return f"{x / size:.3g} {prefix}"
+    return f"{x:.3g}"
+
+
+class _PlainLogFormatter(LogFormatter):
+    """matplotlib's choice of which log ticks to label, written as plain numbers."""
+
+    def __init__(self, base: float) -> None:
+        super().__init__(base=base, labelOnlyBase=False)
+        self.binary = base == 2
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        if not super().__call__(x, pos):  # a tick matplotlib leaves unlabelled
+            return ""
+        return _plain(x, binary=self.binary)
+
+
+def log_axis(ax: Axes, which: str = "y", *, base: float = 10) -> None:
+    """Make ``ax``'s ``which`` axis (``"x"``, ``"y"`` or ``"both"``) logarithmic,
+    its ticks labelled as plain numbers: 1, 10, 60, 100, 10 k, 1 M; with ``base``
+    2, powers of two (1, 2, ..., 512, 1 Ki, 4 Mi). Never ``6x10^1``."""
+    if which not in ("x", "y", "both"):
+        msg = f'which must be "x", "y" or "both", got {which!r}'
+        raise ValueError(msg)
+    for name in ("x", "y") if which == "both" else (which,):
+        set_scale, axis = (
+            (ax.set_xscale, ax.xaxis) if name == "x" else (ax.set_yscale, ax.yaxis)
+        )
+        set_scale("log", base=base)
+        axis.set_major_formatter(_PlainLogFormatter(base))
+        axis.set_minor_formatter(_PlainLogFormatter(base))
 
 
 def require_unit(label: str) -> str:
@@ -173,10 +228,9 @@ def plot_sweep(
         if record is not None:
             _record_series(record, ylabel, name, line, band)
     if logx:
-        base = 2 if xs and all(v.is_integer() for v in xs) else 10
-        ax.set_xscale("log", base=base)
+        log_axis(ax, "x", base=2 if xs and all(v.is_integer() for v in xs) else 10)
     if logy:
-        ax.set_yscale("log")
+        log_axis(ax, "y")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
