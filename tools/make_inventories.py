@@ -9,9 +9,17 @@ as Sphinx would place them:
 
 - ``.. autosummary::`` with ``:toctree: DIR`` gives each entry its own page,
   ``DIR/<full name>.html`` next to the page that lists it (the anchor is the full
-  name); an entry is looked up under the current module first, as autosummary
-  does, and with the ``classtemplate.rst`` template a class page documents its
-  members too;
+  name, or the name ``autosummary_filename_map`` in the project's ``conf.py`` gives
+  it); an entry is looked up under the current module first, as autosummary does.
+  A class page documents what its template's ``autoclass`` asks for: the
+  template is found as Sphinx finds it (``:template: x.rst`` is
+  ``_templates/x.rst``, ``:template: x`` is ``_templates/autosummary/x.rst``, no
+  template is ``_templates/autosummary/class.rst``), read from the sources, and
+  its ``:members:`` and ``:inherited-members:`` decide which members get anchors
+  (PyTorch's ``_templates/classtemplate.rst``, used by nn.md, has no
+  ``:inherited-members:``; its ``autosummary/class.rst`` has). A template that
+  is not in the sources is Sphinx's own ``class.rst``, which documents no
+  members;
 - ``.. autofunction::``, ``.. autoclass::`` (and its ``:members:``), ``.. function::``,
   ``.. class::``, ``.. py:data::`` ... document a name on the page itself,
   ``<page>.html#<full name>`` (a Python-domain directive may name several, one a
@@ -24,7 +32,10 @@ as Sphinx would place them:
   members (as matplotlib's ``ticker_api.rst``).
 
 In MyST pages (``.md``) the reST inside ```` ```{eval-rst} ```` fences and the
-``{autosummary}``-style fences are read. A name that the installed package does
+``{autosummary}``-style fences are read; a table row under a ``.. class::``
+(the dtype tables of ``tensor_attributes.md``) that names instances of that
+class (``torch.float32``) links them to the class's anchor, where the page
+documents them. A name that the installed package does
 not have is left out (the stable documentation is built from a release). Where a
 class's members are documented is found by importing the class (public members
 with their own docstring, or all of them with ``:undoc-members:``, or the ones
@@ -56,7 +67,7 @@ import textwrap
 import warnings
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +89,7 @@ TORCH_PAGES = (
     "torch.md", "tensors.md", "tensor_attributes.md", "type_info.md",
     "nn.md", "nn.functional.md", "cuda.md", "cuda.aliases.md", "cpu.md",
     "amp.md", "autograd.md", "checkpoint.md", "profiler.md", "optim.md",
-    "data.md", "torch.compiler_api.md", "benchmark_utils.md",
+    "data.md", "torch.compiler_api.md", "benchmark_utils.md", "backends.md",
 )  # fmt: skip
 
 PROJECTS = {
@@ -132,6 +143,56 @@ DIRECTIVE = re.compile(r"^(\s*)\.\. ([\w:-]+)::\s*(.*)$")
 NAME = re.compile(r"^[A-Za-z_][\w.]*$")
 OPTION = re.compile(r"^\s*:([\w-]+):\s*(.*)$")
 FENCE = re.compile(r"^(`{3,}|:{3,})\{([\w:-]+)\}\s*(.*)$")
+CODE = re.compile(r"`([A-Za-z_][\w.]*)`")
+
+
+@dataclass(frozen=True)
+class DocsConfig:
+    """What a project's documentation sources say beyond its pages: its
+    templates (path under the source folder -> text), its ``conf.py``'s
+    ``autosummary_filename_map`` and the members ``autodoc_default_options``
+    excludes."""
+
+    templates: dict[str, str] = field(default_factory=dict)
+    filename_map: dict[str, str] = field(default_factory=dict)
+    exclude: frozenset[str] = frozenset()
+
+
+def docs_config(source: Path) -> DocsConfig:
+    """Read the templates in ``_templates`` and the literal settings of ``conf.py``."""
+    templates = {
+        path.relative_to(source / "_templates").as_posix(): path.read_text("utf-8")
+        for path in sorted((source / "_templates").rglob("*.rst"))
+    }
+    settings: dict[str, Any] = {}
+    conf = source / "conf.py"
+    if conf.is_file():
+        for node in ast.parse(conf.read_text("utf-8")).body:
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+                try:
+                    settings[node.targets[0].id] = ast.literal_eval(node.value)
+                except ValueError:
+                    continue
+    excluded = settings.get("autodoc_default_options", {}).get("exclude-members", "")
+    return DocsConfig(
+        templates,
+        dict(settings.get("autosummary_filename_map", {})),
+        frozenset(n.strip() for n in excluded.split(",") if n.strip()),
+    )
+
+
+def template_options(config: DocsConfig, template: str) -> dict[str, str]:
+    """The ``autoclass`` options of the template a class's autosummary page is
+    made from, found as Sphinx finds it; Sphinx's own ``class.rst`` (a
+    template not in the sources) has none, so it documents no members."""
+    if template.endswith(".rst"):
+        name = template
+    else:
+        name = f"autosummary/{template or 'class'}.rst"
+    for found, _, options, _ in directives(config.templates.get(name, "")):
+        if found == "autoclass":
+            return options
+    return {}
 
 
 def rest_of_text(page: str, text: str) -> str:
@@ -216,8 +277,12 @@ def _resolve(name: str) -> Any:
         except Exception:
             continue
         try:
-            for part in parts[cut:]:
+            for i, part in enumerate(parts[cut:], cut):
                 obj = getattr(obj, part)
+                # a module another one imports (torch.nn.functional.torch) is
+                # not where autodoc finds the name
+                if inspect.ismodule(obj) and obj.__name__ != ".".join(parts[: i + 1]):
+                    return None
         except Exception:
             return None
         return obj
@@ -239,22 +304,37 @@ def role_of(obj: object, parent: object = None) -> str:
 
 
 def members(
-    cls: type, inherited: bool, undoc: bool = False, chosen: str = ""
+    cls: type,
+    inherited: bool,
+    undoc: bool = False,
+    chosen: str = "",
+    exclude: frozenset[str] = frozenset(),
 ) -> dict[str, str]:
     """Public members of a class that autodoc documents with ``:members:`` (those
     with a docstring of their own; all of them with ``:undoc-members:``; only
     ``chosen`` ones where ``:members:`` lists names), and their roles."""
     owners = [c for c in cls.__mro__ if c is not object] if inherited else [cls]
+    # autodoc leaves out what exceptions inherit from Python's own, and the
+    # name and value of an enumeration's members
+    owners = [c for c in owners if not _builtin_exception(c)]
+    enum_like = hasattr(cls, "__members__")
     listed = {n.strip() for n in chosen.split(",") if n.strip()}
     found: dict[str, str] = {}
+    seen: set[str] = set()
     for owner in owners:
         for name, raw in vars(owner).items():
-            if name in found or (name not in listed if listed else name[0] == "_"):
+            if name in seen or (name not in listed if listed else name[0] == "_"):
+                continue
+            seen.add(name)  # the first class that defines it decides (autodoc
+            # reads the member from the class, an undocumented override included)
+            if name in exclude or (enum_like and name in {"name", "value"}):
                 continue
             doc = getattr(raw, "__doc__", None)
             if isinstance(raw, (staticmethod, classmethod)):
                 doc = raw.__func__.__doc__
             documented = doc and doc != type(raw).__doc__
+            if documented and str(doc).startswith("Alias for field number"):
+                documented = False  # a namedtuple's field: autodoc skips it
             if inspect.isclass(raw) or not (documented or undoc or listed):
                 continue
             routine = inspect.isroutine(raw) or isinstance(
@@ -262,6 +342,10 @@ def members(
             )
             found[name] = "py:method" if routine else "py:attribute"
     return found
+
+
+def _builtin_exception(owner: type) -> bool:
+    return issubclass(owner, BaseException) and owner.__module__ == "builtins"
 
 
 def module_members(module: str, options: dict[str, str]) -> dict[str, object]:
@@ -291,8 +375,11 @@ def module_members(module: str, options: dict[str, str]) -> dict[str, object]:
     return found
 
 
-def page_entries(page: str, text: str) -> dict[str, tuple[str, str]]:
+def page_entries(
+    page: str, text: str, config: DocsConfig | None = None
+) -> dict[str, tuple[str, str]]:
     """{full name: (role, uri)} for what one documentation page documents."""
+    config = config or DocsConfig()
     here = posixpath.dirname(page)
     doc = posixpath.splitext(page)[0] + ".html"
     module: str | None = None
@@ -321,7 +408,7 @@ def page_entries(page: str, text: str) -> dict[str, tuple[str, str]]:
             inherit = "inherited-members" in options
             undoc = "undoc-members" in options
             skip = {n.strip() for n in options.get("exclude-members", "").split(",")}
-            chosen = members(obj, inherit, undoc, options["members"])
+            chosen = members(obj, inherit, undoc, options["members"], config.exclude)
             for member, role in chosen.items():
                 if member not in skip:
                     add(f"{full}.{member}", role, f"{doc}#{full}.{member}")
@@ -350,22 +437,51 @@ def page_entries(page: str, text: str) -> dict[str, tuple[str, str]]:
                 if full is None:
                     continue
                 obj = resolve(full)
-                uri = f"{folder}/{full}.html"
+                uri = f"{folder}/{config.filename_map.get(full, full)}.html"
                 add(
                     full,
                     role_of(obj, resolve(full.rpartition(".")[0])),
                     f"{uri}#{full}",
                 )
-                template = options.get("template", "")
-                if inspect.isclass(obj) and template.startswith("class"):
-                    inherit = template == "classtemplate.rst"
-                    for member, role in members(obj, inherit).items():
+                if not inspect.isclass(obj):
+                    continue
+                documented = template_options(config, options.get("template", ""))
+                if "members" in documented:
+                    inherit = "inherited-members" in documented
+                    chosen = members(obj, inherit, exclude=config.exclude)
+                    for member, role in chosen.items():
                         add(f"{full}.{member}", role, f"{uri}#{full}.{member}")
         elif name in OWN_PAGE:
             for target in arg.splitlines():
                 target = target.split("(")[0].strip()
                 if NAME.match(target):
                     own_entry(name, target, options)
+    return found
+
+
+def class_values(page: str, text: str) -> dict[str, tuple[str, str]]:
+    """Values a MyST page lists in a table under the ``.. class::`` that they are
+    instances of (``tensor_attributes.md``: ``torch.float32`` under
+    ``torch.dtype``), each linked to that class's anchor."""
+    if not page.endswith(".md"):
+        return {}
+    doc = posixpath.splitext(page)[0] + ".html"
+    module, owner = None, None
+    found: dict[str, tuple[str, str]] = {}
+    for line in text.splitlines():
+        m = DIRECTIVE.match(line)
+        if m and m.group(2) in MODULE_DIRECTIVES:
+            module = m.group(3).strip()
+        elif m and m.group(2) in {"class", "py:class"}:
+            name = m.group(3).split("(")[0].strip()
+            owner = name if "." in name or not module else f"{module}.{name}"
+        elif line.startswith("#"):
+            owner = None  # a new section
+        elif owner and line.startswith("|"):
+            cls = resolve(owner)
+            for name in CODE.findall(line.split("|")[1]):
+                if inspect.isclass(cls) and isinstance(resolve(name), cls):
+                    found.setdefault(name, ("py:data", f"{doc}#{owner}"))
     return found
 
 
@@ -388,12 +504,12 @@ def write_inventory(
 
 
 def derive(key: str, source: Path) -> dict[str, tuple[str, str]]:
-    project = PROJECTS[key]
+    config = docs_config(source)
     entries: dict[str, tuple[str, str]] = {}
-    for page in project.pages:
-        for name, value in page_entries(
-            page, rest_of_text(page, (source / page).read_text("utf-8"))
-        ).items():
+    for page in PROJECTS[key].pages:
+        text = (source / page).read_text("utf-8")
+        found = page_entries(page, rest_of_text(page, text), config)
+        for name, value in [*found.items(), *class_values(page, text).items()]:
             entries.setdefault(name, value)
     return entries
 

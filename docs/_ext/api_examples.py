@@ -9,6 +9,14 @@ while autodoc names it by its module (``gpuguide.timing.benchmark``): both are
 looked up. The same short names are also made link targets (``alias_exports``),
 so that ``gpuguide.benchmark`` in an example's code links to the entry of
 ``gpuguide.timing.benchmark``.
+
+The names that an example's code links are those sphinx-gallery records in each
+example's ``.codeobj.json``: for every name, the objects it may be, in the
+order they are tried. Two kinds of candidate are corrected before the pages are
+read (``name_what_it_is``): a variable holding a built-in value (``n = 4`` links
+``n`` to ``int``) is not linked to the built-in's documentation, and a name that
+is documented itself (``torch.float32``) links to its own entry before the
+type of its value (``torch.dtype``).
 """
 
 from __future__ import annotations
@@ -85,7 +93,35 @@ def alias_exports(app: Sphinx, env: Any) -> None:
                 objects[alias] = entry._replace(aliased=True)
 
 
+def what_it_is(name: str, candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The candidates for a name in an example's code, in the order to try them:
+    those that are the name itself first (their last part is the name's), then
+    the type of its value, except a built-in type (a variable is not ``int``)."""
+    last = name.rpartition(".")[2]
+    own = [c for c in candidates if c["name"].rpartition(".")[2] == last]
+    typed = [
+        c
+        for c in candidates
+        if c not in own and not (c["module"] == "builtins" and not c["is_class"])
+    ]
+    return own + typed
+
+
+def name_what_it_is(app: Sphinx, env: Any, docnames: list[str]) -> None:
+    """Rewrite the examples' ``.codeobj.json`` (written when the gallery is
+    generated, read when the pages are written) with ``what_it_is``."""
+    folders = app.config.sphinx_gallery_conf.get("gallery_dirs", [])
+    for folder in [folders] if isinstance(folders, str) else folders:
+        for path in sorted((Path(app.srcdir) / folder).rglob("*.codeobj.json")):
+            names = json.loads(path.read_text(encoding="utf-8"))
+            fixed = {n: what_it_is(n, c) for n, c in names.items()}
+            fixed = {n: c for n, c in fixed.items() if c}
+            if fixed != names:
+                path.write_text(json.dumps(fixed, sort_keys=True), encoding="utf-8")
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("autodoc-process-docstring", add_examples)
+    app.connect("env-before-read-docs", name_what_it_is)
     app.connect("env-updated", alias_exports)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
