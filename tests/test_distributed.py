@@ -14,11 +14,9 @@ from gpuguide.chapters import distributed
 from gpuguide.chapters.distributed import (
     DDPConfig,
     DDPReport,
-    _run_rank,
     _run_worlds,
     ddp_train_worker,
     make_mlp,
-    run_rank,
     run_worlds,
 )
 from gpuguide.chapters.spawning import spawn_safe
@@ -33,30 +31,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def launch(fn, world_size, args=(), port=None):
+def launch(fn, world_size, args=()):
     """Run ``fn(*args)`` in ``world_size`` spawned ranks, as the DDP page does."""
-    port = free_port() if port is None else port
-    results = mp.get_context("spawn").SimpleQueue()
-    with spawn_safe():
-        mp.start_processes(
-            run_rank,
-            args=(fn, tuple(args), world_size, "127.0.0.1", port, results),
-            nprocs=world_size,
-            start_method="spawn",
-        )
-    return [value for _, value in sorted(results.get() for _ in range(world_size))]
+    return distributed.launch_worlds(fn, tuple(args), [world_size])[world_size]
 
 
-def test_run_rank_sets_torchrun_variables_per_rank():
+def test_spawned_ranks_get_torchrun_variables_per_rank():
     # os.path.expandvars is importable by name, so a spawned child can run it.
-    port = free_port()
     values = launch(
-        os.path.expandvars,
-        2,
-        args=("$RANK,$LOCAL_RANK/$WORLD_SIZE@$MASTER_ADDR:$MASTER_PORT",),
-        port=port,
+        os.path.expandvars, 2, args=("$RANK,$LOCAL_RANK/$WORLD_SIZE@$MASTER_ADDR",)
     )
-    assert values == [f"0,0/2@127.0.0.1:{port}", f"1,1/2@127.0.0.1:{port}"]
+    assert values == ["0,0/2@127.0.0.1", "1,1/2@127.0.0.1"]
+    ports = launch(os.path.expandvars, 2, args=("$MASTER_PORT",))
+    assert ports[0] == ports[1]
+    assert int(ports[0]) > 0
 
 
 def _expected_gradient_norm(config: DDPConfig, world_size: int) -> float:
@@ -129,19 +117,6 @@ class _ListQueue(list):
     put = list.append
 
 
-def test_run_rank_sets_the_environment_and_reports(monkeypatch):
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(name, raising=False)
-    # Restore whatever _run_rank writes into os.environ after the test.
-    monkeypatch.setattr(os, "environ", dict(os.environ))
-    queue = _ListQueue()
-    _run_rank(1, os.getenv, ("MASTER_PORT",), 3, "10.0.0.1", 4321, queue)
-    assert queue == [(1, "4321")]
-    assert os.environ["RANK"] == "1"
-    assert os.environ["WORLD_SIZE"] == "3"
-    assert os.environ["MASTER_ADDR"] == "10.0.0.1"
-
-
 class _CountingBarrier:
     waits = 0
 
@@ -184,7 +159,8 @@ def test_run_worlds_runs_each_world_in_turn_in_one_set_of_processes():
 def test_launch_runs_each_world_and_returns_its_results_by_rank():
     from gpuguide.chapters import distributed
 
-    got = distributed.launch(os.path.expandvars, ("$RANK/$WORLD_SIZE",), [1, 2])
+    args = ("$RANK/$WORLD_SIZE",)
+    got = distributed.launch_worlds(os.path.expandvars, args, [1, 2], one_set=True)
     assert got == {1: ["0/1"], 2: ["0/2", "1/2"]}
 
 
@@ -256,7 +232,7 @@ def test_launch_worlds_in_one_set_or_a_set_per_world(monkeypatch, one_set, launc
         calls.append(list(sizes))
         return {n: [(worker, args, n, rank) for rank in range(n)] for n in sizes}
 
-    monkeypatch.setattr(distributed, "launch", fake_launch)
+    monkeypatch.setattr(distributed, "_launch", fake_launch)
     got = distributed.launch_worlds(len, ("a",), [1, 2, 4], one_set=one_set)
     assert calls == launches
     assert list(got) == [1, 2, 4]

@@ -35,8 +35,10 @@ world_sizes, config = distributed.ddp_plan(
     gpus, cores, small=page.small, gpu_host=page.cuda
 )
 if gpus < 2:
-    print(f"Scaling over GPUs needs at least 2 CUDA GPUs (this run has {gpus or 'none'}):"
-          f" the processes below train on CPU cores ({cores} usable) with gloo.")  # fmt: skip
+    print(
+        f"Scaling over GPUs needs at least 2 CUDA GPUs (this run has {gpus or 'none'}):"
+        f" the processes below train on CPU cores ({cores} usable) with gloo."
+    )
 where = "cuda" if gpus >= 2 else "cpu"
 size = f"width {config.width}, batch {config.batch_size}"
 print(
@@ -74,19 +76,15 @@ if few:
 # %%
 # Launching one process per device
 # --------------------------------
-# ``distributed.launch`` does on one machine what ``torchrun`` does: it starts
-# processes with the ``"spawn"`` method, and each (``run_worlds``) sets its ``RANK``,
-# ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` before it calls
-# the worker. Rank 0 opens a rendezvous store on that port; a free one is found by
-# binding a socket to port 0. Each rank sends its report back through a queue. Given
-# several world sizes, one set of processes runs them in turn, meeting at a barrier
-# between them, and process ``i`` is rank ``i`` of every world larger than ``i``: each
-# process then starts, and imports torch, once. This page does so where the ranks
-# train on the host of a GPU, which takes seconds to start a process; elsewhere
-# every world size starts processes of its own (``distributed.launch_worlds``).
+# ``distributed.launch_worlds`` does on one machine what ``torchrun`` does: it
+# starts processes with the ``"spawn"`` method, and each (``run_worlds``) sets its
+# ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``
+# before it calls the worker; each rank sends its report back through a queue. On
+# the host of a GPU, where a process takes seconds to start, one set of processes
+# runs the world sizes in turn; elsewhere each world size starts its own.
 #
 # .. literalinclude:: /../src/gpuguide/chapters/distributed.py
-#    :pyobject: launch
+#    :pyobject: _launch
 #
 # On several machines, ``torchrun`` starts the same worker. For two machines with
 # eight GPUs each, run on both:
@@ -96,10 +94,8 @@ if few:
 #    torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d \
 #        --rdzv-endpoint=host:29500 train.py
 #
-# It starts 16 processes: ``WORLD_SIZE=16``, ``RANK`` 0-7 on one machine and 8-15 on
-# the other (the rendezvous decides which), ``LOCAL_RANK`` 0-7 on each (the GPU a
-# process uses), ``MASTER_ADDR``/``MASTER_PORT`` naming the store where all 16 meet.
-# The worker above reads them and runs unchanged.
+# It starts 16 processes: ``WORLD_SIZE=16``, ``RANK`` 0-15, ``LOCAL_RANK`` 0-7 on
+# each machine (the GPU a process uses). The worker above runs unchanged.
 one_set = page.cuda and gpus < 2  # ranks on a GPU's host: one set of processes
 reports = distributed.launch_worlds(
     distributed.ddp_train_worker, (config,), world_sizes, one_set=one_set
@@ -152,17 +148,28 @@ for n, (r0, *_) in reports.items():
         report("throughput", rate, size=size, processes=n, backend=config.backend)
 most = f"{world_sizes[-1]} processes"
 c = compare(throughput[label], next(iter(throughput.values())))
-gpuguide.claim(f"{most} train more samples per second than one", c,
-               verdict="faster", unless=few)  # fmt: skip
+gpuguide.claim(
+    f"{most} train more samples per second than one", c, verdict="faster", unless=few
+)
 if not few:
     print(f"{c}, {c.speedup / world_sizes[-1]:.0%} of ideal")
-    print(compare(
-        replace(ranks[0].step_no_sync, label=f"a step of {most} without communication"),
-        replace(reports[1][0].step_no_sync, label="one process's"),
-    ))  # fmt: skip
+    print(
+        compare(
+            replace(
+                ranks[0].step_no_sync, label=f"a step of {most} without communication"
+            ),
+            replace(reports[1][0].step_no_sync, label="one process's"),
+        )
+    )
     fig, ax = plt.subplots()
-    plot_bars(ax, throughput, ylabel="throughput (samples/s)", device=where,
-              value=lambda s: 1 / s, title=f"DDP, {most} against one: {c.short}")  # fmt: skip
+    plot_bars(
+        ax,
+        throughput,
+        ylabel="throughput (samples/s)",
+        device=where,
+        value=lambda s: 1 / s,
+        title=f"DDP, {most} against one: {c.short}",
+    )
     plt.show()
 
 # %%
@@ -181,19 +188,37 @@ if few:
     print(f"not timed steadily here ({few})")
 if not few:
     one = replace(reports[1][0].step_no_sync, label="one process, no_sync")
-    print(table({"rank 0": m.label, "time": m} for m in (one, r0.step_no_sync, r0.step)))  # fmt: skip
-    report("all-reduce alone", r0.allreduce, size=gradients,
-           processes=r0.world_size, backend=config.backend)  # fmt: skip
+    print(
+        table({"rank 0": m.label, "time": m} for m in (one, r0.step_no_sync, r0.step))
+    )
+    report(
+        "all-reduce alone",
+        r0.allreduce,
+        size=gradients,
+        processes=r0.world_size,
+        backend=config.backend,
+    )
     exposed = r0.step.median_s - r0.step_no_sync.median_s
     hidden = min(max(1 - exposed / r0.allreduce.median_s, 0.0), 1.0)
     grows = compare(r0.step, r0.step_no_sync)
-    print(f"the step grows by {gpuguide.format_time(exposed)}: about {hidden:.0%} of "
-          "the communication overlapped the backward" if grows.verdict == "slower"
-          else grows)  # fmt: skip
+    print(
+        f"the step grows by {gpuguide.format_time(exposed)}: about {hidden:.0%} of "
+        "the communication overlapped the backward"
+        if grows.verdict == "slower"
+        else grows
+    )
     fig, ax = plt.subplots()
-    plot_bars(ax, {"step, no_sync": r0.step_no_sync, "step": r0.step,
-                   "all-reduce alone": r0.allreduce}, ylabel="time (ms)",
-              device=where, title=f"A step of {most} against no_sync: {grows.short}")  # fmt: skip
+    plot_bars(
+        ax,
+        {
+            "step, no_sync": r0.step_no_sync,
+            "step": r0.step,
+            "all-reduce alone": r0.allreduce,
+        },
+        ylabel="time (ms)",
+        device=where,
+        title=f"A step of {most} against no_sync: {grows.short}",
+    )
     plt.show()
 
 # %%
@@ -220,8 +245,12 @@ if gpus >= 2:
         optimizer.step()
 
     dp = benchmark(dp_step, device="cuda:0", label="DataParallel")
-    report("DataParallel throughput", dp.rate(r0.samples_per_step, "samples/s"),
-           size=size, processes=n)  # fmt: skip
+    report(
+        "DataParallel throughput",
+        dp.rate(r0.samples_per_step, "samples/s"),
+        size=size,
+        processes=n,
+    )
     dp_vs = compare(replace(r0.step, label="DDP"), dp)
     print(dp_vs)
     del mlp, model, x, y, optimizer

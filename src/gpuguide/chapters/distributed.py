@@ -1,21 +1,17 @@
 """Data-parallel training in spawned processes: what each process imports by name.
 
-:func:`run_rank` is one process's entry point (it sets ``torchrun``'s variables);
-:func:`run_worlds` is one for a set of processes that runs several world sizes in
-turn, so that each process starts (and imports torch) once;
-:func:`launch` starts them, :func:`launch_worlds` for each world size or all at once;
+:func:`run_worlds` is the entry point of a set of spawned processes that runs
+several world sizes in turn (setting ``torchrun``'s variables), so that each
+process starts (and imports torch) once; :func:`launch_worlds` starts them, for
+each world size or all at once;
 :func:`ddp_train_worker` trains a small MLP with DDP and times its steps;
 :func:`ddp_plan` picks the DDP page's world sizes and model, and
 :func:`too_few_cores` says when a CPU has too few cores to time them.
 
 Examples
 --------
->>> import torch.multiprocessing as mp
->>> from gpuguide.chapters.distributed import DDPConfig, ddp_train_worker, run_rank
->>> results = mp.get_context("spawn").SimpleQueue()  # doctest: +SKIP
->>> mp.start_processes(run_rank, nprocs=2, start_method="spawn",
-...     args=(ddp_train_worker, (DDPConfig(),), 2, "127.0.0.1", 29500, results))  # doctest: +SKIP
->>> sorted(results.get() for _ in range(2))[0][1].step  # doctest: +SKIP
+>>> from gpuguide.chapters.distributed import DDPConfig, ddp_train_worker, launch_worlds
+>>> launch_worlds(ddp_train_worker, (DDPConfig(),), [2])[2][0].step  # doctest: +SKIP
 <Measurement 'DDP step' on cpu: ...>
 """
 
@@ -43,10 +39,8 @@ __all__ = [
     "DDPReport",
     "ddp_plan",
     "ddp_train_worker",
-    "launch",
     "launch_worlds",
     "make_mlp",
-    "run_rank",
     "run_worlds",
     "too_few_cores",
 ]
@@ -61,17 +55,9 @@ def _set_rank(
 ) -> None:
     """Set torchrun's variables for this rank of a world on one machine."""
     rank, size = str(local_rank), str(world_size)
-    os.environ.update(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=size, LOCAL_WORLD_SIZE=size,
-                      MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))  # fmt: skip
-
-
-def _run_rank(
-    local_rank: int, fn: Callable[..., Any], args: tuple[Any, ...], world_size: int,
-    master_addr: str, master_port: int, results: Any,
-) -> None:  # fmt: skip
-    """Set torchrun's variables for this rank, call ``fn(*args)``, put the result."""
-    _set_rank(local_rank, world_size, master_addr, master_port)
-    results.put((local_rank, fn(*args)))
+    os.environ.update(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=size)
+    os.environ.update(LOCAL_WORLD_SIZE=size, MASTER_ADDR=master_addr)
+    os.environ["MASTER_PORT"] = str(master_port)
 
 
 def _exit_now() -> None:  # pragma: no cover - child
@@ -81,19 +67,15 @@ def _exit_now() -> None:  # pragma: no cover - child
     os._exit(0)
 
 
-def run_rank(local_rank: int, *args: Any) -> None:  # pragma: no cover - child
-    """One spawned rank: ``run_rank(local_rank, fn, args, world_size, master_addr,
-    master_port, results)`` sets torchrun's variables, puts ``(local_rank,
-    fn(*args))`` in ``results``, then exits at once (tearing down while gloo's
-    threads hold tensors can abort the process)."""
-    _run_rank(local_rank, *args)
-    _exit_now()
-
-
 def _run_worlds(
-    local_rank: int, fn: Callable[..., Any], args: tuple[Any, ...],
-    worlds: Sequence[tuple[int, int]], master_addr: str, barrier: Any, results: Any,
-) -> None:  # fmt: skip
+    local_rank: int,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    worlds: Sequence[tuple[int, int]],
+    master_addr: str,
+    barrier: Any,
+    results: Any,
+) -> None:
     """Take part in each world of ``worlds`` (``(world_size, master_port)``) in turn:
     wait at ``barrier``, then, as one of its first ``world_size`` processes, set
     torchrun's variables and put ``((world_size, local_rank), fn(*args))``."""
@@ -113,7 +95,8 @@ def run_worlds(local_rank: int, *args: Any) -> None:  # pragma: no cover - child
     starts once the one before has ended everywhere. Process ``i`` is rank ``i``
     of every world larger than ``i`` and waits out the others. Each result goes
     into ``results`` as ``((world_size, local_rank), fn(*args))``; the process
-    then exits at once, as :func:`run_rank` does. It imports ``torch._dynamo``
+    then exits at once (tearing down while gloo's threads hold tensors can abort
+    the process). It imports ``torch._dynamo``
     first, which DDP imports when it wraps its first model, so that the processes
     pay for it together, not a later world's ranks while the others wait.
     """
@@ -123,7 +106,7 @@ def run_worlds(local_rank: int, *args: Any) -> None:  # pragma: no cover - child
     _exit_now()
 
 
-def launch(
+def _launch(
     worker: Callable[..., Any],
     args: tuple[Any, ...],
     sizes: Sequence[int],
@@ -173,12 +156,12 @@ def launch_worlds(
     one_set: bool = False,
 ) -> dict[int, list[Any]]:
     """Run ``worker(*args)`` in every rank of worlds of ``sizes`` processes and
-    return each world's results by rank, as :func:`launch` does: with ``one_set``,
+    return each world's results by rank: with ``one_set``,
     in one set of processes that runs the worlds in turn (each process starts, and
     imports torch, once); else in a set of processes per world, one after another."""
     if one_set:
-        return launch(worker, args, sizes)
-    return {n: launch(worker, args, [n])[n] for n in sizes}
+        return _launch(worker, args, sizes)
+    return {n: _launch(worker, args, [n])[n] for n in sizes}
 
 
 @dataclass(frozen=True)
@@ -270,8 +253,8 @@ def make_mlp(features: int, width: int, classes: int) -> torch.nn.Module:
     """A three-layer MLP: ``features -> width -> width -> classes`` with ReLUs."""
     from torch import nn
 
-    return nn.Sequential(nn.Linear(features, width), nn.ReLU(), nn.Linear(width, width),
-                         nn.ReLU(), nn.Linear(width, classes))  # fmt: skip
+    hidden = [nn.Linear(features, width), nn.ReLU(), nn.Linear(width, width)]
+    return nn.Sequential(*hidden, nn.ReLU(), nn.Linear(width, classes))
 
 
 def _flat_grads(model: torch.nn.Module) -> torch.Tensor:
@@ -353,9 +336,15 @@ def ddp_train_worker(config: DDPConfig) -> DDPReport:
             step()
 
         def timed(fn: Callable[..., Any], label: str, *args: Any) -> Measurement:
-            return benchmark(fn, args=args, label=label, device=device,
-                             warmup_ms=_ONE_WARMUP_CALL_MS, min_reps=config.steps,
-                             max_reps=config.steps)  # fmt: skip
+            return benchmark(
+                fn,
+                args=args,
+                label=label,
+                device=device,
+                warmup_ms=_ONE_WARMUP_CALL_MS,
+                min_reps=config.steps,
+                max_reps=config.steps,
+            )
 
         timed_step = timed(step, "DDP step")
         timed_no_sync = timed(step_no_sync, "DDP step, no_sync")
