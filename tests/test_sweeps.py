@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from gpuguide import results
+from gpuguide.sizes import size_budget
 from gpuguide.sweeps import Sweep, SweepResult, Variant, size_text
 from gpuguide.timing import Measurement
 
@@ -215,3 +216,16 @@ def test_the_plot_records_its_points_when_asked():
     result.plot(ax, record="op time")
     plt.close("all")
     assert [r.x for r in results.recorded() if r.name == "op time"] == [1, 2, 4, 8]
+
+
+def test_a_variant_that_needs_more_memory_runs_at_fewer_sizes():
+    budget = size_budget("cpu").memory_bytes
+    result = small_sweep(hi=4096).run(
+        {
+            "lean": torch.add,
+            "greedy": Variant(torch.add, memory=lambda n: budget * n / 2048),
+        },
+        rep_ms=1,
+    )
+    assert result.ran("lean") == [1024, 2048, 4096]
+    assert result.ran("greedy") == [1024, 2048]

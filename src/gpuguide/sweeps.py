@@ -61,7 +61,8 @@ class Variant:
     ``inputs(n, device)`` replaces the sweep's inputs (another dtype, say);
     ``size(n)`` is the size it runs at for the sweep's ``n`` (a neighbour such as
     ``n + 1``: its inputs, work and rate are at that size); ``flop_per_s`` is the
-    rate its sizes are planned with (default the device's fp32 peak)."""
+    rate its sizes are planned with (default the device's fp32 peak);
+    ``memory(n)`` replaces the sweep's bytes per size (a variant that needs more)."""
 
     fn: Callable[..., Any]
     device: torch.device | str | None = None
@@ -72,6 +73,7 @@ class Variant:
     inputs: Callable[[int, torch.device], Sequence[Any]] | None = None
     size: Callable[[int], int] | None = None
     flop_per_s: float | None = None
+    memory: Callable[[int], float] | None = None
 
 
 @dataclass(frozen=True)
@@ -119,12 +121,13 @@ class Sweep:
         device: torch.device | str,
         call_s: float | None = None,
         flop_per_s: float | None = None,
+        memory: Callable[[int], float] | None = None,
     ) -> list[int]:
         """The sizes this sweep runs on ``device`` (see :func:`gpuguide.sweep`)."""
         return fitting_sizes(
             self.lo,
             self.hi,
-            memory_at=self.memory or self.traffic,  # type: ignore[arg-type]
+            memory_at=memory or self.memory or self.traffic,  # type: ignore[arg-type]
             flop_at=self.flop,
             traffic_at=self.traffic,
             device=device,
@@ -160,7 +163,9 @@ class Sweep:
             if v.within is not None and v.within not in plans:
                 msg = f"variant {label!r}: within={v.within!r} names no variant"
                 raise ValueError(msg)
-            own_sizes[label] = self.sizes_for(devices[label], v.call_s, v.flop_per_s)
+            own_sizes[label] = self.sizes_for(
+                devices[label], v.call_s, v.flop_per_s, v.memory
+            )
         for label, v in plans.items():
             if v.within is not None:
                 inside = set(own_sizes[v.within])
