@@ -3,26 +3,20 @@ torch.compile: compile time against steady-state speed, in two regimes
 ======================================================================
 
 ``torch.compile`` traces a model's Python code into graphs, fuses operations and
-generates kernels for them (C++ on a CPU, Triton on a GPU). The first call pays for
-that; later calls with the same input shapes reuse the compiled code. What it saves
-depends on where eager mode loses its time, so this page compiles one transformer
-at two sizes: a small one whose GPU kernels take less time than the host needs to
-launch them (host-bound), and a large one whose matmuls keep the GPU busy
-(GPU-bound), and measures the compile cost, the steady-state time of each mode and
-the calls it takes to break even.
-
-See also the concept pages
-:doc:`the roofline and its three regimes </concepts/roofline>` and
-:doc:`Amdahl's law for a training step </concepts/amdahl>`.
+generates kernels (C++ on a CPU, Triton on a GPU). The first call pays for that;
+later calls with the same shapes reuse the compiled code. What it saves depends on
+where eager mode loses its time, so this page compiles one transformer at two
+sizes, a small host-bound one and a large one whose matmuls keep the GPU busy, and
+measures the compile cost, the steady-state time of each mode and the calls it
+takes to break even. See also :doc:`the roofline </concepts/roofline>` and
+:doc:`Amdahl's law </concepts/amdahl>`.
 """
 
 # %%
 # Setup
 # -----
-# TF32 on a GPU for eager and compiled runs alike, so that the compiler is the only
-# thing that changes. On a CPU, one thread, for eager and inductor's C++ alike, so
-# that another process on the machine takes no core from under a timing. Getting the
-# compiler ready (importing inductor, starting its compile workers, a first
+# TF32 on a GPU for eager and compiled runs alike; on a CPU, one thread for both.
+# Getting the compiler ready (importing inductor, starting its workers, a first
 # compilation) is a one-off cost per process, which
 # :func:`~gpuguide.chapters.compiling.start_compiler` pays and times first.
 import copy
@@ -80,17 +74,20 @@ if small:
     shapes["small"] = (*shapes["small"][:3], 1, 16)
 peaks = page.peaks if page.cuda else None  # on a CPU: a fixed low rate
 batch = gpuguide.largest_size(  # a training step's bytes and FLOP at b sequences
-    1, 256, memory_at=lambda b: 4 * layers * (160 * dim * dim + 40 * b * seq * dim),
-    flop_at=lambda b: 6 * b * seq * layers * 12 * dim * dim, peaks=peaks,
+    1,
+    256,
+    memory_at=lambda b: 4 * layers * (160 * dim * dim + 40 * b * seq * dim),
+    flop_at=lambda b: 6 * b * seq * layers * 12 * dim * dim,
+    peaks=peaks,
     budget=gpuguide.size_budget(device, memory_fraction=0.5, call_s=0.03),
-    flop_per_s=peaks.flops.get("tf32") if peaks else None)  # fmt: skip
+    flop_per_s=peaks.flops.get("tf32") if peaks else None,
+)
 shapes["large"] = (dim, heads, layers, batch, seq)
 models, inputs = {}, {}
 for size, (dim, heads, layers, batch, seq) in shapes.items():
     models[size] = nn.Sequential(*[Block(dim, heads) for _ in range(layers)]).to(device)
     inputs[size] = torch.randn(batch, seq, dim, device=device)
-    params = sum(p.numel() for p in models[size].parameters())
-    print(f"{size}: {layers} blocks, dim {dim}, {params / 1e6:.1f} M parameters; input {batch} x {seq} x {dim}")  # fmt: skip
+    print(f"{size}: {layers} blocks of dim {dim}; input {batch} x {seq} x {dim}")
 
 # %%
 # The modes, and what is timed
@@ -124,11 +121,10 @@ def training(net, x):
 # Warm-up apart from steady state, then all variants in rounds
 # ------------------------------------------------------------
 # Each mode compiles a fresh copy of the model; its first five calls are timed one
-# by one on a synchronized host clock (the first compiles; with CUDA graphs the next
-# ones record). Then all variants run in five rounds under the
-# ``"fail_on_recompile"`` stance (on a CPU, 0.4 s of calls per variant, as a
-# training step there takes tens of ms). On a GPU, the host's launch time and the
-# GPU's work are timed apart, from the same calls, with the GPU held busy meanwhile.
+# by one (the first compiles; with CUDA graphs the next ones record). Then all
+# variants run in five rounds under the ``"fail_on_recompile"`` stance (on a CPU,
+# 0.4 s of calls per variant). On a GPU, the host's launch time and the GPU's work
+# are also timed apart, with the GPU held busy meanwhile.
 rep_ms = None if page.cuda else 400
 
 
@@ -140,14 +136,15 @@ def measure(size, make_fn):
         before = counters["stats"]["unique_graphs"]  # dynamo's count of graphs
         net = torch.compile(copy.deepcopy(model), mode=mode)
         variants[mode] = make_fn(net, x)
-        warmup[mode] = [compiling.first_calls_s(variants[mode], device=device, calls=1)
-                        for _ in range(5)]  # fmt: skip
+        first = compiling.first_calls_s
+        warmup[mode] = [first(variants[mode], device=device, calls=1) for _ in range(5)]
         assert counters["stats"]["unique_graphs"] > before, f"{mode}: not compiled"
     warm = counters["stats"]["unique_graphs"]
     with torch.compiler.set_stance("fail_on_recompile"):
         timed = gpuguide.interleave(variants, device=device, rep_ms=rep_ms, sample_ms=5)
-        split = {name: compiling.host_and_gpu_times(fn, device=device, label=name)
-                 for name, fn in variants.items()} if page.cuda else {}  # fmt: skip
+        split = {}
+        for name, fn in variants.items() if page.cuda else ():
+            split[name] = compiling.host_and_gpu_times(fn, device=device, label=name)
     assert counters["stats"]["unique_graphs"] == warm, "recompiled while timing"
     return timed, split, warmup
 
@@ -156,11 +153,9 @@ def measure(size, make_fn):
 # The workloads, one table each
 # -----------------------------
 # "compile" is what the five warm-up calls took beyond five steady-state calls
-# (inductor's disk cache makes a second run of this script compile faster); it pays
-# off after ``compile / (eager - compiled)`` calls, where the saving exceeds the
-# spread (:func:`~gpuguide.chapters.compiling.mode_rows`). Speed-ups of 1.5-3x are
-# often quoted for transformers; each speed-up below says where it lies against that
-# range. The small model runs inference only, to keep the page's compile time short.
+# (inductor's disk cache makes a second run compile faster); it pays off after
+# ``compile / (eager - compiled)`` calls. Speed-ups of 1.5-3x are often quoted for
+# transformers; each speed-up below says where it lies against that range.
 phases = {"inference": inference, "training step": training}
 workloads = {f"{s} model, {p}": (s, f) for s in models for p, f in phases.items()}
 del workloads["small model, training step"]
@@ -171,9 +166,10 @@ for key, (size, make_fn) in workloads.items():
     if split:
         print(f"eager: {split['eager']}")
     gains[key] = {m: gpuguide.compare(timed[m], timed["eager"]) for m in modes}
+    shape = "x".join(map(str, inputs[size].shape))
     for mode, c in gains[key].items():
-        gpuguide.report("speed-up over eager", c, quoted=(1.5, 3.0), workload=key,
-                        size="x".join(map(str, inputs[size].shape)), mode=mode)  # fmt: skip
+        extra = {"workload": key, "size": shape, "mode": mode}
+        gpuguide.report("speed-up over eager", c, quoted=(1.5, 3.0), **extra)
 
 # %%
 # Where compiling gains
@@ -218,26 +214,18 @@ gpuguide.claim(
 # %%
 # Steady state
 # ------------
-# Medians with their interquartile range, labelled relative to eager (below 1.00x
-# is faster).
-fig, axes = plt.subplots(2, 2, figsize=(11, 8))
-for ax in axes.flat[len(results) :]:  # a panel per workload
-    ax.remove()
-for ax, (key, (timed, _, _)) in zip(axes.flat, results.items(), strict=False):
+# Medians with their interquartile range, relative to eager (below 1.00x is faster).
+fig, axes = plt.subplots(1, len(results), figsize=(11, 4.5))
+for ax, (key, (timed, _, _)) in zip(axes, results.items(), strict=True):
     faster = [c.speedup for c in gains[key].values() if c.verdict == "faster"]
-    gain = (
-        f"up to {gpuguide.format_ratio(max(faster))}"
-        if faster
-        else "no measurable gain"
-    )
-    gpuguide.plot_bars(ax, timed, ylabel="time per call (ms)", title=f"{key}: {gain}", baseline="eager")  # fmt: skip
+    gain = f"up to {max(faster):.2f}x" if faster else "no measurable gain"
+    ylabel = "time per call (ms)"
+    gpuguide.plot_bars(ax, timed, ylabel=ylabel, title=f"{key}: {gain}")
 plt.show()
 
 # %%
 # What to take away
 # -----------------
-# Find out first where eager mode loses its time (the host's launches, the
-# operators' fixed costs, or the matmuls), and compile where it is overhead: the
-# claims below say what this run found for each. Time a compiled model after its
-# warm-up, and weigh the gain per call against the one-off cost.
+# Find where eager mode loses its time and compile where it is overhead; time a
+# compiled model after its warm-up, and weigh the gain against the one-off cost.
 gpuguide.takeaway()
