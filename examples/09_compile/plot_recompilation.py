@@ -117,8 +117,13 @@ def run(name, compiled, expect, prepare=as_is, mark=False, time_steady=True):
         out = compiled(*args[-1])[:, : lengths[-1]]  # without the padding
         with torch.compiler.set_stance("fail_on_recompile"):
             steady = time_steady and gpuguide.benchmark(
-                compiled, args=prepare(inputs[lengths.index(steady_at)]),
-                device=device, label=name, rep_ms=steady_ms, sample_ms=5)  # fmt: skip
+                compiled,
+                args=prepare(inputs[lengths.index(steady_at)]),
+                device=device,
+                label=name,
+                rep_ms=steady_ms,
+                sample_ms=5,
+            )
     print(f"    {calls}")
     count, how = expect  # the compilations the approach should make, and in words
     gpuguide.claim(
@@ -127,10 +132,16 @@ def run(name, compiled, expect, prepare=as_is, mark=False, time_steady=True):
         measured=f"{sum(calls.compiles)} for {len(set(lengths))} lengths",
     )
     if time_steady:
-        gpuguide.report("whole sequence", sum(calls.times_s), unit="s",
-                        size=f"{len(lengths)} calls", approach=name)  # fmt: skip
-        gpuguide.report("steady call", steady, size=f"{batch}x{steady_at}x{dim}",
-                        approach=name)  # fmt: skip
+        gpuguide.report(
+            "whole sequence",
+            sum(calls.times_s),
+            unit="s",
+            size=f"{len(lengths)} calls",
+            approach=name,
+        )
+        gpuguide.report(
+            "steady call", steady, size=f"{batch}x{steady_at}x{dim}", approach=name
+        )
     runs[name] = {"calls": calls, "last": out, "steady": steady}
 
 
@@ -168,7 +179,9 @@ run(
 with torch.no_grad():
     reference = model(*as_is(inputs[-1]))
 error = max((r["last"] - reference).abs().max().item() for r in runs.values())
-print(f"largest difference from eager on the last batch, over all approaches: {error:.1e}")  # fmt: skip
+print(
+    f"largest difference from eager on the last batch, over all approaches: {error:.1e}"
+)
 
 # %%
 # Compilations and time over the sequence
@@ -183,12 +196,20 @@ total = {name: sum(r["calls"].times_s) for name, r in runs.items()}
 share = sum(r["calls"].compiling_s for r in runs.values()) / sum(total.values())
 fig, ax = plt.subplots()
 gpuguide.plot_sweep(
-    ax, list(range(1, len(lengths) + 1)),
-    {f"{name} ({sum(r['calls'].compiles)} compiles, {total[name]:.1f} s)":
-     [t * 1e3 for t in r["calls"].times_s] for name, r in runs.items()},
-    xlabel="call (index in the sequence)", ylabel="time of the call (ms)",
-    title=f"Whole sequences of {min(total.values()):.1f} to {max(total.values()):.1f} s, "
-    f"{share:.0%} of it in compiling calls", logx=False)  # fmt: skip
+    ax,
+    list(range(1, len(lengths) + 1)),
+    {
+        f"{name} ({sum(r['calls'].compiles)} compiles, {total[name]:.1f} s)": [
+            t * 1e3 for t in r["calls"].times_s
+        ]
+        for name, r in runs.items()
+    },
+    xlabel="call (index in the sequence)",
+    ylabel="time of the call (ms)",
+    title=f"Whole sequences of {min(total.values()):.1f} to "
+    f"{max(total.values()):.1f} s, {share:.0%} of it in compiling calls",
+    logx=False,
+)
 plt.show()
 
 # %%
@@ -214,8 +235,12 @@ gpuguide.claim(
     unless=page.cuda and "on a GPU the host's time per call decides (see above)",
 )
 fig, ax = plt.subplots()
-gpuguide.plot_bars(ax, steady, ylabel=f"time per call at length {steady_at} (ms)",
-                   title=f"At length {steady_at}: {differ} approaches measurably differ from static")  # fmt: skip
+gpuguide.plot_bars(
+    ax,
+    steady,
+    ylabel=f"time per call at length {steady_at} (ms)",
+    title=f"At length {steady_at}: {differ} approaches measurably differ from static",
+)
 plt.show()
 
 # %%
@@ -228,11 +253,17 @@ plt.show()
 # instead. Here the limit is lowered to 2, so that the third length hits it.
 default = torch._dynamo.config.recompile_limit
 with torch._dynamo.config.patch(recompile_limit=2):
-    run("static, recompile_limit=2", torch.compile(model, dynamic=False),
-        (2, "twice, then runs the others uncompiled"), time_steady=False)  # fmt: skip
+    run(
+        "static, recompile_limit=2",
+        torch.compile(model, dynamic=False),
+        (2, "twice, then runs the others uncompiled"),
+        time_steady=False,
+    )
 limited = runs.pop("static, recompile_limit=2")["calls"]
-print(f"with the limit at 2 (default {default}): {sum(limited.compiles)} "
-      f"compilations for {len(set(lengths))} lengths; the others ran uncompiled")  # fmt: skip
+print(
+    f"with the limit at 2 (default {default}): {sum(limited.compiles)} "
+    f"compilations for {len(set(lengths))} lengths; the others ran uncompiled"
+)
 torch._logging.set_logs()  # torch's default log settings and handlers again
 
 # %%

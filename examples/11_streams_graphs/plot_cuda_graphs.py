@@ -128,9 +128,12 @@ gpuguide.claim(
 )
 more = op_counts[-1] // op_counts[0]
 growth = compare(times["eager"][0], times["eager"][-1])
-gpuguide.claim(f"eagerly, a step of {op_counts[-1]} ops costs at least {more // 2}x a step of "
-               f"{op_counts[0]} ({more}x the ops): time grows with the op count",
-               growth, at_least=more // 2)  # fmt: skip
+gpuguide.claim(
+    f"eagerly, a step of {op_counts[-1]} ops costs at least {more // 2}x a step of "
+    f"{op_counts[0]} ({more}x the ops): time grows with the op count",
+    growth,
+    at_least=more // 2,
+)
 
 # %%
 # The cost of one operation
@@ -142,8 +145,10 @@ gpuguide.claim(f"eagerly, a step of {op_counts[-1]} ops costs at least {more // 
 # give the slope's range.
 slopes, series, ranges = {}, {}, {}
 for mode, runs in times.items():
-    fits = [np.polyfit(op_counts, [getattr(m, q) for m in runs], 1)
-            for q in ("median_s", "q25_s", "q75_s")]  # fmt: skip
+    fits = [
+        np.polyfit(op_counts, [getattr(m, q) for m in runs], 1)
+        for q in ("median_s", "q25_s", "q75_s")
+    ]
     (slope, fixed), ends = fits[0], [fit[0] for fit in fits]
     noisy = " (fit to NOISY times)" if any(m.is_noisy for m in runs) else ""
     lost = "" if slope > 0 else "; no per-op cost: the slope is lost in the noise"
@@ -151,8 +156,14 @@ for mode, runs in times.items():
     series[f"{mode} ({format_time(slope)} per op)" if slope > 0 else mode] = runs
     if slope > 0:
         slopes[mode], ranges[mode] = slope, (min(ends), max(ends))
-        report("per-op cost", slope, unit="s", spread=(min(ends), max(ends)),
-               size=f"{op_counts[0]}-{op_counts[-1]} ops", mode=mode)  # fmt: skip
+        report(
+            "per-op cost",
+            slope,
+            unit="s",
+            spread=(min(ends), max(ends)),
+            size=f"{op_counts[0]}-{op_counts[-1]} ops",
+            mode=mode,
+        )
 title = f"Eager, {op_counts[-1]} ops against {op_counts[0]}: {growth.short} the time"
 if graphs:
     both = len(slopes) == 2 and min(ranges["eager"]) > 0
@@ -160,12 +171,22 @@ if graphs:
         ranges.get(m, (0, 0)) for m in ("graph", "eager")
     )
     ratio = slopes["graph"] / slopes["eager"] if both else 1.0
-    gpuguide.claim("a graph's per-op cost is at most half the eager one", ratio, at_most=0.5,
-                   spread=(min(ratio, g_low / e_high), max(ratio, g_high / e_low)) if both
-                   else None, timed=True, unless=None if both else "a slope is lost in the noise")  # fmt: skip
+    gpuguide.claim(
+        "a graph's per-op cost is at most half the eager one",
+        ratio,
+        at_most=0.5,
+        spread=(min(ratio, g_low / e_high), max(ratio, g_high / e_low))
+        if both
+        else None,
+        timed=True,
+        unless=None if both else "a slope is lost in the noise",
+    )
     at_most = compare(times["graph"][-1], times["eager"][-1])
-    gpuguide.claim(f"at {op_counts[-1]} ops, replaying the graph is faster than eager",
-                   at_most, verdict="faster")  # fmt: skip
+    gpuguide.claim(
+        f"at {op_counts[-1]} ops, replaying the graph is faster than eager",
+        at_most,
+        verdict="faster",
+    )
     title = f"A graph against eager at {op_counts[-1]} ops: {at_most.short}"
 else:  # the same claims, not checked on this device
     gpuguide.claim("a graph's per-op cost is at most half the eager one", on="cuda")
@@ -177,9 +198,13 @@ else:  # the same claims, not checked on this device
 # from step to step, or each new shape needs a graph of its own.
 fig, ax = plt.subplots()
 plot_sweep(
-    ax, op_counts, series, xlabel="operations per step (count)",
-    ylabel="time per step (ms)", title=title,
-)  # fmt: skip
+    ax,
+    op_counts,
+    series,
+    xlabel="operations per step (count)",
+    ylabel="time per step (ms)",
+    title=title,
+)
 plt.show()
 
 # %%
@@ -187,12 +212,22 @@ plt.show()
 # ----------------------------
 # Capture (warm-up calls included) is paid once per graph, like a compilation.
 if graphs:
-    capturing = benchmark(capture, args=(chain, static_in, op_counts[-1]), device=device,
-                          warmup_ms=1.0, rep_ms=1.0, min_reps=3, max_reps=5)  # fmt: skip
+    capturing = benchmark(
+        capture,
+        args=(chain, static_in, op_counts[-1]),
+        device=device,
+        warmup_ms=1.0,
+        rep_ms=1.0,
+        min_reps=3,
+        max_reps=5,
+    )
     print(f"capturing {op_counts[-1]} ops: {format_time(capturing.median_s)}")
     replays = break_even(capturing, times["eager"][-1], times["graph"][-1])
-    print(f"repaid after {replays:,} replays" if replays else
-          "never repaid: a replay is not measurably faster than eager")  # fmt: skip
+    print(
+        f"repaid after {replays:,} replays"
+        if replays
+        else "never repaid: a replay is not measurably faster than eager"
+    )
 
 # %%
 # A small MLP with a tiny batch
@@ -220,14 +255,22 @@ if graphs:
         mlp_graph, mlp_out = capture(mlp, static_x)
     mlp_steps["graph"] = partial(replay, mlp_graph, static_x, new_x)
     mlp_steps["graph"]()
-    gpuguide.claim("the MLP's replayed output matches eager's (allclose)",
-                   holds=torch.allclose(mlp_out, mlp_eager()), measured="torch.allclose")  # fmt: skip
+    gpuguide.claim(
+        "the MLP's replayed output matches eager's (allclose)",
+        holds=torch.allclose(mlp_out, mlp_eager()),
+        measured="torch.allclose",
+    )
     mlp_times = interleave(mlp_steps, rounds=10, device=device, measure="call")
     for name, fn in mlp_steps.items():
-        print(f"MLP, {name}: {format_time(mlp_times[name].median_s)} per step; "
-              f"{host_and_gpu_times(fn, device=device)}")  # fmt: skip
-    gpuguide.claim("the small MLP's step is faster replayed than eager",
-                   compare(mlp_times["graph"], mlp_times["eager"]), verdict="faster")  # fmt: skip
+        print(
+            f"MLP, {name}: {format_time(mlp_times[name].median_s)} per step; "
+            f"{host_and_gpu_times(fn, device=device)}"
+        )
+    gpuguide.claim(
+        "the small MLP's step is faster replayed than eager",
+        compare(mlp_times["graph"], mlp_times["eager"]),
+        verdict="faster",
+    )
 else:
     print("MLP: no graph to set eager against on a CPU; its eager cost per op is above")
     gpuguide.claim("the MLP's replayed output matches eager's (allclose)", on="cuda")

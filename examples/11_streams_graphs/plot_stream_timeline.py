@@ -33,8 +33,12 @@ cuda = page.needs_cuda("Copies and compute on two streams")
 sync = getattr(torch, device.type).synchronize  # torch.cpu.synchronize does nothing
 d, n_chunks = (1024 if cuda else 64), (8 if page.small else 16)
 # Every chunk three times (pageable, pinned, on the device), 4 bytes per element:
-rows = largest_size(64, 4096 if cuda else 512, multiple_of=64,
-                    memory_at=lambda r: 3 * n_chunks * 4 * r * d)  # fmt: skip
+rows = largest_size(
+    64,
+    4096 if cuda else 512,
+    multiple_of=64,
+    memory_at=lambda r: 3 * n_chunks * 4 * r * d,
+)
 x_pageable = torch.randn(n_chunks, rows, d)
 out_pageable = torch.empty_like(x_pageable)
 x_pinned = x_pageable.pin_memory() if cuda else x_pageable
@@ -169,8 +173,12 @@ for ax, (name, run) in zip(axes[:, 0], versions.items(), strict=True):
     spans = timeline(run)
     end = gpuguide.format_time(max(s.end_s for s in spans))
     copying = [s for s in spans if s.lane == "copy stream"]
-    both = sum(max(0.0, min(a.end_s, b.end_s) - max(a.start_s, b.start_s))
-               for a in copying for b in spans if b.lane == "compute stream")  # fmt: skip
+    both = sum(
+        max(0.0, min(a.end_s, b.end_s) - max(a.start_s, b.start_s))
+        for a in copying
+        for b in spans
+        if b.lane == "compute stream"
+    )
     finding = "one stage at a time, no overlap"
     if both > 0:
         shares[name] = both / sum(s.duration_s for s in copying)
@@ -181,10 +189,23 @@ for ax, (name, run) in zip(axes[:, 0], versions.items(), strict=True):
     if name == "serialized":  # each span starts after the one before ends (1 us slack)
         order = sorted(spans, key=lambda s: s.start_s)
         apart = all(b.start_s >= a.end_s - 1e-6 for a, b in itertools.pairwise(order))
-        gpuguide.claim("serialized on one stream, no two stages overlap", holds=apart,
-                       measured=f"{len(spans)} spans, {'none' if apart else 'some'} overlapping")  # fmt: skip
+        gpuguide.claim(
+            "serialized on one stream, no two stages overlap",
+            holds=apart,
+            measured=f"{len(spans)} spans, {'none' if apart else 'some'} overlapping",
+        )
 plt.show()
-gpuguide.claim("on a GPU, pipelined copies overlap compute at least half of their time",
-               shares.get("pipelined", 0.0), at_least=0.5, on="cuda", timed=True)  # fmt: skip
-gpuguide.claim("on a GPU, the pipelined run ends in at most 80% of the serialized run's time",
-               ends.get("pipelined", 0.0) / ends["serialized"], at_most=0.8, on="cuda", timed=True)  # fmt: skip
+gpuguide.claim(
+    "on a GPU, pipelined copies overlap compute at least half of their time",
+    shares.get("pipelined", 0.0),
+    at_least=0.5,
+    on="cuda",
+    timed=True,
+)
+gpuguide.claim(
+    "on a GPU, the pipelined run ends in at most 80% of the serialized run's time",
+    ends.get("pipelined", 0.0) / ends["serialized"],
+    at_most=0.8,
+    on="cuda",
+    timed=True,
+)

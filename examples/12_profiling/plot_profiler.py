@@ -40,8 +40,13 @@ if not page.cuda:
 batch, features, hidden = (64, 256, 512) if page.small else (128, 512, 1024)
 if not page.cuda and not page.small:  # a CPU's matmuls weigh more: a smaller MLP
     batch, features, hidden = 256, 256, 256
-model = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
-                      nn.ReLU(), nn.Linear(hidden, 10)).to(device)  # fmt: skip
+model = nn.Sequential(
+    nn.Linear(features, hidden),
+    nn.ReLU(),
+    nn.Linear(hidden, hidden),
+    nn.ReLU(),
+    nn.Linear(hidden, 10),
+).to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 raw = torch.randn(batch, features, device=device) * 3 + 1
 labels = torch.randint(0, 10, (batch,), device=device)  # 10 classes
@@ -92,8 +97,12 @@ activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if kernels else [
 wait, warmup, active = 1, 1, 3
 profiled = []  # on_trace_ready gets the profile when the active steps are done
 every = schedule(wait=wait, warmup=warmup, active=active, repeat=1)
-with profile(activities=activities, schedule=every, acc_events=True,
-             on_trace_ready=profiled.append) as prof:  # fmt: skip
+with profile(
+    activities=activities,
+    schedule=every,
+    acc_events=True,
+    on_trace_ready=profiled.append,
+) as prof:
     for _ in range(wait + warmup + active):
         train_step(normalise_per_sample)
         sync()
@@ -114,8 +123,11 @@ with profile(activities=activities, schedule=every, acc_events=True,
 # thread of its own per device, so the range holds none of them (and no range's CPU
 # time holds a kernel's GPU time). The last line says which thread ran them here.
 averages = profiled[0].key_averages()
-averages[:] = [e for e in averages if not (
-    getattr(e, "is_user_annotation", False) and e.device_type != DeviceType.CPU)]  # fmt: skip
+averages[:] = [
+    e
+    for e in averages
+    if not (getattr(e, "is_user_annotation", False) and e.device_type != DeviceType.CPU)
+]
 sort_by = "self_device_time_total" if kernels else "self_cpu_time_total"
 print(averages.table(sort_by=sort_by, row_limit=12))
 means = sum(e.count for e in averages if e.key == "aten::mean") // active
@@ -175,16 +187,33 @@ timed, method = {}, "cuda-events" if page.cuda else "wall-clock"
 for label, stamps in steps.items():
     times = {n: [seconds(s[i], s[i + 1]) for s in stamps] for i, n in enumerate(phases)}
     times["step"] = [seconds(s[0], s[-1]) for s in stamps]
-    timed[label] = {n: Measurement(label if n == "step" else n, t, str(device), method)
-                    for n, t in times.items()}  # fmt: skip
+    timed[label] = {
+        n: Measurement(label if n == "step" else n, t, str(device), method)
+        for n, t in times.items()
+    }
 slow, fast = timed["per sample"], timed["batched"]
 share = {n: f"{sum(slow[n].times_s) / sum(slow['step'].times_s):.0%}" for n in phases}
-print(table({"phase": n, "per sample": slow[n], "share of its step": share[n],
-             "batched": fast[n]} for n in phases))  # fmt: skip
-largest = [p for p in phases if all(
-    compare(slow[q], slow[p]).verdict == "faster" for q in phases if q != p)]  # fmt: skip
-print(f"largest phase: {largest[0]}" if largest else "no phase is measurably larger "
-      "than every other")  # fmt: skip
+print(
+    table(
+        {
+            "phase": n,
+            "per sample": slow[n],
+            "share of its step": share[n],
+            "batched": fast[n],
+        }
+        for n in phases
+    )
+)
+largest = [
+    p
+    for p in phases
+    if all(compare(slow[q], slow[p]).verdict == "faster" for q in phases if q != p)
+]
+print(
+    f"largest phase: {largest[0]}"
+    if largest
+    else "no phase is measurably larger than every other"
+)
 gpuguide.claim(
     "normalise takes the largest share of the per-sample step",
     holds=max(phases, key=lambda n: sum(slow[n].times_s)) == "normalise",
@@ -192,11 +221,20 @@ gpuguide.claim(
     timed=True,
 )
 if kernels:  # no kernels in the profile when CUPTI was not available to it
-    kernels_s = sum(e.self_device_time_total for e in averages
-                    if e.device_type != DeviceType.CPU) / 1e6 / active  # fmt: skip
+    kernels_s = (
+        sum(
+            e.self_device_time_total
+            for e in averages
+            if e.device_type != DeviceType.CPU
+        )
+        / 1e6
+        / active
+    )
     bound = "GPU-bound" if kernels_s >= slow["step"].q25_s else "the GPU waits"
-    print(f"kernels: {gpuguide.format_time(kernels_s)} of GPU time per step, "
-          f"{kernels_s / slow['step'].median_s:.0%} of the step: {bound}")  # fmt: skip
+    print(
+        f"kernels: {gpuguide.format_time(kernels_s)} of GPU time per step, "
+        f"{kernels_s / slow['step'].median_s:.0%} of the step: {bound}"
+    )
 
 # %%
 # The trace, for Perfetto
@@ -207,8 +245,10 @@ if kernels:  # no kernels in the profile when CUPTI was not available to it
 # ``normalise``, and on a GPU the backward pass's operators a thread of their own.
 trace = gpuguide.artifact_path("profiler_trace_training_step.json.gz")
 profiled[0].export_chrome_trace(str(trace))
-print(f"trace: {format_bytes(len(gzip.decompress(trace.read_bytes())))} of JSON, "
-      f"{format_bytes(trace.stat().st_size)} gzipped")  # fmt: skip
+print(
+    f"trace: {format_bytes(len(gzip.decompress(trace.read_bytes())))} of JSON, "
+    f"{format_bytes(trace.stat().st_size)} gzipped"
+)
 gpuguide.download_link(trace, "profiler trace (gzipped JSON, for ui.perfetto.dev)")
 
 # %%
@@ -219,8 +259,9 @@ gpuguide.download_link(trace, "profiler trace (gzipped JSON, for ui.perfetto.dev
 # kernels; on a CPU, an operator costs a few microseconds and the matrix products
 # weigh more (hence the smaller MLP there).
 for label, t in timed.items():
-    report("step time", t["step"], size=f"batch {batch}x{features}",
-           normalisation=label)  # fmt: skip
+    report(
+        "step time", t["step"], size=f"batch {batch}x{features}", normalisation=label
+    )
 batching = compare(fast["step"], slow["step"])
 print(f"normalisation: {batching}")
 gpuguide.claim(
@@ -232,9 +273,12 @@ gpuguide.claim(
     "batching it makes the step at least 1.5x as fast", batching, at_least=1.5
 )
 fig, ax = plt.subplots()
-plot_bars(ax, {"per-sample loop": slow["step"], "batched": fast["step"]},
-          ylabel="training step (ms)",
-          title=f"Batching the normalisation: {batching.short}")  # fmt: skip
+plot_bars(
+    ax,
+    {"per-sample loop": slow["step"], "batched": fast["step"]},
+    ylabel="training step (ms)",
+    title=f"Batching the normalisation: {batching.short}",
+)
 plt.show()
 
 # %%

@@ -38,8 +38,10 @@ dtype = torch.bfloat16 if page.cuda else torch.float32
 seq, heads, head_dim = (8192, 16, 128) if page.cuda else (1024, 2, 128)
 seq, heads = (256, 2) if page.small else (seq, heads)
 batch = max(16384 // seq, 1) if page.cuda else 2
-q, k, v = (torch.randn(batch, heads, seq, head_dim, device=device, dtype=dtype)
-           for _ in range(3))  # fmt: skip
+q, k, v = (
+    torch.randn(batch, heads, seq, head_dim, device=device, dtype=dtype)
+    for _ in range(3)
+)
 size = f"{batch * seq} tokens, {heads} heads of {head_dim}"  # with S, what is timed
 sdpa = partial(F.scaled_dot_product_attention, is_causal=True)
 
@@ -97,17 +99,22 @@ need = attention.naive_bytes(batch, short, heads, head_dim, 4)  # the math path'
 rows = attention.case_rows(cases, lambda fn: which(fn)[0], need, budget, device=device)
 print(gpuguide.table(rows, title=f"S = {short}, causal (where no mask is given)"))
 ran = {row["case"]: row["backend"] for row in rows}
-gpuguide.claim("a q whose head dimension is not innermost sends SDPA to the math path",
-               holds=ran["head dim not innermost"] == "math",
-               measured=f"{ran['head dim not innermost']} ran")  # fmt: skip
+gpuguide.claim(
+    "a q whose head dimension is not innermost sends SDPA to the math path",
+    holds=ran["head dim not innermost"] == "math",
+    measured=f"{ran['head dim not innermost']} ran",
+)
 gpuguide.claim(
     ".contiguous() restores the default's fused kernel",
     holds=ran["...then .contiguous()"] == ran["default"] != "math",
     measured=f"{ran['...then .contiguous()']} ran, {ran['default']} by default",
 )
-gpuguide.claim("on a GPU, an explicit float mask rules out FlashAttention-2",
-               holds=ran["float mask"] != "flash", measured=f"{ran['float mask']} ran",
-               on="cuda")  # fmt: skip
+gpuguide.claim(
+    "on a GPU, an explicit float mask rules out FlashAttention-2",
+    holds=ran["float mask"] != "flash",
+    measured=f"{ran['float mask']} ran",
+    on="cuda",
+)
 peaks = {row["case"]: row["peak memory (MiB)"] for row in rows}
 fallback, fused = peaks["head dim not innermost"], peaks["default"]
 gpuguide.claim(

@@ -88,13 +88,17 @@ quantized = to_int8(copy.deepcopy(model))
 w = model.blocks[0].attention.wo.weight
 q, scales = decode.quantize_int8(w)
 error = (decode.dequantize_int8(q, scales) - w.float()).abs() / scales.float()[:, None]
-gpuguide.claim("each dequantized weight is within half its row's scale (to float32 rounding)",
-               holds=error.max().item() <= 0.5 + 1e-5,
-               measured=f"largest error {error.max().item():.4f} of the scale")  # fmt: skip
+gpuguide.claim(
+    "each dequantized weight is within half its row's scale (to float32 rounding)",
+    holds=error.max().item() <= 0.5 + 1e-5,
+    measured=f"largest error {error.max().item():.4f} of the scale",
+)
 int8_bytes = shape.step_bytes(1, context, dtype.itemsize, weight_itemsize=1)
 bf16_bytes = shape.step_bytes(1, context, dtype.itemsize)
-print(f"a batch-1 step reads {format_bytes(int8_bytes)} instead of "
-      f"{format_bytes(bf16_bytes)} ({int8_bytes / bf16_bytes:.0%})")  # fmt: skip
+print(
+    f"a batch-1 step reads {format_bytes(int8_bytes)} instead of "
+    f"{format_bytes(bf16_bytes)} ({int8_bytes / bf16_bytes:.0%})"
+)
 
 # %%
 # Both models, compiled, at each batch size
@@ -105,16 +109,11 @@ print(f"a batch-1 step reads {format_bytes(int8_bytes)} instead of "
 # only where it generates that kernel: a matmul goes to cuBLAS, which takes 16-bit
 # weights. Written as a multiply and a sum, a batch-1 product becomes a reduction
 # that inductor generates, converting each int8 weight as it reads it; eagerly the
-# same line would build the whole product in memory, hence ``is_compiling()``.
-# (Inductor makes this rewrite itself under ``coordinate_descent_tuning``, which
-# also tunes every kernel it generates by compiling and timing it again in several
-# configurations.) At a large batch the matmul stays a cuBLAS call. On a GPU each
-# batch size compiles both models afresh, in the default mode (no CUDA graphs), so
-# that only the weights differ. On a CPU, where four compilations would outlast
-# this page's time, both run eagerly and are not timed: the unfused conversion's
-# cost there depends on whether each converted copy stays in the caches and on what
-# else the machine runs (this page's CPU runs found it anywhere from faster to
-# slower, mostly NOISY), and it is not the fused step this page is about.
+# same line would build the whole product in memory, hence ``is_compiling()``. At
+# a large batch the matmul stays a cuBLAS call. On a GPU each batch size compiles
+# both models afresh, in the default mode, so that only the weights differ. On a
+# CPU, where four compilations would outlast this page's time, both run eagerly
+# and are not timed: the unfused conversion is not the step this page is about.
 mode, base = ("default", "bf16") if page.cuda else ("eager", "fp32")
 timing = page.needs_cuda("Timing the compiled int8 step against the 16-bit one")
 pos = torch.tensor([context // 2], device=device)
@@ -132,8 +131,11 @@ for batch in batches:
     if timing:
         timed[batch] = gpuguide.interleave(steps, device=device)
 difference = (logits["int8"] - logits[base]).norm() / logits[base].norm()
-gpuguide.claim(f"int8 logits stay within 5% of {base}'s (relative norm of the difference)",
-               holds=difference.item() <= 0.05, measured=f"{difference.item():.2%}")  # fmt: skip
+gpuguide.claim(
+    f"int8 logits stay within 5% of {base}'s (relative norm of the difference)",
+    holds=difference.item() <= 0.05,
+    measured=f"{difference.item():.2%}",
+)
 
 # %%
 # Faster at batch 1, not at a large batch
@@ -141,36 +143,52 @@ gpuguide.claim(f"int8 logits stay within 5% of {base}'s (relative norm of the di
 # At batch 1 the int8 step should approach the ratio of bytes read (published
 # figures: 1.5-1.6x on A100 and H100 GPUs); at a large batch, where the step
 # computes more per byte, the conversion is extra work and int8 gains nothing
-# (measured at 0.65x of 16-bit in one serving benchmark). Eagerly, each layer also
-# writes its converted copy and reads it back: int8 can still gain where that copy,
-# one layer's matrix, stays in the caches, and loses where it goes to memory. The
-# claims below need a GPU.
+# (measured at 0.65x of 16-bit in one serving benchmark). The claims need a GPU.
 gains = {b: gpuguide.compare(t["int8"], t[base]) for b, t in timed.items()}
 for batch, gain in gains.items():
     report("int8 speed-up", gain, over=base, batch=batch, mode=mode, size=model_size)
-    rate = timed[batch]["int8"].rate(shape.step_bytes(batch, context, dtype.itemsize, 1), "B/s")  # fmt: skip
+    rate = timed[batch]["int8"].rate(
+        shape.step_bytes(batch, context, dtype.itemsize, 1), "B/s"
+    )
     print(f"batch {batch}: int8 reads its bytes at {rate}")
 small_b, large_b = batches
-gpuguide.claim(f"compiled, at batch {small_b}, int8 is faster than {base}",
-               gains.get(small_b), verdict="faster", on="cuda")  # fmt: skip
-gpuguide.claim(f"compiled, at batch {large_b}, int8 is not faster than {base}",
-               gains.get(large_b), verdict="not faster", on="cuda")  # fmt: skip
+gpuguide.claim(
+    f"compiled, at batch {small_b}, int8 is faster than {base}",
+    gains.get(small_b),
+    verdict="faster",
+    on="cuda",
+)
+gpuguide.claim(
+    f"compiled, at batch {large_b}, int8 is not faster than {base}",
+    gains.get(large_b),
+    verdict="not faster",
+    on="cuda",
+)
 if timing:
     bandwidth = timed[1][base].rate(bf16_bytes, "B/s")
     if bf16_bytes > 4 * decode.l2_cache_bytes(device):  # past the GPU's L2
-        report("decode bandwidth", bandwidth, peak="memory", size=model_size,
-               batch=1, mode=mode, dtype=base)  # fmt: skip
+        report(
+            "decode bandwidth",
+            bandwidth,
+            peak="memory",
+            size=model_size,
+            batch=1,
+            mode=mode,
+            dtype=base,
+        )
     fig, axes = plt.subplots(1, len(batches), figsize=(10, 4))
     for ax, (batch, times) in zip(axes, timed.items(), strict=True):
-        gpuguide.plot_bars(ax, times, ylabel="time per decode step (ms)",
-                           title=f"Batch {batch}: int8 {gains[batch].short}")  # fmt: skip
+        gpuguide.plot_bars(
+            ax,
+            times,
+            ylabel="time per decode step (ms)",
+            title=f"Batch {batch}: int8 {gains[batch].short}",
+        )
     plt.show()
 
 # %%
 # What to take away
 # -----------------
-# Weight-only int8 halves the bytes a memory-bound step reads (a quarter of float32's):
-# on a GPU, with the conversion fused into the kernel that reads the weights, that
-# makes a batch-1 step faster, while a large batch gains nothing. It costs a small,
-# bounded error: check it on the model's outputs.
+# Weight-only int8 halves the bytes a memory-bound step reads; fuse the conversion
+# into the kernel that reads the weights, and check the error on the outputs.
 gpuguide.takeaway()
