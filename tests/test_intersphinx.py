@@ -5,8 +5,11 @@ projects' documentation sources; and the API pages list the examples using a hel
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import posixpath
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -68,8 +71,14 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
     y = q @ q.transpose(-1, -2)
 with torch.profiler.profile() as prof:
     torch.sin(q)
+averages = prof.key_averages()
+table = averages.table(row_limit=1)
+n = 4
+half = torch.zeros(n, dtype=torch.float16)
+wide = half.to(torch.float32)
 if torch.cuda.is_available():
     start = torch.cuda.Event(enable_timing=True)
+    torch.backends.cuda.matmul.allow_tf32 = True
 noise = np.random.default_rng(0).standard_normal(4)
 fig, ax = plt.subplots()
 ax.set_xlabel("step")
@@ -119,6 +128,44 @@ def linked_page(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.mark.parametrize("name", sorted(TORCH_PAGES))
 def test_torch_names_link_to_their_own_pages(linked_page: str, name: str) -> None:
     assert links(linked_page).get(name) == {TORCH_DOCS + TORCH_PAGES[name]}
+
+
+#: Names that link to where their page documents them (the dtypes are listed in
+#: the table of ``torch.dtype``), on a built page and in the inventory.
+LINKED = {
+    "torch.float32": "tensor_attributes.html#torch.dtype",
+    "torch.float16": "tensor_attributes.html#torch.dtype",
+    "torch.backends.cuda.matmul.allow_tf32": (
+        "backends.html#torch.backends.cuda.matmul.allow_tf32"
+    ),
+    "torch.profiler.profile.key_averages": (
+        "profiler.html#torch.profiler.profile.key_averages"
+    ),
+    "torch.autograd.profiler_util.EventList.table": (
+        "generated/torch.autograd.profiler_util.EventList.html"
+        "#torch.autograd.profiler_util.EventList.table"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LINKED))
+def test_dtypes_settings_and_profiler_results_link(linked_page: str, name: str) -> None:
+    assert links(linked_page).get(name) == {TORCH_DOCS + LINKED[name]}
+
+
+def test_variables_do_not_link_to_builtin_types(linked_page: str) -> None:
+    """``n = 4``: ``n`` is not a link to ``int`` (a name sphinx-gallery types by
+    its value, a built-in one, is left plain)."""
+    assert '<span class="n">n</span>' in linked_page
+    assert "sphx-glr-backref-module-builtins" not in linked_page
+    assert "int" not in links(linked_page)
+
+
+def test_committed_torch_inventory_links_dtypes_settings_and_results() -> None:
+    torch_inv = inventory(ROOT / "docs" / "_inventories" / "torch.inv")
+    for name, page in LINKED.items():
+        assert torch_inv[name][1] == page
+    assert torch_inv["torch.bfloat16"][1] == "tensor_attributes.html#torch.dtype"
 
 
 @pytest.mark.parametrize("name", sorted(OTHER_PAGES))
@@ -215,6 +262,113 @@ def test_the_tool_reads_module_members_and_several_signatures() -> None:
     assert found["numpy.float32"] == ("py:data", "api/page.html#numpy.float32")
     assert found["numpy.generic"][0] == "py:class"
     assert not [name for name in found if name.startswith("numpy.generic.")]
+
+
+#: An extract of PyTorch's documentation sources (tests/data/pytorch_docs/README.md).
+PYTORCH_DOCS = ROOT / "tests" / "data" / "pytorch_docs"
+SAMPLE_PAGES = sorted(
+    p.name for p in PYTORCH_DOCS.glob("*.md") if p.name != "README.md"
+)
+
+#: Builds the extract as PyTorch's conf.py does (autodoc, autosummary, its
+#: templates and settings) and writes the Python objects' anchors to a file.
+SPHINX_CONF = """
+import ast, json, os
+SRC = os.environ["PYTORCH_DOCS"]
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.autosummary", "sphinx.ext.napoleon",
+              "myst_parser"]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+templates_path = [os.path.join(SRC, "_templates")]
+exclude_patterns = ["_templates", "README.md"]
+autosummary_generate = True
+root_doc = "nn"
+suppress_warnings = ["*"]
+for node in ast.parse(open(os.path.join(SRC, "conf.py")).read()).body:
+    globals()[node.targets[0].id] = ast.literal_eval(node.value)
+
+def dump(app, exc):
+    objects = app.env.get_domain("py").objects
+    anchors = sorted({(o.docname, o.node_id) for o in objects.values()})
+    with open(os.environ["ANCHORS"], "w") as f:
+        json.dump(anchors, f)
+
+def setup(app):
+    app.connect("build-finished", dump)
+"""
+
+
+@pytest.fixture(scope="module")
+def sphinx_anchors(tmp_path_factory: pytest.TempPathFactory) -> set[tuple[str, str]]:
+    """(page, anchor) of every Python object Sphinx documents in the extract."""
+    root = tmp_path_factory.mktemp("pytorch_docs")
+    source, conf, out = root / "source", root / "conf", root / "anchors.json"
+    shutil.copytree(PYTORCH_DOCS, source)
+    conf.mkdir()
+    (conf / "conf.py").write_text(SPHINX_CONF)
+    env = {"PYTORCH_DOCS": str(source), "ANCHORS": str(out)}
+    built = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "dummy", "-q", "-c", str(conf),
+         str(source), str(root / "build")],
+        capture_output=True, text=True, check=False, env={**os.environ, **env},
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    return {(page, anchor) for page, anchor in json.loads(out.read_text())}
+
+
+def sample_entries() -> dict[str, tuple[str, str]]:
+    """What the tool derives from the extract."""
+    tool = load_tool()
+    config = tool.docs_config(PYTORCH_DOCS)
+    found: dict[str, tuple[str, str]] = {}
+    for page in SAMPLE_PAGES:
+        text = (PYTORCH_DOCS / page).read_text()
+        found.update(tool.page_entries(page, tool.rest_of_text(page, text), config))
+        found.update(tool.class_values(page, text))
+    return found
+
+
+def anchor_of(uri: str) -> tuple[str, str]:
+    page, _, anchor = uri.partition("#")
+    return page.removesuffix(".html"), anchor
+
+
+def test_the_tool_places_names_where_sphinx_writes_their_anchors(
+    sphinx_anchors: set[tuple[str, str]],
+) -> None:
+    """Every name the tool derives from the extract points at an anchor that
+    Sphinx writes on that page: a class page made from ``classtemplate.rst``
+    documents its own members, one from ``autosummary/class.rst`` its inherited
+    ones too."""
+    found = sample_entries()
+    missing = {
+        n: u for n, (_, u) in found.items() if anchor_of(u) not in sphinx_anchors
+    }
+    assert not missing
+    assert "torch.nn.Linear.forward" in found
+    assert "torch.nn.Module.to" in found
+    assert "torch.nn.Linear.to" not in found  # inherited: not on Linear's page
+    assert "torch.autograd.profiler_util.EventList.table" in found
+    assert "torch.autograd.profiler_util.EventList.append" in found  # from list
+    assert found["torch.cuda.Stream"][1].startswith("generated/torch.cuda.Stream_class")
+    assert "torch.float64" not in found
+
+
+def test_committed_torch_anchors_exist_on_the_sampled_pages(
+    sphinx_anchors: set[tuple[str, str]],
+) -> None:
+    """The committed inventory's names from the extract are the tool's, and every
+    committed anchor on the generated pages sampled (whole pages: autosummary
+    makes them from the template alone) is one Sphinx writes; an inherited member
+    on a class page that does not document it (``torch.nn.Linear.to``) fails."""
+    committed = inventory(ROOT / "docs" / "_inventories" / "torch.inv")
+    found = sample_entries()
+    for name, (_, uri) in found.items():
+        assert committed[name][1] == uri
+    sampled = {anchor_of(u)[0] for _, u in found.values() if u.startswith("generated/")}
+    on_them = {n: u for n, (_, u) in committed.items() if anchor_of(u)[0] in sampled}
+    assert len(on_them) > 50
+    missing = {n: u for n, u in on_them.items() if anchor_of(u) not in sphinx_anchors}
+    assert not missing
 
 
 def test_written_inventory_reads_back(tmp_path: Path) -> None:
