@@ -338,12 +338,12 @@ def test_old_files_without_the_gpu_state_load_and_write_unchanged():
 @pytest.mark.parametrize(
     ("gpu", "problem"),
     [
-        ({"sm_clock_mhz": -1}, "an integer >= 0"),
-        ({"sm_clock_mhz": True}, "an integer >= 0"),
-        ({"power_limit_w": 0}, "> 0"),
-        ({"clock_limits": "power"}, "a list of names"),
-        ({"fan_rpm": 3000}, "unknown keys (fan_rpm)"),
-        ([], "an object of NVML's facts"),
+        ({"sm_clock_mhz": -1}, "/sm_clock_mhz: -1 is less than the minimum of 0"),
+        ({"sm_clock_mhz": True}, "/sm_clock_mhz: True is not of type 'integer'"),
+        ({"power_limit_w": 0}, "/power_limit_w: 0 is less than or equal to"),
+        ({"clock_limits": "power"}, "/clock_limits: 'power' is not of type 'array'"),
+        ({"fan_rpm": 3000}, "('fan_rpm' was unexpected)"),
+        ([], "/gpu: [] is not of type 'object'"),
     ],
 )
 def test_a_bad_gpu_state_is_refused_by_name(gpu, problem):
@@ -357,7 +357,7 @@ def test_a_bad_gpu_state_is_refused_by_name(gpu, problem):
 
 
 def test_only_a_cuda_record_has_a_gpu_state():
-    with pytest.raises(ValueError, match="a cpu record has none"):
+    with pytest.raises(ValueError, match=r"/gpu: .*in a cuda record only"):
         replace(CPU_RECORD, gpu=STATE)
 
 

@@ -2,25 +2,34 @@
 
 :func:`record` keeps a figure in memory (:func:`recorded`) and, when
 ``GPUGUIDE_RECORD`` names a file, writes it there with the run's provenance
-(:class:`DeviceRecord`), replacing that page's figures. A results file is JSON
-described by ``docs/_static/results.schema.json``; :func:`load` validates it
-strictly and raises :class:`ResultsFileError`, naming the file and the problem.
+(:class:`DeviceRecord`), replacing that page's figures. The format is stated
+once, in the JSON Schema ``results.schema.json`` beside this module (the site
+publishes it as ``_static/results.schema.json``): :func:`load` checks a file
+against it with ``jsonschema``, and every record made here checks itself
+against its part of it. :class:`ResultsFileError` names the file, the JSON
+pointer of the bad field and the problem.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import numbers
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import MISSING, dataclass, field, fields, replace
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeAlias
+
+import jsonschema
+from jsonschema.exceptions import best_match
 
 from gpuguide import nvml
 from gpuguide.env import small_mode
@@ -59,7 +68,7 @@ __all__ = [
     "recorded",
     "recorded_claims",
     "save",
-]  # fmt: skip
+]
 
 #: The version of the file format this module writes.
 SCHEMA_VERSION = 3
@@ -81,146 +90,67 @@ PEAK_NAMES = ("fp64", "fp32", "tf32", "fp16", "bf16", "memory", "host_link")
 #: The types a configuration value may have (floats finite).
 ConfigValue: TypeAlias = str | int | float | bool
 
-_KINDS = ("cuda", "cpu", "mps")
-_COMMIT = re.compile(r"[0-9a-f]{7,40}")
+#: The JSON Schema of a results file, package data beside this module.
+_SCHEMA_FILE = "results.schema.json"
 
 
 class ResultsFileError(ValueError):
     """A results file that cannot be read: the message names the file and why."""
 
 
-# -- field checks: each returns the value to keep or raises "<name> must be ..., got ..."
-def _bad(name: str, what: str, value: object) -> ValueError:
-    return ValueError(f"{name} must be {what}, got {value!r}")
+def _finite(checker: object, value: object) -> bool:
+    """JSON's numbers: finite reals, not bools (JSON has no NaN or infinity)."""
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return real and math.isfinite(value)  # type: ignore[arg-type]
 
 
-def _is(what: str, test: Callable[[Any], object]) -> Callable[[str, object], Any]:
-    """A check that keeps a value passing ``test`` and raises otherwise."""
-
-    def check(name: str, value: object) -> Any:
-        if test(value):
-            return value
-        raise _bad(name, what, value)
-
-    return check
-
-
-_text = _is("a non-empty string", lambda v: isinstance(v, str) and v.strip())
-_flag = _is("a bool", lambda v: isinstance(v, bool))
-_runs = _is(
-    "an integer >= 1",
-    lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
-)
-_commit = _is(
-    "a hexadecimal hash of 7 to 40 lower-case digits or null",
-    lambda v: isinstance(v, str) and _COMMIT.fullmatch(v),
+_Validator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "number", _finite
+    ),
 )
 
 
-def _number(name: str, value: object) -> float:
-    """A finite float; bools, strings and None are not numbers."""
-    try:
-        if isinstance(value, (bool, str, bytes)):
-            raise TypeError
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise _bad(name, "a number", value) from None
-    if not math.isfinite(number):
-        raise _bad(name, "a finite number", value)
-    return number
+@functools.cache
+def _validator(definition: str | None) -> Any:
+    """A validator of a whole results file (None) or of one of its ``$defs``."""
+    text = resources.files("gpuguide").joinpath(_SCHEMA_FILE).read_text("utf-8")
+    schema = json.loads(text)
+    if definition is not None:
+        schema = {"$defs": schema["$defs"], "$ref": f"#/$defs/{definition}"}
+    return _Validator(schema)
 
 
-def _config_value(name: str, value: object) -> ConfigValue:
-    if isinstance(value, float):
-        return _number(name, value)
-    if isinstance(value, (bool, int, str)):
-        return value
-    raise _bad(name, "a str, int, finite float or bool", value)
+def _problem(data: object, definition: str | None = None) -> str | None:
+    """What ``data`` breaks of the schema, after the JSON pointer of the bad
+    field; None when it follows the schema."""
+    error = best_match(_validator(definition).iter_errors(data))
+    if error is None:
+        return None
+    keys = (str(k).replace("~", "~0").replace("/", "~1") for k in error.absolute_path)
+    pointer = "".join(f"/{key}" for key in keys)
+    problem = f"{pointer}: {error.message}" if pointer else error.message
+    for rule in (error, error.parent):  # a rule across fields says itself why
+        if rule is not None and rule.validator in ("const", "anyOf"):
+            why = rule.schema.get("description") if rule.schema is not True else None
+            problem += f" ({why})" if why else ""
+    return problem
 
 
-def _date(name: str, value: object) -> str:
-    try:
-        text: str = _text(name, value)
-        datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
-    except ValueError:
-        raise _bad(name, "an ISO 8601 date", value) from None
-    return text
-
-
-def _one_of(options: tuple[str, ...]) -> Callable[[str, object], Any]:
-    return _is(f"one of {', '.join(options)}", lambda v: v in options)
-
-
-def _mapping(
-    what: str, key: str, item: str, check: Callable[[str, Any], Any]
-) -> Callable[[str, object], Mapping[str, Any]]:
-    def checked(name: str, value: object) -> Mapping[str, Any]:
-        if not isinstance(value, Mapping):
-            raise _bad(name, what, value)
-        items = {_text(key, k): check(f"{item} {k!r}", v) for k, v in value.items()}
-        return MappingProxyType(items)
-
-    return checked
-
-
-def _positive(name: str, value: object) -> float:
-    if (number := _number(name, value)) > 0:
-        return number
-    raise _bad(name, "> 0", value)
-
-
-def _spread(name: str, value: object) -> tuple[float, float]:
-    pair = value
-    if isinstance(value, Mapping) and set(value) == {"q25", "q75"}:
-        pair = (value["q25"], value["q75"])
-    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-        raise _bad(name, '(q25, q75), {"q25": ..., "q75": ...} or null', value)
-    q25, q75 = _number("spread q25", pair[0]), _number("spread q75", pair[1])
-    if q25 > q75:
-        msg = f"spread must have q25 <= q75, got q25={q25!r} > q75={q75!r}"
+def _check(record: Any, definition: str) -> None:
+    """Raise ValueError when ``record``'s JSON breaks the schema's ``definition``."""
+    if (problem := _problem(record.to_json(), definition)) is not None:
+        msg = f"invalid {definition}: {problem}"
         raise ValueError(msg)
-    return (q25, q75)
 
 
-def _optional(check: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
-    return lambda name, value: None if value is None else check(name, value)
-
-
-def _checked(record: object, checks: Mapping[str, Callable[[str, Any], Any]]) -> None:
-    """Check (and normalise) every field of a frozen dataclass, in field order."""
-    for name, check in checks.items():
-        object.__setattr__(record, name, check(name, getattr(record, name)))
-
-
-def _gpu_state(name: str, value: object) -> GpuState:
-    """A :class:`gpuguide.nvml.GpuState`, or one from its JSON object."""
-    if isinstance(value, GpuState):
-        value = value.to_json()
-    if not isinstance(value, Mapping):
-        raise _bad(name, "an object of NVML's facts", value)
-    known = GpuState.__dataclass_fields__
-    if unknown := _unknown(value, known):
-        raise _bad(name, f"an object without unknown keys ({unknown})", value)
-    state: dict[str, Any] = {}
-    for key, item in value.items():
-        where = f"{name} {key}"
-        if item is None:
-            continue
-        if key == "power_limit_w":
-            state[key] = _positive(where, item)
-        elif key == "clock_limits":
-            if not isinstance(item, (list, tuple)):
-                raise _bad(where, "a list of names", item)
-            state[key] = tuple(_text(where, i) for i in item)
-        elif isinstance(item, int) and not isinstance(item, bool) and item >= 0:
-            state[key] = item
-        else:
-            raise _bad(where, "an integer >= 0", item)
-    return GpuState(**state)
-
-
-_peaks = _mapping("a mapping of names to rates", "a peak's name", "peak", _positive)
-_config = _mapping("a mapping", "a config key", "config", _config_value)
+def _float(value: object) -> object:
+    """A real number as a Python float (a numpy scalar, an int); others as given,
+    for the schema to refuse."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    return value
 
 
 @dataclass(frozen=True)
@@ -252,25 +182,16 @@ class DeviceRecord:
     host: str | None = None
 
     def __post_init__(self) -> None:
-        _checked(self, _DEVICE_CHECKS)
-        if self.host is not None and self.kind == "cpu":
-            msg = f"host names a GPU machine's CPU; a cpu record is its own, got {self.host!r}"
-            raise ValueError(msg)
-        if self.gpu is not None and self.kind != "cuda":
-            msg = f"gpu holds NVML's facts of a CUDA GPU; a {self.kind} record has none"
-            raise ValueError(msg)
-        if self.isa is not None and self.kind != "cpu":
-            msg = (
-                f"isa is a CPU's vector instruction set, for kind cpu only; "
-                f"a {self.kind} record has none, got {self.isa!r}"
-            )
-            raise ValueError(msg)
-        if self.commit is not None and self.gpuguide is None:
-            msg = f"commit {self.commit!r} needs the gpuguide version beside it"
-            raise ValueError(msg)
-        if self.dirty and self.commit is None:
-            msg = "dirty must be false when the commit is unknown, got true"
-            raise ValueError(msg)
+        object.__setattr__(self, "peaks", MappingProxyType(dict(self.peaks)))
+        _check(self, "device")
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> DeviceRecord:
+        """The record of a results file's ``"device"`` object."""
+        gpu = data.get("gpu")
+        if gpu is not None and gpu.get("clock_limits") is not None:
+            gpu = {**gpu, "clock_limits": tuple(gpu["clock_limits"])}
+        return cls(**{**data, "gpu": None if gpu is None else GpuState(**gpu)})
 
     @property
     def key(self) -> tuple[str, str, str | None]:
@@ -292,33 +213,47 @@ class DeviceRecord:
 
     @classmethod
     def from_info(
-        cls, info: DeviceInfo, *, small: bool | None = None,
+        cls,
+        info: DeviceInfo,
+        *,
+        small: bool | None = None,
         peaks: Mapping[str, float] | None = None,
-    ) -> DeviceRecord:  # fmt: skip
+    ) -> DeviceRecord:
         """The record of a described device, dated now (UTC)."""
-        when = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+        gpu = info.type == "cuda"
         return cls(
-            name=info.name, short_name=info.short_name, kind=info.type,
-            torch=info.torch_version, cuda=info.cuda_version,
-            driver=info.driver_version, date=when,
-            small=small_mode() if small is None else small, peaks=dict(peaks or {}),
+            name=info.name,
+            short_name=info.short_name,
+            kind=info.type,
+            torch=info.torch_version,
+            cuda=info.cuda_version,
+            driver=info.driver_version,
+            date=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
+            small=small_mode() if small is None else small,
+            peaks=dict(peaks or {}),
             isa=info.cpu_isa if info.type == "cpu" else None,
-            gpuguide=info.gpuguide_version, commit=info.gpuguide_commit,
+            gpuguide=info.gpuguide_version,
+            commit=info.gpuguide_commit,
             dirty=info.gpuguide_dirty,
-            gpu=info.gpu_state if info.type == "cuda" else None,
+            gpu=info.gpu_state if gpu else None,
             host=None if info.type == "cpu" else host_label(info),
-        )  # fmt: skip
+        )
 
     def to_json(self) -> dict[str, object]:
         """The record as the ``"device"`` object of a results file."""
         data: dict[str, object] = {
-            "name": self.name, "short_name": self.short_name, "kind": self.kind,
-            "torch": self.torch, "cuda": self.cuda, "driver": self.driver,
-            "date": self.date, "small": self.small,
-        }  # fmt: skip
-        if self.kind == "cpu":
+            "name": self.name,
+            "short_name": self.short_name,
+            "kind": self.kind,
+            "torch": self.torch,
+            "cuda": self.cuda,
+            "driver": self.driver,
+            "date": self.date,
+            "small": self.small,
+        }
+        if self.kind == "cpu" or self.isa is not None:
             data["isa"] = self.isa
-        if self.gpuguide is not None:
+        if (self.gpuguide, self.commit, self.dirty) != (None, None, False):
             data.update(gpuguide=self.gpuguide, commit=self.commit, dirty=self.dirty)
         if self.peaks:
             data["peaks"] = dict(self.peaks)
@@ -327,15 +262,6 @@ class DeviceRecord:
         if self.host is not None:
             data["host"] = self.host
         return data
-
-
-_DEVICE_CHECKS: dict[str, Callable[[str, Any], Any]] = {
-    "name": _text, "short_name": _text, "kind": _one_of(_KINDS), "torch": _text,
-    "cuda": _optional(_text), "driver": _optional(_text), "date": _date,
-    "small": _flag, "peaks": _peaks, "isa": _optional(_text),
-    "gpuguide": _optional(_text), "commit": _optional(_commit), "dirty": _flag,
-    "gpu": _optional(_gpu_state), "host": _optional(_text),
-}  # fmt: skip
 
 
 def host_label(info: DeviceInfo) -> str:
@@ -365,7 +291,22 @@ class Result:
     on: str | None = None
 
     def __post_init__(self) -> None:
-        _checked(self, _RESULT_CHECKS)
+        object.__setattr__(self, "value", _float(self.value))
+        object.__setattr__(self, "x", _float(self.x))
+        if self.spread is not None:
+            object.__setattr__(self, "spread", tuple(map(_float, self.spread)))
+        object.__setattr__(self, "config", MappingProxyType(dict(self.config)))
+        _check(self, "result")
+        if self.spread is not None and self.spread[0] > self.spread[1]:
+            msg = f"spread must have q25 <= q75, got {self.spread!r}"
+            raise ValueError(msg)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Result:
+        """The result of one entry of a results file's ``"results"``."""
+        spread = data.get("spread")
+        pair = None if spread is None else (spread["q25"], spread["q75"])
+        return cls(**{**data, "spread": pair})
 
     @property
     def key(self) -> tuple[str, str, tuple[tuple[str, ConfigValue], ...], float | None]:
@@ -380,22 +321,17 @@ class Result:
     def to_json(self) -> dict[str, object]:
         """The result as one entry of a results file's ``"results"``."""
         q = self.spread
-        spread = None if q is None else {"q25": q[0], "q75": q[1]}
         data: dict[str, object] = {
-            "page": self.page, "name": self.name, "value": self.value,
-            "unit": self.unit, "spread": spread, "config": dict(self.config),
+            "page": self.page,
+            "name": self.name,
+            "value": self.value,
+            "unit": self.unit,
+            "spread": None if q is None else {"q25": q[0], "q75": q[1]},
+            "config": dict(self.config),
             "runs": self.runs,
-        }  # fmt: skip
+        }
         extra = {"size": self.size, "x": self.x, "peak": self.peak, "on": self.on}
         return data | {k: v for k, v in extra.items() if v is not None}
-
-
-_RESULT_CHECKS: dict[str, Callable[[str, Any], Any]] = {
-    "page": _text, "name": _text, "value": _number, "unit": _text,
-    "spread": _optional(_spread), "config": _config, "runs": _runs,
-    "size": _optional(_config_value), "x": _optional(_number),
-    "peak": _optional(_one_of(PEAK_NAMES)), "on": _optional(_one_of((ON_HOST,))),
-}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -409,33 +345,11 @@ class Claim:
     measured: str
 
     def __post_init__(self) -> None:
-        _checked(self, _CLAIM_CHECKS)
+        _check(self, "claim")
 
     def to_json(self) -> dict[str, object]:
         """The claim as one entry of a results file's ``"claims"`` list of a page."""
         return {"text": self.text, "outcome": self.outcome, "measured": self.measured}
-
-
-_CLAIM_CHECKS: dict[str, Callable[[str, Any], Any]] = {
-    "text": _text, "outcome": _one_of(OUTCOMES), "measured": _text,
-}  # fmt: skip
-
-
-_digest = _is(
-    "a digest such as '3 file(s), sha256 3f2a9c0d1e4b' or 'none'",
-    lambda v: isinstance(v, str) and (v == "none" or "sha256 " in v),
-)
-_seconds = _optional(
-    _is(
-        "a number of seconds >= 0",
-        lambda v: (
-            isinstance(v, (int, float))
-            and not isinstance(v, bool)
-            and math.isfinite(v)
-            and v >= 0
-        ),
-    )
-)
 
 
 @dataclass(frozen=True)
@@ -454,10 +368,7 @@ class PageRun:
     seconds: float | None = None
 
     def __post_init__(self) -> None:
-        _checked(self, _RUN_CHECKS)
-        if self.dirty and self.commit is None:
-            msg = "dirty must be false when the commit is unknown, got true"
-            raise ValueError(msg)
+        _check(self, "pageRun")
 
     @property
     def commit_label(self) -> str:
@@ -473,31 +384,14 @@ class PageRun:
     def to_json(self) -> dict[str, object]:
         """The run as a results file writes it."""
         return {
-            "date": self.date, "torch": self.torch, "source": self.source,
-            "helpers": self.helpers, "commit": self.commit, "dirty": self.dirty,
+            "date": self.date,
+            "torch": self.torch,
+            "source": self.source,
+            "helpers": self.helpers,
+            "commit": self.commit,
+            "dirty": self.dirty,
             "seconds": self.seconds,
-        }  # fmt: skip
-
-
-_RUN_CHECKS: dict[str, Callable[[str, Any], Any]] = {
-    "date": _date, "torch": _text, "source": _digest, "helpers": _digest,
-    "commit": _optional(_commit), "dirty": _flag, "seconds": _seconds,
-}  # fmt: skip
-
-
-def _run(name: str, value: object) -> PageRun:
-    if isinstance(value, PageRun):
-        return value
-    if not isinstance(value, Mapping):
-        raise _bad(name, "an object describing a run", value)
-    if unknown := _unknown(value, PageRun.__dataclass_fields__):
-        raise _bad(name, f"an object without unknown keys ({unknown})", value)
-    try:
-        return PageRun(**value)
-    except TypeError:
-        raise _bad(
-            name, "an object with date, torch, source and helpers", value
-        ) from None
+        }
 
 
 @dataclass(frozen=True)
@@ -510,11 +404,13 @@ class PageRecord:
     failed: PageRun | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "recorded", _optional(_run)("recorded", self.recorded))
-        object.__setattr__(self, "failed", _optional(_run)("failed", self.failed))
-        if self.recorded is None and self.failed is None:
-            msg = "a page record needs a recorded run, a failed one, or both"
-            raise ValueError(msg)
+        _check(self, "pageRecord")
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PageRecord:
+        """The record of one entry of a results file's ``"pages"``."""
+        runs = (data.get("recorded"), data.get("failed"))
+        return cls(*(None if run is None else PageRun(**run) for run in runs))
 
     def to_json(self) -> dict[str, object]:
         """The record as a results file's ``"pages"`` entry."""
@@ -530,7 +426,8 @@ class ResultsFile:
     """The contents of a results file: one device's provenance, its results,
     what each page's figures were measured by (``pages``, by page name; empty
     for a file of schema version 1) and the claims each page's recorded run
-    checked (``claims``, by page name; empty before schema version 3)."""
+    checked (``claims``, by page name; empty before schema version 3). No
+    figure twice, and no claim twice on a page."""
 
     device: DeviceRecord
     results: tuple[Result, ...] = ()
@@ -539,29 +436,23 @@ class ResultsFile:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "results", tuple(self.results))
-        checked = {}
-        for page, page_claims in dict(self.claims).items():
-            page_claims = tuple(page_claims)
-            if not all(isinstance(c, Claim) for c in page_claims):
-                msg = f"claims {page!r}"
-                raise _bad(msg, "a sequence of Claims", page_claims)
+        seen: dict[object, int] = {}
+        for i, r in enumerate(self.results):
+            if r.key in seen:
+                msg = (
+                    f"/results/{i} repeats /results/{seen[r.key]} ({r.page}: {r.name})"
+                )
+                raise ValueError(msg)
+            seen[r.key] = i
+        claims = {page: tuple(cs) for page, cs in sorted(dict(self.claims).items())}
+        for page, page_claims in claims.items():
             texts = [c.text for c in page_claims]
-            if len(set(texts)) != len(texts):
-                msg = f"claims {page!r}"
-                raise _bad(msg, "claims each stated once", texts)
-            checked[_text("a page's name", page)] = page_claims
-        object.__setattr__(
-            self, "claims", MappingProxyType(dict(sorted(checked.items())))
-        )
-        runs = {}
-        for page, record in dict(self.pages_run).items():
-            if not isinstance(record, PageRecord):
-                where = f"pages {page!r}"
-                raise _bad(where, "a PageRecord", record)
-            runs[_text("a page's name", page)] = record
-        object.__setattr__(
-            self, "pages_run", MappingProxyType(dict(sorted(runs.items())))
-        )
+            if twice := sorted({t for t in texts if texts.count(t) > 1}):
+                msg = f"/claims/{page}: claims each stated once, got twice {twice}"
+                raise ValueError(msg)
+        object.__setattr__(self, "claims", MappingProxyType(claims))
+        runs = dict(sorted(dict(self.pages_run).items()))
+        object.__setattr__(self, "pages_run", MappingProxyType(runs))
 
     @property
     def pages(self) -> tuple[str, ...]:
@@ -582,106 +473,38 @@ class ResultsFile:
 
     def to_json(self) -> dict[str, object]:
         """The file's JSON object."""
-        device, results = self.device.to_json(), [r.to_json() for r in self.results]
-        pages = {page: record.to_json() for page, record in self.pages_run.items()}
-        claims = {p: [c.to_json() for c in cs] for p, cs in self.claims.items()}
         return {
-            "schema": SCHEMA_VERSION, "device": device, "pages": pages,
-            "claims": claims, "results": results,
-        }  # fmt: skip
+            "schema": SCHEMA_VERSION,
+            "device": self.device.to_json(),
+            "pages": {page: run.to_json() for page, run in self.pages_run.items()},
+            "claims": {p: [c.to_json() for c in cs] for p, cs in self.claims.items()},
+            "results": [r.to_json() for r in self.results],
+        }
 
 
 def _fail(source: str, problem: str) -> ResultsFileError:
     return ResultsFileError(f"results file {source}: {problem}")
 
 
-def _unknown(data: Mapping[str, object], allowed: Collection[str]) -> str:
-    return ", ".join(sorted(str(k) for k in data if k not in allowed))
-
-
-def _object(cls: type[Any], data: object, where: str, source: str) -> Any:
-    """``cls`` from a JSON object with its required keys and no unknown one."""
-    if not isinstance(data, dict):
-        raise _fail(source, f"{where} must be an object, got {data!r}")
-    names = [f.name for f in fields(cls) if f.default is f.default_factory is MISSING]
-    if missing := [k for k in names if k not in data]:
-        raise _fail(source, f"{where} lacks {', '.join(missing)}")
-    if unknown := _unknown(data, [f.name for f in fields(cls)]):
-        raise _fail(source, f"{where} has unknown keys {unknown}")
-    try:
-        return cls(**data)
-    except (TypeError, ValueError) as error:
-        raise _fail(source, f"{where}: {error}") from None
-
-
-def _parse(data: object, source: str) -> ResultsFile:
-    if not isinstance(data, dict):
-        kind = type(data).__name__
-        raise _fail(source, f"must hold a JSON object, got a JSON {kind}")
-    problem = None
-    if "schema" not in data:
-        problem = 'has no "schema": not a gpuguide results file'
-    elif isinstance(schema := data["schema"], bool) or not isinstance(schema, int):
-        problem = f'"schema" must be an integer version, got {schema!r}'
-    elif schema not in READ_VERSIONS:
-        versions = (
-            ", ".join(str(v) for v in READ_VERSIONS[:-1]) + f" and {READ_VERSIONS[-1]}"
-        )
-        problem = f"is schema version {schema}; this gpuguide reads versions {versions}"
-    elif unknown := _unknown(
-        data,
-        (
-            "schema",
-            "device",
-            "results",
-            *(("pages",) if schema >= 2 else ()),
-            *(("claims",) if schema >= 3 else ()),
-        ),
-    ):
-        problem = f"has unknown keys {unknown}"
-    elif "device" not in data:
-        problem = 'has no "device"'
-    if problem is not None:
+def _parse(data: Any, source: str) -> ResultsFile:
+    """The contents of a results file's JSON, checked against the schema."""
+    if (problem := _problem(data)) is not None:
         raise _fail(source, problem)
-    device = _object(DeviceRecord, data["device"], '"device"', source)
-    if not isinstance(entries := data.get("results"), list):
-        raise _fail(source, f'"results" must be a list, got {entries!r}')
-    results = [
-        _object(Result, e, f"results[{i}]", source) for i, e in enumerate(entries)
-    ]
-    seen: dict[object, int] = {}
-    for i, r in enumerate(results):
-        if r.key in seen:
-            problem = f"results[{i}] repeats results[{seen[r.key]}] ({r.page}: {r.name}, same config)"
-            raise _fail(source, problem)
-        seen[r.key] = i
-    pages = data.get("pages", {})
-    if not isinstance(pages, dict):
-        raise _fail(source, f'"pages" must be an object, got {pages!r}')
-    records = {}
-    for page, entry in pages.items():
-        where = f'"pages" {page!r}'
-        if not isinstance(entry, dict):
-            raise _fail(source, f"{where} must be an object, got {entry!r}")
-        if unknown := _unknown(entry, ("recorded", "failed")):
-            raise _fail(source, f"{where} has unknown keys {unknown}")
+    results = []
+    for i, entry in enumerate(data["results"]):
         try:
-            records[page] = PageRecord(entry.get("recorded"), entry.get("failed"))
-        except (TypeError, ValueError) as error:
-            raise _fail(source, f"{where}: {error}") from None
+            results.append(Result.from_json(entry))
+        except ValueError as error:
+            raise _fail(source, f"/results/{i}: {error}") from None
+    pages = data.get("pages", {})
     claims = data.get("claims", {})
-    if not isinstance(claims, dict):
-        raise _fail(source, f'"claims" must be an object, got {claims!r}')
-    page_claims = {}
-    for page, entries in claims.items():
-        where = f'"claims" {page!r}'
-        if not isinstance(entries, list):
-            raise _fail(source, f"{where} must be a list, got {entries!r}")
-        page_claims[page] = tuple(
-            _object(Claim, e, f"{where}[{i}]", source) for i, e in enumerate(entries)
-        )
     try:
-        return ResultsFile(device, tuple(results), records, page_claims)
+        return ResultsFile(
+            DeviceRecord.from_json(data["device"]),
+            tuple(results),
+            {page: PageRecord.from_json(run) for page, run in pages.items()},
+            {page: tuple(Claim(**c) for c in cs) for page, cs in claims.items()},
+        )
     except ValueError as error:
         raise _fail(source, str(error)) from None
 
@@ -705,7 +528,7 @@ def loads(text: str, source: str = "<string>") -> ResultsFile:
 
 def load(path: str | os.PathLike[str]) -> ResultsFile:
     """Read and validate a results file; :class:`ResultsFileError` if it cannot be
-    read, is not JSON, not of :data:`SCHEMA_VERSION`, or holds an invalid field."""
+    read, is not JSON, or breaks the schema (naming the bad field's JSON pointer)."""
     source = os.fspath(path)
     try:
         text = Path(source).read_text(encoding="utf-8")
@@ -811,9 +634,10 @@ def _default_page() -> str:
 
 
 def _figure(
-    value: float | Measurement | Rate | Comparison, unit: str | None,
+    value: float | Measurement | Rate | Comparison,
+    unit: str | None,
     spread: tuple[float, float] | None,
-) -> tuple[float, str, tuple[float, float] | None]:  # fmt: skip
+) -> tuple[float, str, tuple[float, float] | None]:
     """``(value, unit, spread)`` of a number, or read from a measured object."""
     if isinstance(value, Measurement):
         own = ("s", value.median_s, (value.q25_s, value.q75_s))
@@ -845,11 +669,18 @@ def _measured_on(value: object) -> str | None:
 
 
 def record(
-    name: str, value: float | Measurement | Rate | Comparison, *,
-    unit: str | None = None, spread: tuple[float, float] | None = None,
-    page: str | None = None, size: ConfigValue | None = None, peak: str | None = None,
-    x: float | None = None, host: bool | None = None, **config: ConfigValue,
-) -> Result:  # fmt: skip
+    name: str,
+    value: float | Measurement | Rate | Comparison,
+    *,
+    unit: str | None = None,
+    spread: tuple[float, float] | None = None,
+    page: str | None = None,
+    size: ConfigValue | None = None,
+    peak: str | None = None,
+    x: float | None = None,
+    host: bool | None = None,
+    **config: ConfigValue,
+) -> Result:
     """Record one headline figure of the running page; return its :class:`Result`.
 
     ``name``, ``config`` and ``page`` (default: the running script) identify the
@@ -868,9 +699,17 @@ def record(
         host = _measured_on(value) == "cpu"
     on = ON_HOST if host and current_device().kind != "cpu" else None
     result = Result(
-        page=_default_page() if page is None else page, name=name, value=number,
-        unit=unit, spread=spread, config=config, size=size, x=x, peak=peak, on=on,
-    )  # fmt: skip
+        page=_default_page() if page is None else page,
+        name=name,
+        value=number,
+        unit=unit,
+        spread=spread,
+        config=config,
+        size=size,
+        x=x,
+        peak=peak,
+        on=on,
+    )
     _recorded.pop(result.key, None)
     _recorded[result.key] = result
     _note_clock_limits()
@@ -891,7 +730,7 @@ def record_claim(claim: Claim, *, page: str | None = None) -> Claim:
     if not isinstance(claim, Claim):
         msg = f"claim must be a Claim, got {type(claim).__name__}"
         raise TypeError(msg)
-    page = _default_page() if page is None else _text("page", page)
+    page = _default_page() if page is None else page
     _claims.pop((page, claim.text), None)
     _claims[page, claim.text] = claim
     if target := os.environ.get(RECORD_ENV, "").strip():
