@@ -153,8 +153,25 @@ def _install(session: nox.Session, *groups: str, torch: str = "") -> None:
         else:
             session.install("-e", ".")
         stamp.write_text(key)
+    if not torch:
+        _refresh_version(session)
     if torch:
         session.install("--no-deps", "--force-reinstall", _fresh_copy(session), env=env)
+
+
+def _refresh_version(session: nox.Session) -> None:
+    """Reinstall the editable package when the checkout's commit moved, so its
+    version (setuptools-scm's, fixed at install) names the commit it runs."""
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    stamp = Path(session.virtualenv.location) / ".gpuguide-commit"
+    if head and (not stamp.exists() or stamp.read_text() != head):
+        session.install("--no-deps", "-e", ".")
+        stamp.write_text(head)
 
 
 def _fresh_copy(session: nox.Session) -> str:

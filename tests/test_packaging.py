@@ -11,6 +11,7 @@ import ast
 import email.parser
 import importlib.util
 import json
+import os
 import re
 import runpy
 import shutil
@@ -29,6 +30,10 @@ import gpuguide
 
 URL = "https://guide.example.org/gpu/_downloads/gpuguide-1.2.3-py3-none-any.whl"
 
+#: setuptools-scm's version of this checkout now (an editable install's
+#: gpuguide.__version__ is the one of the commit it was installed at).
+VERSION = site_wheel.checkout_version(ROOT) or gpuguide.__version__
+
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
@@ -36,12 +41,13 @@ def wheel(tmp_path_factory):
 
 
 def test_wheel_has_the_package_and_the_checkup_script(wheel):
-    assert wheel.name == site_wheel.wheel_name(gpuguide.__version__)
+    assert wheel.name == site_wheel.wheel_name(VERSION)
     with zipfile.ZipFile(wheel) as whl:
         names = set(whl.namelist())
-        info = f"gpuguide-{gpuguide.__version__}.dist-info"
+        info = f"gpuguide-{VERSION}.dist-info"
         entry_points = whl.read(f"{info}/entry_points.txt").decode()
     assert {"gpuguide/__init__.py", "gpuguide/py.typed"} <= names
+    assert "gpuguide/results.schema.json" in names  # what gpuguide.results reads
     assert "gpuguide/chapters/__init__.py" in names
     # the programs beside the helpers ship in the same wheel
     assert {"gpuguide_tools/checkup.py", "gpuguide_tools/recorder.py"} <= names
@@ -51,7 +57,7 @@ def test_wheel_has_the_package_and_the_checkup_script(wheel):
 
 
 def test_wheel_carries_the_licence_and_the_project_s_addresses(wheel):
-    info = f"gpuguide-{gpuguide.__version__}.dist-info"
+    info = f"gpuguide-{VERSION}.dist-info"
     with zipfile.ZipFile(wheel) as whl:
         licence = whl.read(f"{info}/licenses/LICENSE")
         meta = email.parser.Parser().parsestr(whl.read(f"{info}/METADATA").decode())
@@ -60,9 +66,22 @@ def test_wheel_carries_the_licence_and_the_project_s_addresses(wheel):
     assert b"Copyright (c) 2026, the gpuguide authors" in licence
     assert meta["License-Expression"] == "BSD-3-Clause"
     assert meta.get_all("License-File") == ["LICENSE"]
-    assert meta["Version"] == gpuguide.__version__
+    assert meta["Version"] == VERSION
     labels = [url.split(",")[0] for url in meta.get_all("Project-URL") or []]
     assert labels == ["Homepage", "Documentation", "Source", "Issues", "Changelog"]
+
+
+def test_the_wheel_s_version_names_the_commit_it_was_built_from(wheel):
+    head = subprocess.run(
+        ["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    assert re.fullmatch(r"[0-9a-f]{40}", head), "the tests run from a git checkout"
+    version = wheel.name.split("-")[1]  # 0.1.dev417+gb85636e1a[.d20260101]
+    found = re.fullmatch(
+        r"\d+\.\d+(\.\d+)?\.dev\d+\+g([0-9a-f]{7,40})(\.d\d{8})?", version
+    )
+    assert found, version
+    assert head.startswith(found[2])
 
 
 def test_wheel_is_built_from_the_sources_not_a_stale_build_dir(wheel):
@@ -236,7 +255,7 @@ def test_first_notebook_cell_installs_the_wheel_from_the_site(
     config = _config(conf)
     site_wheel._config_inited(None, config)
     cell = config.sphinx_gallery_conf["first_notebook_cell"]
-    url = f"{expected}gpuguide-{gpuguide.__version__}-py3-none-any.whl"
+    url = f"{expected}gpuguide-{VERSION}-py3-none-any.whl"
     lines = cell.splitlines()
     assert lines[-1] == f'%pip install "{url}" $cpu_index'
     assert ("GPUGUIDE_SITE_URL" in cell) == (site_url is None)
@@ -356,12 +375,16 @@ def test_sdist_and_wheel_pass_twine_check(tmp_path):
         shutil.copy2(ROOT / name, tree / name)
     dist = tmp_path / "dist"
     run = {"capture_output": True, "text": True, "check": False, "cwd": tmp_path}
+    # A copy without .git is told its version (as the site's wheel is).
+    env = {**os.environ, site_wheel.PRETEND_ENV: VERSION}
     built = subprocess.run(
-        [sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, tree], **run
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, tree],
+        env=env,
+        **run,
     )
     assert built.returncode == 0, built.stdout + built.stderr
     files = sorted(dist.iterdir())
-    version = gpuguide.__version__
+    version = VERSION
     assert [f.name for f in files] == [
         f"gpuguide-{version}-py3-none-any.whl",
         f"gpuguide-{version}.tar.gz",
@@ -396,7 +419,8 @@ def test_one_wheel_per_run_is_built_and_reused_until_a_source_changes(
     real_run = subprocess.run
 
     def counting_run(*args, **kwargs):
-        built.append(args)
+        if site_wheel._BUILD_CODE in args[0]:  # a build, not a git question
+            built.append(args)
         return real_run(*args, **kwargs)
 
     monkeypatch.setattr(site_wheel.subprocess, "run", counting_run)

@@ -23,9 +23,13 @@ The wheel is built once per build, offline: from a fresh copy of ``src/``,
 ``pyproject.toml``, ``README.md`` and ``LICENSE`` (setuptools keeps
 ``build/lib`` in the source tree, where a deleted module would live on), with
 setuptools' own build backend in this interpreter (no build isolation, no
-network). The copy is stamped with the checkout's commit
-(:func:`gpuguide.version.write_stamp`), so a reader's run of a downloaded page
-names the commit in its provenance line, as the site's own pages do.
+network). Its version is setuptools-scm's for the checkout when the build
+started (``0.1.dev417+gb85636e1a``, :func:`checkout_version`), so each build's
+wheel names its commit and a reader's ``pip install`` of a newer site's wheel
+replaces the old helpers; the site's ``release`` is set to it. The copy is
+stamped with the checkout's commit (:func:`gpuguide.version.write_stamp`), so
+a reader's run of a downloaded page names the commit in its provenance line,
+as the site's own pages do.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ __all__ = [
     "Install",
     "build_wheel",
     "check_site_url",
+    "checkout_version",
     "first_cell",
     "imported_distributions",
     "insert_header",
@@ -102,6 +107,9 @@ _OWN_MODULES = frozenset({"gpuguide", "gpuguide_tools"})
 
 # The checkout's commit and dirty mark when the build started (_config_inited).
 _source_at_start: list[tuple[str, bool] | None] = []
+
+#: setuptools-scm's variable that gives the version of a copy without ``.git``.
+PRETEND_ENV = "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_GPUGUIDE"
 
 _BUILD_CODE = (
     "import sys, setuptools.build_meta as backend; "
@@ -380,8 +388,29 @@ def stamp_downloads(downloads: Path, install: Install) -> int:
     return count
 
 
+def checkout_version(root: Path) -> str | None:
+    """The version setuptools-scm gives the checkout at ``root`` now
+    (``0.1.dev417+gb85636e1a``, ``.d20260101`` after it with uncommitted
+    changes); None where ``root`` is no git checkout or setuptools-scm fails."""
+    if git_commit(root) is None:
+        return None
+    done = subprocess.run(
+        [sys.executable, "-m", "setuptools_scm"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = done.stdout.split()
+    return lines[-1] if done.returncode == 0 and lines else None
+
+
 def build_wheel(
-    root: Path, outdir: Path, *, source: tuple[str, bool] | None = None
+    root: Path,
+    outdir: Path,
+    *,
+    source: tuple[str, bool] | None = None,
+    version: str | None = None,
 ) -> Path:
     """Build the helpers' wheel from the checkout at ``root`` into ``outdir``.
 
@@ -389,7 +418,9 @@ def build_wheel(
     interpreter, on a fresh copy of the sources, stamped with ``source`` (a
     commit and its dirty mark) or else the commit of the checkout at ``root``
     now (:func:`gpuguide.version.git_commit`); not stamped where ``root`` is no
-    git checkout, so the wheel's runs say "commit unknown".
+    git checkout, so the wheel's runs say "commit unknown". Its version is
+    ``version``, else the checkout's (:func:`checkout_version`), else
+    setuptools-scm's fallback (pyproject.toml).
 
     With ``GPUGUIDE_WHEEL_CACHE`` naming a folder (the tests set one per
     session), a wheel built from the same sources and stamp is taken from it
@@ -402,8 +433,9 @@ def build_wheel(
     """
     outdir.mkdir(parents=True, exist_ok=True)
     source = source or git_commit(root)
+    version = version or checkout_version(root)
     cache = os.environ.get(WHEEL_CACHE_ENV, "").strip()
-    cached = Path(cache) / _wheel_key(root, source) if cache else None
+    cached = Path(cache) / _wheel_key(root, (source, version)) if cache else None
     if cached is not None and cached.is_dir():
         for wheel in cached.glob("*.whl"):
             return Path(shutil.copy2(wheel, outdir / wheel.name))
@@ -423,6 +455,7 @@ def build_wheel(
             capture_output=True,
             text=True,
             check=False,
+            env={**os.environ, PRETEND_ENV: version} if version else None,
         )
         if done.returncode != 0:
             msg = f"building the helpers' wheel failed:\n{done.stdout}{done.stderr}"
@@ -445,9 +478,9 @@ def build_wheel(
 WHEEL_CACHE_ENV = "GPUGUIDE_WHEEL_CACHE"
 
 
-def _wheel_key(root: Path, source: tuple[str, bool] | None) -> str:
+def _wheel_key(root: Path, source: object) -> str:
     """What a wheel is built from: the sources under ``src``, the package's
-    files and the stamp."""
+    files, the stamp and the version."""
     digest = hashlib.sha256(repr(source).encode())
     files = sorted(p for p in (root / "src").rglob("*") if p.is_file())
     files = [
@@ -467,6 +500,9 @@ def _download_base(config: Any) -> tuple[str, bool]:
 
 def _config_inited(app: Any, config: Any) -> None:
     check_site_url(config.html_baseurl, publish=_publishing())
+    # The wheel's version, which the site's links name: this commit's, even
+    # where the installed helpers are an editable install of an older one.
+    config.release = config.version = checkout_version(ROOT) or config.release
     base, local = _download_base(config)
     url = wheel_url(base, config.release)
     config.sphinx_gallery_conf["first_notebook_cell"] = first_cell(url, local=local)
@@ -481,7 +517,8 @@ def _build_finished(app: Any, exception: Exception | None) -> None:
     downloads = Path(app.outdir) / "_downloads"
     base, local = _download_base(app.config)
     url = wheel_url(base, app.config.release)
-    wheel = build_wheel(ROOT, downloads, source=next(iter(_source_at_start), None))
+    source = next(iter(_source_at_start), None)
+    wheel = build_wheel(ROOT, downloads, source=source, version=app.config.release)
     if wheel.name != wheel_name(app.config.release):
         msg = f"the wheel is {wheel.name}, the site's links name {url}"
         raise ExtensionError(msg)

@@ -1,8 +1,12 @@
 """Which gpuguide measured a figure: its version and the commit it was built from.
 
-Provenance lines and results files name the helpers as ``gpuguide 0.1.0
-(f4b16f4)``, ``(f4b16f4+dirty)`` for a checkout with uncommitted changes, or
-``(commit unknown)``. :func:`describe_version` finds the commit in the git
+The version is setuptools-scm's, from git when the package was built or
+installed (``0.1.dev417+gb85636e1a``: each build's names its commit), read
+from the installed distribution. Provenance lines and results files name the
+helpers as ``gpuguide 0.1.dev417+gb85636e1a (b85636e)``, with
+``(b85636e+dirty)`` for a checkout with uncommitted changes, or ``(commit
+unknown)``: the commit is the one the code runs from now (an editable install's
+version is the one it was installed at). :func:`describe_version` finds the commit in the git
 checkout the package is imported from (once per process, never failing), else in
 the stamp file a site wheel carries (:func:`write_stamp`), else in
 ``GPUGUIDE_COMMIT`` (for a copy without ``.git``). A foundation module: it
@@ -12,6 +16,7 @@ imports nothing else from gpuguide.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import json
 import os
 import re
@@ -22,9 +27,19 @@ from pathlib import Path
 
 __all__ = ["STAMP_FILE", "git_commit", "write_stamp"]
 
-#: The helpers' version, written here only: ``gpuguide.__version__``, and the
-#: package's version (pyproject.toml reads it: ``[tool.setuptools.dynamic]``).
-__version__ = "0.1.0"
+#: The version of sources imported without being installed.
+UNKNOWN_VERSION = "0+unknown"
+
+
+def _installed_version() -> str:
+    try:
+        return importlib.metadata.version("gpuguide")
+    except importlib.metadata.PackageNotFoundError:
+        return UNKNOWN_VERSION
+
+
+#: The helpers' version: ``gpuguide.__version__``, the installed distribution's.
+__version__ = _installed_version()
 
 #: The file, beside this module in a built wheel, that names the commit.
 STAMP_FILE = "_source.json"
