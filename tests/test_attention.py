@@ -304,3 +304,31 @@ def test_per_call_lines_with_and_without_a_rate() -> None:
     with_rate = per_call(timed, 2e9).splitlines()
     assert with_rate[0].startswith("Flex: 2 ms per call, 1.00 TFLOP/s")
     assert with_rate[1].startswith("SDPA: 4 ms per call, 500 GFLOP/s")
+
+
+def test_usable_backends_defaults_to_sdpas_backends_on_this_cpu() -> None:
+    q, k, v = (torch.randn(1, 2, 32, 16) for _ in range(3))
+    got = usable_backends(lambda: F.scaled_dot_product_attention(q, k, v))
+    assert "math" in got  # the math backend runs everywhere
+    assert set(got) <= {"math", "flash", "memory-efficient", "cuDNN"}
+
+
+def test_peak_memory_measures_what_the_sweep_ran_and_skips_the_rest() -> None:
+    class Ran:
+        sizes = [1024, 4096]
+
+        @staticmethod
+        def ran(name: str) -> list[int]:
+            return [1024, 4096] if name == "big" else [1024]
+
+    def allocate(x: torch.Tensor) -> torch.Tensor:
+        return torch.ones(x.numel() * 256)  # 1 KiB of floats per element
+
+    found = attention.peak_memory(
+        Ran(),  # type: ignore[arg-type]
+        {"big": allocate, "small": allocate},
+        lambda n: [torch.empty(n)],
+        device="cpu",
+    )
+    assert found["small"][1] is None  # not run at 4096
+    assert len(found["big"]) == 2

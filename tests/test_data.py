@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 import torch
@@ -12,7 +10,6 @@ from torch.utils.data import DataLoader
 from gpuguide.chapters import data
 from gpuguide.chapters.data import SyntheticImages, _box_blur
 from gpuguide.chapters.spawning import spawn_safe
-from gpuguide.timing import Measurement
 
 
 def test_sample_shape_dtype_range_and_label():
@@ -128,63 +125,6 @@ def test_batches_from_spawned_workers_match_the_main_process():
 
 
 # -- the transfer pages: copy sizes, bandwidth curves, the pinned cache ----------
-
-
-def test_copy_sizes_double_from_4_kib_within_the_budget(monkeypatch):
-    asked = []
-
-    def fake_sweep(lo, hi, *, memory_at, device=None, **plan):
-        asked.append((lo, hi, memory_at(1), device, plan))
-        return [4096 * 2**i for i in range(8 if device == "cpu" else 5)]
-
-    monkeypatch.setattr(data, "sweep", fake_sweep)
-    on_cpu = data.copy_sizes(on_gpu=False, peaks="the CPU's")
-    assert on_cpu == [4096 * 2**i for i in range(8)]
-    ((lo, hi, per_byte, device, plan),) = asked
-    assert (lo, hi, per_byte, device) == (4096, 2**30, 2, "cpu")  # two buffers
-    assert plan["peaks"] == "the CPU's"
-    assert plan["call_s"] is None
-    assert plan["traffic_at"](10) == 20
-    asked.clear()
-    on_gpu = data.copy_sizes(on_gpu=True, peaks="ignored", device="cuda")
-    assert on_gpu == [4096 * 2**i for i in range(5)]  # the device buffer fits too
-    host, gpu = asked
-    assert (host[2], host[3], host[4]["peaks"], host[4]["call_s"]) == (
-        4,
-        "cpu",
-        None,
-        0.1,
-    )
-    assert host[4]["traffic_at"](10) == 10
-    assert (gpu[2], gpu[3]) == (1, "cuda")
-
-
-def test_copy_sizes_on_this_machine_are_powers_of_two():
-    sizes = data.copy_sizes(on_gpu=False)
-    assert sizes[0] == 4096
-    assert all(b == 2 * a for a, b in itertools.pairwise(sizes))
-
-
-def test_bandwidth_series_in_gb_per_s_and_against_the_first_way():
-    def times(*seconds):
-        return [Measurement("copy", (s,) * 3, "cpu", "x") for s in seconds]
-
-    ways = {"pageable": times(1e-6, 1e-3), "pinned": times(1e-6, 0.5e-3)}
-    sizes = [1000, 10**6]
-    series = data.bandwidth_series(sizes, ways, vs_first=True)
-    assert series == {"pageable (1x)": [1.0, 1.0], "pinned (2x)": [1.0, 2.0]}
-    plain = data.bandwidth_series(sizes, ways, vs_first=False)
-    assert list(plain) == ["pageable", "pinned"]
-
-
-def test_host_cache_emptier_finds_the_public_name_or_the_private_one(monkeypatch):
-    found = data.host_cache_emptier()
-    assert found is None or callable(found)
-    monkeypatch.delattr(torch.accelerator, "empty_host_cache", raising=False)
-    monkeypatch.setattr(torch._C, "_host_emptyCache", print, raising=False)
-    assert data.host_cache_emptier() is print
-    monkeypatch.delattr(torch._C, "_host_emptyCache")
-    assert data.host_cache_emptier() is None
 
 
 def test_matmul_side_plans_four_matrices_and_one_matmul(monkeypatch):

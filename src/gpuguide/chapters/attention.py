@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpuguide import checks
@@ -19,6 +19,7 @@ from gpuguide.memory import track_memory
 if TYPE_CHECKING:
     import torch
 
+    from gpuguide.sweeps import SweepResult
     from gpuguide.timing import Measurement
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "backend_of",
     "case_rows",
     "naive_bytes",
+    "peak_memory",
     "per_call",
     "priority_order",
     "run_within_memory",
@@ -107,20 +109,34 @@ def run_within_memory(
 
 
 def usable_backends(
-    attend: Callable[[], Any], backends: Mapping[str, Any], *,
+    attend: Callable[[], Any],
+    backends: Mapping[str, Any] | None = None,
+    *,
     context: Callable[[Any], Any] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The backends under which ``attend()`` runs here, name -> backend, in order.
 
-    Each is tried once inside ``context(backend)`` (default
-    ``torch.nn.attention.sdpa_kernel``); a ``RuntimeError`` (no viable kernel)
-    rules it out. The warnings torch gives on the way out are swallowed, so that
-    a probe cannot fail a run under ``-W error``.
+    ``backends`` defaults to SDPA's math, flash, memory-efficient and (where this
+    torch has it) cuDNN backends. Each is tried once inside ``context(backend)``
+    (default ``torch.nn.attention.sdpa_kernel``); a ``RuntimeError`` (no viable
+    kernel) rules it out. The warnings torch gives on the way out are swallowed,
+    so that a probe cannot fail a run under ``-W error``.
     """
-    if context is None:
-        from torch.nn.attention import sdpa_kernel
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        context = sdpa_kernel
+    if backends is None:
+        names = {
+            "math": "MATH",
+            "flash": "FLASH_ATTENTION",
+            "memory-efficient": "EFFICIENT_ATTENTION",
+            "cuDNN": "CUDNN_ATTENTION",
+        }
+        backends = {
+            name: getattr(SDPBackend, member)
+            for name, member in names.items()
+            if hasattr(SDPBackend, member)
+        }
+    context = context or sdpa_kernel
     usable = {}
     for name, backend in backends.items():
         with warnings.catch_warnings():
@@ -132,6 +148,32 @@ def usable_backends(
                 continue
         usable[name] = backend
     return usable
+
+
+def peak_memory(
+    result: SweepResult,
+    variants: Mapping[str, Callable[..., Any]],
+    inputs: Callable[[int], Sequence[Any]],
+    *,
+    device: torch.device | str,
+) -> dict[str, list[int | None]]:
+    """For each variant, the bytes one call ``fn(*inputs(n))`` adds at its peak to
+    what is allocated (:func:`gpuguide.track_memory`; on a CPU, the resident
+    memory) at each of ``result``'s sizes: None where the sweep did not run it or
+    the call added nothing measurable."""
+    found: dict[str, list[int | None]] = {name: [] for name in variants}
+    for n in result.sizes:
+        args = inputs(n)
+        for name, fn in variants.items():
+            if n not in result.ran(name):
+                found[name].append(None)
+                continue
+            with track_memory(device) as tracker:
+                fn(*args)
+            assert tracker.report is not None  # set when the block ends
+            found[name].append(max(tracker.report.peak_increase_bytes or 0, 0) or None)
+        del args
+    return found
 
 
 def backend_of(op_names: Iterable[str]) -> str | None:

@@ -1,13 +1,11 @@
 """Moving data: a synthetic image dataset whose samples cost a chosen amount of CPU
-work, and the transfer pages' copy sizes and bandwidth curves.
+work, and the size of a matmul that keeps a GPU busy before a copy.
 
 :class:`SyntheticImages` imitates a pipeline's per-sample CPU time (read, decode,
 augment) without files. It lives in a module so that DataLoader workers started
 with ``"spawn"`` can import it by name (see :mod:`gpuguide.chapters.spawning`).
-:func:`copy_sizes` picks the sizes of the copies a page times, :func:`matmul_side`
-the size of a matmul that keeps a GPU busy before a copy,
-:func:`bandwidth_series` turns their times into curves of GB/s, and
-:func:`host_cache_emptier` finds how this torch gives cached pinned memory back.
+:func:`matmul_side` picks the size of a matmul that keeps a GPU busy before a
+copy.
 
 Examples
 --------
@@ -21,27 +19,18 @@ Examples
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gpuguide import checks
-from gpuguide.sizes import largest_size, sweep
+from gpuguide.sizes import largest_size
 
 if TYPE_CHECKING:
     import torch
 
-    from gpuguide.peaks import Peaks
-    from gpuguide.timing import Measurement
 
-__all__ = [
-    "SyntheticImages",
-    "bandwidth_series",
-    "copy_sizes",
-    "host_cache_emptier",
-    "matmul_side",
-]
+__all__ = ["SyntheticImages", "matmul_side"]
 
 
 class SyntheticImages:
@@ -68,9 +57,15 @@ class SyntheticImages:
     """
 
     def __init__(
-        self, length: int, *, shape: tuple[int, int, int] = (3, 32, 32),
-        num_classes: int = 10, work: int = 2, pad: int = 4, seed: int = 0,
-    ) -> None:  # fmt: skip
+        self,
+        length: int,
+        *,
+        shape: tuple[int, int, int] = (3, 32, 32),
+        num_classes: int = 10,
+        work: int = 2,
+        pad: int = 4,
+        seed: int = 0,
+    ) -> None:
         self.length = checks.integer("length", length, minimum=0)
         self.work = checks.integer("work", work, minimum=0)
         self.pad = checks.integer("pad", pad, minimum=0)
@@ -125,56 +120,6 @@ def _box_blur(image: np.ndarray) -> np.ndarray:
     total = rows[:, :, :-2] + rows[:, :, 1:-1] + rows[:, :, 2:]  # the shape of image
     smoothed: np.ndarray = (total / np.float32(9.0)).astype(np.float32, copy=False)
     return smoothed
-
-
-def copy_sizes(
-    *,
-    on_gpu: bool,
-    peaks: Peaks | None = None,
-    device: torch.device | str | None = None,
-) -> list[int]:
-    """Copy sizes in bytes, doubling from 4 KiB up to 1 GiB while they fit the host's
-    memory and the time budget: between a GPU and the host (``on_gpu``), four host
-    buffers of that size and one on ``device``, which must fit too, for calls of
-    0.1 s planned at a low fallback rate (10 GB/s); between two host buffers, two,
-    planned at ``peaks`` (the CPU's bandwidth)."""
-    sizes = sweep(
-        4096,
-        2**30,
-        memory_at=lambda n: (4 if on_gpu else 2) * n,
-        traffic_at=lambda n: n if on_gpu else 2 * n,
-        device="cpu",
-        call_s=0.1 if on_gpu else None,
-        peaks=None if on_gpu else peaks,
-    )
-    if on_gpu:  # the device buffer must fit too
-        fits = sweep(4096, 2**30, memory_at=lambda n: n, device=device)
-        sizes = [n for n in sizes if n in fits]
-    return sizes
-
-
-def bandwidth_series(
-    sizes: Sequence[int], ways: Mapping[str, Sequence[Measurement]], *, vs_first: bool
-) -> dict[str, list[float]]:
-    """GB/s at each of ``sizes`` (bytes) for each way of copying (``ways``: its time
-    at each size), by way; with ``vs_first``, each label also gives the way's speed
-    at the largest size against the first way's, ``"pinned (2.1x)"``."""
-    base_s = next(iter(ways.values()))[-1].median_s  # the first way, largest size
-    series = {}
-    for way, ms in ways.items():
-        label = f"{way} ({base_s / ms[-1].median_s:.3g}x)" if vs_first else way
-        series[label] = [n / m.median_s / 1e9 for n, m in zip(sizes, ms, strict=True)]
-    return series
-
-
-def host_cache_emptier() -> Callable[[], None] | None:
-    """The function that gives the pinned host memory PyTorch caches back to the
-    system (``torch.accelerator.empty_host_cache``; torch 2.11 has only a private
-    name for it), or None where this torch has neither. It needs a GPU to run."""
-    import torch
-
-    empty = getattr(torch.accelerator, "empty_host_cache", None)
-    return empty or getattr(torch._C, "_host_emptyCache", None)
 
 
 def matmul_side(
