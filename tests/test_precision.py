@@ -1,8 +1,11 @@
 """Tests for gpuguide.chapters.precision: the CPU's 16-bit instructions, the TF32
 switch, matmul sizes, shapes and timing, MAMF's statistic, the activation-memory
-helpers and the chapter's transformer block (all on a CPU)."""
+helpers (the MLP, its batch, what backward runs again, a memory snapshot's events)
+and the chapter's transformer block (all on a CPU)."""
 
 from __future__ import annotations
+
+import pickle
 
 import pytest
 import torch
@@ -171,6 +174,63 @@ def test_kept_for_backward_counts_saved_storages_once_but_the_resident() -> None
     assert kept_for_backward(forward) == kept + 8 * 16 * 4
     with torch.no_grad():
         assert kept_for_backward(forward) == 0
+
+
+def test_mlp_is_depth_blocks_of_two_linears_around_gelu() -> None:
+    model = precision.mlp(8, 3)
+    assert len(model) == 3
+    for block in model:
+        kinds = [type(m) for m in block]
+        assert kinds == [nn.Linear, nn.GELU, nn.Linear]
+        assert block[0].weight.shape == (32, 8)
+    assert model(torch.randn(5, 8)).shape == (5, 8)
+
+
+def test_mlp_batch_fits_the_memory_of_a_training_step(monkeypatch) -> None:
+    width, depth = 64, 4
+    params = depth * (8 * width * width + 5 * width)
+    per_sample = 4 * 9 * width * depth
+    seen = {}
+
+    def budget(device, call_s):
+        seen["call_s"] = call_s
+        return _budget(memory_bytes=16 * params + 1000 * per_sample, call_s=1e3)
+
+    monkeypatch.setattr("gpuguide.sizes.size_budget", budget)
+    assert precision.mlp_batch(width, depth, device="cpu") == 512  # 1024 needs more
+    assert seen["call_s"] == 0.05
+    with pytest.raises(ValueError, match="width must be"):
+        precision.mlp_batch(0, depth, device="cpu")
+
+
+def test_rerun_in_backward_counts_the_layers_checkpointing_runs_again() -> None:
+    model = precision.mlp(8, 3)
+    x = torch.randn(4, 8)
+
+    def checkpointed():
+        h = x
+        for block in model:
+            h = torch.utils.checkpoint.checkpoint(block, h, use_reentrant=False)
+        return h.sum()
+
+    assert precision.rerun_in_backward(model, checkpointed) == (3, 6)
+    assert precision.rerun_in_backward(model, lambda: model(x).sum()) == (0, 6)
+    assert not any(m._forward_hooks for m in model.modules())  # the hooks are gone
+
+
+def test_allocated_over_events_sums_allocs_and_completed_frees(tmp_path) -> None:
+    events = [
+        {"action": "alloc", "size": 100},
+        {"action": "free_requested", "size": 100},
+        {"action": "alloc", "size": 50},
+        {"action": "free_completed", "size": 100},
+    ]
+    snapshot = {"device_traces": [[], events]}
+    expected = [10, 110, 110, 160, 60]
+    assert precision.allocated_over_events(snapshot, "cuda:1", start=10) == expected
+    path = tmp_path / "snapshot.pickle"
+    path.write_bytes(pickle.dumps(snapshot))
+    assert precision.allocated_over_events(path, "cuda:1", start=10) == expected
 
 
 # -- the chapter's transformer block ---------------------------------------------

@@ -8,8 +8,8 @@ waits for it. For a copy *to the host* into pinned memory it is a trap: the host
 read the destination before the data has arrived, and gets whatever was there before.
 
 This page provokes that race and counts the wrong elements, checks two fixes (waiting
-on an event, or a blocking copy), and times them, also with host work placed between
-the copy and the wait, which is what non-blocking copies are for.
+on an event, or a blocking copy), and times them, also with host work between the
+copy and the wait, which is what non-blocking copies are for.
 
 See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 """
@@ -24,16 +24,14 @@ from types import SimpleNamespace
 
 import matplotlib.pyplot as plt
 import torch
-from matplotlib.ticker import MaxNLocator
 
 import gpuguide
-from gpuguide import compare, format_bytes, format_time, interleave, plot_sweep, report
+from gpuguide import compare, interleave, plot_bars, report
 from gpuguide.chapters.data import matmul_side
 
 page = gpuguide.setup()
 on_gpu = page.needs_cuda("The race of a non-blocking copy to the host")
 device = page.device if on_gpu else torch.device("cpu")
-synchronize = torch.cuda.synchronize if on_gpu else torch.cpu.synchronize
 trials = 5 if page.small else 20
 
 # %%
@@ -44,18 +42,13 @@ trials = 5 if page.small else 20
 # pageable memory the CUDA driver finishes a device-to-host copy before returning,
 # ``non_blocking`` or not, and there is no race (and no overlap either).
 n = matmul_side(device=device, call_s=0.01)
-a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-src = torch.empty(n, n, device=device)
+a, b, src = (torch.randn(n, n, device=device) for _ in range(3))
 dst = torch.empty(n, n, pin_memory=on_gpu)
-nbytes = 4 * n * n  # one n x n float32 matrix
-print(f"source: the {n} x {n} float32 result of a matmul, {format_bytes(nbytes)}")
+nbytes = src.nbytes  # one n x n float32 matrix, the size of each copy
 # On the CPU a copy is done when copy_ returns: the event is a stand-in doing nothing.
 nothing = SimpleNamespace(record=lambda: None, synchronize=lambda: None)
 done = torch.cuda.Event() if on_gpu else nothing
-
-
-def produce():
-    torch.matmul(a, b, out=src)
+produce = partial(torch.matmul, a, b, out=src)  # src = a @ b
 
 
 # %%
@@ -64,8 +57,7 @@ def produce():
 # ``unsafe`` returns as soon as the copy is queued and nothing waits for it. The two
 # fixes: record an event on the stream after the copy and wait on it before reading
 # (the host may do other work in between), or make the copy blocking.
-def unsafe():
-    dst.copy_(src, non_blocking=True)
+unsafe = partial(dst.copy_, src, non_blocking=True)
 
 
 def with_event(host_work=None):
@@ -92,7 +84,7 @@ def trial(make_source, copy_to_host):
     make_source()
     copy_to_host()
     seen = dst.clone()  # the host reads the buffer now
-    synchronize()
+    getattr(torch, device.type).synchronize()  # torch.cuda / torch.cpu
     return int((seen != dst).sum())
 
 
@@ -100,27 +92,16 @@ cases = {"copy behind a matmul": produce, "copy alone": lambda: None}
 wrong = {
     name: [trial(prep, unsafe) for _ in range(trials)] for name, prep in cases.items()
 }
-equal = torch.equal(dst, src.cpu())
-gpuguide.claim(
-    "after synchronize(), the destination holds the source's values",
-    holds=equal,
-    measured=f"torch.equal: {equal}",
-)
 for name, counts in wrong.items():
-    print(
-        f"unsafe read, {name}: wrong in {sum(c > 0 for c in counts)} of {trials} "
-        f"trials, at worst {max(counts)} of {n * n} elements"
-    )
     mean = 100 * sum(counts) / (trials * n * n)
     report("wrong elements, unsafe read", mean, unit="%", size=nbytes, case=name)
-fixed = {}
-for name, fix in {"event": with_event, "blocking": blocking}.items():
-    fixed[name] = total = sum(trial(produce, fix) for _ in range(trials))
-    print(f"fix '{name}': {total} wrong elements in {trials} trials")
+fixed = sum(trial(produce, f) for f in (with_event, blocking) for _ in range(trials))
+equal = torch.equal(dst, src.cpu())
 gpuguide.claim(
-    "both fixes, the event and the blocking copy, read no wrong element",
-    holds=not any(fixed.values()),
-    measured=f"{sum(fixed.values())} wrong elements in {2 * trials} trials",
+    "both fixes, the event and the blocking copy, read no wrong element, and after "
+    "synchronize() the destination holds the source's values",
+    holds=fixed == 0 and equal,
+    measured=f"{fixed} wrong elements in {2 * trials} trials; torch.equal: {equal}",
 )
 behind = wrong["copy behind a matmul"]
 gpuguide.claim(
@@ -144,36 +125,25 @@ gpuguide.claim(
 # read, so expect a large share of the buffer to be wrong. A copy alone races the
 # host's read through the buffer: the outcome depends on which is faster, so expect
 # anything from none to many wrong elements.
+title = f"Read before waiting for the copy: wrong in {runs} of {2 * trials} trials"
 fig, ax = plt.subplots()
-plot_sweep(
-    ax,
-    list(range(1, trials + 1)),
-    {name: [100 * c / (n * n) for c in counts] for name, counts in wrong.items()},
-    xlabel="trial (index)",
-    ylabel="wrong elements (%)",
-    device=device,
-    title=f"Read before waiting for the copy: wrong in {runs} of {2 * trials} trials",
-    logx=False,
-    logy=False,
-)
-ax.set_ylim(-5, 105)
-ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+for name, counts in wrong.items():
+    ax.plot(range(1, trials + 1), [100 * c / (n * n) for c in counts], "o-", label=name)
+ax.set(xlabel="trial (index)", ylabel="wrong elements (%)", ylim=(-5, 105), title=title)
+ax.legend()
+gpuguide.label_device(fig, device)
 plt.show()
 
 # %%
 # What the fix costs, and what non-blocking buys
 # ----------------------------------------------
-# First the copy alone: blocking, and non-blocking followed by the event wait. Both
-# wait for the same copy, so expect the event wait not to be slower. Then with host
-# work (copying a batch of the same size between two pageable buffers): after a
-# blocking copy the two run one after the other; on a GPU, between a non-blocking copy
-# and the wait they overlap, so expect the time of the longer one instead of the sum,
-# measurably faster. On the CPU nothing overlaps (the copy is done before the host
-# work starts) and the stand-in event's calls cost a fraction of a microsecond, so
-# the non-blocking order is not faster. The four take turns for five rounds
-# (:func:`gpuguide.interleave`).
-batch, staging = torch.randn(n, n), torch.empty(n, n)
-host_work = partial(staging.copy_, batch)
+# First the copy alone: blocking, and non-blocking followed by the event wait, which
+# wait for the same copy. Then with host work (copying a batch of the same size
+# between two pageable buffers): after a blocking copy the two run one after the
+# other; on a GPU, between a non-blocking copy and the wait they can overlap. On the
+# CPU nothing overlaps: the copy is done before the host work starts. The four take
+# turns for five rounds (:func:`gpuguide.interleave`).
+host_work = partial(torch.empty(n, n).copy_, torch.randn(n, n))  # a batch, copied
 times = interleave(
     {
         "blocking copy": blocking,
@@ -185,60 +155,27 @@ times = interleave(
 )
 copy, event, serial, overlap = times.values()
 waiting = compare(event, copy)
-print(f"the event wait against a blocking copy: {waiting}")
 gpuguide.claim(
-    "the event wait is not slower than a blocking copy",
-    waiting,
-    verdict="not slower",
+    "the event wait is not slower than a blocking copy", waiting, verdict="not slower"
 )
 report("copy + host work", serial, size=nbytes, order="blocking copy first")
 report("copy + host work", overlap, size=nbytes, order="non-blocking copy first")
-work_s = max(serial.median_s - copy.median_s, 0.0)  # the host work alone
-print(
-    f"a blocking copy takes {format_time(copy.median_s)}, the host work about "
-    f"{format_time(work_s)}: overlap can save at most "
-    f"{format_time(min(copy.median_s, work_s))}"
-)
 gain = compare(overlap, serial)
-print(f"with host work: {gain}")
 gpuguide.claim(
-    "on a GPU, with host work, the non-blocking copy is faster than the blocking one",
-    gain,
-    verdict="faster",
-    on="cuda",
+    "on a GPU, non-blocking + host work is faster", gain, verdict="faster", on="cuda"
 )
 gpuguide.claim(
-    "on a CPU, where nothing overlaps, the non-blocking order is not faster",
-    gain,
-    verdict="not faster",
-    on="cpu",
+    "on a CPU, non-blocking is not faster", gain, verdict="not faster", on="cpu"
 )
-saved = "no measurable overlap"
-if gain.verdict == "faster":
-    saved_s = serial.median_s - overlap.median_s
-    saved = f"overlap saves {format_time(saved_s)}"
-    print(f"{saved}, {saved_s / serial.median_s:.0%} of the serial time")
-scale, unit = (1e6, "us") if copy.median_s < 1e-3 else (1e3, "ms")
+title = f"Event wait: {compare(copy, event).short}; with host work: {gain.short}"
 fig, ax = plt.subplots()
-bars = {k.replace(", ", ",\n").replace(" + ", "\n+ "): m for k, m in times.items()}
-gpuguide.plot_bars(
-    ax,
-    bars,
-    ylabel=f"time ({unit})",
-    device=device,
-    value=lambda s: s * scale,
-    title=f"Event wait: {event.median_s / copy.median_s:.2f}x a blocking copy; "
-    f"with host work: {saved}",
-)
+plot_bars(ax, times, ylabel="time (ms)", device=device, title=title)
 plt.show()
 
 # %%
 # What to take away
 # -----------------
-# A non-blocking copy to the host is finished only when something says so: an event's
-# ``synchronize()``, ``torch.cuda.synchronize()``, or a later blocking call. Reading
-# before that is a race that can pass a test by luck and fail in production.
-# Non-blocking is worth it only when the host has work to do before it needs the data.
-# A pinned *source* of a host-to-device copy has the mirror-image hazard: do not
-# overwrite it until the copy is done.
+# A non-blocking copy to the host is finished only when an event's ``synchronize()``,
+# ``torch.cuda.synchronize()`` or a later blocking call says so; it pays only when the
+# host has work to do before it needs the data.
 gpuguide.takeaway()

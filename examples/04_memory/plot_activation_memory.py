@@ -16,15 +16,13 @@ and time in each mode, then what checkpointing saves in a training step and cost
 # %%
 # Setup
 # -----
-# The model, its size and the memory measurement are those of the previous page
-# (:func:`gpuguide.track_memory`): on a GPU the rise of the bytes held by tensors; on
-# the CPU the rise of the process's RSS, after ``malloc_trim(0)`` has handed back what
-# glibc kept from earlier frees (what it still keeps only adds, so
-# :func:`~gpuguide.chapters.precision.peak_rise` takes the lowest of three runs).
-# :func:`~gpuguide.chapters.precision.kept_for_backward` counts what autograd saves
-# as the previous page did, once per storage, without the weights and the batch.
-# On a CPU torch runs on one thread: the times compare modes, and two threads on a
-# two-core machine stall whenever any other work runs.
+# The model, its batch and the memory measurement are those of the previous page:
+# on a GPU the rise of the bytes held by tensors, on the CPU the rise of the
+# process's RSS (:func:`~gpuguide.chapters.precision.peak_rise` takes the lowest of
+# three runs, as glibc's kept memory only adds).
+# :func:`~gpuguide.chapters.precision.kept_for_backward` counts what autograd saves,
+# once per storage, without the weights and the batch. On a CPU torch runs on one
+# thread: the times compare modes, and one thread times them steadily.
 import contextlib
 from functools import partial
 
@@ -34,26 +32,16 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import gpuguide
-from gpuguide import compare, format_bytes, interleave, plot_bars, record, report, table
-from gpuguide.chapters.precision import kept_for_backward, mib, peak_rise
+from gpuguide import compare, interleave, plot_bars, report
+from gpuguide.chapters import precision
 
-if not torch.cuda.is_available():  # a relative lesson: one thread times it steadily
+if not torch.cuda.is_available():
     torch.set_num_threads(1)
 page = gpuguide.setup()
 device = page.device
 width, depth = (1024, 8) if page.cuda and not page.small else (64, 4)
-params = depth * (8 * width * width + 5 * width)
-batch = gpuguide.largest_size(
-    64, 2**16, call_s=0.05,
-    memory_at=lambda b: 4 * (4 * params + 9 * b * width * depth),  # bytes, fp32
-    flop_at=lambda b: 6 * params * b,  # a training step
-    peaks=page.peaks if page.cuda else None,  # None: low fallback rates on a CPU
-)  # fmt: skip
-blocks = [
-    nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
-    for _ in range(depth)
-]
-model = nn.Sequential(*blocks).to(device)
+batch = precision.mlp_batch(width, depth, device=device)
+model = precision.mlp(width, depth).to(device)  # the previous page's MLP
 x, y = (torch.randn(batch, width, device=device) for _ in range(2))
 dims = f"{depth}x{width}, batch {batch}"  # shown with the recorded figures
 print(f"{depth} blocks, width {width}, batch {batch}")
@@ -66,174 +54,123 @@ print(f"{depth} blocks, width {width}, batch {batch}")
 # default), every block's saved tensors stay alive as long as the output does, even
 # if backward never comes. Under ``no_grad`` nothing is saved: a block's output is
 # freed once the next block has read it, so the peak holds a few of the widest
-# (``4 width``) activations, not all of them; the page counts how many. (On the CPU
-# the rise is the process's RSS, which also keeps what glibc did not hand back, so it
-# counts more, by a different amount from run to run.) ``inference_mode`` also skips
-# autograd's version counters and view tracking; its tensors cannot enter autograd.
+# (``4 width``) activations, not all of them. (On the CPU the RSS also keeps what
+# glibc did not hand back.) ``inference_mode`` also skips autograd's version counters
+# and view tracking; its tensors cannot enter autograd.
 def run(mode):
     with mode():
         return model(x)
 
 
-forwards = {
-    "grad enabled": partial(run, contextlib.nullcontext),
-    "no_grad": partial(run, torch.no_grad),
-    "inference_mode": partial(run, torch.inference_mode),
-}
+modes = {"grad enabled": contextlib.nullcontext, "no_grad": torch.no_grad}
+modes["inference_mode"] = torch.inference_mode
+forwards = {name: partial(run, mode) for name, mode in modes.items()}
 times = interleave(forwards, device=device, rep_ms=200 if page.cuda else 1000)
-memory = {name: peak_rise(forward, device) for name, forward in forwards.items()}
-print(table({"mode": k, "peak rise": format_bytes(memory[k]), "time": t}
-            for k, t in times.items()))  # fmt: skip
-for mode in ("grad enabled", "no_grad"):
-    record("forward peak rise", memory[mode], unit="B", size=dims, mode=mode)
-saving = 1 - memory["no_grad"] / max(memory["grad enabled"], 1)
+memory = {
+    name: precision.peak_rise(forward, device) for name, forward in forwards.items()
+}
+for mode, rise in memory.items():
+    report("forward peak rise", rise, unit="B", size=dims, mode=mode)
+graphless = memory["no_grad"] / max(memory["grad enabled"], 1)
 speed = compare(times["inference_mode"], times["grad enabled"])
-print(f"no_grad's peak is {saving:.0%} lower than with grad enabled; time: {speed}")
 wide = 4 * batch * width * 4  # bytes of one block's widest activation (fp32)
-print(f"no_grad's peak rise: {memory['no_grad'] / wide:.1f} widest activations")
 gpuguide.claim(  # on a CPU the RSS rise also holds what glibc kept: it varies
     "on a GPU, without a graph (no_grad) the forward pass's peak rise is at most a "
-    "quarter of the rise with grad enabled",
-    memory["no_grad"] / max(memory["grad enabled"], 1),
-    at_most=0.25,
+    "quarter of the rise with grad enabled, and at most three widest activations",
+    holds=graphless <= 0.25 and memory["no_grad"] <= 3 * wide,
+    measured=f"{graphless:.2f} of it, {memory['no_grad'] / wide:.1f} activations",
     on="cuda",
 )
-gpuguide.claim(
-    "on a GPU, no_grad's peak rise is at most three of the widest activations",
-    memory["no_grad"] / wide,
-    at_most=3,
-    on="cuda",
-)
-fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4))
-plot_bars(left, mib(memory), ylabel="peak memory rise (MiB)",
-          title=f"Without a graph, {saving:.0%} less")  # fmt: skip
-plot_bars(right, times, ylabel="forward time (ms)",
-          title=f"inference_mode against grad:\n{speed.short}")  # fmt: skip
+report("inference_mode against grad enabled", speed, size=dims)
+fig, ax = plt.subplots()
+title = f"Without a graph, {1 - graphless:.0%} less"
+plot_bars(ax, precision.mib(memory), ylabel="peak memory rise (MiB)", title=title)
 plt.show()
 
 # %%
 # Training: activation checkpointing
 # ----------------------------------
 # ``checkpoint(block, h, use_reentrant=False)`` keeps only the block's input and runs
-# the block again during backward to get its inner tensors back. Without
-# ``use_reentrant=False`` PyTorch warns and falls back to the older reentrant variant,
-# which among other limits gives a block's weights no gradient when none of its inputs
-# requires grad (the first block here). Expect the saved tensors to shrink to about a
+# the block again during backward to get its inner tensors back (the older reentrant
+# variant, PyTorch's warned-about default, gives a block's weights no gradient when
+# none of its inputs requires grad). Expect the saved tensors to shrink to about a
 # ninth (block inputs only, of 9 floats a sample per block); the peak falls less,
-# because backward still rebuilds one block's activations at a time next to the
-# gradients flowing back.
+# because backward still rebuilds one block's activations at a time.
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-loss_fn = nn.MSELoss()
 
 
 def checkpointed_forward(h):
-    for block in blocks:
+    for block in model:
         h = checkpoint(block, h, use_reentrant=False)
     return h
 
 
+def loss(net):
+    return nn.functional.mse_loss(net(x), y)
+
+
 def train_step(net):
     optimizer.zero_grad(set_to_none=False)  # gradients stay allocated between steps
-    loss_fn(net(x), y).backward()
+    loss(net).backward()
     optimizer.step()
 
 
-train_step(model)  # creates the gradients and Adam's state
 variants = {"plain": model, "checkpointed": checkpointed_forward}
-step_time = interleave(
-    {name: partial(train_step, net) for name, net in variants.items()},
-    device=device,
-    rep_ms=400 if page.cuda else 2000,  # a CPU's steps vary more: more of them
-)
-kept, peak = {}, {}
+steps = {name: partial(train_step, net) for name, net in variants.items()}
+# A CPU's steps vary more: more of them.
+step_time = interleave(steps, device=device, rep_ms=400 if page.cuda else 2000)
 resident = (*model.parameters(), x, y)  # held anyway: not what autograd keeps
+kept, peak = {}, {}
 for name, net in variants.items():
-    kept[name] = kept_for_backward(
-        lambda net=net: loss_fn(net(x), y), resident=resident
-    )
-    peak[name] = peak_rise(lambda net=net: loss_fn(net(x), y).backward(), device)
+    kept[name] = precision.kept_for_backward(partial(loss, net), resident=resident)
+    peak[name] = precision.peak_rise(lambda net=net: loss(net).backward(), device)
     report("backward peak rise", peak[name], unit="B", size=dims, variant=name)
     report("step time", step_time[name], size=dims, variant=name)
 
 # %%
 # Memory saved against time added
 # -------------------------------
-# What autograd keeps (counted exactly, as on the previous page), the peak, and the
-# time, also in forward passes (grad enabled, timed above): the layers run again plus
-# checkpointing's own work per block. It stops recomputing a block once it has rebuilt
-# what backward needs, the second ``Linear``'s input, not its output: forward hooks
-# count the layers run again: half of them, so where the matmuls dominate (a large
-# model on a GPU) expect about half a forward pass more, and less than a whole one.
-# Where per-call overheads weigh (a small model, a CPU), checkpointing's bookkeeping
-# adds to that; the line below says how much it added here.
-linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
-calls = []
-hooks = [m.register_forward_hook(lambda m, *_: calls.append(m)) for m in linears]
-loss = loss_fn(checkpointed_forward(x), y)
-forward = len(calls)
-loss.backward()
-for hook in hooks:
-    hook.remove()
-again = len(calls) - forward
-print(f"backward ran {again} of {len(linears)} Linear layers again")
+# Checkpointing stops recomputing a block once it has rebuilt what backward needs,
+# the second ``Linear``'s input: forward hooks count the layers run again. So where
+# the matmuls dominate (a large model on a GPU) expect about half a forward pass
+# more, and less than a whole one; where per-call overheads weigh (a small model, a
+# CPU), checkpointing's bookkeeping adds to that.
+again, linears = precision.rerun_in_backward(model, partial(loss, checkpointed_forward))
 gpuguide.claim(
     "checkpointed backward runs half of the Linear layers again (each block's first)",
-    holds=again == len(linears) // 2,
-    measured=f"{again} of {len(linears)}",
+    holds=again == linears // 2,
+    measured=f"{again} of {linears}",
 )
-saved = peak["plain"] - peak["checkpointed"]
-share = saved / max(peak["plain"], 1)
+share = 1 - peak["checkpointed"] / max(peak["plain"], 1)
 kept_share = 1 - kept["checkpointed"] / max(kept["plain"], 1)
-print(
-    f"checkpointing keeps {kept_share:.0%} less ({format_bytes(kept['checkpointed'])} "
-    f"against {format_bytes(kept['plain'])}) and lowers the peak rise by "
-    f"{format_bytes(saved)} ({share:.0%})"
-)
 gpuguide.claim(
-    "checkpointing keeps about a ninth of what autograd keeps without it (at most 1/8)",
-    kept["checkpointed"] / max(kept["plain"], 1),
-    at_most=1 / 8,
-)
-gpuguide.claim(
-    "checkpointing lowers the backward peak by less than it cuts what is kept",
-    holds=share < kept_share,
+    "checkpointing keeps about a ninth of what autograd keeps without it (at most "
+    "1/8), and lowers the backward peak by less than it cuts what is kept",
+    holds=kept_share >= 7 / 8 and share < kept_share,
     measured=f"peak {share:.0%} lower, kept {kept_share:.0%} less",
     unless="small sizes: RSS moves by whole pages and arenas" if page.small else None,
 )
 cost = compare(step_time["plain"], step_time["checkpointed"])
 report("checkpointing's cost", cost, size=dims)
-gpuguide.claim(  # a CPU shared with other work times these steps too unsteadily
-    "on a GPU, checkpointing makes a training step slower",
-    cost,
-    verdict="faster",
-    on="cuda",
-)
 step_passes = step_time["plain"].median_s / times["grad enabled"].median_s
 extra = [(ratio - 1) * step_passes for ratio in (cost.speedup, cost.low, cost.high)]
-print(
-    f"in forward passes: a plain step takes {step_passes:.2f}, checkpointing adds "
-    f"{extra[0]:.2f} ({extra[1]:.2f} to {extra[2]:.2f})"
-)
-gpuguide.claim(
-    "on a GPU, checkpointing adds less than one forward pass to a training step",
-    extra[0],
-    spread=(min(extra), max(extra)),
-    at_most=1.0,
+gpuguide.claim(  # a CPU shared with other work times these steps too unsteadily
+    "on a GPU, checkpointing makes a step slower, by under one forward pass",
+    holds=cost.verdict == "faster" and max(extra) < 1.0,
+    measured=f"{cost.short}, up to {max(extra):.2f} forward passes more",
     on="cuda",
+    timed=True,
 )
-fig, (left, middle, right) = plt.subplots(1, 3, figsize=(11, 4))
-plot_bars(left, mib(kept), ylabel="kept for backward (MiB)",
-          title=f"{kept_share:.0%} less kept")  # fmt: skip
-plot_bars(middle, mib(peak), ylabel="peak memory rise (MiB)",
-          title=f"{share:.0%} lower peak")  # fmt: skip
-plot_bars(right, step_time, ylabel="step time (ms)",
-          title=f"plain against checkpointed:\n{cost.short}")  # fmt: skip
+fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4))
+title = f"{kept_share:.0%} less kept"
+plot_bars(left, precision.mib(kept), ylabel="kept for backward (MiB)", title=title)
+title = f"{share:.0%} lower peak; plain/checkpointed time {cost.short}"
+plot_bars(right, precision.mib(peak), ylabel="peak memory rise (MiB)", title=title)
 plt.show()
 
 # %%
 # What to take away
 # -----------------
-# Inference needs no graph: ``no_grad`` or ``inference_mode`` keep only what the next
-# layer reads. Checkpointing trades memory for time: it keeps each block's input and
-# runs half the layers again in backward. This page's claims, and where they held:
+# Inference needs no graph; checkpointing trades memory for time, keeping each
+# block's input and running half the layers again in backward.
 gpuguide.takeaway()

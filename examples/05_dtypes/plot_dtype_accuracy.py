@@ -117,14 +117,12 @@ ax.legend()
 plt.show()
 
 # %%
-# What to take away
-# -----------------
-# Each format's error follows its mantissa. The digits of fp32's accuracy that each
-# format gives up, log10 of its error over fp32's, are printed below; where fp32's
-# own error is several times its roundoff (long sums), a 16-bit format gives up
-# fewer digits than the 3.9 (fp16) or 4.8 (bf16) that the mantissas alone predict.
-# bf16 keeps fp32's range, fp16 keeps three more mantissa bits; which of the two a
-# model can use is the subject of the mixed-precision chapter.
+# Digits given up
+# ---------------
+# The digits of fp32's accuracy that each format gives up are log10 of its error over
+# fp32's. Where fp32's own error is several times its roundoff (long sums), a 16-bit
+# format gives up fewer digits than the 3.9 (fp16) or 4.8 (bf16) that the mantissas
+# alone predict.
 if "fp32" in normwise:
     lost = {k: math.log10(normwise[k] / normwise["fp32"]) for k in sixteen}
     print(", ".join(f"{k} gives up {d:.1f} of fp32's digits" for k, d in lost.items()))
@@ -139,4 +137,11 @@ if "fp32" in normwise:
         at_least=0.5,
         at_most=1.5,
     )
+
+# %%
+# What to take away
+# -----------------
+# Each format's error follows its mantissa: bf16 keeps fp32's range, fp16 three more
+# mantissa bits; which of the two a model can use is the mixed-precision chapter's
+# subject.
 gpuguide.takeaway()

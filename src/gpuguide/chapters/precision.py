@@ -1,15 +1,20 @@
 """Plumbing for the pages on memory and precision.
 
-- ``04_memory/plot_activation_memory``: the lowest peak memory rise of a call over
-  a few runs (:func:`peak_rise`), the bytes autograd keeps for backward
-  (:func:`kept_for_backward`) and sizes in MiB for the bar charts (:func:`mib`).
+- ``04_memory/plot_training_memory`` and ``plot_activation_memory``: the batch of
+  their MLP (:func:`mlp_batch`), the lowest peak memory rise of a call over a few
+  runs (:func:`peak_rise`), the MLP itself (:func:`mlp`), the bytes autograd keeps for backward
+  (:func:`kept_for_backward`), the layers backward runs again
+  (:func:`rerun_in_backward`), the memory held by tensors over a CUDA memory
+  snapshot's events (:func:`allocated_over_events`) and sizes in MiB for the bar
+  charts (:func:`mib`).
 - ``05_dtypes/plot_dtype_throughput``: TF32 matmuls switched on and off
   (:func:`tf32_matmuls`), a matmul's bytes (:func:`matmul_bytes`), a planning rate
   where no peak is known (:func:`probe_rate`), the shapes the search for the best
   rate tries (:func:`matmul_shapes`), one matmul timed (:func:`time_matmul`) and
   MAMF's statistic (:func:`mamf`).
 - ``06_mixed_precision/plot_amp_training``: the chapter's transformer block
-  (:class:`Block`, the one ``plot_autocast_dtypes`` shows).
+  (:class:`Block`, the one ``plot_autocast_dtypes`` shows) and its width
+  (:func:`block_width`).
 - Both the dtype and the AMP pages: which 16-bit matrix instructions this CPU has
   (:func:`has_amx_fp16`, :func:`has_avx512_bf16`).
 """
@@ -18,6 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
+import pathlib
+import pickle
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +34,8 @@ from torch import nn
 
 from gpuguide import checks
 from gpuguide.memory import release_host_memory, track_memory
-from gpuguide.sizes import sweep
+from gpuguide.peaks import device_peaks
+from gpuguide.sizes import size_budget, sweep
 from gpuguide.timing import Measurement, benchmark, matmul_flop
 
 if TYPE_CHECKING:
@@ -34,6 +43,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Block",
+    "allocated_over_events",
+    "block_width",
     "has_amx_fp16",
     "has_avx512_bf16",
     "kept_for_backward",
@@ -41,8 +52,11 @@ __all__ = [
     "matmul_bytes",
     "matmul_shapes",
     "mib",
+    "mlp",
+    "mlp_batch",
     "peak_rise",
     "probe_rate",
+    "rerun_in_backward",
     "tf32_matmuls",
     "time_matmul",
 ]
@@ -184,6 +198,91 @@ def mib(sizes: Mapping[str, float]) -> dict[str, float]:
     return {name: size / 2**20 for name, size in sizes.items()}
 
 
+def mlp(width: int, depth: int) -> nn.Sequential:
+    """``depth`` blocks of ``Linear(width, 4 width) -> GELU -> Linear(4 width, width)``,
+    the feed-forward half of a transformer layer, one after the other."""
+    blocks = [
+        nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+        )
+        for _ in range(depth)
+    ]
+    return nn.Sequential(*blocks)
+
+
+def mlp_batch(
+    width: int,
+    depth: int,
+    *,
+    device: torch.device | str,
+    call_s: float = 0.05,
+) -> int:
+    """The largest batch, from 64 to 65536, for one fp32 Adam training step of
+    ``depth`` blocks of ``Linear(width, 4 width) -> GELU -> Linear(4 width, width)``
+    that fits ``device``'s budget: 16 bytes per parameter held (weights, gradients,
+    Adam's two moments) and 9 floats a sample per block saved for backward, in
+    memory; ``6 * params * batch`` FLOP in ``call_s`` seconds at a CUDA device's
+    peaks, elsewhere at low fallback rates."""
+    width = checks.integer("width", width, minimum=1)
+    depth = checks.integer("depth", depth, minimum=1)
+    params = depth * (8 * width * width + 5 * width)
+    cuda = torch.device(device).type == "cuda"
+    return sweep(
+        64,
+        2**16,
+        memory_at=lambda b: 16 * params + 4 * 9 * width * depth * b,
+        flop_at=lambda b: 6 * params * b,
+        device=device,
+        call_s=call_s,
+        peaks=device_peaks(device) if cuda else None,
+    )[-1]
+
+
+def rerun_in_backward(
+    model: nn.Module,
+    loss: Callable[[], torch.Tensor],
+    kind: type[nn.Module] = nn.Linear,
+) -> tuple[int, int]:
+    """``(again, total)``: how many calls of ``kind`` layers in ``model`` the
+    backward of ``loss()`` runs (again, as activation checkpointing does), and
+    how many such layers ``model`` has; counted with forward hooks."""
+    layers = [m for m in model.modules() if isinstance(m, kind)]
+    calls: list[nn.Module] = []
+    hooks = [m.register_forward_hook(lambda m, *_: calls.append(m)) for m in layers]
+    try:
+        value = loss()
+        forward = len(calls)
+        value.backward()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return len(calls) - forward, len(layers)
+
+
+def allocated_over_events(
+    snapshot: Mapping[str, Any] | str | os.PathLike[str],
+    device: torch.device | str,
+    *,
+    start: int,
+) -> list[int]:
+    """Bytes held by tensors on ``device`` after each allocator event of a CUDA
+    memory snapshot (``torch.cuda.memory._snapshot()``, or the path of the pickle
+    ``torch.cuda.memory._dump_snapshot`` wrote):
+    ``start``, the bytes allocated when recording began, plus each ``alloc``
+    event's size, less each ``free_completed``'s; the first entry is ``start``."""
+    device = torch.device(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    loaded: Mapping[str, Any] = (
+        snapshot
+        if isinstance(snapshot, Mapping)
+        else pickle.loads(pathlib.Path(snapshot).read_bytes())
+    )
+    sign = {"alloc": 1, "free_completed": -1}
+    events = loaded["device_traces"][index]
+    steps: list[int] = [sign.get(e["action"], 0) * e["size"] for e in events]
+    return list(itertools.accumulate(steps, initial=start))
+
+
 def peak_rise(
     fn: Callable[[], Any], device: torch.device | str, *, repeats: int = 3
 ) -> int:
@@ -227,6 +326,31 @@ def kept_for_backward(
 
 
 # -- mixed-precision training ----------------------------------------------------
+
+
+def block_width(
+    device: torch.device | str, *, batch: int, seq: int, step_s: float
+) -> int:
+    """The widest :class:`Block` (16 up to 4096 on CUDA, 1024 elsewhere, two sizes an
+    octave, multiples of 64 on CUDA, 16 elsewhere) whose training step on
+    ``batch`` sequences of ``seq`` tokens runs its matmuls in about ``step_s``
+    seconds at a CUDA device's bf16 peak (elsewhere at low fallback rates), and
+    whose three copies (weights, gradients and AdamW's two moments each) and
+    activations fit half the device's memory budget."""
+    cuda = torch.device(device).type == "cuda"
+    tokens = batch * seq
+    peaks = device_peaks(device) if cuda else None
+    return sweep(
+        16,
+        4096 if cuda else 1024,
+        per_octave=2,
+        multiple_of=64 if cuda else 16,
+        budget=size_budget(device, memory_fraction=0.5, call_s=step_s),
+        memory_at=lambda d: 4 * (144 * d * d + 24 * tokens * d + batch * seq * seq),
+        flop_at=lambda d: 6 * tokens * 12 * d * d + 12 * batch * seq * seq * d,
+        peaks=peaks,
+        flop_per_s=peaks.flops.get("bf16") if peaks is not None else None,
+    )[-1]
 
 
 class Block(nn.Module):
