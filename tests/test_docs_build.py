@@ -88,20 +88,13 @@ def test_the_landing_page_has_a_banner_and_a_card_per_chapter(site):
         assert link["href"].endswith("/index.html")
 
 
-def test_every_example_page_opens_with_its_actions_and_provenance(site):
+def test_every_example_page_opens_with_its_take_away_provenance_and_actions(site):
     out, _ = site
     for script in EXAMPLES:
         page = _page(out, script)
         soup = bs4.BeautifulSoup(page.read_text(), "html.parser")
+        _check_page_top(soup, script.stem)
         top = soup.select_one("div.gpuguide-page-top")
-        assert top is not None, script.stem
-        assert "Measured on" in top.get_text(), script.stem
-        # it comes before the page's first code cell
-        first_code = soup.select_one("div.highlight-Python")
-        assert first_code is not None
-        assert str(soup).index("gpuguide-page-top") < str(soup).index(
-            str(first_code)[:60]
-        )
         hrefs = [a["href"] for a in top.select("a")]
         assert [h.rsplit(".", 1)[-1] for h in hrefs] == ["py", "ipynb", "zip", "txt"]
         for href in hrefs:
@@ -111,6 +104,51 @@ def test_every_example_page_opens_with_its_actions_and_provenance(site):
 def _page(out, script):
     chapter = script.parent.name
     return out / "auto_examples" / chapter / f"{script.stem}.html"
+
+
+def _before(first, second):
+    """Whether the tag ``first`` starts before ``second`` in the page's HTML."""
+    return (first.sourceline, first.sourcepos) < (second.sourceline, second.sourcepos)
+
+
+def _check_page_top(soup, name):
+    """What a reader sees first: no "Go to the end" note; the title, then the
+    take-away box of this build's checked claims, then the provenance on one
+    line, all before the page's first code cell."""
+    assert "Go to the end" not in soup.get_text(), name
+    assert not soup.select(".sphx-glr-download-link-note"), name
+    box = soup.select_one("div.admonition.gpuguide-takeaway")
+    assert box is not None, f"{name}: no take-away box"
+    title = box.select_one("p.admonition-title").get_text(strip=True)
+    assert title.startswith("Take-away, measured in this build on "), (name, title)
+    assert box.find_previous_sibling().name == "h1", f"{name}: not under the title"
+    first_code = soup.select_one("div.highlight-Python")
+    assert first_code is not None, name
+    assert _before(box, first_code), f"{name}: the take-away comes after code"
+    top = soup.select_one("div.gpuguide-page-top")
+    assert top is not None, name
+    assert _before(box, top), name
+    assert _before(top, first_code), name
+    (line,) = [p for p in top.select("p") if "Measured on" in p.get_text()]
+    assert "\n" not in line.get_text(), (name, line.get_text())
+    assert "| gpuguide " in line.get_text(), (name, line.get_text())
+    return box
+
+
+def _png_size(path):
+    """A PNG's width and height in pixels, from its header."""
+    import struct
+
+    return struct.unpack(">II", path.read_bytes()[16:24])
+
+
+def _default_figure_px():
+    """The size of a figure made with matplotlib's defaults, not the guide's style."""
+    import matplotlib as mpl
+
+    width, height = mpl.rcParamsDefault["figure.figsize"]
+    dpi = mpl.rcParamsDefault["figure.dpi"]
+    return round(width * dpi), round(height * dpi)
 
 
 def test_build_has_no_warnings(site):
@@ -188,6 +226,9 @@ def test_example_page_has_figures_output_and_provenance(site, script):
     assert figures or cannot, "no figure on the page, and no line saying why"
     for img in figures:
         assert (page.parent / img["src"]).is_file(), img["src"]
+        # A figure made before the house style was applied has matplotlib's size.
+        size = _png_size(page.parent / img["src"])
+        assert size != _default_figure_px(), f"{img['src']} ignores the plot style"
 
     assert MEASURED.search(outputs), outputs[-2000:]
     assert re.search(r"Measured on .+\| torch \S+ \|.+\d{4}-\d{2}-\d{2}", outputs)
@@ -453,11 +494,9 @@ def _broken(kind):
     data = json.loads(json.dumps(RECORDING))
     if kind == "wrong schema version":
         data["schema"] = 4
-        return json.dumps(
-            data
-        ), "is schema version 4; this gpuguide reads versions 1, 2 and 3"
+        return json.dumps(data), "/schema: 4 is not one of [1, 2, 3]"
     data["results"][0]["value"] = "fast"
-    return json.dumps(data), "results[0]: value must be a number, got 'fast'"
+    return json.dumps(data), "/results/0/value: 'fast' is not of type 'number'"
 
 
 @pytest.mark.parametrize(
@@ -483,6 +522,53 @@ CLAIMS_CODE = EXAMPLE_HEAD + (
     'gpuguide.claim("graphs help", None, at_least=1.0, on="cuda")\n'
     'print("the page goes on")\n'
 )
+
+
+TOP_CODE = EXAMPLE_HEAD + (
+    "import matplotlib.pyplot as plt\n\nimport gpuguide\n\n"
+    "before, _ = plt.subplots()  # drawn before setup: matplotlib's own style\n"
+    "page = gpuguide.setup()\n"
+    'gpuguide.claim("the sum of 2 and 2 is 4", holds=2 + 2 == 4, measured="4")\n'
+    'gpuguide.claim("graphs help", None, at_least=1.0, on="cuda")\n'
+    "fig, ax = plt.subplots()  # plain matplotlib, after setup\n"
+    "ax.plot([1, 2], [50, 90])\n"
+    "plt.show()\n"
+    "gpuguide.takeaway()\n"
+)
+
+
+def test_a_page_opens_with_its_take_away_and_its_figures_have_the_plot_style(
+    tmp_path,
+):
+    import matplotlib as mpl
+
+    from gpuguide.plotting import apply_style
+
+    result = build_mini_site(tmp_path, TOP_CODE)
+    assert result.returncode == 0, result.stderr[-3000:]
+    page = tmp_path / "html" / "auto_examples" / "01_only" / "plot_only.html"
+    soup = bs4.BeautifulSoup(page.read_text(), "html.parser")
+    box = _check_page_top(soup, "plot_only")
+    items = [li.get_text(" ", strip=True) for li in box.select("li")]
+    assert items == ["held : the sum of 2 and 2 is 4 (measured 4)"]
+    assert "Not checked here: 1 claim (needs CUDA; this run is on" in box.get_text()
+    assert box.select_one("a")["href"] == "#recorded-results"
+    assert soup.select_one("section#recorded-results") is not None  # where it points
+    # The script still prints its take-away at its end.
+    outputs = "\n".join(p.get_text() for p in soup.select("div.sphx-glr-script-out"))
+    assert "This page's claims in this run: 1 held, 0 did not hold" in outputs
+    # The figure drawn after setup has the house style's size, the one before not.
+    with mpl.rc_context():
+        apply_style()
+        width, height = mpl.rcParams["figure.figsize"]
+        house = (
+            round(width * mpl.rcParams["savefig.dpi"]),
+            round(height * mpl.rcParams["savefig.dpi"]),
+        )
+    images = soup.select("img.sphx-glr-multi-img, img.sphx-glr-single-img")
+    sizes = [_png_size(page.parent / img["src"]) for img in images]
+    assert sizes == [_default_figure_px(), house]
+    assert house != _default_figure_px()
 
 
 def test_a_claim_that_does_not_hold_fails_a_strict_build(tmp_path):

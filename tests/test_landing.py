@@ -87,6 +87,8 @@ def test_a_page_without_provenance_gets_the_take_away_and_actions_only():
     assert ".. page-takeaway::" in out
     assert "Measured on" not in out
     assert page_top("no title here", "plot_x.py") == "no title here"
+    # a build without claims_page, which renders the take-away, gets none
+    assert ".. page-takeaway::" not in page_top(source, "plot_x.py", takeaway=False)
 
 
 def test_the_sources_are_copied_as_text_next_to_their_pages(tmp_path):

@@ -208,13 +208,14 @@ _END_NOTE = re.compile(
 )
 
 
-def page_top(source: str, script: str) -> str:
+def page_top(source: str, script: str, *, takeaway: bool = True) -> str:
     """An example page's reST with its take-away, provenance and actions under its
     title, and without sphinx-gallery's "Go to the end" note.
 
     ``script`` is the page's file name (``plot_alignment.py``). A page whose
     output has no provenance line gets the take-away and the actions only; a
-    page already done is returned unchanged.
+    page already done is returned unchanged. ``takeaway`` False: no take-away
+    (a build without ``claims_page``, which renders it).
     """
     if "gpuguide-page-top" in source:
         return source
@@ -230,7 +231,8 @@ def page_top(source: str, script: str) -> str:
         f":download:`Download both (zip) <{stem}.zip>` · "
         f"`View the source <{stem}.py.txt>`__"
     )
-    lines = ["", ".. page-takeaway::", "", ".. container:: gpuguide-page-top", ""]
+    lines = ["", *([".. page-takeaway::", ""] if takeaway else [])]
+    lines += [".. container:: gpuguide-page-top", ""]
     found = _PROVENANCE.search(source, title.end())
     if found:
         text = found.group(1).strip().replace("\\", "\\\\").replace("|", "\\|")
@@ -242,7 +244,8 @@ def page_top(source: str, script: str) -> str:
 def _source_read(app: Any, docname: str, source: list[str]) -> None:
     parts = docname.split("/")
     if len(parts) == 3 and parts[0] == "auto_examples" and parts[2].startswith("plot_"):
-        source[0] = page_top(source[0], parts[2] + ".py")
+        takeaway = "claims_page" in app.extensions
+        source[0] = page_top(source[0], parts[2] + ".py", takeaway=takeaway)
 
 
 def _card_links(app: Any, doctree: nodes.document, docname: str) -> None:
