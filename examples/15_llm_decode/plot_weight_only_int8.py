@@ -24,41 +24,34 @@ import torch.nn.functional as F
 from torch import nn
 
 import gpuguide
-from gpuguide import format_bytes, report
 from gpuguide.chapters import compiling, decode
+from gpuguide.timing import first_calls_s
 
 page = gpuguide.setup()
-device, small = page.device, page.small
+device = page.device
 dtype = torch.bfloat16 if page.cuda else torch.float32
 if page.cuda:
     print(compiling.start_compiler(device))
-if small:
-    shape = decode.DecoderShape(
-        dim=256, layers=1, heads=4, kv_heads=2, ffn=704, vocab=1024
-    )
-    batches, context = [1, 16], 64
-elif page.cuda:
-    shape = decode.DecoderShape(
-        dim=8192, layers=1, heads=64, kv_heads=8, ffn=28672, vocab=32000
-    )
-    batches, context = [1, 256], 256
-else:
-    shape = decode.DecoderShape(
-        dim=512, layers=2, heads=8, kv_heads=2, ffn=1408, vocab=4096
-    )
-    batches, context = [1, 64], 128
+configs = {  # (dim, layers, heads, kv_heads, ffn, vocab), batches, context
+    "small": ((256, 1, 4, 2, 704, 1024), [1, 16], 64),
+    "cuda": ((8192, 1, 64, 8, 28672, 32000), [1, 256], 256),
+    "cpu": ((512, 2, 8, 2, 1408, 4096), [1, 64], 128),
+}
+regime = "small" if page.small else "cuda" if page.cuda else "cpu"
+dims, batches, context = configs[regime]
+shape = decode.DecoderShape(*dims)
 model = decode.random_decoder(shape, device=device, dtype=dtype)
-model_size = f"{shape.label}, context {context}"
+mode, base = ("default", "bf16") if page.cuda else ("eager", "fp32")
+where = {"size": f"{shape.label}, context {context}", "mode": mode}
 
 # %%
 # Per-channel int8 weights, converted inside the linear layer
 # -----------------------------------------------------------
-# Each output row of a weight matrix gets a scale, ``max |row| / 127`` (rounded up
-# in the weights' dtype), and its values are rounded to int8 against it
-# (:func:`~gpuguide.chapters.decode.quantize_int8`); each weight is then off by at
+# Each output row gets a scale, ``max |row| / 127`` (rounded up in the weights'
+# dtype), and its values are rounded to int8 against it
+# (:func:`~gpuguide.chapters.decode.quantize_int8`): each weight is then off by at
 # most half its row's scale. The layer converts the int8 weight to the input's dtype
-# and multiplies the output by the scales: the same result as the dequantized matrix.
-# A compiled batch-1 product is written as a multiply and a sum (why: below).
+# and scales the output. A compiled batch-1 product is a multiply and a sum (below).
 
 
 class Int8Linear(nn.Module):
@@ -96,25 +89,21 @@ gpuguide.claim(
 int8_bytes = shape.step_bytes(1, context, dtype.itemsize, weight_itemsize=1)
 bf16_bytes = shape.step_bytes(1, context, dtype.itemsize)
 print(
-    f"a batch-1 step reads {format_bytes(int8_bytes)} instead of "
-    f"{format_bytes(bf16_bytes)} ({int8_bytes / bf16_bytes:.0%})"
+    f"a batch-1 step reads {gpuguide.format_bytes(int8_bytes)} instead of "
+    f"{gpuguide.format_bytes(bf16_bytes)} ({int8_bytes / bf16_bytes:.0%})"
 )
 
 # %%
 # Both models, compiled, at each batch size
 # -----------------------------------------
-# In eager mode ``self.weight.to(x.dtype)`` writes a converted copy of every weight
-# and the matmul reads it again: more bytes than the 16-bit weights, not fewer. The
-# compiler can fuse the conversion into the kernel that reads the weights, but
-# only where it generates that kernel: a matmul goes to cuBLAS, which takes 16-bit
-# weights. Written as a multiply and a sum, a batch-1 product becomes a reduction
-# that inductor generates, converting each int8 weight as it reads it; eagerly the
-# same line would build the whole product in memory, hence ``is_compiling()``. At
-# a large batch the matmul stays a cuBLAS call. On a GPU each batch size compiles
-# both models afresh, in the default mode, so that only the weights differ. On a
-# CPU, where four compilations would outlast this page's time, both run eagerly
-# and are not timed: the unfused conversion is not the step this page is about.
-mode, base = ("default", "bf16") if page.cuda else ("eager", "fp32")
+# Eagerly, ``self.weight.to(x.dtype)`` writes a converted copy of every weight that
+# the matmul reads again: more bytes, not fewer. The compiler fuses the conversion
+# into the kernel that reads the weights only where it generates that kernel; a
+# matmul goes to cuBLAS, which takes 16-bit weights. Written as a multiply and a
+# sum, a batch-1 product becomes a reduction that inductor generates (eagerly it
+# would build the whole product in memory, hence ``is_compiling()``). Each batch
+# size compiles both models afresh, so that only the weights differ. A CPU runs both
+# eagerly and does not time them: four compilations would outlast the page.
 timing = page.needs_cuda("Timing the compiled int8 step against the 16-bit one")
 pos = torch.tensor([context // 2], device=device)
 timed, logits = {}, {}
@@ -126,7 +115,7 @@ for batch in batches:
         net.setup_cache(batch, context)
         compiled = torch.compile(net, dynamic=False) if page.cuda else net
         steps[name] = decode.stepper(compiled, tokens, pos)
-        compiling.first_calls_s(steps[name], device=device, calls=3)
+        first_calls_s(steps[name], device=device, calls=3)
         logits[name] = steps[name]().float().clone()
     if timing:
         timed[batch] = gpuguide.interleave(steps, device=device)
@@ -140,41 +129,20 @@ gpuguide.claim(
 # %%
 # Faster at batch 1, not at a large batch
 # ---------------------------------------
-# At batch 1 the int8 step should approach the ratio of bytes read (published
-# figures: 1.5-1.6x on A100 and H100 GPUs); at a large batch, where the step
-# computes more per byte, the conversion is extra work and int8 gains nothing
-# (measured at 0.65x of 16-bit in one serving benchmark). The claims need a GPU.
+# At batch 1 the int8 step should approach the ratio of bytes read (published: 1.5-1.6x
+# on A100 and H100 GPUs); at a large batch, which computes more per byte, the
+# conversion is extra work (0.65x of 16-bit in one serving benchmark).
 gains = {b: gpuguide.compare(t["int8"], t[base]) for b, t in timed.items()}
-for batch, gain in gains.items():
-    report("int8 speed-up", gain, over=base, batch=batch, mode=mode, size=model_size)
-    rate = timed[batch]["int8"].rate(
-        shape.step_bytes(batch, context, dtype.itemsize, 1), "B/s"
-    )
-    print(f"batch {batch}: int8 reads its bytes at {rate}")
-small_b, large_b = batches
-gpuguide.claim(
-    f"compiled, at batch {small_b}, int8 is faster than {base}",
-    gains.get(small_b),
-    verdict="faster",
-    on="cuda",
-)
-gpuguide.claim(
-    f"compiled, at batch {large_b}, int8 is not faster than {base}",
-    gains.get(large_b),
-    verdict="not faster",
-    on="cuda",
-)
+for batch, verdict in zip(batches, ["faster", "not faster"], strict=True):
+    claim = f"compiled, at batch {batch}, int8 is {verdict} than {base}"
+    gpuguide.claim(claim, gains.get(batch), verdict=verdict, on="cuda")
+    if batch in gains:
+        gpuguide.report("int8 speed-up", gains[batch], over=base, batch=batch, **where)
 if timing:
-    bandwidth = timed[1][base].rate(bf16_bytes, "B/s")
     if bf16_bytes > 4 * decode.l2_cache_bytes(device):  # past the GPU's L2
-        report(
-            "decode bandwidth",
-            bandwidth,
-            peak="memory",
-            size=model_size,
-            batch=1,
-            mode=mode,
-            dtype=base,
+        rate = timed[1][base].rate(bf16_bytes, "B/s")
+        gpuguide.report(
+            "decode bandwidth", rate, peak="memory", batch=1, dtype=base, **where
         )
     fig, axes = plt.subplots(1, len(batches), figsize=(10, 4))
     for ax, (batch, times) in zip(axes, timed.items(), strict=True):
@@ -189,6 +157,6 @@ if timing:
 # %%
 # What to take away
 # -----------------
-# Weight-only int8 halves the bytes a memory-bound step reads; fuse the conversion
-# into the kernel that reads the weights, and check the error on the outputs.
+# Weight-only int8 cuts the bytes a memory-bound step reads: fuse the conversion into
+# the kernel that reads the weights, and check the error on the outputs.
 gpuguide.takeaway()
