@@ -30,7 +30,15 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide import benchmark, compare, format_bytes, plot_sweep, report, table
+from gpuguide import (
+    Sweep,
+    Variant,
+    benchmark,
+    compare,
+    format_bytes,
+    plot_sweep,
+    report,
+)
 from gpuguide.chapters import decode
 from gpuguide.chapters.roofline import streaming_elements
 
@@ -61,28 +69,41 @@ size = dtype.itemsize  # bytes per weight and per cached value
 # its shape from step to step: both are needed to capture a step in a CUDA graph.
 # Rotary position embeddings are left out (a few elementwise operations per layer).
 if page.cuda:  # the layer shape of a 70B-class model; layers as the budget allows
-    base = decode.DecoderShape(dim=8192, layers=1, heads=64, kv_heads=8, ffn=28672, vocab=32000)  # fmt: skip
-    batches, context = [2**k for k in range(11)], 256
+    base = decode.DecoderShape(8192, 1, heads=64, kv_heads=8, ffn=28672, vocab=32000)
+    most, context = 1024, 256
 else:
-    base = decode.DecoderShape(dim=1024, layers=1, heads=16, kv_heads=4, ffn=2816, vocab=8192)  # fmt: skip
-    batches, context = [1, 2, 4, 8, 16, 32, 64], 256
+    base = decode.DecoderShape(1024, 1, heads=16, kv_heads=4, ffn=2816, vocab=8192)
+    most, context = 64, 256
 if small:
     base = dataclasses.replace(base, dim=256, heads=4, kv_heads=2, ffn=704, vocab=1024)
-    batches, context = batches[:4], 64
+    most, context = 8, 64
 budget = gpuguide.size_budget(
     device, memory_fraction=0.5, call_s=0.05 if page.cuda else 0.1
 )
+
+
+def with_layers(n):
+    return dataclasses.replace(base, layers=n)
+
+
 layers = gpuguide.largest_size(
-    1, 4, budget=budget, flop_per_s=page.peaks.flops_for(dtype),
-    memory_at=lambda n: dataclasses.replace(base, layers=n).weight_bytes(size)
-    + dataclasses.replace(base, layers=n).kv_cache_bytes(batches[-1], context, size),
-    flop_at=lambda n: dataclasses.replace(base, layers=n).step_flop(batches[-1], context),
-)  # fmt: skip
-shape = dataclasses.replace(base, layers=layers)
+    1,
+    4,
+    budget=budget,
+    flop_per_s=page.peaks.flops_for(dtype),
+    memory_at=lambda n: (
+        with_layers(n).weight_bytes(size)
+        + with_layers(n).kv_cache_bytes(most, context, size)
+    ),
+    flop_at=lambda n: with_layers(n).step_flop(most, context),
+)
+shape = with_layers(layers)
 model = decode.random_decoder(shape, device=device, dtype=dtype)
 weights = shape.weight_bytes(size)
-print(f"{shape.label}: {shape.params / 1e6:,.0f} M parameters, "
-      f"{format_bytes(weights)} of weights; cache of {context} positions")  # fmt: skip
+print(
+    f"{shape.label}: {shape.params / 1e6:,.0f} M parameters, "
+    f"{format_bytes(weights)} of weights; cache of {context} positions"
+)
 
 # %%
 # The page's own memory roof: a copy
@@ -115,42 +136,50 @@ del src, dst
 # which way it went here.
 graphs = page.needs_cuda("Replaying each step from a CUDA graph")
 pos = torch.tensor([context // 2], device=device)
-steps = {}
-for batch in batches:
-    try:
-        model.setup_cache(batch, context)
-        tokens = torch.randint(shape.vocab, (batch,), device=device)
-        step = functools.partial(model, tokens, pos)
-        steps[batch] = benchmark(decode.cuda_graph(step) if graphs else step,
-                                 device=device, label=f"batch {batch}")  # fmt: skip
-    except torch.OutOfMemoryError:
-        print(f"batch {batch}: out of memory; the sweep stops at batch {batch // 2}")
-        break
-batches = list(steps)
-nbytes = {b: shape.step_bytes(b, context, size) for b in batches}
-bandwidth = {b: m.rate(nbytes[b], "B/s") for b, m in steps.items()}
-rows = [{"batch": b, "step": m, "tokens/s": m.rate(b, "token/s"),
-         "bandwidth": bandwidth[b], "read / copy": f"{bandwidth[b].value / copy.value:.0%}",
-         "compute": m.rate(shape.step_flop(b, context))} for b, m in steps.items()]  # fmt: skip
-print(table(rows))
-read, model_size = bandwidth[1], f"{shape.label}, context {context}"
+
+
+def one_step(batch, dev):  # a fresh cache for this batch, and a step to time
+    model.setup_cache(batch, context)
+    tokens = torch.randint(shape.vocab, (batch,), device=dev)
+    step = functools.partial(model, tokens, pos)
+    return [decode.cuda_graph(step) if graphs else step]
+
+
+peak = page.peaks.flops_for(dtype)  # plans the sizes with this FLOP/s
+steps = Sweep(
+    "decode step",
+    one_step,
+    lo=1,
+    hi=most,
+    memory=lambda b: shape.kv_cache_bytes(b, context, size),
+    traffic=lambda b: shape.step_bytes(b, context, size),
+    flop=lambda b: shape.step_flop(b, context),
+    size_label="batch (sequences)",
+).run({"step": Variant(lambda step: step(), call_s=budget.call_s, flop_per_s=peak)})
+print(steps)
+batches, last = steps.ran("step"), steps.largest("step")
+read, model_size = steps.rate("step", 1), f"{shape.label}, context {context}"
 report(
     "decode bandwidth", read, peak="memory", size=model_size, batch=1, dtype=f"{dtype}"
 )
-above, below = read.low > copy.high, read.high < copy.low
-place = "above" if above else "below" if below else "level with"
+place = "above" if read.low > copy.high else "level with"
+place = "below" if read.high < copy.low else place
 print(
     f"batch 1 reads {read.value / copy.value:.0%} as many bytes per second as the copy "
     f"reads and writes: {place} the copy's rate"
 )
-print(f"batch 2 against batch 1: {compare(steps[batches[1]], steps[batches[0]])}")
-last = batches[-1]
-report("decode rate", steps[last].rate(last, "token/s"), size=model_size, batch=last)
+print(f"batch 2 against batch 1: {compare(steps.at('step', 2), steps.at('step', 1)).short}")
+tokens_s = steps.at("step", last).rate(last, "token/s")
+report("decode rate", tokens_s, size=model_size, batch=last)
 many = min(64, last)  # tokens per second: batch `many` over batch 1
-ride = compare(steps[many], steps[1])
-gpuguide.claim(f"a step of batch {many} yields at least 2x the tokens per second of batch 1",
-               many * ride.speedup, spread=(many * ride.low, many * ride.high),
-               at_least=2, timed=True)  # fmt: skip
+ride = compare(steps.at("step", many), steps.at("step", 1))
+gpuguide.claim(
+    f"a step of batch {many} yields at least 2x the tokens per second of batch 1",
+    many * ride.speedup,
+    spread=(many * ride.low, many * ride.high),
+    at_least=2,
+    timed=True,
+)
 
 # %%
 # The roofline's prediction
@@ -163,12 +192,11 @@ gpuguide.claim(f"a step of batch {many} yields at least 2x the tokens per second
 # ridge (peak FLOP/s over bandwidth). On an H100 the ridge is about 295 FLOP/byte
 # with the datasheet's figures, so the knee should come at a batch of a few hundred;
 # on a CPU, whose FLOP/s are low, at a batch of a few to a few tens.
-peak_flops = page.peaks.flops_for(dtype) or max(r["compute"].value for r in rows)
+flops = [steps.at("step", b).rate(shape.step_flop(b, context)).value for b in batches]
+peak_flops = page.peaks.flops_for(dtype) or max(flops)
 per_seq = shape.step_bytes(2, context, size) - shape.step_bytes(1, context, size)
-fixed, flop_1 = (
-    shape.step_bytes(1, context, size) - per_seq,
-    shape.step_flop(1, context),
-)
+fixed = shape.step_bytes(1, context, size) - per_seq
+flop_1 = shape.step_flop(1, context)
 
 
 def roofline_s(batch, bandwidth):
@@ -179,32 +207,44 @@ def roofline_s(batch, bandwidth):
 # cache it reads costs more than its FLOP do).
 gain = flop_1 * copy.value / peak_flops - per_seq
 knee = fixed / gain if gain > 0 else float("inf")
-print(f"ridge {peak_flops / copy.value:.3g} FLOP/byte with the copy's bandwidth: "
-      f"the knee is predicted at batch {knee:.3g}")  # fmt: skip
-# A step at batch 32 against batch 1: the speed-up of batch 1 is the ratio of their
-# times. Then the sweep's last batch against one well below the knee.
-wide = min(32, batches[-1])
-flat = compare(steps[batches[0]], steps[wide])
-gpuguide.claim(f"on a GPU, a decode step at batch {wide} costs at most 1.3x batch 1's",
-               flat, at_most=1.3, on="cuda")  # fmt: skip
-last, below = batches[-1], max([b for b in batches if b <= knee / 2], default=None)
+print(
+    f"ridge {peak_flops / copy.value:.3g} FLOP/byte with the copy's bandwidth: "
+    f"the knee is predicted at batch {knee:.3g}"
+)
+# A step at batch 32 against batch 1, then the sweep's last batch against one well
+# below the knee.
+wide = min(32, last)
+flat = compare(steps.at("step", 1), steps.at("step", wide))
+gpuguide.claim(
+    f"on a GPU, a decode step at batch {wide} costs at most 1.3x batch 1's",
+    flat,
+    at_most=1.3,
+    on="cuda",
+)
+below = max([b for b in batches if b <= knee / 2], default=None)
 gpuguide.claim(
     f"past the knee a step costs more: batch {last} at least 1.5x batch {below}",
-    below and compare(steps[below], steps[last]), at_least=1.5,
-    unless=None if below and last >= 2 * knee else "the sweep does not reach past the knee",
-)  # fmt: skip
-peak_bw = page.peaks.memory_bandwidth_bytes_per_s
-series = {
-    "measured": list(steps.values()),
-    "roofline, copy's bandwidth": [roofline_s(b, copy.value) * 1e3 for b in batches],
-}
-if peak_bw:
-    series["roofline, datasheet"] = [roofline_s(b, peak_bw) * 1e3 for b in batches]
+    below and compare(steps.at("step", below), steps.at("step", last)),
+    at_least=1.5,
+    unless=None if below and last >= 2 * knee else "the sweep does not reach the knee",
+)
+series = {"measured": steps.times["step"]}
+for what, bandwidth in (
+    ("copy's bandwidth", copy.value),
+    ("datasheet", page.peaks.memory_bandwidth_bytes_per_s),
+):
+    if bandwidth:
+        series[f"roofline, {what}"] = [roofline_s(b, bandwidth) * 1e3 for b in batches]
 fig, ax = plt.subplots()
-plot_sweep(ax, batches, series, xlabel="batch (sequences)",
-           ylabel="time per decode step (ms)",
-           title=f"Step time, batch {wide} over batch 1: {flat.short}; knee predicted at batch {knee:.0f}")  # fmt: skip
-if batches[0] <= knee <= 4 * batches[-1]:
+plot_sweep(
+    ax,
+    batches,
+    series,
+    xlabel="batch (sequences)",
+    ylabel="time per decode step (ms)",
+    title=f"Step time, batch {wide} over 1: {flat.short}; knee at batch {knee:.0f}",
+)
+if batches[0] <= knee <= 4 * last:
     ax.axvline(knee, color="0.5", ls=":")
 plt.show()
 
@@ -217,26 +257,33 @@ plt.show()
 # flight (batch x context) it outweighs the weights: in memory, and in the bytes a
 # step reads. The allocated cache is checked against the count.
 allocated = sum(buf.nbytes for buf in model.buffers())
-counted = shape.kv_cache_bytes(batches[-1], context, size)
-gpuguide.claim(f"the cache allocated for batch {batches[-1]} is the size counted",
-               holds=allocated == counted,
-               measured=f"{format_bytes(allocated)} allocated, {format_bytes(counted)} counted")  # fmt: skip
-per_token = shape.kv_bytes_per_token(size)
-crossover = weights / per_token
+counted = shape.kv_cache_bytes(last, context, size)
+gpuguide.claim(
+    f"the cache allocated for batch {last} is the size counted",
+    holds=allocated == counted,
+    measured=f"{format_bytes(allocated)} allocated, {format_bytes(counted)} counted",
+)
+crossover = weights / shape.kv_bytes_per_token(size)
 grouped = shape.heads // shape.kv_heads
-print(f"{format_bytes(per_token)} per token: the cache outweighs the weights "
-      f"past {crossover:,.0f} tokens in flight (batch x context); without grouped "
-      f"query heads ({grouped}x the cache) past {crossover / grouped:,.0f}")  # fmt: skip
+print(
+    f"the cache outweighs the weights past {crossover:,.0f} tokens in flight (batch "
+    f"x context); without grouped query heads ({grouped}x the cache) past "
+    f"{crossover / grouped:,.0f}"
+)
 contexts = [2**k for k in range(9, 18)]
-kv_batches = [1, 8, 64, 512]
-print(table([{"context": c, **{f"batch {b}": format_bytes(
-    shape.kv_cache_bytes(b, c, size)) for b in kv_batches}} for c in contexts[::2]]))  # fmt: skip
-fig, ax = plt.subplots()
-plot_sweep(ax, contexts, {
+cache = {
     f"batch {b}": [shape.kv_cache_bytes(b, c, size) / 2**30 for c in contexts]
-    for b in kv_batches} | {"weights": [weights / 2**30] * len(contexts)},
-    xlabel="context (tokens)", ylabel="memory (GiB)",
-    title=f"The cache outweighs the weights past {crossover:,.0f} tokens in flight")  # fmt: skip
+    for b in (1, 8, 64, 512)
+}
+fig, ax = plt.subplots()
+plot_sweep(
+    ax,
+    contexts,
+    cache | {"weights": [weights / 2**30] * len(contexts)},
+    xlabel="context (tokens)",
+    ylabel="memory (GiB)",
+    title=f"The cache outweighs the weights past {crossover:,.0f} tokens in flight",
+)
 plt.show()
 
 # %%
