@@ -168,7 +168,8 @@ print(
     f"batch 1 reads {read.value / copy.value:.0%} as many bytes per second as the copy "
     f"reads and writes: {place} the copy's rate"
 )
-print(f"batch 2 against batch 1: {compare(steps.at('step', 2), steps.at('step', 1)).short}")
+two = compare(steps.at("step", 2), steps.at("step", 1))
+print(f"batch 2 against batch 1: {two.short}")
 tokens_s = steps.at("step", last).rate(last, "token/s")
 report("decode rate", tokens_s, size=model_size, batch=last)
 many = min(64, last)  # tokens per second: batch `many` over batch 1
