@@ -6,25 +6,22 @@ import matplotlib as mpl
 
 mpl.use("Agg")
 
-from types import SimpleNamespace
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+import torch
 
 from gpuguide.chapters import roofline
 from gpuguide.chapters.roofline import (
     REGIMES,
     STREAMING_MIN_ELEMENTS,
-    crossover,
+    Roofline,
     plot_roofline,
-    roofline_rows,
-    size_text,
     streaming_elements,
 )
 from gpuguide.device import describe_device
 from gpuguide.peaks import streaming_bytes
-from gpuguide.tables import table
+from gpuguide.sweeps import Sweep, SweepResult
 from gpuguide.timing import Measurement
 
 CPU = describe_device("cpu")
@@ -275,61 +272,85 @@ def test_streaming_elements_on_this_machine() -> None:
     assert STREAMING_MIN_ELEMENTS == 2**24
 
 
-# -- roofline_rows, size_text, crossover ---------------------------------------
+# -- Roofline ------------------------------------------------------------------
 
 
-def test_roofline_rows_give_rates_intensity_and_the_share_of_the_roof() -> None:
-    t = Measurement("op", (0.5, 0.5, 0.5), "cpu", "wall-clock")
-    ops = {"low": (1e9, 4e9, t), "roof": (8e9, 2e9, t), "above": (4e9, 1e9, t)}
-    shares = {"low": 0.123, "roof": 1.0 + 1e-12, "above": 1.5}
-    regimes = dict.fromkeys(ops, "memory-bound")
-    rows = roofline_rows(ops, shares, regimes)
-    assert [r.operation for r in rows] == ["low", "roof", "above"]
-    assert [r.of_roof for r in rows] == ["12%", "at the roof", "> roof"]
-    assert [r.FLOP_per_byte for r in rows] == ["0.25", "4", "4"]
-    assert rows[0].compute == "2.00 GFLOP/s"
-    assert rows[0].bandwidth == "8.00 GB/s"
-    assert rows[0].time is t
-    header = table(rows).header
-    assert header[4] == "FLOP per byte"
-    assert header[-1] == "regime"
+def timed(seconds: float, label: str = "op") -> Measurement:
+    return Measurement(
+        label, (seconds * 0.9, seconds, seconds * 1.1), "cpu", "wall-clock"
+    )
 
 
-@pytest.mark.parametrize(
-    ("n", "least", "expected"),
-    [
-        (2**20, 2**14, "2^20"),
-        (2**14, 2**14, "2^14"),
-        (8192, 2**14, "8192"),
-        (3 * 2**20, 2**14, "3145728"),
-        (4096, 1, "2^12"),
-        (48, 1, "48"),
-    ],
-)
-def test_size_text_writes_large_powers_of_two_as_such(n, least, expected) -> None:
-    assert size_text(n, least=least) == expected
+def test_a_roofline_places_each_operation_by_its_share_of_its_roof() -> None:
+    line = Roofline(10e12, 1e12)  # ridge at 10 FLOP/byte
+    line.add("tiny", 1e3, 1e3, timed(1e-5))  # 1e8 FLOP/s of a 1e12 roof, 10 us
+    line.add("stream", 1e9, 4e9, timed(5e-3))  # 2e11 of 2.5e11: 80%
+    line.add("mm", 2e12, 1e9, timed(0.4))  # 5e12 of 1e13: 50%, right of the ridge
+    assert line.ridge == pytest.approx(10)
+    assert line.share("stream")["value"] == pytest.approx(0.8)
+    low, high = line.share("stream")["spread"]
+    assert low < 0.8 < high
+    assert line.share("stream")["measured"].startswith("80% (")
+    assert [line.regime(op) for op in ("tiny", "stream", "mm")] == [
+        "overhead-bound",
+        "memory-bound",
+        "compute-bound",
+    ]
+    table = line.table()
+    assert table.header[4] == "FLOP per byte"
+    assert table.header[-1] == "regime"
+    assert [row[5] for row in table.rows] == ["0%", "80%", "50%"]
+    assert "ridge: 10 FLOP/byte" in str(table.title)
+    assert "(datasheet)" in str(table.title)
 
 
-def test_size_text_defaults_to_powers_from_2_to_the_14() -> None:
-    assert (size_text(2**13), size_text(2**14)) == ("8192", "2^14")
+def test_measured_roofs_rise_to_the_best_operation() -> None:
+    line = Roofline(1e9, 1e9, measured=True)
+    line.add("roof", 8e9, 2e9, timed(0.5))  # 16 GFLOP/s, 4 GB/s: sets both roofs
+    line.add("above", 1e9, 4e8, timed(1.0))  # 1 GFLOP/s at 2.5 FLOP/byte
+    assert line.roofs == (pytest.approx(16e9), pytest.approx(4e9))
+    assert line.table().rows[0][5] == "at the roof"
+    assert "lower bounds" in str(line.table().title)
+    unknown = Roofline(None, None)
+    unknown.add("only", 1e9, 1e9, timed(1.0))
+    assert unknown.roofs == (pytest.approx(1e9), pytest.approx(1e9))
 
 
-def verdicts(*words: str) -> list[tuple[int, SimpleNamespace]]:
-    """Verdicts at sizes 16, 32, 64...: one per word, in ascending size."""
-    return [(16 * 2**i, SimpleNamespace(verdict=w)) for i, w in enumerate(words)]
+def test_an_operation_above_its_roof_is_named_under_the_table() -> None:
+    line = Roofline(1e9, 1e9)
+    line.add("fast", 4e9, 1e9, timed(1.0))  # 4 GFLOP/s on a 1 GFLOP/s roof
+    assert line.table().rows[0][5] == "> roof"
+    assert "Above the roof: fast." in str(line)
 
 
-@pytest.mark.parametrize(
-    ("words", "expected"),
-    [
-        (("faster", "faster", "faster"), 16),
-        (("slower", "faster", "faster"), 32),
-        (("faster", "no measurable difference", "faster"), 64),
-        (("faster", "faster", "slower"), None),
-        ((), None),
-    ],
-)
-def test_crossover_is_where_the_run_of_faster_verdicts_to_the_end_starts(
-    words, expected
-) -> None:
-    assert crossover(verdicts(*words)) == expected
+def test_a_sweep_adds_one_operation_per_size_and_plots_as_a_run() -> None:
+    sweep = Sweep(
+        "mm", lambda k, dev: [], lo=1, hi=4, flop=lambda k: 1e6 * k,
+        traffic=lambda k: 1e6,
+    )  # fmt: skip
+    result = SweepResult(sweep, [1, 2, 4], {"v": [timed(1e-3)] * 3}, {"v": "cpu"})
+    line = Roofline(1e12, 1e11)
+    assert line.add_sweep(result, "v", "k") == ["k=1", "k=2", "k=4"]
+    assert line.point("k=4") == (pytest.approx(4), pytest.approx(4e9))
+    line.add("alone", 1e6, 1e6, timed(1e-3))
+    _, ax = plt.subplots()
+    line.plot(ax, title="t", runs={"k grows": ["k=1", "k=2", "k=4"]})
+    assert "k grows" in [ln.get_label() for ln in ax.lines]
+    assert "alone" in texts(ax)
+    plt.close("all")
+    with pytest.raises(ValueError, match="flop"):
+        Roofline(1.0, 1.0).add_sweep(
+            SweepResult(Sweep("t", lambda k, d: [], lo=1, hi=1, memory=int), [1],
+                        {"v": [timed(1.0)]}, {"v": "cpu"}),
+            "v", "k",
+        )  # fmt: skip
+
+
+def test_measure_times_a_call_and_places_it() -> None:
+    line = Roofline(1e12, 1e11)
+    x = torch.ones(1024)
+    m = line.measure("add", torch.add, x, x, flop=1024, nbytes=12 * 1024)
+    assert line.ops["add"][2] is m
+    assert m.median_s > 0
+    assert line.matmul in ("fp32", "tf32")
+    assert Roofline.of("cpu").measured

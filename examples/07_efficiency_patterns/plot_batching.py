@@ -12,22 +12,16 @@ See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
 :doc:`the roofline and its three regimes </concepts/roofline>`.
 """
 
-# %%
-# Setup
-# -----
-import time
-from dataclasses import replace
-from functools import partial
-
 import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide import benchmark, compare, interleave, plot_sweep, report, table
+from gpuguide import Sweep, compare
 from gpuguide.tables import format_cell
 
 page = gpuguide.setup()
 device = page.device
+
 
 # %%
 # A loop of calls and one batched call
@@ -36,8 +30,6 @@ device = page.device
 # outside the timed region. The loop multiplies them one pair at a time; the batched
 # version makes one ``torch.bmm`` call. Both write into the same preallocated
 # ``out``, so the only difference is the number of calls.
-
-
 def loop_mm(a, b, out):
     for i in range(a.shape[0]):
         torch.mm(a[i], b[i], out=out[i])
@@ -48,65 +40,42 @@ def batched_mm(a, b, out):
     return torch.bmm(a, b, out=out)
 
 
-# On a CPU a timed sample is a block of calls of about 10 ms (at most 10 calls):
-# a call on two threads can lose a whole scheduler tick, which a block averages.
-def calls_for(fn):
-    if device.type != "cpu":
-        return 1
-    fn()
-    start = time.perf_counter()
-    fn()
-    return max(1, min(10, round(0.01 / max(time.perf_counter() - start, 1e-9))))
+n = 32 if page.small else 64
 
 
-def repeat(fn, calls):
-    for _ in range(calls):
-        fn()
+def stacked(B, device):
+    return [torch.randn(B, n, n, device=device) for _ in range(3)]
 
 
-def per_call(m, calls):
-    rounds = tuple(r / calls for r in m.rounds)
-    return replace(m, times_s=tuple(t / calls for t in m.times_s), rounds=rounds)
-
+a, b, out = stacked(4, device)
+assert torch.allclose(loop_mm(a, b, out.clone()), batched_mm(a, b, out), atol=1e-4)
 
 # %%
 # Timing both as the batch grows
 # ------------------------------
 # The fixed cost of a call is the point here, so each time is per call as a loop of
-# calls runs it, launches included (``measure="call"``, the default), and the two
-# versions take turns for five rounds (:func:`gpuguide.interleave`), so that a drift
-# of the machine's speed falls on both. Expect the loop to be slower already at
-# ``B = 1``, where it also pays for indexing ``a[i]``, ``b[i]`` and ``out[i]``. As
-# ``B`` grows, the loop's time grows with ``B`` while a small ``bmm`` costs about
-# one launch. What decides the speed-up is how a call's fixed cost compares with one
-# product's arithmetic, and that differs between devices: on a GPU, whose launch
-# dwarfs the arithmetic of a 64 x 64 product, expect the speed-up to grow with ``B``
-# to a large fraction of ``B``; on a CPU, where a product's arithmetic costs about
-# as much as a call, expect far less. The claims below the table check both.
-n = 32 if page.small else 64
-batches = [1, 4, 16, 64] if page.small else [1, 4, 16, 64, 256]
-loops, batched, rows = [], [], []
-for B in batches:
-    a, b, out = (torch.randn(B, n, n, device=device) for _ in range(3))
-    looped = loop_mm(a, b, torch.empty_like(out))
-    assert torch.allclose(looped, batched_mm(a, b, out), atol=1e-4), "results differ"
-    versions = {
-        "loop": partial(loop_mm, a, b, out),
-        "bmm": partial(batched_mm, a, b, out),
-    }
-    calls = {name: calls_for(fn) for name, fn in versions.items()}
-    times = interleave(
-        {f"{k}, B={B}": partial(repeat, fn, calls[k]) for k, fn in versions.items()},
-        device=device,
-    )
-    loop, bmm = (per_call(times[f"{k}, B={B}"], calls[k]) for k in versions)
-    loops.append(loop)
-    batched.append(bmm)
-    speed = compare(bmm, loop).short
-    rows.append({"B": B, "loop": loop, "bmm": bmm, "bmm speed vs loop": speed})
-print(table(rows, title=f"{n}x{n} matrices (results allclose)"))
-first, last = compare(batched[0], loops[0]), compare(batched[-1], loops[-1])
-report("bmm speed-up over a loop", last, size=f"B={B}, {n}x{n}")
+# calls runs it, launches included, and the two versions take turns for five rounds
+# at each ``B`` (``paired=True``), so that a drift of the machine's speed falls on
+# both. On a CPU a timed sample is a block of calls of at least 10 ms
+# (``sample_ms``): a call on two threads can lose a whole scheduler tick, which a
+# block averages. Expect the loop to be slower already at ``B = 1``, where it also
+# pays for indexing ``a[i]``, ``b[i]`` and ``out[i]``. As ``B`` grows, the loop's
+# time grows with ``B`` while a small ``bmm`` costs about one launch: on a GPU,
+# whose launch dwarfs the arithmetic of a 64 x 64 product, expect the speed-up to
+# grow to a large fraction of ``B``; on a CPU, where a product's arithmetic costs
+# about as much as a call, expect far less. The claims below the table check both.
+batching = Sweep(
+    f"{n}x{n} matmuls (results allclose)",
+    stacked,
+    lo=1,
+    hi=64 if page.small else 256,
+    memory=lambda B: 3 * 4 * B * n * n,
+    size_label="batch size B (matrices)",
+).run({"loop": loop_mm, "bmm": batched_mm}, paired=True, sample_ms=10)
+print(batching)
+B = batching.largest("loop", "bmm")
+first, last = batching.compare("bmm", "loop", 1), batching.compare("bmm", "loop")
+gpuguide.report("bmm speed-up over a loop", last, size=f"B={B}, {n}x{n}")
 gpuguide.claim(
     "at B=1 the loop is already slower: one bmm at least 1.1x faster",
     first,
@@ -115,11 +84,11 @@ gpuguide.claim(
 gpuguide.claim(
     f"the loop's time grows about in proportion to B: at B={B} at least "
     f"{B // 2}x its time at B=1",
-    compare(loops[0], loops[-1]),
+    compare(batching.at("loop", 1), batching.at("loop")),
     at_least=B // 2,
 )
 # At B=16, not the largest B: a busy CPU disturbs the largest calls most.
-mid = compare(batched[batches.index(16)], loops[batches.index(16)])
+mid = batching.compare("bmm", "loop", 16)
 gpuguide.claim(
     "bmm's speed-up over the loop grows with B: at B=16 at least 1.2x the "
     "speed-up at B=1",
@@ -143,10 +112,11 @@ gpuguide.claim(
     on="cpu",
 )
 if device.type == "cuda":  # how much of bmm's time per call is the GPU's work?
-    work = benchmark(batched_mm, args=(a, b, out), measure="kernel")
+    a, b, out = stacked(B, device)
+    work = gpuguide.benchmark(batched_mm, args=(a, b, out), measure="kernel")
     print(
         f"the GPU's own work in one bmm of {B} products: {format_cell(work)} "
-        f'(measure="kernel"), of {format_cell(batched[-1])} per call'
+        f'(measure="kernel"), of {format_cell(batching.at("bmm"))} per call'
     )
 
 # %%
@@ -157,14 +127,9 @@ if device.type == "cuda":  # how much of bmm's time per call is the GPU's work?
 # one product's arithmetic: widely on a GPU, less on a CPU. The title gives the
 # speed-up at the largest batch, with its spread.
 ratio = last.short.split(" (")[0]
-fig, ax = plt.subplots()
-plot_sweep(
-    ax,
-    batches,
-    {"loop of torch.mm": loops, f"torch.bmm ({ratio} at B={B})": batched},
-    xlabel="batch size B (matrices)",
-    ylabel="time per call (ms)",
+batching.plot(
     title=f"One bmm call against {B} mm calls: {last.short}",
+    labels={"loop": "loop of torch.mm", "bmm": f"torch.bmm ({ratio} at B={B})"},
     record="loop against bmm",
 )
 plt.show()

@@ -1,40 +1,34 @@
-"""Draw the roofline (:func:`plot_roofline`), size the tensors a page streams
-through memory (:func:`streaming_elements`), tabulate where each operation sits
-(:func:`roofline_rows`), and, for the CPU-against-GPU page, name a size
-(:func:`size_text`) and find where the GPU starts to win (:func:`crossover`)."""
+"""The roofline page's helpers: :class:`Roofline` places measured operations on a
+device's roofline (its share of the roof, its regime, a table and the plot,
+:func:`plot_roofline`), and :func:`streaming_elements` sizes the tensors a page
+streams through memory."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
 
 from gpuguide import checks
 from gpuguide.device import as_device
 from gpuguide.env import small_mode
-from gpuguide.peaks import streaming_bytes
+from gpuguide.peaks import device_peaks, streaming_bytes
 from gpuguide.plotting import COLORS, label_device, style_axes
 from gpuguide.sizes import largest_size
+from gpuguide.tables import Table, format_cell
+from gpuguide.timing import benchmark
 from gpuguide.units import format_rate
 
 if TYPE_CHECKING:
-    import torch
     from matplotlib.axes import Axes
 
     from gpuguide.device import DeviceInfo
+    from gpuguide.sweeps import SweepResult
     from gpuguide.timing import Measurement
-    from gpuguide.verdicts import Comparison
 
-__all__ = [
-    "REGIMES",
-    "STREAMING_MIN_ELEMENTS",
-    "Row",
-    "crossover",
-    "plot_roofline",
-    "roofline_rows",
-    "size_text",
-    "streaming_elements",
-]
+__all__ = ["Roofline", "plot_roofline", "streaming_elements"]
 
 #: The regimes :func:`plot_roofline` colours points by.
 REGIMES: tuple[str, ...] = ("overhead-bound", "memory-bound", "compute-bound")
@@ -42,9 +36,10 @@ REGIMES: tuple[str, ...] = ("overhead-bound", "memory-bound", "compute-bound")
 #: elements (64 MiB each, more than a GPU's L2), so that main memory feeds them.
 STREAMING_MIN_ELEMENTS = 2**24
 _REGIME_STYLE: dict[str, tuple[str, str]] = {
-    "overhead-bound": (COLORS[3], "s"), "memory-bound": (COLORS[0], "o"),
+    "overhead-bound": (COLORS[3], "s"),
+    "memory-bound": (COLORS[0], "o"),
     "compute-bound": (COLORS[2], "^"),
-}  # fmt: skip
+}
 
 
 def streaming_elements(
@@ -58,9 +53,13 @@ def streaming_elements(
     caches).
     """
     elements = largest_size(
-        2**12, 2**28, memory_at=lambda n: 16 * n, flop_at=lambda n: 2 * n,
-        traffic_at=lambda n: 16 * n, device=device,
-    )  # fmt: skip
+        2**12,
+        2**28,
+        memory_at=lambda n: 16 * n,
+        flop_at=lambda n: 2 * n,
+        traffic_at=lambda n: 16 * n,
+        device=device,
+    )
     if small_mode() if small is None else small:
         return elements
     least = STREAMING_MIN_ELEMENTS
@@ -86,16 +85,27 @@ def _label_points(ax: Axes, items: Sequence[tuple[str, float, float]]) -> None:
         ):
             dy -= _LINE_PT
         placed.append((left, py + dy - _LINE_PT, right, py + dy))
-        ax.annotate(text, xy=(x, y), xytext=(5.0, dy), textcoords="offset points",
-                    va="top", fontsize="x-small")  # fmt: skip
+        ax.annotate(
+            text,
+            xy=(x, y),
+            xytext=(5.0, dy),
+            textcoords="offset points",
+            va="top",
+            fontsize="x-small",
+        )
 
 
 def plot_roofline(
-    ax: Axes, points: Mapping[str, tuple[float, float]], *, regimes: Mapping[str, str],
-    peak_flops_per_s: float, peak_bytes_per_s: float, title: str,
+    ax: Axes,
+    points: Mapping[str, tuple[float, float]],
+    *,
+    regimes: Mapping[str, str],
+    peak_flops_per_s: float,
+    peak_bytes_per_s: float,
+    title: str,
     device: torch.device | str | DeviceInfo | None = None,
     sweeps: Mapping[str, Mapping[str, tuple[float, float]]] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Draw the roofline and the measured points on log-log axes.
 
     ``points`` maps a label to (intensity in FLOP/byte, achieved FLOP/s),
@@ -138,17 +148,31 @@ def plot_roofline(
     for i, (name, run) in enumerate(runs.items()):
         if not run:
             continue
-        ax.plot([x for _, (x, _) in run], [rate / scale for _, (_, rate) in run],
-                color=COLORS[(4 + i) % len(COLORS)], lw=1.2, ls="--", label=name,
-                zorder=3)  # fmt: skip
+        ax.plot(
+            [x for _, (x, _) in run],
+            [rate / scale for _, (_, rate) in run],
+            color=COLORS[(4 + i) % len(COLORS)],
+            lw=1.2,
+            ls="--",
+            label=name,
+            zorder=3,
+        )
         labelled += [run[0]] if len(run) == 1 else [run[0], run[-1]]
     seen: set[str] = set()
     for label, (intensity, rate) in everything:
         kind = regimes[label]
         color, marker = _REGIME_STYLE[kind]
-        ax.scatter([intensity], [rate / scale], color=color, marker=marker, s=42,
-                   zorder=4, edgecolors="white", linewidths=0.6,
-                   label=None if kind in seen else kind)  # fmt: skip
+        ax.scatter(
+            [intensity],
+            [rate / scale],
+            color=color,
+            marker=marker,
+            s=42,
+            zorder=4,
+            edgecolors="white",
+            linewidths=0.6,
+            label=None if kind in seen else kind,
+        )
         seen.add(kind)
 
     ax.set_xscale("log")
@@ -157,9 +181,15 @@ def plot_roofline(
     rates = [rate for _, (_, rate) in everything]
     low, high = min(min(rates), roof_y[0] * scale), max(max(rates), flops)
     ax.set_ylim(low / scale / 3, high / scale * 3)
-    ax.annotate(f"ridge {ridge:.3g} FLOP/byte", xy=(ridge, high / scale * 3),
-                xytext=(4, -3), textcoords="offset points", va="top",
-                fontsize="x-small", color="0.35")  # fmt: skip
+    ax.annotate(
+        f"ridge {ridge:.3g} FLOP/byte",
+        xy=(ridge, high / scale * 3),
+        xytext=(4, -3),
+        textcoords="offset points",
+        va="top",
+        fontsize="x-small",
+        color="0.35",
+    )
     _label_points(ax, [(label, x, rate / scale) for label, (x, rate) in labelled])
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel(f"achieved compute ({unit})")
@@ -168,57 +198,168 @@ def plot_roofline(
     label_device(ax.figure, device)
 
 
-class Row(NamedTuple):
-    """One operation's line in the roofline page's table (:func:`roofline_rows`)."""
+@dataclass
+class Roofline:
+    """Operations placed on a roofline of ``peak_flops_per_s`` and
+    ``peak_bytes_per_s``. ``measured`` roofs (a CPU's, or a peak that is None) are
+    lower bounds, raised to the best FLOP/s and bytes/s of the operations added.
 
-    operation: str
-    time: Measurement
-    compute: str
-    bandwidth: str
-    FLOP_per_byte: str
-    of_roof: str
-    regime: str
+    An operation's roof at intensity ``I`` (FLOP/byte) is
+    ``min(peak FLOP/s, I x peak bytes/s)``; it is *overhead-bound* when it reaches
+    less than a quarter of its roof in less than 50 us, else memory-bound left of
+    the ridge and compute-bound right of it.
+    """
 
+    peak_flops_per_s: float | None
+    peak_bytes_per_s: float | None
+    measured: bool = False
+    ops: dict[str, tuple[float, float, Measurement]] = field(default_factory=dict)
 
-def roofline_rows(
-    ops: Mapping[str, tuple[float, float, Measurement]],
-    shares: Mapping[str, float],
-    regimes: Mapping[str, str],
-) -> list[Row]:
-    """A :class:`Row` per operation of ``ops`` (label: FLOP, bytes, time), with its
-    share of its roof from ``shares``: ``"at the roof"`` for the one that set a
-    measured roof (a share of 1), ``"> roof"`` above it, else a percentage."""
-    rows = []
-    for label, (flop, nbytes, t) in ops.items():
-        share = shares[label]
-        reached = f"{share:.0%}"
-        if math.isclose(share, 1):
-            reached = "at the roof"
-        elif share > 1:
-            reached = "> roof"
-        rate = format_rate(flop / t.median_s, "FLOP/s")
-        bandwidth = format_rate(nbytes / t.median_s, "B/s")
-        intensity = f"{flop / nbytes:.3g}"
-        rows.append(Row(label, t, rate, bandwidth, intensity, reached, regimes[label]))
-    return rows
+    @property
+    def matmul(self) -> str:
+        """The peak float32 matmuls are held against: "tf32" where they may use
+        TF32 (``torch.get_float32_matmul_precision()`` is not "highest"), else
+        "fp32"."""
+        return "fp32" if torch.get_float32_matmul_precision() == "highest" else "tf32"
 
+    @classmethod
+    def of(cls, device: torch.device | str | None = None) -> Roofline:
+        """``device``'s roofline: its float32 matmul peak (TF32's where float32
+        matmuls may use it) and memory peak, measured (lower bounds) on a CPU."""
+        peaks = device_peaks(device)
+        tf32 = torch.get_float32_matmul_precision() != "highest"
+        flops = peaks.flops_for(torch.float32, tf32=tf32)
+        measured = as_device(device).type == "cpu"
+        return cls(flops, peaks.memory_bandwidth_bytes_per_s, measured)
 
-def size_text(n: int, *, least: int = 2**14) -> str:
-    """A size for a label: ``"2^20"`` for a power of two of at least ``least``,
-    else its digits (``"8192"`` below the default ``least``, ``"48"``)."""
-    if n >= least and n & (n - 1) == 0:
-        return f"2^{n.bit_length() - 1}"
-    return str(n)
+    def add(
+        self, label: str, flop: float, nbytes: float, time: Measurement
+    ) -> Measurement:
+        """Place an operation of ``flop`` FLOP and ``nbytes`` bytes that took
+        ``time``; returns ``time``."""
+        self.ops[label] = (checks.positive("flop", flop), nbytes, time)
+        return time
 
+    def measure(
+        self, label: str, fn: Any, *args: Any, flop: float, nbytes: float, **kwargs: Any
+    ) -> Measurement:
+        """:meth:`add` ``fn(*args, **kwargs)``, timed by :func:`gpuguide.benchmark`."""
+        time = benchmark(fn, args=args, kwargs=kwargs, label=label)
+        return self.add(label, flop, nbytes, time)
 
-def crossover(verdicts: Sequence[tuple[int, Comparison]]) -> int | None:
-    """The smallest size from which on the GPU was faster at every size: from
-    ``(size, comparison of the GPU against the CPU)`` pairs in ascending size, the
-    first of the unbroken run of ``"faster"`` verdicts that ends the list; None
-    where the largest size's verdict is not ``"faster"``."""
-    found = None
-    for n, versus in reversed(verdicts):
-        if versus.verdict != "faster":
-            break
-        found = n
-    return found
+    def add_sweep(self, result: SweepResult, variant: str, name: str) -> list[str]:
+        """:meth:`add` ``variant`` of a sweep at each size ``n`` it ran, as
+        ``f"{name}={n}"``; returns those labels."""
+        flop, traffic = result.sweep.flop, result.sweep.traffic
+        if flop is None or traffic is None:
+            msg = f"sweep {result.sweep.name!r} must declare flop(n) and traffic(n)"
+            raise ValueError(msg)
+        sizes = result.ran(variant)
+        labels = [f"{name}={n}" for n in sizes]
+        for label, n in zip(labels, sizes, strict=True):
+            self.add(label, flop(n), traffic(n), result.at(variant, n))
+        return labels
+
+    def _best(self, per_call: int) -> float:
+        return max(op[per_call] / op[2].median_s for op in self.ops.values())
+
+    @property
+    def roofs(self) -> tuple[float, float]:
+        """The peak FLOP/s and bytes/s, raised to the best measured where
+        ``measured``."""
+        flops, nbytes = self.peak_flops_per_s or 0.0, self.peak_bytes_per_s or 0.0
+        if self.measured or not (flops and nbytes):
+            flops, nbytes = max(flops, self._best(0)), max(nbytes, self._best(1))
+        return flops, nbytes
+
+    @property
+    def ridge(self) -> float:
+        """The intensity (FLOP/byte) where the two roofs meet."""
+        flops, nbytes = self.roofs
+        return flops / nbytes
+
+    def point(self, label: str) -> tuple[float, float]:
+        """``label``'s intensity (FLOP/byte) and FLOP/s."""
+        flop, nbytes, time = self.ops[label]
+        return flop / nbytes, flop / time.median_s
+
+    def share(self, label: str) -> dict[str, Any]:
+        """``label``'s share of its roof, as a claim's ``value``, ``spread`` (over
+        the quartile calls) and ``measured``."""
+        flop, nbytes, time = self.ops[label]
+        flops, bandwidth = self.roofs
+        roof = min(flops, flop / nbytes * bandwidth)
+        value = flop / time.median_s / roof
+        low, high = (flop / q / roof for q in (time.q75_s, time.q25_s))
+        measured = f"{value:.0%} ({low:.0%}-{high:.0%})"
+        return {"value": value, "spread": (low, high), "measured": measured}
+
+    def regime(self, label: str) -> str:
+        """``label``'s regime, one of :data:`REGIMES`."""
+        if self.share(label)["value"] < 0.25 and self.ops[label][2].median_s < 50e-6:
+            return "overhead-bound"
+        return "memory-bound" if self.point(label)[0] < self.ridge else "compute-bound"
+
+    def table(self) -> Table:
+        """A row per operation: time, rates, intensity, share of its roof ("at the
+        roof" for the one that set a measured roof, "> roof" above it), regime."""
+        rows = []
+        for label, (flop, nbytes, time) in self.ops.items():
+            share = self.share(label)["value"]
+            reached = f"{share:.0%}"
+            if abs(share - 1) < 1e-9:
+                reached = "at the roof"
+            elif share > 1:
+                reached = "> roof"
+            rows.append(
+                (
+                    label,
+                    format_cell(time),
+                    format_rate(flop / time.median_s, "FLOP/s"),
+                    format_rate(nbytes / time.median_s, "B/s"),
+                    f"{flop / nbytes:.3g}",
+                    reached,
+                    self.regime(label),
+                )
+            )
+        header = ("operation", "time", "compute", "bandwidth", "FLOP per byte")
+        flops, nbytes = self.roofs
+        title = (
+            f"roofs: {format_rate(flops, 'FLOP/s')} and {format_rate(nbytes, 'B/s')}"
+            f"{' (measured: lower bounds)' if self.measured else ' (datasheet)'}; "
+            f"ridge: {self.ridge:.3g} FLOP/byte"
+        )
+        return Table((*header, "of roof", "regime"), tuple(rows), title)
+
+    def __str__(self) -> str:
+        text = str(self.table())
+        if above := [row[0] for row in self.table().rows if row[5] == "> roof"]:
+            text += (
+                f"\nAbove the roof: {', '.join(above)}. The roof is a lower bound "
+                "here, or the data came from a cache faster than main memory."
+            )
+        return text
+
+    def plot(
+        self, ax: Axes | None = None, *, title: str, runs: Mapping[str, list[str]]
+    ) -> None:
+        """:func:`plot_roofline` of every operation, those of each of ``runs``
+        (name: labels) joined by a line."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots()
+        joined = {label for labels in runs.values() for label in labels}
+        flops, nbytes = self.roofs
+        plot_roofline(
+            ax,
+            {label: self.point(label) for label in self.ops if label not in joined},
+            regimes={label: self.regime(label) for label in self.ops},
+            peak_flops_per_s=flops,
+            peak_bytes_per_s=nbytes,
+            sweeps={
+                name: {label: self.point(label) for label in labels}
+                for name, labels in runs.items()
+            },
+            title=title,
+        )
