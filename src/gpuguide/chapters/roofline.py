@@ -260,8 +260,9 @@ class Roofline:
             self.add(label, flop(n), traffic(n), result.at(variant, n))
         return labels
 
-    def _best(self, per_call: int) -> float:
-        return max(op[per_call] / op[2].median_s for op in self.ops.values())
+    def _best(self, bytes_: bool) -> float:
+        """The best FLOP/s (or bytes/s) of the operations added."""
+        return max((b if bytes_ else f) / t.median_s for f, b, t in self.ops.values())
 
     @property
     def roofs(self) -> tuple[float, float]:
@@ -269,7 +270,7 @@ class Roofline:
         ``measured``."""
         flops, nbytes = self.peak_flops_per_s or 0.0, self.peak_bytes_per_s or 0.0
         if self.measured or not (flops and nbytes):
-            flops, nbytes = max(flops, self._best(0)), max(nbytes, self._best(1))
+            flops, nbytes = max(flops, self._best(False)), max(nbytes, self._best(True))
         return flops, nbytes
 
     @property
