@@ -6,7 +6,8 @@ Worker processes are the ``DataLoader`` setting that matters most when loading i
 slower side (previous page). This page measures the others, each changed alone
 against a baseline: ``persistent_workers`` (start the workers once, not every
 epoch), ``batch_size``, ``pin_memory`` (page-locked batches, for faster copies to a
-GPU: measured only where there is one) and ``prefetch_factor`` (how many batches each worker prepares ahead). A popular
+GPU: measured only where there is one) and ``prefetch_factor`` (how many batches
+each worker prepares ahead). A popular
 text switched on workers and pinned memory together, so its timing cannot tell which
 one helped; here each is measured alone, with the spread of its measurements.
 
@@ -124,8 +125,10 @@ for name, loader in one_batch.items():
     first_batch[name] = benchmark(
         partial(epoch, loader, step=skip),
         label=f"one-batch epoch, {name} worker",
-        warmup_ms=1.0, min_reps=1, max_reps=1,
-    )  # fmt: skip
+        warmup_ms=1.0,
+        min_reps=1,
+        max_reps=1,
+    )
     finish(started)  # before the persistent worker is timed
     started = []
 del one_batch, loader
@@ -158,8 +161,11 @@ gpuguide.claim(
 finish(start_workers(loaders.values()))  # all workers at once
 results = interleave(
     {label: partial(epoch, loader) for label, loader in loaders.items()},
-    device=device, warmup_ms=1, rounds=rounds, min_reps=reps,
-)  # fmt: skip
+    device=device,
+    warmup_ms=1,
+    rounds=rounds,
+    min_reps=reps,
+)
 gains = {}
 for label, against in (
     ("batch_size=128", "baseline"),
@@ -189,9 +195,12 @@ gpuguide.claim(
 
 fig, ax = plt.subplots()
 plot_bars(
-    ax, results, ylabel="throughput (samples/s)", value=lambda s: SAMPLES / s,
+    ax,
+    results,
+    ylabel="throughput (samples/s)",
+    value=lambda s: SAMPLES / s,
     title=f"One setting at a time: epochs of {SAMPLES} samples",
-)  # fmt: skip
+)
 plt.show()
 del loaders  # the workers are idle: every epoch ran to its end
 
