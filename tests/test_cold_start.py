@@ -3,13 +3,10 @@ dynamo's phases, fresh processes and what they leave behind."""
 
 from __future__ import annotations
 
-import importlib
 import io
 import json
 import math
 import os
-import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -19,7 +16,6 @@ import torch
 from gpuguide.chapters import coldstart
 from gpuguide.chapters.coldstart import (
     MARK,
-    SERVER_ENV,
     ChildFailed,
     Starts,
     cache_counts,
@@ -367,230 +363,45 @@ def test_measure_stops_the_compile_workers_before_the_steady_steps(monkeypatch):
 
 
 def test_measure_leaves_the_cpu_probe_out_of_the_first_call(monkeypatch):
-    monkeypatch.setattr(coldstart, "SERVER_PROBE_S", None)
     monkeypatch.setattr(coldstart, "_probe_cpu", lambda: time.sleep(0.2))
     model = torch.nn.Linear(4, 4)
     result = measure(model, model, torch.ones(1, 4), device="cpu", rep_ms=2)
     assert result["probe_s"] >= 0.2 > result["first_s"]
-    assert result["probed"] == "in this process"
 
 
-def test_a_forked_child_takes_the_servers_probe_and_a_gpu_needs_none(monkeypatch):
+def test_a_gpu_child_needs_no_cpu_probe(monkeypatch):
     def fail():
-        raise AssertionError("probed again")
+        raise AssertionError("probed on a GPU")
 
     monkeypatch.setattr(coldstart, "_probe_cpu", fail)
-    monkeypatch.setattr(coldstart, "SERVER_PROBE_S", None)
-    assert coldstart._probe_outside("cuda") == (0.0, "not needed on a GPU")
-    monkeypatch.setattr(coldstart, "SERVER_PROBE_S", 3.25)
-    for device in ("cpu", "cuda"):
-        assert coldstart._probe_outside(device) == (3.25, "in the fork server")
+    assert coldstart._probe_outside("cuda") == 0.0
 
 
-def test_probe_cpu_probes_in_an_empty_directory_it_then_removes(monkeypatch):
-    seen = []
-
-    def probe():
-        folder = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
-        seen.append((folder, list(folder.iterdir())))
-        (folder / "probe.so").write_text("built")
-        time.sleep(0.05)
-
-    monkeypatch.setattr(coldstart, "_probe_cpu", probe)
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/the/users/cache")
-    assert coldstart.probe_cpu() >= 0.05
-    [(folder, contents)] = seen
-    assert contents == []
-    assert not folder.exists()
-    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/the/users/cache"
-
-
-def test_the_fork_server_runs_the_probe_once_at_its_start(monkeypatch):
-    assert coldstart.PRELOAD[-1] == "gpuguide.chapters._forkserver_probe"
-    assert coldstart.PRELOAD.index("torch") < len(coldstart.PRELOAD) - 1
-    monkeypatch.setattr(coldstart, "SERVER_PROBE_S", None)
-    monkeypatch.setattr(coldstart, "probe_cpu", lambda: 2.5)
-    monkeypatch.delitem(
-        sys.modules, "gpuguide.chapters._forkserver_probe", raising=False
-    )
-    importlib.import_module("gpuguide.chapters._forkserver_probe")
-    assert coldstart.SERVER_PROBE_S == 2.5
-
-
-def test_quiet_stderr_silences_the_descriptor_and_restores_it(capfd):
-    with coldstart.quiet_stderr():
-        os.write(2, b"a log line from C++\n")
-        print("a log line from Python", file=sys.stderr)
-    os.write(2, b"after\n")
-    assert capfd.readouterr().err == "after\n"
-
-
-def test_a_failing_probe_leaves_the_fork_server_starting(monkeypatch):
-    def no_compiler():
-        raise RuntimeError("no C++ compiler")
-
-    monkeypatch.setattr(coldstart, "SERVER_PROBE_S", 1.0)
-    monkeypatch.setattr(coldstart, "probe_cpu", no_compiler)
-    monkeypatch.delitem(
-        sys.modules, "gpuguide.chapters._forkserver_probe", raising=False
-    )
-    importlib.import_module("gpuguide.chapters._forkserver_probe")
-    assert coldstart.SERVER_PROBE_S is None  # each child probes on its own
-
-
-def test_the_real_probe_asks_inductor_in_an_empty_directory(monkeypatch):
-    from torch._inductor import cpu_vec_isa
-
-    seen = []
-
-    def pick_vec_isa():
-        folder = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
-        seen.append((folder.name, list(folder.iterdir())))
-        return real()
-
-    real = cpu_vec_isa.pick_vec_isa
-    monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", pick_vec_isa)
-    seconds = coldstart.probe_cpu()
-    [(name, contents)] = seen
-    assert name.startswith("gpuguide-probe-")
-    assert contents == []
-    assert 0 < seconds < 120
-
-
-def test_a_child_of_the_real_fork_server_inherits_its_probe():
-    from multiprocessing import forkserver
-
-    forkserver._forkserver._stop()  # a server with coldstart's own preloads
-    try:
-        code = (
-            "from gpuguide.chapters import coldstart\n"
-            "coldstart.report({'probe_s': coldstart.SERVER_PROBE_S, "
-            "'where': coldstart._probe_outside('cpu')[1]})"
-        )
-        result = run_fresh(code)
-    finally:
-        forkserver._forkserver._stop()  # the next test starts its own
-    assert result["where"] == "in the fork server"
-    assert 0 < result["probe_s"] < 120
-
-
-def test_a_gpu_pages_fork_server_preloads_no_cpu_probe(monkeypatch):
-    from multiprocessing import forkserver
-
-    server = forkserver._forkserver
-    monkeypatch.setattr(server, "_preload_modules", server._preload_modules)
-    probe = "gpuguide.chapters._forkserver_probe"
-    for device in ("cuda", "cuda:0", torch.device("cuda", 1), "mps"):
-        coldstart._forkserver(device)
-        preload = forkserver._forkserver._preload_modules
-        assert "torch._inductor.compile_fx" in preload, device
-        assert probe not in preload, device
-    for device in ("cpu", torch.device("cpu")):
-        coldstart._forkserver(device)
-        assert forkserver._forkserver._preload_modules[-1] == probe
-
-
-@pytest.fixture
-def own_server():
-    """A fork server of the test's own, stopped after it (the next test starts
-    its own, with its own preloads)."""
-    from multiprocessing import forkserver
-
-    forkserver._forkserver._stop()
-    yield forkserver._forkserver
-    forkserver._forkserver._stop()
-
-
-def test_a_child_of_a_gpu_pages_real_fork_server_was_never_probed(own_server):
-    code = (
-        "import sys\nfrom gpuguide.chapters import coldstart\n"
-        "coldstart.report({'probe_s': coldstart.SERVER_PROBE_S, 'where': "
-        "coldstart._probe_outside('cuda')[1], 'imported': "
-        "'gpuguide.chapters._forkserver_probe' in sys.modules, "
-        "'inductor': 'torch._inductor.compile_fx' in sys.modules})"
-    )
-    result = run_fresh(code, device="cuda")  # a fake: the server only reads its type
-    assert result == {
-        "probe_s": None, "where": "not needed on a GPU", "imported": False,
-        "inductor": True,
-    }  # fmt: skip
+def test_the_real_probe_asks_inductor():
+    assert 0 < coldstart._probe_outside("cpu") < 120
 
 
 # ---- fresh processes --------------------------------------------------------
 
 
 @pytest.fixture
-def light_server(monkeypatch):
-    """The fork server without torch to import (a test needs none)."""
-    monkeypatch.setattr(coldstart, "PRELOAD", ("gpuguide.chapters.coldstart",))
+def child_module(tmp_path, monkeypatch):
+    """Writes ``code`` as a module the fresh process can import; returns its name."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    made = []
+
+    def write(code):
+        name = f"gpuguide_test_child_{len(made)}"
+        (tmp_path / f"{name}.py").write_text(code)
+        made.append(name)
+        return name
+
+    return write
 
 
-def _environment_of(pid):
-    """The environment process ``pid`` started with (Linux's /proc)."""
-    raw = Path(f"/proc/{pid}/environ").read_bytes()
-    return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
-
-
-ENV_CHILD = (
-    "import os\nfrom gpuguide.chapters.coldstart import report\n"
-    "report({'check': os.environ.get('PYTORCH_NVML_BASED_CUDA_CHECK'), "
-    "'parent': os.getppid()})"
-)
-
-
-@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
-def test_the_fork_server_starts_with_the_nvml_based_cuda_check(
-    light_server, own_server, monkeypatch
-):
-    # Importing inductor asks torch.cuda.is_available(); by default that starts
-    # CUDA's driver in the server, and torch then refuses CUDA in every child.
-    assert SERVER_ENV == {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
-    monkeypatch.delenv("PYTORCH_NVML_BASED_CUDA_CHECK", raising=False)
-    result = run_fresh(ENV_CHILD)
-    server = own_server._forkserver_pid
-    assert result["parent"] == server  # forked by the server
-    # set when the server started, before it imported anything
-    assert _environment_of(server)["PYTORCH_NVML_BASED_CUDA_CHECK"] == "1"
-    assert result["check"] is None  # the child has this process's environment
-    assert "PYTORCH_NVML_BASED_CUDA_CHECK" not in os.environ  # restored here
-
-
-def test_a_child_keeps_the_parents_own_cuda_check(
-    light_server, own_server, monkeypatch
-):
-    monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "0")
-    assert run_fresh(ENV_CHILD)["check"] == "0"
-    assert (
-        run_fresh(ENV_CHILD, env={"PYTORCH_NVML_BASED_CUDA_CHECK": "1"})["check"] == "1"
-    )
-    assert os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] == "0"
-
-
-@pytest.mark.gpu
-def test_a_child_of_the_real_fork_server_uses_cuda(own_server):
-    # The server preloads torch and inductor; on torch 2.11 that import asks
-    # torch.cuda.is_available(), which without SERVER_ENV initialises CUDA there
-    # and every child dies with "Cannot re-initialize CUDA in forked subprocess".
-    code = (
-        "import os, torch\nfrom gpuguide.chapters.coldstart import report\n"
-        "x = torch.arange(8.0, device='cuda')\n"
-        "double = torch.compile(lambda t: 2 * t + 1)\n"
-        "report({'sum': (x * x).sum().item(), 'compiled': double(x).sum().item(), "
-        "'parent': os.getppid(), 'initialized': torch.cuda.is_initialized()})"
-    )
-    result = run_fresh(code, device="cuda")
-    assert result["parent"] == own_server._forkserver_pid  # forked, not python -c
-    assert result["sum"] == 140.0
-    assert result["compiled"] == 64.0
-    assert result["initialized"] is True
-
-
-@pytest.mark.parametrize("fork", [True, False], ids=["forkserver", "python -c"])
-def test_run_fresh_returns_the_result_and_keeps_the_output_off(
-    fork, light_server, capfd
-):
+def test_run_fresh_returns_the_result_and_keeps_the_output_off(child_module, capfd):
     env = {"GPUGUIDE_TEST_FLAG": "set"}
-    result = run_fresh(CHILD, ["cold", 4], env=env, fork=fork)
+    result = run_fresh(["cold", 4], module=child_module(CHILD), env=env)
     assert result == {"argv": ["cold", "4"], "flag": "set"}
     out, err = capfd.readouterr()
     assert "noise" not in out
@@ -598,56 +409,73 @@ def test_run_fresh_returns_the_result_and_keeps_the_output_off(
     assert "GPUGUIDE_TEST_FLAG" not in os.environ  # set in the child only
 
 
-@pytest.mark.parametrize("fork", [True, False], ids=["forkserver", "python -c"])
-def test_run_fresh_raises_with_the_childs_error(fork, light_server):
-    code = "raise ValueError('no cache directory given')"
+def test_run_fresh_raises_with_the_childs_error(child_module):
+    module = child_module("raise ValueError('no cache directory given')")
     with pytest.raises(ChildFailed, match="no cache directory given"):
-        run_fresh(code, fork=fork)
+        run_fresh(module=module)
 
 
-def test_a_child_runs_as_main_with_its_own_module(light_server):
+def test_a_child_runs_as_main_with_its_own_module(child_module):
     # Dynamo's guards look globals up in sys.modules["__main__"]: it must be the
-    # script's module, as under python -c.
+    # child's module, as python -m makes it.
     code = (
         "import sys\nvalue = 3\nfrom gpuguide.chapters.coldstart import report\n"
         "report({'same': sys.modules['__main__'].value == value, 'name': __name__})"
     )
-    assert run_fresh(code) == {"same": True, "name": "__main__"}
+    assert run_fresh(module=child_module(code)) == {"same": True, "name": "__main__"}
 
 
-def test_run_fresh_stops_a_child_past_its_time(light_server):
-    with pytest.raises(ChildFailed, match="exit code -9"):
-        run_fresh("import time\ntime.sleep(60)", timeout_s=1)
+def test_run_fresh_stops_a_child_past_its_time(child_module):
+    module = child_module("import time\ntime.sleep(60)")
+    with pytest.raises(ChildFailed, match="stopped after 1 s"):
+        run_fresh(module=module, timeout_s=1)
 
 
-def test_run_fresh_cleans_up_its_files(light_server, monkeypatch, tmp_path):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    run_fresh(CHILD)
-    with pytest.raises(ChildFailed):
-        run_fresh("import sys\nsys.exit(3)")
-    assert not list(tmp_path.glob("gpuguide-child-*"))
-
-
-def test_without_a_fork_server_it_runs_python(monkeypatch):
-    monkeypatch.setattr(
-        coldstart.multiprocessing, "get_all_start_methods", lambda: ["spawn"]
-    )
-    assert coldstart._forkserver() is None
-    code = f"import sys\nprint({MARK!r} + '{{\"python\": \"' + sys.executable + '\"}}')"
-    assert run_fresh(code) == {"python": sys.executable}
-
-
-@pytest.mark.parametrize("fork", [True, False], ids=["forkserver", "python -c"])
 def test_a_child_imports_the_parents_gpuguide_from_another_folder(
-    fork, light_server, monkeypatch, tmp_path
+    child_module, monkeypatch, tmp_path
 ):
-    monkeypatch.chdir(
-        tmp_path
-    )  # as sphinx-gallery does, with PYTHONPATH maybe relative
-    monkeypatch.setenv("PYTHONPATH", "src")
     code = "import gpuguide.chapters.coldstart as c\nc.report({'file': c.__file__})"
-    assert run_fresh(code, fork=fork) == {"file": coldstart.__file__}
-    assert os.environ["PYTHONPATH"] == "src"  # restored in this process
+    module = child_module(code)
+    monkeypatch.chdir(tmp_path / "..")  # as sphinx-gallery does
+    monkeypatch.setenv("PYTHONPATH", "src")  # relative: another folder here
+    assert run_fresh(module=module) == {"file": coldstart.__file__}
+    assert os.environ["PYTHONPATH"] == "src"  # unchanged in this process
+
+
+def test_the_real_child_reports_a_cold_start(tmp_path):
+    # The page's own child, on the smallest stack: a first call, both variants'
+    # steady steps, and the cache counters of a compile into an empty directory.
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    args = ["cold", 1, 16, "cpu", tmp_path / "1.bin", False]
+    result = run_fresh(args, env=env)
+    assert result["first_s"] > 0
+    assert result["probe_s"] > 0  # timed apart, on a CPU
+    assert set(result["steady"]) == {"eager", "compiled"}
+    assert result["caches"]["FX graph"] == {"miss": 1}
+    assert (tmp_path / "1.bin").stat().st_size > 0  # the Mega-Cache artifacts
+
+
+@pytest.mark.gpu
+def test_the_real_child_compiles_for_a_gpu(tmp_path):
+    # A fresh process creates its own CUDA context and compiles with Triton; it
+    # needs no CPU probe.
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    args = ["regional", 2, 64, "cuda", tmp_path / "2.bin", False]
+    result = run_fresh(args, env=env)
+    assert result["first_s"] > 0
+    assert result["probe_s"] == 0
+    assert set(result["steady"]) == {"eager", "compiled"}
+
+
+def test_a_failed_start_names_its_case_and_depth(monkeypatch):
+    def fail(args, *, env):
+        raise ChildFailed("the end of its stderr: CUDA error")
+
+    monkeypatch.setattr(coldstart, "run_fresh", fail)
+    with pytest.raises(
+        ChildFailed, match=r"the cold start at 2 blocks on cuda: .*CUDA"
+    ):
+        run_starts(["cold"], [2], lambda case, n: 1, dim=8, device="cuda")
 
 
 # ---- run_starts and Starts: the page's fresh processes, by case and depth ----
@@ -656,8 +484,8 @@ def test_a_child_imports_the_parents_gpuguide_from_another_folder(
 def test_run_starts_runs_the_cases_in_turn_and_warm_reuses_colds_cache(monkeypatch):
     calls = []
 
-    def fake_run_fresh(code, args, *, env, device):
-        calls.append((code, list(args), dict(env), device))
+    def fake_run_fresh(args, *, env):
+        calls.append(("the child", list(args), dict(env), args[3]))
         first_s = float(len(calls))
         return {"first_s": first_s, "caches": {"FX graph": {"miss": args[1]}}}
 
@@ -669,7 +497,7 @@ def test_run_starts_runs_the_cases_in_turn_and_warm_reuses_colds_cache(monkeypat
             return int(n == 4)
         return 2 if case == "warm" and n == 4 else 1
 
-    starts = run_starts("the child", cases, [2, 4], plan, dim=64, device="cpu")
+    starts = run_starts(cases, [2, 4], plan, dim=64, device="cpu")
     ran = [(args[0], args[1]) for _, args, _, _ in calls]
     assert ran == [
         ("cold", 2),

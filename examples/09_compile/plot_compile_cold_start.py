@@ -17,23 +17,36 @@ block, the steady state against eager mode, and when compiling pays for itself.
 """
 
 # %%
-# Setup
-# -----
-# Each case runs in a child process, so that nothing compiled stays in memory.
-# ``coldstart.run_fresh`` forks it from a server that has imported torch once
-# (where the system has none: ``python -c``) and keeps its output off the page.
-# On a CPU the server also runs inductor's probe of the CPU's vector instructions
-# (a C++ build that every new process pays before compiling for a CPU), so the
-# first calls time the model alone. An empty cache directory costs seconds of
-# kernel compilation, so the page runs two depths and, mostly, one process per
-# case and depth: those figures have no spread.
+# The child: one fresh process, one start
+# ---------------------------------------
+# Each case runs in a new Python process (``python -m``), so that nothing compiled
+# stays in memory. This is the whole recipe.
+# ``TORCHINDUCTOR_CACHE_DIR`` (set by the parent, with ``TRITON_CACHE_DIR`` inside
+# it) says where inductor keeps its FX graph and AOTAutograd caches and the
+# compiled kernels. A cold child saves what it compiled with
+# ``torch.compiler.save_cache_artifacts()``; a Mega-Cache child loads those bytes
+# with ``load_cache_artifacts`` before its first call (the load counts in its
+# start). Regional compilation compiles each block (``block.compile()``): the
+# blocks share their code, so Dynamo traces one, inductor compiles it, and the
+# other N-1 reuse it after a guard check (``torch.compiler.nested_compile_region``
+# marks such a region in a whole-model compile instead).
+#
+# .. literalinclude:: /../src/gpuguide/chapters/coldstart_child.py
+#    :start-at: class Block
+#
+# ``measure`` imports inductor and, on a CPU, runs its probe of the CPU's vector
+# instructions (a C++ build every new process pays) before it times anything; then
+# it times the first call, then eager and compiled steps in alternating rounds, and
+# reads the cache counters. An empty cache directory costs seconds of kernel
+# compilation, so the page runs two depths and, mostly, one process per case and
+# depth: those figures have no spread.
 import matplotlib.pyplot as plt
 
 import gpuguide
 from gpuguide.chapters import coldstart
 
 page = gpuguide.setup()
-device = page.device
+device = str(page.device)
 CASES = ["cold", "warm", "Mega-Cache", "regional"]
 if page.cuda:  # each process also creates a CUDA context and compiles with Triton
     blocks, dim, warm = ([2, 4] if page.small else [4, 16]), 256, 1
@@ -50,79 +63,16 @@ def plan(case, n):  # how many fresh processes of a case at n blocks
 
 
 # %%
-# One fresh process per case
-# --------------------------
-# The child below is the whole recipe. ``TORCHINDUCTOR_CACHE_DIR`` (set by the
-# parent, with ``TRITON_CACHE_DIR`` inside it) says where inductor keeps its FX
-# graph and AOTAutograd caches and the compiled kernels. A cold child saves what
-# it compiled with ``torch.compiler.save_cache_artifacts()``; a Mega-Cache child
-# loads those bytes with ``load_cache_artifacts`` before its first call (the load
-# counts in its start). Regional compilation compiles each block
-# (``block.compile()``) instead of the stack: the blocks share their code, so
-# Dynamo traces one, inductor compiles it, and the other N-1 reuse it after a
-# guard check (``torch.compiler.nested_compile_region`` marks such a region in a
-# whole-model compile instead). A warm child of the deepest stack also compiles
-# a copy by blocks, so that the two compiled forms run side by side.
-# ``measure`` times the first call, then eager and compiled steps in alternating
-# rounds, and reads the cache counters; ``report`` prints one line of JSON.
-CHILD = """
-import copy, sys
-from pathlib import Path
-import torch
-import torch.nn.functional as F
-from torch import nn
-from gpuguide.chapters.coldstart import measure, report
-
-case, blocks, dim, device, artifacts, deepest = sys.argv[1:]
-class Block(nn.Module):
-    def __init__(self, dim, heads=4):
-        super().__init__()
-        self.heads = heads
-        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-    def forward(self, x):
-        b, s, d = x.shape
-        qkv = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, d // self.heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)
-        attn = F.scaled_dot_product_attention(q, k, v)
-        x = x + self.proj(attn.transpose(1, 2).reshape(b, s, d))
-        return x + self.mlp(self.norm2(x))
-
-torch.set_float32_matmul_precision("high")  # TF32 on a GPU
-model = nn.Sequential(*[Block(int(dim)) for _ in range(int(blocks))]).to(device).eval()
-x, eager = torch.randn(1, 64, int(dim), device=device), copy.deepcopy(model)
-if case == "regional":  # compile the block: one compilation serves all N
-    for block in model:
-        block.compile()
-compiled = model if case == "regional" else torch.compile(model)
-load = None
-if case == "Mega-Cache":
-    load = lambda: torch.compiler.load_cache_artifacts(Path(artifacts).read_bytes())
-also = {}
-if case == "warm" and deepest == "True":  # compiled by blocks too, side by side
-    also["regional"] = copy.deepcopy(eager)
-    for block in also["regional"]:
-        block.compile()
-result = measure(eager, compiled, x, device=device, before=load, also=also)
-if case == "cold" and (saved := torch.compiler.save_cache_artifacts()):
-    Path(artifacts).write_bytes(saved[0])
-report(result)
-"""
-
-# %%
 # Cold, warm, Mega-Cache, regional
 # --------------------------------
 # Per stack: a cold child in an empty directory, warm children in the same
 # directory, a Mega-Cache child in a second empty directory with the cold child's
-# artifacts, a regional child in a third (``coldstart.run_starts``). ``starts``
-# holds their results by case and depth.
-starts = coldstart.run_starts(CHILD, CASES, blocks, plan, dim=dim, device=device)
+# artifacts, a regional child in a third. A warm child of the deepest stack also
+# compiles a copy by blocks, so that the two compiled forms run side by side.
+starts = coldstart.run_starts(CASES, blocks, plan, dim=dim, device=device)
 if not page.cuda:
-    probe = starts["cold"][largest][0]
-    print(
-        f"CPU probe ({probe['probed']}, not in first calls): {probe['probe_s']:.1f} s"
-    )
+    probe_s = starts["cold"][largest][0]["probe_s"]
+    print(f"CPU probe (in each process, not in first calls): {probe_s:.1f} s")
 print(gpuguide.table(starts.rows()))
 
 # %%
@@ -181,9 +131,8 @@ print(gpuguide.table(split, title=f"{largest} blocks, the first process of each 
 # and where a graph per block (no fusion across blocks) costs most.
 for case in CASES:  # regional: timed beside eager in the warm processes
     cases, name = (["warm"], case) if case == "regional" else (CASES[:3], "compiled")
-    (even, low, high), vs = coldstart.payback(
-        starts.runs(cases, largest), starts.first(case, largest), str(device), name
-    )
+    runs, first = starts.runs(cases, largest), starts.first(case, largest)
+    (even, low, high), vs = coldstart.payback(runs, first, device, name)
     spread = f" ({low:,}-{high:,})" if even and low != high else ""
     print(f"{case}: pays after {even:,} steps{spread}" if even else f"{case}: {vs}")
 
@@ -204,22 +153,18 @@ for case, least in (("warm", 2), ("Mega-Cache", 1.2)):
         measured=f"{vs.speedup:.2f}x, one process each",
         timed=True,
     )
-
-
-def steps(cases, name, label, **how):  # at the largest stack
-    found = starts.runs(cases, largest)
-    return coldstart.steady(found, name, label, str(device), **how)
-
-
+full_starts, warm_runs = starts.runs(CASES[:3], largest), starts.runs(["warm"], largest)
 vs = gpuguide.compare(
-    steps(CASES[:3], "compiled", "full compilation", relative=True),
-    steps(CASES[:3], "eager", "eager", relative=True),
+    coldstart.steady(
+        full_starts, "compiled", "full compilation", device, relative=True
+    ),
+    coldstart.steady(full_starts, "eager", "eager", device, relative=True),
 )
 gpuguide.report("steady state, full compilation against eager", vs, blocks=largest)
 gpuguide.claim("a compiled step is at least 1.05x as fast as eager", vs, at_least=1.05)
 vs = gpuguide.compare(  # round by round, in the same rounds of the warm processes
-    steps(["warm"], "regional", "regional", paired=True),
-    steps(["warm"], "compiled", "full compilation", paired=True),
+    coldstart.steady(warm_runs, "regional", "regional", device, paired=True),
+    coldstart.steady(warm_runs, "compiled", "full compilation", device, paired=True),
 )
 gpuguide.report("steady state, regional against full", vs, blocks=largest)
 

@@ -1,59 +1,39 @@
-"""Plumbing for the cold-start page: run a script in a fresh process, and, in that
-process, time its first compiled call, its steady state and what the compiler's
-caches did.
+"""Plumbing for the cold-start page: run the child
+(:mod:`gpuguide.chapters.coldstart_child`) in fresh processes, and, in each, time
+its first compiled call, its steady state and what the compiler's caches did.
 
-A fresh Python process spends seconds importing torch and inductor before it
-compiles anything. Where the platform can fork (Linux, macOS), :func:`run_fresh`
-forks each child from a server that imported them once (``multiprocessing``'s
-``"forkserver"``): the child still starts with no compiled code, no loaded kernel
-and empty in-memory caches, and it skips only the imports. The server must not
-touch CUDA, or every child it forks fails ("Cannot re-initialize CUDA in forked
-subprocess"): it starts with :data:`SERVER_ENV`, and on a GPU it skips the CPU
-probe. Elsewhere it runs ``python -c``. Either way the child's stdout and stderr
-are captured (compiler logs stay off the page) and its result comes back as one
-JSON line (:func:`report`, marked with :data:`MARK`).
+Each child is ``python -m gpuguide.chapters.coldstart_child``: a new interpreter
+that imports torch, creates its own CUDA context where it runs on a GPU, and starts
+with no compiled code, no loaded kernel and empty in-memory caches. Its stdout and
+stderr are captured (compiler logs stay off the page) and its result comes back as
+one JSON line (:func:`report`, marked with :data:`MARK`); a child that fails raises
+:class:`ChildFailed`, which quotes the end of its stderr.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import functools
 import json
-import multiprocessing
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import types
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuguide.chapters.spawning import spawn_safe
-from gpuguide.timing import Measurement
+from gpuguide.timing import Measurement, first_calls_s
 from gpuguide.units import format_time
-from gpuguide.verdicts import NO_DIFFERENCE, Comparison, break_even, compare
+from gpuguide.verdicts import NO_DIFFERENCE, Comparison, break_even, compare, interleave
 
 __all__ = [
-    "MARK",
-    "ChildFailed",
-    "Growth",
-    "Starts",
-    "cache_counts",
     "compare_growth",
-    "describe_caches",
-    "first_calls",
     "growth",
     "measure",
     "payback",
-    "phases",
-    "probe_cpu",
-    "read_result",
     "report",
-    "run_fresh",
     "run_starts",
     "split_first_call",
     "steady",
@@ -61,26 +41,8 @@ __all__ = [
 
 #: Starts the line of a child's stdout that holds its result, as JSON.
 MARK = "gpuguide-result: "
-#: What the fork server imports once, so that no child pays for it; the last one
-#: runs inductor's CPU probe there (:func:`probe_cpu`), which the children inherit,
-#: and is left out where the children compile for another device (see
-#: :func:`_forkserver`).
-PRELOAD = (
-    "gpuguide.chapters.coldstart", "torch", "torch._inductor.compile_fx",
-    "gpuguide.chapters._forkserver_probe",
-)  # fmt: skip
-_PROBE = "gpuguide.chapters._forkserver_probe"
-#: The fork server's environment, set before it imports anything. Importing
-#: inductor asks ``torch.cuda.is_available()`` (torch 2.11: at module level, in
-#: ``torch/_inductor/runtime/benchmarking.py``), which by default asks the CUDA
-#: runtime for its devices: that initialises the driver in the server, and torch
-#: then refuses CUDA in every process forked from it. With this variable torch asks
-#: NVML instead, which leaves CUDA untouched. The children do not keep it (see
-#: :func:`run_fresh`).
-SERVER_ENV = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
-#: Seconds the fork server spent in :func:`probe_cpu`; set there, inherited by the
-#: children it forks, None in any other process.
-SERVER_PROBE_S: float | None = None
+#: The module each fresh process runs (``python -m``).
+CHILD = "gpuguide.chapters.coldstart_child"
 #: Dynamo's compile-time metrics that make up a first call, and what they are.
 PHASES = {
     "bytecode_tracing": "Dynamo's tracing",
@@ -167,53 +129,22 @@ def _probe_cpu() -> None:
     pick_vec_isa()
 
 
-@contextlib.contextmanager
-def quiet_stderr() -> Iterator[None]:
-    """Send this process's stderr to the null device for the block (file
-    descriptor 2, which C++ and the logging handlers write to, and
-    ``sys.stderr``), then restore it."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:  # noqa: PTH123
-            os.dup2(null.fileno(), 2)
-            with contextlib.redirect_stderr(null):
-                yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def probe_cpu() -> float:
-    """Seconds of :func:`_probe_cpu` in an empty cache directory (as a cold start
-    pays it), the directory removed after; the answer stays in this process."""
-    from gpuguide.chapters.compiling import first_calls_s
-
-    with (
-        tempfile.TemporaryDirectory(prefix="gpuguide-probe-") as folder,
-        _environment({"TORCHINDUCTOR_CACHE_DIR": folder}),
-    ):
-        return first_calls_s(_probe_cpu, device="cpu", calls=1)
-
-
-def _probe_outside(device: str) -> tuple[float, str]:
-    """Seconds of inductor's CPU probe and where it ran, so that no first call pays
-    it: inherited from the fork server, else run here (on a CPU only)."""
-    if SERVER_PROBE_S is not None:
-        return SERVER_PROBE_S, "in the fork server"
-    if device != "cpu":
-        return 0.0, "not needed on a GPU"
-    from gpuguide.chapters.compiling import first_calls_s
-
-    return first_calls_s(_probe_cpu, device=device, calls=1), "in this process"
+def _probe_outside(device: str) -> float:
+    """Seconds of inductor's CPU probe, run here on a CPU (0 elsewhere), so that no
+    first call pays it."""
+    return first_calls_s(_probe_cpu, device=device, calls=1) if device == "cpu" else 0.0
 
 
 def measure(
-    model: Callable[[Any], Any], compiled: Callable[[Any], Any], x: Any, *,
-    device: str, before: Callable[[], Any] | None = None, rep_ms: float = 60.0,
+    model: Callable[[Any], Any],
+    compiled: Callable[[Any], Any],
+    x: Any,
+    *,
+    device: str,
+    before: Callable[[], Any] | None = None,
+    rep_ms: float = 60.0,
     also: Mapping[str, Callable[[Any], Any]] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """In the child: time ``before()`` and the first call of ``compiled(x)``
     together (a cache load counts in the start), then ``model`` (eager),
     ``compiled`` and the callables in ``also`` in alternating rounds (the compile
@@ -224,15 +155,13 @@ def measure(
 
     The cache counts and phases are read before ``also``'s first calls, which
     compile outside every figure. Inductor's CPU probe (:func:`probe_cpu`) is left
-    out of the first call: it was run in the fork server (``"probed"``), or,
-    without one, is timed here before it (on a CPU); its seconds are ``"probe_s"``."""
+    out of the first call: on a CPU it is timed here before it (``"probe_s"``), as
+    is importing inductor, which every process pays before it compiles."""
     import torch
+    import torch._inductor.compile_fx  # imported before anything is timed
     from torch._dynamo.utils import counters
 
-    from gpuguide.chapters.compiling import first_calls_s
-    from gpuguide.verdicts import interleave
-
-    probe_s, probed = _probe_outside(device)
+    probe_s = _probe_outside(device)
     variants = {"eager": model, "compiled": compiled, **(also or {})}
     with torch.no_grad():
         loaded_s = first_calls_s(before, device=device, calls=1) if before else 0.0
@@ -241,14 +170,17 @@ def measure(
         for name in also or {}:
             variants[name](x)
         _stop_compile_workers()
-        timed = interleave({name: functools.partial(fn, x) for name, fn in variants.items()},
-                           rounds=10, rep_ms=rep_ms, device=device)  # fmt: skip
+        calls = {name: functools.partial(fn, x) for name, fn in variants.items()}
+        timed = interleave(calls, rounds=10, rep_ms=rep_ms, device=device)
     return {
-        "first_s": loaded_s + first_s, "load_s": loaded_s,
-        "probe_s": probe_s, "probed": probed, "caches": caches, "phases": timers,
+        "first_s": loaded_s + first_s,
+        "load_s": loaded_s,
+        "probe_s": probe_s,
+        "caches": caches,
+        "phases": timers,
         "steady": {name: list(m.times_s) for name, m in timed.items()},
         "rounds": {name: list(m.rounds) for name, m in timed.items()},
-    }  # fmt: skip
+    }
 
 
 def report(result: Mapping[str, Any], file: Any = None) -> None:
@@ -260,7 +192,7 @@ def report(result: Mapping[str, Any], file: Any = None) -> None:
 
 
 def read_result(
-    stdout: str, stderr: str = "", returncode: int | None = 0
+    stdout: str, stderr: str = "", returncode: int | str | None = 0
 ) -> dict[str, Any]:
     """The result a child reported on ``stdout`` (its last :data:`MARK` line).
 
@@ -277,97 +209,34 @@ def read_result(
     raise ChildFailed(f"{msg}; the end of its stderr:\n{tail}" if tail else msg)
 
 
-def _child(code: str, argv: list[str], env: dict[str, str], out: str, err: str) -> None:
-    """In a forked child: the outputs to files, the server's own :data:`SERVER_ENV`
-    dropped and ``env`` set, ``code`` run as ``__main__``."""
-    for fd, path in ((1, out), (2, err)):
-        with open(path, "w") as handle:  # noqa: PTH123
-            os.dup2(handle.fileno(), fd)
-    for name in SERVER_ENV:
-        os.environ.pop(name, None)
-    os.environ.update(env)
-    sys.argv = ["-c", *argv]
-    main = sys.modules["__main__"] = types.ModuleType("__main__")  # as ``python -c``
-    try:
-        exec(compile(code, "<string>", "exec"), main.__dict__)
-    finally:
-        atexit._run_exitfuncs()  # as Python's exit does (inductor stops its workers)
-        sys.stdout.flush()
-        sys.stderr.flush()
-
-
-def _forkserver(device: object = "cpu") -> Any:
-    """``multiprocessing``'s fork-server context, its imports set for children that
-    compile for ``device`` (a CPU probe only where that is a CPU); None without one.
-
-    The imports apply when the server starts: a server already running (one per
-    process) keeps its own."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return None
-    kind = str(getattr(device, "type", device)).partition(":")[0]
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(
-        [name for name in PRELOAD if kind == "cpu" or name != _PROBE]
-    )
-    return context
-
-
-@contextlib.contextmanager
-def _environment(values: Mapping[str, str]) -> Iterator[None]:
-    """Set ``values`` in ``os.environ`` for the block, then restore it."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def run_fresh(
-    code: str, args: Iterable[object] = (), *, env: Mapping[str, str] | None = None,
-    timeout_s: float = 600.0, fork: bool = True, device: object = "cpu",
-) -> dict[str, Any]:  # fmt: skip
-    """Run ``code`` as a script in a fresh process, ``args`` as its ``sys.argv[1:]``
-    and ``env`` added to its environment; return what it :func:`report`-ed.
-
-    ``fork``: from the fork server where there is one (see the module), else (or
-    with ``fork=False``) ``python -c``. ``device``: what the child compiles for
-    (``"cuda"``, a ``torch.device``); the server runs inductor's CPU probe only for
-    a CPU. Its stdout and stderr are kept off the page; a failure raises
-    :class:`ChildFailed` with the end of its stderr.
-    """
-    argv, extra = [str(a) for a in args], dict(env or {})
-    context = _forkserver(device) if fork else None
+    args: Iterable[object] = (),
+    *,
+    module: str = CHILD,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 600.0,
+) -> dict[str, Any]:
+    """Run ``python -m module *args`` in a fresh process, ``env`` added to its
+    environment, and return what it :func:`report`-ed. Its stdout and stderr stay
+    off the page; a failure, or a child past ``timeout_s``, raises
+    :class:`ChildFailed` with the end of its stderr."""
     # The child imports what this process imports: its folders, made absolute (a
     # relative PYTHONPATH means something else once a page changes directory).
-    path = {
-        "PYTHONPATH": os.pathsep.join(str(Path(p).absolute()) for p in sys.path if p)
-    }
-    if context is None:
-        extra = path | extra
-        done = subprocess.run([sys.executable, "-c", code, *argv], env={**os.environ, **extra},
-                              capture_output=True, text=True, timeout=timeout_s, check=False)  # fmt: skip
-        return read_result(done.stdout, done.stderr, done.returncode)
-    # The child drops the server's SERVER_ENV, and gets back this process's values.
-    extra = {k: os.environ[k] for k in SERVER_ENV if k in os.environ} | extra
-    with tempfile.TemporaryDirectory(prefix="gpuguide-child-") as folder:
-        out, err = Path(folder, "stdout"), Path(folder, "stderr")
-        process = context.Process(
-            target=_child, args=(code, argv, extra, str(out), str(err))
+    path = os.pathsep.join(str(Path(p).absolute()) for p in sys.path if p)
+    command = [sys.executable, "-m", module, *map(str, args)]
+    try:
+        done = subprocess.run(
+            command,
+            env={**os.environ, "PYTHONPATH": path, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
         )
-        # The server, if it starts now, takes this environment before its imports.
-        with spawn_safe(), _environment(path | SERVER_ENV):
-            process.start()
-        process.join(timeout_s)
-        if process.is_alive():
-            process.kill()
-            process.join()
-        stdout, stderr = (p.read_text() if p.exists() else "" for p in (out, err))
-        return read_result(stdout, stderr, process.exitcode)
+    except subprocess.TimeoutExpired as error:
+        stderr = error.stderr.decode() if isinstance(error.stderr, bytes) else ""
+        return read_result("", stderr, f"none: stopped after {timeout_s:g} s")
+    return read_result(done.stdout, done.stderr, done.returncode)
 
 
 @dataclass(frozen=True)
@@ -407,7 +276,6 @@ class Starts:
 
 
 def run_starts(
-    code: str,
     cases: Sequence[str],
     blocks: Sequence[int],
     plan: Callable[[str, int], int],
@@ -415,10 +283,11 @@ def run_starts(
     dim: int,
     device: object,
 ) -> Starts:
-    """Run ``code`` in fresh processes (:func:`run_fresh`): at each depth ``n`` of
+    """Run the child in fresh processes (:func:`run_fresh`): at each depth ``n`` of
     ``blocks``, ``plan(case, n)`` processes of each of ``cases`` in turn, each with
     ``sys.argv[1:]``: the case, ``n``, ``dim``, ``device``, the path of the depth's
-    Mega-Cache artifacts and whether ``n`` is the last depth.
+    Mega-Cache artifacts and whether ``n`` is the last depth. A child that fails
+    raises :class:`ChildFailed`, naming the case and depth, with its stderr.
 
     Each case at a depth gets an inductor cache directory of its own
     (``TORCHINDUCTOR_CACHE_DIR``, with ``TRITON_CACHE_DIR`` inside), empty at
@@ -436,8 +305,11 @@ def run_starts(
                 env["TRITON_CACHE_DIR"] = str(cache / "triton")
                 for _ in range(plan(case, n)):
                     args = [case, n, dim, device, artifacts, n == blocks[-1]]
-                    run = run_fresh(code, args, env=env, device=device)
-                    results[case][n].append(run)
+                    try:
+                        results[case][n].append(run_fresh(args, env=env))
+                    except ChildFailed as error:
+                        msg = f"the {case} start at {n} blocks on {device}: {error}"
+                        raise ChildFailed(msg) from None
     return Starts(results, str(device))
 
 
@@ -461,9 +333,14 @@ def first_calls(
 
 
 def steady(
-    results: Sequence[Mapping[str, Any]], name: str, label: str, device: str, *,
-    relative: bool = False, paired: bool = False,
-) -> Measurement:  # fmt: skip
+    results: Sequence[Mapping[str, Any]],
+    name: str,
+    label: str,
+    device: str,
+    *,
+    relative: bool = False,
+    paired: bool = False,
+) -> Measurement:
     """Steady-state times ``name`` (``"eager"``, ``"compiled"``) of several children,
     pooled into one Measurement.
 
@@ -477,13 +354,19 @@ def steady(
     process's eager median, the rounds kept (:class:`Measurement`'s ``rounds``):
     two names of the same processes then compare round by round."""
     if paired:
-        times = [t / statistics.median(r["steady"]["eager"])
-                 for r in results for t in r["rounds"][name]]  # fmt: skip
+        times = [
+            t / statistics.median(r["steady"]["eager"])
+            for r in results
+            for t in r["rounds"][name]
+        ]
         method = "round medians relative to eager, paired rounds"
         return Measurement(label, tuple(times), device, method, rounds=tuple(times))
     if relative:
-        times = [statistics.median(r["steady"][name]) / statistics.median(r["steady"]["eager"])
-                 for r in results]  # fmt: skip
+        times = [
+            statistics.median(r["steady"][name])
+            / statistics.median(r["steady"]["eager"])
+            for r in results
+        ]
         method = "median relative to eager, one per process"
     else:
         times = [t for r in results for t in r["steady"][name]]
@@ -492,9 +375,11 @@ def steady(
 
 
 def payback(
-    results: Sequence[Mapping[str, Any]], first_call: Measurement, device: str,
+    results: Sequence[Mapping[str, Any]],
+    first_call: Measurement,
+    device: str,
     name: str = "compiled",
-) -> tuple[tuple[int | None, int | None, int | None], Comparison]:  # fmt: skip
+) -> tuple[tuple[int | None, int | None, int | None], Comparison]:
     """After how many steps a start pays for itself, from children's ``results``
     that timed the same compiled code (their steady steps ``name``) against eager,
     and ``first_call``: its cost is the first call beyond one compiled step, paid
@@ -510,11 +395,11 @@ def payback(
     compiled = steady(results, name, name, device, relative=relative)
     # the unit of eager and compiled, in seconds: an eager step where relative
     unit_s = steady(results, "eager", "eager", device).median_s if relative else 1.0
-    low, median, high = (
-        break_even(max(first_call.quantile(q) / unit_s - compiled.median_s, 0.0),
-                   eager, compiled)
+    costs = [
+        max(first_call.quantile(q) / unit_s - compiled.median_s, 0.0)
         for q in (0.25, 0.5, 0.75)
-    )  # fmt: skip
+    ]
+    low, median, high = (break_even(cost, eager, compiled) for cost in costs)
     return (median, low, high), compare(compiled, eager)
 
 
