@@ -229,3 +229,30 @@ def test_a_variant_that_needs_more_memory_runs_at_fewer_sizes():
     )
     assert result.ran("lean") == [1024, 2048, 4096]
     assert result.ran("greedy") == [1024, 2048]
+
+
+def test_a_variant_out_of_memory_skips_its_larger_sizes_and_says_so(capsys):
+    def big_inputs(n, device):
+        if n >= 4096:
+            raise torch.OutOfMemoryError("inputs")
+        return vectors(n, device)
+
+    def add_until(x, y):
+        if x.numel() >= 2048:
+            raise torch.OutOfMemoryError("call")
+        return x + y
+
+    result = small_sweep().run(
+        {
+            "fits": torch.add,
+            "call fails": add_until,
+            "inputs fail": Variant(torch.add, inputs=big_inputs),
+        },
+        rep_ms=1,
+    )
+    assert result.ran("fits") == [1024, 2048, 4096, 8192]
+    assert result.ran("call fails") == [1024]
+    assert result.ran("inputs fail") == [1024, 2048]
+    out = capsys.readouterr().out
+    assert "add, call fails: out of memory at n=2048; larger sizes skipped" in out
+    assert "add, inputs fail: out of memory at n=4096; larger sizes skipped" in out

@@ -172,33 +172,48 @@ class Sweep:
                 own_sizes[label] = [n for n in own_sizes[label] if n in inside]
         sizes = sorted({n for ns in own_sizes.values() for n in ns})
         times: dict[str, list[Measurement | None]] = {label: [] for label in plans}
+        out_of_memory: dict[str, int] = {}
         for n in sizes:
             groups: dict[tuple[str, str], dict[str, Callable[[], Any]]] = {}
             made: dict[tuple[Any, ...], Sequence[Any]] = {}
             for label, v in plans.items():
-                if n not in own_sizes[label]:
+                if n not in own_sizes[label] or label in out_of_memory:
                     continue
                 where = as_device(v.inputs_on or devices[label])
                 at = v.size(n) if v.size else n
                 key = (v.inputs or self.inputs, str(where), at)
-                if key not in made:
-                    made[key] = (v.inputs or self.inputs)(at, where)
-                args = made[key]
+                try:
+                    if key not in made:
+                        made[key] = (v.inputs or self.inputs)(at, where)
+                except torch.OutOfMemoryError:
+                    out_of_memory[label] = n
+                    _free_cache()
+                    continue
                 group = (str(devices[label]), str(where)) if paired else (label, "")
-                groups.setdefault(group, {})[label] = _bind(v.fn, args)
+                groups.setdefault(group, {})[label] = _bind(v.fn, made[key])
             timed: dict[str, Measurement] = {}
-            for (_, _), calls in groups.items():
+            for calls in groups.values():
                 dev = devices[next(iter(calls))]
-                if paired and len(calls) > 1:
-                    timed.update(interleave(calls, device=dev, **timing))
-                else:
-                    for label, call in calls.items():
-                        timed[label] = benchmark(
-                            call, label=label, device=dev, **timing
-                        )
+                try:
+                    if paired and len(calls) > 1:
+                        timed.update(interleave(calls, device=dev, **timing))
+                    else:
+                        for label, call in calls.items():
+                            timed[label] = benchmark(
+                                call, label=label, device=dev, **timing
+                            )
+                except torch.OutOfMemoryError:
+                    out_of_memory.update(dict.fromkeys(calls, n))
+                    for label in calls:
+                        timed.pop(label, None)
+                    _free_cache()
             for label in plans:
                 times[label].append(timed.get(label))
             del made, groups
+        for label, n in out_of_memory.items():
+            print(
+                f"{self.name}, {label}: out of memory at n={size_text(n)}; larger sizes skipped"
+            )
         return SweepResult(
             sweep=self,
             sizes=sizes,
@@ -207,6 +222,12 @@ class Sweep:
             peaked={label: v.peak for label, v in plans.items()},
             variants=plans,
         )
+
+
+def _free_cache() -> None:
+    """Return the caching allocator's free blocks after an out-of-memory error."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _bind(fn: Callable[..., Any], args: Sequence[Any]) -> Callable[[], Any]:
