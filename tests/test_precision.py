@@ -6,6 +6,7 @@ and the chapter's transformer block (all on a CPU)."""
 from __future__ import annotations
 
 import pickle
+import sys
 
 import pytest
 import torch
@@ -231,6 +232,24 @@ def test_allocated_over_events_sums_allocs_and_completed_frees(tmp_path) -> None
     path = tmp_path / "snapshot.pickle"
     path.write_bytes(pickle.dumps(snapshot))
     assert precision.allocated_over_events(path, "cuda:1", start=10) == expected
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_child_stages_reads_each_stage_while_the_child_waits() -> None:
+    code = (
+        "import sys\n"
+        "print(0, 0, 'started', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "big = b'x' * (64 * 2**20)\n"
+        "print(5, 7, 'after 64 MiB', flush=True)\n"
+        "sys.stdin.readline()\n"
+    )
+    stages, code_ = precision.child_stages(code, "cpu")
+    assert code_ == 0
+    assert [s.child for s in stages] == ["started", "after 64 MiB"]
+    assert (stages[1].reserved, stages[1].allocated) == (5, 7)
+    grown = stages[1].driver_used - stages[0].driver_used
+    assert 60 * 2**20 < grown < 80 * 2**20  # the child's resident memory, read live
 
 
 # -- the chapter's transformer block ---------------------------------------------

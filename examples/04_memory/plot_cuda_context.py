@@ -19,17 +19,15 @@ concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 # -----
 # Without CUDA the page shows the process's resident memory (RSS) on the CPU
 # (MPS has no allocator statistics).
-import os
-import subprocess
 import sys
-from collections import namedtuple
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
 from gpuguide import plot_bars, report, table
+from gpuguide.chapters import precision
+from gpuguide.chapters.precision import gpu_memory
 from gpuguide.memory import rss_bytes
 
 page = gpuguide.setup(None if torch.cuda.is_available() else "cpu")
@@ -47,19 +45,10 @@ fmt = gpuguide.format_bytes
 # ``nvidia-smi`` does, where the ``nvidia-ml-py`` package is installed.) On a CPU the
 # operating system's one view, the process's resident memory (RSS), likewise counts
 # more than tensors: Python, torch and every library loaded, before the first tensor.
-def gpu_memory():
-    """Allocated, reserved and driver-used bytes of ``device`` right now."""
-    torch.cuda.synchronize(device)
-    free, total = torch.cuda.mem_get_info(device)
-    return {
-        "allocated": torch.cuda.memory_allocated(device),
-        "reserved": torch.cuda.memory_reserved(device),
-        "driver used": total - free,
-    }
-
-
+# :func:`~gpuguide.chapters.precision.gpu_memory`, shown on the previous page, reads
+# the three.
 if page.needs_cuda("The allocator's and the driver's counters"):
-    now = gpu_memory()
+    now = gpu_memory(device)
     print(", ".join(f"{name} {fmt(v)}" for name, v in now.items()))
     outside = fmt(now["driver used"] - now["reserved"])
     print(f"outside the allocator: {outside} (contexts, kernels, other processes)")
@@ -73,7 +62,8 @@ else:
 # fresh child process goes through three stages, pausing after each while this one
 # reads the driver's used memory. Expect importing torch to cost next to nothing on
 # the GPU, the context a few hundred MiB (it depends on the GPU, the driver and how
-# many kernels CUDA loads eagerly), and the first matmul more for cuBLAS. The context is
+# many kernels CUDA loads eagerly), and the first matmul more for cuBLAS
+# (:func:`~gpuguide.chapters.precision.child_stages` runs the child). The context is
 # what the driver lost at the second stage beyond the allocator's reserved bytes;
 # ``memory_allocated()`` sees only the one small tensor (its column). On a CPU the same
 # three stages show the process's resident memory instead: importing torch is most of
@@ -82,7 +72,8 @@ PROBE = """
 import sys, torch
 cuda = sys.argv[1].startswith("cuda")
 def stage(name):  # report, then wait while the parent reads the memory numbers
-    counts = (torch.cuda.memory_reserved(), torch.cuda.memory_allocated()) if cuda else (0, 0)
+    mem = torch.cuda
+    counts = (mem.memory_reserved(), mem.memory_allocated()) if cuda else (0, 0)
     print(*counts, name, flush=True)
     sys.stdin.readline()
 stage("python + import torch")
@@ -91,41 +82,16 @@ stage("+ CUDA context + 1-element tensor" if cuda else "+ 1-element tensor")
 (x.new_ones(1024, 1024) @ x.new_ones(1024, 1024)).sum().item()
 stage("+ first matmul (cuBLAS)" if cuda else "+ first matmul")
 """
-Stage = namedtuple("Stage", "child driver_used reserved allocated")
-
-
-def child_rss(pid):
-    """A child process's resident memory, from Linux's /proc."""
-    statm = Path(f"/proc/{pid}/statm").read_text()
-    return int(statm.split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def probe(target):
-    """Each stage of a fresh process on ``target``: the memory it took from the
-    driver (CUDA) or its resident memory (CPU), and the allocator's counts."""
-    before = gpu_memory()["driver used"] if page.cuda else 0
-    stages, pipe = [], subprocess.PIPE
-    command = [sys.executable, "-c", PROBE, target]
-    with subprocess.Popen(command, stdin=pipe, stdout=pipe, text=True) as child:
-        for line in child.stdout:  # the child's errors, if any, go to stderr
-            reserved, allocated, name = line.rstrip("\n").split(" ", 2)
-            used = gpu_memory()["driver used"] if page.cuda else child_rss(child.pid)
-            stages.append(Stage(name, used - before, int(reserved), int(allocated)))
-            child.stdin.write("\n")
-            child.stdin.flush()
-    return stages, child.returncode
-
-
 if page.cuda:
     index = device.index if device.index is not None else torch.cuda.current_device()
-    stages, code = probe(f"cuda:{index}")
+    stages, code = precision.child_stages(PROBE, f"cuda:{index}")
 elif sys.platform.startswith("linux"):  # on a CPU: the same stages, in resident memory
-    stages, code = probe("cpu")
+    stages, code = precision.child_stages(PROBE, "cpu")
 else:
     stages, code = [], None
     print("A child's resident memory is read from Linux's /proc: not on this system.")
 if stages:  # on a CPU: resident memory, and no allocator to count
-    rows = [Stage(s.child, *map(fmt, s[1:])) for s in stages]
+    rows = [precision.Stage(s.child, *map(fmt, s[1:])) for s in stages]
     cpu_rows = ({"child": r.child, "resident": r.driver_used} for r in rows)
     print(table(rows if page.cuda else cpu_rows))
 if len(stages) == 3 and code == 0:
@@ -133,7 +99,6 @@ if len(stages) == 3 and code == 0:
     if page.cuda:
         context_bytes = context.driver_used - imported.driver_used - context.reserved
         report("CUDA context", context_bytes, unit="B")
-    context_mib = context_bytes / 2**20 if page.cuda else None
     gpuguide.claim(
         "on a GPU, importing torch takes at most 16 MiB of GPU memory",
         imported.driver_used / 2**20 if page.cuda else None,
@@ -142,7 +107,7 @@ if len(stages) == 3 and code == 0:
     )
     gpuguide.claim(
         "on a GPU, the CUDA context costs a few hundred MiB (100 MiB to 2 GiB)",
-        context_mib,
+        context_bytes / 2**20 if page.cuda else None,
         at_least=100,
         at_most=2048,
         on="cuda",
@@ -165,14 +130,18 @@ if len(stages) == 3 and code == 0:
         at_most=16,
         on="cpu",
     )
-    steps = {"import torch": imported.driver_used,
-             "first tensor": context.driver_used - imported.driver_used,
-             "first matmul": matmul.driver_used - context.driver_used}  # fmt: skip
+    steps = {
+        "import torch": imported.driver_used,
+        "first tensor": context.driver_used - imported.driver_used,
+        "first matmul": matmul.driver_used - context.driver_used,
+    }
     what = "GPU memory the driver lost" if page.cuda else "resident memory"
+    title = (
+        f"A fresh process: {fmt(steps['import torch'])} for import torch, "
+        f"{fmt(steps['first tensor'])} more for its first tensor"
+    )
     _, ax = plt.subplots()
-    plot_bars(ax, steps, ylabel=f"{what} (MiB)", value=lambda b: b / 2**20,
-              title=f"A fresh process: {fmt(steps['import torch'])} for import torch, "
-              f"{fmt(steps['first tensor'])} more for its first tensor")  # fmt: skip
+    plot_bars(ax, steps, ylabel=f"{what} (MiB)", value=lambda b: b / 2**20, title=title)
     plt.show()
 elif code not in (0, None):
     print(f"The child process failed (exit code {code}); its error went to stderr.")

@@ -5,13 +5,9 @@ What autocast changes
 ``torch.autocast`` does not convert a model to 16 bits. The weights stay float32;
 inside the autocast region each operation picks its own dtype: matrix
 multiplications run in float16 or bfloat16, and operations that need range or
-accuracy stay in float32. Which ones differs by device: the loss and layer norm
-on both, softmax on CUDA but not on the CPU, as this page's run shows.
-
-This page runs a small transformer block and reads from the run itself which module
-produced which dtype, how many bytes the forward pass keeps for backward in each
-mode, and how many gradient values float16 cannot represent: why float16 training
-needs a gradient scaler and bfloat16 training does not.
+accuracy stay in float32. This page runs a small transformer block and reads from
+the run which module produced which dtype, how many bytes the forward pass keeps
+for backward, and how many gradient values float16 cannot represent.
 
 See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 """
@@ -29,7 +25,7 @@ import torch
 from torch import nn
 
 import gpuguide
-from gpuguide import plot_bars, plot_sweep, report, table
+from gpuguide import plot_bars, report, table
 from gpuguide.chapters import precision
 
 page = gpuguide.setup()
@@ -45,15 +41,14 @@ name = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfl
 # its range, and pays with fewer mantissa bits: coarser steps between values.
 Format = namedtuple("Format", "dtype max smallest_normal smallest_subnormal eps")
 infos = [torch.finfo(dtype) for dtype in (torch.float32, *low)]
-print(table(Format(f.dtype, f.max, f.tiny, f.tiny * f.eps, f.eps) for f in infos))  # fmt: skip
+print(table(Format(f.dtype, f.max, f.tiny, f.tiny * f.eps, f.eps) for f in infos))
 
 
 # %%
 # The model
 # ---------
-# One pre-norm transformer block with the attention written out (its softmax a
-# module whose output we can watch), and a classification head; the AMP training
-# page trains the same block:
+# One pre-norm transformer block, its softmax a module whose output we can watch;
+# the AMP training page trains the same block:
 #
 # .. literalinclude:: /../src/gpuguide/chapters/precision.py
 #    :pyobject: Block
@@ -70,10 +65,8 @@ dims = f"32x{seq}x{width}"  # batch x tokens x width, shown with recorded figure
 # Which module produced which dtype
 # ---------------------------------
 # Forward hooks record the dtype each module received and returned during one
-# autocast forward pass per 16-bit format. Expect every ``Linear`` to return 16-bit
-# values. Which other operations autocast keeps in float32 differs between devices
-# (on CUDA softmax and layer norm do, on the CPU fewer), so the table comes from
-# this run. Functions called inside ``forward`` (``q @ k``) follow the same rules.
+# autocast forward pass per 16-bit format. Which operations autocast keeps in
+# float32 differs between devices, so the table comes from this run.
 watched = {n: m for n, m in model.named_modules() if n} | {"loss": loss_fn}
 names, outputs = {m: n for n, m in watched.items()}, {}
 
@@ -84,28 +77,25 @@ def keep_output(module, inputs, output):
 
 handles = [m.register_forward_hook(keep_output) for m in watched.values()]
 short = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
-rows = {}  # module name -> its row, in the order the modules returned
+rows, out_of = {}, {}  # module name -> its row; the dtypes it returned
 for dtype in low:
     with torch.autocast(device.type, dtype=dtype), torch.no_grad():
         loss_fn(model(x), y)
     for n, (in_dtype, out) in outputs.items():
         row = rows.setdefault(n, {"module": n, "type": type(watched[n]).__name__})
         row[f"autocast {name[dtype]}"] = f"{short[in_dtype]} -> {short[out.dtype]}"
+        out_of[n] = "/".join(
+            sorted({*out_of.get(n, short[out.dtype]).split("/"), short[out.dtype]})
+        )
 print(table(rows.values()))
-out_of = {  # module name -> the dtypes it returned, over both autocast passes
-    n: "/".join(sorted({row[f"autocast {name[d]}"].split(" -> ")[1] for d in low}))
-    for n, row in rows.items()
-}
 linears = [n for n, m in watched.items() if isinstance(m, nn.Linear)]
+fp32_out = ("loss", "norm1", "norm2")
 gpuguide.claim(
-    "under autocast every Linear returns 16-bit values",
-    holds=all("fp32" not in out_of[n] for n in linears),
-    measured=", ".join(f"{n} {out_of[n]}" for n in linears),
-)
-gpuguide.claim(
-    "the loss and layer norm return float32 under autocast",
-    holds=all(out_of[n] == "fp32" for n in ("loss", "norm1", "norm2")),
-    measured=f"loss {out_of['loss']}, norm1 {out_of['norm1']}, norm2 {out_of['norm2']}",
+    "under autocast every Linear returns 16-bit values, and the loss and layer norm "
+    "float32",
+    holds=all("fp32" not in out_of[n] for n in linears)
+    and all(out_of[n] == "fp32" for n in fp32_out),
+    measured=", ".join(f"{n} {out_of[n]}" for n in (*linears, *fp32_out)),
 )
 gpuguide.claim(
     "on CUDA, softmax runs in float32 under autocast",
@@ -118,7 +108,6 @@ with torch.autocast(device.type, dtype=low[0]):
     loss = loss_fn(model(x), y)
 loss.backward()
 weight = model.qkv.weight
-print(f"after an autocast step: weights {weight.dtype}, gradients {weight.grad.dtype}")
 gpuguide.claim(
     "after an autocast step the weights and their gradients are float32",
     holds=weight.dtype == weight.grad.dtype == torch.float32,
@@ -130,49 +119,38 @@ model.zero_grad(set_to_none=True)
 # %%
 # What the forward pass keeps for backward
 # ----------------------------------------
-# Most of a training step's memory beyond the weights is the activations saved for
-# backward; a ``saved_tensors_hooks`` pair sees each one as it is saved, on every
-# device. Expect the 16-bit modes to keep somewhat more than half of float32's
-# bytes: float32 outputs and 16-bit copies of the weights are saved too.
+# A ``saved_tensors_hooks`` pair sees each tensor saved for backward
+# (:func:`~gpuguide.chapters.precision.kept_for_backward`, shown on
+# :doc:`the training memory page </auto_examples/04_memory/plot_training_memory>`).
+# float32 outputs and 16-bit copies of the weights are saved too.
 def saved_bytes(dtype):
-    seen = {}
-
-    def pack(t):
-        seen[(t.data_ptr(), t.dtype, t.shape)] = t.numel() * t.element_size()
-        return t
-
-    hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
-    autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
-    with hooks, autocast:
-        loss_fn(model(x), y)
-    return sum(seen.values())
+    with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+        return precision.kept_for_backward(lambda: loss_fn(model(x), y))
 
 
 saved = {name[d]: saved_bytes(d) for d in (torch.float32, *low)}
 for mode, nbytes in saved.items():
     report("saved for backward", nbytes, unit="B", size=dims, mode=mode)
-fig, ax = plt.subplots()
 kept = min(saved.values()) / saved["float32"]
+most = max(saved[name[d]] for d in low) / saved["float32"]
 gpuguide.claim(
     "the 16-bit modes keep between half and three quarters of float32's bytes",
-    max(saved[name[d]] for d in low) / saved["float32"],
-    spread=(kept, max(saved[name[d]] for d in low) / saved["float32"]),
+    most,
+    spread=(kept, most),
     at_least=0.5,
     at_most=0.75,
 )
-plot_bars(ax, {mode: nbytes / 2**20 for mode, nbytes in saved.items()},
-          ylabel="saved for backward (MiB)",
-          title=f"Autocast keeps {kept:.0%} of float32's activation bytes")  # fmt: skip
+fig, ax = plt.subplots()
+title = f"Autocast keeps {kept:.0%} of float32's activation bytes"
+plot_bars(ax, precision.mib(saved), ylabel="saved for backward (MiB)", title=title)
 plt.show()
 
 # %%
 # Gradients that float16 cannot hold
 # ----------------------------------
 # The backward pass of an autocast region computes activation gradients in 16 bits.
-# Here they are computed once in float32 (the loss's gradient with respect to every
-# module's output) and rounded to each format. Activation gradients are tiny, often
-# below float16's smallest normal number: some become zero, many lose precision.
-# The ``GradScaler``'s starting scale, 2**16, shifts them back into range.
+# Here they are computed once in float32 and rounded to each format; the
+# ``GradScaler``'s starting scale, 2**16, shifts the tiny ones back into range.
 loss = loss_fn(model(x), y)  # float32; the hooks keep every module's output
 for handle in handles:
     handle.remove()
@@ -181,17 +159,21 @@ grads = torch.autograd.grad(loss, list(tensors.values()))
 values = torch.cat([g.flatten() for g in grads])
 values = values[values != 0]
 tiny16 = torch.finfo(torch.float16).tiny
-Lost = namedtuple("Lost", "rounded_to zero subnormal")  # subnormals lose precision
+
+
+def percent(mask):
+    return 100 * mask.float().mean().item()
+
+
+Lost = namedtuple("Lost", "rounded_to zero_percent subnormal_percent")
+rounded = {"float16": values.half(), "float16, loss x 2**16": (values * 2.0**16).half()}
+rounded["bfloat16"] = values.bfloat16()
 lost = []
-scaled = (values * 2.0**16).half()  # what the GradScaler's starting scale makes of them
-for label, rounded in [("float16", values.half()), ("float16, loss x 2**16", scaled),
-                       ("bfloat16", values.bfloat16())]:  # fmt: skip
-    zero = (rounded == 0).float().mean().item()
-    tiny = torch.finfo(rounded.dtype).tiny
-    sub = ((rounded != 0) & (rounded.abs() < tiny)).float().mean().item()
-    lost.append(Lost(label, f"{zero:.3%}", f"{sub:.3%}"))
+for label, r in rounded.items():
+    sub = (r != 0) & (r.abs() < torch.finfo(r.dtype).tiny)  # subnormals lose precision
+    lost.append(Lost(label, percent(r == 0), percent(sub)))
 print(table(lost))
-zero_or_sub = [float(row.zero[:-1]) + float(row.subnormal[:-1]) for row in lost]
+zero_or_sub = [row.zero_percent + row.subnormal_percent for row in lost]
 gpuguide.claim(
     "the loss scale 2**16 leaves fewer activation gradients zero or subnormal in "
     "float16 than no scale",
@@ -200,34 +182,28 @@ gpuguide.claim(
 )
 gpuguide.claim(
     "bfloat16 rounds no activation gradient to zero",
-    holds=lost[2].zero == f"{0:.3%}",
-    measured=f"{lost[2].zero} zero",
+    holds=lost[2].zero_percent == 0,
+    measured=f"{lost[2].zero_percent:.3f}% zero",
 )
-
-magnitudes = values.abs().log10().cpu()
-lo, hi = math.floor(magnitudes.min().item()), math.ceil(magnitudes.max().item())
-edges = torch.linspace(lo, hi, 4 * (hi - lo) + 1)  # quarter decades
-counts = torch.histc(magnitudes, bins=len(edges) - 1, min=lo, max=hi)
-share = (counts / counts.sum() * 100).tolist()
-below = (values.abs() < tiny16).float().mean().item()
-report("below float16's normal range", 100 * below, unit="%", size=dims)
+below = percent(values.abs() < tiny16)
+report("below float16's normal range", below, unit="%", size=dims)
+magnitudes = values.abs().cpu()
+lo, hi = math.floor(magnitudes.min().log10()), math.ceil(magnitudes.max().log10())
+bins = torch.logspace(lo, hi, 4 * (hi - lo) + 1)  # quarter decades
+weights = torch.full_like(magnitudes, 100 / len(magnitudes))  # each value's share
 fig, ax = plt.subplots()
-plot_sweep(
-    ax, (10 ** ((edges[:-1] + edges[1:]) / 2)).tolist(),
-    {"activation gradients (float32 run)": share},
-    xlabel="|gradient| (loss per unit of activation)", ylabel="share of values (%)",
-    title=f"{below:.0%} of activation gradients lie below float16's normal range",
-    logy=False,
-)  # fmt: skip
+ax.hist(magnitudes, bins=bins, weights=weights, label="activation gradients (fp32 run)")
 ax.axvline(tiny16, color="0.3", linestyle="--", label="float16 smallest normal")
-ax.axvline(tiny16 * 2**-10, color="0.3", linestyle=":", label="float16 smallest")
+title = f"{below:.0f}% of activation gradients lie below float16's normal range"
+ax.set(xscale="log", title=title, ylabel="share of values (%)")
+ax.set_xlabel("|gradient| (loss per unit of activation)")
 ax.legend()
+gpuguide.label_device(fig, device)
 plt.show()
 
 # %%
 # What to take away
 # -----------------
-# Autocast keeps the weights in float32 and picks a dtype per operation; read the
-# table above for the device at hand. float16's narrow range is why float16
-# training needs a loss scale and bfloat16's does not. This page's claims:
+# Autocast keeps the weights in float32 and picks a dtype per operation; float16's
+# narrow range is why float16 training needs a loss scale and bfloat16's does not.
 gpuguide.takeaway()

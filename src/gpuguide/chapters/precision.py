@@ -1,5 +1,8 @@
 """Plumbing for the pages on memory and precision.
 
+- ``04_memory/plot_allocator`` and ``plot_cuda_context``: a GPU's three memory
+  counters (:func:`gpu_memory`), and the memory a fresh process takes at each of
+  its stages (:func:`child_stages`).
 - ``04_memory/plot_training_memory`` and ``plot_activation_memory``: the batch of
   their MLP (:func:`mlp_batch`), the lowest peak memory rise of a call over a few
   runs (:func:`peak_rise`), the MLP itself (:func:`mlp`), the bytes autograd keeps for backward
@@ -26,8 +29,10 @@ import itertools
 import os
 import pathlib
 import pickle
+import subprocess
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import nn
@@ -43,8 +48,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Block",
+    "Stage",
     "allocated_over_events",
     "block_width",
+    "child_stages",
+    "gpu_memory",
     "has_amx_fp16",
     "has_avx512_bf16",
     "kept_for_backward",
@@ -196,6 +204,57 @@ def mamf(measurement: Measurement, flop: float, *, fastest: int = 5) -> Measurem
 def mib(sizes: Mapping[str, float]) -> dict[str, float]:
     """The same mapping with each size in bytes given in MiB."""
     return {name: size / 2**20 for name, size in sizes.items()}
+
+
+def gpu_memory(device: torch.device | str) -> dict[str, int]:
+    """Allocated, reserved and driver-used bytes of ``device`` right now."""
+    torch.cuda.synchronize(device)
+    free, total = torch.cuda.mem_get_info(device)
+    return {
+        "allocated": torch.cuda.memory_allocated(device),
+        "reserved": torch.cuda.memory_reserved(device),
+        "driver used": total - free,
+    }
+
+
+class Stage(NamedTuple):
+    """One stage of a child process (:func:`child_stages`), in bytes: on CUDA the
+    memory the driver lost since the child started, elsewhere the child's resident
+    memory (``driver_used``), and the child's allocator counts."""
+
+    child: str
+    driver_used: int
+    reserved: int
+    allocated: int
+
+
+def _child_rss(pid: int) -> int:
+    """A child process's resident memory, from Linux's /proc."""
+    statm = pathlib.Path(f"/proc/{pid}/statm").read_text()
+    return int(statm.split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def child_stages(code: str, target: str) -> tuple[list[Stage], int | None]:
+    """Run ``code`` in a fresh Python process, with ``target`` (a device) as its
+    argument. At each line the child prints (``reserved allocated name``) and
+    before it goes on (it waits for a line on its stdin), read the memory: on a
+    CUDA target what the driver lost since the child started, elsewhere the
+    child's resident memory (Linux's /proc). Returns the stages and the child's
+    exit code; the child's errors go to stderr."""
+    cuda = torch.device(target).type == "cuda"
+    before = gpu_memory(target)["driver used"] if cuda else 0
+    stages: list[Stage] = []
+    command, pipe = [sys.executable, "-c", code, target], subprocess.PIPE
+    with subprocess.Popen(command, stdin=pipe, stdout=pipe, text=True) as child:
+        assert child.stdin is not None
+        assert child.stdout is not None
+        for line in child.stdout:
+            reserved, allocated, name = line.rstrip("\n").split(" ", 2)
+            used = gpu_memory(target)["driver used"] if cuda else _child_rss(child.pid)
+            stages.append(Stage(name, used - before, int(reserved), int(allocated)))
+            child.stdin.write("\n")
+            child.stdin.flush()
+    return stages, child.returncode
 
 
 def mlp(width: int, depth: int) -> nn.Sequential:
