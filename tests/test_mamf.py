@@ -1,7 +1,7 @@
-"""Tests for gpuguide_tools.mamf: the shape grid, the rate statistic, the search.
+"""Tests for gpuguide_tools.mamf: the rate statistic and the search.
 
-A fake benchmark gives every shape a known rate, so that the search is tested
-without timing anything; the CUDA path runs with stand-in tensors.
+A fake timer gives every shape a known rate, so that the search is tested without
+timing anything (the shape grid is the dtypes page's, tested in test_precision).
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from gpuguide_tools.mamf import (
     MatmulShape,
     ShapeRate,
     ShapeSearch,
-    matmul_shapes,
-    probe_flops_per_s,
     search_matmul_shapes,
 )
 
@@ -44,7 +42,6 @@ def test_matmul_shape():
     shape = MatmulShape(2048, 1024, 13312)
     assert str(shape) == "2048x1024x13312"
     assert shape.flop == 2 * 2048 * 1024 * 13312
-    assert shape.memory_bytes(2) == 2 * (2048 * 13312 + 13312 * 1024 + 2048 * 1024)
 
 
 def test_rate_is_the_median_of_the_five_fastest_calls():
@@ -73,87 +70,12 @@ def test_a_search_needs_a_confirmed_shape():
 
 
 # --------------------------------------------------------------------------------------
-# The shape grid
-# --------------------------------------------------------------------------------------
-
-
-def test_grid_is_every_shape_from_the_largest_sizes_that_fit():
-    # fp32 at 1e12 FLOP/s planned at half: 50 ms allows 2.5e10 FLOP, a square of
-    # 2048 (1.7e10) but not 4096; memory allows anything here.
-    shapes = matmul_shapes(
-        torch.float32, budget=_budget(), flop_per_s=1e12, levels=3, lo=256
-    )
-    sides = {side for shape in shapes for side in shape}
-    assert sides == {512, 1024, 2048}
-    assert MatmulShape(2048, 2048, 2048) in shapes
-    assert MatmulShape(512, 2048, 1024) in shapes
-    assert len(shapes) == 27
-    assert [s.flop for s in shapes] == sorted(s.flop for s in shapes)
-    for shape in shapes:
-        assert 2 * shape.flop / 1e12 <= 0.05
-
-
-def test_grid_keeps_only_shapes_that_fit_memory_and_time():
-    # Time: 5 ms at 1e12 (planned at half) allows 2.5e9 FLOP: 1024^3 (2.1e9) fits,
-    # but 1024 x 1024 x 2048 does not; every kept shape is within both limits.
-    budget = _budget(memory_bytes=3 * 1024 * 1024 * 4, call_s=0.005)
-    shapes = matmul_shapes(
-        torch.float32, budget=budget, flop_per_s=1e12, levels=2, lo=256
-    )
-    assert shapes
-    assert MatmulShape(1024, 1024, 1024) in shapes
-    for shape in shapes:
-        assert shape.memory_bytes(4) <= budget.memory_bytes
-        assert 2 * shape.flop / 1e12 <= budget.call_s
-    # The same budget in bf16 has room for twice the elements.
-    wide = matmul_shapes(
-        torch.bfloat16, budget=_budget(call_s=1.0), flop_per_s=1e12, levels=1, lo=256
-    )
-    assert wide[-1].memory_bytes(2) <= _budget().memory_bytes
-
-
-def test_grid_uses_the_multiple_and_levels():
-    shapes = matmul_shapes(
-        torch.bfloat16,
-        budget=_budget(memory_bytes=2**34, call_s=0.05),
-        flop_per_s=1e15,
-        levels=4,
-        lo=256,
-        multiple_of=256,
-    )
-    sides = sorted({side for shape in shapes for side in shape})
-    assert sides == [2048, 4096, 8192, 16384]
-    assert all(side % 256 == 0 for side in sides)
-    assert len(shapes) == 64
-
-
-def test_grid_with_too_little_time_keeps_the_smallest_square():
-    shapes = matmul_shapes(
-        torch.float32,
-        budget=_budget(call_s=1e-9),
-        flop_per_s=1e9,
-        lo=32,
-        multiple_of=32,
-    )
-    assert shapes == [MatmulShape(32, 32, 32)]
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "error"),
-    [({"flop_per_s": 0.0}, "flop_per_s"), ({"flop_per_s": 1e9, "levels": 0}, "levels")],
-)
-def test_grid_rejects_bad_arguments(kwargs, error):
-    with pytest.raises(ValueError, match=error):
-        matmul_shapes(torch.float32, budget=_budget(), **kwargs)
-
-
-# --------------------------------------------------------------------------------------
 # The search
 # --------------------------------------------------------------------------------------
 
 
-class FakeBench:
-    """A benchmark whose calls take ``flop / rate(shape)``: no real timing.
+class FakeTime:
+    """A time_matmul whose calls take ``flop / rate(shape)``: no real timing.
 
     Each call's times are the best time five times, then six at twice it, so the
     rate statistic reads exactly ``rate(shape)``. Scout and confirm calls are
@@ -165,11 +87,12 @@ class FakeBench:
         self.confirm_rate = confirm_rate or rate
         self.calls = []
 
-    def __call__(self, fn, *, args=(), kwargs=None, label=None, **options):
-        a, b = args
-        shape = MatmulShape(a.shape[0], b.shape[1], a.shape[1])
+    def __call__(self, dtype, shape, *, device, label=None, **options):
+        shape = MatmulShape(*shape)
         scout = "rep_ms" in options
-        self.calls.append({"shape": shape, "scout": scout, **options})
+        self.calls.append(
+            {"shape": shape, "scout": scout, "device": device, "dtype": dtype} | options
+        )
         rate = (self.rate if scout else self.confirm_rate)(shape)
         best = shape.flop / rate
         times = (best,) * 5 + (best * 2,) * 6  # the median call is 2x the best
@@ -182,7 +105,7 @@ def _fast_at(favourite, rate=1e10, boost=2.0):
 
 def test_search_finds_the_fastest_shape_and_confirms_it():
     favourite = MatmulShape(64, 64, 128)
-    bench = FakeBench(_fast_at(favourite))
+    bench = FakeTime(_fast_at(favourite))
     found = search_matmul_shapes(
         torch.float32,
         device="cpu",
@@ -190,7 +113,7 @@ def test_search_finds_the_fastest_shape_and_confirms_it():
         flop_per_s=1e10,
         budget=_budget(memory_bytes=3 * 128 * 128 * 4, call_s=1.0),
         levels=3,
-        bench=bench,
+        time=bench,
     )
     assert found.label == "fp32"
     assert found.best.shape == favourite
@@ -222,7 +145,7 @@ def test_confirm_decides_between_close_scouts():
         budget=_budget(call_s=1.0, memory_bytes=3 * 128 * 128 * 4),
         levels=2,
         confirm=2,
-        bench=FakeBench(scout, confirm),
+        time=FakeTime(scout, confirm),
     )
     assert [r.shape for r in found.confirmed] == [second, first]
     assert found.best.flops_per_s == pytest.approx(2.8e10)
@@ -232,41 +155,37 @@ def test_confirm_decides_between_close_scouts():
 def test_search_stops_when_calls_take_far_longer_than_planned():
     # Planned at 1e12 FLOP/s but the device does 1e6: the first shape already takes
     # far more than twice the time per call, so no larger one is tried.
-    bench = FakeBench(lambda shape: 1e6)
+    bench = FakeTime(lambda shape: 1e6)
     found = search_matmul_shapes(
         torch.float32,
         device="cpu",
         flop_per_s=1e12,
         budget=_budget(memory_bytes=3 * 128 * 128 * 4, call_s=0.01),
         levels=3,
-        bench=bench,
+        time=bench,
     )
     assert len(found.scouted) == 1
     assert found.best.shape == MatmulShape(32, 32, 32)
 
 
-def test_search_probes_when_no_rate_is_given():
-    bench = FakeBench(lambda shape: 1e9)
+def test_search_probes_when_no_rate_is_given(monkeypatch):
+    probed = []
+
+    def probe_rate(dtype, device):
+        probed.append((dtype, device))
+        return 1e9
+
+    monkeypatch.setattr(mamf.precision, "probe_rate", probe_rate)
+    bench = FakeTime(lambda shape: 1e9)
     found = search_matmul_shapes(
         torch.bfloat16,
         device="cpu",
         budget=_budget(memory_bytes=3 * 64 * 64 * 2, call_s=1.0),
         levels=2,
-        bench=bench,
+        time=bench,
     )
-    probe = bench.calls[0]
-    assert probe["shape"] == MatmulShape(64, 64, 64)
-    assert probe["rep_ms"] == 5.0
+    assert probed == [(torch.bfloat16, torch.device("cpu"))]
     assert found.best.flops_per_s == pytest.approx(1e9)
-
-
-def test_probe_flops_per_s():
-    bench = FakeBench(lambda shape: 4e9)
-    assert probe_flops_per_s(torch.float32, "cpu", n=16, bench=bench) == (
-        pytest.approx(4e9)
-    )
-    with pytest.raises(ValueError, match="n"):
-        probe_flops_per_s(torch.float32, "cpu", n=0, bench=bench)
 
 
 @pytest.mark.parametrize(
@@ -278,48 +197,37 @@ def test_levels_default_to_fewer_off_cuda_and_in_small_mode(
 ):
     seen = []
 
-    def spy(dtype, **kwargs):
-        seen.append(kwargs["levels"])
-        return [MatmulShape(32, 32, 32)]
+    def spy(dtype, flop_per_s, budget, *, lo, levels):
+        seen.append(levels)
+        return [(32, 32, 32)]
 
-    monkeypatch.setattr(mamf, "matmul_shapes", spy)
-    monkeypatch.setattr(mamf, "_inputs", _stand_in_inputs)
+    monkeypatch.setattr(mamf.precision, "matmul_shapes", spy)
     monkeypatch.setenv("GPUGUIDE_SMALL", small)
     search_matmul_shapes(
         torch.float32,
         device=device,
         flop_per_s=1e9,
         budget=_budget(),
-        bench=FakeBench(lambda shape: 1e9),
+        time=FakeTime(lambda shape: 1e9),
     )
     assert seen == [levels]
 
 
-def _stand_in_inputs(shape, dtype, device):
-    return torch.empty(shape.m, shape.k), torch.empty(shape.k, shape.n), None
-
-
-def test_search_on_cuda_uses_multiples_of_256(monkeypatch):
-    # No GPU needed: stand-in tensors carry the shapes, the fake bench times them.
-    made = []
-
-    def fake_inputs(shape, dtype, device):
-        made.append((shape, dtype, device))
-        return _stand_in_inputs(shape, dtype, device)
-
-    monkeypatch.setattr(mamf, "_inputs", fake_inputs)
+def test_search_on_cuda_uses_multiples_of_256():
+    # No GPU needed: the fake timer sees the shapes it is asked to time.
+    bench = FakeTime(lambda shape: 7e14)
     found = search_matmul_shapes(
         torch.bfloat16,
         device="cuda",
         flop_per_s=989.5e12,
         budget=_budget(memory_bytes=3 * 1024 * 1024 * 2, call_s=0.05, device="cuda:0"),
         levels=2,
-        bench=FakeBench(lambda shape: 7e14),
+        time=bench,
     )
-    sides = {side for shape, *_ in made for side in shape}
+    sides = {side for call in bench.calls for side in call["shape"]}
     assert sides == {512, 1024}
-    assert all(dtype is torch.bfloat16 for _, dtype, _ in made)
-    assert all(device == torch.device("cuda") for *_, device in made)
+    assert all(call["dtype"] is torch.bfloat16 for call in bench.calls)
+    assert all(call["device"] == torch.device("cuda") for call in bench.calls)
     assert found.best.flops_per_s == pytest.approx(7e14)
 
 

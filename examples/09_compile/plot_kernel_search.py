@@ -31,7 +31,8 @@ from torch import nn
 
 import gpuguide
 from gpuguide.chapters import compiling
-from gpuguide.chapters.compiling import capture_compiler, first_calls_s, start_compiler
+from gpuguide.chapters.compiling import capture_compiler, start_compiler
+from gpuguide.timing import first_calls_s
 
 page = gpuguide.setup()
 device, small = page.device, page.small
@@ -110,14 +111,17 @@ if str(log):
 # drift of the machine falls on all of them. Compiling a lone matmul gives the
 # default mode nothing to fuse: it calls the same library kernel as eager mode
 # (cuBLAS on a GPU, oneDNN or MKL on a CPU), so it cannot be faster; on a GPU the
-# two should be within 10% of each other. Only the search can pick another kernel; on a large, common shape
-# cuBLAS is hard to beat, so a small gain at most, to weigh against the extra
-# seconds of the first call.
+# two should be within 10% of each other. Only the search can pick another
+# kernel; on a large, common shape cuBLAS is hard to beat, so a small gain at
+# most, to weigh against the extra seconds of the first call.
 timed = gpuguide.interleave(calls, device=device, sample_ms=5)
-print(gpuguide.table([{"variant": name, "time per call": m, "rate": m.rate(flop(rows))}
-                      for name, m in timed.items()]))  # fmt: skip
-print(gpuguide.compare(timed["default"], timed["eager"]))
+rates = [
+    {"variant": k, "time per call": m, "rate": m.rate(flop(rows))}
+    for k, m in timed.items()
+]
+print(gpuguide.table(rates))
 default = gpuguide.compare(timed["default"], timed["eager"])
+print(default)
 gpuguide.claim(
     "the default mode runs the lone matmul no faster than eager: nothing to fuse",
     default,
@@ -157,10 +161,12 @@ gpuguide.claim(
 # Bars are medians with their interquartile range, labelled with their time
 # relative to eager: below 1.00x is faster than eager. The title is the last
 # verdict: the search against the default mode where it ran.
-c = gpuguide.compare(timed[modes[-1]], timed["eager" if len(modes) == 1 else "default"])
+c = found or default
 fig, ax = plt.subplots()
-gpuguide.plot_bars(ax, timed, ylabel="time per call (ms)", baseline="eager",
-                   title=f"{c.subject.label} against {c.baseline.label}: {c.short}")  # fmt: skip
+title = f"{c.subject.label} against {c.baseline.label}: {c.short}"
+gpuguide.plot_bars(
+    ax, timed, ylabel="time per call (ms)", baseline="eager", title=title
+)
 plt.show()
 
 # %%
