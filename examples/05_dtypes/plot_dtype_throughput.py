@@ -8,28 +8,23 @@ cores, whose peaks are many times the fp32 figure; on a CPU its instruction set
 decides. This page measures FLOP/s per dtype over square matmuls of growing size,
 then searches matmul shapes, after Stas Bekman's MAMF finder, for the best rate the
 device reaches. What lower precisions cost in accuracy is the next page's subject.
-
-See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
-:doc:`the roofline and its three regimes </concepts/roofline>`.
+See also :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 """
 
 # %%
 # Setup
 # -----
-# TF32 is not a storage dtype: it is a mode in which cuBLAS runs fp32 matmuls on
-# tensor cores with a 10-bit mantissa, switched by one flag,
-# ``torch.backends.cuda.matmul.allow_tf32`` (set and put back by
-# :func:`~gpuguide.chapters.precision.tf32_matmuls`). The peaks are the device's
-# dense datasheet figures, or on a CPU the best fp32 and fp64 rates measured on it
-# (a lower bound: a better rate reads 100%); fp16 and bf16 have none there. A CPU
-# runs torch on one thread here (its peaks are measured so too): with two on a
-# two-core machine, any other work stalls every parallel matmul, and the rates
-# with it.
+# TF32 is not a storage dtype: cuBLAS runs fp32 matmuls on tensor cores with a
+# 10-bit mantissa while ``torch.backends.cuda.matmul.allow_tf32`` is set. Peaks are
+# dense datasheet figures, or on a CPU the best fp32 and fp64 rates measured on the
+# one thread torch uses here (lower bounds; fp16 and bf16 have none there).
+from functools import partial
+
 import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide import compare, matmul_flop, plot_sweep, report, sweep
+from gpuguide import Sweep, Variant, compare, format_rate, matmul_flop, report
 from gpuguide.chapters import precision
 from gpuguide.chapters.precision import matmul_bytes, tf32_matmuls, time_matmul
 
@@ -44,90 +39,95 @@ if not (page.needs_cuda("TF32") and torch.cuda.get_device_capability(device) >= 
 if device.type == "mps":
     del variants["fp64"]  # MPS has no float64
 
-# %%
-# Sizes per dtype
-# ---------------
-# An ``(m, k) @ (k, n)`` product does a multiply and an add per term: ``2 m n k``
-# FLOP (:func:`gpuguide.matmul_flop`). Each dtype plans its sizes with its own peak,
-# or where none is known (fp16 and bf16 on a CPU) with the fastest of two short
-# timings of a 64 x 64 matmul (a first one may stall).
-known = {k: peaks.flops_for(d, tf32=k == "tf32") for k, d in variants.items()}
-budget = gpuguide.size_budget(device)
-plan = {k: known[k] or precision.probe_rate(d, device) for k, d in variants.items()}
 
 # %%
 # Square matmuls of growing size
 # ------------------------------
-# Only ``torch.mm(a, b, out=out)`` is timed, after a warm-up. A sweep planned with a
-# stand-in rate stops at the first size whose fastest call took over twice the time
-# budget. Each dtype's largest square is held against its peak.
-times = {}  # name -> {n: Measurement}
-for name, dtype in variants.items():
-    times[name] = {}
-    sizes = sweep(
-        32,
-        16384,
-        budget=budget,
-        flop_per_s=plan[name],
-        per_octave=2,
-        multiple_of=8,
-        memory_at=lambda n, d=dtype: matmul_bytes(n, n, n, d),
-        flop_at=lambda n: matmul_flop(n, n, n),
-    )
-    with tf32_matmuls(name == "tf32"):
-        for n in sizes:
-            m = times[name][n] = time_matmul(
-                dtype, (n, n, n), device=device, label=f"{name} {n}"
-            )
-            if not known[name] and m.min_s > 2 * budget.call_s:
-                break
-    report(f"{name} square matmul", m.rate(matmul_flop(n, n, n)), peak=name, size=n)
+# An ``(m, k) @ (k, n)`` product does a multiply and an add per term: ``2 m n k``
+# FLOP (:func:`gpuguide.matmul_flop`). Only ``torch.mm`` is timed, each dtype on its
+# own inputs, with sizes planned at its peak or, where none is known, at the rate
+# of a short 64 x 64 probe. Each dtype's largest square is held against its peak.
+def mm(a, b, out):
+    return torch.mm(a, b, out=out)
 
-# Each lower precision against fp32 at the largest size both reached, then bf16
-# against fp16. A tensor-core GPU runs fp16 and bf16 at one rate (one peak); a CPU
-# runs bf16 fast only with AVX512-BF16 or AMX, fp16 only with AVX512-FP16 or
-# AMX-FP16, and without them takes slow paths, often many times slower than fp32.
-pairs = [("tf32", "fp32"), ("fp16", "fp32"), ("bf16", "fp32"), ("bf16", "fp16")]
-against = {}
-for low, high in (pair for pair in pairs if pair[0] in times):
-    n = max(set(times[low]) & set(times[high]))
-    against[low, high] = compare(times[low][n], times[high][n])
-    print(against[low, high])
-fp16_matrix, bf16_vector = precision.has_amx_fp16(), precision.has_avx512_bf16()
+
+def tf32_mm(a, b, out):
+    with tf32_matmuls(True):
+        return torch.mm(a, b, out=out)
+
+
+def squares(dtype, n, device):  # a, b and out
+    return [torch.randn(n, n, device=device).to(dtype) for _ in range(3)]
+
+
+known = {k: peaks.flops_for(d, tf32=k == "tf32") for k, d in variants.items()}
+plan = {k: known[k] or precision.probe_rate(d, device) for k, d in variants.items()}
+fns = {"tf32": tf32_mm}
+ways = {
+    k: Variant(fns.get(k, mm), inputs=partial(squares, d), peak=k, flop_per_s=plan[k])
+    for k, d in variants.items()
+}
+times = Sweep(
+    "square matmul",
+    partial(squares, torch.float32),
+    lo=32,
+    hi=16384,
+    per_octave=2,
+    multiple_of=8,
+    memory=lambda n: matmul_bytes(n, n, n, torch.float64),
+    flop=lambda n: matmul_flop(n, n, n),
+    rate="FLOP/s",
+    size_label="matrix side n (elements)",
+).run(ways)
+print(times)
+times.report()
+small, large = times.rate("fp32", times.sizes[0]), times.rate("fp32")
+gpuguide.claim(
+    f"small matmuls cannot fill the device: fp32 at n={times.largest('fp32')} runs "
+    f"at least 2x the FLOP/s of n={times.sizes[0]}",
+    large.value / small.value,
+    spread=(large.low / small.high, large.high / small.low),
+    at_least=2,
+    timed=True,
+)
+
+# Each dtype against fp32, then bf16 against fp16. A tensor-core GPU runs fp16 and
+# bf16 at one rate; a CPU runs bf16 fast only with AVX512-BF16 or AMX, fp16 only
+# with AVX512-FP16 or AMX-FP16, else on slow paths.
+times.against("fp32")
+print(times.compare("bf16", "fp16"))
 gpuguide.claim(
     "on a CPU without AMX-FP16 or AVX512-FP16, an fp16 matmul runs at most half as "
     "fast as fp32's",
-    against["fp16", "fp32"],
+    times.compare("fp16", "fp32"),
     at_most=0.5,
     on="cpu",
-    unless="this CPU has AMX-FP16" if fp16_matrix else None,
+    unless="this CPU has AMX-FP16" if precision.has_amx_fp16() else None,
 )
 gpuguide.claim(
     "on a CPU with AVX512-BF16, a bf16 matmul runs at least 1.5x as fast as fp32's",
-    against["bf16", "fp32"],
+    times.compare("bf16", "fp32"),
     at_least=1.5,
     on="cpu",
-    unless=None if bf16_vector else "this CPU has no AVX512-BF16",
+    unless=None if precision.has_avx512_bf16() else "this CPU has no AVX512-BF16",
 )
 
 
 # %%
 # The best rate: a search over shapes
 # -----------------------------------
-# Squares are not where a GPU runs fastest: how the output tiles divide among the
-# SMs and how long ``k`` keeps each busy decide how well a product fills them, and
-# long runs of large squares heat a GPU until its clock drops. The search times every
-# ``(m, n, k)`` of the four largest doubling sizes that fit (three on a CPU, one fewer
-# in small mode) in short bursts on a cold L2 cache, then the three fastest again on
-# the full budget. A shape's rate is MAMF's: its FLOP over the median of its five
-# fastest calls (:func:`~gpuguide.chapters.precision.mamf`). The best is the fastest
-# of those three and of the squares above.
+# Squares are not where a GPU runs fastest (tiles divide unevenly among the SMs,
+# long runs heat it until its clock drops). The search times every ``(m, n, k)`` of
+# the four largest doubling sizes that fit (three on a CPU, one fewer in small mode)
+# in short bursts on a cold L2 cache, then the three fastest on the full budget, at
+# MAMF's rate (FLOP over the median of the five fastest calls), and the squares.
 def time_shape(name, dtype, shape, **budgets):  # on a cold L2; per FLOP, as MAMF
     label = f"{name} {'x'.join(map(str, shape))}"
     m = time_matmul(dtype, shape, device=device, label=label, flush_l2=True, **budgets)
     return precision.mamf(m, matmul_flop(*shape))
 
 
+budget = gpuguide.size_budget(device)
 lo, levels = (256, 4) if page.cuda else (32, 3)
 scout = {"warmup_ms": 5, "rep_ms": 20, "max_reps": 100}  # short bursts
 best = {}  # name -> the best shape's five fastest calls, per FLOP
@@ -143,36 +143,16 @@ for name, dtype in variants.items():
                 break  # larger shapes would take longer still
         top = sorted(scouted, key=lambda s: scouted[s].median_s)[:3]
         full = {s: time_shape(name, dtype, s) for s in top}
-    squares = {(n, n, n): m for n, m in times[name].items()}
-    full |= {s: precision.mamf(m, matmul_flop(*s)) for s, m in squares.items()}
+    square = {(n, n, n): times.at(name, n) for n in times.ran(name)}
+    full |= {s: precision.mamf(m, matmul_flop(*s)) for s, m in square.items()}
     shape = min(full, key=lambda s: full[s].median_s)
     best[name] = full[shape]
     size = "x".join(map(str, shape))
     print(f"{name}: the best of {len(scouted)} scouted shapes and the squares: {size}")
     report("best matmul", best[name].rate(1), peak=name, size=size, dtype=name)
-
-# %%
-# Throughput against size
-# -----------------------
-# Small matmuls cannot fill the device, so every curve rises with ``n`` before it
-# flattens; on a GPU the 16-bit curves flatten later and higher, on top of each other
-# (hence a marker per dtype). The title compares the two fastest dtypes at their best
-# shapes, per FLOP. On an H100 expect the best bf16 and fp16 rates at 65-85% of the
-# dense peak: the best published is 794.5 TFLOP/s, 80.3% of 989.5 (MAMF). Hold rates
-# against your own device's peaks, and search shapes before calling a rate the best.
 first, second = sorted(best, key=lambda k: best[k].median_s)[:2]
 verdict = compare(best[first], best[second])
 print(f"fastest: {verdict}")
-small_n, large_n = min(times["fp32"]), max(times["fp32"])
-rates = [times["fp32"][n].rate(matmul_flop(n, n, n)) for n in (small_n, large_n)]
-gpuguide.claim(
-    f"small matmuls cannot fill the device: fp32 at n={large_n} runs at least 2x "
-    f"the FLOP/s of n={small_n}",
-    rates[1].value / rates[0].value,
-    spread=(rates[1].low / rates[0].high, rates[1].high / rates[0].low),
-    at_least=2,
-    timed=True,
-)
 gpuguide.claim(
     "on a GPU, bf16's best matmul runs at least 4x as fast as fp32's",
     compare(best["bf16"], best["fp32"]),
@@ -187,35 +167,24 @@ gpuguide.claim(
     on="cuda",
     unless=None if bf16_peak else "the bf16 peak of this GPU is unknown",
 )
-unit, scale = ("TFLOP/s", 1e12) if page.cuda else ("GFLOP/s", 1e9)
-sizes = sorted({n for by_n in times.values() for n in by_n})
-series = {
-    f"{name} (best {gpuguide.format_rate(best[name].rate(1).value, 'FLOP/s')})": [
-        by_n[n].rate(matmul_flop(n, n, n)).value / scale if n in by_n else None
-        for n in sizes
-    ]
-    for name, by_n in times.items()
-}
-fig, ax = plt.subplots()
-plot_sweep(
-    ax,
-    sizes,
-    series,
-    xlabel="matrix side n (elements)",
-    ylabel=f"square matmul throughput ({unit})",
-    title=f"{first} is the fastest here"
-    if verdict.measurable
-    else f"{first} and {second} are the fastest here, with no measurable difference",
-)
-for line, marker in zip(ax.get_lines(), "osD^v", strict=False):
-    line.set(marker=marker, markerfacecolor="none")
-ax.legend()
+
+# %%
+# Throughput against size
+# -----------------------
+# Every curve rises with ``n`` before it flattens; on a GPU the 16-bit curves
+# flatten later and higher. The legend gives each dtype's best rate. On an H100
+# expect the best bf16 and fp16 rates at 65-85% of the dense peak: the best
+# published is 794.5 TFLOP/s, 80.3% of 989.5 (MAMF).
+fastest = f"{first} is the fastest here"
+if not verdict.measurable:
+    fastest = f"{first} and {second} are the fastest here, no measurable difference"
+best_rate = {k: format_rate(best[k].rate(1).value, "FLOP/s") for k in best}
+times.plot(title=fastest, labels={k: f"{k} (best {best_rate[k]})" for k in best})
 plt.show()
 
 # %%
 # What to take away
 # -----------------
 # Which dtype is fastest depends on the device's matrix units: measure it, search
-# shapes before calling a rate the best, and weigh the speed against the next
-# page's accuracy. This page's claims, and where they held in this run:
+# shapes before calling a rate the best, and weigh speed against accuracy (next).
 gpuguide.takeaway()

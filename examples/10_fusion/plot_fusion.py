@@ -102,7 +102,7 @@ for i, depth in enumerate(depths):
     for way in ways:
         m, k = times[way][i], len(names[way][i])
         moved[way].append(m.rate(k * pass_bytes, "B/s"))
-        share = gpuguide.percent_of_peak(moved[way][-1].value, peak_bw)
+        share = page.peaks.percent_of(moved[way][-1].value, "memory")
         rows.append({"k": depth, "way": way, "time": m, "passes": k})
         rows[-1] |= {"useful": m.rate(pass_bytes, "B/s"), "moved": moved[way][-1]}
         rows[-1]["% of peak"] = share

@@ -135,7 +135,7 @@ for way, m in times.items():
     moved = m.rate(len(names[way]) * pass_bytes, "B/s")
     beyond = f"{max(firsts[way] - 3 * m.median_s, 0):.2f} s"
     rows.append({"way": way, "time": m, "passes": len(names[way]), "moved": moved})
-    rows[-1]["% of peak"] = gpuguide.percent_of_peak(moved.value, peak)
+    rows[-1]["% of peak"] = page.peaks.percent_of(moved.value, "memory")
     rows[-1]["first 3 calls, beyond steady"] = beyond
     rows[-1]["what ran"] = ", ".join(dict.fromkeys(names[way]))
     useful = m.rate(pass_bytes, "B/s")
