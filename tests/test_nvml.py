@@ -265,8 +265,8 @@ def test_the_link_peak_falls_back_to_the_datasheet(
         assert which == "the datasheet link, as the rate is above NVML's PCIe gen 4 x16"
         assert shares == [
             "28% of the link peak",  # held against gen 4 x16: 9 of 32 GB/s
-            "84% of the link peak (the datasheet's; the rate is above NVML's PCIe gen"
-            " 4 x16)",
+            "84% of the link peak (the datasheet link, as the rate is above NVML's"
+            " PCIe gen 4 x16)",
         ]
     else:
         assert which == (
@@ -304,8 +304,8 @@ def test_an_unknown_gpu_takes_nvml_link_only_where_plausible(use_nvml, monkeypat
     # Above NVML's link, with no datasheet to turn to: no share, never an error.
     assert peaks.percent_of(54e9, "host_link") is None
     assert peaks.share(54e9, "host_link", peak="the link peak") == (
-        "above PCIe gen 4 x16 as NVML reports it (32.0 GB/s): not the link the copies "
-        "crossed"
+        "above the unknown GPU (NVIDIA H100 80GB HBM3) figure of 32.0 GB/s for "
+        "host-link bandwidth: another clock, power limit, variant or link"
     )
 
 

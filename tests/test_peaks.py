@@ -22,7 +22,6 @@ from gpuguide.peaks import (
     device_peaks,
     gpu_peaks,
     measure_cpu_peaks,
-    percent_of_peak,
     with_negotiated_link,
 )
 from gpuguide.timing import Measurement
@@ -278,8 +277,9 @@ def test_the_h100_fp64_page_bug_cannot_come_back():
     assert GPU_PEAKS["H100 SXM5"].percent_of(59.8e12, torch.float64) == (
         pytest.approx(89.25, abs=0.01)
     )
+    vector = Peaks(name="vector fp64", flops={"fp64": 34e12}, source="old row")
     with pytest.raises(PeakExceededError):
-        percent_of_peak(59.8e12, 34e12, limit=PEAK_TOLERANCE)
+        vector.percent_of(59.8e12, "fp64")
 
 
 # --------------------------------------------------------------------------------------
@@ -305,32 +305,14 @@ def test_peaks_fills_missing_precisions_and_copies_input():
     assert peaks.known is True
 
 
-def test_peaks_equality_and_hash():
+def test_peaks_equality():
     a = Peaks(name="x", flops={"fp32": 1e12}, memory_bandwidth_bytes_per_s=1e11)
     b = Peaks(
         name="x", flops={"fp32": 1e12, "fp16": None}, memory_bandwidth_bytes_per_s=1e11
     )
     c = Peaks(name="x", flops={"fp32": 2e12}, memory_bandwidth_bytes_per_s=1e11)
     assert a == b
-    assert hash(a) == hash(b)
     assert a != c
-    assert len({a, b, c}) == 2
-
-
-@pytest.mark.parametrize(
-    "kwargs",
-    [
-        {"flops": {"fp8": 1e15}},
-        {"flops": {"fp32": -1.0}},
-        {"flops": {"fp32": 0.0}},
-        {"flops": {"fp32": math.nan}},
-        {"flops": {}, "memory_bandwidth_bytes_per_s": math.inf},
-        {"flops": {}, "host_link_bytes_per_s": -5.0},
-    ],
-)
-def test_peaks_rejects_bad_figures(kwargs):
-    with pytest.raises(ValueError, match=r"fp8|must be a finite number > 0"):
-        Peaks(name="bad", **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -347,10 +329,7 @@ def test_peaks_rejects_bad_figures(kwargs):
         ("fp32", True, 494.5),
         ("tf32", False, 494.5),
         ("fp16", False, 989.5),
-        ("BF16", False, 989.5),
-        ("float32", False, 67),
-        ("torch.bfloat16", False, 989.5),
-        ("half", False, 989.5),
+        ("bf16", False, 989.5),
     ],
 )
 def test_flops_for(dtype, tf32, expected):
@@ -359,7 +338,7 @@ def test_flops_for(dtype, tf32, expected):
     )
 
 
-@pytest.mark.parametrize("dtype", [torch.int8, torch.complex64, "fp8", "int32", 3])
+@pytest.mark.parametrize("dtype", [torch.int8, torch.complex64, "fp8", "float32", 3])
 def test_flops_for_unknown_dtype(dtype):
     with pytest.raises(ValueError, match="dtype must be"):
         GPU_PEAKS["H100 SXM5"].flops_for(dtype)
@@ -376,47 +355,8 @@ def test_peaks_repr_is_readable():
 
 
 # --------------------------------------------------------------------------------------
-# percent_of_peak and Peaks.percent_of
+# Peaks.percent_of
 # --------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("value", "peak", "expected"),
-    [
-        (798e12, 989.5e12, 80.64679),
-        (50.0, 100.0, 50.0),
-        (0.0, 10.0, 0.0),
-        (150.0, 100.0, 150.0),  # no limit: the plain ratio
-        (1.0, None, None),
-        (None, 10.0, None),
-        (1.0, 0.0, None),
-        (1.0, -3.0, None),
-        (1.0, math.nan, None),
-        (1.0, math.inf, None),
-    ],
-)
-def test_percent_of_peak(value, peak, expected):
-    result = percent_of_peak(value, peak)
-    if expected is None:
-        assert result is None
-    else:
-        assert result == pytest.approx(expected, rel=1e-6)
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [(50.0, 50.0), (100.0, 100.0), (101.0, 100.0), (102.0, 100.0)],
-)
-def test_percent_of_peak_with_a_limit_reads_at_most_100(value, expected):
-    assert percent_of_peak(value, 100.0, limit=1.02) == pytest.approx(expected)
-
-
-def test_percent_of_peak_above_the_limit_raises():
-    with pytest.raises(PeakExceededError, match=r"rate X is 103% of the listed peak Y"):
-        percent_of_peak(103.0, 100.0, limit=1.02, what="rate X", listed="Y")
-    with pytest.raises(PeakExceededError, match="datasheet row is wrong"):
-        percent_of_peak(176.0, 100.0, limit=1.02)
-    assert issubclass(PeakExceededError, ValueError)
 
 
 def test_tolerance_allows_noise_not_a_wrong_row():
@@ -455,7 +395,6 @@ MEASURED = Peaks(
         (101e12, "tf32", False, 100.0),  # within the tolerance
         (0.8e12, "memory", False, 80.0),
         (40e9, "host_link", False, 80.0),
-        (40e9, "host link", False, 80.0),
         (1e12, torch.float16, False, None),  # unknown peak
     ],
 )
@@ -591,21 +530,19 @@ def test_measure_cpu_peaks_keeps_the_best_size(monkeypatch):
     # The rate peaks at n=64 and falls after; every size up to 256 fits call_s.
     bandwidth = {"copy": 2e10, "add": 1e10, "sum": 1.5e10}
     bench = FakeBench(lambda n: 1e12 if n == 64 else 5e11, bandwidth=bandwidth)
-    peaks = peaks_mod._measure_cpu_peaks(True, bench=bench, name="CPU: test")
+    peaks = peaks_mod._measure_cpu_peaks(True, bench=bench)
     assert bench.matmul_sizes() == [16, 32, 64, 128, 256] * 2  # fp32, then fp64
     assert peaks.flops["fp32"] == pytest.approx(1e12)
     assert peaks.flops["fp64"] == pytest.approx(1e12)
     assert peaks.memory_bandwidth_bytes_per_s == pytest.approx(2e10)
     assert peaks.flops["tf32"] is peaks.flops["fp16"] is peaks.flops["bf16"] is None
     assert peaks.host_link_bytes_per_s is None
-    assert peaks.name == "CPU: test"
+    assert peaks.name.startswith("CPU: ")
     assert peaks.known is True
     assert peaks.measured is True
     assert "measured" in peaks.source
-    # The spread: where the best rate was found and the rate of its median call.
-    assert "fp32 1.00 TFLOP/s at n=64 (median call 800 GFLOP/s; n=16-256)" in (
-        peaks.detail
-    )
+    # Where the best rate was found.
+    assert "fp32 1.00 TFLOP/s at n=64;" in peaks.detail
     assert f"{torch.get_num_threads()} torch thread" in peaks.detail
     fp32 = next(c for c in bench.calls if "result" in c)
     assert fp32["device"] == "cpu"
@@ -630,7 +567,7 @@ def test_memory_ceiling_is_the_best_streaming_kernel(monkeypatch, fastest):
     monkeypatch.setitem(peaks_mod._CPU_PLANS, True, TINY)
     bandwidth = dict.fromkeys(FakeBench.MOVES, 1e10) | {fastest: 3e10}
     bench = FakeBench(lambda n: 1e9, bandwidth=bandwidth)
-    peaks = peaks_mod._measure_cpu_peaks(True, bench=bench, name="x")
+    peaks = peaks_mod._measure_cpu_peaks(True, bench=bench)
     assert peaks.memory_bandwidth_bytes_per_s == pytest.approx(3e10)
     assert f" {fastest} of " in peaks.detail
 
@@ -640,10 +577,10 @@ def test_measure_cpu_peaks_stops_growing_when_calls_get_long(monkeypatch):
     # 1 GFLOP/s: n=32 takes 65 us, n=64 0.5 ms; the next size (4 ms) would not fit
     # call_s (1 ms), but sizes up to min_n are always measured.
     bench = FakeBench(lambda n: 1e9)
-    peaks_mod._measure_cpu_peaks(True, bench=bench, name="x")
+    peaks_mod._measure_cpu_peaks(True, bench=bench)
     assert bench.matmul_sizes() == [16, 32, 64] * 2
     slow = FakeBench(lambda n: 1e6)  # even min_n is slow: it is still measured
-    peaks_mod._measure_cpu_peaks(True, bench=slow, name="x")
+    peaks_mod._measure_cpu_peaks(True, bench=slow)
     assert slow.matmul_sizes() == [16, 32] * 2
 
 
@@ -664,25 +601,25 @@ FULL = peaks_mod._CPU_PLANS[False]
 
 
 @pytest.mark.parametrize(
-    ("cache", "available", "nbytes", "why"),
+    ("cache", "available", "nbytes"),
     [
-        (32 * MiB, 64 * GiB, 128 * MiB, "4x the 32.0 MiB last-level cache"),
-        (48 * MiB, 64 * GiB, 256 * MiB, "5x the 48.0 MiB last-level cache"),  # 2^k
-        (8 * MiB, 64 * GiB, 64 * MiB, "8x the 8.00 MiB last-level cache"),  # floor
-        (384 * MiB, 64 * GiB, 2 * GiB, "5x the 384 MiB last-level cache"),
-        (768 * MiB, 256 * GiB, 2 * GiB, "3x the 768 MiB last-level cache"),  # 2 GiB
-        (768 * MiB, 16 * GiB, 1 * GiB, "1x the 768 MiB last-level cache"),  # memory
-        (32 * MiB, 512 * MiB, 64 * MiB, "2x the 32.0 MiB last-level cache"),  # floor
-        (None, 64 * GiB, 256 * MiB, "last-level cache size unknown"),
+        (32 * MiB, 64 * GiB, 128 * MiB),
+        (48 * MiB, 64 * GiB, 256 * MiB),  # a power of 2
+        (8 * MiB, 64 * GiB, 64 * MiB),  # the plan's floor
+        (384 * MiB, 64 * GiB, 2 * GiB),
+        (768 * MiB, 256 * GiB, 2 * GiB),  # at most 2 GiB
+        (768 * MiB, 16 * GiB, 1 * GiB),  # a sixteenth of the memory
+        (32 * MiB, 512 * MiB, 64 * MiB),  # the plan's floor
+        (None, 64 * GiB, 256 * MiB),  # an assumed 64 MiB cache
     ],
 )
-def test_streaming_bytes_outgrow_the_last_level_caches(cache, available, nbytes, why):
-    assert peaks_mod._streaming_bytes(FULL, cache, available) == (nbytes, why)
+def test_streaming_bytes_outgrow_the_last_level_caches(cache, available, nbytes):
+    assert peaks_mod._streaming_bytes(FULL, cache, available) == nbytes
 
 
 def test_streaming_bytes_of_a_plan_without_cache_multiple_are_its_own():
     small = peaks_mod._CPU_PLANS[True]
-    assert peaks_mod._streaming_bytes(small, 2**30, 2**40) == (small.copy_bytes, "")
+    assert peaks_mod._streaming_bytes(small, 2**30, 2**40) == small.copy_bytes
 
 
 def test_streaming_bytes_read_this_host(monkeypatch):
@@ -700,12 +637,10 @@ def test_memory_ceiling_streams_tensors_past_the_caches(monkeypatch):
     monkeypatch.setattr(peaks_mod.host, "last_level_cache_bytes", lambda: 4096)
     monkeypatch.setattr(peaks_mod.host, "available_memory_bytes", lambda: 2**30)
     bench = FakeBench(lambda n: 1e9)
-    peaks = peaks_mod._measure_cpu_peaks(True, bench=bench, name="x")
+    peaks = peaks_mod._measure_cpu_peaks(True, bench=bench)
     kernels = [c for c in bench.calls if c["label"] in FakeBench.MOVES]
     assert {c["args"][0].numel() * 4 for c in kernels} == {4 * 4096}
-    assert "of 16.0 KiB tensors, 4x the 4.00 KiB last-level cache (median" in (
-        peaks.detail
-    )
+    assert "of 16.0 KiB tensors" in peaks.detail
 
 
 def test_measure_cpu_peaks_rejects_bad_times(monkeypatch):
@@ -717,28 +652,28 @@ def test_measure_cpu_peaks_rejects_bad_times(monkeypatch):
 def test_measure_cpu_peaks_is_cached(monkeypatch):
     calls = []
 
-    def fake(small, bench=None, name=None):
-        calls.append(small)
-        return Peaks(name=f"fake {small}", flops={"fp32": 1e9}, source="measured")
+    def fake(plan, bench):
+        calls.append(plan)
+        return 1e9, "fake"
 
-    monkeypatch.setattr(peaks_mod, "_measure_cpu_peaks", fake)
-    peaks_mod._measure_cpu_peaks_cached.cache_clear()
+    monkeypatch.setattr(peaks_mod, "_matmul_ceiling", lambda *args: fake(*args[2:]))
+    monkeypatch.setattr(peaks_mod, "_bandwidth_ceiling", lambda *args: fake(*args[:2]))
+    peaks_mod._measure_cpu_peaks.cache_clear()
     try:
         monkeypatch.setenv("GPUGUIDE_SMALL", "1")
         first = measure_cpu_peaks()
         assert measure_cpu_peaks() is first
-        assert measure_cpu_peaks(small=True) is first
-        assert calls == [True]
+        assert calls == [peaks_mod._CPU_PLANS[True]] * 3
         monkeypatch.setenv("GPUGUIDE_SMALL", "0")
-        assert measure_cpu_peaks().name == "fake False"
-        assert calls == [True, False]
+        assert measure_cpu_peaks() is not first
+        assert calls[3:] == [peaks_mod._CPU_PLANS[False]] * 3
     finally:
-        peaks_mod._measure_cpu_peaks_cached.cache_clear()
+        peaks_mod._measure_cpu_peaks.cache_clear()
 
 
 def test_measure_cpu_peaks_really_measures(monkeypatch):
     monkeypatch.setenv("GPUGUIDE_SMALL", "1")
-    peaks_mod._measure_cpu_peaks_cached.cache_clear()
+    peaks_mod._measure_cpu_peaks.cache_clear()
     peaks = measure_cpu_peaks()
     for value in (
         peaks.flops["fp32"],
@@ -752,7 +687,7 @@ def test_measure_cpu_peaks_really_measures(monkeypatch):
     assert peaks.source == "measured on this CPU (best achieved, not a datasheet)"
     assert peaks.measured is True
     assert "fp32" in peaks.detail
-    assert "median call" in peaks.detail
+    assert "memory" in peaks.detail
     assert measure_cpu_peaks() is peaks
 
 
@@ -780,7 +715,11 @@ def test_device_peaks_default_device(monkeypatch):
 
 def test_device_peaks_cuda_from_properties(monkeypatch):
     props = SimpleNamespace(
-        name="NVIDIA H200", multi_processor_count=132, total_memory=150_021_488_640
+        name="NVIDIA H200",
+        multi_processor_count=132,
+        total_memory=150_021_488_640,
+        major=9,
+        minor=0,
     )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
@@ -842,8 +781,8 @@ def test_a_readers_gpu_above_its_row_gets_a_flag_not_an_error(monkeypatch):
     assert h100.percent_of(70e9, "host_link") is None
     flag = h100.share(70e9, "host_link", peak="the link's peak")
     assert flag == (
-        "above the H100 SXM5 datasheet's 64.0 GB/s for host-link bandwidth: "
-        "another clock, power limit or variant"
+        "above the H100 SXM5 figure of 64.0 GB/s for host-link bandwidth: "
+        "another clock, power limit, variant or link"
     )
     # Within the tolerance, and below the peak, a share as before.
     assert h100.share(64.5e9, "host_link", peak="the link's peak") == (
@@ -897,21 +836,14 @@ def test_a_rate_above_the_negotiated_link_is_held_against_the_datasheets():
         "the datasheet link, as the rate is above NVML's PCIe gen 4 x16",
     )
     assert gen4.percent_of(16e9, "host_link") == pytest.approx(50.0)
-    assert gen4.percent_of(48e9, "host link") == pytest.approx(75.0)
+    assert gen4.percent_of(48e9, "host_link") == pytest.approx(75.0)
     assert gen4.share(48e9, "host_link") == (
-        "75% of peak (the datasheet's; the rate is above NVML's PCIe gen 4 x16)"
+        "75% of peak (the datasheet link, as the rate is above NVML's PCIe gen 4 x16)"
     )
     with pytest.raises(PeakExceededError):  # above the datasheet's too
         gen4.percent_of(70e9, "host_link")
     # Other peaks are not touched by the link.
     assert gen4.percent_of(33.5e12, "fp64") == pytest.approx(50.0)
-
-
-def test_a_negotiated_link_needs_a_rate():
-    with pytest.raises(ValueError, match="host_link_negotiated"):
-        Peaks(name="x", flops={}, host_link_negotiated="PCIe gen 4 x16")
-    with pytest.raises(ValueError, match="datasheet_host_link_bytes_per_s"):
-        Peaks(name="x", flops={}, datasheet_host_link_bytes_per_s=-1.0)
 
 
 def test_share_of_an_unknown_peak():

@@ -23,7 +23,7 @@ from gpuguide.device import describe_device, pick_device, provenance
 from gpuguide.host import usable_cpus
 from gpuguide.memory import release_host_memory, track_memory
 from gpuguide.page import Page, report, setup
-from gpuguide.peaks import Peaks, device_peaks, percent_of_peak
+from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.plotting import label_device, plot_bars, plot_sweep
 from gpuguide.quiet import ignore_torch_internal_warnings
 from gpuguide.results import record
@@ -69,7 +69,6 @@ __all__ = [
     "label_device",
     "largest_size",
     "matmul_flop",
-    "percent_of_peak",
     "pick_device",
     "plot_bars",
     "plot_sweep",

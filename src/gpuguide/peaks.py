@@ -4,6 +4,7 @@ A known NVIDIA GPU gets the dense datasheet figures of :mod:`gpuguide.datasheet`
 (fp64: the tensor-core figure where there is one); an unknown GPU gets unknown
 figures, never a guess; a CPU gets measured ceilings (:func:`measure_cpu_peaks`).
 A rate above a datasheet peak is an error (:class:`PeakExceededError`).
+:meth:`Peaks.percent_of` is the one way to compute a share of a peak.
 
 >>> import torch
 >>> peaks = gpu_peaks("NVIDIA H100 80GB HBM3", 132, 85_045_379_072)
@@ -23,7 +24,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from gpuguide import checks, datasheet, host, nvml
-from gpuguide.device import DeviceInfo, gpu_state, pick_device
+from gpuguide.device import DeviceInfo, describe_device
 from gpuguide.env import small_mode, strict_peaks
 from gpuguide.nvml import GpuState
 from gpuguide.timing import Measurement, benchmark
@@ -32,38 +33,14 @@ from gpuguide.units import format_bytes, format_rate
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Peaks", "device_peaks", "percent_of_peak", "with_negotiated_link"]
+__all__ = ["Peaks", "device_peaks"]
 
 #: The precisions a :class:`Peaks` lists, in this order.
 FLOPS_KEYS: tuple[str, ...] = ("fp64", "fp32", "tf32", "fp16", "bf16")
 
-_DTYPE_ALIASES: dict[str, str] = {
-    alias: key
-    for key, aliases in {
-        "fp64": ("fp64", "float64", "double"),
-        "fp32": ("fp32", "float32", "float"),
-        "tf32": ("tf32",),
-        "fp16": ("fp16", "float16", "half"),
-        "bf16": ("bf16", "bfloat16"),
-    }.items()
-    for alias in aliases
-}
-
 #: How far a rate may exceed a datasheet peak (reading 100%) before it is an error:
 #: noise and a board clocked a little high stay under it; a wrong row or count does not.
 PEAK_TOLERANCE = 1.02
-
-#: Names :meth:`Peaks.percent_of` accepts for the two bandwidths: (attribute, what).
-_BANDWIDTHS: dict[str, tuple[str, str]] = {
-    "memory": ("memory_bandwidth_bytes_per_s", "memory bandwidth"),
-    "host_link": ("host_link_bytes_per_s", "host-link bandwidth"),
-    "host link": ("host_link_bytes_per_s", "host-link bandwidth"),
-}
-
-_UNKNOWN_GPU_SOURCE = (
-    "no datasheet entry for this GPU in gpuguide.peaks.GPU_PEAKS: figures unknown"
-)
-_MEASURED_CPU_SOURCE = "measured on this CPU (best achieved, not a datasheet)"
 
 #: The least share of the datasheet's host link that NVML's negotiated link may be
 #: and still count as the link's peak: a card in an older or narrower slot (an
@@ -75,11 +52,6 @@ PLAUSIBLE_LINK_SHARE = 0.25
 #: The same floor for a GPU without a datasheet row: PCIe gen 3 x4 (an external
 #: enclosure), the narrowest link a CUDA GPU is commonly attached by.
 MIN_PLAUSIBLE_LINK_BYTES_PER_S = 4e9
-
-
-def _check_rate(name: str, value: float | None) -> float | None:
-    """``value`` as a float > 0, or None."""
-    return None if value is None else checks.positive(name, value)
 
 
 class PeakExceededError(ValueError):
@@ -111,34 +83,8 @@ class Peaks:
     datasheet_host_link_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
-        extra = sorted(set(self.flops) - set(FLOPS_KEYS))
-        if extra:
-            msg = f"flops keys must be among {FLOPS_KEYS}, got {extra}"
-            raise ValueError(msg)
-        flops = {
-            key: _check_rate(f"flops[{key!r}]", self.flops.get(key))
-            for key in FLOPS_KEYS
-        }
+        flops = {key: self.flops.get(key) for key in FLOPS_KEYS}
         object.__setattr__(self, "flops", MappingProxyType(flops))
-        for field in (
-            "memory_bandwidth_bytes_per_s",
-            "host_link_bytes_per_s",
-            "datasheet_host_link_bytes_per_s",
-        ):
-            object.__setattr__(self, field, _check_rate(field, getattr(self, field)))
-        if self.host_link_negotiated is not None and self.host_link_bytes_per_s is None:
-            msg = "host_link_negotiated needs host_link_bytes_per_s, got None"
-            raise ValueError(msg)
-
-    def __hash__(self) -> int:
-        rates = (
-            self.memory_bandwidth_bytes_per_s,
-            self.host_link_bytes_per_s,
-            self.datasheet_host_link_bytes_per_s,
-        )
-        flags = (self.source, self.known, self.measured, self.detail)
-        link = self.host_link_negotiated
-        return hash((self.name, tuple(self.flops.items()), *rates, *flags, link))
 
     def __repr__(self) -> str:
         rates = ", ".join(
@@ -157,12 +103,9 @@ class Peaks:
     def flops_for(
         self, dtype: torch.dtype | str, *, tf32: bool = False
     ) -> float | None:
-        """The peak matmul FLOP/s in ``dtype`` (a torch dtype or a name such as
-        ``"bf16"``; TF32's for fp32 with ``tf32=True``), None where unknown."""
-        key = _precision_key(dtype)
-        if key == "fp32" and tf32:
-            key = "tf32"
-        return self.flops[key]
+        """The peak matmul FLOP/s in ``dtype`` (a torch dtype or a name of
+        :data:`FLOPS_KEYS`; TF32's for fp32 with ``tf32=True``), None where unknown."""
+        return self._peak(dtype, tf32)[2]
 
     def host_link_for(self, rate: float | None = None) -> tuple[float | None, str]:
         """The host-link peak to hold ``rate`` (bytes/s) against, and what it is.
@@ -189,39 +132,37 @@ class Peaks:
         self, rate: float, of: torch.dtype | str, *, tf32: bool = False
     ) -> float | None:
         """``100 * rate / peak`` (at most 100) for ``of`` a precision, ``"memory"`` or
-        ``"host_link"``; None where unknown or above :data:`PEAK_TOLERANCE` times a
-        datasheet peak (with ``GPUGUIDE_STRICT_PEAKS``: :class:`PeakExceededError`).
-        The host link is the one :meth:`host_link_for` picks for ``rate``."""
+        ``"host_link"`` (the link :meth:`host_link_for` picks for ``rate``); None
+        where unknown or above :data:`PEAK_TOLERANCE` times a datasheet peak (with
+        ``GPUGUIDE_STRICT_PEAKS``: :class:`PeakExceededError`)."""
         what, unit, peak = self._peak(of, tf32)
         rate = checks.non_negative("rate", rate)
+        if peak is not None and of == "host_link":
+            peak = self.host_link_for(rate)[0]
         if peak is None:
             return None
-        if self.measured:
-            return min(100.0 * rate / peak, 100.0)
-        if _is_host_link(of) and self.host_link_negotiated is not None:
-            link, _ = self.host_link_for(rate)  # NVML's, or the datasheet's above it
-            if link is None or (link == peak and rate > PEAK_TOLERANCE * link):
-                return None  # above NVML's figure, with no datasheet link to use
-            peak = link
-        try:
-            return percent_of_peak(
-                rate,
-                peak,
-                limit=PEAK_TOLERANCE,
-                what=f"{self.name}: a measured {what} rate of "
-                f"{format_rate(rate, unit)}",
-                listed=f"{format_rate(peak, unit)} (source: {self.source})",
+        percent = 100.0 * rate / peak
+        if self.measured or rate <= PEAK_TOLERANCE * peak:
+            return min(percent, 100.0)
+        if strict_peaks() and self.known:
+            msg = (
+                f"{self.name}: a measured {what} rate of {format_rate(rate, unit)} is "
+                f"{percent:.0f}% of the listed peak {format_rate(peak, unit)} "
+                f"(source: {self.source}), more than the "
+                f"{100 * (PEAK_TOLERANCE - 1):.0f}% that measurement noise allows: a "
+                "datasheet peak is a ceiling, so the datasheet row is wrong or the "
+                "measurement is (its FLOP or byte count, its timing, or data served "
+                "from a cache)"
             )
-        except PeakExceededError:
-            if strict_peaks():
-                raise
-            return None
+            raise PeakExceededError(msg)
+        return None
 
     def _peak(self, of: torch.dtype | str, tf32: bool) -> tuple[str, str, float | None]:
         """What ``of`` names, its unit and its peak (None where unknown)."""
-        if isinstance(of, str) and of.strip().lower() in _BANDWIDTHS:
-            field, what = _BANDWIDTHS[of.strip().lower()]
-            return what, "B/s", getattr(self, field)
+        if of == "memory":
+            return "memory bandwidth", "B/s", self.memory_bandwidth_bytes_per_s
+        if of == "host_link":
+            return "host-link bandwidth", "B/s", self.host_link_bytes_per_s
         key = _precision_key(of)
         key = "tf32" if key == "fp32" and tf32 else key
         return f"{key} matmul", "FLOP/s", self.flops[key]
@@ -234,60 +175,35 @@ class Peaks:
         tf32: bool = False,
         peak: str = "peak",
     ) -> str:
-        """A rate's share of its peak for a sentence: ``"77% of peak"``, ``"peak
-        unknown"`` or ``"above the H100 SXM5 datasheet's ...: another clock..."``."""
+        """:meth:`percent_of` for a sentence: ``"77% of peak"``, ``"peak unknown"``
+        or ``"above the H100 SXM5 datasheet's ...: another clock..."``."""
         percent = self.percent_of(rate, of, tf32=tf32)
-        negotiated = _is_host_link(of) and self.host_link_negotiated is not None
-        link, _ = self.host_link_for(rate)
-        if percent is not None:
-            if negotiated and link != self.host_link_bytes_per_s:
-                above = f"above NVML's {self.host_link_negotiated}"
-                return (
-                    f"{percent:.0f}% of {peak} (the datasheet's; the rate is {above})"
-                )
-            return f"{percent:.0f}% of {peak}"
         what, unit, listed = self._peak(of, tf32)
+        if percent is not None:
+            link, which = self.host_link_for(rate)
+            switched = of == "host_link" and link != listed
+            return f"{percent:.0f}% of {peak}" + (f" ({which})" if switched else "")
         if listed is None:
             return f"{peak} unknown"
-        if negotiated and link == self.host_link_bytes_per_s:
-            return (
-                f"above {self.host_link_negotiated} as NVML reports it "
-                f"({format_rate(link, unit)}): not the link the copies crossed"
-            )
         return (
-            f"above the {self.name} datasheet's {format_rate(listed, unit)} "
-            f"for {what}: another clock, power limit or variant"
+            f"above the {self.name} figure of {format_rate(listed, unit)} "
+            f"for {what}: another clock, power limit, variant or link"
         )
-
-
-def _is_host_link(of: object) -> bool:
-    """Whether ``of`` names the host link (``"host_link"``, ``"host link"``)."""
-    return isinstance(of, str) and of.strip().lower() in ("host_link", "host link")
 
 
 def _precision_key(dtype: Any) -> str:
     """The :data:`FLOPS_KEYS` entry for a torch dtype or a precision name."""
-    if isinstance(dtype, str):
-        key = _DTYPE_ALIASES.get(dtype.strip().lower().removeprefix("torch."))
-        if key is None:
-            msg = f"dtype must be one of {sorted(_DTYPE_ALIASES)}, got {dtype!r}"
-            raise ValueError(msg)
-        return key
-    import torch
-
-    by_dtype = {
-        torch.float64: "fp64",
-        torch.float32: "fp32",
-        torch.float16: "fp16",
-        torch.bfloat16: "bf16",
-    }
-    if isinstance(dtype, torch.dtype) and dtype in by_dtype:
-        return by_dtype[dtype]
-    msg = f"dtype must be float64, float32, float16 or bfloat16, got {dtype!r}"
-    raise ValueError(msg)
+    if isinstance(dtype, str) and dtype in FLOPS_KEYS:
+        return dtype
+    key = {"torch.float64": "fp64", "torch.float32": "fp32"}.get(str(dtype))
+    key = key or {"torch.float16": "fp16", "torch.bfloat16": "bf16"}.get(str(dtype))
+    if key is None:
+        msg = f"dtype must be a float dtype or one of {FLOPS_KEYS}, got {dtype!r}"
+        raise ValueError(msg)
+    return key
 
 
-def _unknown(name: str, source: str = _UNKNOWN_GPU_SOURCE) -> Peaks:
+def _unknown(name: str, source: str) -> Peaks:
     """Peaks with every figure unknown."""
     return Peaks(name=name, flops={}, source=source, known=False)
 
@@ -295,12 +211,12 @@ def _unknown(name: str, source: str = _UNKNOWN_GPU_SOURCE) -> Peaks:
 def _from_datasheet(row: datasheet.GPUFigures) -> Peaks:
     """Peaks from a datasheet row (fp64: tensor cores if any)."""
     fp64 = row.fp64_tensor_tflops if row.fp64_tensor_tflops else row.fp64_tflops
-    tflops = (fp64, row.fp32_tflops, row.tf32_tflops, row.fp16_tflops)
+    tflops = (fp64, row.fp32_tflops, row.tf32_tflops, row.fp16_tflops, row.bf16_tflops)
     return Peaks(
         name=row.variant,
         flops={
             key: None if value is None else value * 1e12
-            for key, value in zip(FLOPS_KEYS, (*tflops, row.bf16_tflops), strict=True)
+            for key, value in zip(FLOPS_KEYS, tflops, strict=True)
         },
         memory_bandwidth_bytes_per_s=row.memory_gb_per_s * 1e9,
         host_link_bytes_per_s=row.host_link_gb_per_s * 1e9,
@@ -319,7 +235,11 @@ def gpu_peaks(name: str, sm_count: int | None, total_memory_bytes: int | None) -
     in :data:`GPU_PEAKS`."""
     variant = datasheet.identify_gpu(name, sm_count, total_memory_bytes)
     if variant is None:
-        return _unknown(f"unknown GPU ({' '.join(str(name).split())})")
+        return _unknown(
+            f"unknown GPU ({' '.join(str(name).split())})",
+            "no datasheet entry for this GPU in gpuguide.peaks.GPU_PEAKS: "
+            "figures unknown",
+        )
     return GPU_PEAKS[variant]
 
 
@@ -352,21 +272,14 @@ _MAX_STREAMING_BYTES = 2**31
 
 def _streaming_bytes(
     plan: _CpuPlan, cache_bytes: int | None, available_bytes: int
-) -> tuple[int, str]:
-    """Bytes of each tensor the bandwidth kernels stream, and why."""
-    nbytes = plan.copy_bytes
+) -> int:
+    """Bytes of each tensor the bandwidth kernels stream."""
     if not plan.cache_multiple:
-        return nbytes, ""
+        return plan.copy_bytes
     cache = _ASSUMED_CACHE_BYTES if cache_bytes is None else cache_bytes
     wanted = 2 ** math.ceil(math.log2(max(plan.cache_multiple * cache, 1)))
     cap = 2 ** math.floor(math.log2(max(available_bytes * _MEMORY_SHARE, 1)))
-    cap = min(cap, _MAX_STREAMING_BYTES)
-    nbytes = max(nbytes, min(wanted, cap))
-    if cache_bytes is None:
-        return nbytes, "last-level cache size unknown"
-    times = nbytes / cache_bytes
-    how = f"{times:.0f}x" if times >= 1 else f"{times:.2g}x"
-    return nbytes, f"{how} the {format_bytes(cache_bytes)} last-level cache"
+    return int(max(plan.copy_bytes, min(wanted, cap, _MAX_STREAMING_BYTES)))
 
 
 def streaming_bytes(*, small: bool | None = None) -> int:
@@ -374,13 +287,8 @@ def streaming_bytes(*, small: bool | None = None) -> int:
     times the last-level caches as a power of two, 64 MiB to 2 GiB and at most a
     sixteenth of the available memory; 32 MiB in small mode."""
     plan = _CPU_PLANS[small_mode() if small is None else bool(small)]
-    return _host_streaming_bytes(plan)[0]
-
-
-def _host_streaming_bytes(plan: _CpuPlan) -> tuple[int, str]:
-    """:func:`_streaming_bytes` with this host's caches and available memory."""
     if not plan.cache_multiple:
-        return _streaming_bytes(plan, None, 0)
+        return plan.copy_bytes
     cache, available = host.last_level_cache_bytes(), host.available_memory_bytes()
     return _streaming_bytes(plan, cache, available)
 
@@ -400,48 +308,42 @@ def _matmul_ceiling(
     """The best FLOP/s of square matmuls of growing size, and how it was found."""
     import torch
 
-    timing = {
-        "device": "cpu",
-        "warmup_ms": plan.warmup_ms,
-        "rep_ms": plan.rep_ms,
-        "min_reps": 3,
-        "max_reps": 50,
-    }
-    runs: list[tuple[int, Measurement]] = []
+    runs: list[tuple[int, float]] = []
     n = plan.first_n
     while True:
         a, b, out = (torch.randn(n, n, dtype=dtype) for _ in range(3))
         m = bench(
-            torch.mm, args=(a, b), kwargs={"out": out}, label=f"{key} mm {n}", **timing
+            torch.mm,
+            args=(a, b),
+            kwargs={"out": out},
+            label=f"{key} mm {n}",
+            device="cpu",
+            warmup_ms=plan.warmup_ms,
+            rep_ms=plan.rep_ms,
+            min_reps=3,
+            max_reps=50,
         )
-        runs.append((n, m))
+        runs.append((n, 2.0 * n**3 / _best_s(m)))
         # The next size does 8x the work.
         if 2 * n > plan.max_n or (n >= plan.min_n and 8 * _best_s(m) > plan.call_s):
             break
         n *= 2
-    del a, b, out
-    n, m = max(runs, key=lambda run: run[0] ** 3 / _best_s(run[1]))
-    flop = 2.0 * n**3
-    best = flop / _best_s(m)
-    sizes = f"n={runs[0][0]}" + (f"-{runs[-1][0]}" if len(runs) > 1 else "")
-    text = (
-        f"{key} {format_rate(best, 'FLOP/s')} at n={n} (median call "
-        f"{format_rate(flop / m.median_s, 'FLOP/s')}; {sizes})"
-    )
-    return best, text
+    n, best = max(runs, key=lambda run: run[1])
+    return best, f"{key} {format_rate(best, 'FLOP/s')} at n={n}"
 
 
 def _bandwidth_ceiling(
-    plan: _CpuPlan, bench: Callable[..., Measurement]
+    plan: _CpuPlan, bench: Callable[..., Measurement], nbytes: int
 ) -> tuple[float, str]:
     """The best bytes/s of a copy, an add and a sum of tensors past the caches
     (which is fastest depends on the CPU)."""
     import torch
 
-    nbytes, why = _host_streaming_bytes(plan)
-    numel = nbytes // 4
-    x, y = torch.ones(numel), torch.ones(numel)
-    out = torch.empty(numel)
+    x, y, out = (
+        torch.ones(nbytes // 4),
+        torch.ones(nbytes // 4),
+        torch.empty(nbytes // 4),
+    )
     kernels = {  # name -> (call, arguments, bytes moved)
         "copy": (out.copy_, (x,), 2 * nbytes),
         "add": (functools.partial(torch.add, out=out), (x, y), 3 * nbytes),
@@ -459,56 +361,41 @@ def _bandwidth_ceiling(
             min_reps=5,
             max_reps=50,
         )
-        rates[name] = (moved / _best_s(m), moved / m.median_s)
-    best = max(rates, key=lambda name: rates[name][0])
-    article = {"copy": "a", "add": "an", "sum": "a"}
-    text = (
-        f"memory {format_rate(rates[best][0], 'B/s')} by {article[best]} {best} of "
-        f"{format_bytes(nbytes)} tensors{f', {why}' if why else ''} (median call "
-        f"{format_rate(rates[best][1], 'B/s')}; best of copy, add, sum)"
-    )
-    return rates[best][0], text
+        rates[name] = moved / _best_s(m)
+    best = max(rates, key=rates.__getitem__)
+    text = f"{'an' if best == 'add' else 'a'} {best} of {format_bytes(nbytes)} tensors"
+    return rates[best], f"memory {format_rate(rates[best], 'B/s')} by {text}"
 
 
+@functools.lru_cache(maxsize=2)
 def _measure_cpu_peaks(
-    small: bool,
-    bench: Callable[..., Measurement] = benchmark,
-    name: str | None = None,
+    small: bool, bench: Callable[..., Measurement] = benchmark
 ) -> Peaks:
     """Measure the CPU's best fp32 and fp64 matmul rates and memory bandwidth."""
     import torch
 
     plan = _CPU_PLANS[small]
-    flops: dict[str, float | None] = {}
-    details = []
-    for key, dtype in (("fp32", torch.float32), ("fp64", torch.float64)):
-        flops[key], text = _matmul_ceiling(key, dtype, plan, bench)
-        details.append(text)
-    bandwidth, text = _bandwidth_ceiling(plan, bench)
-    details.append(text)
+    fp32, fp32_text = _matmul_ceiling("fp32", torch.float32, plan, bench)
+    fp64, fp64_text = _matmul_ceiling("fp64", torch.float64, plan, bench)
+    bandwidth, memory_text = _bandwidth_ceiling(
+        plan, bench, streaming_bytes(small=small)
+    )
     threads = torch.get_num_threads()
     return Peaks(
-        name=name if name is not None else f"CPU: {host.cpu_model()}",
-        flops=flops,
+        name=f"CPU: {host.cpu_model()}",
+        flops={"fp32": fp32, "fp64": fp64},
         memory_bandwidth_bytes_per_s=bandwidth,
-        host_link_bytes_per_s=None,
-        source=_MEASURED_CPU_SOURCE,
-        known=True,
+        source="measured on this CPU (best achieved, not a datasheet)",
         measured=True,
-        detail=f"best calls with {threads} torch thread(s): " + "; ".join(details),
+        detail=f"best calls with {threads} torch thread(s): "
+        f"{fp32_text}; {fp64_text}; {memory_text}",
     )
 
 
-@functools.lru_cache(maxsize=8)
-def _measure_cpu_peaks_cached(small: bool) -> Peaks:
-    """:func:`_measure_cpu_peaks` once per process and mode."""
-    return _measure_cpu_peaks(small)
-
-
-def measure_cpu_peaks(*, small: bool | None = None) -> Peaks:
-    """Measure what this CPU achieves, once per process: a ceiling for its peaks
-    (best calls of fp32 and fp64 matmuls and of streaming kernels)."""
-    return _measure_cpu_peaks_cached(small_mode() if small is None else bool(small))
+def measure_cpu_peaks() -> Peaks:
+    """Measure what this CPU achieves, once per process and mode: a ceiling for its
+    peaks (best calls of fp32 and fp64 matmuls and of streaming kernels)."""
+    return _measure_cpu_peaks(small_mode())
 
 
 def with_negotiated_link(peaks: Peaks, state: GpuState | None) -> Peaks:
@@ -534,11 +421,7 @@ def with_negotiated_link(peaks: Peaks, state: GpuState | None) -> Peaks:
         else PLAUSIBLE_LINK_SHARE * sheet
     )
     said = f"NVML's {label} ({format_rate(link, 'B/s')})"
-    if link < floor:
-        why = f"{said} is implausibly slow for this GPU"
-    elif sheet is not None and link > sheet:
-        why = f"{said} is faster than this GPU's own link"
-    else:
+    if floor <= link <= (sheet or link):
         return replace(
             peaks,
             host_link_bytes_per_s=link,
@@ -546,63 +429,26 @@ def with_negotiated_link(peaks: Peaks, state: GpuState | None) -> Peaks:
             datasheet_host_link_bytes_per_s=sheet,
             source=f"{peaks.source}; host link: {label} as negotiated (NVML)",
         )
+    why = (
+        "implausibly slow for this GPU" if link < floor else "faster than its own link"
+    )
     kept = "the datasheet's" if sheet is not None else "unknown"
-    return replace(peaks, source=f"{peaks.source}; host link: {kept}, as {why}")
+    return replace(
+        peaks, source=f"{peaks.source}; host link: {kept}, as {said} is {why}"
+    )
 
 
 def device_peaks(device: str | torch.device | DeviceInfo | None = None) -> Peaks:
     """Peaks for a device (by default :func:`~gpuguide.device.pick_device`'s):
     datasheet for a known GPU (its host link as negotiated, where NVML says),
     measured for a CPU, unknown for MPS."""
-    if isinstance(device, DeviceInfo):
-        if device.type == "cuda":
-            peaks = gpu_peaks(device.name, device.sm_count, device.total_memory_bytes)
-            return with_negotiated_link(peaks, device.gpu_state)
-        device_type = device.type
-    else:
-        resolved = pick_device(device)
-        device_type = resolved.type
-        if device_type == "cuda":
-            import torch
-
-            props = torch.cuda.get_device_properties(resolved)
-            peaks = gpu_peaks(
-                props.name, props.multi_processor_count, props.total_memory
-            )
-            return with_negotiated_link(peaks, gpu_state(resolved))
-    if device_type == "cpu":
+    info = device if isinstance(device, DeviceInfo) else describe_device(device)
+    if info.type == "cuda":
+        peaks = gpu_peaks(info.name, info.sm_count, info.total_memory_bytes)
+        return with_negotiated_link(peaks, info.gpu_state)
+    if info.type == "cpu":
         return measure_cpu_peaks()
     return _unknown(
         "Apple GPU (MPS)",
-        source="no datasheet figures for Apple GPUs in gpuguide: figures unknown",
+        "no datasheet figures for Apple GPUs in gpuguide: figures unknown",
     )
-
-
-def percent_of_peak(
-    value: float | None,
-    peak: float | None,
-    *,
-    limit: float | None = None,
-    what: str = "a measured rate",
-    listed: str | None = None,
-) -> float | None:
-    """A rate as a percentage of a peak, None if unknown (see :meth:`Peaks.percent_of`);
-    with ``limit``, above ``limit * peak`` raises :class:`PeakExceededError`."""
-    if value is None or peak is None:
-        return None
-    peak = float(peak)
-    if not (math.isfinite(peak) and peak > 0):
-        return None
-    percent = 100.0 * float(value) / peak
-    if limit is None:
-        return percent
-    if float(value) > limit * peak:
-        shown = listed if listed is not None else f"{peak:.4g}"
-        msg = (
-            f"{what} is {percent:.0f}% of the listed peak {shown}, more than the "
-            f"{100 * (limit - 1):.0f}% that measurement noise allows: a datasheet "
-            "peak is a ceiling, so the datasheet row is wrong or the measurement is "
-            "(its FLOP or byte count, its timing, or data served from a cache)"
-        )
-        raise PeakExceededError(msg)
-    return min(percent, 100.0)
