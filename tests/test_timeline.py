@@ -1,9 +1,10 @@
-"""Tests for gpuguide.chapters.timeline: spans and the timeline plot."""
+"""Tests for gpuguide.chapters.timeline: spans, marks, overlap and the timeline plot."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import time
 
 import matplotlib as mpl
 
@@ -13,7 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from gpuguide.chapters.timeline import Span, plot_timeline
+from gpuguide.chapters.timeline import Marks, Span, overlap_share, plot_timeline
 from gpuguide.plotting import COLORS
 
 COPY, COMPUTE = "copy stream", "compute stream"
@@ -64,6 +65,53 @@ def test_span_allows_zero_length() -> None:
 def test_span_rejects(lane, label, start, end, match) -> None:
     with pytest.raises(ValueError, match=match):
         Span(lane, label, start, end)
+
+
+# -- Marks and overlap_share -----------------------------------------------------
+
+
+def test_overlap_share_is_the_copies_time_beside_compute() -> None:
+    # copies busy 6 ms; the second H2D runs 2 ms and the first D2H 1 ms beside compute
+    assert overlap_share(pipeline(), COPY, COMPUTE) == pytest.approx(0.5)
+    assert overlap_share(pipeline(), COMPUTE, COPY) == pytest.approx(3 / 6)
+
+
+def test_overlap_share_zero_when_stages_touch_or_the_lane_is_idle() -> None:
+    serial = [Span(COPY, "H2D", 0.0, 1.0), Span(COMPUTE, "compute", 1.0, 2.0)]
+    assert overlap_share(serial, COPY, COMPUTE) == 0.0
+    assert overlap_share(serial, "absent", COMPUTE) == 0.0
+
+
+def test_marks_on_a_cpu_time_each_span_from_the_origin() -> None:
+    marks = Marks("cpu")
+    with marks.span("CPU", "sleep"):
+        time.sleep(0.002)
+    with marks.span("CPU", "nothing"):
+        pass
+    first, second = marks.spans()
+    assert (first.lane, first.label, second.label) == ("CPU", "sleep", "nothing")
+    assert 0.0 <= first.start_s < first.end_s <= second.start_s <= second.end_s
+    assert first.duration_s >= 0.002
+    assert second.duration_s < first.duration_s
+
+
+@pytest.mark.gpu
+def test_marks_on_cuda_bracket_work_on_each_stream() -> None:
+    import torch
+
+    x = torch.randn(2048, 2048, device="cuda")
+    side = torch.cuda.Stream()
+    marks = Marks("cuda")
+    with marks.span("default", "matmul"):
+        x @ x
+    with torch.cuda.stream(side), marks.span("side", "copy"):
+        x.clone()
+    spans = marks.spans()
+    assert [(s.lane, s.label) for s in spans] == [
+        ("default", "matmul"),
+        ("side", "copy"),
+    ]
+    assert all(s.start_s >= 0.0 and s.duration_s > 0.0 for s in spans)
 
 
 # -- plot_timeline -------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Drawing a timeline of measured work: which lane (stream, thread) ran what, and when.
 
 A :class:`Span` is one piece of work on one lane, timed in seconds from a common
-origin (CUDA events recorded on each stream, or a host clock);
+origin; :class:`Marks` records them (CUDA events on each stream, or a host clock),
+:func:`overlap_share` says how much of one lane's work ran beside another's, and
 :func:`plot_timeline` draws spans as bars, one row per lane, one colour per label.
 
 Examples
@@ -20,10 +21,13 @@ Examples
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from gpuguide.device import as_device
 from gpuguide.plotting import COLORS, label_device, style_axes
 
 if TYPE_CHECKING:
@@ -32,7 +36,7 @@ if TYPE_CHECKING:
 
     from gpuguide.device import DeviceInfo
 
-__all__ = ["Span", "plot_timeline"]
+__all__ = ["Marks", "Span", "overlap_share", "plot_timeline"]
 
 _BAR_HEIGHT = 0.7  # a bar's share of the distance between two lanes
 _LEGEND_ROOM = 0.5  # room above the first lane for the legend, in lanes
@@ -73,6 +77,68 @@ class Span:
     def duration_s(self) -> float:
         """``end_s - start_s``, in seconds."""
         return self.end_s - self.start_s
+
+
+class Marks:
+    """Spans of work, each marked with :meth:`span` on the stream that runs it.
+
+    On CUDA a mark is an event recorded on the current stream: it completes when the
+    work queued on that stream before it is done, so two marks bracket the work as
+    the GPU ran it, whatever the host did meanwhile. Elsewhere a mark synchronizes
+    and reads the host clock. Times count from a mark made when ``Marks`` is made.
+    """
+
+    def __init__(self, device: str | torch.device) -> None:
+        import torch
+
+        self.cuda = as_device(device).type == "cuda"
+        self.sync = getattr(torch, as_device(device).type).synchronize
+        self.marks: list[tuple[str, str, Any, Any]] = []
+        self.sync()
+        self.origin = self.now()
+
+    def now(self) -> Any:
+        import torch
+
+        if not self.cuda:
+            self.sync()
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()  # on the current stream
+        return event
+
+    @contextmanager
+    def span(self, lane: str, label: str) -> Iterator[None]:
+        start = self.now()
+        yield
+        self.marks.append((lane, label, start, self.now()))
+
+    def spans(self) -> list[Span]:
+        """Wait for the marked work, then read each span from the origin."""
+        self.sync()
+
+        def read(mark: Any) -> float:
+            if self.cuda:
+                return float(self.origin.elapsed_time(mark)) / 1e3
+            return float(mark - self.origin)
+
+        return [Span(lane, label, read(s), read(e)) for lane, label, s, e in self.marks]
+
+
+def overlap_share(spans: Sequence[Span], lane: str, other: str) -> float:
+    """The share of ``lane``'s busy time during which ``other`` also ran (0 when
+    ``lane`` did nothing); spans within a lane are taken not to overlap."""
+    mine = [s for s in spans if s.lane == lane]
+    busy = sum(s.duration_s for s in mine)
+    if busy <= 0:
+        return 0.0
+    both = sum(
+        max(0.0, min(a.end_s, b.end_s) - max(a.start_s, b.start_s))
+        for a in mine
+        for b in spans
+        if b.lane == other
+    )
+    return both / busy
 
 
 def plot_timeline(
