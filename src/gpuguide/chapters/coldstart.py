@@ -154,9 +154,9 @@ def measure(
     :func:`report`.
 
     The cache counts and phases are read before ``also``'s first calls, which
-    compile outside every figure. Inductor's CPU probe (:func:`probe_cpu`) is left
-    out of the first call: on a CPU it is timed here before it (``"probe_s"``), as
-    is importing inductor, which every process pays before it compiles."""
+    compile outside every figure. Inductor's probe of the CPU's vector
+    instructions is left out of the first call: on a CPU it is timed before it
+    (``"probe_s"``). Inductor is imported before anything is timed."""
     import torch
     import torch._inductor.compile_fx  # imported before anything is timed
     from torch._dynamo.utils import counters
