@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 
 import pytest
 import torch
@@ -111,21 +110,6 @@ def test_cuda_default_index_is_the_current_device() -> None:
     assert tracker.device == "cuda:2"
 
 
-def test_nested_cuda_trackers_keep_the_outer_peak() -> None:
-    fake = FakeCuda()
-    with MemoryTracker("cuda:0", backend=fake) as outer:
-        fake.alloc(500 * MiB)
-        fake.free(500 * MiB)
-        # The inner tracker resets the device-wide peak counter.
-        with MemoryTracker("cuda:0", backend=fake) as inner:
-            fake.alloc(10 * MiB)
-    assert inner.report is not None
-    assert outer.report is not None
-    assert inner.report.peak_increase_bytes == 10 * MiB
-    assert outer.report.peak_bytes == 500 * MiB
-    assert outer.report.reserved_peak_bytes == 1000 * MiB
-
-
 def test_report_is_set_when_the_block_raises() -> None:
     fake = FakeCuda()
     tracker = MemoryTracker("cuda:0", backend=fake)
@@ -140,7 +124,6 @@ def test_report_is_set_when_the_block_raises() -> None:
         run_block()
     assert tracker.report is not None
     assert tracker.report.end_bytes == 64 * MiB
-    assert memory._active == []
 
 
 def test_mps_report_has_no_peak() -> None:
@@ -228,37 +211,20 @@ def test_cpu_freed_tensor_shows_peak_but_little_net() -> None:
     assert report.peak_increase_bytes is not None
     assert report.peak_increase_bytes >= 150 * MiB
     assert report.net_bytes < 50 * MiB
-    assert "VmHWM" in report.note or "sampled" in report.note
+    assert "VmHWM" in report.note
 
 
-def test_nested_cpu_trackers_keep_the_outer_peak() -> None:
-    with track_memory("cpu") as outer:
-        x = torch.ones(BIG_NUMEL)
-        del x
-        with track_memory("cpu") as inner:
-            y = torch.ones(1000)
-        del y
-    assert outer.report is not None
-    assert inner.report is not None
-    assert outer.report.peak_increase_bytes is not None
-    assert inner.report.peak_increase_bytes is not None
-    assert outer.report.peak_increase_bytes >= 150 * MiB
-    assert inner.report.peak_increase_bytes < 50 * MiB
-
-
-def test_cpu_sampling_fallback(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    # Resetting the high-water mark is refused: a thread samples RSS instead.
+def test_cpu_peak_is_unknown_where_the_high_water_mark_stays(monkeypatch, tmp_path):
+    # Resetting the high-water mark is refused: no peak rather than a stale one.
     monkeypatch.setattr(memory, "_CLEAR_REFS", str(tmp_path / "missing" / "x"))
     with track_memory("cpu") as tracker:
         x = torch.ones(BIG_NUMEL)
-        time.sleep(0.02)
         del x
     report = tracker.report
     assert report is not None
-    assert "sampled" in report.note
-    assert report.peak_increase_bytes is not None
-    assert report.peak_increase_bytes >= 150 * MiB
-    assert report.net_bytes < 50 * MiB
+    assert report.peak_bytes is None
+    assert "Peak unknown" in report.note
+    assert "peak unknown" in str(report)
 
 
 def test_cpu_without_proc(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
@@ -272,9 +238,8 @@ def test_cpu_without_proc(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     report = tracker.report
     assert report is not None
     assert "getrusage" in report.note
-    assert "sampled" in report.note
-    assert report.peak_bytes is not None
-    assert report.peak_bytes >= report.start_bytes
+    assert "Peak unknown" in report.note
+    assert report.peak_bytes is None
 
 
 def test_status_parsing() -> None:

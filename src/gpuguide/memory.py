@@ -17,7 +17,6 @@ import functools
 import os
 import re
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,14 +29,12 @@ from gpuguide.units import format_bytes
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["MemoryReport", "release_host_memory", "rss_bytes", "track_memory"]
+__all__ = ["release_host_memory", "rss_bytes", "track_memory"]
 
 # Linux files of the CPU path (tests point them elsewhere).
 _STATM = "/proc/self/statm"
 _STATUS = "/proc/self/status"
 _CLEAR_REFS = "/proc/self/clear_refs"
-
-_SAMPLE_PERIOD_S = 0.001
 
 _CUDA_NOTE = (
     "PyTorch CUDA caching allocator: bytes held by tensors on this device. "
@@ -56,10 +53,7 @@ _RSS_NOTE = (
 _PEAK_HWM_NOTE = (
     " Peak from the kernel's high-water mark (VmHWM), reset at block start."
 )
-_PEAK_SAMPLED_NOTE = (
-    " Peak sampled every ~1 ms by a background thread (the kernel high-water mark "
-    "could not be reset), so short spikes can be missed."
-)
+_NO_PEAK_NOTE = " Peak unknown: the kernel's high-water mark could not be reset."
 _RSS_FALLBACK_NOTE = (
     " /proc is unavailable here: start and end are the process's peak RSS so far "
     "(getrusage), so the net change is only an upper-bound estimate."
@@ -172,37 +166,6 @@ def _reset_hwm() -> bool:
     return True
 
 
-class _Sampler:
-    """Background thread that records the largest RSS it sees."""
-
-    def __init__(self, period_s: float = _SAMPLE_PERIOD_S) -> None:
-        self.period_s = period_s
-        self.peak = rss_bytes()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name="gpuguide-rss-sampler", daemon=True
-        )
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.period_s):
-            self.peak = max(self.peak, rss_bytes())
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, rss_bytes())
-        return self.peak
-
-
-# Trackers whose block is running: starting one resets a process-wide peak counter,
-# so it first hands the current peak to those running (nested blocks).
-_active: list[MemoryTracker] = []
-_active_lock = threading.Lock()
-
-
 class MemoryTracker:
     """Tracks memory over a ``with`` block: ``report`` is a :class:`MemoryReport`
     once it exits. ``backend`` replaces ``torch.cuda`` or ``torch.mps`` in tests."""
@@ -232,9 +195,6 @@ class MemoryTracker:
             raise ValueError(msg)
         self.report = None
         self._start = 0
-        self._carried_peak = 0
-        self._carried_reserved = 0
-        self._sampler: _Sampler | None = None
         self._uses_hwm = False
 
     def __repr__(self) -> str:
@@ -251,55 +211,25 @@ class MemoryTracker:
 
         return torch.mps if self._backend is None else self._backend
 
-    def _current_peak(self) -> tuple[int, int]:
-        """The process-wide peak counters this tracker resets: (peak, reserved)."""
-        if self._type == "cuda":
-            cuda = self._cuda()
-            return (
-                int(cuda.max_memory_allocated(self._index)),
-                int(cuda.max_memory_reserved(self._index)),
-            )
-        hwm = (_hwm_bytes() or 0) if self._uses_hwm else 0
-        return hwm, 0
-
-    def _hand_over_peaks(self) -> None:
-        """Before resetting a shared counter, let running trackers keep its value."""
-        for other in _active:
-            if other._type == self._type and other._index == self._index:
-                peak, reserved = other._current_peak()
-                other._carried_peak = max(other._carried_peak, peak)
-                other._carried_reserved = max(other._carried_reserved, reserved)
-
     def __enter__(self) -> MemoryTracker:
         self.report = None
-        self._carried_peak = self._carried_reserved = 0
-        with _active_lock:
-            if self._type == "cuda":
-                cuda = self._cuda()
-                cuda.synchronize(self._index)
-                self._hand_over_peaks()
-                cuda.reset_peak_memory_stats(self._index)
-                self._start = int(cuda.memory_allocated(self._index))
-            elif self._type == "mps":
-                mps = self._mps()
-                mps.synchronize()
-                self._start = int(mps.current_allocated_memory())
-            else:
-                self._hand_over_peaks()
-                release_host_memory()
-                self._uses_hwm = _reset_hwm()
-                self._start = rss_bytes()
-                if not self._uses_hwm:
-                    self._sampler = _Sampler()
-                    self._sampler.start()
-            _active.append(self)
+        if self._type == "cuda":
+            cuda = self._cuda()
+            cuda.synchronize(self._index)
+            cuda.reset_peak_memory_stats(self._index)
+            self._start = int(cuda.memory_allocated(self._index))
+        elif self._type == "mps":
+            mps = self._mps()
+            mps.synchronize()
+            self._start = int(mps.current_allocated_memory())
+        else:
+            release_host_memory()
+            self._uses_hwm = _reset_hwm()
+            self._start = rss_bytes()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        with _active_lock:
-            if self in _active:
-                _active.remove(self)
-            self.report = self._finish()
+        self.report = self._finish()
 
     def _finish(self) -> MemoryReport:
         peak: int | None
@@ -308,9 +238,8 @@ class MemoryTracker:
             cuda = self._cuda()
             cuda.synchronize(self._index)
             end = int(cuda.memory_allocated(self._index))
-            peak, reserved = self._current_peak()
-            peak = max(peak, self._carried_peak, end)
-            reserved = max(reserved, self._carried_reserved)
+            peak = max(int(cuda.max_memory_allocated(self._index)), end)
+            reserved = int(cuda.max_memory_reserved(self._index))
             note = _CUDA_NOTE
         elif self._type == "mps":
             mps = self._mps()
@@ -320,16 +249,9 @@ class MemoryTracker:
         else:
             end = rss_bytes()
             note = _RSS_NOTE
-            if self._uses_hwm:
-                peak = max(
-                    self._current_peak()[0], self._carried_peak, self._start, end
-                )
-                note += _PEAK_HWM_NOTE
-            else:
-                assert self._sampler is not None
-                peak = max(self._sampler.stop(), self._start, end)
-                self._sampler = None
-                note += _PEAK_SAMPLED_NOTE
+            hwm = _hwm_bytes() if self._uses_hwm else None
+            peak = None if hwm is None else max(hwm, self._start, end)
+            note += _NO_PEAK_NOTE if peak is None else _PEAK_HWM_NOTE
             if read_text(_STATM) is None:
                 note += _RSS_FALLBACK_NOTE
         return MemoryReport(
@@ -341,7 +263,8 @@ def track_memory(device: torch.device | str | None = None) -> MemoryTracker:
     """Measure the memory a ``with`` block uses on ``device`` (by default the page's).
 
     CUDA: the allocator's counters. MPS: allocated memory, no peak. CPU: the RSS,
-    its peak from the kernel's high-water mark, else sampled every ~1 ms.
+    its peak from the kernel's high-water mark (unknown where it cannot be reset).
+    Blocks do not nest: each resets a process-wide peak counter.
 
     >>> import torch
     >>> with track_memory("cpu") as t:
