@@ -10,11 +10,7 @@ import functools
 import os
 import platform
 import re
-import shutil
-import subprocess
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 __all__ = ["usable_cpus"]
 
@@ -25,8 +21,6 @@ _MEMINFO = "/proc/meminfo"
 _CGROUP_MAX = "/sys/fs/cgroup/memory.max"
 _CGROUP_CURRENT = "/sys/fs/cgroup/memory.current"
 _SYS_CPU = "/sys/devices/system/cpu"
-#: Seconds to wait for ``nvidia-smi`` or ``sysctl`` before giving up.
-_COMMAND_TIMEOUT_S = 5.0
 #: Memory assumed free when nothing can be read, in bytes (deliberately low).
 _FALLBACK_FREE_BYTES = 2**30
 
@@ -88,19 +82,6 @@ def _parse_physical_cores(cpuinfo_text: str) -> int | None:
     return len(pairs) if processors and pairs else None
 
 
-def _darwin_cpu_model() -> str | None:
-    """The CPU brand string on macOS (``sysctl machdep.cpu.brand_string``)."""
-    if platform.system() != "Darwin":
-        return None
-    try:
-        result = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"],
-                                capture_output=True, text=True,
-                                timeout=_COMMAND_TIMEOUT_S, check=False)  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return _clean(result.stdout) or None
-
-
 # Vector instruction sets by CPU flag, widest first: they decide a CPU's matmul rate.
 _X86_ISAS = (("amx_bf16", "AMX"), ("avx512_bf16", "AVX-512 BF16"),
              ("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"))  # fmt: skip
@@ -134,7 +115,6 @@ def cpu_model(cpuinfo_text: str | None = None) -> str:
     if cpuinfo_text is None:
         cpuinfo_text = read_text(_PROC_CPUINFO)
     model = _parse_cpu_model(cpuinfo_text) if cpuinfo_text else None
-    model = model or _darwin_cpu_model()
     return _clean(model or platform.processor() or platform.machine() or "unknown CPU")
 
 
@@ -199,44 +179,12 @@ def _parse_driver_version(text: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _driver_version_from_smi(
-    run: Callable[..., Any] = subprocess.run,
-    which: Callable[[str], str | None] = shutil.which,
-) -> str | None:
-    """The driver version that ``nvidia-smi`` reports, or None."""
-    executable = which("nvidia-smi")
-    if executable is None:
-        return None
-    try:
-        result = run([executable, "--query-gpu=driver_version", "--format=csv,noheader"],
-                     capture_output=True, text=True, timeout=_COMMAND_TIMEOUT_S,
-                     check=False)  # fmt: skip
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return None
-    if result.returncode != 0:
-        return None
-    for line in str(result.stdout).splitlines():
-        version = line.strip()
-        if re.fullmatch(r"\d+(?:\.\d+)+", version):
-            return version
-    return None
-
-
-def _query_driver_version(
-    proc_path: str = _PROC_DRIVER_VERSION,
-    run: Callable[..., Any] = subprocess.run,
-    which: Callable[[str], str | None] = shutil.which,
-) -> str | None:
-    """The kernel module's driver version, else ``nvidia-smi``'s, else None."""
-    text = read_text(proc_path)
-    version = _parse_driver_version(text) if text else None
-    return version or _driver_version_from_smi(run=run, which=which)
-
-
 @functools.lru_cache(maxsize=1)
 def driver_version() -> str | None:
-    """The NVIDIA driver version, read once per process; None without a driver."""
-    return _query_driver_version()
+    """The NVIDIA driver version of the kernel module, read once per process; None
+    without a driver (or where /proc does not say)."""
+    text = read_text(_PROC_DRIVER_VERSION)
+    return _parse_driver_version(text) if text else None
 
 
 def _meminfo_available_bytes(text: str) -> int | None:
@@ -270,9 +218,4 @@ def available_memory_bytes() -> int:
     if cg_max is not None and cg_current is not None:
         candidates.append(_cgroup_available_bytes(cg_max, cg_current))
     known = [c for c in candidates if c is not None]
-    if known:
-        return min(known)
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return _FALLBACK_FREE_BYTES
+    return min(known) if known else _FALLBACK_FREE_BYTES
