@@ -216,8 +216,6 @@ def test_the_host_link_peak_is_the_negotiated_link(use_nvml):
     assert peaks.host_link_bytes_per_s == 16e9
     assert "PCIe gen 4 x8 as negotiated (NVML)" in peaks.source
     assert peaks.share(12e9, "host_link") == "75% of peak"
-    # the link now (gen 1, idle) is not the peak: the most it negotiates is
-    assert GpuState(pcie_generation=1, pcie_width=16).link_bytes_per_s == 4e9
 
 
 # An H100 SXM5's datasheet link is PCIe gen 5 x16: 64 GB/s per direction. What a

@@ -17,15 +17,12 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-__all__ = [
-    "CLOCK_LIMITS", "GpuState", "available", "clock_limits", "gpu_state",
-    "link_bytes_per_s",
-]  # fmt: skip
+__all__ = ["GpuState", "available", "gpu_state", "link_bytes_per_s"]
 
 #: What limits the clocks, by NVML's bit (``nvmlClocksEventReason*``, formerly
 #: ``nvmlClocksThrottleReason*``; one set of values). "GPU idle" (0x1) is left out:
 #: it says that nothing ran at the moment of the sample, not what held a run back.
-CLOCK_LIMITS: dict[int, str] = {
+_CLOCK_LIMITS: dict[int, str] = {
     0x2: "applications clocks setting",
     0x4: "software power cap",
     0x8: "hardware slowdown",
@@ -51,7 +48,7 @@ class GpuState:
     Clocks in MHz (current and maximum), the power limit the driver enforces in
     watts, the PCIe link generation and width now and the most this GPU and its
     slot can negotiate (an idle GPU may lower its link to save power), and what
-    limited the clocks when sampled (:data:`CLOCK_LIMITS`, empty: nothing).
+    limited the clocks when sampled (:data:`_CLOCK_LIMITS`, empty: nothing).
     """
 
     sm_clock_mhz: int | None = None
@@ -64,14 +61,6 @@ class GpuState:
     pcie_max_generation: int | None = None
     pcie_max_width: int | None = None
     clock_limits: tuple[str, ...] | None = None
-
-    @property
-    def link_bytes_per_s(self) -> float | None:
-        """The link's nominal bandwidth per direction: the most that this GPU and
-        its slot negotiate (else the link as sampled), None when unknown."""
-        if self.pcie_max_generation and self.pcie_max_width:
-            return link_bytes_per_s(self.pcie_max_generation, self.pcie_max_width)
-        return link_bytes_per_s(self.pcie_generation, self.pcie_width)
 
     @property
     def link_label(self) -> str | None:
@@ -126,14 +115,14 @@ def link_bytes_per_s(generation: int | None, width: int | None) -> float | None:
     return _LANE_BYTES_PER_S[generation] * width
 
 
-def clock_limits(reasons: int) -> tuple[str, ...]:
+def _clock_limits(reasons: int) -> tuple[str, ...]:
     """The names of NVML's clock-limit bits set in ``reasons``, idle left out;
     an unknown bit by its value (``"0x200"``)."""
     names = []
     bit = 1
     while bit <= reasons:
         if reasons & bit and bit != _IDLE:
-            names.append(CLOCK_LIMITS.get(bit, hex(bit)))
+            names.append(_CLOCK_LIMITS.get(bit, hex(bit)))
         bit <<= 1
     return tuple(names)
 
@@ -178,7 +167,7 @@ def _reasons(nvml: ModuleType, handle: object) -> tuple[str, ...] | None:
         call = getattr(nvml, name, None)
         bits = _count(_ask(call, handle)) if call is not None else None
         if bits is not None:
-            return clock_limits(bits)
+            return _clock_limits(bits)
     return None
 
 
