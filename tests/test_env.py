@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuguide.env import device_override, gpu_memory_cap, parse_bytes, small_mode
+from gpuguide.env import _parse_bytes as parse_bytes
+from gpuguide.env import device_override, gpu_memory_cap, small_mode
 
 GiB = 2**30
 
@@ -65,39 +66,17 @@ def test_parse_bytes_accepts_sizes(text: str, expected: int) -> None:
     assert parse_bytes(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "   ", "GiB", "sixteen", "16 GiB free", "1e9"])
-def test_parse_bytes_rejects_text_that_is_not_a_size(text: str) -> None:
-    with pytest.raises(ValueError, match="GPUGUIDE_GPU_MEMORY must be a number") as e:
+@pytest.mark.parametrize(
+    "text",
+    [
+        *("", "   ", "GiB", "sixteen", "16 GiB free", "1e9", "16X", "16 GiBs"),
+        *("16 bytes", "16iB", "0", "0GiB", "0.0000001KiB", "-1", "-16GiB", "-0.5 GB"),
+    ],
+)
+def test_parse_bytes_rejects_what_is_not_a_size(text: str) -> None:
+    with pytest.raises(ValueError, match="GPUGUIDE_GPU_MEMORY must be a size") as e:
         parse_bytes(text)
     assert repr(text) in str(e.value)
-
-
-@pytest.mark.parametrize("text", ["16X", "16 GiBs", "16 bytes", "16iB"])
-def test_parse_bytes_rejects_unknown_units(text: str) -> None:
-    with pytest.raises(ValueError, match="GPUGUIDE_GPU_MEMORY has an unknown unit"):
-        parse_bytes(text)
-
-
-@pytest.mark.parametrize("text", ["0", "0GiB", "0.0000001KiB"])
-def test_parse_bytes_rejects_zero(text: str) -> None:
-    with pytest.raises(ValueError, match="must be more than 0 bytes"):
-        parse_bytes(text)
-
-
-@pytest.mark.parametrize("text", ["-1", "-16GiB", " -0.5 GB"])
-def test_parse_bytes_rejects_negative_sizes(text: str) -> None:
-    with pytest.raises(ValueError, match="GPUGUIDE_GPU_MEMORY must be a positive size"):
-        parse_bytes(text)
-
-
-def test_parse_bytes_rejects_fractions_of_a_byte() -> None:
-    with pytest.raises(ValueError, match="whole number of bytes"):
-        parse_bytes("1.5")
-
-
-def test_parse_bytes_names_what_the_size_is_for() -> None:
-    with pytest.raises(ValueError, match=r"^cache must be"):
-        parse_bytes("lots", name="cache")
 
 
 def test_gpu_memory_cap_reads_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:

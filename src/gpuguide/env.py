@@ -32,18 +32,9 @@ ARTIFACT_URL_ENV = "GPUGUIDE_ARTIFACT_URL"
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
-# Size units, lower case: binary with an "i" (IEC), decimal without one (SI), so
+# A number, then a unit: binary with an "i" (IEC), decimal without one (SI), so
 # "16GB" is 16e9 bytes and "16GiB" is 16 * 2**30, as in Kubernetes' quantities.
-_BYTE_UNITS: dict[str, int] = {
-    "": 1,
-    "b": 1,
-    **{
-        f"{letter}{suffix}": base**power
-        for power, letter in enumerate("kmgtp", start=1)
-        for suffix, base in (("", 1000), ("b", 1000), ("i", 1024), ("ib", 1024))
-    },
-}
-_SIZE = re.compile(r"\s*(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?P<unit>[a-z]*)\s*")
+_SIZE = re.compile(r"\s*([0-9]+\.?[0-9]*|\.[0-9]+)\s*(?:([kmgtp])(i?))?b?\s*", re.I)
 
 
 def small_mode() -> bool:
@@ -63,49 +54,32 @@ def device_override() -> str | None:
     return os.environ.get(DEVICE_ENV, "").strip() or None
 
 
-def parse_bytes(text: str, *, name: str = GPU_MEMORY_ENV) -> int:
-    """A memory size written by a person, in whole bytes (rounded down).
+def _parse_bytes(text: str) -> int:
+    """A memory size written by a person, in whole bytes (rounded down): a number
+    of bytes, or a number and a unit, ``16GiB`` (powers of 1024) or ``16GB``.
 
-    A number of bytes, or a number and a case-insensitive unit: binary with an
-    ``i`` (``KiB``...``TiB``, ``Ki``...``Ti``), decimal without (``kB``...``TB``,
-    ``k``...``T``). A ``ValueError`` naming ``name`` refuses anything else and
-    sizes under one byte.
-
-    >>> parse_bytes("16GiB") == 16 * 2**30, parse_bytes("16 GB")
+    >>> _parse_bytes("16GiB") == 16 * 2**30, _parse_bytes("16 GB")
     (True, 16000000000)
     """
-    match = _SIZE.fullmatch(text.lower())
-    if match is None:
-        why = (
-            "a number of bytes, or a number and a unit such as 16GiB, 16384MiB or 16GB"
-        )
-        if text.strip().startswith("-"):
-            why = "a positive size"
-        msg = f"{name} must be {why}, got {text!r}"
-        raise ValueError(msg)
-    unit = match["unit"]
-    if unit not in _BYTE_UNITS:
-        written = text[match.start("unit") : match.end("unit")]
-        msg = (
-            f"{name} has an unknown unit {written!r} in {text!r}; use B, KiB, MiB, "
-            "GiB, TiB (powers of 1024) or kB, MB, GB, TB (powers of 1000)"
-        )
-        raise ValueError(msg)
-    number = match["number"]
-    if unit in ("", "b") and "." in number:
-        msg = f"{name} must be a whole number of bytes, got {text!r}"
-        raise ValueError(msg)
-    size = math.floor(float(number) * _BYTE_UNITS[unit])
+    match = _SIZE.fullmatch(text)
+    size = 0
+    if match is not None:
+        number, prefix, binary = match.groups()
+        power = " kmgtp".index((prefix or " ").lower())
+        size = math.floor(float(number) * (1024 if binary else 1000) ** power)
     if size < 1:
-        msg = f"{name} must be more than 0 bytes, got {text!r}"
+        msg = (
+            f"{GPU_MEMORY_ENV} must be a size of at least one byte, such as 16GiB "
+            f"(powers of 1024) or 16GB (powers of 1000), got {text!r}"
+        )
         raise ValueError(msg)
     return size
 
 
 def gpu_memory_cap() -> int | None:
     """The GPU memory cap ``GPUGUIDE_GPU_MEMORY`` asks for in bytes
-    (:func:`parse_bytes`), or None when unset."""
+    (:func:`_parse_bytes`), or None when unset."""
     text = os.environ.get(GPU_MEMORY_ENV, "")
     if not text.strip():
         return None
-    return parse_bytes(text, name=GPU_MEMORY_ENV)
+    return _parse_bytes(text)
