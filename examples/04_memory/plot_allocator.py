@@ -21,13 +21,13 @@ runs PyTorch </concepts/gpu>`.
 # Without CUDA the page follows the process's resident memory (RSS) on the CPU
 # (MPS has no allocator statistics).
 import itertools
-import textwrap
 
 import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide import largest_size, plot_sweep, release_host_memory, report, table
+from gpuguide import largest_size, release_host_memory, report, table
+from gpuguide.chapters.precision import gpu_memory
 from gpuguide.memory import rss_bytes
 from gpuguide.sizes import free_memory_bytes
 
@@ -37,16 +37,9 @@ fmt = gpuguide.format_bytes
 
 
 # ``memory_allocated <= memory_reserved <= driver used`` always holds; read all three:
-def gpu_memory():
-    """Allocated, reserved and driver-used bytes of ``device`` right now."""
-    torch.cuda.synchronize(device)
-    free, total = torch.cuda.mem_get_info(device)
-    return {
-        "allocated": torch.cuda.memory_allocated(device),
-        "reserved": torch.cuda.memory_reserved(device),
-        "driver used": total - free,
-    }
-
+#
+# .. literalinclude:: /../src/gpuguide/chapters/precision.py
+#    :pyobject: gpu_memory
 
 # %%
 # Allocate, delete, reuse, release
@@ -57,16 +50,15 @@ def gpu_memory():
 # ``malloc_trim(0)`` (``release_host_memory``) hands back what glibc kept
 # from frees, the nearest equivalent of ``empty_cache``.
 release = torch.cuda.empty_cache if on_gpu else release_host_memory
+peaks = page.peaks if on_gpu else None  # None: low fallback rates on a CPU
 n = largest_size(
-    2**21, 2**40, memory_at=int, traffic_at=int, device=device,
-    peaks=page.peaks if on_gpu else None,  # None: low fallback rates on a CPU
-)  # fmt: skip
-print(f"tensor size: {fmt(n)}")
+    2**21, 2**40, memory_at=int, traffic_at=int, device=device, peaks=peaks
+)
 history, rows = {}, []
 
 
 def log_step(label):
-    history[label] = gpu_memory() if on_gpu else {"process RSS": rss_bytes()}
+    history[label] = gpu_memory(device) if on_gpu else {"process RSS": rss_bytes()}
     rows.append({"step": label} | {k: fmt(v) for k, v in history[label].items()})
 
 
@@ -82,7 +74,7 @@ del b
 log_step("del b")
 release()
 log_step("empty_cache()" if on_gpu else "malloc_trim(0)")
-print(table(rows))
+print(table(rows, title=f"a tensor of {fmt(n)}, made and deleted twice"))
 
 # %%
 # What each step did
@@ -104,9 +96,8 @@ if on_gpu:
     kept = abs(held[1]) < n / 2 and cached >= n  # del a: the driver sees no change
     reused = change["reserved"][2] < n / 2  # b = ones(n): reserved does not grow
     returned = held[4] < -n / 2
-    title = "del keeps the block cached; empty_cache returns it"
-    if not (kept and reused and returned):
-        title = "Allocated, reserved and driver-used memory over the steps"
+    story = kept and reused and returned
+    title = "del caches a block; empty_cache frees it" if story else "Memory per step"
 else:
     held = change["process RSS"]  # after a, del a, b, del b, malloc_trim
     freed = ["kept it" if d > -n / 2 else "returned it to the OS" for d in held[1:4:2]]
@@ -114,23 +105,16 @@ else:
     title = f"del a: glibc {freed[0]}; b {took}"
     print(f"{title}; del b: glibc {freed[1]}.")
     report("returned by malloc_trim", -held[4], unit="B", size=fmt(n))
-    kept = reused = returned = False  # the GPU's claims below are not checked here
+    story = False  # the GPU's claim below is not checked here
 gpuguide.claim(
-    "on a GPU, del keeps the block reserved and the driver sees no change",
-    holds=kept,
-    measured=f"reserved after del: {fmt(cached)}" if on_gpu else "-",
-    on="cuda",
-)
-gpuguide.claim(
-    "on a GPU, the second tensor of the same size reuses the cached block",
-    holds=reused,
-    measured=f"reserved grew by {fmt(change['reserved'][2])}" if on_gpu else "-",
-    on="cuda",
-)
-gpuguide.claim(
-    "on a GPU, only empty_cache returns the block to the driver",
-    holds=returned and kept,
-    measured=f"empty_cache returned {fmt(-held[4])}" if on_gpu else "-",
+    "on a GPU, del keeps the block reserved and the driver sees no change, the "
+    "second tensor of the same size reuses it, and only empty_cache returns it to "
+    "the driver",
+    holds=story,
+    measured=f"reserved after del {fmt(cached)}, then grew by "
+    f"{fmt(change['reserved'][2])}; empty_cache returned {fmt(-held[4])}"
+    if on_gpu
+    else "-",
     on="cuda",
 )
 # On a CPU, whether glibc hands a freed tensor back to the OS at once depends on
@@ -138,13 +122,12 @@ gpuguide.claim(
 # largest mmap threshold, 32 MiB, usually goes back): the line above says what
 # happened in this run, and no claim is made of it.
 fig, ax = plt.subplots()
-plot_sweep(
-    ax, range(len(history)),
-    {key: [v / 2**20 for v in values] for key, values in series.items()},
-    xlabel="step (index)", ylabel="memory (MiB)", title=title, device=device,
-    logx=False, logy=False,
-)  # fmt: skip
+for key, values in series.items():
+    ax.plot([v / 2**20 for v in values], "o-", label=key)
 ax.set_xticks(range(len(history)), list(history), rotation=20, ha="right")
+ax.set(ylabel="memory (MiB)", title=title)
+ax.legend()
+gpuguide.label_device(fig, device)
 plt.show()
 
 # %%
@@ -164,12 +147,8 @@ def run_with_fallback(rows):
         try:
             step = torch.empty(rows, ROW_BYTES, dtype=torch.uint8, device=device)
             return step.shape[0]
-        except torch.OutOfMemoryError as err:
-            # torch's own figures are the whole GPU's, not a GPUGUIDE_GPU_MEMORY cap.
-            asked = textwrap.shorten(str(err).split(" GPU ")[0], 100)
-            free = fmt(free_memory_bytes(device))
-            print(f"batch {rows} ({fmt(rows * ROW_BYTES)}): {asked} {free} of the "
-                  f"{fmt(usable)} this process may use was free.")  # fmt: skip
+        except torch.OutOfMemoryError:  # free_memory_bytes: GPUGUIDE_GPU_MEMORY's
+            print(f"batch {rows}: out of memory, {fmt(free_memory_bytes(device))} free")
         torch.cuda.empty_cache()
         rows //= 2
     msg = "not even one sample fits on the GPU"
@@ -178,18 +157,12 @@ def run_with_fallback(rows):
 
 if page.needs_cuda("Recovering from CUDA out-of-memory"):
     release()
-    total = torch.cuda.mem_get_info(device)[1]
-    usable = page.info.memory_cap_bytes or total
     # 1 GiB more than is free: free_memory_bytes honours GPUGUIDE_GPU_MEMORY.
     asked = (free_memory_bytes(device) + 2**30) // ROW_BYTES
     ran = run_with_fallback(asked)
     release()
     left = torch.cuda.memory_allocated(device)
-    print(
-        f"batch {ran} ({fmt(ran * ROW_BYTES)}) ran after the error; now allocated "
-        f"{fmt(left)}, driver free "
-        f"{fmt(torch.cuda.mem_get_info(device)[0])} of {fmt(total)}"
-    )
+    print(f"batch {ran} ran after the error; {fmt(left)} allocated now")
     recovered = 0 < ran < asked and left <= history["start"]["allocated"]
 gpuguide.claim(
     "on a GPU, a smaller batch runs after the out-of-memory error, and nothing the "
@@ -204,7 +177,5 @@ gpuguide.claim(
 # -----------------
 # A reserved-minus-allocated gap is the cache doing its job, not a leak: freed blocks
 # wait for the next tensor of their size, and ``empty_cache`` only helps other
-# processes. After an out-of-memory error, retry outside the ``except`` block. Next:
-# what the driver counts beyond the allocator, a CUDA context first. This page's
-# claims, and where they held:
+# processes. After an out-of-memory error, retry outside the ``except`` block.
 gpuguide.takeaway()
