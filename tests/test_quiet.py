@@ -49,7 +49,7 @@ def test_the_filter_is_added_once():
         assert len(warnings.filters) == 1
         action, _, category, module, _ = warnings.filters[0]
         assert (action, category) == ("ignore", Warning)
-        assert module.pattern == quiet.TORCH_MODULES
+        assert module.pattern == quiet._TORCH_MODULES
 
 
 def test_a_block_that_records_still_sees_torch_warnings():
@@ -66,8 +66,16 @@ def test_a_block_that_records_still_sees_torch_warnings():
     ("module", "internal"),
     [("torch", True), ("torch.cuda", True), ("torchvision", False), ("x.torch", False)],
 )
-def test_is_torch_internal(module, internal):
-    assert quiet.is_torch_internal(module) is internal
+def test_only_torchs_own_modules_are_ignored(module, internal):
+    quiet.ignore_torch_internal_warnings()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quiet.ignore_torch_internal_warnings()
+        if internal:
+            _warn_from(module)  # ignored: no error
+        else:
+            with pytest.raises(DeprecationWarning):
+                _warn_from(module)
 
 
 def test_warning_text_drops_the_cpp_location_and_joins_lines():

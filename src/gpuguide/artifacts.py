@@ -19,7 +19,7 @@ from pathlib import Path
 from gpuguide.env import ARTIFACT_DIR_ENV, ARTIFACT_URL_ENV
 from gpuguide.units import format_bytes
 
-__all__ = ["DownloadLink", "artifact_path", "download_link"]
+__all__ = ["artifact_path", "download_link"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 

@@ -19,7 +19,7 @@ __all__ = ["ignore_torch_internal_warnings", "warning_text"]
 
 #: The modules whose warnings are about torch's own code: ``torch`` and every
 #: submodule (not ``torchvision`` or other packages that start with "torch").
-TORCH_MODULES = r"torch(\.|$)"
+_TORCH_MODULES = r"torch(\.|$)"
 
 _TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)\s*")
 
@@ -30,12 +30,7 @@ def ignore_torch_internal_warnings() -> None:
     One filter at the front (again: still one), so it wins over ``-W error`` set
     before it, while a ``catch_warnings()`` block with its own filters sees them.
     """
-    warnings.filterwarnings("ignore", module=TORCH_MODULES)
-
-
-def is_torch_internal(module: str) -> bool:
-    """Whether a warning attributed to ``module`` is about torch's own code."""
-    return re.match(TORCH_MODULES, module) is not None
+    warnings.filterwarnings("ignore", module=_TORCH_MODULES)
 
 
 def warning_text(warning: warnings.WarningMessage | Warning | str) -> str:
