@@ -29,7 +29,7 @@ from gpuguide.units import format_bytes, format_time
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["SizeBudget", "free_memory_bytes", "largest_size", "size_budget", "sweep"]
+__all__ = ["free_memory_bytes", "largest_size", "size_budget", "sweep"]
 
 #: Memory (bytes) and time per call (s) caps in small mode.
 SMALL_MEMORY_BYTES = 64 * 2**20
