@@ -256,3 +256,38 @@ def test_a_variant_out_of_memory_skips_its_larger_sizes_and_says_so(capsys):
     out = capsys.readouterr().out
     assert "add, call fails: out of memory at n=2048; larger sizes skipped" in out
     assert "add, inputs fail: out of memory at n=4096; larger sizes skipped" in out
+
+
+def test_per_work_pools_variants_of_different_sizes_round_by_round():
+    sweep = Sweep("op", vectors, lo=1, hi=8, memory=lambda n: n, flop=lambda n: 10 * n,
+                  rate="FLOP/s")  # fmt: skip
+    rounds = (1.0, 2.0, 3.0)
+    a = Measurement("a", rounds, "cpu", "wall-clock", rounds=rounds)
+    result = SweepResult(
+        sweep, [4], {"n": [a], "n+1": [a]}, {"n": "cpu", "n+1": "cpu"},
+        variants={"n": Variant(torch.add), "n+1": Variant(torch.add, size=lambda n: n + 1)},
+    )  # fmt: skip
+    pooled = result.per_work(["n", "n+1"])
+    assert pooled.rounds == pytest.approx([(r / 40 + r / 50) / 2 for r in rounds])
+    assert pooled.label == "n, n+1 at n=4, per FLOP"
+    alone = result.per_work(["n+1"], 4)
+    assert alone.median_s == pytest.approx(2.0 / 50)
+    unpaired = fake({"a": [m("a", 1.0)] * 4}, rate="FLOP/s").per_work(["a"], 2)
+    assert unpaired.median_s == pytest.approx(1.0 / 2e6)
+
+
+def test_a_flop_rate_sweep_plans_its_sizes_at_the_peak_it_is_held_against(monkeypatch):
+    from types import SimpleNamespace
+
+    from gpuguide import sweeps
+
+    monkeypatch.setattr(
+        sweeps, "device_peaks", lambda device: SimpleNamespace(flops={"fp16": 1e3})
+    )
+    sweep = small_sweep(hi=2048, flop=lambda n: n, rate="FLOP/s", peak="fp32")
+    dev = torch.device("cpu")
+    assert sweep._peak_rate(dev, Variant(torch.add)) is None  # fp32 unknown here
+    assert sweep._peak_rate(dev, Variant(torch.add, peak="fp16")) == 1e3
+    assert sweep._peak_rate(dev, Variant(torch.add, peak=False)) is None
+    result = sweep.run({"fp16": Variant(torch.add, peak="fp16")}, rep_ms=1)
+    assert result.ran("fp16") == [1024]  # 1 kFLOP/s: only the smallest size fits

@@ -61,7 +61,8 @@ class Variant:
     ``inputs(n, device)`` replaces the sweep's inputs (another dtype, say);
     ``size(n)`` is the size it runs at for the sweep's ``n`` (a neighbour such as
     ``n + 1``: its inputs, work and rate are at that size); ``flop_per_s`` is the
-    rate its sizes are planned with (default the device's fp32 peak);
+    rate its sizes are planned with (default, in a FLOP/s sweep, the peak its rate
+    is held against where the device's is known, else the fp32 peak);
     ``memory(n)`` replaces the sweep's bytes per size (a variant that needs more)."""
 
     fn: Callable[..., Any]
@@ -137,6 +138,13 @@ class Sweep:
             multiple_of=self.multiple_of,
         )
 
+    def _peak_rate(self, device: torch.device, v: Variant) -> float | None:
+        """The FLOP/s of the peak a FLOP/s sweep holds ``v`` against, if known."""
+        peak = v.peak if isinstance(v.peak, str) else self.peak
+        if self.rate != "FLOP/s" or not peak or v.peak is False:
+            return None
+        return device_peaks(device).flops.get(peak)
+
     def run(
         self,
         variants: Mapping[str, Variant | Callable[..., Any]],
@@ -163,9 +171,8 @@ class Sweep:
             if v.within is not None and v.within not in plans:
                 msg = f"variant {label!r}: within={v.within!r} names no variant"
                 raise ValueError(msg)
-            own_sizes[label] = self.sizes_for(
-                devices[label], v.call_s, v.flop_per_s, v.memory
-            )
+            rate = v.flop_per_s or self._peak_rate(devices[label], v)
+            own_sizes[label] = self.sizes_for(devices[label], v.call_s, rate, v.memory)
         for label, v in plans.items():
             if v.within is not None:
                 inside = set(own_sizes[v.within])
@@ -305,6 +312,28 @@ class SweepResult:
         """``subject`` against ``baseline`` at ``n`` (default the largest both ran)."""
         n = self.largest(subject, baseline) if n is None else n
         return compare(self.at(subject, n), self.at(baseline, n))
+
+    def per_work(self, labels: Sequence[str], n: int | None = None) -> Measurement:
+        """Seconds per unit of work (FLOP, else byte) of ``labels`` at ``n``
+        (default the largest all ran), pooled: in each round the mean over
+        ``labels`` of a call's time over its work, so that variants of different
+        sizes compare (paired rounds where the sweep was ``paired``; else every
+        call of every label)."""
+        work = self.sweep.work or self.sweep.flop or self.sweep.traffic
+        if work is None:
+            msg = f"sweep {self.sweep.name!r} declares no flop(n) or traffic(n)"
+            raise ValueError(msg)
+        n = self.largest(*labels) if n is None else n
+        timed = [(self.at(label, n), work(self.size_of(label, n))) for label in labels]
+        rounds = tuple(
+            sum(m.rounds[r] / w for m, w in timed) / len(timed)
+            for r in range(min(len(m.rounds) for m, _ in timed))
+        )
+        calls = rounds or tuple(t / w for m, w in timed for t in m.times_s)
+        unit = "FLOP" if work is self.sweep.flop else "byte"
+        label = f"{', '.join(labels)} at n={size_text(n)}, per {unit}"
+        device, method = timed[0][0].device, f"{timed[0][0].method} per {unit}"
+        return Measurement(label, calls, device, method, rounds=rounds)
 
     def verdicts(self, subject: str, baseline: str) -> list[tuple[int, Comparison]]:
         """``(n, comparison)`` at every size both ran, ascending."""
