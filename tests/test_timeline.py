@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 
 import matplotlib as mpl
 
@@ -14,7 +15,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from gpuguide.chapters.timeline import Marks, Span, overlap_share, plot_timeline
+from gpuguide.chapters.timeline import (
+    Marks,
+    Span,
+    overlap_share,
+    plot_timeline,
+    synchronizes,
+)
 from gpuguide.plotting import COLORS
 
 COPY, COMPUTE = "copy stream", "compute stream"
@@ -191,3 +198,51 @@ def test_plot_labels_axes_and_device(ax) -> None:
 def test_plot_rejects_no_spans(ax) -> None:
     with pytest.raises(ValueError, match="spans must hold at least one span"):
         plot_timeline(ax, [], title="t", device="cpu")
+
+
+# -- synchronizes ----------------------------------------------------------------
+
+
+@pytest.fixture
+def sync_debug(monkeypatch):
+    """torch.cuda's sync debug mode and synchronize, recorded instead of run."""
+    import torch
+
+    modes: list[str] = []
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    return modes
+
+
+def test_synchronizes_when_the_mode_warns(sync_debug) -> None:
+    def item():
+        warnings.warn("called a synchronizing CUDA operation", stacklevel=1)
+
+    assert synchronizes(item)
+    assert sync_debug == ["warn", "default"]
+
+
+def test_synchronizes_ignores_the_prototype_notice(sync_debug) -> None:
+    def detach():
+        warnings.warn("Sync debug mode is a prototype feature", stacklevel=1)
+
+    assert not synchronizes(detach)
+    assert not synchronizes(lambda: None)
+
+
+def test_synchronizes_restores_the_mode_when_fn_raises(sync_debug) -> None:
+    def fails():
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        synchronizes(fails)
+    assert sync_debug == ["warn", "default"]
+
+
+@pytest.mark.gpu
+def test_synchronizes_on_cuda() -> None:
+    import torch
+
+    x = torch.randn(64, device="cuda")
+    assert synchronizes(lambda: x.sum().item())
+    assert not synchronizes(lambda: x.sum())

@@ -17,7 +17,6 @@ every tenth step or once at the end, and lists the operations that synchronize.
 # A small MLP regression. Its width sets the GPU's work per step (``18 * batch *
 # width**2`` FLOP) while the host's work, launching the same kernels, stays about
 # the same. A CPU, which has no queue, runs one width.
-import warnings
 from dataclasses import replace
 from functools import partial
 
@@ -26,13 +25,13 @@ import torch
 from torch import nn
 
 import gpuguide
-from gpuguide import benchmark, compare, interleave, plot_sweep, report, sweep, table
-from gpuguide.quiet import warning_text
+from gpuguide import compare, interleave, plot_sweep, record, report, sweep, table
+from gpuguide.chapters.timeline import synchronizes
+from gpuguide.timing import host_and_gpu_times
 
 page = gpuguide.setup()
 device, on_gpu = page.device, page.cuda
-steps = 10 if page.small else 50
-batch = 256
+steps, batch = (10 if page.small else 50), 256
 # A GPU plans with its datasheet peak, a CPU with a fixed rate, not its current load.
 widths = sweep(
     16,
@@ -48,7 +47,6 @@ widths = widths[-4:] if on_gpu else widths[-1:]  # a CPU has no GPU side to vary
 
 def make_model(width):
     """A fresh model, optimizer and batch of the given width; one training step."""
-    torch.manual_seed(0)
     layers = [nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU()]
     model = nn.Sequential(*layers, nn.Linear(width, width)).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
@@ -85,16 +83,10 @@ def train_loop(train_step, read_every):
 # %%
 # Host time and GPU time per step
 # -------------------------------
-# Two more measurements say which side is slower: the GPU's time for the step's
-# kernels alone (``measure="kernel"``), and the host's time to issue a step, by a
-# host clock that does *not* wait for the GPU, for a few steps after an empty
-# queue. On a CPU, with no queue, ``.item()`` only converts a number.
-def issue_time(train_step):
-    """The host's time to issue one step, not waiting for the GPU."""
-    torch.cuda.synchronize()
-    m = benchmark(train_step, device="cpu", warmup_ms=1, max_reps=10)
-    torch.cuda.synchronize()
-    return m
+# On a GPU, :func:`~gpuguide.timing.host_and_gpu_times` says which side is slower:
+# the host's time to issue a step, while the GPU is kept busy so that the host
+# never waits, and the GPU's time for the step's kernels, from CUDA events. On a
+# CPU, with no queue, ``.item()`` only converts a number.
 
 
 def per_step(m):  # a loop's measurement, as times per step
@@ -107,20 +99,17 @@ for width in widths:
     train_step = make_model(width)
     reads = {label: partial(train_loop, train_step, k) for label, k in variants.items()}
     once, every_10, every = map(per_step, interleave(reads, device=device).values())
-    host = kernels = None
-    if on_gpu:
-        host = issue_time(train_step)
-        kernels = benchmark(train_step, device=device, measure="kernel")
+    split = host_and_gpu_times(train_step, device=device) if on_gpu else None
     gains[width] = compare(once, every)  # how much faster reading once is
     tenth[width] = compare(once, every_10)
-    row = {"width": width, "host": host, "GPU": kernels, "read once": once}
-    rows.append(row | {"every 10": every_10, "every step": every})
+    row = {"width": width, "host": split and split.host, "GPU": split and split.gpu}
+    rows.append(row | {"read once": once, "every 10": every_10, "every step": every})
 print(table(rows, title="time per training step"))
 for read, m in [("once at the end", once), ("every step", every)]:
-    gpuguide.record("training step", m, size=width, read=read)
+    record("training step", m, size=width, read=read)
 if on_gpu:  # at the largest width, as the recorded devices have them
-    gpuguide.record("host: issuing a step", host, size=width)
-    gpuguide.record("GPU: the step's kernels", kernels, size=width)
+    record("host: issuing a step", split.host, size=width)
+    record("GPU: the step's kernels", split.gpu, size=width)
 
 # %%
 # What the numbers say
@@ -132,25 +121,11 @@ if on_gpu:  # at the largest width, as the recorded devices have them
 # in ten steps.
 worst = max(gains, key=lambda w: (gains[w].measurable, gains[w].speedup))
 report("speed-up of reading once", gains[worst], size=f"width {worst}")
-gpuguide.claim(
-    f"on a GPU, reading once is faster than reading every step (at width {worst})",
-    gains[worst],
-    verdict="faster",
-    on="cuda",
-)
-gpuguide.claim(
-    "on a CPU, with no queue to drain, reading once is not faster than "
-    "reading every step",
-    gains[worst],
-    verdict="not faster",
-    on="cpu",
-)
-gpuguide.claim(
-    f"reading every tenth step recovers it: reading once is not faster "
-    f"than that (at width {worst})",
-    tenth[worst],
-    verdict="not faster",
-)
+for where, on, verdict in [("a GPU", "cuda", "faster"), ("a CPU", "cpu", "not faster")]:
+    text = f"on {where}, reading once is {verdict} than reading every step"
+    gpuguide.claim(f"{text} (at width {worst})", gains[worst], verdict=verdict, on=on)
+text = f"reading once is not faster than reading every tenth step (at width {worst})"
+gpuguide.claim(text, tenth[worst], verdict="not faster")
 lines = {"read once": ".item() once at the end", "every step": ".item() every step"}
 if on_gpu:
     lines |= {"host": "host: issuing a step", "GPU": "GPU: the step's kernels"}
@@ -172,38 +147,29 @@ plt.show()
 # Some synchronizations hide in innocent-looking code: a Python ``if`` on a tensor,
 # boolean-mask indexing (the result's size depends on the data), ``torch.nonzero``.
 # ``torch.cuda.set_sync_debug_mode("warn")`` makes PyTorch warn at each operation
-# that synchronizes; here the warnings are caught and listed, apart from the notice
-# that the mode is a prototype. On a CPU nothing is queued, so nothing synchronizes.
+# that synchronizes; :func:`~gpuguide.chapters.timeline.synchronizes` catches the
+# warnings:
+#
+# .. literalinclude:: /../src/gpuguide/chapters/timeline.py
+#    :pyobject: synchronizes
+#
+# On a CPU nothing is queued, so nothing synchronizes.
 if page.needs_cuda("torch.cuda.set_sync_debug_mode"):
     x = torch.randn(batch, widths[0], device=device)
-    suspects = {
-        "loss.item()": lambda loss: loss.item(),
-        "if loss > 1:": lambda loss: bool(loss > 1),
-        "x[x > 0] (boolean mask)": lambda loss: x[x > 0],
-        "torch.nonzero(x)": lambda loss: torch.nonzero(x),
-        "loss.detach() (no sync)": lambda loss: loss.detach(),
-        "x.sum(dim=0) (no sync)": lambda loss: x.sum(dim=0),
-    }
     loss = make_model(widths[0])()
-    torch.cuda.synchronize()
-    rows = []
-    for code, run in suspects.items():
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                run(loss)
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-        texts = [warning_text(w) for w in caught]
-        found = [t for t in texts if "prototype" not in t]  # not the mode's notice
-        rows.append({"code": code, "synchronizes": "yes" if found else "no"})
-    print(table(rows))
-    expected = {code: "no" if "(no sync)" in code else "yes" for code in suspects}
-    found = {row["code"]: row["synchronizes"] for row in rows}
+    suspects = {
+        "loss.item()": lambda: loss.item(),
+        "if loss > 1:": lambda: bool(loss > 1),
+        "x[x > 0] (boolean mask)": lambda: x[x > 0],
+        "torch.nonzero(x)": lambda: torch.nonzero(x),
+        "loss.detach() (no sync)": lambda: loss.detach(),
+        "x.sum(dim=0) (no sync)": lambda: x.sum(dim=0),
+    }
+    found = {code: synchronizes(run) for code, run in suspects.items()}
+    print(table([{"code": code, "synchronizes": s} for code, s in found.items()]))
     gpuguide.claim(
         "the four suspects synchronize; the two marked (no sync) do not",
-        holds=found == expected,
+        holds=all(sync == ("(no sync)" not in code) for code, sync in found.items()),
         measured=", ".join(f"{code}: {sync}" for code, sync in found.items()),
     )
 

@@ -4,6 +4,7 @@ A :class:`Span` is one piece of work on one lane, timed in seconds from a common
 origin; :class:`Marks` records them (CUDA events on each stream, or a host clock),
 :func:`overlap_share` says how much of one lane's work ran beside another's, and
 :func:`plot_timeline` draws spans as bars, one row per lane, one colour per label.
+:func:`synchronizes` says whether a call makes the host wait for the GPU's queue.
 
 Examples
 --------
@@ -22,13 +23,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpuguide.device import as_device
 from gpuguide.plotting import COLORS, label_device, style_axes
+from gpuguide.quiet import warning_text
 
 if TYPE_CHECKING:
     import torch
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
 
     from gpuguide.device import DeviceInfo
 
-__all__ = ["Marks", "Span", "overlap_share", "plot_timeline"]
+__all__ = ["Marks", "Span", "overlap_share", "plot_timeline", "synchronizes"]
 
 _BAR_HEIGHT = 0.7  # a bar's share of the distance between two lanes
 _LEGEND_ROOM = 0.5  # room above the first lane for the legend, in lanes
@@ -176,3 +179,20 @@ def plot_timeline(
     ax.set_title(title)
     ax.legend(loc="upper right", ncols=min(len(labels), 4))
     label_device(ax.figure, device)
+
+
+def synchronizes(fn: Callable[[], Any]) -> bool:
+    """Whether ``fn()`` makes the host wait for the GPU, run after the queue drains:
+    CUDA's sync debug mode warns at each operation that does (its notice that the
+    mode is a prototype aside)."""
+    import torch
+
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return any("prototype" not in warning_text(w) for w in caught)
