@@ -15,9 +15,8 @@ training step </concepts/amdahl>`.
 # %%
 # Setup
 # -----
-# Chunks: copy one to the device, run a few rounds of ``tanh(x @ w)`` on it, copy
-# the result back. The host holds all chunks, pageable and pinned (page-locked). The
-# rounds per chunk balance copying and computing, where overlap helps most.
+# Chunks, pageable and pinned on the host: copy one in, run ``tanh(x @ w)`` on it a
+# few rounds (as many as balance copying and computing), copy the result back.
 from functools import partial
 
 import matplotlib.pyplot as plt
@@ -63,8 +62,8 @@ one_round = benchmark(compute, args=(x_dev[0],), device=device)
 rounds = max(1, min(64, round(copies.median_s / n_chunks / one_round.median_s)))
 
 # %%
-# (a) Serialized: everything on the default stream
-# ------------------------------------------------
+# Serialized, then pipelined on a copy stream and a compute stream
+# ----------------------------------------------------------------
 # One stream runs its work in order: the total is the sum of its stages.
 
 
@@ -75,9 +74,6 @@ def serialized(x_host, out_host):
         out_host[i].copy_(y, non_blocking=True)
 
 
-# %%
-# (b) Pipelined: a copy stream, a compute stream, events between them
-# -------------------------------------------------------------------
 # The copy stream copies chunk ``i + 1`` in while the compute stream works on chunk
 # ``i``; ``wait_event`` makes a stream wait for another's event without blocking the
 # host. The next copy in is queued *before* this chunk's copy out, which waits for
@@ -130,14 +126,13 @@ gpuguide.claim(
 )
 
 # %%
-# (c) How the overlap silently fails, and how much each version hid
-# -----------------------------------------------------------------
-# Each failure changes one thing in (b). "pageable": a copy to pageable memory makes
-# the host wait, so it cannot queue ahead. "sync per stage" waits for the GPU after
-# every stage, as a popular blog post did (an ``.item()`` in the loop does the same).
-# ``copies alone + compute alone - version``, over the shorter stage, is the share a
-# version hid: 0% when it took as long as its stages in turn, 100% when it hid the
-# shorter stage; the quartiles give its range. On a CPU everything runs in turn.
+# How the overlap silently fails, and how much each version hid
+# -------------------------------------------------------------
+# Each failure changes one thing in the pipeline. "pageable": a copy to pageable
+# memory makes the host wait, so it cannot queue ahead. "sync per stage" waits for
+# the GPU after every stage, as an ``.item()`` in the loop does. ``copies alone +
+# compute alone - version``, over the shorter stage, is the share a version hid (0%:
+# none, 100%: all of it); the quartiles give its range. A CPU runs all in turn.
 stages = {"copies alone": partial(copies_only, x_pinned, out_pinned)}
 stages["compute alone"] = compute_only
 versions = {"serialized": partial(serialized, x_pinned, out_pinned)}
