@@ -110,10 +110,9 @@ gpuguide.claim(fuses, holds=fused_from in (2, 3), measured=f"{per_call}", on="cu
 # %%
 # Three ways, one chain
 # ---------------------
-# Each way gets a fresh module. Its first three calls are timed apart: beyond
-# three steady calls, they are torch.compile's compilation, TorchScript's
-# profiling runs, and for eager what every way pays first (fresh memory, cold
-# caches). Then the three ways run in alternating rounds.
+# Each way gets a fresh module. Its first three calls, timed apart, hold
+# torch.compile's compilation, TorchScript's profiling runs, and what every way
+# pays first (fresh memory, cold caches). Then the ways run in alternating rounds.
 fresh = script(NestedSin(depth), scripting)
 modules = {"eager": NestedSin(depth), "TorchScript": fresh}
 torch._dynamo.reset()
@@ -127,8 +126,7 @@ names = {way: what_ran(fn) for way, fn in modules.items()}
 # Passes, time and bandwidth
 # --------------------------
 # "moved" counts a read and a write of ``x`` per kernel or operator, as a share of
-# the device's peak memory bandwidth (above 100%: served from a cache). Each way's
-# "useful" bandwidth, the bytes the chain must move by the time, is recorded.
+# the peak memory bandwidth; "useful" (recorded) counts the bytes the chain needs.
 peak, at = page.peaks.memory_bandwidth_bytes_per_s, {"size": x_size, "depth": depth}
 rows = []
 for way, m in times.items():
@@ -148,10 +146,9 @@ gpuguide.claim(off, holds=same, measured=f"{len(names['TorchScript'])} ops", on=
 # %%
 # Steady state, side by side
 # --------------------------
-# Bars are medians with their interquartile range, relative to eager (below 1.00x is
-# faster). On a GPU expect both fused ways at least twice as fast as eager, close to
-# each other. On a CPU the scripted module runs eager's operators, and what the
-# compiled one gains depends on its generated loop against ATen's ``sin``.
+# Medians with their interquartile range, relative to eager. On a GPU both fused
+# ways should run at least twice as fast as eager; on a CPU the scripted module
+# runs eager's operators, and the compiled one's loop competes with ATen's ``sin``.
 gains = {way: gpuguide.compare(times[way], times["eager"]) for way in times}
 between = gpuguide.compare(times["torch.compile"], times["TorchScript"])
 for way in ("TorchScript", "torch.compile"):
