@@ -375,6 +375,7 @@ def versions() -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gpuguide",
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # one --version line
         description=(
             "Check this machine: matmul rate per dtype (a small shape search), "
             "memory and host-device bandwidth, launch overhead and CUDA-graph "
