@@ -29,6 +29,8 @@ from torch._dynamo.utils import counters
 
 import gpuguide
 from gpuguide.chapters import compiling
+from gpuguide.chapters.coldstart_child import Block
+from gpuguide.timing import first_calls_s, host_and_gpu_times
 
 page = gpuguide.setup()
 device, small = page.device, page.small
@@ -41,31 +43,15 @@ print(compiling.start_compiler(device))
 # %%
 # One model, two sizes
 # --------------------
-# A pre-norm transformer block written out, with residual connections. The small
-# model is fixed; the large one gets as many sequences as an estimate from the
-# device's peak rates fits in a training step of 30 ms (the tables give the time
-# it took).
-
-
-class Block(nn.Module):
-    def __init__(self, dim, heads):
-        super().__init__()
-        self.heads = heads
-        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.mlp = nn.Sequential(
-            nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim)
-        )
-
-    def forward(self, x):
-        b, s, d = x.shape
-        qkv = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, d // self.heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)
-        attn = F.scaled_dot_product_attention(q, k, v)
-        x = x + self.proj(attn.transpose(1, 2).reshape(b, s, d))
-        return x + self.mlp(self.norm2(x))
-
-
+# A pre-norm transformer block written out, with residual connections (the one the
+# cold-start page compiles):
+#
+# .. literalinclude:: /../src/gpuguide/chapters/coldstart_child.py
+#    :pyobject: Block
+#
+# The small model is fixed; the large one gets as many sequences as an estimate
+# from the device's peak rates fits in a training step of 30 ms (the tables give
+# the time it took).
 # dim, heads, layers, sequences, sequence length
 shapes = {"small": (256, 4, 2, 16, 128) if page.cuda else (32, 4, 2, 1, 16)}
 dim, heads, layers, seq = (1024, 8, 2, 256) if page.cuda else (256, 4, 2, 64)
@@ -136,16 +122,14 @@ def measure(size, make_fn):
         before = counters["stats"]["unique_graphs"]  # dynamo's count of graphs
         net = torch.compile(copy.deepcopy(model), mode=mode)
         variants[mode] = make_fn(net, x)
-        first = compiling.first_calls_s
-        warmup[mode] = [first(variants[mode], device=device, calls=1) for _ in range(5)]
+        step = variants[mode]
+        warmup[mode] = [first_calls_s(step, device=device, calls=1) for _ in range(5)]
         assert counters["stats"]["unique_graphs"] > before, f"{mode}: not compiled"
-    warm = counters["stats"]["unique_graphs"]
-    with torch.compiler.set_stance("fail_on_recompile"):
+    with torch.compiler.set_stance("fail_on_recompile"):  # a recompilation raises
         timed = gpuguide.interleave(variants, device=device, rep_ms=rep_ms, sample_ms=5)
         split = {}
         for name, fn in variants.items() if page.cuda else ():
-            split[name] = compiling.host_and_gpu_times(fn, device=device, label=name)
-    assert counters["stats"]["unique_graphs"] == warm, "recompiled while timing"
+            split[name] = host_and_gpu_times(fn, device=device, label=name)
     return timed, split, warmup
 
 
@@ -163,8 +147,6 @@ results, gains = {}, {}
 for key, (size, make_fn) in workloads.items():
     timed, split, warmup = results[key] = measure(size, make_fn)
     print(gpuguide.table(compiling.mode_rows(timed, warmup, split), title=key))
-    if split:
-        print(f"eager: {split['eager']}")
     gains[key] = {m: gpuguide.compare(timed[m], timed["eager"]) for m in modes}
     shape = "x".join(map(str, inputs[size].shape))
     for mode, c in gains[key].items():
@@ -201,9 +183,7 @@ gpuguide.claim(
     at_least=1.1,
     unless=page.cuda and "on a GPU, the small model's gain is CUDA graphs' (above)",
 )
-large = [
-    c for key, got in gains.items() if key.startswith("large") for c in got.values()
-]
+large = [c for k, got in gains.items() if k.startswith("large") for c in got.values()]
 gpuguide.claim(
     "compiling the large model gains at most 1.3x over eager, in each round, phase "
     "and mode",
