@@ -56,10 +56,10 @@ def in_place(x):
 # On a CPU the tracker reads the process's resident memory (RSS), which sees a
 # tensor only if it gets fresh pages; blocks of 32 MiB and more always do, so the
 # CPU run uses at least that size.
-lo = 2**23 if device.type == "cpu" else 2**12
 numel = gpuguide.largest_size(
-    lo, 2**26, memory_at=lambda k: 16 * k, traffic_at=lambda k: 32 * k
+    2**12, 2**26, memory_at=lambda k: 16 * k, traffic_at=lambda k: 32 * k
 )
+numel = max(numel, 2**23) if device.type == "cpu" else numel
 x = torch.randn(numel, device=device)
 assert torch.allclose(in_place(x.clone()), out_of_place(x))
 versions = {"out of place": out_of_place, "in place": in_place}
