@@ -2,23 +2,19 @@
 torch.compile: compile time against steady-state speed, in two regimes
 ======================================================================
 
-``torch.compile`` traces a model's Python code into graphs, fuses operations and
-generates kernels (C++ on a CPU, Triton on a GPU). The first call pays for that;
-later calls with the same shapes reuse the compiled code. What it saves depends on
-where eager mode loses its time, so this page compiles one transformer at two
-sizes, a small host-bound one and a large one whose matmuls keep the GPU busy, and
-measures the compile cost, the steady-state time of each mode and the calls it
-takes to break even. See also :doc:`the roofline </concepts/roofline>` and
-:doc:`Amdahl's law </concepts/amdahl>`.
+``torch.compile`` fuses operations and generates kernels; the first call pays for
+that. What it saves depends on where eager mode loses its time, so this page
+compiles one transformer at two sizes, a small host-bound one and a large one whose
+matmuls keep the GPU busy, and measures the compile cost, each mode's steady-state
+time and the calls it takes to break even. See also :doc:`the roofline
+</concepts/roofline>` and :doc:`Amdahl's law </concepts/amdahl>`.
 """
 
 # %%
 # Setup
 # -----
-# TF32 on a GPU for eager and compiled runs alike; on a CPU, one thread for both.
-# Getting the compiler ready (importing inductor, starting its workers, a first
-# compilation) is a one-off cost per process, which
-# :func:`~gpuguide.chapters.compiling.start_compiler` pays and times first.
+# TF32 on a GPU, one thread on a CPU, for eager and compiled alike. The compiler's
+# one-off start :func:`~gpuguide.chapters.compiling.start_compiler` pays first.
 import copy
 
 import matplotlib.pyplot as plt
@@ -49,9 +45,8 @@ print(compiling.start_compiler(device))
 # .. literalinclude:: /../src/gpuguide/chapters/coldstart_child.py
 #    :pyobject: Block
 #
-# The small model is fixed; the large one gets as many sequences as an estimate
-# from the device's peak rates fits in a training step of 30 ms (the tables give
-# the time it took).
+# The large model gets as many sequences as the device's peak rates fit in a 30 ms
+# training step (the tables give the time it took).
 # dim, heads, layers, sequences, sequence length
 shapes = {"small": (256, 4, 2, 16, 128) if page.cuda else (32, 4, 2, 1, 16)}
 dim, heads, layers, seq = (1024, 8, 2, 256) if page.cuda else (256, 4, 2, 64)
@@ -82,6 +77,11 @@ for size, (dim, heads, layers, batch, seq) in shapes.items():
 # which replay all of a call's kernel launches at once (``"max-autotune"`` is the
 # next page). A training step is forward, loss, backward and an eager AdamW update;
 # ``cudagraph_mark_step_begin`` tells CUDA graphs that a new step starts.
+#
+# Each mode compiles a fresh copy of the model; its first five calls are timed one
+# by one (the first compiles; with CUDA graphs the next ones record). Then all
+# variants run in five rounds under the ``"fail_on_recompile"`` stance; on a GPU,
+# the host's launch and the GPU's work are also timed apart.
 modes = ["default"]
 if page.needs_cuda("reduce-overhead (CUDA graphs)"):
     modes.append("reduce-overhead")
@@ -103,14 +103,6 @@ def training(net, x):
     return step
 
 
-# %%
-# Warm-up apart from steady state, then all variants in rounds
-# ------------------------------------------------------------
-# Each mode compiles a fresh copy of the model; its first five calls are timed one
-# by one (the first compiles; with CUDA graphs the next ones record). Then all
-# variants run in five rounds under the ``"fail_on_recompile"`` stance (on a CPU,
-# 0.4 s of calls per variant). On a GPU, the host's launch time and the GPU's work
-# are also timed apart, with the GPU held busy meanwhile.
 rep_ms = None if page.cuda else 400
 
 
@@ -136,10 +128,9 @@ def measure(size, make_fn):
 # %%
 # The workloads, one table each
 # -----------------------------
-# "compile" is what the five warm-up calls took beyond five steady-state calls
-# (inductor's disk cache makes a second run compile faster); it pays off after
-# ``compile / (eager - compiled)`` calls. Speed-ups of 1.5-3x are often quoted for
-# transformers; each speed-up below says where it lies against that range.
+# "compile" is what the warm-up calls took beyond as many steady-state calls; it
+# pays off after ``compile / (eager - compiled)`` calls. Each speed-up is placed
+# against the 1.5-3x often quoted for transformers.
 phases = {"inference": inference, "training step": training}
 workloads = {f"{s} model, {p}": (s, f) for s in models for p, f in phases.items()}
 del workloads["small model, training step"]
@@ -157,9 +148,9 @@ for key, (size, make_fn) in workloads.items():
 # Where compiling gains
 # ---------------------
 # On a GPU, the small model's eager kernels take less time than the host needs to
-# launch them, and CUDA graphs replay the launches at once. A CPU has no launches
-# to hide, but eager mode pays Python's and the dispatcher's cost per operator,
-# which the compiled graph pays once. Large matmuls leave little of either.
+# launch them, and CUDA graphs replay the launches at once. On a CPU, eager mode
+# pays Python's and the dispatcher's cost per operator, which a compiled graph pays
+# once. Large matmuls leave little of either. The bars: medians with their IQR.
 small_gain = gains["small model, inference"]
 eager_split = results["small model, inference"][1].get("eager")
 gpuguide.claim(
@@ -190,11 +181,6 @@ gpuguide.claim(
     **max(map(compiling.per_round, large), key=lambda r: r["spread"][1]),
     at_most=1.3,
 )
-
-# %%
-# Steady state
-# ------------
-# Medians with their interquartile range, relative to eager (below 1.00x is faster).
 fig, axes = plt.subplots(1, len(results), figsize=(11, 4.5))
 for ax, (key, (timed, _, _)) in zip(axes, results.items(), strict=True):
     faster = [c.speedup for c in gains[key].values() if c.verdict == "faster"]
@@ -206,6 +192,6 @@ plt.show()
 # %%
 # What to take away
 # -----------------
-# Find where eager mode loses its time and compile where it is overhead; time a
-# compiled model after its warm-up, and weigh the gain against the one-off cost.
+# Compile where eager mode's time is overhead, time it after its warm-up, and weigh
+# the gain against the one-off cost.
 gpuguide.takeaway()
