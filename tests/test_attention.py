@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from gpuguide import Measurement
 from gpuguide.chapters import attention
 from gpuguide.chapters.attention import (
+    _run_within_memory,
     agreement,
     attention_flop,
     backend_of,
@@ -22,7 +23,6 @@ from gpuguide.chapters.attention import (
     naive_bytes,
     per_call,
     priority_order,
-    run_within_memory,
     timed_once,
     usable_backends,
 )
@@ -82,16 +82,16 @@ def test_naive_bytes_grows_with_the_square_of_length() -> None:
     assert 3.5 < large / small <= 4
 
 
-# -- run_within_memory: the budget, and a fake out-of-memory error ----------------
+# -- _run_within_memory: the budget, and a fake out-of-memory error ----------------
 
 
 def test_runs_when_it_fits() -> None:
-    assert run_within_memory(lambda: "ran", 10, 100) == "ran"
+    assert _run_within_memory(lambda: "ran", 10, 100) == "ran"
 
 
 def test_skips_without_calling_when_over_budget() -> None:
     calls = []
-    assert run_within_memory(lambda: calls.append(1), 101, 100) is None
+    assert _run_within_memory(lambda: calls.append(1), 101, 100) is None
     assert calls == []
 
 
@@ -101,7 +101,7 @@ def test_out_of_memory_is_caught_and_cleaned_up() -> None:
     def oom():
         raise torch.OutOfMemoryError("CUDA out of memory (fake)")
 
-    assert run_within_memory(oom, 10, 100, on_oom=lambda: cleaned.append(1)) is None
+    assert _run_within_memory(oom, 10, 100, on_oom=lambda: cleaned.append(1)) is None
     assert cleaned == [1]
 
 
@@ -110,14 +110,14 @@ def test_other_errors_propagate() -> None:
         raise ValueError("a bug, not memory")
 
     with pytest.raises(ValueError, match="a bug"):
-        run_within_memory(broken, 10, 100)
+        _run_within_memory(broken, 10, 100)
 
 
 def test_budget_logic_with_a_fake_cuda_budget() -> None:
     """The page's sweep: the naive path runs while it fits a 15 GiB cap's half."""
     budget = 0.5 * 15 * 2**30
     ran = [s for s in (512, 1024, 2048, 4096, 8192, 16384)
-           if run_within_memory(lambda: True, naive_bytes(16384 // s, s, 16, 128, 2), budget)]  # fmt: skip
+           if _run_within_memory(lambda: True, naive_bytes(16384 // s, s, 16, 128, 2), budget)]  # fmt: skip
     assert ran == [512, 1024, 2048, 4096]
 
 

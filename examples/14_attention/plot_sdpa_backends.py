@@ -3,30 +3,26 @@ Attention written out, against SDPA's fused kernels
 ===================================================
 
 Attention is ``softmax(q @ k.T / sqrt(d)) @ v`` for every head. Written out in
-PyTorch, it builds the ``S x S`` matrix of scores for each head in memory, then
-reads it back twice (softmax, then the product with ``v``): its memory grows with
-the square of the sequence length ``S``, and it moves far more bytes than it reads
-in inputs. ``torch.nn.functional.scaled_dot_product_attention`` (SDPA) runs instead
-one of several fused kernels (FlashAttention, memory-efficient, cuDNN) that keep
-each tile of scores on chip and never write the matrix out.
+PyTorch, it builds the ``S x S`` matrix of scores for each head in memory and reads
+it back twice: its memory grows with the square of the sequence length ``S``.
+``torch.nn.functional.scaled_dot_product_attention`` (SDPA) runs instead one of
+several fused kernels (FlashAttention, memory-efficient, cuDNN) that keep each tile
+of scores on chip and never write the matrix out.
 
-This page checks that every backend gives the same answer, then sweeps the
-sequence length at the FlashAttention papers' shapes (on a GPU: bf16, head dim
-128, hidden size 2048, so 16 heads, and ``16384 / S`` sequences) and measures time,
-TFLOP/s and peak memory of each, until the written-out version no longer fits the
-page's memory budget.
+This page checks that every backend gives the same answer, then sweeps the sequence
+length at the FlashAttention papers' shapes (on a GPU: bf16, 16 heads of 128, and
+``16384 / S`` sequences) and measures the rate and peak memory of each.
 
-See also :doc:`/concepts/roofline` and the kernel-fusion chapter, of which fused
-attention is the most valuable case.
+See also :doc:`/concepts/roofline` and the kernel-fusion chapter.
 """
 
 # %%
 # Setup
 # -----
-# The papers count ``4 * B * S**2 * H * D`` FLOP for one forward pass (two
-# matmuls of ``2 * S**2 * D`` per head; half as many with a causal mask), and
-# :func:`~gpuguide.chapters.attention.attention_flop` does the same. A CPU runs the
-# same code with fewer heads, fewer tokens, shorter sequences and float32.
+# The papers count ``4 * B * S**2 * H * D`` FLOP for one forward pass (two matmuls
+# of ``2 * S**2 * D`` per head; half as many with a causal mask), as
+# :func:`~gpuguide.chapters.attention.attention_flop` does. A CPU runs the same code
+# with fewer heads, fewer tokens, shorter sequences and float32.
 from contextlib import nullcontext
 from functools import partial
 
@@ -40,7 +36,6 @@ from gpuguide import Sweep, Variant
 from gpuguide.chapters import attention
 
 page = gpuguide.setup()
-device = page.device
 dtype, peak = (torch.bfloat16, "bf16") if page.cuda else (torch.float32, "fp32")
 head_dim, heads = 128, 16 if page.cuda else 2
 tokens, lo, hi = (16384, 512, 16384) if page.cuda else (4096, 256, 2048)
@@ -48,17 +43,20 @@ if page.small:
     tokens, lo, hi = 512, 128, 256
 
 
-def make_qkv(seq, dev=device):  # q, k, v of shape (batch, heads, seq, head_dim)
+def make_qkv(seq, device=page.device):  # q, k, v: (batch, heads, seq, head_dim)
     shape = (tokens // seq, heads, seq, head_dim)
-    return [torch.randn(shape, device=dev, dtype=dtype) for _ in range(3)]
+    return [torch.randn(shape, device=device, dtype=dtype) for _ in range(3)]
 
 
 # %%
-# The formula, written out
-# ------------------------
+# The formula written out, and SDPA's backends
+# --------------------------------------------
 # Scaling ``q`` before the product saves one pass over the scores. The causal mask
-# (a token attends only to earlier ones) sets the upper triangle to ``-inf``
-# before the softmax.
+# (a token attends only to earlier ones) sets the upper triangle to ``-inf``.
+# ``torch.nn.attention.sdpa_kernel`` restricts SDPA to the backends given; one that
+# cannot run these inputs here raises an error, so each is tried once. Every output
+# must match the written-out formula in float32 (float64 on a CPU) within a
+# tolerance set by the data type's precision.
 def naive(q, k, v, causal=False):
     scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)
     if causal:
@@ -68,14 +66,6 @@ def naive(q, k, v, causal=False):
     return torch.softmax(scores, dim=-1) @ v
 
 
-# %%
-# The backends, and whether they agree
-# ------------------------------------
-# ``torch.nn.attention.sdpa_kernel`` restricts SDPA to the backends given; one
-# that cannot run these inputs on this device raises an error, so each is tried
-# once. The reference is the written-out formula in float32 (float64 on a CPU);
-# each output's largest error, relative to the reference's largest value, must be
-# within a tolerance set by the data type's precision.
 def sdpa(q, k, v, causal=False, backend=None):  # backend None: SDPA's own choice
     with sdpa_kernel(backend) if backend else nullcontext():
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -83,25 +73,19 @@ def sdpa(q, k, v, causal=False, backend=None):  # backend None: SDPA's own choic
 
 q, k, v = make_qkv(2 * lo)
 backends = attention.usable_backends(lambda: sdpa(q, k, v))
-print(f"backends that run here: {', '.join(backends)}")
-
-
 variants = {"naive": naive, "SDPA default": sdpa}
 variants |= {f"SDPA {name}": partial(sdpa, backend=b) for name, b in backends.items()}
 tolerance = 2e-2 if dtype == torch.bfloat16 else 1e-5
-high = torch.float32 if page.cuda else torch.float64
-agree = {}
-for causal in (False, True):
-    reference = naive(q.to(high), k.to(high), v.to(high), causal)
-    for name, fn in variants.items():
-        output = fn(q, k, v, causal)
-        agree[name, causal] = attention.agreement(
-            output, reference, tolerance=tolerance
-        )
+high = [t.to(torch.float32 if page.cuda else torch.float64) for t in (q, k, v)]
+errors = [
+    attention.agreement(fn(q, k, v, causal), naive(*high, causal), tolerance=tolerance)
+    for fn in variants.values()
+    for causal in (False, True)
+]
 gpuguide.claim(
     "every variant gives the reference's answer within the tolerance",
-    holds=all(ok for _, ok in agree.values()),
-    measured=f"the largest error is {max(e for e, _ in agree.values()):.1e} of the "
+    holds=all(ok for _, ok in errors),
+    measured=f"the largest error is {max(e for e, _ in errors):.1e} of the "
     f"largest value; tolerance {tolerance:g}",
 )
 
@@ -111,12 +95,12 @@ gpuguide.claim(
 # ------------------------------
 # Every variant runs at every length whose memory fits the page's budget (which
 # ``GPUGUIDE_GPU_MEMORY`` caps on a GPU): the written-out path and SDPA's math
-# backend (float32 inside, on a GPU) need three ``S x S`` matrices per head, the
+# backend (float32 inside, on a GPU) hold three ``S x S`` matrices per head, the
 # fused kernels little beyond their inputs.
 def workload(lo, hi, causal=False):
     return Sweep(
         "attention forward" + (", causal" if causal else ""),
-        lambda s, dev: make_qkv(s, dev),
+        make_qkv,
         lo=lo,
         hi=hi,
         memory=lambda s: 8 * tokens * heads * head_dim * dtype.itemsize,
@@ -133,11 +117,8 @@ def scores(element):  # the bytes the written-out path holds at length S
     return lambda s: attention.naive_bytes(tokens // s, s, heads, head_dim, element)
 
 
+quadratic = {"naive": scores(dtype.itemsize), "SDPA math": scores(4)}
 plan = {"flop_per_s": page.peaks.flops_for(dtype), "call_s": 0.05 if page.cuda else 0.1}
-quadratic = {
-    "naive": scores(dtype.itemsize),
-    "SDPA math": scores(4 if page.cuda else dtype.itemsize),
-}
 lengths = workload(lo, hi).run(
     {
         name: Variant(fn, memory=quadratic.get(name), **plan)
@@ -147,17 +128,15 @@ lengths = workload(lo, hi).run(
 print(lengths)
 at = max(s for s in lengths.ran("SDPA default") if s <= 8192)  # the papers' length
 shape = f"{tokens} tokens, {heads} heads of {head_dim}"  # what every S shares
-for name in ("SDPA default", "SDPA flash", "naive"):
-    if name in variants:  # the naive path: its longest length within the budget
-        s = max(s for s in lengths.ran(name) if s <= at)
-        lengths.report(name, s, shape=shape, causal=False)
+for name in variants:  # at the papers' length, or the longest that fit below it
+    s = max(s for s in lengths.ran(name) if s <= at)
+    lengths.report(name, s, shape=shape, causal=False)
 s = lengths.largest("SDPA default", "naive")
 gpuguide.claim(
     f"at S={s}, SDPA default runs at least 1.2x the written-out FLOP/s",
     lengths.compare("SDPA default", "naive", s),
     at_least=1.2,
 )
-
 fig, ax = plt.subplots()
 lengths.plot(ax, title="Forward rate against sequence length")
 if page.cuda:  # the FlashAttention-3 paper's H100 figures at S = 8192
@@ -171,12 +150,11 @@ plt.show()
 # --------------------------------
 # The written-out path's scores grow with ``S**2`` per sequence, a fused kernel's
 # working memory with ``S``: at a fixed number of tokens per call, the ratio of the
-# two grows with ``S`` (a claim below checks it). Peak memory is what one call adds
-# to its inputs (on a CPU, the process's resident memory: a coarser measure). The
-# FlashAttention README's figures, 10x less memory than standard attention at
-# ``S = 2048`` and 20x at 4096, were measured for training (forward and backward): a
-# different quantity, quoted beside the ratios of this forward pass.
-memory = attention.peak_memory(lengths, variants, make_qkv, device=device)
+# two grows with ``S``. Peak memory is what one call adds to its inputs (on a CPU,
+# the process's resident memory: a coarser measure). The FlashAttention README's
+# 10x less memory at ``S = 2048`` and 20x at 4096 were measured for training
+# (forward and backward): a different quantity from this forward pass's ratios.
+memory = attention.peak_memory(lengths, variants, make_qkv, device=page.device)
 ratios = {
     s: n / f
     for s, n, f in zip(
@@ -187,7 +165,6 @@ ratios = {
 for s in set(ratios) & {2048, 4096}:
     what = "forward peak memory, naive / SDPA default"
     gpuguide.report(what, ratios[s], unit="x", size=shape, S=s)
-print("quoted for training, not measured here: 10x less memory at S=2048, 20x at 4096")
 gpuguide.claim(
     "naive's memory over SDPA default's grows with S: at least doubles over the sweep",
     holds=len(ratios) >= 2 and max(ratios.values()) >= 2 * ratios[min(ratios)],
@@ -201,7 +178,7 @@ gpuguide.plot_sweep(
     {name: [b and b / 2**20 for b in bytes_] for name, bytes_ in memory.items()},
     xlabel="sequence length S (tokens)",
     ylabel="peak memory per call (MiB)",
-    title=f"Peak memory per call: naive up to {max(ratios.values(), default=0):.3g}x SDPA",
+    title=f"Peak memory: naive up to {max(ratios.values(), default=0):.3g}x SDPA",
 )
 plt.show()
 
@@ -210,12 +187,9 @@ plt.show()
 # ---------------
 # A causal mask halves the work, but a kernel that skips the masked tiles has less
 # to overlap, so its rate drops: at ``S = 8192`` (on a CPU, the longest length).
+fused = [n for n in ("SDPA default", "SDPA flash") if n in variants]
 causal = workload(at, at, causal=True).run(
-    {
-        n: partial(variants[n], causal=True)
-        for n in ("SDPA default", "SDPA flash")
-        if n in variants
-    }
+    {n: partial(variants[n], causal=True) for n in fused}
 )
 causal.report(shape=shape, causal=True)
 rate, full = causal.rate("SDPA default"), lengths.rate("SDPA default", at)
@@ -232,8 +206,7 @@ gpuguide.claim(
 # -----------------
 # Call ``scaled_dot_product_attention`` rather than writing the formula out: the
 # answer is the same within the data type's precision, its memory does not hold the
-# ``S x S`` matrices, and its rate is higher than the written-out version's, which
-# is limited by moving them (the claims, in this run). The next page
-# shows which kernel SDPA picked, when it falls back to the math path, and
+# ``S x S`` matrices, and its rate is higher (the claims, in this run). The next
+# page shows which kernel SDPA picked, when it falls back to the math path, and
 # FlexAttention for masks SDPA cannot express.
 gpuguide.takeaway()

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from gpuguide.timing import Measurement
 
 __all__ = [
-    "BACKEND_OPS",
     "FA2_FWD_BWD_FLOPS",
     "PUBLISHED_FLOPS",
     "agreement",
@@ -34,7 +33,6 @@ __all__ = [
     "peak_memory",
     "per_call",
     "priority_order",
-    "run_within_memory",
     "timed_once",
     "usable_backends",
 ]
@@ -54,7 +52,7 @@ PUBLISHED_FLOPS: dict[bool, dict[str, float]] = {
 FA2_FWD_BWD_FLOPS = 335e12
 
 #: The ATen operator each SDPA backend runs, without the ``aten::`` prefix.
-BACKEND_OPS: dict[str, str] = {
+_BACKEND_OPS: dict[str, str] = {
     "_scaled_dot_product_cudnn_attention": "cuDNN",
     "_scaled_dot_product_flash_attention": "flash",
     "_scaled_dot_product_flash_attention_for_cpu": "flash (CPU)",
@@ -89,7 +87,7 @@ def naive_bytes(
     return e * b * h * (3 * s * s + 4 * s * d)
 
 
-def run_within_memory(
+def _run_within_memory(
     fn: Callable[[], Any], needed_bytes: float, budget_bytes: float, *,
     on_oom: Callable[[], None] | None = None,
 ) -> Any:  # fmt: skip
@@ -180,7 +178,7 @@ def backend_of(op_names: Iterable[str]) -> str | None:
     """The SDPA backend that ran, from the profiler's operator names (the first
     backend operator in the list), or None if none of them is one."""
     for name in op_names:
-        backend = BACKEND_OPS.get(name.removeprefix("aten::"))
+        backend = _BACKEND_OPS.get(name.removeprefix("aten::"))
         if backend is not None:
             return backend
     return None
@@ -224,7 +222,7 @@ def case_rows(
     it) and the peak memory rise of one call of ``fn``, in MiB to a tenth
     (:func:`gpuguide.track_memory`). A case whose ``needed_bytes`` exceed
     ``budget_bytes`` or that runs out of memory is not run, and both are None
-    (:func:`run_within_memory`)."""
+    (:func:`_run_within_memory`)."""
     rows = []
     for name, fn in cases.items():
 
@@ -234,7 +232,7 @@ def case_rows(
             assert tracker.report is not None  # set when the block ends
             return tracker.report.peak_increase_bytes
 
-        peak = run_within_memory(tracked, needed_bytes, budget_bytes)
+        peak = _run_within_memory(tracked, needed_bytes, budget_bytes)
         rows.append(
             {
                 "case": name,
