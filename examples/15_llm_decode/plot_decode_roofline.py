@@ -2,27 +2,24 @@
 A decode step is memory-bound: step time against batch size
 ===========================================================
 
-A language model generates text one token per sequence at a time. Each of these
-*decode steps* multiplies a handful of new token vectors by every weight matrix of
-the model, so it reads all the weights to do two FLOP per weight and token: at small
-batch sizes the roofline puts its time at what memory bandwidth allows, so that on a
-GPU a batch of 32 sequences should cost little more than one (a claim below checks
-it). Only when the batch outgrows the roofline's ridge does the arithmetic take over.
+A language model generates text one token per sequence at a time. Each *decode
+step* multiplies a few new token vectors by every weight matrix, so it reads all the
+weights to do two FLOP per weight and token: at small batch sizes the roofline puts
+its time at what memory bandwidth allows, and on a GPU a batch of 32 sequences
+should cost little more than one. Only past the roofline's ridge does the arithmetic
+take over.
 
-This page builds a Llama-shaped decoder with random weights and a preallocated
-key-value cache, times one step for batches from 1 to a few hundred, turns the times
-into tokens per second and bandwidth, and sets them against the roofline's
-prediction. Then it counts the cache's memory against context length and batch.
+This page builds a Llama-shaped decoder with random weights and a key-value cache,
+times one step for batches from 1 to a few hundred against the roofline's
+prediction, then counts the cache's memory against context length and batch.
 """
 
 # %%
 # Setup
 # -----
 # bfloat16 weights on a GPU, float32 on a CPU (whose matmuls are slow in bfloat16).
-# The decoder comes from :mod:`gpuguide.chapters.decode`, shared by this chapter's
-# pages; :class:`~gpuguide.chapters.decode.DecoderShape` counts what a step reads
-# and computes, and those counts are both how the model is sized and how its rates
-# are computed.
+# :class:`~gpuguide.chapters.decode.DecoderShape` counts what a step reads and
+# computes: the counts size the model and give its rates.
 import dataclasses
 import functools
 
@@ -30,22 +27,15 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide import (
-    Sweep,
-    Variant,
-    benchmark,
-    compare,
-    format_bytes,
-    plot_sweep,
-    report,
-)
+from gpuguide import Sweep, Variant, benchmark, compare, format_bytes, report
 from gpuguide.chapters import decode
 from gpuguide.chapters.roofline import streaming_elements
 
 page = gpuguide.setup()
-device, small = page.device, page.small
+device = page.device
 dtype = torch.bfloat16 if page.cuda else torch.float32
 size = dtype.itemsize  # bytes per weight and per cached value
+peak = page.peaks.flops_for(dtype)
 
 # %%
 # A decoder with a static key-value cache
@@ -65,53 +55,41 @@ size = dtype.itemsize  # bytes per weight and per cached value
 # .. literalinclude:: /../src/gpuguide/chapters/decode.py
 #    :pyobject: Attention.forward
 #
-# Nothing in a step depends on a value read back to the host, and every tensor keeps
-# its shape from step to step: both are needed to capture a step in a CUDA graph.
-# Rotary position embeddings are left out (a few elementwise operations per layer).
+# No step reads a value back to the host and every tensor keeps its shape, as a
+# CUDA graph needs. Rotary position embeddings are left out.
 if page.cuda:  # the layer shape of a 70B-class model; layers as the budget allows
     base = decode.DecoderShape(8192, 1, heads=64, kv_heads=8, ffn=28672, vocab=32000)
     most, context = 1024, 256
 else:
     base = decode.DecoderShape(1024, 1, heads=16, kv_heads=4, ffn=2816, vocab=8192)
     most, context = 64, 256
-if small:
+if page.small:
     base = dataclasses.replace(base, dim=256, heads=4, kv_heads=2, ffn=704, vocab=1024)
     most, context = 8, 64
-budget = gpuguide.size_budget(
-    device, memory_fraction=0.5, call_s=0.05 if page.cuda else 0.1
-)
-
-
-def with_layers(n):
-    return dataclasses.replace(base, layers=n)
-
-
+call_s = 0.05 if page.cuda else 0.1
+budget = gpuguide.size_budget(device, memory_fraction=0.5, call_s=call_s)
+shapes = {n: dataclasses.replace(base, layers=n) for n in range(1, 5)}
 layers = gpuguide.largest_size(
     1,
     4,
     budget=budget,
-    flop_per_s=page.peaks.flops_for(dtype),
+    flop_per_s=peak,
     memory_at=lambda n: (
-        with_layers(n).weight_bytes(size)
-        + with_layers(n).kv_cache_bytes(most, context, size)
+        shapes[n].weight_bytes(size) + shapes[n].kv_cache_bytes(most, context, size)
     ),
-    flop_at=lambda n: with_layers(n).step_flop(most, context),
+    flop_at=lambda n: shapes[n].step_flop(most, context),
 )
-shape = with_layers(layers)
+shape = shapes[layers]
 model = decode.random_decoder(shape, device=device, dtype=dtype)
 weights = shape.weight_bytes(size)
-print(
-    f"{shape.label}: {shape.params / 1e6:,.0f} M parameters, "
-    f"{format_bytes(weights)} of weights; cache of {context} positions"
-)
+print(f"{shape.label}: {format_bytes(weights)} of weights, {context} positions")
 
 # %%
 # The page's own memory roof: a copy
 # ----------------------------------
 # A datasheet's bandwidth is not reached by real kernels; a large copy (read once,
-# written once) shows what this device's memory delivers to a simple kernel. On a
-# GPU each tensor is at least four times its L2 cache, also in small mode, so that
-# the copy streams from memory, not from the cache.
+# written once, each tensor at least four times a GPU's L2 cache) shows what this
+# device's memory delivers to a simple kernel.
 n = streaming_elements(device=device)
 if page.cuda:  # float32 elements, 4 bytes each: four times the L2 cache's bytes
     n = max(n, decode.l2_cache_bytes(device))
@@ -127,13 +105,7 @@ del src, dst
 # ``context // 2``) is timed from a CUDA graph on a GPU, so that launching its few
 # hundred kernels costs no host time (the next page measures that cost). A step
 # reads the weights once, whatever the batch, plus the whole cache (masked
-# positions too). "read / copy": the bytes a step reads per second over those the
-# copy reads and writes; reading alone can outrun a copy. What decides batch 1
-# against batch 2 is the matmul library more than the roofline: at batch 1 each
-# weight matrix multiplies a vector (a matrix-vector kernel that streams the
-# weights), from batch 2 on a thin matrix (a matrix-matrix kernel, which on a CPU
-# may read the weights more slowly at two columns); the line below the table says
-# which way it went here.
+# positions too): the bytes the sweep's rates count.
 graphs = page.needs_cuda("Replaying each step from a CUDA graph")
 pos = torch.tensor([context // 2], device=device)
 
@@ -145,7 +117,6 @@ def one_step(batch, dev):  # a fresh cache for this batch, and a step to time
     return [decode.cuda_graph(step) if graphs else step]
 
 
-peak = page.peaks.flops_for(dtype)  # plans the sizes with this FLOP/s
 steps = Sweep(
     "decode step",
     one_step,
@@ -155,22 +126,17 @@ steps = Sweep(
     traffic=lambda b: shape.step_bytes(b, context, size),
     flop=lambda b: shape.step_flop(b, context),
     size_label="batch (sequences)",
-).run({"step": Variant(lambda step: step(), call_s=budget.call_s, flop_per_s=peak)})
+).run({"step": Variant(lambda step: step(), call_s=call_s, flop_per_s=peak)})
 print(steps)
 batches, last = steps.ran("step"), steps.largest("step")
 read, model_size = steps.rate("step", 1), f"{shape.label}, context {context}"
 report(
     "decode bandwidth", read, peak="memory", size=model_size, batch=1, dtype=f"{dtype}"
 )
-place = "above" if read.low > copy.high else "level with"
-place = "below" if read.high < copy.low else place
 print(
-    f"batch 1 reads {read.value / copy.value:.0%} as many bytes per second as the copy "
-    f"reads and writes: {place} the copy's rate"
+    f"batch 1 reads {read.value / copy.value:.0%} as many bytes per second as the copy"
 )
-two = compare(steps.at("step", 2), steps.at("step", 1))
-print(f"batch 2 against batch 1: {two.short}")
-tokens_s = steps.at("step", last).rate(last, "token/s")
+tokens_s = steps.at("step", last).rate(last, "token/s")  # `last` tokens per step
 report("decode rate", tokens_s, size=model_size, batch=last)
 many = min(64, last)  # tokens per second: batch `many` over batch 1
 ride = compare(steps.at("step", many), steps.at("step", 1))
@@ -194,7 +160,7 @@ gpuguide.claim(
 # with the datasheet's figures, so the knee should come at a batch of a few hundred;
 # on a CPU, whose FLOP/s are low, at a batch of a few to a few tens.
 flops = [steps.at("step", b).rate(shape.step_flop(b, context)).value for b in batches]
-peak_flops = page.peaks.flops_for(dtype) or max(flops)
+peak_flops = peak or max(flops)
 per_seq = shape.step_bytes(2, context, size) - shape.step_bytes(1, context, size)
 fixed = shape.step_bytes(1, context, size) - per_seq
 flop_1 = shape.step_flop(1, context)
@@ -229,7 +195,7 @@ gpuguide.claim(
     at_least=1.5,
     unless=None if below and last >= 2 * knee else "the sweep does not reach the knee",
 )
-series = {"measured": steps.times["step"]}
+series = {"measured": [steps.at("step", b) for b in batches]}  # those that ran
 for what, bandwidth in (
     ("copy's bandwidth", copy.value),
     ("datasheet", page.peaks.memory_bandwidth_bytes_per_s),
@@ -237,7 +203,7 @@ for what, bandwidth in (
     if bandwidth:
         series[f"roofline, {what}"] = [roofline_s(b, bandwidth) * 1e3 for b in batches]
 fig, ax = plt.subplots()
-plot_sweep(
+gpuguide.plot_sweep(
     ax,
     batches,
     series,
@@ -277,7 +243,7 @@ cache = {
     for b in (1, 8, 64, 512)
 }
 fig, ax = plt.subplots()
-plot_sweep(
+gpuguide.plot_sweep(
     ax,
     contexts,
     cache | {"weights": [weights / 2**30] * len(contexts)},
