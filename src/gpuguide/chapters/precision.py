@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Block",
-    "Stage",
     "allocated_over_events",
     "block_width",
     "child_stages",
