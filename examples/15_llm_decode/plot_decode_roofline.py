@@ -133,9 +133,6 @@ read, model_size = steps.rate("step", 1), f"{shape.label}, context {context}"
 report(
     "decode bandwidth", read, peak="memory", size=model_size, batch=1, dtype=f"{dtype}"
 )
-print(
-    f"batch 1 reads {read.value / copy.value:.0%} as many bytes per second as the copy"
-)
 tokens_s = steps.at("step", last).rate(last, "token/s")  # `last` tokens per step
 report("decode rate", tokens_s, size=model_size, batch=last)
 many = min(64, last)  # tokens per second: batch `many` over batch 1
@@ -233,9 +230,7 @@ gpuguide.claim(
 crossover = weights / shape.kv_bytes_per_token(size)
 grouped = shape.heads // shape.kv_heads
 print(
-    f"the cache outweighs the weights past {crossover:,.0f} tokens in flight (batch "
-    f"x context); without grouped query heads ({grouped}x the cache) past "
-    f"{crossover / grouped:,.0f}"
+    f"without grouped query heads ({grouped}x the cache): past {crossover / grouped:,.0f}"
 )
 contexts = [2**k for k in range(9, 18)]
 cache = {
