@@ -7,8 +7,8 @@ fp16 and bf16: on NVIDIA GPUs from Ampere on, TF32, fp16 and bf16 run on tensor
 cores, whose peaks are many times the fp32 figure; on a CPU its instruction set
 decides. This page measures FLOP/s per dtype over square matmuls of growing size,
 then searches matmul shapes, after Stas Bekman's MAMF finder, for the best rate the
-device reaches. What lower precisions cost in accuracy is the next page's subject.
-See also :doc:`how a GPU runs PyTorch </concepts/gpu>`.
+device reaches (accuracy is the next page's subject; see also :doc:`how a GPU runs
+PyTorch </concepts/gpu>`).
 """
 
 # %%
@@ -44,16 +44,15 @@ if device.type == "mps":
 # Square matmuls of growing size
 # ------------------------------
 # An ``(m, k) @ (k, n)`` product does a multiply and an add per term: ``2 m n k``
-# FLOP (:func:`gpuguide.matmul_flop`). Only ``torch.mm`` is timed, each dtype on its
-# own inputs, with sizes planned at its peak or, where none is known, at the rate
-# of a short 64 x 64 probe. Each dtype's largest square is held against its peak.
+# FLOP. Only ``torch.mm`` is timed, each dtype on its own inputs, its sizes planned
+# at its peak (or, where none is known, at a short 64 x 64 probe's rate).
 def mm(a, b, out):
     return torch.mm(a, b, out=out)
 
 
+@tf32_matmuls(True)  # TF32 inside each call
 def tf32_mm(a, b, out):
-    with tf32_matmuls(True):
-        return torch.mm(a, b, out=out)
+    return torch.mm(a, b, out=out)
 
 
 def squares(dtype, n, device):  # a, b and out
@@ -80,7 +79,8 @@ times = Sweep(
     size_label="matrix side n (elements)",
 ).run(ways)
 print(times)
-times.report()
+for k in variants:
+    report(f"{k} square matmul", times.rate(k), peak=k, size=times.largest(k))
 small, large = times.rate("fp32", times.sizes[0]), times.rate("fp32")
 gpuguide.claim(
     f"small matmuls cannot fill the device: fp32 at n={times.largest('fp32')} runs "
@@ -119,8 +119,9 @@ gpuguide.claim(
 # Squares are not where a GPU runs fastest (tiles divide unevenly among the SMs,
 # long runs heat it until its clock drops). The search times every ``(m, n, k)`` of
 # the four largest doubling sizes that fit (three on a CPU, one fewer in small mode)
-# in short bursts on a cold L2 cache, then the three fastest on the full budget, at
-# MAMF's rate (FLOP over the median of the five fastest calls), and the squares.
+# in short bursts on a cold L2 cache, then the three fastest on the full budget; the
+# best of those and the squares at MAMF's rate (FLOP over the median of the five
+# fastest calls).
 def time_shape(name, dtype, shape, **budgets):  # on a cold L2; per FLOP, as MAMF
     label = f"{name} {'x'.join(map(str, shape))}"
     m = time_matmul(dtype, shape, device=device, label=label, flush_l2=True, **budgets)
@@ -171,10 +172,9 @@ gpuguide.claim(
 # %%
 # Throughput against size
 # -----------------------
-# Every curve rises with ``n`` before it flattens; on a GPU the 16-bit curves
-# flatten later and higher. The legend gives each dtype's best rate. On an H100
-# expect the best bf16 and fp16 rates at 65-85% of the dense peak: the best
-# published is 794.5 TFLOP/s, 80.3% of 989.5 (MAMF).
+# Every curve rises with ``n`` before it flattens; on a GPU the 16-bit curves later
+# and higher. The legend gives each dtype's best rate. On an H100 expect the best
+# bf16 and fp16 at 65-85% of the dense peak (MAMF's best: 794.5 of 989.5 TFLOP/s).
 fastest = f"{first} is the fastest here"
 if not verdict.measurable:
     fastest = f"{first} and {second} are the fastest here, no measurable difference"
