@@ -230,7 +230,7 @@ gpuguide.claim(
 crossover = weights / shape.kv_bytes_per_token(size)
 grouped = shape.heads // shape.kv_heads
 print(
-    f"without grouped query heads ({grouped}x the cache): past {crossover / grouped:,.0f}"
+    f"without grouped query heads ({grouped}x the cache) past {crossover / grouped:,.0f}"
 )
 contexts = [2**k for k in range(9, 18)]
 cache = {
