@@ -229,9 +229,8 @@ gpuguide.claim(
 )
 crossover = weights / shape.kv_bytes_per_token(size)
 grouped = shape.heads // shape.kv_heads
-print(
-    f"without grouped query heads ({grouped}x the cache) past {crossover / grouped:,.0f}"
-)
+ungrouped = crossover / grouped
+print(f"without grouped query heads ({grouped}x the cache): past {ungrouped:,.0f}")
 contexts = [2**k for k in range(9, 18)]
 cache = {
     f"batch {b}": [shape.kv_cache_bytes(b, c, size) / 2**30 for c in contexts]
