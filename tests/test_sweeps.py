@@ -18,7 +18,7 @@ from gpuguide.timing import Measurement
 
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
-    monkeypatch.delenv(results.RECORD_ENV, raising=False)
+    monkeypatch.delenv("GPUGUIDE_RECORD", raising=False)
     monkeypatch.setattr(results, "_default_page", lambda: "plot_sweep_test")
     results.clear()
     yield
@@ -291,3 +291,10 @@ def test_a_flop_rate_sweep_plans_its_sizes_at_the_peak_it_is_held_against(monkey
     assert sweep._peak_rate(dev, Variant(torch.add, peak=False)) is None
     result = sweep.run({"fp16": Variant(torch.add, peak="fp16")}, rep_ms=1)
     assert result.ran("fp16") == [1024]  # 1 kFLOP/s: only the smallest size fits
+
+
+def test_listed_sizes_run_as_listed():
+    result = Sweep("chain", vectors, sizes=[16, 1, 4]).run({"add": torch.add}, rep_ms=1)
+    assert result.sizes == [1, 4, 16]
+    with pytest.raises(ValueError, match="at least one size"):
+        Sweep("chain", vectors, sizes=[])

@@ -83,14 +83,15 @@ class Sweep:
     multiple of ``multiple_of``). ``inputs(n, device)`` makes one size's
     arguments outside the timed region; ``memory(n)`` is the bytes they take
     (default ``traffic(n)``), ``flop(n)`` and ``traffic(n)`` the FLOP and bytes one
-    call computes and moves.
+    call computes and moves. ``sizes`` lists the sizes instead (a depth, a batch:
+    sizes no budget decides), and then ``lo``, ``hi`` and ``memory`` go unused.
     ``rate`` ("FLOP/s" or "B/s") prints rates instead of times, as a share of
     the device's ``peak`` ("fp32", "memory", "host_link"...)."""
 
     name: str
     inputs: Callable[[int, torch.device], Sequence[Any]]
-    lo: int
-    hi: int
+    lo: int = 1
+    hi: int = 1
     memory: Callable[[int], float] | None = None
     flop: Callable[[int], float] | None = None
     traffic: Callable[[int], float] | None = None
@@ -99,9 +100,13 @@ class Sweep:
     per_octave: int = 1
     multiple_of: int = 1
     size_label: str = "size n (elements)"
+    sizes: Sequence[int] | None = None
 
     def __post_init__(self) -> None:
-        if self.memory is None and self.traffic is None:
+        if self.sizes is not None and not self.sizes:
+            msg = "sizes must list at least one size, got none"
+            raise ValueError(msg)
+        if self.sizes is None and self.memory is None and self.traffic is None:
             msg = "give memory(n), the bytes one size takes, or traffic(n)"
             raise ValueError(msg)
         if self.rate not in (None, *_RATE_UNITS):
@@ -124,7 +129,10 @@ class Sweep:
         flop_per_s: float | None = None,
         memory: Callable[[int], float] | None = None,
     ) -> list[int]:
-        """The sizes this sweep runs on ``device`` (see :func:`gpuguide.sweep`)."""
+        """The sizes this sweep runs on ``device``: ``sizes`` where the sweep lists
+        them, else those that fit the device's budget (see :func:`gpuguide.sweep`)."""
+        if self.sizes is not None:
+            return sorted(self.sizes)
         return fitting_sizes(
             self.lo,
             self.hi,
