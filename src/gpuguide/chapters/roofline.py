@@ -35,6 +35,7 @@ REGIMES: tuple[str, ...] = ("overhead-bound", "memory-bound", "compute-bound")
 #: Outside small mode, the large elementwise tensors hold at least this many float32
 #: elements (64 MiB each, more than a GPU's L2), so that main memory feeds them.
 STREAMING_MIN_ELEMENTS = 2**24
+_DOT: dict[str, Any] = {"s": 42, "zorder": 4, "edgecolors": "white", "linewidths": 0.6}
 _REGIME_STYLE: dict[str, tuple[str, str]] = {
     "overhead-bound": (COLORS[3], "s"),
     "memory-bound": (COLORS[0], "o"),
@@ -162,16 +163,9 @@ def plot_roofline(
     for label, (intensity, rate) in everything:
         kind = regimes[label]
         color, marker = _REGIME_STYLE[kind]
+        dot = {**_DOT, "color": color, "marker": marker}
         ax.scatter(
-            [intensity],
-            [rate / scale],
-            color=color,
-            marker=marker,
-            s=42,
-            zorder=4,
-            edgecolors="white",
-            linewidths=0.6,
-            label=None if kind in seen else kind,
+            [intensity], [rate / scale], label=None if kind in seen else kind, **dot
         )
         seen.add(kind)
 
