@@ -31,11 +31,12 @@ class Block(nn.Module):
             nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim)
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, pad: torch.Tensor | None = None) -> torch.Tensor:
         b, s, d = x.shape
         qkv = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, d // self.heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)
-        attn = F.scaled_dot_product_attention(q, k, v)
+        keep = None if pad is None else ~pad[:, None, None, :]  # pad: True = padding
+        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
         x = x + self.proj(attn.transpose(1, 2).reshape(b, s, d))
         out: torch.Tensor = x + self.mlp(self.norm2(x))
         return out
