@@ -109,9 +109,11 @@ def measure(name: str, fn: Callable[[], Any], rounds: int) -> Row:
     cols: dict[str, list[float]] = {k: [] for k in ("db", "kf", "k", "c", "t")}
     for _ in range(rounds):
         cols["db"].append(do_bench_median_s(fn))
-        cols["kf"].append(benchmark(fn, measure="kernel", flush_l2=True).median_s)
-        cols["k"].append(benchmark(fn, measure="kernel").median_s)
-        cols["c"].append(benchmark(fn).median_s)
+        cols["kf"].append(
+            benchmark(fn, device="cuda", measure="kernel", flush_l2=True).median_s
+        )
+        cols["k"].append(benchmark(fn, device="cuda", measure="kernel").median_s)
+        cols["c"].append(benchmark(fn, device="cuda").median_s)
         cols["t"].append(timer_median_s(fn))
     us = {k: statistics.median(v) * 1e6 for k, v in cols.items()}
     return Row(name, us["db"], us["kf"], us["k"], us["c"], us["t"])

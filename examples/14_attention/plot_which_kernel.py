@@ -161,7 +161,9 @@ def flex_against(block_mask, flex_name, name, baseline, flop=None, **config):
     call = partial(flex, q, k, v, block_mask=block_mask)
     with compiling.capture_compiler():
         first_s = compiling.first_calls_s(call, device=device, calls=1)
-    timed = gpuguide.interleave({flex_name: call, name: baseline}, rep_ms=500)
+    timed = gpuguide.interleave(
+        {flex_name: call, name: baseline}, rep_ms=500, device=device
+    )
     print(attention.per_call(timed, flop))
     gain = gpuguide.compare(*timed.values())
     gpuguide.report(f"{flex_name} against {name}", gain, size=size, S=seq, **config)
@@ -229,7 +231,7 @@ def train_step():
 for t in (q, k, v):
     t.requires_grad_(True)
 grad = torch.randn_like(q)
-m = gpuguide.benchmark(train_step, label="SDPA forward + backward")
+m = gpuguide.benchmark(train_step, label="SDPA forward + backward", device=device)
 rate = m.rate(attention.attention_flop(batch, seq, heads, head_dim, backward=True))
 backend = which(train_step)[0] or "?"
 config = {"size": size, "S": seq, "causal": False, "backend": backend}
