@@ -20,12 +20,11 @@ every tenth step or once at the end, and lists the operations that synchronize.
 from dataclasses import replace
 from functools import partial
 
-import matplotlib.pyplot as plt
 import torch
 from torch import nn
 
 import gpuguide
-from gpuguide import compare, interleave, plot_sweep, record, report, sweep, table
+from gpuguide import record, report, sweep, table
 from gpuguide.chapters.timeline import synchronizes
 from gpuguide.timing import host_and_gpu_times
 
@@ -83,33 +82,33 @@ def train_loop(train_step, read_every):
 # %%
 # Host time and GPU time per step
 # -------------------------------
-# On a GPU, :func:`~gpuguide.timing.host_and_gpu_times` says which side is slower:
-# the host's time to issue a step, while the GPU is kept busy so that the host
-# never waits, and the GPU's time for the step's kernels, from CUDA events. On a
-# CPU, with no queue, ``.item()`` only converts a number.
+# A :class:`gpuguide.Sweep` over widths times the three loops in turns. On a GPU,
+# :func:`~gpuguide.timing.host_and_gpu_times` says which side is slower: the host's
+# time to issue a step, while the GPU is kept busy so that the host never waits, and
+# the GPU's time for the step's kernels, from CUDA events. On a CPU, with no queue,
+# ``.item()`` only converts a number.
 
 
-def per_step(m):  # a loop's measurement, as times per step
-    return replace(m, times_s=tuple(t / steps for t in m.times_s))
-
-
-variants = {"once at the end": steps, "every 10 steps": 10, "every step": 1}
-rows, gains, tenth = [], {}, {}
-for width in widths:
-    train_step = make_model(width)
-    reads = {label: partial(train_loop, train_step, k) for label, k in variants.items()}
-    once, every_10, every = map(per_step, interleave(reads, device=device).values())
-    split = host_and_gpu_times(train_step, device=device) if on_gpu else None
-    gains[width] = compare(once, every)  # how much faster reading once is
-    tenth[width] = compare(once, every_10)
-    row = {"width": width, "host": split and split.host, "GPU": split and split.gpu}
-    rows.append(row | {"read once": once, "every 10": every_10, "every step": every})
-print(table(rows, title="time per training step"))
-for read, m in [("once at the end", once), ("every step", every)]:
-    record("training step", m, size=width, read=read)
-if on_gpu:  # at the largest width, as the recorded devices have them
-    record("host: issuing a step", split.host, size=width)
-    record("GPU: the step's kernels", split.gpu, size=width)
+reads = {"once at the end": steps, "every 10 steps": 10, "every step": 1}
+loops = gpuguide.Sweep(
+    f"{steps} training steps",
+    lambda width, dev: [make_model(width)],
+    sizes=widths,
+    size_label="width (features)",
+).run(
+    {read: partial(train_loop, read_every=k) for read, k in reads.items()}, paired=True
+)
+print(loops)
+for read in ("once at the end", "every step"):  # per step, at the largest width
+    m = loops.at(read)
+    per_step = replace(m, times_s=tuple(t / steps for t in m.times_s))
+    record("training step", per_step, size=widths[-1], read=read)
+if on_gpu:
+    split = {w: host_and_gpu_times(make_model(w), device=device) for w in widths}
+    rows = [{"width": w, "host": s.host, "GPU": s.gpu} for w, s in split.items()]
+    print(table(rows, title="time per training step"))
+    record("host: issuing a step", split[widths[-1]].host, size=widths[-1])
+    record("GPU: the step's kernels", split[widths[-1]].gpu, size=widths[-1])
 
 # %%
 # What the numbers say
@@ -119,27 +118,16 @@ if on_gpu:  # at the largest width, as the recorded devices have them
 # host idles while the GPU finishes this step's last ones. That idle time is at
 # most the shorter side's share of a step. Reading every tenth step pays it once
 # in ten steps.
+gains = {w: loops.compare("once at the end", "every step", w) for w in widths}
 worst = max(gains, key=lambda w: (gains[w].measurable, gains[w].speedup))
 report("speed-up of reading once", gains[worst], size=f"width {worst}")
 for where, on, verdict in [("a GPU", "cuda", "faster"), ("a CPU", "cpu", "not faster")]:
     text = f"on {where}, reading once is {verdict} than reading every step"
     gpuguide.claim(f"{text} (at width {worst})", gains[worst], verdict=verdict, on=on)
 text = f"reading once is not faster than reading every tenth step (at width {worst})"
-gpuguide.claim(text, tenth[worst], verdict="not faster")
-lines = {"read once": ".item() once at the end", "every step": ".item() every step"}
-if on_gpu:
-    lines |= {"host": "host: issuing a step", "GPU": "GPU: the step's kernels"}
-fig, ax = plt.subplots()
-plot_sweep(
-    ax,
-    widths,
-    {name: [row[field] for row in rows] for field, name in lines.items()},
-    xlabel="width (features)",
-    ylabel="time per training step (ms)",
-    title=f"Reading once instead of every step: {gains[worst].short} at {worst}",
-    record="time per training step",
-)
-plt.show()
+tenth = loops.compare("once at the end", "every 10 steps", worst)
+gpuguide.claim(text, tenth, verdict="not faster")
+loops.plot(title=f"Reading once instead of every step: {gains[worst].short}")
 
 # %%
 # Finding the synchronizations

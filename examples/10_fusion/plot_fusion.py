@@ -24,7 +24,8 @@ See also the concept pages :doc:`how a GPU runs PyTorch </concepts/gpu>` and
 # caches). On a GPU the deepest chain has 8 sines (a longer one takes seconds more
 # to compile); a CPU's calls vary more, so there each way is timed for 1 s, on one
 # thread.
-import matplotlib.pyplot as plt
+from dataclasses import replace
+
 import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
@@ -59,14 +60,13 @@ def nested_sin(x, depth):
 # ---------------------------------
 # One call under ``torch.profiler`` lists what ran: on a GPU every kernel; on a
 # CPU, where there are no kernels, every ``sin`` operator and every call into a
-# compiled graph (its generated C++ loop). Each depth gets its own compiled
-# function (``torch._dynamo.reset()`` forgets the previous one); its first three
-# calls are timed apart. Then eager and compiled run in alternating rounds, so that
-# a drift of the machine falls on both.
+# compiled graph (its generated C++ loop). The compiled function specializes on
+# each depth: its first three calls at each are timed apart. Then eager and compiled
+# run in alternating rounds, so that a drift of the machine falls on both.
 activities = [ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * page.cuda
 
 
-def passes(fn, *args):
+def passes_of(fn, *args):
     with profile(activities=activities) as prof:
         fn(*args)
     if page.cuda:
@@ -76,44 +76,43 @@ def passes(fn, *args):
     return calls + [e.name for e in prof.events() if e.name == "aten::sin"]
 
 
-ways = ["eager", "torch.compile"]
-times, names, firsts = {w: [] for w in ways}, {w: [] for w in ways}, []
-for depth in depths:
-    torch._dynamo.reset()
-    compiled = torch.compile(nested_sin, dynamic=False, fullgraph=True)
-    firsts.append(first_calls_s(compiled, x, depth, device=device))
-    fns = {"eager": nested_sin, "torch.compile": compiled}
-    calls = {w: lambda f=f, k=depth: f(x, k) for w, f in fns.items()}
-    timed = gpuguide.interleave(calls, device=device, rep_ms=40 if page.cuda else 1000)
-    for way, fn in fns.items():
-        names[way].append(passes(fn, x, depth))
-        times[way].append(timed[way])
+compiled = torch.compile(nested_sin, dynamic=False, fullgraph=True)
+ways = {"eager": nested_sin, "torch.compile": compiled}
+firsts = [first_calls_s(compiled, x, k, device=device) for k in depths]  # compiles
+chain = gpuguide.Sweep(
+    "sin chain",
+    lambda depth, dev: [x, depth],
+    sizes=depths,
+    traffic=lambda depth: pass_bytes,  # what the chain must move: one pass
+    rate="B/s",
+    peak="memory",
+    size_label="chain depth k (sin calls)",
+).run(
+    ways,
+    paired=True,
+    rep_ms=40 if page.cuda else 1000,
+)
+print(chain)  # "useful" bandwidth: one pass's bytes over the time
+ran = {way: [passes_of(fn, x, k) for k in depths] for way, fn in ways.items()}
+passes = {way: [len(names) for names in lists] for way, lists in ran.items()}
+for way, lists in ran.items():
+    print(f"{way}, passes at k={depths}: {passes[way]}; {sorted(set(lists[-1]))}")
 
 # %%
-# Time, passes and bandwidth
-# --------------------------
-# "useful" bandwidth divides the bytes the chain must move (one pass) by the time;
-# "moved" counts one pass per kernel or operator. Where each pass is limited by
-# memory (a GPU, with ``x`` far larger than its caches), eager's "moved" rate is
-# the memory's at every depth while its "useful" rate falls as ``1/k``. On a CPU
-# the sine's arithmetic and each operator's fixed costs limit a pass instead.
-rows, moved = [], {w: [] for w in ways}
-for i, depth in enumerate(depths):
-    for way in ways:
-        m, k = times[way][i], len(names[way][i])
-        moved[way].append(m.rate(k * pass_bytes, "B/s"))
-        share = page.peaks.percent_of(moved[way][-1].value, "memory")
-        rows.append({"k": depth, "way": way, "time": m, "passes": k})
-        rows[-1] |= {"useful": m.rate(pass_bytes, "B/s"), "moved": moved[way][-1]}
-        rows[-1]["% of peak"] = share
-print(gpuguide.table(rows))
-for way in ways:
-    ran = names[way][-1]
-    print(f"k={deepest}, {way}: {len(ran)} x {', '.join(sorted(set(ran)))}")
-per_pass = []  # eager's time per pass at each depth
-for d, m, ran in zip(depths, times["eager"], names["eager"], strict=True):
-    each = tuple(t / len(ran) for t in m.times_s)
-    per_pass.append(gpuguide.Measurement(f"a pass at k={d}", each, m.device, m.method))
+# Moved bandwidth
+# ---------------
+# "Moved" counts one pass per kernel or operator. Where each pass is limited by
+# memory (a GPU, with ``x`` far larger than its caches), eager's moved rate is the
+# memory's at every depth while its useful rate falls as ``1/k``. On a CPU the
+# sine's arithmetic and each operator's fixed costs limit a pass instead.
+moved = {way: chain.at(way).rate(passes[way][-1] * pass_bytes, "B/s") for way in ways}
+for way, rate in moved.items():  # the deepest chain's
+    at = {"size": x_size, "mode": way, "depth": deepest}
+    gpuguide.report("moved bandwidth", rate, peak="memory", **at)
+per_pass = [  # eager's time per pass at each depth
+    replace(m, label=f"a pass at k={k}", times_s=tuple(t / n for t in m.times_s))
+    for k, n, m in zip(depths, passes["eager"], chain.times["eager"], strict=True)
+]
 ordered = sorted(per_pass, key=lambda m: m.median_s)
 spread = gpuguide.compare(ordered[-1], ordered[0])
 print(f"eager, time per pass: {spread}")
@@ -121,28 +120,20 @@ same = "on a GPU, every eager pass runs at least at 0.9x the fastest pass's spee
 gpuguide.claim(same, spread, at_least=0.9, on="cuda")
 if peak_bw:
     streams = f"on a GPU, eager moves at least 70% of the memory peak at k={deepest}"
-    gpuguide.claim(streams, moved["eager"][-1], at_least=0.7 * peak_bw, on="cuda")
-    if max(r.value for w in ways for r in moved[w]) > peak_bw:
-        print(f"Some rates exceed the peak: x ({x_size}) fits in the caches.")
-for way in ways:  # the deepest chain's
-    at = {"size": x_size, "mode": way, "depth": deepest}
-    gpuguide.report("moved bandwidth", moved[way][-1], peak="memory", **at)
+    gpuguide.claim(streams, moved["eager"], at_least=0.7 * peak_bw, on="cuda")
 
 # %%
 # What fusion bought
 # ------------------
-# On a GPU, the fused chain reads and writes once: it takes about as long as one
-# ``sin`` while the arithmetic is cheap next to a pass. So its speed-up grows with
-# ``k`` but stays below ``k``. On a CPU a vectorised sine costs more arithmetic per
-# byte than memory delivers: fusion saves the extra passes, each operator's fixed
-# cost and each intermediate's allocation, but not the arithmetic. At ``k=1``
-# there is nothing to fuse: a difference there comes from the compiled code itself
-# (on a CPU, inductor's vectorised loop against ATen's ``sin``), so on a CPU the
-# speed-up need not grow with ``k``. The claims say what this run found.
-gains = [gpuguide.compare(c, e) for e, c in zip(*times.values(), strict=True)]
-for depth, c in zip(depths, gains, strict=True):
-    print(f"k={depth}{' (nothing to fuse)' if depth == 1 else ''}: {c}")
-first, top = gains[0], gains[-1]
+# On a GPU, the fused chain reads and writes once: while the arithmetic is cheap
+# next to a pass, its speed-up grows with ``k`` but stays below ``k``. On a CPU a
+# vectorised sine costs more arithmetic per byte than memory delivers: fusion saves
+# the extra passes and each operator's fixed cost, not the arithmetic. At ``k=1``
+# there is nothing to fuse: a difference there comes from the compiled code itself.
+gains = chain.verdicts("torch.compile", "eager")
+for depth, gain in gains:
+    print(f"k={depth}{' (nothing to fuse)' if depth == 1 else ''}: {gain}")
+first, top = gains[0][1], gains[-1][1]
 gpuguide.report("compiled speed-up", top, size=x_size, depth=deepest)
 gpuguide.claim(f"at k={deepest}, fused is at least 1.3x faster", top, at_least=1.3)
 grows = f"on a GPU, the speed-up grows beyond k=1: at k={deepest}, 2x k=1's or more"
@@ -152,12 +143,8 @@ below = f"on a GPU, the speed-up stays below k: at most {deepest}x at k={deepest
 gpuguide.claim(below, top, at_most=deepest, on="cuda")
 if peak_bw:
     math = f"on a CPU, fused at k={deepest} moves under 50% of the memory peak"
-    gpuguide.claim(math, moved["torch.compile"][-1], at_most=0.5 * peak_bw, on="cpu")
-fig, ax = plt.subplots()
-title = f"torch.compile: {first.short} at k=1, {top.short} at k={deepest}"
-labels = {"xlabel": "chain depth k (sin calls)", "ylabel": "time per call (ms)"}
-gpuguide.plot_sweep(ax, depths, times, **labels, title=title)
-plt.show()
+    gpuguide.claim(math, moved["torch.compile"], at_most=0.5 * peak_bw, on="cpu")
+chain.plot(title=f"torch.compile: {first.short} at k=1, {top.short} at k={deepest}")
 
 # %%
 # Compile time, and when it pays off
@@ -165,7 +152,8 @@ plt.show()
 # The first three calls, less three steady calls, are the one-off cost (less when
 # inductor's on-disk cache already holds the code). It pays off after ``one-off
 # cost / time saved per call`` calls, where the compiled call is measurably faster.
-for depth, first_s, e, c in zip(depths, firsts, *times.values(), strict=True):
+for depth, first_s in zip(depths, firsts, strict=True):
+    e, c = chain.at("eager", depth), chain.at("torch.compile", depth)
     cost = max(first_s - 3 * c.median_s, 0.0)
     calls = gpuguide.break_even(cost, e, c)
     even = f"pays off after {calls:,} calls" if calls else "no measurable saving"
