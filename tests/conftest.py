@@ -360,8 +360,8 @@ def fresh_results(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No recording file, no results folder, nothing recorded before."""
     from gpuguide import results
 
-    monkeypatch.delenv(results.RECORD_ENV, raising=False)
-    monkeypatch.delenv(results.RESULTS_DIR_ENV, raising=False)
+    monkeypatch.delenv("GPUGUIDE_RECORD", raising=False)
+    monkeypatch.delenv("GPUGUIDE_RESULTS_DIR", raising=False)
     results.clear()
     yield
     results.clear()

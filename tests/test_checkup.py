@@ -20,12 +20,13 @@ from conftest import CPU_RECORD, H100_RECORD, ROOT
 
 from gpuguide import results
 from gpuguide.peaks import GPU_PEAKS
-from gpuguide.results import PEAK_NAMES, RESULTS_DIR_ENV, Result, ResultsFile
+from gpuguide.results import Result
 from gpuguide.timing import Measurement
 from gpuguide.units import format_bytes
-from gpuguide_tools import checkup
+from gpuguide_tools import checkup, results_files
 from gpuguide_tools.checkup import against_recording
 from gpuguide_tools.mamf import MatmulShape, ShapeRate, ShapeSearch
+from gpuguide_tools.results_files import PEAK_NAMES, RESULTS_DIR_ENV, ResultsFile
 
 H100 = replace(H100_RECORD, peaks={"fp32": 6.7e13, "memory": 3.35e12})
 CPU = replace(CPU_RECORD, peaks={"fp32": 1e11, "memory": 1e10})
@@ -77,7 +78,7 @@ def _line(text, start):
 
 
 def test_json_is_a_results_file_with_the_pages_keys(measured_json):
-    measured = results.loads(measured_json, "check-up --json")
+    measured = results_files.loads(measured_json, "check-up --json")
     assert measured_json.endswith("}\n")
     assert measured.device.kind == "cpu"
     assert measured.device.key == results.current_device().key
@@ -201,7 +202,7 @@ def test_main_prints_the_report_against_the_results_folder(
         device=replace(device, date="2024-01-01T00:00:00+00:00"),
         results=(_matmul("fp32", 4e10),),
     )
-    results.save(recording, tmp_path / device.file_name)
+    results_files.save(recording, tmp_path / device.file_name)
     monkeypatch.setenv(RESULTS_DIR_ENV, str(tmp_path))
     calls = []
 
@@ -343,9 +344,9 @@ def test_console_script_rejects_a_bad_level():
 
 def test_a_broken_results_folder_exits_2_naming_the_file(tmp_path, capsys):
     good = ResultsFile(device=H100, results=(_tiny(1e-6),))
-    results.save(good, tmp_path / "a.json")
+    results_files.save(good, tmp_path / "a.json")
     truncated = tmp_path / "b.json"
-    truncated.write_text(results.dumps(good)[:-40])
+    truncated.write_text(results_files.dumps(good)[:-40])
     assert checkup.main(["--device", "cpu", "--results", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert f"results file {truncated}: is not valid JSON" in err

@@ -15,6 +15,7 @@ from gpuguide.env import SMALL_ENV
 from gpuguide.page import Page
 from gpuguide.timing import Measurement
 from gpuguide.verdicts import compare
+from gpuguide_tools import results_files
 
 PAGE = "plot_claims_test"
 
@@ -30,7 +31,7 @@ def around(label, median, spread, n=9):
 
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
-    monkeypatch.delenv(results.RECORD_ENV, raising=False)
+    monkeypatch.delenv("GPUGUIDE_RECORD", raising=False)
     monkeypatch.delenv(claims.STRICT_ENV, raising=False)
     monkeypatch.delenv(SMALL_ENV, raising=False)
     monkeypatch.setattr(results, "_default_page", lambda: PAGE)
@@ -173,11 +174,11 @@ def test_claims_are_recorded_with_the_page_and_the_takeaway_lists_them(
     tmp_path, monkeypatch
 ):
     target = tmp_path / "cpu.json"
-    monkeypatch.setenv(results.RECORD_ENV, str(target))
+    monkeypatch.setenv("GPUGUIDE_RECORD", str(target))
     check("a fact", holds=True, measured="yes")
     check("a cuda claim", None, at_least=1.0, on="cuda")
     check("a fact", holds=False, measured="no")  # stated again: replaces the first
-    saved = results.load(target)
+    saved = results_files.load(target)
     assert [(c.text, c.outcome) for c in saved.claims_of(PAGE)] == [
         ("a cuda claim", "n/a"),
         ("a fact", "failed"),
@@ -197,7 +198,7 @@ def test_a_results_file_refuses_a_claim_stated_twice_or_a_bad_outcome():
     device = results.current_device()
     twice = (results.Claim("x", "held", "1"), results.Claim("x", "failed", "2"))
     with pytest.raises(ValueError, match="claims each stated once"):
-        results.ResultsFile(device, claims={PAGE: twice})
+        results_files.ResultsFile(device, claims={PAGE: twice})
     with pytest.raises(ValueError, match="/outcome: 'maybe' is not one of"):
         results.Claim("x", "maybe", "1")
 

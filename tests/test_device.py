@@ -12,8 +12,9 @@ from conftest import CPUINFO_X86
 
 from gpuguide import device as device_mod
 from gpuguide import host
-from gpuguide.device import DeviceInfo, describe_device, pick_device, provenance
+from gpuguide.device import DeviceInfo, describe_device, pick_device
 from gpuguide.version import VersionInfo
+from gpuguide_tools.checkup import provenance_line as provenance
 
 NOW = datetime(2026, 11, 21, 10, 42, 37, tzinfo=timezone.utc)
 #: The helpers' version every description here names (the real one depends on

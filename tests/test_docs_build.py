@@ -32,7 +32,7 @@ def test_every_page_ends_with_its_recorded_results(site):
     """The first test of the site: it waits for the rest of its build, which
     runs every page once at small sizes (about four minutes on two cores,
     beside the other tests), hence slow."""
-    from gpuguide.results import load_dir
+    from gpuguide_tools.results_files import load_dir
 
     out, _ = site
     files = load_dir(out.parent / "results")
@@ -620,7 +620,8 @@ def test_the_claims_table_sets_this_build_beside_each_recording():
     from claims_page import claims_table
     from conftest import CPU_RECORD, H100_RECORD
 
-    from gpuguide.results import Claim, PageRecord, PageRun, ResultsFile
+    from gpuguide.results import Claim
+    from gpuguide_tools.results_files import PageRecord, PageRun, ResultsFile
 
     run = PageRun(
         date="2026-11-01",

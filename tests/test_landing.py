@@ -144,16 +144,14 @@ def test_the_provenance_a_page_prints_is_one_compact_line():
         sm_count=132, total_memory_bytes=80 * 2**30, compute_capability=(9, 0),
         cuda_version="12.8", driver_version="570.86.15", torch_version="2.13.0",
     )  # fmt: skip
-    assert gpuguide.provenance(h100, now=now, compact=True) == (
+    assert gpuguide.provenance(h100, now=now) == (
         "Measured on H100 SXM5 | torch 2.13.0 | CUDA 12.8 | driver 570.86.15 | "
         "gpuguide 0.1.0 (abc1234) | 2026-11-21"
     )
-    assert gpuguide.provenance(cpu, now=now, compact=True) == (
+    assert gpuguide.provenance(cpu, now=now) == (
         f"Measured on {cpu.short_name} | torch 2.13.0+cpu | gpuguide 0.1.0 (abc1234) "
         "| 2026-11-21"
     )
     capped = dataclasses.replace(h100, memory_cap_bytes=2**30)
-    line = gpuguide.provenance(capped, now=now, compact=True)
+    line = gpuguide.provenance(capped, now=now)
     assert line.startswith("Measured on H100 SXM5, GPU memory capped at 1.00 GiB |")
-    # the full line stays what it was, and longer
-    assert len(gpuguide.provenance(h100, now=now)) > len(line)

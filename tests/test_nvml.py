@@ -20,7 +20,10 @@ from gpuguide import device as device_mod
 from gpuguide import nvml, results
 from gpuguide.nvml import GpuState
 from gpuguide.peaks import PeakExceededError, device_peaks, gpu_peaks
-from gpuguide.results import Result, ResultsFile, ResultsFileError
+from gpuguide.results import Result
+from gpuguide_tools import results_files
+from gpuguide_tools.checkup import provenance_line
+from gpuguide_tools.results_files import ResultsFile, ResultsFileError
 
 NOW = datetime(2026, 11, 21, 10, 42, tzinfo=timezone.utc)
 H100_BUS = "00000000:18:00.0"
@@ -135,7 +138,7 @@ def test_without_pynvml_the_line_the_peaks_and_the_record_are_as_before(use_nvml
     assert not nvml.available()
     info = cuda_info(props())
     assert info.gpu_state is None
-    assert device_mod.provenance(info, now=NOW) == BASE_LINE + TAIL
+    assert provenance_line(info, now=NOW) == BASE_LINE + TAIL
     assert device_peaks(info).host_link_bytes_per_s == 64e9  # the datasheet's
     record = results.DeviceRecord.from_info(info)
     assert "gpu" not in record.to_json()
@@ -160,8 +163,6 @@ def test_the_gpu_is_found_by_its_pci_bus_id_not_its_index(use_nvml):
     # (CUDA_VISIBLE_DEVICES=1, or CUDA's fastest-first order).
     fake = fake_pynvml({OTHER_BUS: OTHER_ANSWERS, H100_BUS: H100_ANSWERS})
     use_nvml(fake)
-    assert device_mod.pci_bus_id(props()) == H100_BUS
-    assert device_mod.pci_bus_id(props(0x9A)) == OTHER_BUS
     assert cuda_info(props()).gpu_state.sm_clock_mhz == 1755
     assert cuda_info(props(0x9A)).gpu_state.sm_clock_mhz == 210
     assert cuda_info(props(0x3B)).gpu_state is None  # not a GPU NVML knows
@@ -171,7 +172,7 @@ def test_the_gpu_is_found_by_its_pci_bus_id_not_its_index(use_nvml):
 
 def test_the_provenance_line_gives_clocks_power_link_and_limiters(use_nvml):
     use_nvml(fake_pynvml({H100_BUS: H100_ANSWERS}))
-    line = device_mod.provenance(cuda_info(props()), now=NOW)
+    line = provenance_line(cuda_info(props()), now=NOW)
     assert line == BASE_LINE + (
         "SM clock 1755 of 1980 MHz, memory clock 2619 of 2619 MHz, power limit "
         "700 W, PCIe gen 1 x16 now (up to gen 5 x16), clocks limited by: software "
@@ -323,14 +324,16 @@ def test_a_record_keeps_the_gpu_state_and_reads_it_back(use_nvml):
     assert data["device"]["gpu"]["clock_limits"] == ["software power cap"]
     assert _schema_errors(data, SCHEMA) == []
     text = json.dumps(data)
-    assert results.loads(text).device == record
-    assert results.dumps(results.loads(text)) == results.dumps(results.loads(text))
+    assert results_files.loads(text).device == record
+    assert results_files.dumps(results_files.loads(text)) == results_files.dumps(
+        results_files.loads(text)
+    )
 
 
 def test_old_files_without_the_gpu_state_load_and_write_unchanged():
-    old = results.dumps(ResultsFile(H100_RECORD, (Result("p", "a", 1.0, "s"),)))
+    old = results_files.dumps(ResultsFile(H100_RECORD, (Result("p", "a", 1.0, "s"),)))
     assert '"gpu"' not in old
-    assert results.dumps(results.loads(old)) == old
+    assert results_files.dumps(results_files.loads(old)) == old
 
 
 @pytest.mark.parametrize(
@@ -348,7 +351,7 @@ def test_a_bad_gpu_state_is_refused_by_name(gpu, problem):
     data = ResultsFile(H100_RECORD).to_json()
     data["device"]["gpu"] = gpu
     with pytest.raises(ResultsFileError, match="gpu") as error:
-        results.loads(json.dumps(data), "f.json")
+        results_files.loads(json.dumps(data), "f.json")
     assert problem in str(error.value)
     if isinstance(gpu, dict) and "fan_rpm" in gpu:
         assert _schema_errors(data, SCHEMA) != []  # the schema refuses it too
@@ -359,12 +362,12 @@ def test_only_a_cuda_record_has_a_gpu_state():
         replace(CPU_RECORD, gpu=STATE)
 
 
-def test_limiters_seen_at_each_figure_add_up_across_pages(
+def test_limiters_seen_at_each_figure_add_up_in_the_file(
     use_nvml, monkeypatch, tmp_path, fresh_results
 ):
     use_nvml(fake_pynvml({}))  # NVML is there; what it samples is faked below
     target = tmp_path / "h100.json"
-    monkeypatch.setenv(results.RECORD_ENV, str(target))
+    monkeypatch.setenv("GPUGUIDE_RECORD", str(target))
     seen = iter([("hardware slowdown",), (), ("software power cap",)])
     monkeypatch.setattr(
         device_mod, "gpu_state", lambda: GpuState(clock_limits=next(seen))
@@ -373,15 +376,12 @@ def test_limiters_seen_at_each_figure_add_up_across_pages(
     monkeypatch.setattr(results, "_device", [start])
     results.record("a", 1.0, unit="s", page="page_one")
     results.record("b", 2.0, unit="s", page="page_one")
-    assert results.load(target).device.gpu.clock_limits == ("hardware slowdown",)
-    # the next page runs in a process of its own
-    results.clear()
-    monkeypatch.setattr(results, "_device", [start])
-    results.record("c", 3.0, unit="s", page="page_two")
-    written = results.load(target)
+    assert results_files.load(target).device.gpu.clock_limits == ("hardware slowdown",)
+    results.record("c", 3.0, unit="s", page="page_one")
+    written = results_files.load(target)
     assert written.device.gpu.clock_limits == (
-        "software power cap",
         "hardware slowdown",
+        "software power cap",
     )
     assert written.device.gpu.pcie_generation == 5
     assert len(written.results) == 3
@@ -423,8 +423,12 @@ def test_nvml_describes_the_gpu_torch_uses(use_nvml):
     if not nvml.available():
         pytest.skip("NVML does not start here")
     index = torch.cuda.current_device()
-    bus_id = device_mod.pci_bus_id(torch.cuda.get_device_properties(index))
-    assert bus_id is not None, "this torch does not give the PCI bus id"
+    props = torch.cuda.get_device_properties(index)
+    ids = [
+        getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")
+    ]
+    assert None not in ids, "this torch does not give the PCI bus id"
+    bus_id = "{:08X}:{:02X}:{:02X}.0".format(*ids)
     handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus_id.encode())
     name = pynvml.nvmlDeviceGetName(handle)
     name = name.decode() if isinstance(name, bytes) else name
@@ -434,7 +438,7 @@ def test_nvml_describes_the_gpu_torch_uses(use_nvml):
     assert state.sm_clock_max_mhz
     assert state.sm_clock_max_mhz >= (state.sm_clock_mhz or 0)
     assert state.clock_limits is not None
-    line = device_mod.provenance(torch.device("cuda", index))
+    line = provenance_line(torch.device("cuda", index))
     assert f"of {state.sm_clock_max_mhz} MHz" in line
     # A virtual machine may show no link, or an emulated one (gen 1 x1): the link's
     # peak is then the datasheet's, never a link below what the copies reach.

@@ -22,7 +22,7 @@ def _m(label, *times):
 
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
-    monkeypatch.delenv(results.RECORD_ENV, raising=False)
+    monkeypatch.delenv("GPUGUIDE_RECORD", raising=False)
     monkeypatch.setattr(results, "_default_page", lambda: PAGE)
     results.clear()
     yield

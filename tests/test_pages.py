@@ -14,8 +14,8 @@ import pytest
 from conftest import CPU_RECORD, ROOT, build_mini_site
 
 from gpuguide import results
-from gpuguide.results import PageRecord, PageRun, Result, ResultsFile
-from gpuguide_tools import pages
+from gpuguide.results import Result
+from gpuguide_tools import pages, results_files
 from gpuguide_tools.pages import (
     GPU_BUDGET_S,
     budget_problems,
@@ -25,6 +25,7 @@ from gpuguide_tools.pages import (
     page_code,
     stale_pages,
 )
+from gpuguide_tools.results_files import PageRecord, PageRun, ResultsFile
 
 
 def _helpers(root: Path) -> Path:
@@ -245,7 +246,7 @@ def test_a_stale_pass_executes_only_the_stale_pages(tmp_path):
     code = page_code(fresh)
     run = _run(code.source, code.helpers, date="2026-11-01", commit="abc1234")
     figure = Result("plot_fresh", "answer", 1.0, "s")
-    results.save(
+    results_files.save(
         ResultsFile(device, (figure,), {"plot_fresh": PageRecord(run)}),
         folder / device.file_name,
     )
@@ -253,7 +254,8 @@ def test_a_stale_pass_executes_only_the_stale_pages(tmp_path):
     scripts = [fresh, chapter / "plot_only.py"]
     chapter.joinpath("plot_only.py").write_text(only)
     stale = [
-        s.page for s in stale_pages(scripts, results.load(folder / device.file_name))
+        s.page
+        for s in stale_pages(scripts, results_files.load(folder / device.file_name))
     ]
     assert stale == ["plot_only"]
     pattern = _noxfile()._pages_pattern(stale)  # as nox -s docs -- --stale builds it
@@ -265,7 +267,7 @@ def test_a_stale_pass_executes_only_the_stale_pages(tmp_path):
     assert built.returncode == 0, built.stderr
     assert marks["plot_only"].exists()
     assert not marks["plot_fresh"].exists()
-    recording = results.load(folder / device.file_name)
+    recording = results_files.load(folder / device.file_name)
     assert {r.page: r.value for r in recording.results} == {
         "plot_fresh": 1.0,  # kept: not executed
         "plot_only": 42.0,

@@ -8,7 +8,7 @@ from pathlib import Path
 import record_build
 from conftest import build_mini_site
 
-from gpuguide import results
+from gpuguide_tools import results_files
 
 RECORDS = """
 \"\"\"
@@ -39,7 +39,7 @@ def test_a_recording_build_writes_the_devices_file(tmp_path):
     )  # fmt: skip
     assert built.returncode == 0, built.stderr
     path = _only_file(folder)
-    recording = results.load(path)
+    recording = results_files.load(path)
     assert path.name == recording.device.file_name
     assert recording.pages == ("plot_only",)
     (figure,) = recording.results
@@ -81,7 +81,7 @@ def test_a_failing_page_keeps_its_figures_and_the_others_are_recorded(tmp_path):
     )  # fmt: skip
     assert second.returncode != 0
     assert "1 page(s) failed: plot_only" in second.stderr
-    recording = results.load(path)
+    recording = results_files.load(path)
     by_page = {r.page: (r.name, r.value) for r in recording.results}
     assert by_page == {
         "plot_a": ("a", 1.0),
@@ -112,7 +112,7 @@ def test_a_build_killed_after_some_pages_keeps_them_recorded(tmp_path):
         GPUGUIDE_RESULTS_DIR=str(folder),
     )  # fmt: skip
     assert built.returncode == -9  # SIGKILL: no hook of the build ran after it
-    recording = results.load(_only_file(folder))
+    recording = results_files.load(_only_file(folder))
     assert sorted({r.page for r in recording.results}) == ["plot_a", "plot_b"]
     assert sorted(recording.pages_run) == ["plot_a", "plot_b"]
     assert recording.pages_run["plot_a"].recorded.seconds is not None
@@ -127,7 +127,7 @@ def test_merge_combines_with_the_earlier_recording(tmp_path):
             GPUGUIDE_RESULTS_DIR=str(folder),
         )  # fmt: skip
         assert built.returncode == 0, built.stderr
-    (figure,) = results.load(_only_file(folder)).results
+    (figure,) = results_files.load(_only_file(folder)).results
     assert figure.runs == 2
 
 

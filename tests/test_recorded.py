@@ -8,8 +8,15 @@ from pathlib import Path
 
 from conftest import CPU_RECORD, H100_RECORD
 
-from gpuguide.results import PageRecord, PageRun, Result, ResultsFile, load_dir, save
+from gpuguide.results import Result
 from gpuguide_tools.pages import PageCode
+from gpuguide_tools.results_files import (
+    PageRecord,
+    PageRun,
+    ResultsFile,
+    load_dir,
+    save,
+)
 from recorded import (
     EARLIER,
     code_status,

@@ -14,9 +14,10 @@ import pytest
 from conftest import CPU_RECORD, H100_RECORD
 
 from gpuguide import results
-from gpuguide.results import DeviceRecord, Result, ResultsFile, ResultsFileError
-from gpuguide_tools import recorder
+from gpuguide.results import DeviceRecord, Result
+from gpuguide_tools import recorder, results_files
 from gpuguide_tools.pages import page_code
+from gpuguide_tools.results_files import ResultsFile, ResultsFileError
 
 H100, CPU = H100_RECORD, CPU_RECORD
 
@@ -69,12 +70,12 @@ def _existing(folder, device, *found):
     """A recording of this device already in the results folder."""
     path = folder / device.file_name
     old = replace(device, date="2024-01-01T00:00:00+00:00")
-    results.save(ResultsFile(device=old, results=found), path)
+    results_files.save(ResultsFile(device=old, results=found), path)
     return path
 
 
 def _figures(path):
-    return {(r.page, r.name): r for r in results.load(path).results}
+    return {(r.page, r.name): r for r in results_files.load(path).results}
 
 
 # -- which pages ---------------------------------------------------------------------
@@ -98,7 +99,7 @@ def test_record_pages_replaces_the_devices_file(examples, tmp_path, device):
     folder.mkdir()
     other_device = replace(device, short_name="some other device")
     other = folder / other_device.file_name
-    results.save(
+    results_files.save(
         ResultsFile(device=other_device, results=(Result("p", "n", 1.0, "s"),)), other
     )
     before = other.read_bytes()
@@ -114,7 +115,7 @@ def test_record_pages_replaces_the_devices_file(examples, tmp_path, device):
     ]
     assert [figures[k].value for k in sorted(figures)] == [1.0, 3.0, 2.0]
     assert all(r.runs == 1 for r in figures.values())
-    recorded = results.load(path).device
+    recorded = results_files.load(path).device
     assert recorded.key == device.key
     assert recorded.date != "2024-01-01T00:00:00+00:00"
     assert recorded.peaks  # a CPU's, measured by the recorder after the pages
@@ -127,7 +128,7 @@ def test_record_pages_replaces_the_devices_file(examples, tmp_path, device):
     assert said[-2] == "dropped 1 page(s) that no longer exist: plot_gone"
     assert said[-1] == f"wrote 3 page(s) to {path} (3 figures in all)"
     # Each page names the code that measured it.
-    runs = results.load(path).pages_run
+    runs = results_files.load(path).pages_run
     assert sorted(runs) == ["plot_one", "plot_three", "plot_two"]
     one = runs["plot_one"].recorded
     script = examples / "01_a" / "plot_one.py"
@@ -211,7 +212,7 @@ def test_a_failing_page_keeps_its_figures_and_the_others_are_recorded(
         1.0,
         2.0,
     )
-    runs = results.load(path).pages_run
+    runs = results_files.load(path).pages_run
     assert runs["plot_bad"].failed is not None
     assert runs["plot_bad"].recorded is None
     assert runs["plot_one"].failed is None
@@ -228,7 +229,7 @@ def test_a_page_that_records_nothing_or_hangs_records_no_figure(tmp_path, device
     with pytest.raises(RuntimeError, match="failed: plot_slow"):
         recorder.record_pages([slow], folder, timeout=1.0, log=said.append)
     assert said[1] == "timed out after 1 s"
-    recording = results.load(folder / device.file_name)
+    recording = results_files.load(folder / device.file_name)
     assert recording.results == ()
     assert recording.pages_run["plot_quiet"].recorded is not None  # ran, recorded none
     assert recording.pages_run["plot_slow"].failed is not None
@@ -366,11 +367,11 @@ def test_a_cpu_s_ceilings_rise_to_the_best_recorded_rate():
         Result("p", "half", 9.0, "FLOP/s", peak="fp16"),  # no fp16 ceiling: none made
         Result("p", "time", 500.0, "s", peak="fp32"),  # not a rate: ignored
     )
-    raised = recorder.with_measured_ceilings(results.ResultsFile(cpu, figures))
+    raised = recorder.with_measured_ceilings(results_files.ResultsFile(cpu, figures))
     assert dict(raised.device.peaks) == {"fp32": 120.0, "memory": 50.0}
     assert raised.results == figures
     # A GPU's datasheet peaks stay as they are.
-    gpu = results.ResultsFile(replace(H100, peaks={"fp32": 100.0}), figures)
+    gpu = results_files.ResultsFile(replace(H100, peaks={"fp32": 100.0}), figures)
     assert recorder.with_measured_ceilings(gpu) is gpu
 
 
@@ -417,7 +418,7 @@ def test_claims_are_recorded_with_their_page_and_kept_when_it_fails(
     said = []
     recorder.record_pages(recorder.pages(examples), folder, log=said.append)
     path = folder / device.file_name
-    saved = results.load(path)
+    saved = results_files.load(path)
     assert [(c.text, c.outcome) for c in saved.claims_of("plot_one")] == [
         ("a is positive", "held")
     ]
@@ -430,7 +431,9 @@ def test_claims_are_recorded_with_their_page_and_kept_when_it_fails(
     _page(examples, "01_a", "plot_one", FAILING, name="a", value=3.0)
     with pytest.raises(RuntimeError, match="plot_one"):
         recorder.record_pages(recorder.pages(examples), folder, log=said.append)
-    assert [c.outcome for c in results.load(path).claims_of("plot_one")] == ["held"]
+    assert [c.outcome for c in results_files.load(path).claims_of("plot_one")] == [
+        "held"
+    ]
     # Strict, a claim that does not hold fails its page.
     monkeypatch.setenv("GPUGUIDE_STRICT_CLAIMS", "1")
     with pytest.raises(RuntimeError, match="1 page\\(s\\) failed: plot_two"):

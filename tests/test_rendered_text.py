@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import H100_RECORD
 
-from gpuguide.results import Result, ResultsFile, save
+from gpuguide.results import Result
+from gpuguide_tools.results_files import ResultsFile, save
 
 bs4 = pytest.importorskip("bs4")
 pytest.importorskip("sphinx_gallery")

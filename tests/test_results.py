@@ -16,16 +16,11 @@ from conftest import CPU_RECORD, DATA, H100_RECORD, ROOT
 import gpuguide
 from gpuguide import results
 from gpuguide.device import DeviceInfo
-from gpuguide.results import (
-    RECORD_ENV,
-    SCHEMA_VERSION,
-    DeviceRecord,
-    Result,
-    ResultsFile,
-    ResultsFileError,
-)
+from gpuguide.results import SCHEMA_VERSION, DeviceRecord, Result
 from gpuguide.timing import Measurement, Rate
 from gpuguide.verdicts import compare
+from gpuguide_tools import results_files
+from gpuguide_tools.results_files import ResultsFile, ResultsFileError
 
 H100 = H100_RECORD
 CPU = CPU_RECORD
@@ -33,7 +28,7 @@ CPU = CPU_RECORD
 
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
-    monkeypatch.delenv(RECORD_ENV, raising=False)
+    monkeypatch.delenv("GPUGUIDE_RECORD", raising=False)
     results.clear()
     yield
     results.clear()
@@ -149,7 +144,9 @@ def test_recording_the_same_figure_again_replaces_it():
 
 def test_size_x_and_peak_round_trip_and_are_checked(tmp_path):
     r = Result("p", "rate", 1e12, "FLOP/s", size="64x64x64", x=4, peak="bf16")
-    back = results.loads(results.dumps(results.ResultsFile(H100, (r,))))
+    back = results_files.loads(
+        results_files.dumps(results_files.ResultsFile(H100, (r,)))
+    )
     assert back.results == (r,)
     assert back.results[0].is_sweep_point
     assert back.results[0].x == 4.0
@@ -200,43 +197,22 @@ def test_record_rejects_bad_figures(kwargs, message):
     assert results.recorded() == ()
 
 
-def test_recording_writes_the_file_and_replaces_a_page_at_a_time(tmp_path, monkeypatch):
+def test_recording_writes_this_process_figures_into_the_file(tmp_path, monkeypatch):
     path = tmp_path / "sub" / "h100.json"
-    monkeypatch.setenv(RECORD_ENV, str(path))
+    path.parent.mkdir()
+    path.write_text("not this process's")  # the file is the process's own: replaced
+    monkeypatch.setenv("GPUGUIDE_RECORD", str(path))
     monkeypatch.setattr(results, "current_device", lambda: H100)
-    results.record("copy", 2.0e12, unit="B/s", page="plot_copy")
     results.record("old", 1.0, unit="s", page="plot_launch")
-    first = results.load(path)
-    assert first.device == H100
-    assert first.pages == ("plot_copy", "plot_launch")
-
-    # A second run of plot_launch only: its entries are replaced, plot_copy's kept.
-    results.clear()
-    results.record("new", 2.0, unit="s", page="plot_launch")
-    second = results.load(path)
-    assert [(r.page, r.name) for r in second.results] == [
-        ("plot_copy", "copy"),
-        ("plot_launch", "new"),
+    results.record("copy", 2.0e12, unit="B/s", page="plot_copy")
+    results.record("old", 3.0, unit="s", page="plot_launch")  # replaces the first
+    saved = results_files.load(path)
+    assert saved.device == H100
+    assert [(r.page, r.name, r.value) for r in saved.results] == [
+        ("plot_copy", "copy", 2.0e12),
+        ("plot_launch", "old", 3.0),
     ]
     assert [p.name for p in path.parent.iterdir()] == ["h100.json"]  # no temp left
-
-
-def test_recording_refuses_a_file_of_another_device(tmp_path, monkeypatch):
-    path = _write(tmp_path, _file())
-    monkeypatch.setenv(RECORD_ENV, str(path))
-    monkeypatch.setattr(results, "current_device", lambda: CPU)
-    with pytest.raises(ResultsFileError, match=f"{path}.*H100 SXM5.*Intel Xeon"):
-        results.record("a", 1.0, unit="s", page="p")
-    assert results.load(path).device == H100  # untouched
-
-
-def test_recording_refuses_to_overwrite_a_corrupted_file(tmp_path, monkeypatch):
-    path = _write(tmp_path, '{"schema": 1, "dev')
-    monkeypatch.setenv(RECORD_ENV, str(path))
-    monkeypatch.setattr(results, "current_device", lambda: H100)
-    with pytest.raises(ResultsFileError, match=str(path)):
-        results.record("a", 1.0, unit="s", page="p")
-    assert path.read_text() == '{"schema": 1, "dev'
 
 
 def test_device_record_from_a_device_info():
@@ -272,7 +248,7 @@ def test_device_record_from_a_device_info():
     )
     assert device.isa is None  # a GPU's host ISA is not what decides its speed
     text = json.dumps({**_file(), "device": device.to_json()})
-    assert results.loads(text).device == device
+    assert results_files.loads(text).device == device
     cpu = replace(
         info, type="cpu", name="AMD EPYC", cpu_model="AMD EPYC", cpu_threads=2,
         cpu_isa="AVX-512 BF16", gpuguide_commit="f4b16f4", gpuguide_dirty=True,
@@ -285,13 +261,13 @@ def test_device_record_from_a_device_info():
         True,
     )
     assert record.gpuguide_label == f"gpuguide {gpuguide.__version__} (f4b16f4+dirty)"
-    saved = results.loads(json.dumps({**_file(), "device": record.to_json()}))
+    saved = results_files.loads(json.dumps({**_file(), "device": record.to_json()}))
     assert saved.device == record
     assert record.to_json()["isa"] == "AVX-512 BF16"
 
 
 def test_the_committed_results_files_load_with_their_provenance():
-    h100 = results.load(ROOT / "docs" / "results" / "cuda-h100-sxm5.json").device
+    h100 = results_files.load(ROOT / "docs" / "results" / "cuda-h100-sxm5.json").device
     # A GPU recording names the helpers' version and a commit, from a clean tree.
     assert re.fullmatch(r"\d+\.\d+[.\w+]*", h100.gpuguide or "")
     assert re.fullmatch(r"[0-9a-f]{7,40}", h100.commit or "")
@@ -299,11 +275,11 @@ def test_the_committed_results_files_load_with_their_provenance():
     # A CPU's recording of another machine is a test fixture, not the site's.
     assert not list((ROOT / "docs" / "results").glob("cpu-*.json"))
     for path in (ROOT / "docs" / "results").glob("*.json"):
-        recording = results.load(path)
+        recording = results_files.load(path)
         assert recording.device.kind != "cpu"
         assert recording.device.host  # what its host-CPU figures ran on
         assert set(recording.pages_run) == set(recording.pages)  # each names its code
-    cpu = results.load(DATA / "cpu-recording-no-isa.json").device
+    cpu = results_files.load(DATA / "cpu-recording-no-isa.json").device
     # Recorded before versions and ISAs were: unknown, and another identity than
     # the same model and threads recorded with its ISA.
     assert (cpu.gpuguide, cpu.commit, cpu.isa) == (None, None, None)
@@ -315,7 +291,7 @@ def test_the_committed_results_files_load_with_their_provenance():
 def test_a_file_without_the_newer_device_fields_reads_as_unknown():
     newer = ("isa", "gpuguide", "commit", "dirty")
     old = {k: v for k, v in CPU.to_json().items() if k not in newer}
-    device = results.loads(json.dumps(_file(device=old))).device
+    device = results_files.loads(json.dumps(_file(device=old))).device
     assert (device.isa, device.gpuguide, device.commit, device.dirty) == (
         None, None, None, False,
     )  # fmt: skip
@@ -326,10 +302,10 @@ def test_a_file_without_the_newer_device_fields_reads_as_unknown():
 
 
 def test_a_file_round_trips(tmp_path):
-    original = results.loads(json.dumps(_file()))
-    path = results.save(original, tmp_path / "h100.json")
-    assert results.load(path) == original
-    assert results.loads(results.dumps(original)) == original
+    original = results_files.loads(json.dumps(_file()))
+    path = results_files.save(original, tmp_path / "h100.json")
+    assert results_files.load(path) == original
+    assert results_files.loads(results_files.dumps(original)) == original
     (result,) = original.results
     assert result.spread == (6.4e14, 6.6e14)
     assert dict(result.config) == {"size": 8192, "dtype": "bfloat16", "compiled": False}
@@ -383,7 +359,7 @@ def test_a_file_round_trips(tmp_path):
 def test_a_bad_file_is_refused_with_its_name_and_problem(tmp_path, data, problem):
     path = _write(tmp_path, data)
     with pytest.raises(ResultsFileError) as info:
-        results.load(path)
+        results_files.load(path)
     message = str(info.value)
     assert message.startswith(f"results file {path}: ")
     assert re.search(problem, message), message
@@ -392,7 +368,7 @@ def test_a_bad_file_is_refused_with_its_name_and_problem(tmp_path, data, problem
 def test_a_missing_file_is_refused_with_its_name(tmp_path):
     path = tmp_path / "absent.json"
     with pytest.raises(ResultsFileError, match=f"{path}: cannot be read"):
-        results.load(path)
+        results_files.load(path)
 
 
 def test_results_file_error_is_a_value_error():
@@ -404,7 +380,7 @@ def test_results_file_error_is_a_value_error():
 
 def _save(folder, device, *found, name=None):
     path = folder / (name or device.file_name)
-    return results.save(ResultsFile(device=device, results=found), path)
+    return results_files.save(ResultsFile(device=device, results=found), path)
 
 
 def test_file_name_is_kind_and_short_name():
@@ -422,18 +398,18 @@ def test_load_dir_of_a_missing_or_empty_folder(tmp_path):
     with pytest.raises(
         ResultsFileError, match=r"results folder .*nope: does not exist"
     ):
-        results.load_dir(tmp_path / "nope")
+        results_files.load_dir(tmp_path / "nope")
     (tmp_path / "file").write_text("{}")
     with pytest.raises(ResultsFileError, match="not a folder"):
-        results.load_dir(tmp_path / "file")
+        results_files.load_dir(tmp_path / "file")
     (tmp_path / "README.txt").write_text("not a results file")
-    assert results.load_dir(tmp_path) == {}
+    assert results_files.load_dir(tmp_path) == {}
 
 
 def test_load_dir_reads_every_file_in_name_order(tmp_path):
     b = _save(tmp_path, H100, Result("p", "a", 2.0, "s"))
     a = _save(tmp_path, CPU, Result("p", "a", 3.0, "s"))
-    loaded = results.load_dir(str(tmp_path))
+    loaded = results_files.load_dir(str(tmp_path))
     assert list(loaded) == [a, b]  # cpu-... before cuda-...
     assert [f.results[0].value for f in loaded.values()] == [3.0, 2.0]
 
@@ -443,13 +419,15 @@ def test_load_dir_refuses_two_files_of_one_device_and_names_a_bad_file(tmp_path)
     later = replace(H100, date="2026-01-01T00:00:00+00:00")
     _save(tmp_path, later, Result("p", "a", 1.0, "s"), name="b.json")
     with pytest.raises(ResultsFileError, match=r"b\.json: holds H100 SXM5") as error:
-        results.load_dir(tmp_path)
+        results_files.load_dir(tmp_path)
     assert str(first) in str(error.value)  # names the other file too
     (tmp_path / "b.json").unlink()
     bad = tmp_path / "truncated.json"
-    bad.write_text(results.dumps(ResultsFile(CPU, (Result("p", "a", 1.0, "s"),)))[:60])
+    bad.write_text(
+        results_files.dumps(ResultsFile(CPU, (Result("p", "a", 1.0, "s"),)))[:60]
+    )
     with pytest.raises(ResultsFileError) as error:
-        results.load_dir(tmp_path)
+        results_files.load_dir(tmp_path)
     assert str(error.value).startswith(f"results file {bad}: is not valid JSON")
 
 
@@ -468,8 +446,7 @@ def test_the_site_publishes_the_schema_the_package_reads():
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
     shipped = resources.files("gpuguide").joinpath("results.schema.json")
     assert json.loads(shipped.read_text()) == SCHEMA
-    assert SCHEMA["properties"]["schema"]["enum"] == list(results.READ_VERSIONS)
-    assert max(results.READ_VERSIONS) == SCHEMA_VERSION
+    assert max(SCHEMA["properties"]["schema"]["enum"]) == SCHEMA_VERSION
 
 
 COMMITTED = sorted((ROOT / "docs" / "results").glob("*.json"))
@@ -481,7 +458,7 @@ COMMITTED = sorted((ROOT / "docs" / "results").glob("*.json"))
 def test_the_committed_files_follow_the_published_schema(path):
     assert COMMITTED  # the site's own files are among them
     assert _schema_errors(json.loads(path.read_text())) == []
-    assert results.load(path).device.name
+    assert results_files.load(path).device.name
 
 
 @pytest.mark.parametrize(
@@ -502,4 +479,4 @@ def test_the_committed_files_follow_the_published_schema(path):
 def test_the_schema_refuses_what_load_refuses(data, tmp_path):
     assert _schema_errors(data)
     with pytest.raises(ResultsFileError):
-        results.load(_write(tmp_path, data))
+        results_files.load(_write(tmp_path, data))

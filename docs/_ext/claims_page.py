@@ -37,8 +37,9 @@ from sphinx.util.docutils import SphinxDirective
 from sphinx_gallery.gen_rst import md5sum_is_current
 
 from gallery_hooks import page_claims
-from gpuguide.results import Claim, ResultsFile, load
+from gpuguide.results import Claim
 from gpuguide.tables import Table
+from gpuguide_tools.results_files import ResultsFile, load
 
 __all__ = [
     "OUTCOME_WORDS",

@@ -26,8 +26,8 @@ from docutils import nodes
 from sphinx.util.docutils import SphinxDirective
 
 from gpuguide.device import describe_device
-from gpuguide.results import load_dir
 from gpuguide_tools.pages import chapter_pages
+from gpuguide_tools.results_files import load_dir
 
 __all__ = [
     "BuildBanner",

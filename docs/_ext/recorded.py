@@ -15,11 +15,12 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from gpuguide.results import ON_HOST, ConfigValue, DeviceRecord, Result, ResultsFile
+from gpuguide.results import ConfigValue, DeviceRecord, Result
 from gpuguide.tables import Table
 from gpuguide.units import format_value
 from gpuguide_tools.checkup import against_recording
 from gpuguide_tools.pages import PageCode
+from gpuguide_tools.results_files import ResultsFile
 
 __all__ = [
     "EARLIER",
@@ -75,7 +76,7 @@ def _cell(result: Result | None, device: DeviceRecord | None = None) -> str:
         return "-"
     text = format_value(result.value, result.unit)
     text = f"{text} ({_size(result.size)})" if result.size is not None else text
-    if result.on == ON_HOST and device is not None:
+    if result.on == "host" and device is not None:
         text += f", on the host CPU: {device.host or 'not recorded'}"
     return text
 
@@ -204,7 +205,7 @@ def recorded_table(
 
 
 def _percent_of_peak(result: Result, device: DeviceRecord) -> float | None:
-    if result.on == ON_HOST:  # a GPU's peaks say nothing of its host CPU
+    if result.on == "host":  # a GPU's peaks say nothing of its host CPU
         return None
     if result.peak is None or result.peak not in device.peaks:
         return None
@@ -250,7 +251,7 @@ def _gpuguide_cell(device: DeviceRecord) -> str:
 
 
 def devices_table(files: dict[Path, ResultsFile]) -> Table:
-    """One row per results file (:func:`gpuguide.results.load_dir`): device,
+    """One row per results file (:func:`gpuguide_tools.results_files.load_dir`): device,
     torch, CUDA, driver, the gpuguide version and commit, date, sizes, headline
     figures and file name."""
     rows = tuple(

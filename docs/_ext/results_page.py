@@ -42,17 +42,17 @@ from sphinx.util.docutils import SphinxDirective
 from sphinx_gallery.gen_rst import md5sum_is_current
 
 from gallery_hooks import page_claims, page_figures, sources_digest
-from gpuguide.results import (
+from gpuguide.results import current_device
+from gpuguide.tables import Table
+from gpuguide_tools.pages import page_code
+from gpuguide_tools.results_files import (
     RESULTS_DIR_ENV,
     ResultsFile,
     ResultsFileError,
-    current_device,
     load,
     load_dir,
     save,
 )
-from gpuguide.tables import Table
-from gpuguide_tools.pages import page_code
 from recorded import (
     EARLIER,
     code_status,
@@ -92,7 +92,7 @@ def check_results(folder: Path) -> int:
     Raises
     ------
     sphinx.errors.ConfigError
-        Naming the file and the problem (:class:`gpuguide.results.ResultsFileError`).
+        Naming the file and the problem (:class:`gpuguide_tools.results_files.ResultsFileError`).
     """
     try:
         _found[os.fspath(folder)] = load_dir(folder)

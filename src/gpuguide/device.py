@@ -4,7 +4,7 @@
 ``GPUGUIDE_GPU_MEMORY``; :func:`describe_device` collects what a reader needs to
 judge a measurement, and :func:`provenance` makes it one line.
 
->>> provenance("cpu").startswith("Measured on CPU ")
+>>> provenance("cpu").startswith("Measured on CPU: ")
 True
 """
 
@@ -32,10 +32,7 @@ from gpuguide.version import __version__, describe_version, version_label
 if TYPE_CHECKING:
     import torch
 
-__all__ = [
-    "DeviceInfo", "describe_device", "gpu_state", "pci_bus_id", "pick_device",
-    "provenance",
-]  # fmt: skip
+__all__ = ["DeviceInfo", "describe_device", "gpu_state", "pick_device", "provenance"]
 
 _SUPPORTED_TYPES = ("cuda", "mps", "cpu")
 
@@ -52,7 +49,7 @@ def _mps_available() -> bool:
 
 
 def _check_available(device: torch.device) -> torch.device:
-    """Return ``device`` (with a CUDA index filled in) or raise if it cannot run here."""
+    """``device`` (with a CUDA index filled in); raise if it cannot run here."""
     import torch
 
     if device.type == "cpu":
@@ -281,7 +278,7 @@ def _describe_cuda(
     )
 
 
-def pci_bus_id(props: Any) -> str | None:
+def _pci_bus_id(props: Any) -> str | None:
     """The PCI bus id of a CUDA device as NVML writes it (``"00000000:18:00.0"``),
     from ``torch.cuda.get_device_properties``; None where torch does not say."""
     ids = [
@@ -295,7 +292,7 @@ def pci_bus_id(props: Any) -> str | None:
 
 def _nvml_state(props: Any) -> GpuState | None:
     """What NVML says about the GPU of ``props``; None without NVML (no query)."""
-    if not nvml.available() or (bus_id := pci_bus_id(props)) is None:
+    if not nvml.available() or (bus_id := _pci_bus_id(props)) is None:
         return None
     return nvml.gpu_state(bus_id)
 
@@ -360,86 +357,16 @@ def describe_device(device: str | torch.device | None = None) -> DeviceInfo:
     return _describe_host(resolved.type)
 
 
-def _utc_stamp(now: datetime | None) -> str:
-    """``now`` (default: now; naive means UTC) as ``"2026-11-21 10:42 UTC"``."""
-    if now is None:
-        now = datetime.now(timezone.utc)
-    elif now.tzinfo is not None:
-        now = now.astimezone(timezone.utc)
-    return now.strftime("%Y-%m-%d %H:%M UTC")
-
-
 def provenance(
     device: str | torch.device | DeviceInfo | None = None,
     *,
     now: datetime | None = None,
-    compact: bool = False,
 ) -> str:
-    """One line that says what a measurement ran on, and when (``now``, in UTC):
-    ``"Measured on NVIDIA H100 80GB HBM3 [H100 SXM5] (132 SMs, ...) | torch 2.13.0 |
-    CUDA 12.8 | driver 570.86.15 | gpuguide 0.1.0 (f4b16f4) | 2026-11-21 10:42 UTC"``.
-
-    ``compact``: the device by its short name, without its counts and NVML's
-    state, and the date alone (what :func:`gpuguide.setup` prints): ``"Measured on
-    H100 SXM5 | torch 2.13.0 | CUDA 12.8 | driver 570.86.15 | gpuguide 0.1.0
-    (f4b16f4) | 2026-11-21"``.
-    """
+    """One compact line that says what a measurement ran on, and when (the date
+    of ``now``, in UTC; what :func:`gpuguide.setup` prints): ``"Measured on H100
+    SXM5 | torch 2.13.0 | CUDA 12.8 | driver 570.86.15 | gpuguide 0.1.0
+    (f4b16f4) | 2026-11-21"``."""
     info = device if isinstance(device, DeviceInfo) else describe_device(device)
-    if compact:
-        return _compact_provenance(info, now)
-    parts: list[str] = []
-    if info.type == "cuda":
-        head = f"Measured on {_clean(info.name)}"
-        if info.variant:
-            head += f" [{info.variant}]"
-        details = []
-        if info.sm_count is not None:
-            details.append(_count(info.sm_count, "SM"))
-        if info.total_memory_bytes is not None:
-            details.append(format_bytes(info.total_memory_bytes))
-        if info.compute_capability is not None:
-            major, minor = info.compute_capability
-            details.append(f"compute capability {major}.{minor}")
-        if details:
-            head += f" ({', '.join(details)})"
-        parts.append(head)
-        parts.append(f"torch {info.torch_version}")
-        parts.append(
-            f"CUDA {info.cuda_version}" if info.cuda_version else "CUDA: unknown"
-        )
-        parts.append(f"driver {info.driver_version or 'unknown'}")
-        if info.memory_cap_bytes is not None:
-            parts.append(f"GPU memory capped at {format_bytes(info.memory_cap_bytes)}")
-        if info.gpu_state is not None and (state := info.gpu_state.describe()):
-            parts.append(state)
-    else:
-        counts = []
-        if info.cpu_cores is not None:
-            counts.append(_count(info.cpu_cores, "core"))
-        counts.append(_count(info.cpu_threads, "thread"))
-        if info.cpu_isa:
-            counts.append(info.cpu_isa)
-        threads = (
-            f"{', '.join(counts)}; torch uses {_count(info.torch_threads, 'thread')}"
-        )
-        if info.type == "mps":
-            parts.append(f"Measured on {_clean(info.name)} (host CPU: {threads})")
-        else:
-            parts.append(f"Measured on CPU {_clean(info.cpu_model)} ({threads})")
-        parts.append(f"torch {info.torch_version}")
-        if info.cuda_version:
-            parts.append(f"CUDA {info.cuda_version} build, not used")
-        elif info.type == "mps":
-            parts.append("CUDA: none (MPS run)")
-        else:
-            parts.append("CUDA: none (CPU-only run)")
-    parts.append(info.gpuguide_label)
-    parts.append(_utc_stamp(now))
-    return " | ".join(_clean(part) for part in parts)
-
-
-def _compact_provenance(info: DeviceInfo, now: datetime | None) -> str:
-    """:func:`provenance`'s compact line."""
     head = f"Measured on {info.short_name}"
     if info.memory_cap_bytes is not None:
         head += f", GPU memory capped at {format_bytes(info.memory_cap_bytes)}"
@@ -447,5 +374,8 @@ def _compact_provenance(info: DeviceInfo, now: datetime | None) -> str:
     if info.type == "cuda":
         parts.append(f"CUDA {info.cuda_version or 'unknown'}")
         parts.append(f"driver {info.driver_version or 'unknown'}")
-    parts += [info.gpuguide_label, _utc_stamp(now)[: len("2026-11-21")]]
+    now = datetime.now(timezone.utc) if now is None else now
+    if now.tzinfo is not None:  # naive means UTC
+        now = now.astimezone(timezone.utc)
+    parts += [info.gpuguide_label, now.strftime("%Y-%m-%d")]
     return " | ".join(_clean(part) for part in parts)

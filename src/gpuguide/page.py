@@ -90,7 +90,7 @@ def setup(
         torch.manual_seed(checks.integer("seed", seed, minimum=0))
     page = Page(device, small_mode(), file)
     apply_style()
-    print(provenance(device, compact=True), file=file or sys.stdout)
+    print(provenance(device), file=file or sys.stdout)
     _current[:] = [page]
     return page
 

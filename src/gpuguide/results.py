@@ -1,13 +1,12 @@
-"""Record a page's headline figures, and read them back from results files.
+"""Record a page's headline figures and the claims it checked.
 
 :func:`record` keeps a figure in memory (:func:`recorded`) and, when
 ``GPUGUIDE_RECORD`` names a file, writes it there with the run's provenance
-(:class:`DeviceRecord`), replacing that page's figures. The format is stated
-once, in the JSON Schema ``results.schema.json`` beside this module (the site
-publishes it as ``_static/results.schema.json``): :func:`load` checks a file
-against it with ``jsonschema``, and every record made here checks itself
-against its part of it. :class:`ResultsFileError` names the file, the JSON
-pointer of the bad field and the problem.
+(:class:`DeviceRecord`). The format is stated once, in the JSON Schema
+``results.schema.json`` beside this module (the site publishes it as
+``_static/results.schema.json``): every record made here checks itself against
+its part of it (:func:`schema_problem`), and :mod:`gpuguide_tools.results_files`
+reads, merges and writes whole files.
 """
 
 from __future__ import annotations
@@ -42,60 +41,32 @@ if TYPE_CHECKING:
     from gpuguide.device import DeviceInfo
 
 __all__ = [
-    "ON_HOST",
-    "OUTCOMES",
-    "PEAK_NAMES",
-    "READ_VERSIONS",
-    "RECORD_ENV",
-    "RESULTS_DIR_ENV",
     "SCHEMA_VERSION",
     "Claim",
     "ConfigValue",
     "DeviceRecord",
-    "PageRecord",
-    "PageRun",
     "Result",
-    "ResultsFile",
-    "ResultsFileError",
     "clear",
     "current_device",
-    "dumps",
-    "load",
-    "load_dir",
-    "loads",
     "record",
     "record_claim",
     "recorded",
     "recorded_claims",
-    "save",
+    "schema_problem",
+    "write_json",
 ]
 
 #: The version of the file format this module writes.
 SCHEMA_VERSION = 3
-#: The versions it reads: a version 1 file (before each page named the code
-#: that measured it) reads as one whose pages' provenance is unknown, a version
-#: 2 file (before claims were recorded) as one without claims.
-READ_VERSIONS = (1, 2, 3)
-#: A claim's outcomes: it held, it failed, or it does not apply on this device.
-OUTCOMES = ("held", "failed", "n/a")
-#: What a result's ``on`` may say: ``"host"``, a figure that a GPU machine
-#: measured on its host CPU (the file's ``device.host``), not on the GPU.
-ON_HOST = "host"
 #: A file to record into; unset or empty: :func:`record` keeps values in memory.
-RECORD_ENV = "GPUGUIDE_RECORD"
-#: The folder of results files the site shows (``docs/results``) and the check-up reads.
-RESULTS_DIR_ENV = "GPUGUIDE_RESULTS_DIR"
-#: What a result's ``peak`` may name (:meth:`gpuguide.peaks.Peaks.share`).
-PEAK_NAMES = ("fp64", "fp32", "tf32", "fp16", "bf16", "memory", "host_link")
+_RECORD_ENV = "GPUGUIDE_RECORD"
+#: What a result's ``on`` says of a figure a GPU machine measured on its host CPU.
+_ON_HOST = "host"
 #: The types a configuration value may have (floats finite).
 ConfigValue: TypeAlias = str | int | float | bool
 
 #: The JSON Schema of a results file, package data beside this module.
 _SCHEMA_FILE = "results.schema.json"
-
-
-class ResultsFileError(ValueError):
-    """A results file that cannot be read: the message names the file and why."""
 
 
 def _finite(checker: object, value: object) -> bool:
@@ -122,7 +93,7 @@ def _validator(definition: str | None) -> Any:
     return _Validator(schema)
 
 
-def _problem(data: object, definition: str | None = None) -> str | None:
+def schema_problem(data: object, definition: str | None = None) -> str | None:
     """What ``data`` breaks of the schema, after the JSON pointer of the bad
     field; None when it follows the schema."""
     error = best_match(_validator(definition).iter_errors(data))
@@ -140,7 +111,7 @@ def _problem(data: object, definition: str | None = None) -> str | None:
 
 def _check(record: Any, definition: str) -> None:
     """Raise ValueError when ``record``'s JSON breaks the schema's ``definition``."""
-    if (problem := _problem(record.to_json(), definition)) is not None:
+    if (problem := schema_problem(record.to_json(), definition)) is not None:
         msg = f"invalid {definition}: {problem}"
         raise ValueError(msg)
 
@@ -157,7 +128,8 @@ def _float(value: object) -> object:
 class DeviceRecord:
     """Where and when a results file was measured: device, versions, date, peaks.
 
-    ``peaks`` maps :data:`PEAK_NAMES` to rates; ``isa`` is a CPU's widest vector
+    ``peaks`` maps peak names (:meth:`gpuguide.peaks.Peaks.share`) to rates;
+    ``isa`` is a CPU's widest vector
     instruction set (None for a GPU); ``host`` a GPU machine's host CPU (model,
     threads, vector ISA: what its figures ``on`` the host ran on; None for a
     CPU); ``gpu`` a GPU's clocks, power limit, PCIe link and the clock limiters
@@ -184,14 +156,6 @@ class DeviceRecord:
     def __post_init__(self) -> None:
         object.__setattr__(self, "peaks", MappingProxyType(dict(self.peaks)))
         _check(self, "device")
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> DeviceRecord:
-        """The record of a results file's ``"device"`` object."""
-        gpu = data.get("gpu")
-        if gpu is not None and gpu.get("clock_limits") is not None:
-            gpu = {**gpu, "clock_limits": tuple(gpu["clock_limits"])}
-        return cls(**{**data, "gpu": None if gpu is None else GpuState(**gpu)})
 
     @property
     def key(self) -> tuple[str, str, str | None]:
@@ -276,7 +240,7 @@ class Result:
     """One recorded figure of one page: a median ``value`` in ``unit``, its
     ``spread`` ``(q25, q75)``, what identifies it (``key``), its ``size``,
     position ``x`` on a sweep, the ``peak`` it is a share of, and ``on``:
-    :data:`ON_HOST` for a figure a GPU machine measured on its host CPU."""
+    ``"host"`` for a figure a GPU machine measured on its host CPU."""
 
     page: str
     name: str
@@ -300,13 +264,6 @@ class Result:
         if self.spread is not None and self.spread[0] > self.spread[1]:
             msg = f"spread must have q25 <= q75, got {self.spread!r}"
             raise ValueError(msg)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Result:
-        """The result of one entry of a results file's ``"results"``."""
-        spread = data.get("spread")
-        pair = None if spread is None else (spread["q25"], spread["q75"])
-        return cls(**{**data, "spread": pair})
 
     @property
     def key(self) -> tuple[str, str, tuple[tuple[str, ConfigValue], ...], float | None]:
@@ -337,7 +294,8 @@ class Result:
 @dataclass(frozen=True)
 class Claim:
     """One claim a page states and its run checked (:func:`gpuguide.claim`): the
-    ``text`` as the page states it, the ``outcome`` (one of :data:`OUTCOMES`) and
+    ``text`` as the page states it, the ``outcome`` (``"held"``, ``"failed"``,
+    ``"n/a"``) and
     ``measured``: what the run measured, or why the claim does not apply."""
 
     text: str
@@ -352,198 +310,8 @@ class Claim:
         return {"text": self.text, "outcome": self.outcome, "measured": self.measured}
 
 
-@dataclass(frozen=True)
-class PageRun:
-    """One run of one page: when, with which gpuguide commit and torch, and the
-    code it ran: digests of the page's ``source`` and of the ``helpers`` it
-    imports (:func:`gpuguide_tools.pages.page_code`), and how many ``seconds``
-    it took (None when not timed)."""
-
-    date: str
-    torch: str
-    source: str
-    helpers: str
-    commit: str | None = None
-    dirty: bool = False
-    seconds: float | None = None
-
-    def __post_init__(self) -> None:
-        _check(self, "pageRun")
-
-    @property
-    def commit_label(self) -> str:
-        """``"2417e61"``, ``"2417e61+dirty"`` or ``"an unknown commit"``."""
-        if self.commit is None:
-            return "an unknown commit"
-        return self.commit + ("+dirty" if self.dirty else "")
-
-    def same_code(self, source: str, helpers: str) -> bool:
-        """Whether this run ran the page and helpers whose digests are given."""
-        return self.source == source and self.helpers == helpers
-
-    def to_json(self) -> dict[str, object]:
-        """The run as a results file writes it."""
-        return {
-            "date": self.date,
-            "torch": self.torch,
-            "source": self.source,
-            "helpers": self.helpers,
-            "commit": self.commit,
-            "dirty": self.dirty,
-            "seconds": self.seconds,
-        }
-
-
-@dataclass(frozen=True)
-class PageRecord:
-    """What a results file knows of one page on its device: the run its figures
-    come from (``recorded``; None when none did) and, when the page's latest
-    run failed, that run (``failed``; its earlier figures are kept)."""
-
-    recorded: PageRun | None = None
-    failed: PageRun | None = None
-
-    def __post_init__(self) -> None:
-        _check(self, "pageRecord")
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> PageRecord:
-        """The record of one entry of a results file's ``"pages"``."""
-        runs = (data.get("recorded"), data.get("failed"))
-        return cls(*(None if run is None else PageRun(**run) for run in runs))
-
-    def to_json(self) -> dict[str, object]:
-        """The record as a results file's ``"pages"`` entry."""
-
-        def run(r: PageRun | None) -> object:
-            return None if r is None else r.to_json()
-
-        return {"recorded": run(self.recorded), "failed": run(self.failed)}
-
-
-@dataclass(frozen=True)
-class ResultsFile:
-    """The contents of a results file: one device's provenance, its results,
-    what each page's figures were measured by (``pages``, by page name; empty
-    for a file of schema version 1) and the claims each page's recorded run
-    checked (``claims``, by page name; empty before schema version 3). No
-    figure twice, and no claim twice on a page."""
-
-    device: DeviceRecord
-    results: tuple[Result, ...] = ()
-    pages_run: Mapping[str, PageRecord] = field(default_factory=dict)
-    claims: Mapping[str, tuple[Claim, ...]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "results", tuple(self.results))
-        seen: dict[object, int] = {}
-        for i, r in enumerate(self.results):
-            if r.key in seen:
-                msg = (
-                    f"/results/{i} repeats /results/{seen[r.key]} ({r.page}: {r.name})"
-                )
-                raise ValueError(msg)
-            seen[r.key] = i
-        claims = {page: tuple(cs) for page, cs in sorted(dict(self.claims).items())}
-        for page, page_claims in claims.items():
-            texts = [c.text for c in page_claims]
-            if twice := sorted({t for t in texts if texts.count(t) > 1}):
-                msg = f"/claims/{page}: claims each stated once, got twice {twice}"
-                raise ValueError(msg)
-        object.__setattr__(self, "claims", MappingProxyType(claims))
-        runs = dict(sorted(dict(self.pages_run).items()))
-        object.__setattr__(self, "pages_run", MappingProxyType(runs))
-
-    @property
-    def pages(self) -> tuple[str, ...]:
-        """The pages with results, in file order, each once."""
-        return tuple(dict.fromkeys(r.page for r in self.results))
-
-    def for_page(self, page: str) -> tuple[Result, ...]:
-        """The results of one page (empty when it has none)."""
-        return tuple(r for r in self.results if r.page == page)
-
-    def claims_of(self, page: str) -> tuple[Claim, ...]:
-        """The claims ``page``'s recorded run checked (empty when none)."""
-        return self.claims.get(page, ())
-
-    def page_record(self, page: str) -> PageRecord | None:
-        """What the file knows of ``page``'s runs (None: nothing)."""
-        return self.pages_run.get(page)
-
-    def to_json(self) -> dict[str, object]:
-        """The file's JSON object."""
-        return {
-            "schema": SCHEMA_VERSION,
-            "device": self.device.to_json(),
-            "pages": {page: run.to_json() for page, run in self.pages_run.items()},
-            "claims": {p: [c.to_json() for c in cs] for p, cs in self.claims.items()},
-            "results": [r.to_json() for r in self.results],
-        }
-
-
-def _fail(source: str, problem: str) -> ResultsFileError:
-    return ResultsFileError(f"results file {source}: {problem}")
-
-
-def _parse(data: Any, source: str) -> ResultsFile:
-    """The contents of a results file's JSON, checked against the schema."""
-    if (problem := _problem(data)) is not None:
-        raise _fail(source, problem)
-    results = []
-    for i, entry in enumerate(data["results"]):
-        try:
-            results.append(Result.from_json(entry))
-        except ValueError as error:
-            raise _fail(source, f"/results/{i}: {error}") from None
-    pages = data.get("pages", {})
-    claims = data.get("claims", {})
-    try:
-        return ResultsFile(
-            DeviceRecord.from_json(data["device"]),
-            tuple(results),
-            {page: PageRecord.from_json(run) for page, run in pages.items()},
-            {page: tuple(Claim(**c) for c in cs) for page, cs in claims.items()},
-        )
-    except ValueError as error:
-        raise _fail(source, str(error)) from None
-
-
-def _no_constant(constant: str) -> float:
-    msg = f"{constant} is not a number JSON allows"
-    raise ValueError(msg)
-
-
-def loads(text: str, source: str = "<string>") -> ResultsFile:
-    """Validate a results file's text (see :func:`load`)."""
-    try:
-        data = json.loads(text, parse_constant=_no_constant)
-    except json.JSONDecodeError as error:
-        where = f"line {error.lineno}, column {error.colno}: {error.msg}"
-        raise _fail(source, f"is not valid JSON ({where})") from None
-    except ValueError as error:
-        raise _fail(source, f"is not valid JSON ({error})") from None
-    return _parse(data, source)
-
-
-def load(path: str | os.PathLike[str]) -> ResultsFile:
-    """Read and validate a results file; :class:`ResultsFileError` if it cannot be
-    read, is not JSON, or breaks the schema (naming the bad field's JSON pointer)."""
-    source = os.fspath(path)
-    try:
-        text = Path(source).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise _fail(source, f"cannot be read ({error})") from None
-    return loads(text, source)
-
-
-def dumps(results_file: ResultsFile) -> str:
-    """The text of a results file (JSON, indented, one trailing newline)."""
-    return json.dumps(results_file.to_json(), indent=1, allow_nan=False) + "\n"
-
-
-def save(results_file: ResultsFile, path: str | os.PathLike[str]) -> Path:
-    """Write a results file atomically, creating its folder; return its path."""
+def write_json(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Write a results file's JSON atomically, creating its folder; return its path."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(
@@ -551,7 +319,7 @@ def save(results_file: ResultsFile, path: str | os.PathLike[str]) -> Path:
     )
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(dumps(results_file))
+            handle.write(json.dumps(data, indent=1, allow_nan=False) + "\n")
         umask = os.umask(0)  # mkstemp makes the file private; a results file is not
         os.umask(umask)
         Path(tmp).chmod(0o666 & ~umask)
@@ -560,25 +328,6 @@ def save(results_file: ResultsFile, path: str | os.PathLike[str]) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
-
-
-def load_dir(path: str | os.PathLike[str]) -> dict[Path, ResultsFile]:
-    """Read and validate every ``*.json`` results file of a folder, in name order;
-    :class:`ResultsFileError` for no folder, an invalid file, or a device twice."""
-    folder = Path(path)
-    if not folder.is_dir():
-        msg = f"results folder {os.fspath(folder)}: does not exist or is not a folder"
-        raise ResultsFileError(msg)
-    files: dict[Path, ResultsFile] = {}
-    for file in sorted(folder.glob("*.json")):
-        loaded = load(file)
-        for other, earlier in files.items():
-            if earlier.device.key == loaded.device.key:
-                device = f"{loaded.device.short_name} ({loaded.device.kind})"
-                problem = f"holds {device}, as {other} does; keep one file per device"
-                raise _fail(os.fspath(file), problem)
-        files[file] = loaded
-    return files
 
 
 _recorded: dict[object, Result] = {}
@@ -618,7 +367,7 @@ def _note_clock_limits() -> None:
 
 
 def _default_page() -> str:
-    """The running script's name without ``.py`` (sphinx-gallery sets ``sys.argv[0]``)."""
+    """The running script's name without ``.py`` (sphinx-gallery sets argv[0])."""
     main = sys.modules.get("__main__")
     candidates = [sys.argv[0] if sys.argv else "", getattr(main, "__file__", None)]
     for candidate in candidates:
@@ -691,13 +440,12 @@ def record(
     (the file files it as ``on: "host"``, labelled with that CPU); by default a
     Measurement, Rate or Comparison made on the CPU says so itself, and a plain
     number is taken as the device's. Ignored on a CPU, which is its own host.
-    Raises ``ValueError`` for an invalid field, :class:`ResultsFileError` for an
-    invalid file or one of another device.
+    Raises ``ValueError`` for an invalid field.
     """
     number, unit, spread = _figure(value, unit, spread)
     if host is None:
         host = _measured_on(value) == "cpu"
-    on = ON_HOST if host and current_device().kind != "cpu" else None
+    on = _ON_HOST if host and current_device().kind != "cpu" else None
     result = Result(
         page=_default_page() if page is None else page,
         name=name,
@@ -713,7 +461,7 @@ def record(
     _recorded.pop(result.key, None)
     _recorded[result.key] = result
     _note_clock_limits()
-    if target := os.environ.get(RECORD_ENV, "").strip():
+    if target := os.environ.get(_RECORD_ENV, "").strip():
         _flush(Path(target), current_device())
     return result
 
@@ -733,7 +481,7 @@ def record_claim(claim: Claim, *, page: str | None = None) -> Claim:
     page = _default_page() if page is None else page
     _claims.pop((page, claim.text), None)
     _claims[page, claim.text] = claim
-    if target := os.environ.get(RECORD_ENV, "").strip():
+    if target := os.environ.get(_RECORD_ENV, "").strip():
         _flush(Path(target), current_device())
     return claim
 
@@ -754,25 +502,14 @@ def clear() -> None:
 
 
 def _flush(target: Path, device: DeviceRecord) -> None:
-    """Write what this process recorded into ``target``, keeping the other pages'."""
-    mine, my_claims = recorded(), recorded_claims()
-    kept: tuple[Result, ...] = ()
-    runs: Mapping[str, PageRecord] = {}
-    claims: dict[str, tuple[Claim, ...]] = {}
-    if target.exists():
-        existing = load(target)
-        if existing.device.key != device.key:
-            theirs = f"{existing.device.short_name} ({existing.device.kind})"
-            problem = (
-                f"holds results of {theirs}, but this run is on {device.short_name} "
-                f"({device.kind}); record each device into its own file"
-            )
-            raise _fail(os.fspath(target), problem)
-        pages = {r.page for r in mine} | set(my_claims)
-        kept = tuple(r for r in existing.results if r.page not in pages)
-        runs = existing.pages_run
-        claims = {p: c for p, c in existing.claims.items() if p not in pages}
-        if existing.device.gpu is not None:  # the limiters the other pages saw too
-            device = _with_limits(device, existing.device.gpu.clock_limits or ())
-    ordered = sorted((*kept, *mine), key=lambda r: r.page)  # stable: pages keep order
-    save(ResultsFile(device, tuple(ordered), runs, claims | my_claims), target)
+    """Write what this process recorded and checked into ``target``, replacing it."""
+    claims = recorded_claims()
+    write_json(
+        {
+            "schema": SCHEMA_VERSION,
+            "device": device.to_json(),
+            "claims": {p: [c.to_json() for c in cs] for p, cs in claims.items()},
+            "results": [r.to_json() for r in sorted(recorded(), key=lambda r: r.page)],
+        },
+        target,
+    )

@@ -29,23 +29,17 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 
 import torch
 
 from gpuguide.chapters.roofline import streaming_elements
-from gpuguide.device import describe_device, gpu_state, pick_device, provenance
+from gpuguide.device import DeviceInfo, describe_device, gpu_state, pick_device
 from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.quiet import ignore_torch_internal_warnings
-from gpuguide.results import (
-    RESULTS_DIR_ENV,
-    DeviceRecord,
-    Result,
-    ResultsFile,
-    dumps,
-    load_dir,
-)
+from gpuguide.results import DeviceRecord, Result
 from gpuguide.tables import Table
 from gpuguide.timing import Measurement, benchmark
 from gpuguide.units import format_bytes, format_ratio, format_value
@@ -53,9 +47,11 @@ from gpuguide.verdicts import interleave
 from gpuguide.version import describe_version
 from gpuguide_tools.mamf import search_matmul_shapes
 from gpuguide_tools.recorder import peak_figures, with_measured_ceilings
+from gpuguide_tools.results_files import RESULTS_DIR_ENV, ResultsFile, dumps, load_dir
 
 __all__ = [
-    "MATMUL_DTYPES", "against_recording", "checkup", "main", "report", "versions",
+    "MATMUL_DTYPES", "against_recording", "checkup", "main", "provenance_line",
+    "report", "versions",
 ]  # fmt: skip
 
 #: name -> (dtype, TF32 allowed), as the dtypes page names its variants.
@@ -408,6 +404,79 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _clean(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def provenance_line(
+    device: str | torch.device | DeviceInfo | None = None,
+    *,
+    now: datetime | None = None,
+) -> str:
+    """The check-up's line that says what a measurement ran on, and when (``now``, in UTC):
+    ``"Measured on NVIDIA H100 80GB HBM3 [H100 SXM5] (132 SMs, ...) | torch 2.13.0 |
+    CUDA 12.8 | driver 570.86.15 | gpuguide 0.1.0 (f4b16f4) | 2026-11-21 10:42 UTC"``.
+
+    """
+    info = device if isinstance(device, DeviceInfo) else describe_device(device)
+    parts: list[str] = []
+    if info.type == "cuda":
+        head = f"Measured on {_clean(info.name)}"
+        if info.variant:
+            head += f" [{info.variant}]"
+        details = []
+        if info.sm_count is not None:
+            details.append(_count(info.sm_count, "SM"))
+        if info.total_memory_bytes is not None:
+            details.append(format_bytes(info.total_memory_bytes))
+        if info.compute_capability is not None:
+            major, minor = info.compute_capability
+            details.append(f"compute capability {major}.{minor}")
+        if details:
+            head += f" ({', '.join(details)})"
+        parts.append(head)
+        parts.append(f"torch {info.torch_version}")
+        parts.append(
+            f"CUDA {info.cuda_version}" if info.cuda_version else "CUDA: unknown"
+        )
+        parts.append(f"driver {info.driver_version or 'unknown'}")
+        if info.memory_cap_bytes is not None:
+            parts.append(f"GPU memory capped at {format_bytes(info.memory_cap_bytes)}")
+        if info.gpu_state is not None and (state := info.gpu_state.describe()):
+            parts.append(state)
+    else:
+        counts = []
+        if info.cpu_cores is not None:
+            counts.append(_count(info.cpu_cores, "core"))
+        counts.append(_count(info.cpu_threads, "thread"))
+        if info.cpu_isa:
+            counts.append(info.cpu_isa)
+        threads = (
+            f"{', '.join(counts)}; torch uses {_count(info.torch_threads, 'thread')}"
+        )
+        if info.type == "mps":
+            parts.append(f"Measured on {_clean(info.name)} (host CPU: {threads})")
+        else:
+            parts.append(f"Measured on CPU {_clean(info.cpu_model)} ({threads})")
+        parts.append(f"torch {info.torch_version}")
+        if info.cuda_version:
+            parts.append(f"CUDA {info.cuda_version} build, not used")
+        elif info.type == "mps":
+            parts.append("CUDA: none (MPS run)")
+        else:
+            parts.append("CUDA: none (CPU-only run)")
+    parts.append(info.gpuguide_label)
+    now = datetime.now(timezone.utc) if now is None else now
+    if now.tzinfo is not None:  # naive means UTC
+        now = now.astimezone(timezone.utc)
+    parts.append(now.strftime("%Y-%m-%d %H:%M UTC"))
+    return " | ".join(_clean(part) for part in parts)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the check-up; returns the exit status (2 for bad arguments or devices)."""
     ignore_torch_internal_warnings()
@@ -427,7 +496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         sys.stdout.write(dumps(measured))
         return 0
-    print(provenance(device))
+    print(provenance_line(device))
     print(report(measured, recorded))
     print(f"({time.perf_counter() - start:.0f} s)")
     return 0

@@ -2,7 +2,7 @@
 
 - :func:`page_code`: digests of a page's source and of the helper modules it
   imports (found by reading the imports, transitively), which a results file
-  keeps beside each page's figures (:class:`gpuguide.results.PageRun`), so the
+  keeps beside each page's figures (:class:`gpuguide_tools.results_files.PageRun`), so the
   site can say whether a device's figures come from the page's current code.
 - :func:`chapter_pages`: a chapter's pages in order with their GPU budgets, from
   its ``order.txt`` (``plot_cpu_vs_gpu.py  gpu 12 s``).
@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import gpuguide
-from gpuguide.results import ResultsFile
+from gpuguide_tools.results_files import ResultsFile
 
 __all__ = [
     "GPU_BUDGET_S",
@@ -280,7 +280,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         return 1 if problems else 0
-    from gpuguide.results import current_device, load
+    from gpuguide.results import current_device
+    from gpuguide_tools.results_files import load
 
     target = args.results / current_device().file_name
     recording = load(target) if target.exists() else None

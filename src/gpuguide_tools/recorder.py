@@ -6,7 +6,7 @@ file, so each :func:`gpuguide.record` call of each page lands there. As soon as
 a page ends, :func:`record_page` writes its figures into the device's file in
 the results folder (``docs/results/<kind>-<device>.json``), atomically, with
 what measured them (the commit, and digests of the page's code: a
-:class:`gpuguide.results.PageRun`); with ``--merge`` they are merged with the
+:class:`gpuguide_tools.results_files.PageRun`); with ``--merge`` they are merged with the
 page's earlier figures into medians with their spread. A run killed at any
 moment keeps every page that finished. A page that fails keeps its earlier
 figures, is marked failed in the file, and the run goes on; it exits non-zero,
@@ -34,22 +34,18 @@ from pathlib import Path
 
 from gpuguide.host import usable_cpus
 from gpuguide.peaks import Peaks, device_peaks
-from gpuguide.results import (
+from gpuguide.results import Claim, DeviceRecord, Result, current_device
+from gpuguide_tools.pages import page_code
+from gpuguide_tools.results_files import (
     PEAK_NAMES,
-    RECORD_ENV,
-    Claim,
-    DeviceRecord,
     PageRecord,
     PageRun,
-    Result,
     ResultsFile,
     ResultsFileError,
-    current_device,
     load,
     load_dir,
     save,
 )
-from gpuguide_tools.pages import page_code
 
 __all__ = [
     "busy_warning",
@@ -173,7 +169,7 @@ def record_page(
     other pages' figures are kept. The file is replaced in one step, so a
     build killed at any moment leaves it whole.
 
-    Raises :class:`gpuguide.results.ResultsFileError` for an invalid file or one
+    Raises :class:`gpuguide_tools.results_files.ResultsFileError` for an invalid file or one
     of another device or of other sizes (small mode).
     """
     results.mkdir(parents=True, exist_ok=True)
@@ -265,7 +261,7 @@ def record_pages(
     gets a line as each page starts, ``log`` one as it ends, each with the
     time into the run (``clock``, in seconds). Returns the file written.
     Raises ``RuntimeError`` naming the pages that failed (after recording the
-    others), and :class:`gpuguide.results.ResultsFileError` for an invalid file.
+    others), and :class:`gpuguide_tools.results_files.ResultsFileError` for an invalid file.
     """
     say = log
     results.mkdir(parents=True, exist_ok=True)
@@ -278,7 +274,7 @@ def record_pages(
         fresh = Path(scratch) / device.file_name
         env = {
             **os.environ,
-            RECORD_ENV: os.fspath(fresh),
+            "GPUGUIDE_RECORD": os.fspath(fresh),
             "MPLBACKEND": "Agg",
             "PYTHONFAULTHANDLER": "1",
             # files a page writes for download (traces) stay out of the examples
@@ -386,7 +382,7 @@ def finish_recording(
 
 def peak_figures(peaks: Peaks) -> dict[str, float]:
     """A :class:`gpuguide.peaks.Peaks` as a results file's ``"peaks"``: the
-    figures named in :data:`gpuguide.results.PEAK_NAMES` that are known."""
+    figures named in :data:`gpuguide_tools.results_files.PEAK_NAMES` that are known."""
     figures: dict[str, float | None] = {
         **peaks.flops,
         "memory": peaks.memory_bandwidth_bytes_per_s,
