@@ -150,7 +150,7 @@ def test_relative_iqr_with_zero_median():
     assert spread.median_s == 0.0
     assert spread.relative_iqr == math.inf
     assert spread.is_noisy
-    assert "(inf%)" in repr(spread)
+    assert str(spread) == "0 s ± 500 ms NOISY"
 
 
 def test_is_noisy_threshold():
@@ -168,18 +168,24 @@ def test_repr_format():
     times = [0.0122] * 11 + [0.0123] * 19 + [0.01241] * 11
     m = make(times, label="fp32 matmul 1024")
     assert m.n == 41
+    assert str(m) == "12.3 ms ± 105 us"  # the median with half its IQR
     assert repr(m) == (
-        "<Measurement 'fp32 matmul 1024' on cpu: median 12.3 ms, "
-        "IQR 0.21 ms (1.7%), 41 runs, wall-clock>"
+        "<Measurement 'fp32 matmul 1024' on cpu: 12.3 ms ± 105 us, 41 runs, wall-clock>"
+    )
+    one = make([0.012])
+    assert str(one) == "12.0 ms (one run)"  # a single time has no spread
+    assert (
+        repr(one) == "<Measurement 'op' on cpu: 12.0 ms (one run), 1 run, wall-clock>"
     )
 
 
-def test_repr_flags_noisy_measurements():
+def test_str_and_repr_flag_noisy_measurements():
     m = make([1e-6, 2e-6, 3e-6, 4e-6], device="cuda:0", method="cuda-events")
     assert m.is_noisy
-    assert repr(m) == (
-        "<Measurement 'op' on cuda:0: median 2.50 us, IQR 1.5 us (60%), "
-        "4 runs, cuda-events, NOISY (IQR > 10% of median)>"
+    assert str(m) == "2.50 us ± 750 ns NOISY"
+    assert (
+        repr(m)
+        == "<Measurement 'op' on cuda:0: 2.50 us ± 750 ns NOISY, 4 runs, cuda-events>"
     )
 
 
@@ -348,9 +354,7 @@ def test_default_labels():
     )
     assert benchmark(_Private.method, clock=StepClock(), rep_ms=1).label == "method"
     partial = functools.partial(max, 1)
-    assert benchmark(partial, args=(2,), clock=StepClock(), rep_ms=1).label == (
-        repr(partial)
-    )
+    assert benchmark(partial, args=(2,), clock=StepClock(), rep_ms=1).label == "partial"
     big = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(3)])
     assert benchmark(big, args=(torch.ones(2),), clock=StepClock(), rep_ms=1).label == (
         "Sequential"
@@ -431,16 +435,16 @@ def test_benchmark_rejects_non_callable():
 def test_tensor_device_inference():
     cpu = torch.ones(1)
     meta = torch.empty(1, device="meta")
-    assert _tensor_device((), {}) is None
-    assert _tensor_device((1, "x"), {"y": None}) is None
-    assert _tensor_device((cpu,), {}) == torch.device("cpu")
+    assert _tensor_device(()) is None
+    assert _tensor_device((1, "x", None)) is None
+    assert _tensor_device((cpu, [cpu])) is None  # CPU tensors: the host clock
     # A non-CPU tensor wins over CPU tensors, wherever it is.
-    assert _tensor_device((cpu, meta), {}) == torch.device("meta")
-    assert _tensor_device((cpu,), {"out": meta}) == torch.device("meta")
-    assert _tensor_device(([cpu, (meta,)],), {}) == torch.device("meta")
-    assert _tensor_device(({"w": meta},), {}) == torch.device("meta")
+    assert _tensor_device((cpu, meta)) == torch.device("meta")
+    assert _tensor_device(([cpu, (meta,)],)) == torch.device("meta")
+    assert _tensor_device(({"w": meta},)) == torch.device("meta")
     # Three levels deep at most.
-    assert _tensor_device(([[[[meta]]]],), {}) is None
+    assert _tensor_device(([[[meta]]],)) == torch.device("meta")
+    assert _tensor_device(([[[[meta]]]],)) is None
 
 
 def test_benchmark_infers_device_from_arguments():
@@ -520,11 +524,10 @@ class FakeBuffer:
         self.log.append("flush")
 
 
-def test_cuda_times_order_without_flush():
-    fake = FakeEvents([1.5, 2.0, 0.25])
-    times = _cuda_times(
-        fake.call, 3, event_factory=fake.factory, synchronize=fake.synchronize
-    )
+def test_cuda_times_order_without_flush(fake_cuda):
+    fake = fake_cuda
+    fake.elapsed_ms = [1.5, 2.0, 0.25]
+    times = _cuda_times(fake.call, 3)
     assert fake.created == [{"enable_timing": True}] * 6  # one pair per call
     assert fake.log == [
         *("start0.record", "fn", "end0.record"),
@@ -536,16 +539,10 @@ def test_cuda_times_order_without_flush():
     assert times == [0.0015, 0.002, 0.00025]  # ms -> s
 
 
-def test_cuda_times_flushes_before_the_start_event():
-    fake = FakeEvents([3.0, 4.0])
-    times = _cuda_times(
-        fake.call,
-        2,
-        flush=True,
-        event_factory=fake.factory,
-        synchronize=fake.synchronize,
-        flush_buffer=FakeBuffer(fake.log),
-    )
+def test_cuda_times_flushes_before_the_start_event(fake_cuda):
+    fake = fake_cuda
+    fake.elapsed_ms = [3.0, 4.0]
+    times = _cuda_times(fake.call, 2, flush=True)
     assert fake.log == [
         *("flush", "start0.record", "fn", "end0.record"),
         *("flush", "start1.record", "fn", "end1.record"),
@@ -555,35 +552,22 @@ def test_cuda_times_flushes_before_the_start_event():
     assert times == [0.003, 0.004]
 
 
-def test_cuda_times_records_on_the_stream_given():
-    fake = FakeEvents([1.0, 1.0])
+def test_cuda_times_records_on_the_stream_given(fake_cuda):
+    fake = fake_cuda
     stream = object()
-    _cuda_times(
-        fake.call,
-        2,
-        stream=stream,
-        event_factory=fake.factory,
-        synchronize=fake.synchronize,
-    )
+    _cuda_times(fake.call, 2, stream=stream)
     assert fake.streams == [stream] * 4
 
 
-def test_cuda_times_kernel_mode_holds_the_gpu_before_each_chunk():
-    fake = FakeEvents([1.0] * 40)
+def test_cuda_times_kernel_mode_holds_the_gpu_before_each_chunk(fake_cuda):
+    fake = fake_cuda
     holds = []
 
     def hold(seconds):
         holds.append(seconds)
         fake.log.append("hold")
 
-    times = _cuda_times(
-        fake.call,
-        40,
-        hold=hold,
-        host_call_s=10e-6,
-        event_factory=fake.factory,
-        synchronize=fake.synchronize,
-    )
+    times = _cuda_times(fake.call, 40, hold=hold, host_call_s=10e-6)
     assert len(times) == 40
     chunk = timing._KERNEL_CHUNK
     assert fake.log[0] == "hold"
@@ -740,9 +724,10 @@ def test_benchmark_cuda_matmul():
 @pytest.mark.gpu
 def test_benchmark_cuda_kernel_mode_hides_the_launch():
     x = torch.zeros(1024, device="cuda")
-    call = benchmark(x.add_, args=(1.0,), rep_ms=20)
-    kernel = benchmark(x.add_, args=(1.0,), rep_ms=20, measure="kernel")
-    # Timed on the GPU (x.add_ carries its tensor), not on the host clock.
+    call = benchmark(x.add_, args=(1.0,), device="cuda", rep_ms=20)
+    kernel = benchmark(x.add_, args=(1.0,), device="cuda", rep_ms=20, measure="kernel")
+    # Timed on the GPU (device= names it: x.add_ carries its tensor), not on the
+    # host clock.
     assert kernel.method == "cuda-events-queued"
     assert call.method == "cuda-events"
     # A 4 KiB add takes a few us of GPU time. Launching it usually takes longer,
@@ -856,48 +841,18 @@ def test_gpu_hold_calibrates_the_sleep_kernel_once_per_device(monkeypatch):
 
 # -- where the work runs, when no device is given -------------------------------------
 
-META_GLOBAL = torch.empty(4, device="meta")
 
-
-def _carried_device(fn):
-    """The device benchmark infers from what ``fn`` carries (meta stands in for
-    CUDA: any device other than the CPU counts)."""
-    return timing._tensor_device(tuple(timing._bound_values(fn)), {})
-
-
-def test_the_device_is_found_in_what_the_callable_carries():
-    x = torch.empty(4, device="meta")
-
-    def closes_over():
-        return x + 1
-
-    layer = torch.nn.Linear(2, 2, device="meta")
-    carriers = {
-        "bound method": x.add_,
-        "partial": functools.partial(torch.add, x),
-        "default argument": lambda a=x: a + 1,
-        "closure": closes_over,
-        "module-level name": lambda: META_GLOBAL + 1,
-        "module": layer,
-        "module's bound method": layer.forward,
-    }
-    for what, fn in carriers.items():
-        assert _carried_device(fn) == torch.device("meta"), what
-    # Nothing carried: a plain function of its arguments, a builtin.
-    assert _carried_device(lambda a: a + 1) is None
-    assert _carried_device(math.sqrt) is None
-
-
-def test_arguments_on_the_cpu_do_not_hide_a_gpu_tensor_the_callable_carries(
+def test_the_device_comes_from_the_arguments_not_from_what_the_callable_carries(
     monkeypatch,
 ):
-    x = torch.empty(4, device="meta")
+    x = torch.empty(4, device="meta")  # meta stands in for CUDA: any non-CPU device
     monkeypatch.setattr(timing, "pick_device", lambda device: torch.device(device))
-    resolved = timing._resolve_device(None, (torch.ones(2),), {}, x.add_)
-    assert resolved == torch.device("meta")
-    # An explicit device wins; plain CPU work stays on the CPU.
-    assert timing._resolve_device("cpu", (), {}, x.add_) == torch.device("cpu")
-    assert timing._resolve_device(None, (torch.ones(2),), {}, torch.neg).type == "cpu"
+    assert timing._resolve_device(None, (torch.ones(2), [x])) == torch.device("meta")
+    # An explicit device wins; a tensor the callable closes over is not looked
+    # for (pass device=): the call runs on the host clock.
+    assert timing._resolve_device("cpu", (x,)) == torch.device("cpu")
+    assert benchmark(lambda: x + 1, clock=StepClock(), rep_ms=1).device == "cpu"
+    assert benchmark(x.add_, args=(1,), clock=StepClock(), rep_ms=1).device == "cpu"
 
 
 def test_kernel_mode_refuses_the_host_clock_while_cuda_is_in_use(monkeypatch):

@@ -19,13 +19,11 @@ short kernels. They agree past about 50 us of GPU work.
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import gc
-import itertools
 import math
 import time
-import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -33,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from gpuguide import checks
 from gpuguide.device import as_device, pick_device
 from gpuguide.env import small_mode
-from gpuguide.units import format_rate, format_time, significant, time_unit
+from gpuguide.units import format_rate, format_time, significant
 
 if TYPE_CHECKING:
     import torch
@@ -41,7 +39,6 @@ if TYPE_CHECKING:
 __all__ = [
     "Measurement",
     "Rate",
-    "StepTimes",
     "benchmark",
     "first_calls_s",
     "host_and_gpu_times",
@@ -59,7 +56,6 @@ SMALL_REP_MS = 10.0
 #: Bytes zeroed before each CUDA call with ``flush_l2=True``: more than any L2.
 _L2_FLUSH_BYTES = 256 * 1024 * 1024
 _MAX_WARMUP_CALLS = 1_000_000
-_MEASURES = ("call", "kernel")
 #: ``measure="kernel"``: at most this many calls are queued behind one hold.
 _KERNEL_CHUNK = 32
 #: Entries a stream's launch queue takes before the host blocks (about 1024, less a
@@ -89,20 +85,16 @@ class Measurement:
     rounds: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        times = tuple(float(t) for t in self.times_s)
-        if not times:
+        for name in ("times_s", "rounds"):
+            values = tuple(float(t) for t in getattr(self, name))
+            if not all(math.isfinite(t) and t >= 0 for t in values):
+                msg = f"{name} must be finite numbers >= 0, got {values!r}"
+                raise ValueError(msg)
+            object.__setattr__(self, name, values)
+        if not self.times_s:
             msg = "times_s must hold at least one time, got ()"
             raise ValueError(msg)
-        if not all(math.isfinite(t) and t >= 0 for t in times):
-            msg = f"times_s must be finite numbers >= 0, got {times!r}"
-            raise ValueError(msg)
         checks.integer("warmup_calls", self.warmup_calls, minimum=0)
-        object.__setattr__(self, "times_s", times)
-        rounds = tuple(float(t) for t in self.rounds)
-        if not all(math.isfinite(t) and t >= 0 for t in rounds):
-            msg = f"rounds must be finite numbers >= 0, got {rounds!r}"
-            raise ValueError(msg)
-        object.__setattr__(self, "rounds", rounds)
 
     @cached_property
     def _sorted(self) -> tuple[float, ...]:
@@ -189,22 +181,18 @@ class Measurement:
             work / median, unit, work / q75, work / q25, self.label, self.device
         )
 
+    def __str__(self) -> str:
+        """The median with half its IQR: ``"1.23 ms ± 45.6 us"``, `` NOISY`` where
+        it is; ``"12.0 ms (one run)"`` for a single time, which has no spread."""
+        if self.n == 1:
+            return f"{format_time(self.median_s)} (one run)"
+        text = f"{format_time(self.median_s)} ± {format_time(self.iqr_s / 2)}"
+        return f"{text} NOISY" if self.is_noisy else text
+
     def __repr__(self) -> str:
-        median = self.median_s
-        scale, unit = time_unit(median)
         runs = "1 run" if self.n == 1 else f"{self.n} runs"
-        relative = self.relative_iqr
-        percent = "inf" if math.isinf(relative) else significant(relative * 100, 2)
-        text = (
-            f"<Measurement {self.label!r} on {self.device}: "
-            f"median {format_time(median)}, "
-            f"IQR {significant(self.iqr_s / scale, 2)} {unit} ({percent}%), "
-            f"{runs}, {self.method}"
-        )
-        if self.is_noisy:
-            limit = significant(NOISY_RELATIVE_IQR * 100, 2)
-            text += f", NOISY (IQR > {limit}% of median)"
-        return text + ">"
+        where = f"{self.label!r} on {self.device}"
+        return f"<Measurement {where}: {self}, {runs}, {self.method}>"
 
 
 @dataclass(frozen=True)
@@ -226,15 +214,12 @@ class Rate:
             msg = f"low <= value <= high must hold, got {self.low}, {self.value}, {self.high}"
             raise ValueError(msg)
 
-    @property
-    def spread(self) -> str:
-        """``"40.8-41.5"``: the interval in the value's prefix, without the unit."""
-        prefix = format_rate(self.value, self.unit).split()[-1][: -len(self.unit)]
-        scale = 1000.0 ** ("kMGTPE".find(prefix) + 1) if prefix else 1.0
-        return f"{significant(self.low / scale)}-{significant(self.high / scale)}"
-
     def __str__(self) -> str:
-        return f"{format_rate(self.value, self.unit)} ({self.spread})"
+        text = format_rate(self.value, self.unit)
+        prefix = text.split()[-1][: -len(self.unit)]  # the quartiles in that prefix
+        scale = 1000.0 ** ("kMGTPE".find(prefix) + 1) if prefix else 1.0
+        low, high = significant(self.low / scale), significant(self.high / scale)
+        return f"{text} ({low}-{high})"
 
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)
@@ -268,32 +253,28 @@ def benchmark(
 
     ``fn`` runs for ``warmup_ms`` (default 25, small mode 2; at least once), then
     ``ceil(rep_ms / estimate)`` calls are timed (``rep_ms`` default 100, small mode
-    10), within ``[min_reps, max_reps]``. ``device`` decides how: by default the
-    first non-CPU tensor's in the arguments, else in what ``fn`` carries (bound
-    object, ``partial`` arguments, defaults, closure, module-level names it reads),
-    else the CPU. CUDA only: ``flush_l2`` zeroes a 256 MiB buffer before each call,
-    outside the events; ``measure`` is explained in the module. ``clock`` replaces
-    ``time.perf_counter`` (tests; not on CUDA). On a host clock (CPU, MPS),
-    ``sample_ms`` times blocks of back-to-back calls that last at least that long,
-    each block one sample of the time per call (as ``torch.utils.benchmark``'s
-    ``blocked_autorange``): a call shorter than a scheduler tick then no longer
-    reads a whole tick when the OS preempts it. Ignored on CUDA, whose events time
-    each call on the GPU.
+    10), within ``[min_reps, max_reps]``. ``device`` decides how; by default the
+    first non-CPU tensor's device in ``args`` and ``kwargs``, else the CPU: pass
+    ``device`` for a callable whose GPU tensors are not among its arguments (a
+    closure, a bound module). CUDA only: ``flush_l2`` zeroes a 256 MiB buffer
+    before each call, outside the events; ``measure`` is explained in the module.
+    ``clock`` replaces ``time.perf_counter`` (tests; not on CUDA). On a host clock
+    (CPU, MPS), ``sample_ms`` times blocks of back-to-back calls that last at least
+    that long, each block one sample of the time per call (as
+    ``torch.utils.benchmark``'s ``blocked_autorange``): a call shorter than a
+    scheduler tick then no longer reads a whole tick when the OS preempts it.
+    Ignored on CUDA, whose events time each call on the GPU.
 
-    Raises ``ValueError`` for bad budgets or bounds, ``measure="kernel"`` with no
-    CUDA tensor in reach while CUDA is in use, or a ``clock`` on CUDA, and
-    ``RuntimeError`` if the device is not available.
+    Raises ``ValueError`` for bad budgets or bounds, ``measure="kernel"`` on the
+    host clock while CUDA is in use, or a ``clock`` on CUDA, and ``RuntimeError``
+    if the device is not available.
     """
-    if not callable(fn):
-        msg = f"fn must be callable, got {fn!r}"
-        raise TypeError(msg)
-    if clock is not None and not callable(clock):
-        msg = f"clock must be callable, got {clock!r}"
-        raise TypeError(msg)
-    if measure not in _MEASURES:
-        msg = (
-            f"measure must be one of {', '.join(map(repr, _MEASURES))}, got {measure!r}"
-        )
+    for name, value in (("fn", fn), ("clock", clock or time.perf_counter)):
+        if not callable(value):
+            msg = f"{name} must be callable, got {value!r}"
+            raise TypeError(msg)
+    if measure not in ("call", "kernel"):
+        msg = f"measure must be one of 'call', 'kernel', got {measure!r}"
         raise ValueError(msg)
     warmup_s, rep_s = _budgets_s(warmup_ms, rep_ms)
     min_reps = checks.integer("min_reps", min_reps, minimum=1)
@@ -304,35 +285,34 @@ def benchmark(
             "(write args=(x,) for a single argument)"
         )
         raise TypeError(msg)
-    if kwargs is not None and not isinstance(kwargs, Mapping):
+    if not isinstance(kwargs or {}, Mapping):
         msg = f"kwargs must be a mapping, got {type(kwargs).__name__}"
         raise TypeError(msg)
-    args = tuple(args)
     kwargs = dict(kwargs or {})
-    if label is None:
-        label = _default_label(fn)
 
     def call() -> None:
         fn(*args, **kwargs)
 
-    resolved = _resolve_device(device, args, kwargs, fn)
-    _check_kernel_mode(measure, resolved)
-    device_name = str(resolved)
+    resolved = _resolve_device(device, (*args, *kwargs.values()), measure)
+    label = _default_label(fn) if label is None else label
+    cuda = resolved.type == "cuda"
+    if cuda and clock is not None:
+        msg = (
+            "clock must be None on a CUDA device, got a clock: a host clock "
+            "does not see when GPU work ends; CUDA events time it"
+        )
+        raise ValueError(msg)
+    import torch
 
-    if resolved.type == "cuda":
-        if clock is not None:
-            msg = (
-                "clock must be None on a CUDA device, got a clock: a host clock "
-                "does not see when GPU work ends; CUDA events time it"
-            )
-            raise ValueError(msg)
-        import torch
-
-        with torch.cuda.device(device_name):
-            torch.cuda.synchronize()
-            calls, estimate = _warmup(
-                call, warmup_s, time.perf_counter, torch.cuda.synchronize
-            )
+    sync = {"cuda": torch.cuda.synchronize, "mps": torch.mps.synchronize}
+    synchronize = sync.get(resolved.type)
+    with torch.cuda.device(resolved) if cuda else contextlib.nullcontext():
+        if synchronize is not None:
+            synchronize()
+        calls, estimate = _warmup(
+            call, warmup_s, clock or time.perf_counter, synchronize
+        )
+        if cuda:
             n = _rep_count(estimate, rep_s, min_reps, max_reps)
             stream = torch.cuda.current_stream()
             hold = host_call_s = None
@@ -347,32 +327,17 @@ def benchmark(
                 hold=hold,
                 host_call_s=host_call_s,
             )
-        method = "cuda-events" if measure == "call" else "cuda-events-queued"
-    else:
-        clock = time.perf_counter if clock is None else clock
-        synchronize = None
-        method = "wall-clock"
-        if resolved.type == "mps":
-            import torch
-
-            synchronize = torch.mps.synchronize
-            synchronize()
-            method = "wall-clock+sync"
-        calls, estimate = _warmup(call, warmup_s, clock, synchronize)
-        block = 1
-        if sample_ms is not None:
-            sample_s = checks.positive("sample_ms", sample_ms) / 1e3
-            block = max(1, math.ceil(sample_s / estimate)) if estimate > 0 else 1
-        n = _rep_count(estimate * block, rep_s, min_reps, max_reps)
-        times = _host_times(call, n, clock, synchronize, block=block)
-
-    return Measurement(
-        label=label,
-        times_s=tuple(times),
-        device=device_name,
-        method=method,
-        warmup_calls=calls,
-    )
+            method = "cuda-events" if measure == "call" else "cuda-events-queued"
+        else:
+            block = 1
+            if sample_ms is not None:
+                sample_s = checks.positive("sample_ms", sample_ms) / 1e3
+                block = max(1, math.ceil(sample_s / estimate)) if estimate > 0 else 1
+            n = _rep_count(estimate * block, rep_s, min_reps, max_reps)
+            clock = clock or time.perf_counter
+            times = _host_times(call, n, clock, synchronize, block=block)
+            method = "wall-clock" if synchronize is None else "wall-clock+sync"
+    return Measurement(label, tuple(times), str(resolved), method, calls)
 
 
 def _budgets_s(warmup_ms: float | None, rep_ms: float | None) -> tuple[float, float]:
@@ -385,114 +350,51 @@ def _budgets_s(warmup_ms: float | None, rep_ms: float | None) -> tuple[float, fl
 
 
 def _default_label(fn: Callable[..., Any]) -> str:
-    """``fn``'s qualified name, or its plain name past a private class (``torch.mm``)."""
-    qualname = getattr(fn, "__qualname__", None)
-    name = getattr(fn, "__name__", None)
-    if isinstance(qualname, str) and not any(
-        part.startswith("_") for part in qualname.split(".")[:-1]
-    ):
-        return qualname
-    if isinstance(name, str):
-        return name
-    text = repr(fn)
-    return text if len(text) <= 60 and "\n" not in text else type(fn).__name__
+    """``fn``'s qualified name, its plain name past a private class (``torch.mm``
+    is ``"mm"``), else its type's name (``"partial"``)."""
+    qualname = getattr(fn, "__qualname__", "")
+    if qualname and not any(p.startswith("_") for p in qualname.split(".")[:-1]):
+        return str(qualname)
+    return str(getattr(fn, "__name__", None) or type(fn).__name__)
 
 
-def _tensor_device(
-    args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> torch.device | None:
-    """The first non-CPU tensor's device in the arguments (3 levels deep), else any's."""
+def _tensor_device(values: Iterable[Any], depth: int = 3) -> torch.device | None:
+    """The first non-CPU tensor's device among ``values``, looking ``depth`` levels
+    into lists, tuples and dicts; None where every tensor is on the CPU."""
     import torch
 
-    found = None
-    queue = [(value, 0) for value in (*args, *kwargs.values())]
-    while queue:
-        value, level = queue.pop(0)
-        if isinstance(value, torch.Tensor):
-            if value.device.type != "cpu":
-                return value.device
-            if found is None:
-                found = value.device
-        elif level < 3 and isinstance(value, (list, tuple)):
-            queue.extend((item, level + 1) for item in value)
-        elif level < 3 and isinstance(value, dict):
-            queue.extend((item, level + 1) for item in value.values())
-    return found
-
-
-def _bound_values(fn: Callable[..., Any]) -> list[Any]:
-    """What ``fn`` carries besides its arguments (see :func:`benchmark`)."""
-    import torch
-
-    values: list[Any] = []
-    seen: set[int] = set()
-    pending = [fn]
-    while pending:
-        f = pending.pop(0)
-        if id(f) in seen:
-            continue
-        seen.add(id(f))
-        if isinstance(f, torch.nn.Module):
-            tensors = itertools.chain(f.parameters(), f.buffers())
-            values.extend(itertools.islice(tensors, 1))
-            continue
-        if isinstance(f, functools.partial):
-            values.extend([*f.args, *f.keywords.values()])
-            pending.append(f.func)
-            continue
-        owner = getattr(f, "__self__", None)
-        if isinstance(owner, torch.nn.Module):
-            pending.append(owner)
-        elif owner is not None and not isinstance(owner, types.ModuleType):
-            values.append(owner)
-        values.extend(getattr(f, "__defaults__", None) or ())
-        values.extend((getattr(f, "__kwdefaults__", None) or {}).values())
-        for cell in getattr(f, "__closure__", None) or ():
-            try:
-                values.append(cell.cell_contents)
-            except ValueError:  # an empty cell
-                continue
-        code, names = getattr(f, "__code__", None), getattr(f, "__globals__", None)
-        if code is not None and isinstance(names, dict):
-            values.extend(names[n] for n in code.co_names if n in names)
-    return values
+    for value in values:
+        if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+            return value.device
+        if depth > 0 and isinstance(value, (list, tuple, dict)):
+            inner = value.values() if isinstance(value, dict) else value
+            found = _tensor_device(inner, depth - 1)
+            if found is not None:
+                return found
+    return None
 
 
 def _resolve_device(
-    device: str | torch.device | None,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    fn: Callable[..., Any] | None = None,
+    device: str | torch.device | None, values: Sequence[Any], measure: str = "call"
 ) -> torch.device:
-    """The device given, else the work's, else the CPU; checked by ``pick_device``."""
+    """``device`` (checked by ``pick_device``), else the arguments', else the CPU;
+    ``measure="kernel"`` on the CPU while CUDA is in use is refused."""
     import torch
 
-    if device is None:
-        found = _tensor_device(args, kwargs)
-        if (found is None or found.type == "cpu") and fn is not None:
-            carried = _tensor_device(tuple(_bound_values(fn)), {})
-            if carried is not None and carried.type != "cpu":
-                found = carried
-        if found is None or found.type == "cpu":
-            return torch.device("cpu")
-        device = found
-    return pick_device(device)
-
-
-def _check_kernel_mode(measure: str, resolved: torch.device) -> None:
-    """Refuse ``measure="kernel"`` on the host clock while CUDA is in use."""
-    if measure != "kernel" or resolved.type != "cpu":
-        return
-    import torch
-
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    found = device if device is not None else _tensor_device(values)
+    if found is not None:
+        return pick_device(found)
+    if (
+        measure == "kernel"
+        and torch.cuda.is_available()
+        and torch.cuda.is_initialized()
+    ):
         msg = (
-            'measure="kernel" times GPU work, but neither the arguments nor what '
-            "fn carries (the object of a bound method, defaults, closure, the "
-            "names its code reads) hold a CUDA tensor, so it would be timed on "
-            "the host clock; pass device='cuda'"
+            'measure="kernel" times GPU work, but no argument is a CUDA tensor, so '
+            "it would be timed on the host clock; pass device='cuda'"
         )
         raise ValueError(msg)
+    return torch.device("cpu")
 
 
 def _warmup(
@@ -529,6 +431,18 @@ def _rep_count(estimate_s: float, rep_s: float, min_reps: int, max_reps: int) ->
     return min(max(wanted, min_reps), max_reps)
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Keep the garbage collector off while timing (as ``timeit`` does)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _host_times(
     call: Callable[[], None],
     n: int,
@@ -540,20 +454,14 @@ def _host_times(
     """Time ``n`` samples on a host clock, each ``block`` calls back to back (the
     time per call), the GC paused."""
     times = []
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with _gc_paused():
         for _ in range(n):
             t0 = clock()
             for _ in range(block):
                 call()
             if synchronize is not None:
                 synchronize()
-            t1 = clock()
-            times.append((t1 - t0) / block)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+            times.append((clock() - t0) / block)
     return times
 
 
@@ -581,70 +489,38 @@ def _host_call_s(
     return max(elapsed, 0.0) / calls
 
 
-def _sleep_rate(sleep: Callable[[int], None], stream: Any) -> float:
-    """Cycles per second of ``torch.cuda._sleep`` on ``stream`` (best of three)."""
+_SLEEP_RATES: dict[int, float] = {}  # cycles per second of torch.cuda._sleep, by GPU
+
+
+def gpu_hold(stream: Any) -> Callable[[float], None]:
+    """A function ``hold(seconds)`` that keeps the GPU busy on ``stream``
+    (``torch.cuda._sleep``, its rate measured once per GPU: the best of three runs
+    after a warm-up spin), so that work queued behind it runs back to back."""
     import torch
 
+    index = torch.cuda.current_device()
     cycles = 1 << 20
-    with torch.cuda.stream(stream):
-        sleep(8 * cycles)  # a few ms of work: the clocks ramp up
-        rates = []
-        for _ in range(3):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record(stream)
-            sleep(cycles)
-            end.record(stream)
-            end.synchronize()
-            rates.append(cycles / max(float(start.elapsed_time(end)) / 1e3, 1e-9))
-    return float(max(rates))
-
-
-_SLEEP_RATES: dict[int, float] = {}
-
-
-def gpu_hold(stream: Any = None) -> Callable[[float], None]:
-    """A function ``hold(seconds)`` that keeps the GPU busy on ``stream`` (default:
-    the current one), so work queued behind it runs back to back."""
-    import torch
-
-    stream = torch.cuda.current_stream() if stream is None else stream
-    sleep = getattr(torch.cuda, "_sleep", None)
-    if sleep is not None:
-        index = torch.cuda.current_device()
+    with torch.cuda.stream(stream):  # _sleep runs on the current stream
         if index not in _SLEEP_RATES:
-            _SLEEP_RATES[index] = _sleep_rate(sleep, stream)
-        rate = _SLEEP_RATES[index]
+            torch.cuda._sleep(8 * cycles)  # a few ms of work: the clocks ramp up
+            rates = []
+            for _ in range(3):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record(stream)
+                torch.cuda._sleep(cycles)
+                end.record(stream)
+                end.synchronize()
+                seconds = max(float(start.elapsed_time(end)) / 1e3, 1e-9)
+                rates.append(cycles / seconds)
+            _SLEEP_RATES[index] = max(rates)
+    rate = _SLEEP_RATES[index]
 
-        def hold(seconds: float) -> None:
-            # _sleep runs on the current stream: make that the hold's stream.
-            with torch.cuda.stream(stream):
-                sleep(max(1, round(seconds * rate)))
-
-        return hold
-    buffer = _l2_flush_buffer()  # pragma: no cover - every supported torch has _sleep
-    per_zero = _time_on_gpu(buffer.zero_, stream)  # pragma: no cover
-
-    def fill(seconds: float) -> None:  # pragma: no cover
+    def hold(seconds: float) -> None:
         with torch.cuda.stream(stream):
-            for _ in range(max(1, math.ceil(seconds / max(per_zero, 1e-9)))):
-                buffer.zero_()
+            torch.cuda._sleep(max(1, round(seconds * rate)))
 
-    return fill  # pragma: no cover
-
-
-def _time_on_gpu(call: Callable[[], Any], stream: Any) -> float:  # pragma: no cover
-    import torch
-
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    with torch.cuda.stream(stream):
-        call()
-        start.record(stream)
-        call()
-        end.record(stream)
-    end.synchronize()
-    return float(start.elapsed_time(end)) / 1e3
+    return hold
 
 
 def _kernel_chunk(host_call_s: float) -> int:
@@ -661,20 +537,13 @@ def _cuda_times(
     stream: Any = None,
     hold: Callable[[float], None] | None = None,
     host_call_s: float | None = None,
-    event_factory: Callable[..., Any] | None = None,
-    synchronize: Callable[[], None] | None = None,
-    flush_buffer: Any = None,
 ) -> list[float]:
     """Time ``n`` calls with one CUDA event pair each (a chunk behind each ``hold``)."""
-    if event_factory is None or synchronize is None:
-        import torch
+    import torch
 
-        event_factory = event_factory or torch.cuda.Event
-        synchronize = synchronize or torch.cuda.synchronize
-    if flush and flush_buffer is None:
-        flush_buffer = _l2_flush_buffer()
+    buffer = _l2_flush_buffer() if flush else None
     pairs = [
-        (event_factory(enable_timing=True), event_factory(enable_timing=True))
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         for _ in range(n)
     ]
     chunk = _kernel_chunk(host_call_s or 0.0) if hold is not None else n
@@ -684,12 +553,12 @@ def _cuda_times(
         if hold is not None:
             hold(2 * len(batch) * per_call_s + 20e-6)
         for start, end in batch:
-            if flush:
-                flush_buffer.zero_()
+            if buffer is not None:
+                buffer.zero_()
             start.record(stream)
             call()
             end.record(stream)
-    synchronize()
+    torch.cuda.synchronize()
     return [start.elapsed_time(end) / 1e3 for start, end in pairs]
 
 
@@ -729,9 +598,9 @@ class StepTimes:
     def bound(self) -> str:
         """``"host"`` or ``"GPU"``, whichever is slower with their interquartile
         ranges apart, or ``"neither"`` (also where either is NOISY)."""
-        if self.gpu is None:
-            return "host"
         host, gpu = self.host, self.gpu
+        if gpu is None:
+            return "host"
         if host.is_noisy or gpu.is_noisy:
             return "neither"
         if host.q25_s > gpu.q75_s:
@@ -739,24 +608,17 @@ class StepTimes:
         return "GPU" if gpu.q25_s > host.q75_s else "neither"
 
     def __str__(self) -> str:
-        host = _spread_text(self.host)
         if self.gpu is None and self.waits:
-            return f"host {host} per call, waiting for the GPU inside the call"
+            return f"host {self.host} per call, waiting for the GPU inside the call"
         if self.gpu is None:
-            return f"host {host} per call (the host does the work)"
-        text = f"host {host} to launch, GPU {_spread_text(self.gpu)} of work: "
+            return f"host {self.host} per call (the host does the work)"
+        text = f"host {self.host} to launch, GPU {self.gpu} of work: "
         if self.bound == "host":
             idle = 1 - self.gpu.median_s / self.host.median_s
             return text + f"host-bound (the GPU idles {idle:.0%} of a step)"
         if self.bound == "GPU":
             return text + "GPU-bound (the host runs ahead)"
         return text + "no measurable difference between the two"
-
-
-def _spread_text(m: Measurement) -> str:
-    """``"1.23 ms ± 45.6 us"``, with `` NOISY`` where it is."""
-    text = f"{format_time(m.median_s)} ± {format_time(m.iqr_s / 2)}"
-    return text + " NOISY" if m.is_noisy else text
 
 
 def _held_times(
@@ -773,9 +635,7 @@ def _held_times(
     host: list[float] = []
     gpu: list[float] = []
     held, misses = True, 0
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with _gc_paused():
         while len(host) < n or (held and len(gpu) < min(n, 3)):
             start = event_factory(enable_timing=True)
             end = event_factory(enable_timing=True)
@@ -798,9 +658,6 @@ def _held_times(
                 host.append(host_s)
             if held:
                 gpu.append(start.elapsed_time(end) / 1e3)
-    finally:
-        if paused:
-            gc.enable()
     return host, gpu if held else []
 
 
@@ -809,41 +666,28 @@ def host_and_gpu_times(
     *,
     device: str | torch.device,
     rep_ms: float | None = None,
-    min_reps: int = 5,
-    max_reps: int = 200,
-    label: str | None = None,
+    label: str = "step",
 ) -> StepTimes:
     """Time the host's launch of ``fn()`` (warmed up) and the GPU's work for it.
 
     On CUDA the GPU is held busy before each call, for about twice its launch time,
     so that CUDA events time its work back to back while ``perf_counter`` times the
-    launch; elsewhere only the call is timed, as ``host``, in blocks of calls of at
-    least 5 ms (``sample_ms``), so that a preempted call does not read a whole
-    scheduler tick. ``rep_ms``: the budget (default :func:`benchmark`'s, at most
-    10 ms in small mode).
+    launch (5 to 200 calls); elsewhere only the call is timed, as ``host``, in
+    blocks of calls of at least 5 ms (``sample_ms``), so that a preempted call does
+    not read a whole scheduler tick. ``rep_ms``: the budget (default
+    :func:`benchmark`'s, at most 10 ms in small mode).
     """
-    label = label or "step"
-    min_reps = checks.integer("min_reps", min_reps, minimum=1)
-    max_reps = checks.integer("max_reps", max_reps, minimum=min_reps)
-    rep = REP_MS if rep_ms is None else checks.positive("rep_ms", rep_ms)
-    if small_mode():
-        rep = min(rep, SMALL_REP_MS)
     dev = as_device(device)
     if dev.type != "cuda":
         m = benchmark(
-            fn,
-            device=dev,
-            label=label,
-            rep_ms=rep,
-            min_reps=min_reps,
-            max_reps=max_reps,
-            sample_ms=5.0,
+            fn, device=dev, label=label, rep_ms=rep_ms, max_reps=200, sample_ms=5
         )
         return StepTimes(host=m, gpu=None)
     import torch
 
+    rep_s = _budgets_s(None, rep_ms)[1]
     with torch.cuda.device(dev):
-        index = torch.cuda.current_device()
+        name = f"cuda:{torch.cuda.current_device()}"
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         fn()
@@ -851,18 +695,16 @@ def host_and_gpu_times(
         torch.cuda.synchronize()
         whole = time.perf_counter() - t0
         hold_s = 2 * launched + 100e-6
-        n = min(max(math.ceil(rep / 1e3 / (hold_s + whole)), min_reps), max_reps)
-        hold = gpu_hold(torch.cuda.current_stream())
+        n = min(max(math.ceil(rep_s / (hold_s + whole)), 5), 200)
         host, gpu = _held_times(
             fn,
             n,
-            hold=hold,
+            hold=gpu_hold(torch.cuda.current_stream()),
             hold_s=hold_s,
             clock=time.perf_counter,
             event_factory=torch.cuda.Event,
             synchronize=torch.cuda.synchronize,
         )
-    name = f"cuda:{index}"
     times = Measurement(label, tuple(gpu), name, "cuda-events, launches hidden")
     return StepTimes(
         host=Measurement(label, tuple(host), name, "host-clock, GPU held"),
