@@ -18,13 +18,10 @@ from gpuguide.chapters.coldstart import (
     MARK,
     ChildFailed,
     Starts,
-    cache_counts,
     describe_caches,
-    first_calls,
     growth,
     measure,
     phases,
-    read_result,
     report,
     run_fresh,
     run_starts,
@@ -47,65 +44,42 @@ report({{"argv": sys.argv[1:], "flag": os.environ.get("GPUGUIDE_TEST_FLAG")}})
 # ---- the JSON protocol ------------------------------------------------------
 
 
-def test_report_writes_one_marked_line_that_read_result_reads_back():
+def test_report_writes_one_marked_line():
     out = io.StringIO()
-    report({"first_s": 1.5, "caches": {"FX graph": {"hit": 1}}}, file=out)
+    report({"first_s": 1.5, "caches": "FX graph 1 hit"}, file=out)
     assert out.getvalue().count("\n") == 1
-    assert out.getvalue().startswith(MARK)
-    assert read_result("compiling...\n" + out.getvalue()) == {
-        "first_s": 1.5, "caches": {"FX graph": {"hit": 1}},
-    }  # fmt: skip
-
-
-def test_read_result_takes_the_last_marked_line():
-    text = f"{MARK}{json.dumps({'n': 1})}\nother\n{MARK}{json.dumps({'n': 2})}\n"
-    assert read_result(text) == {"n": 2}
-
-
-@pytest.mark.parametrize(
-    ("stdout", "returncode"),
-    [("no result here\n", 0), (f"{MARK}{json.dumps({'n': 1})}\n", 1),
-     (f"{MARK}[1, 2]\n", 0)],
-)  # fmt: skip
-def test_read_result_fails_with_the_end_of_stderr(stdout, returncode):
-    stderr = "\n".join(f"line {i}" for i in range(20)) + "\nValueError: the cause"
-    with pytest.raises(ChildFailed, match="the cause") as caught:
-        read_result(stdout, stderr, returncode)
-    assert f"exit code {returncode}" in str(caught.value)
-    assert "line 0\n" not in str(caught.value)  # only the end of stderr
-
-
-def test_read_result_without_stderr_says_so_briefly():
-    with pytest.raises(ChildFailed, match=r"exit code -9\) without a result$"):
-        read_result("", "", -9)
+    line = out.getvalue().removeprefix(MARK)
+    assert json.loads(line) == {"first_s": 1.5, "caches": "FX graph 1 hit"}
 
 
 # ---- cache counters and phases, with fakes ----------------------------------
 
 
-def test_cache_counts_reads_hits_misses_and_bypasses_of_both_caches():
+def test_describe_caches_reads_hits_misses_and_bypasses_of_both_caches():
     counters = {
-        "inductor": {"fxgraph_cache_hit": 2, "fxgraph_cache_miss": 1,
-                     "pattern_matcher_count": 24, "fxgraph_lookup_write_file": 1},
-        "aot_autograd": {"total": 1, "autograd_cache_bypass": 1, "ok": 1,
-                         "autograd_cache_saved": 1},
+        "inductor": {
+            "fxgraph_cache_hit": 2,
+            "fxgraph_cache_miss": 1,
+            "pattern_matcher_count": 24,
+            "fxgraph_lookup_write_file": 1,
+        },
+        "aot_autograd": {
+            "total": 1,
+            "autograd_cache_bypass": 1,
+            "ok": 1,
+            "autograd_cache_saved": 1,
+        },
         "stats": {"unique_graphs": 3},
-    }  # fmt: skip
-    assert cache_counts(counters) == {
-        "FX graph": {"hit": 2, "miss": 1}, "AOTAutograd": {"bypass": 1},
-    }  # fmt: skip
+    }
+    text = describe_caches(counters)
+    assert text == "FX graph 2 hit, 1 miss; AOTAutograd 1 bypass"
 
 
-def test_cache_counts_follows_renamed_keys_and_skips_zeros():
+def test_describe_caches_follows_renamed_keys_and_skips_zeros():
     # A later torch spelling the keys differently still counts; zeros are no news.
     counters = {"inductor": {"fx_graph_cache_hit": 1, "fxgraph_cache_miss": 0}}
-    assert cache_counts(counters) == {"FX graph": {"hit": 1}}
-    assert cache_counts({}) == {}
-
-
-def test_describe_caches():
-    counts = {"FX graph": {"hit": 1}, "AOTAutograd": {"miss": 2, "bypass": 1}}
-    assert describe_caches(counts) == "FX graph 1 hit; AOTAutograd 2 miss, 1 bypass"
+    assert describe_caches(counters) == "FX graph 1 hit"
+    assert describe_caches({"inductor": {"fxgraph_cache_miss": 0}}) == "none used"
     assert describe_caches({}) == "none used"
 
 
@@ -138,7 +112,7 @@ def test_split_first_call_adds_up_to_the_first_call():
 def test_first_calls_and_steady_make_measurements_across_processes():
     results = [{"first_s": 2.0, "steady": {"eager": [1.0, 2.0], "compiled": [0.5]}},
                {"first_s": 4.0, "steady": {"eager": [3.0], "compiled": [0.25]}}]  # fmt: skip
-    first = first_calls(results, "cold", "cpu")
+    first = Starts({"cold": {1: results}}, "cpu").first("cold", 1)
     assert isinstance(first, Measurement)
     assert first.times_s == (2.0, 4.0)
     assert first.label == "cold"
@@ -238,8 +212,7 @@ def test_growth_is_the_slope_through_the_medians_with_its_quartile_range():
     assert g.low_s == pytest.approx((5.2 - 1.3) / 10)  # deep low, shallow high
     assert g.high_s == pytest.approx((5.6 - 1.1) / 10)
     assert g.spread == pytest.approx((g.low_s, g.high_s))
-    assert not g.single_run
-    assert str(g) == "full compilation: 420 ms per block (390 ms to 450 ms)"
+    assert g.short == "420 ms (390 ms to 450 ms)"
 
 
 def test_growth_fits_a_least_squares_line_over_more_depths():
@@ -257,17 +230,9 @@ def test_growth_fits_a_least_squares_line_over_more_depths():
 
 def test_a_growth_from_single_runs_has_no_spread():
     g = growth("regional", [4, 16], _firsts((3.0,), (3.6,)))
-    assert g.single_run
     assert g.spread is None
     assert g.per_block_s == pytest.approx(0.05)
-    assert str(g) == "regional: 50.0 ms per block (one process per depth: no spread)"
     assert g.short == "50.0 ms"
-
-
-def test_a_growth_whose_range_spans_zero_is_no_measurable_growth():
-    g = growth("regional", [1, 8], _firsts((2.0, 2.4), (2.1, 2.3)))
-    assert g.low_s < 0 < g.high_s
-    assert str(g).startswith("regional: no measurable growth per block (")
 
 
 @pytest.mark.parametrize("depths", [[4], [4, 4], [4, 16, 32]])
@@ -337,7 +302,7 @@ def test_measure_compiles_the_other_variants_outside_every_figure():
     result = measure(model, compiled, torch.ones(1, 4), device="cpu", rep_ms=2,
                      also={"regional": other})  # fmt: skip
     assert calls[:2] == ["compiled", "other"]  # first calls, then the rounds
-    assert result["caches"] == {}  # read before the other variant's first call
+    assert result["caches"] == "none used"  # read before the other variant's first call
     assert set(result["steady"]) == {"eager", "compiled", "regional"}
     assert all(result["steady"][name] for name in result["steady"])
     counters.clear()
@@ -369,24 +334,13 @@ def test_measure_leaves_the_cpu_probe_out_of_the_first_call(monkeypatch):
     assert result["probe_s"] >= 0.2 > result["first_s"]
 
 
-def test_a_gpu_child_needs_no_cpu_probe(monkeypatch):
-    def fail():
-        raise AssertionError("probed on a GPU")
-
-    monkeypatch.setattr(coldstart, "_probe_cpu", fail)
-    assert coldstart._probe_outside("cuda") == 0.0
-
-
-def test_the_real_probe_asks_inductor():
-    assert 0 < coldstart._probe_outside("cpu") < 120
-
-
 # ---- fresh processes --------------------------------------------------------
 
 
 @pytest.fixture
 def child_module(tmp_path, monkeypatch):
-    """Writes ``code`` as a module the fresh process can import; returns its name."""
+    """Writes ``code`` as a module the fresh process can import, and makes it the
+    child that run_fresh runs."""
     monkeypatch.syspath_prepend(str(tmp_path))
     made = []
 
@@ -394,14 +348,15 @@ def child_module(tmp_path, monkeypatch):
         name = f"gpuguide_test_child_{len(made)}"
         (tmp_path / f"{name}.py").write_text(code)
         made.append(name)
-        return name
+        monkeypatch.setattr(coldstart, "CHILD", name)
 
     return write
 
 
 def test_run_fresh_returns_the_result_and_keeps_the_output_off(child_module, capfd):
     env = {"GPUGUIDE_TEST_FLAG": "set"}
-    result = run_fresh(["cold", 4], module=child_module(CHILD), env=env)
+    child_module(CHILD)  # prints a stale marked line first: the last one counts
+    result = run_fresh(["cold", 4], env=env)
     assert result == {"argv": ["cold", "4"], "flag": "set"}
     out, err = capfd.readouterr()
     assert "noise" not in out
@@ -409,10 +364,30 @@ def test_run_fresh_returns_the_result_and_keeps_the_output_off(child_module, cap
     assert "GPUGUIDE_TEST_FLAG" not in os.environ  # set in the child only
 
 
-def test_run_fresh_raises_with_the_childs_error(child_module):
-    module = child_module("raise ValueError('no cache directory given')")
-    with pytest.raises(ChildFailed, match="no cache directory given"):
-        run_fresh(module=module)
+@pytest.mark.parametrize(
+    ("end", "code"),
+    [
+        ("raise ValueError('the cause')", 1),
+        ("report({'n': 1})\nraise ValueError('the cause')", 1),  # a result, then 1
+        ("print('the cause', file=sys.stderr)", 0),  # exit code 0, no result
+        (f"print({MARK!r} + '[1, 2]')\nprint('the cause', file=sys.stderr)", 0),
+    ],
+)
+def test_run_fresh_raises_with_the_end_of_the_childs_stderr(child_module, end, code):
+    child_module(
+        "import sys\nfrom gpuguide.chapters.coldstart import report\n"
+        "for i in range(20):\n    print(f'line {i}', file=sys.stderr)\n" + end
+    )
+    with pytest.raises(ChildFailed, match="the cause") as caught:
+        run_fresh()
+    assert f"(exit code {code}) without a result" in str(caught.value)
+    assert "line 0\n" not in str(caught.value)  # only the end of stderr
+
+
+def test_run_fresh_without_stderr_says_so_briefly(child_module):
+    child_module("import os\nos._exit(3)")
+    with pytest.raises(ChildFailed, match=r"exit code 3\) without a result$"):
+        run_fresh()
 
 
 def test_a_child_runs_as_main_with_its_own_module(child_module):
@@ -422,23 +397,24 @@ def test_a_child_runs_as_main_with_its_own_module(child_module):
         "import sys\nvalue = 3\nfrom gpuguide.chapters.coldstart import report\n"
         "report({'same': sys.modules['__main__'].value == value, 'name': __name__})"
     )
-    assert run_fresh(module=child_module(code)) == {"same": True, "name": "__main__"}
+    child_module(code)
+    assert run_fresh() == {"same": True, "name": "__main__"}
 
 
 def test_run_fresh_stops_a_child_past_its_time(child_module):
-    module = child_module("import time\ntime.sleep(60)")
+    child_module("import time\ntime.sleep(60)")
     with pytest.raises(ChildFailed, match="stopped after 1 s"):
-        run_fresh(module=module, timeout_s=1)
+        run_fresh(timeout_s=1)
 
 
 def test_a_child_imports_the_parents_gpuguide_from_another_folder(
     child_module, monkeypatch, tmp_path
 ):
     code = "import gpuguide.chapters.coldstart as c\nc.report({'file': c.__file__})"
-    module = child_module(code)
+    child_module(code)
     monkeypatch.chdir(tmp_path / "..")  # as sphinx-gallery does
     monkeypatch.setenv("PYTHONPATH", "src")  # relative: another folder here
-    assert run_fresh(module=module) == {"file": coldstart.__file__}
+    assert run_fresh() == {"file": coldstart.__file__}
     assert os.environ["PYTHONPATH"] == "src"  # unchanged in this process
 
 
@@ -451,7 +427,7 @@ def test_the_real_child_reports_a_cold_start(tmp_path):
     assert result["first_s"] > 0
     assert result["probe_s"] > 0  # timed apart, on a CPU
     assert set(result["steady"]) == {"eager", "compiled"}
-    assert result["caches"]["FX graph"] == {"miss": 1}
+    assert result["caches"].startswith("FX graph 1 miss")
     assert (tmp_path / "1.bin").stat().st_size > 0  # the Mega-Cache artifacts
 
 
@@ -487,7 +463,7 @@ def test_run_starts_runs_the_cases_in_turn_and_warm_reuses_colds_cache(monkeypat
     def fake_run_fresh(args, *, env):
         calls.append(("the child", list(args), dict(env), args[3]))
         first_s = float(len(calls))
-        return {"first_s": first_s, "caches": {"FX graph": {"miss": args[1]}}}
+        return {"first_s": first_s, "caches": f"FX graph {args[1]} miss"}
 
     monkeypatch.setattr(coldstart, "run_fresh", fake_run_fresh)
     cases = ["cold", "warm", "Mega-Cache", "regional"]
@@ -531,7 +507,7 @@ def test_run_starts_runs_the_cases_in_turn_and_warm_reuses_colds_cache(monkeypat
 
 def test_starts_gives_runs_first_calls_and_table_rows():
     def result(first_s):
-        return {"first_s": first_s, "caches": {"FX graph": {"hit": 1}}}
+        return {"first_s": first_s, "caches": "FX graph 1 hit"}
 
     results = {
         "cold": {1: [result(3.0)], 8: [result(9.0)]},

@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,37 +60,23 @@ class ChildFailed(RuntimeError):
 # ---- in the child -----------------------------------------------------------
 
 
-def cache_counts(
-    counters: Mapping[str, Mapping[str, int]],
-) -> dict[str, dict[str, int]]:
-    """Hits, misses and bypasses of the compiler's caches, from dynamo's ``counters``.
+def describe_caches(counters: Mapping[str, Mapping[str, int]]) -> str:
+    """What the compiler's caches did, from dynamo's ``counters``: ``"FX graph 1
+    hit; AOTAutograd 1 miss"``, or ``"none used"``.
 
-    Reads every ``*cache_hit``/``*cache_miss``/``*cache_bypass`` key of the
+    Counts every ``*cache_hit``/``*cache_miss``/``*cache_bypass`` key of the
     ``"inductor"`` (FX graph cache) and ``"aot_autograd"`` (AOTAutograd cache)
-    groups, whatever torch version named them: ``{"FX graph": {"hit": 1}, ...}``.
+    groups, whatever torch version named them; zeros are left out.
     """
-    names = {"inductor": "FX graph", "aot_autograd": "AOTAutograd"}
-    counts: dict[str, dict[str, int]] = {}
-    for group, name in names.items():
+    parts = []
+    for group, cache in {"inductor": "FX graph", "aot_autograd": "AOTAutograd"}.items():
+        counts: Counter[str] = Counter()
         for key, value in counters.get(group, {}).items():
             prefix, _, outcome = key.rpartition("_")
-            if (
-                outcome in ("hit", "miss", "bypass")
-                and prefix.endswith("cache")
-                and value
-            ):
-                mine = counts.setdefault(name, {})
-                mine[outcome] = mine.get(outcome, 0) + int(value)
-    return counts
-
-
-def describe_caches(counts: Mapping[str, Mapping[str, int]]) -> str:
-    """``"FX graph 1 hit; AOTAutograd 1 miss"`` for :func:`cache_counts`' result;
-    ``"none used"`` for an empty one."""
-    parts = [
-        f"{cache} " + ", ".join(f"{n} {outcome}" for outcome, n in outcomes.items())
-        for cache, outcomes in counts.items()
-    ]
+            if outcome in ("hit", "miss", "bypass") and prefix.endswith("cache"):
+                counts[outcome] += int(value)
+        done = ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n)
+        parts += [f"{cache} {done}"] if done else []
     return "; ".join(parts) or "none used"
 
 
@@ -100,22 +87,7 @@ def phases(metrics: Mapping[str, Sequence[float]] | None = None) -> dict[str, fl
         from torch._dynamo import utils
 
         metrics = getattr(utils, "compilation_time_metrics", {})
-    return {
-        label: float(sum(metrics[key]))
-        for key, label in PHASES.items()
-        if key in metrics
-    }
-
-
-def _stop_compile_workers() -> None:
-    """Stop inductor's compile workers, where the first call started them: they
-    would go on taking the CPU (some still importing torch) from the steady steps,
-    which compile nothing."""
-    try:
-        from torch._inductor.async_compile import shutdown_compile_workers
-    except ImportError:  # pragma: no cover - inductor moved it
-        return
-    shutdown_compile_workers()
+    return {label: sum(metrics[key]) for key, label in PHASES.items() if key in metrics}
 
 
 def _probe_cpu() -> None:
@@ -127,12 +99,6 @@ def _probe_cpu() -> None:
     except ImportError:  # pragma: no cover - inductor moved it
         return
     pick_vec_isa()
-
-
-def _probe_outside(device: str) -> float:
-    """Seconds of inductor's CPU probe, run here on a CPU (0 elsewhere), so that no
-    first call pays it."""
-    return first_calls_s(_probe_cpu, device=device, calls=1) if device == "cpu" else 0.0
 
 
 def measure(
@@ -161,15 +127,23 @@ def measure(
     import torch._inductor.compile_fx  # imported before anything is timed
     from torch._dynamo.utils import counters
 
-    probe_s = _probe_outside(device)
+    # timed apart on a CPU, so that no first call pays it
+    probe_s = (
+        first_calls_s(_probe_cpu, device=device, calls=1) if device == "cpu" else 0.0
+    )
     variants = {"eager": model, "compiled": compiled, **(also or {})}
     with torch.no_grad():
         loaded_s = first_calls_s(before, device=device, calls=1) if before else 0.0
         first_s = first_calls_s(compiled, x, device=device, calls=1)
-        caches, timers = cache_counts(counters), phases()
+        caches, timers = describe_caches(counters), phases()
         for name in also or {}:
             variants[name](x)
-        _stop_compile_workers()
+        try:  # they would take the CPU from the steady steps, which compile nothing
+            from torch._inductor.async_compile import shutdown_compile_workers
+        except ImportError:  # pragma: no cover - inductor moved it
+            pass
+        else:
+            shutdown_compile_workers()
         calls = {name: functools.partial(fn, x) for name, fn in variants.items()}
         timed = interleave(calls, rounds=10, rep_ms=rep_ms, device=device)
     return {
@@ -191,52 +165,40 @@ def report(result: Mapping[str, Any], file: Any = None) -> None:
 # ---- in the parent ----------------------------------------------------------
 
 
-def read_result(
-    stdout: str, stderr: str = "", returncode: int | str | None = 0
-) -> dict[str, Any]:
-    """The result a child reported on ``stdout`` (its last :data:`MARK` line).
-
-    Raises :class:`ChildFailed`, quoting the end of ``stderr``, when the child
-    failed or reported nothing.
-    """
-    lines = [line for line in stdout.splitlines() if line.startswith(MARK)]
-    if returncode == 0 and lines:
-        result = json.loads(lines[-1][len(MARK) :])
-        if isinstance(result, dict):
-            return result
-    tail = "\n".join(stderr.strip().splitlines()[-_TAIL_LINES:])
-    msg = f"the child process ended (exit code {returncode}) without a result"
-    raise ChildFailed(f"{msg}; the end of its stderr:\n{tail}" if tail else msg)
-
-
 def run_fresh(
     args: Iterable[object] = (),
     *,
-    module: str = CHILD,
     env: Mapping[str, str] | None = None,
     timeout_s: float = 600.0,
 ) -> dict[str, Any]:
-    """Run ``python -m module *args`` in a fresh process, ``env`` added to its
-    environment, and return what it :func:`report`-ed. Its stdout and stderr stay
-    off the page; a failure, or a child past ``timeout_s``, raises
-    :class:`ChildFailed` with the end of its stderr."""
+    """Run ``python -m`` :data:`CHILD` ``*args`` in a fresh process, ``env`` added to
+    its environment, and return what it :func:`report`-ed (its last :data:`MARK`
+    line). Its stdout and stderr stay off the page; a failure, no result, or a
+    child past ``timeout_s`` raises :class:`ChildFailed` with the end of its stderr."""
     # The child imports what this process imports: its folders, made absolute (a
     # relative PYTHONPATH means something else once a page changes directory).
     path = os.pathsep.join(str(Path(p).absolute()) for p in sys.path if p)
-    command = [sys.executable, "-m", module, *map(str, args)]
+    code: int | str
     try:
         done = subprocess.run(
-            command,
+            [sys.executable, "-m", CHILD, *map(str, args)],
             env={**os.environ, "PYTHONPATH": path, **(env or {})},
             capture_output=True,
             text=True,
             timeout=timeout_s,
             check=False,
         )
+        stdout, stderr, code = done.stdout, done.stderr, done.returncode
     except subprocess.TimeoutExpired as error:
         stderr = error.stderr.decode() if isinstance(error.stderr, bytes) else ""
-        return read_result("", stderr, f"none: stopped after {timeout_s:g} s")
-    return read_result(done.stdout, done.stderr, done.returncode)
+        stdout, code = "", f"none: stopped after {timeout_s:g} s"
+    lines = [line for line in stdout.splitlines() if line.startswith(MARK)]
+    result = json.loads(lines[-1][len(MARK) :]) if code == 0 and lines else None
+    if isinstance(result, dict):
+        return result
+    tail = "\n".join(stderr.strip().splitlines()[-_TAIL_LINES:])
+    msg = f"the child process ended (exit code {code}) without a result"
+    raise ChildFailed(f"{msg}; the end of its stderr:\n{tail}" if tail else msg)
 
 
 @dataclass(frozen=True)
@@ -256,10 +218,11 @@ class Starts:
         return [r for case in cases for r in self.results[case][n]]
 
     def first(self, case: str, n: int) -> Measurement | None:
-        """The first calls of ``case``'s processes at ``n`` blocks as one Measurement
-        (:func:`first_calls`); None where none ran."""
-        done = self.runs([case], n)
-        return first_calls(done, case, self.device) if done else None
+        """The first calls of ``case``'s processes at ``n`` blocks as one
+        Measurement; None where none ran."""
+        times = tuple(r["first_s"] for r in self.runs([case], n))
+        method = "host-clock, one process each"
+        return Measurement(case, times, self.device, method) if times else None
 
     def rows(self) -> list[dict[str, Any]]:
         """A table row per depth and case that ran: blocks, case, processes, their
@@ -268,7 +231,7 @@ class Starts:
         return [
             {"blocks": n, "case": case, "processes": len(done)}
             | {"first call": self.first(case, n)}
-            | {"caches": describe_caches(done[0]["caches"])}
+            | {"caches": done[0]["caches"]}
             for n in depths
             for case, by_depth in self.results.items()
             if (done := by_depth.get(n))
@@ -324,14 +287,6 @@ def split_first_call(result: Mapping[str, Any]) -> dict[str, float]:
     }
 
 
-def first_calls(
-    results: Sequence[Mapping[str, Any]], label: str, device: str
-) -> Measurement:
-    """The first-call times of several children's ``results``, as one Measurement."""
-    times = tuple(r["first_s"] for r in results)
-    return Measurement(label, times, device, "host-clock, one process each")
-
-
 def steady(
     results: Sequence[Mapping[str, Any]],
     name: str,
@@ -353,20 +308,16 @@ def steady(
     ``paired``: one value per round instead, its median of ``name`` over the
     process's eager median, the rounds kept (:class:`Measurement`'s ``rounds``):
     two names of the same processes then compare round by round."""
+
+    def eager(result: Mapping[str, Any]) -> float:
+        return float(statistics.median(result["steady"]["eager"]))
+
     if paired:
-        times = [
-            t / statistics.median(r["steady"]["eager"])
-            for r in results
-            for t in r["rounds"][name]
-        ]
+        times = [t / eager(r) for r in results for t in r["rounds"][name]]
         method = "round medians relative to eager, paired rounds"
         return Measurement(label, tuple(times), device, method, rounds=tuple(times))
     if relative:
-        times = [
-            statistics.median(r["steady"][name])
-            / statistics.median(r["steady"]["eager"])
-            for r in results
-        ]
+        times = [statistics.median(r["steady"][name]) / eager(r) for r in results]
         method = "median relative to eager, one per process"
     else:
         times = [t for r in results for t in r["steady"][name]]
@@ -417,31 +368,17 @@ class Growth:
     processes: int
 
     @property
-    def single_run(self) -> bool:
-        """Whether a depth ran one process only: the slope then has no spread."""
-        return self.processes < 2
-
-    @property
     def spread(self) -> tuple[float, float] | None:
-        """``(low_s, high_s)``, or None for a :attr:`single_run`."""
-        return None if self.single_run else (self.low_s, self.high_s)
+        """``(low_s, high_s)``, or None where a depth ran one process: no spread."""
+        return None if self.processes < 2 else (self.low_s, self.high_s)
 
     @property
     def short(self) -> str:
         """For a title: ``"457 ms"``, or ``"457 ms (410 ms to 500 ms)"``."""
         text = format_time(self.per_block_s)
-        if self.single_run:
+        if self.spread is None:
             return text
         return f"{text} ({format_time(self.low_s)} to {format_time(self.high_s)})"
-
-    def __str__(self) -> str:
-        text = f"{self.label}: {format_time(self.per_block_s)} per block"
-        if self.single_run:
-            return f"{text} (one process per depth: no spread)"
-        span = f"{format_time(self.low_s)} to {format_time(self.high_s)}"
-        if self.low_s <= 0 <= self.high_s:
-            return f"{self.label}: no measurable growth per block ({span})"
-        return f"{text} ({span})"
 
 
 def growth(label: str, depths: Sequence[int], firsts: Sequence[Measurement]) -> Growth:
@@ -471,7 +408,7 @@ def compare_growth(steep: Growth, flat: Growth) -> str:
     adds = (
         f"{a} adds {format_time(abs(more))} per block {'more' if more >= 0 else 'less'}"
     )
-    if steep.single_run or flat.single_run:
+    if steep.spread is None or flat.spread is None:
         return f"{adds} than {b}: one process per depth, so no spread and no verdict"
     low, high = steep.low_s - flat.high_s, steep.high_s - flat.low_s
     span = f"{format_time(low)} to {format_time(high)}"
