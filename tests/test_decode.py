@@ -16,11 +16,14 @@ SHAPE = decode.DecoderShape(dim=64, layers=2, heads=8, kv_heads=2, ffn=96, vocab
 
 def test_counts_match_the_model_it_builds():
     model = decode.random_decoder(SHAPE, device="cpu", dtype=torch.float32)
-    assert sum(p.numel() for p in model.parameters()) == SHAPE.params
+    params = sum(p.numel() for p in model.parameters())
+    assert SHAPE.weight_bytes(2) == 2 * params
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     assert sum(m.weight.numel() for m in linears) == SHAPE.matmul_params
-    assert sum(m.out_features for m in linears) == SHAPE.matmul_rows
-    assert SHAPE.weight_bytes(2) == 2 * SHAPE.params
+    # int8 weights read a bf16 scale per output row of each matmul
+    rows = sum(m.out_features for m in linears)
+    saved = SHAPE.step_bytes(1, 16, 2) - SHAPE.step_bytes(1, 16, 2, weight_itemsize=1)
+    assert saved == SHAPE.matmul_params - 2 * rows
     model.setup_cache(3, 10)
     cache = sum(b.nbytes for b in model.buffers())
     assert cache == SHAPE.kv_cache_bytes(3, 10, 4)
@@ -53,8 +56,7 @@ def test_step_bytes_read_weights_once_and_the_cache_per_sequence():
     assert two - one == per_sequence
     norms = (2 * SHAPE.layers + 1) * SHAPE.dim * 2
     assert one == 2 * SHAPE.matmul_params + norms + per_sequence
-    int8 = SHAPE.step_bytes(1, 16, 2, weight_itemsize=1)
-    assert one - int8 == SHAPE.matmul_params - 2 * SHAPE.matmul_rows
+    assert SHAPE.step_bytes(1, 16, 2, weight_itemsize=2) == one
 
 
 def test_a_shape_must_split_into_heads():
@@ -174,5 +176,5 @@ def test_l2_cache_bytes_reads_the_device_and_falls_back(monkeypatch):
     # A torch that does not say (no attribute, or 0): more than any GPU's L2.
     for props in (types.SimpleNamespace(), types.SimpleNamespace(L2_cache_size=0)):
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d, p=props: p)
-        assert decode.l2_cache_bytes("cuda") == decode.L2_FALLBACK_BYTES
-    assert decode.L2_FALLBACK_BYTES > 126 * 10**6  # a B200's, the largest so far
+        assert decode.l2_cache_bytes("cuda") == decode._L2_FALLBACK_BYTES
+    assert decode._L2_FALLBACK_BYTES > 126 * 10**6  # a B200's, the largest so far

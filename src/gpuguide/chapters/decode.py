@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 __all__ = [
-    "L2_FALLBACK_BYTES",
-    "Decoder",
     "DecoderShape",
     "StaticCache",
     "cuda_graph",
@@ -41,7 +39,7 @@ __all__ = [
 
 #: The L2 cache assumed for a CUDA device whose properties do not say: more than any
 #: GPU's so far (an H100's is 50 MiB, an H200's 60 MiB, a B200's 126 MB).
-L2_FALLBACK_BYTES = 256 * 2**20
+_L2_FALLBACK_BYTES = 256 * 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,43 +94,24 @@ class DecoderShape:
         per_layer = qkv + self.dim * self.dim + 3 * self.dim * self.ffn
         return self.layers * per_layer + self.vocab * self.dim
 
-    @property
-    def matmul_rows(self) -> int:
-        """Output features of those matmuls: one int8 scale each."""
-        qkv = (self.heads + 2 * self.kv_heads) * self.head_dim
-        return self.layers * (qkv + self.dim + 2 * self.ffn + self.dim) + self.vocab
-
-    @property
-    def params(self) -> int:
-        """All weights: the matmuls', the embedding table's and the norms'."""
-        return (
-            self.matmul_params
-            + self.vocab * self.dim
-            + (2 * self.layers + 1) * self.dim
-        )
-
     def weight_bytes(self, itemsize: int) -> int:
-        """Bytes the weights take in memory, ``itemsize`` bytes each."""
-        return self.params * checks.integer("itemsize", itemsize, minimum=1)
+        """Bytes the weights take in memory, ``itemsize`` bytes each: the matmuls',
+        the embedding table's and the norms'."""
+        norms = (2 * self.layers + 1) * self.dim
+        return (self.matmul_params + self.vocab * self.dim + norms) * itemsize
 
     def kv_bytes_per_token(self, itemsize: int) -> int:
         """Bytes of cache one token of one sequence takes: keys and values, all layers."""
-        itemsize = checks.integer("itemsize", itemsize, minimum=1)
         return 2 * self.layers * self.kv_heads * self.head_dim * itemsize
 
     def kv_cache_bytes(self, batch: int, context: int, itemsize: int) -> int:
         """Bytes of a cache for ``batch`` sequences of ``context`` positions."""
-        tokens = checks.integer("batch", batch, minimum=0) * checks.integer(
-            "context", context, minimum=0
-        )
-        return tokens * self.kv_bytes_per_token(itemsize)
+        return batch * context * self.kv_bytes_per_token(itemsize)
 
     def step_flop(self, batch: int, context: int) -> int:
         """FLOP of one step for ``batch`` new tokens attending to ``context``
         positions each: 2 per matmul weight and token, 4 per head, position and
         head width for the scores and the weighted sum."""
-        batch = checks.integer("batch", batch, minimum=0)
-        context = checks.integer("context", context, minimum=0)
         attention = 4 * self.layers * self.heads * self.head_dim * context
         return batch * (2 * self.matmul_params + attention)
 
@@ -143,19 +122,21 @@ class DecoderShape:
         itemsize: int,
         weight_itemsize: int | None = None,
     ) -> int:
-        """Bytes one step reads: the matmuls' weights (``weight_itemsize`` each, and an
-        ``itemsize`` scale per output row when that is smaller), the norms, one
-        embedding row per sequence and ``context`` positions of cache per sequence.
-        Activations (a few kB per sequence) are left out."""
+        """Bytes one step reads: the matmuls' weights (``weight_itemsize`` each,
+        default ``itemsize``, and an ``itemsize`` scale per output row when that is
+        smaller), the norms, one embedding row per sequence and ``context``
+        positions of cache per sequence. Activations (a few kB per sequence) are
+        left out."""
         weight_itemsize = itemsize if weight_itemsize is None else weight_itemsize
-        weights = self.matmul_params * checks.integer(
-            "weight_itemsize", weight_itemsize, minimum=1
-        )
-        if weight_itemsize < itemsize:
-            weights += self.matmul_rows * itemsize
+        weights = self.matmul_params * weight_itemsize
+        if weight_itemsize < itemsize:  # one scale per output row
+            qkv = (self.heads + 2 * self.kv_heads) * self.head_dim
+            rows = self.layers * (qkv + 2 * self.dim + 2 * self.ffn) + self.vocab
+            weights += rows * itemsize
         norms = (2 * self.layers + 1) * self.dim * itemsize
-        rows = checks.integer("batch", batch, minimum=0) * self.dim * itemsize
-        return weights + norms + rows + self.kv_cache_bytes(batch, context, itemsize)
+        embedding_rows = batch * self.dim * itemsize
+        cache = self.kv_cache_bytes(batch, context, itemsize)
+        return weights + norms + embedding_rows + cache
 
 
 class StaticCache(nn.Module):
@@ -167,9 +148,15 @@ class StaticCache(nn.Module):
     v: Tensor
 
     def __init__(
-        self, batch: int, kv_heads: int, length: int, head_dim: int, *,
-        dtype: torch.dtype, device: torch.device | str,
-    ) -> None:  # fmt: skip
+        self,
+        batch: int,
+        kv_heads: int,
+        length: int,
+        head_dim: int,
+        *,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
         super().__init__()
         shape = (batch, kv_heads, length, head_dim)
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device))
@@ -189,11 +176,8 @@ class Attention(nn.Module):
 
     def __init__(self, shape: DecoderShape) -> None:
         super().__init__()
-        self.heads, self.kv_heads, self.head_dim = (
-            shape.heads,
-            shape.kv_heads,
-            shape.head_dim,
-        )
+        self.heads, self.kv_heads = shape.heads, shape.kv_heads
+        self.head_dim = shape.head_dim
         width = (shape.heads + 2 * shape.kv_heads) * shape.head_dim
         self.wqkv = nn.Linear(shape.dim, width, bias=False)
         self.wo = nn.Linear(shape.dim, shape.dim, bias=False)
@@ -249,10 +233,10 @@ class Decoder(nn.Module):
         """Give every layer a cache (``cache(batch, kv_heads, length, head_dim,
         dtype=, device=)``) in place of the one it had."""
         s, weight = self.shape, self.embed.weight  # never quantized
+        kv = (batch, s.kv_heads, length, s.head_dim)
         for attention in (m for m in self.modules() if isinstance(m, Attention)):
             attention.cache = None  # free the old cache before the new one
-            attention.cache = cache(batch, s.kv_heads, length, s.head_dim,
-                                    dtype=weight.dtype, device=weight.device)  # fmt: skip
+            attention.cache = cache(*kv, dtype=weight.dtype, device=weight.device)
 
     def forward(self, tokens: Tensor, pos: Tensor) -> Tensor:
         x = self.embed(tokens)
@@ -327,7 +311,7 @@ def cuda_graph(step: Callable[[], Any]) -> Callable[[], None]:
 
 def l2_cache_bytes(device: torch.device | str) -> int:
     """Bytes of ``device``'s L2 cache: a CUDA device's ``L2_cache_size`` property
-    (:data:`L2_FALLBACK_BYTES` where torch gives none), 0 for any other device.
+    (256 MiB where torch gives none), 0 for any other device.
 
     Data that fits it can be served from the cache on repeated calls, at more than
     the memory's bandwidth; a tensor several times its size cannot.
@@ -336,4 +320,4 @@ def l2_cache_bytes(device: torch.device | str) -> int:
     if device.type != "cuda":
         return 0
     props = torch.cuda.get_device_properties(device)
-    return int(getattr(props, "L2_cache_size", 0) or L2_FALLBACK_BYTES)
+    return int(getattr(props, "L2_cache_size", 0) or _L2_FALLBACK_BYTES)

@@ -26,8 +26,6 @@ from contextlib import contextmanager
 
 __all__ = ["spawn_safe"]
 
-_MISSING = object()
-
 
 @contextmanager
 def spawn_safe() -> Iterator[None]:
@@ -42,17 +40,14 @@ def spawn_safe() -> Iterator[None]:
     in ``__main__`` fails with an ``AttributeError`` naming it: move it to a module.
     """
     main = sys.modules.get("__main__")
-    if main is None:
-        yield
-        return
-    saved_file = main.__dict__.pop("__file__", _MISSING)
-    saved_spec = main.__dict__.get("__spec__", _MISSING)
-    if saved_spec is not _MISSING:
-        main.__spec__ = None
+    names = vars(main) if main is not None else {}
+    saved: dict[str, object] = {
+        k: names[k] for k in ("__file__", "__spec__") if k in names
+    }
+    names.pop("__file__", None)
+    if "__spec__" in saved:
+        names["__spec__"] = None
     try:
         yield
     finally:
-        if saved_file is not _MISSING:
-            main.__file__ = saved_file
-        if saved_spec is not _MISSING:
-            main.__spec__ = saved_spec
+        names.update(saved)
