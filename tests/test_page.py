@@ -52,14 +52,19 @@ def test_rate_refuses_a_zero_quartile_and_an_inverted_interval():
         Rate(5.0, "B/s", 6.0, 7.0)
 
 
-def test_report_prints_one_line_with_spread_and_share_and_records_it():
+def test_report_prints_one_line_with_spread_and_share_and_records_it(monkeypatch):
+    from gpuguide.peaks import Peaks
+
+    page = Page(torch.device("cpu"))
+    monkeypatch.setitem(page.__dict__, "peaks", Peaks("CPU: test", {"fp32": 8e12}))
+    report_module._current[:] = [page]
     out = io.StringIO()
     rate = _m("mm", 1e-3, 1e-3, 2e-3, 4e-3, 4e-3).rate(8e9)
-    assert report("matmul", rate, peak=8e12, size=64, file=out, dtype="fp32") is None
+    assert report("matmul", rate, peak="fp32", size=64, file=out, dtype="fp32") is None
     (result,) = results.recorded()
     assert out.getvalue() == (
-        "matmul (dtype=fp32): 4.00 TFLOP/s (2.00-8.00) NOISY (spread > 10% of the median), "
-        "50% of 8.00 TFLOP/s\n"
+        "matmul (dtype=fp32): 4.00 TFLOP/s (2.00-8.00) NOISY (spread > 10% of the "
+        "median), 50% of the fp32 peak\n"
     )
     assert result.value == 4e12
     assert result.spread == (2e12, 8e12)
@@ -103,7 +108,7 @@ def test_report_of_a_measurement_records_seconds_with_quartiles():
     report("step", _m("step", 0.001, 0.002, 0.003), file=out)
     (result,) = results.recorded()
     assert out.getvalue() == (
-        "step: 2.00 ms per call (1.50 ms-2.50 ms) NOISY (spread > 10% of the median)\n"
+        "step: 2.00 ms (1.50-2.50) NOISY (spread > 10% of the median)\n"
     )
     assert (result.unit, result.spread) == ("s", (0.0015, 0.0025))
 
@@ -194,7 +199,7 @@ def test_a_negative_spread_reads_with_to():
 def test_plain_seconds_print_as_times():
     out = io.StringIO()
     report("per-op cost", 8.75e-6, unit="s", spread=(8.1e-6, 9.3e-6), file=out)
-    assert out.getvalue() == "per-op cost: 8.75 us (8.10 us-9.30 us)\n"
+    assert out.getvalue() == "per-op cost: 8.75 us (8.10-9.30)\n"
 
 
 def test_a_spread_must_be_a_range_and_only_for_a_plain_number():

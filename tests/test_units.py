@@ -10,6 +10,7 @@ from gpuguide.units import (
     format_bytes,
     format_rate,
     format_ratio,
+    format_spread,
     format_time,
     format_value,
     significant,
@@ -168,3 +169,17 @@ def test_significant(value, digits, text):
 )
 def test_format_value(value, unit, text):
     assert format_value(value, unit) == text
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        ((1.23e-3, 1.2e-3, 1.31e-3, "s"), "1.23 ms (1.20-1.31)"),
+        ((41.2e12, 40.8e12, 41.5e12, "FLOP/s"), "41.2 TFLOP/s (40.8-41.5)"),
+        ((2.5, 2.41, 2.62, "x"), "2.50x (2.41-2.62)"),
+        ((3 * 2**20, 2.9 * 2**20, 3.1 * 2**20, "B"), "3.00 MiB (2.90-3.10)"),
+        ((0.5, -0.7, 1.0, ""), "0.500 (-0.700 to 1.00)"),
+    ],
+)
+def test_format_spread_writes_the_ends_in_the_medians_unit(args, text):
+    assert format_spread(*args) == text

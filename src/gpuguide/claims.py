@@ -26,7 +26,7 @@ Examples
 >>> many = Measurement("batch 32", (1.1, 1.12, 1.14), "cpu", "wall-clock")
 >>> claim("batch 32 costs at most 1.3x batch 1", compare(one, many), at_most=1.3,
 ...       page="doctest")
-Claim held: batch 32 costs at most 1.3x batch 1 (measured 1.11x (1.09-1.12x))
+Claim held: batch 32 costs at most 1.3x batch 1 (measured 1.11x (1.09-1.12))
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from gpuguide.env import small_mode
 from gpuguide.page import current
 from gpuguide.results import Claim, record_claim, recorded_claims
 from gpuguide.timing import Measurement, Rate
-from gpuguide.units import format_ratio, format_time, significant
+from gpuguide.units import format_spread, significant
 from gpuguide.verdicts import NO_DIFFERENCE, Comparison
 
 if TYPE_CHECKING:
@@ -77,16 +77,13 @@ def _interval(
 ) -> tuple[float, float, str]:
     """``(low, high, text)`` of a measured object or a number with its spread."""
     if isinstance(value, Comparison):  # the bare speed-up: the verdict is another claim
-        span = f"{format_ratio(value.low).removesuffix('x')}-{format_ratio(value.high)}"
-        return value.low, value.high, f"{format_ratio(value.speedup)} ({span})"
+        ends = (value.speedup, value.low, value.high)
+        return value.low, value.high, format_spread(*ends, "x")
     if isinstance(value, Rate):
         return value.low, value.high, str(value)
     if isinstance(value, Measurement):
-        text = (
-            f"{format_time(value.median_s)} "
-            f"({format_time(value.q25_s)}-{format_time(value.q75_s)})"
-        )
-        return value.q25_s, value.q75_s, text
+        ends = (value.median_s, value.q25_s, value.q75_s)
+        return value.q25_s, value.q75_s, format_spread(*ends, "s")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         msg = (
             "value must be a Comparison, Rate, Measurement or number, "
@@ -103,7 +100,7 @@ def _interval(
     if not (math.isfinite(low) and math.isfinite(high)) or not low <= number <= high:
         msg = f"spread must be finite (low, high) around the value, got {spread!r}"
         raise ValueError(msg)
-    return low, high, f"{significant(number)} ({significant(low)}-{significant(high)})"
+    return low, high, format_spread(number, low, high, "")
 
 
 def _verdict_holds(value: object, verdict: str) -> bool:

@@ -24,7 +24,7 @@ from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.plotting import apply_style
 from gpuguide.results import ConfigValue, record
 from gpuguide.timing import NOISY_RELATIVE_IQR, Measurement, Rate
-from gpuguide.units import format_bytes, format_rate, format_time, significant
+from gpuguide.units import format_spread, format_value
 from gpuguide.verdicts import TOO_WIDE, Comparison
 from gpuguide.verdicts import place as place_of
 
@@ -76,9 +76,11 @@ _current: list[Page] = []
 
 
 def setup(
-    prefer: str | torch.device | None = None, *, seed: int | None = 0,
+    prefer: str | torch.device | None = None,
+    *,
+    seed: int | None = 0,
     file: TextIO | None = None,
-) -> Page:  # fmt: skip
+) -> Page:
     """A page's first call: pick the device (``prefer`` as for
     :func:`gpuguide.pick_device`), seed torch (unless ``seed`` is None), apply
     the plot style (:func:`gpuguide.plotting.apply_style`) before any figure is
@@ -113,21 +115,8 @@ def _quoted_text(quoted: tuple[float, float], unit: str) -> str:
     if unit == "x":
         return f"{low:g}-{high:g}x"
     if unit == "s" or unit.endswith("/s"):
-        return " to ".join(_plain_text(end, unit) for end in quoted)
+        return " to ".join(format_value(end, unit) for end in quoted)
     return f"{low:g}-{high:g} {unit}"
-
-
-def _plain_text(number: float, unit: str) -> str:
-    """A plain number in its unit, with a prefix."""
-    if unit.endswith("/s"):
-        return format_rate(number, unit)
-    if unit == "s":
-        return format_time(number)
-    if unit == "B":
-        return format_bytes(number)
-    if unit == "x":  # a ratio, written as the verdicts write theirs: 26.2x
-        return f"{significant(number)}x"
-    return f"{significant(number)} {unit}"
 
 
 def _checked_spread(spread: tuple[float, float]) -> tuple[float, float]:
@@ -139,12 +128,18 @@ def _checked_spread(spread: tuple[float, float]) -> tuple[float, float]:
 
 
 def report(
-    name: str, value: Rate | Measurement | Comparison | float, *,
-    unit: str | None = None, spread: tuple[float, float] | None = None,
-    peak: str | float | None = None, quoted: tuple[float, float] | None = None,
-    size: ConfigValue | None = None, file: TextIO | None = None,
-    host: bool | None = None, **config: ConfigValue,
-) -> None:  # fmt: skip
+    name: str,
+    value: Rate | Measurement | Comparison | float,
+    *,
+    unit: str | None = None,
+    spread: tuple[float, float] | None = None,
+    peak: str | None = None,
+    quoted: tuple[float, float] | None = None,
+    size: ConfigValue | None = None,
+    file: TextIO | None = None,
+    host: bool | None = None,
+    **config: ConfigValue,
+) -> None:
     """Print one headline figure with its spread, share of peak and verdict; record it.
 
     Returns nothing, so that a cell ending with the call shows only the line.
@@ -154,9 +149,9 @@ def report(
     value : Rate, Measurement, Comparison or float
         A measured object brings its unit and spread; a plain number needs
         ``unit`` (and may have a ``spread``).
-    peak : str or float, optional
-        A peak's name (``"bf16"``, ``"memory"``) of the measuring device, or a
-        number in the figure's unit: the line gives the figure's share of it.
+    peak : str, optional
+        A peak's name (``"bf16"``, ``"memory"``) of the measuring device: the
+        line gives the figure's share of it (:meth:`gpuguide.peaks.Peaks.share`).
     quoted : (float, float), optional
         A published range: the line says whether the figure is above, within
         or below it.
@@ -171,15 +166,12 @@ def report(
         msg = f"spread is for a plain number; a {type(value).__name__} brings its own"
         raise ValueError(msg)
     if isinstance(value, Rate):
-        number, unit, low, high, device = (
-            value.value, value.unit, value.low, value.high, value.device,
-        )  # fmt: skip
+        number, unit, low, high = value.value, value.unit, value.low, value.high
+        device = value.device
         text = str(value)
     elif isinstance(value, Measurement):
         number, unit, low, high = value.median_s, "s", value.q25_s, value.q75_s
-        text = (
-            f"{format_time(number)} per call ({format_time(low)}-{format_time(high)})"
-        )
+        text = format_spread(number, low, high, unit)
     elif isinstance(value, Comparison):
         number, unit, low, high = value.speedup, "x", value.low, value.high
         text = str(value)
@@ -191,16 +183,12 @@ def report(
         if not math.isfinite(number):
             msg = f"value must be finite, got {value!r}"
             raise ValueError(msg)
-        text = _plain_text(number, unit)
+        text = format_value(number, unit)
         if isinstance(value, int) and not isinstance(value, bool) and unit != "B":
             text = f"{value:,} {unit}"  # a count: 2 steps, not 2.00 steps
         if spread is not None:
             low, high = spread = _checked_spread(spread)
-            sep = " to " if low < 0 else "-"
-            ends = [_plain_text(end, unit) for end in (low, high)]
-            if unit != "s":
-                ends = [end.removesuffix(f" {unit}") for end in ends]
-            text = f"{text} ({ends[0]}{sep}{ends[1]})"
+            text = format_spread(number, low, high, unit)
     timed = isinstance(value, (Rate, Measurement)) and number > 0
     relative = (high - low) / number if timed and low and high else 0.0
     if relative > NOISY_RELATIVE_IQR:
@@ -208,15 +196,9 @@ def report(
     where = ", ".join(f"{key}={value}" for key, value in config.items())
     where = f" ({where})" if where else ""
     parts = [f"{name}{where}: {text}"]
-    peak_name = None
     if peak is not None:
-        if isinstance(peak, str):
-            peak_name = peak
-            peaks = _peaks_for(device or "cpu")
-            parts.append(peaks.share(number, peak, peak=f"the {peak} peak"))
-        else:
-            share = 100 * number / checks.positive("peak", peak)
-            parts.append(f"{share:.0f}% of {format_rate(peak, unit)}")
+        peaks = _peaks_for(device or "cpu")
+        parts.append(peaks.share(number, peak, peak=f"the {peak} peak"))
     if quoted is not None:
         lo, hi = (number, number) if low is None or high is None else (low, high)
         place = place_of((lo, hi), quoted)
@@ -226,6 +208,12 @@ def report(
     plain = not isinstance(value, (Rate, Measurement, Comparison))
     extra: dict[str, Any] = dict(config)  # typed apart from record's own keywords
     record(
-        name, number if plain else value, unit=unit if plain else None,
-        spread=spread, size=size, peak=peak_name, host=host, **extra,
-    )  # fmt: skip
+        name,
+        number if plain else value,
+        unit=unit if plain else None,
+        spread=spread,
+        size=size,
+        peak=peak,
+        host=host,
+        **extra,
+    )

@@ -3,7 +3,8 @@
 A page keeps its results as rows (dataclasses, named tuples or dicts) and prints
 ``table(rows)``: one column per field, numbers right-aligned, text left-aligned.
 Every table formats cells alike: a :class:`~gpuguide.timing.Measurement` as its
-median ± half its IQR (flagged NOISY), a float with three significant digits
+median with its interquartile range (:func:`~gpuguide.units.format_spread`,
+flagged NOISY), a float with three significant digits
 (``3.4e+38`` when extreme), None as ``-``, others by ``str``.
 
 Examples
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuguide.timing import NOISY_RELATIVE_IQR, Measurement
-from gpuguide.units import format_time, significant
+from gpuguide.units import format_spread, format_time, significant
 
 __all__ = ["Table", "format_cell", "table"]
 
@@ -41,13 +42,13 @@ _NOISY = f"NOISY: IQR > {NOISY_RELATIVE_IQR:.0%} of the median"
 
 
 def format_cell(value: object) -> str:
-    """One cell's text, as the module describes: ``"1.23 ms ± 45.6 us"``."""
+    """One cell's text, as the module describes: ``"1.23 ms (1.20-1.31)"``."""
     if value is None:
         return "-"
     if isinstance(value, Measurement):
         if len(value.times_s) == 1:  # one sample has no spread to show
             return f"{format_time(value.median_s)} (one run)"
-        text = f"{format_time(value.median_s)} ± {format_time(value.iqr_s / 2)}"
+        text = format_spread(value.median_s, value.q25_s, value.q75_s, "s")
         return text + " NOISY" if value.is_noisy else text
     if isinstance(value, float):  # 3 significant digits; scientific when extreme
         if not math.isfinite(value) or (value and not 1e-3 <= abs(value) < 1e6):

@@ -20,7 +20,14 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["format_bytes", "format_rate", "format_ratio", "format_time", "format_value"]
+__all__ = [
+    "format_bytes",
+    "format_rate",
+    "format_ratio",
+    "format_spread",
+    "format_time",
+    "format_value",
+]
 
 #: Time units from the largest down, as (seconds per unit, name). ASCII "us".
 _TIME_UNITS: tuple[tuple[float, str], ...] = (
@@ -48,6 +55,16 @@ def _round_sig(value: float, digits: int) -> tuple[float, int]:
         decimals = max(decimals - 1, 0)
         rounded = round(value, decimals)
     return rounded, decimals
+
+
+def _prefix(magnitude: float, base: float, names: tuple[str, ...]) -> tuple[float, str]:
+    """The largest power of ``base`` (and its name) at which ``magnitude`` still
+    shows at least ``1.00`` (1023.9 KiB reads 1.00 MiB)."""
+    scale, index = 1.0, 0
+    while index < len(names) - 1 and _round_sig(magnitude / scale / base, 3)[0] >= 1:
+        scale *= base
+        index += 1
+    return scale, names[index]
 
 
 def significant(value: float, digits: int = 3) -> str:
@@ -95,13 +112,8 @@ def format_bytes(n: float) -> str:
     magnitude = abs(n)
     if round(magnitude) < 1024:
         return f"{sign}{magnitude:.0f} B"
-    index = 0
-    value = magnitude
-    # Move up while the next unit would show at least "1.00" (1023.9 KiB -> 1.00 MiB).
-    while index < len(_BYTE_UNITS) - 1 and _round_sig(value / 1024, 3)[0] >= 1:
-        value /= 1024
-        index += 1
-    return f"{sign}{significant(value)} {_BYTE_UNITS[index]}"
+    scale, name = _prefix(magnitude, 1024, _BYTE_UNITS)
+    return f"{sign}{significant(magnitude / scale)} {name}"
 
 
 def format_rate(value: float | None, unit: str) -> str:
@@ -113,12 +125,8 @@ def format_rate(value: float | None, unit: str) -> str:
     if math.isnan(value) or math.isinf(value):
         return f"{value} {unit}"
     sign = "-" if value < 0 else ""
-    magnitude = abs(value)
-    index = 0
-    while index < len(_SI_PREFIXES) - 1 and _round_sig(magnitude / 1000, 3)[0] >= 1:
-        magnitude /= 1000
-        index += 1
-    return f"{sign}{significant(magnitude)} {_SI_PREFIXES[index]}{unit}"
+    scale, prefix = _prefix(abs(value), 1000, _SI_PREFIXES)
+    return f"{sign}{significant(abs(value) / scale)} {prefix}{unit}"
 
 
 def format_ratio(x: float | None) -> str:
@@ -149,4 +157,25 @@ def format_value(value: float, unit: str) -> str:
         return format_bytes(value)
     if unit.endswith("/s"):
         return format_rate(value, unit)
-    return f"{significant(value)}x" if unit == "x" else f"{significant(value)} {unit}"
+    return (
+        f"{significant(value)}x"
+        if unit == "x"
+        else f"{significant(value)} {unit}".rstrip()
+    )
+
+
+def format_spread(value: float, low: float, high: float, unit: str) -> str:
+    """A median with its spread, the one way the guide writes a measurement:
+    ``"1.23 ms (1.20-1.31)"``, ``"41.2 TFLOP/s (40.8-41.5)"``, ``"2.50x
+    (2.41-2.62)"``: the ends in the median's unit and prefix."""
+    magnitude = abs(float(value))
+    scale = 1.0
+    if unit == "s":
+        scale = time_unit(magnitude)[0]
+    elif unit == "B" and round(magnitude) >= 1024:
+        scale = _prefix(magnitude, 1024, _BYTE_UNITS)[0]
+    elif unit.endswith("/s"):
+        scale = _prefix(magnitude, 1000, _SI_PREFIXES)[0]
+    sep = " to " if low < 0 else "-"
+    ends = sep.join(significant(end / scale) for end in (low, high))
+    return f"{format_value(value, unit)} ({ends})"
