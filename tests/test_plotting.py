@@ -23,7 +23,6 @@ from gpuguide.plotting import (
     label_device,
     plot_bars,
     plot_sweep,
-    require_unit,
 )
 from gpuguide.timing import Measurement
 
@@ -51,18 +50,18 @@ def band_limits(collection: PolyCollection) -> tuple[float, float]:
 
 @pytest.mark.parametrize("label", ["time (ms)", "bandwidth (GB/s)", "size (elements)"])
 def test_require_unit_accepts(label: str) -> None:
-    assert require_unit(label) == label
+    assert plotting._require_unit(label) == label
 
 
 @pytest.mark.parametrize("label", ["time", "time ()", "time ( )", "", "ms)"])
 def test_require_unit_rejects(label: str) -> None:
     with pytest.raises(ValueError, match="must name a unit"):
-        require_unit(label)
+        plotting._require_unit(label)
 
 
 def test_require_unit_rejects_non_strings() -> None:
     with pytest.raises(ValueError, match="must name a unit"):
-        require_unit(None)  # type: ignore[arg-type]
+        plotting._require_unit(None)  # type: ignore[arg-type]
 
 
 # -- apply_style ---------------------------------------------------------------
@@ -243,7 +242,7 @@ def test_plot_sweep_validates_before_drawing(ax: plt.Axes) -> None:
         plot_sweep(
             ax, [1], {"a": [1.0]}, xlabel="n (1)", ylabel="time", title="t", device=CPU
         )
-    with pytest.raises(ValueError, match="must have 3 values, one per size, got 2"):
+    with pytest.raises(ValueError, match="must have 3 values, got 2"):
         plot_sweep(
             ax,
             [1, 2, 3],
@@ -480,7 +479,7 @@ def tick_texts(ax, which: str = "y") -> list[str]:
 def test_log_axis_labels_ticks_as_plain_numbers(low, high, shown) -> None:
     fig, ax = plt.subplots()
     ax.plot([1, 2], [low, high])
-    plotting.log_axis(ax, "y")
+    plotting._log_axis(ax, "y")
     texts = tick_texts(ax)
     assert shown <= set(texts), texts
     assert not [t for t in texts if "times" in t or "^" in t or "e+" in t], texts
@@ -491,12 +490,10 @@ def test_log_axis_labels_ticks_as_plain_numbers(low, high, shown) -> None:
 def test_a_base_2_log_axis_counts_in_binary_prefixes() -> None:
     fig, ax = plt.subplots()
     ax.plot([16, 2**22], [1, 2])
-    plotting.log_axis(ax, "x", base=2)
+    plotting._log_axis(ax, "x", base=2)
     texts = tick_texts(ax, "x")
     assert {"32", "512", "8 Ki", "2 Mi"} <= set(texts), texts
     assert not [t for t in texts if "^" in t], texts
-    with pytest.raises(ValueError, match="which must be"):
-        plotting.log_axis(ax, "z")
     plt.close(fig)
 
 

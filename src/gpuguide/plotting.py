@@ -4,7 +4,7 @@ Every axis label names its unit in parentheses, every figure its device.
 :func:`gpuguide.setup` applies the style (:func:`apply_style`) before a page
 draws, so a figure made with plain matplotlib has it too. Log axes label their
 ticks as plain numbers (1, 60, 100, 10 k; 1 Ki, 4 Mi on a base-2 axis), never
-``6x10^1``: :func:`log_axis` sets such an axis, as :func:`plot_sweep` does.
+``6x10^1``: :func:`plot_sweep` sets such axes.
 
 Examples
 --------
@@ -37,25 +37,47 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure, SubFigure
 
 __all__ = [
-    "COLORS", "apply_style", "label_device", "log_axis", "plot_bars", "plot_sweep",
-    "require_unit", "style_axes",
-]  # fmt: skip
+    "COLORS",
+    "apply_style",
+    "label_device",
+    "plot_bars",
+    "plot_sweep",
+    "style_axes",
+]
 
 #: Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
-COLORS = ("#0072B2", "#E69F00", "#009E73", "#D55E00",
-          "#CC79A7", "#56B4E9", "#000000", "#F0E442")  # fmt: skip
+COLORS = (
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#D55E00",
+    "#CC79A7",
+    "#56B4E9",
+    "#000000",
+    "#F0E442",
+)
 
 _STYLE: dict[Any, Any] = {
-    "figure.figsize": (7.0, 4.5), "figure.dpi": 100, "savefig.dpi": 100,
-    "figure.constrained_layout.use": True, "axes.grid": True,
-    "axes.grid.which": "major", "grid.alpha": 0.35, "grid.linewidth": 0.6,
-    "axes.spines.top": False, "axes.spines.right": False,
-    "axes.prop_cycle": cycler(color=list(COLORS)), "axes.titlesize": "medium",
-    "axes.titleweight": "bold", "lines.linewidth": 1.8, "lines.markersize": 5,
-    "legend.frameon": False, "legend.fontsize": "small",
+    "figure.figsize": (7.0, 4.5),
+    "figure.dpi": 100,
+    "savefig.dpi": 100,
+    "figure.constrained_layout.use": True,
+    "axes.grid": True,
+    "axes.grid.which": "major",
+    "grid.alpha": 0.35,
+    "grid.linewidth": 0.6,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.prop_cycle": cycler(color=list(COLORS)),
+    "axes.titlesize": "medium",
+    "axes.titleweight": "bold",
+    "lines.linewidth": 1.8,
+    "lines.markersize": 5,
+    "legend.frameon": False,
+    "legend.fontsize": "small",
     # A log axis set without log_axis labels 0.001 to 9000 as plain numbers.
     "axes.formatter.min_exponent": 4,
-}  # fmt: skip
+}
 
 _DEVICE_LABEL_GID = "gpuguide-device-label"
 _LABEL_STRIP = 0.04  # share of the figure's height kept clear for the device label
@@ -112,23 +134,17 @@ class _PlainLogFormatter(LogFormatter):
         return _plain(x, binary=self.binary)
 
 
-def log_axis(ax: Axes, which: str = "y", *, base: float = 10) -> None:
-    """Make ``ax``'s ``which`` axis (``"x"``, ``"y"`` or ``"both"``) logarithmic,
-    its ticks labelled as plain numbers: 1, 10, 60, 100, 10 k, 1 M; with ``base``
-    2, powers of two (1, 2, ..., 512, 1 Ki, 4 Mi). Never ``6x10^1``."""
-    if which not in ("x", "y", "both"):
-        msg = f'which must be "x", "y" or "both", got {which!r}'
-        raise ValueError(msg)
-    for name in ("x", "y") if which == "both" else (which,):
-        set_scale, axis = (
-            (ax.set_xscale, ax.xaxis) if name == "x" else (ax.set_yscale, ax.yaxis)
-        )
-        set_scale("log", base=base)
-        axis.set_major_formatter(_PlainLogFormatter(base))
-        axis.set_minor_formatter(_PlainLogFormatter(base))
+def _log_axis(ax: Axes, which: str, *, base: float = 10) -> None:
+    """Make ``ax``'s ``which`` axis (``"x"`` or ``"y"``) logarithmic, its ticks
+    labelled as plain numbers: 1, 10, 60, 100, 10 k, 1 M; with ``base`` 2,
+    powers of two (1, 2, ..., 512, 1 Ki, 4 Mi). Never ``6x10^1``."""
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log", base=base)
+    axis.set_major_formatter(_PlainLogFormatter(base))
+    axis.set_minor_formatter(_PlainLogFormatter(base))
 
 
-def require_unit(label: str) -> str:
+def _require_unit(label: str) -> str:
     """Return an axis label (``"time (ms)"``); ``ValueError`` if it names no unit."""
     if not isinstance(label, str) or not _UNIT.search(label):
         msg = (
@@ -153,8 +169,16 @@ def label_device(
         if artist.get_gid() == _DEVICE_LABEL_GID:
             artist.set_text(text)
             return
-    fig.text(0.995, 0.005, text, ha="right", va="bottom", fontsize="x-small",
-             color="0.45", gid=_DEVICE_LABEL_GID)  # fmt: skip
+    fig.text(
+        0.995,
+        0.005,
+        text,
+        ha="right",
+        va="bottom",
+        fontsize="x-small",
+        color="0.45",
+        gid=_DEVICE_LABEL_GID,
+    )
 
 
 def _top(fig: Figure | SubFigure) -> Figure:
@@ -183,12 +207,19 @@ def _usable(v: float | None, log: bool) -> TypeGuard[float]:
 
 
 def plot_sweep(
-    ax: Axes, x: Sequence[float], series: Mapping[str, Sequence[Measurement | float | None]],
-    *, xlabel: str, ylabel: str, title: str,
+    ax: Axes,
+    x: Sequence[float],
+    series: Mapping[str, Sequence[Measurement | float | None]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
     device: torch.device | str | DeviceInfo | None = None,
-    value: Callable[[float], float] | None = None, logx: bool = True, logy: bool = True,
+    value: Callable[[float], float] | None = None,
+    logx: bool = True,
+    logy: bool = True,
     record: str | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Plot one line per series against a size sweep.
 
     Parameters
@@ -203,24 +234,30 @@ def plot_sweep(
     record : str, optional
         Record each point under this name, in the base unit of ``ylabel``.
     """
-    require_unit(xlabel)
-    require_unit(ylabel)
+    _require_unit(xlabel)
+    _require_unit(ylabel)
     convert = value if value is not None else _ms
     xs = [float(v) for v in x]
     for name, ys in series.items():
         if len(ys) != len(xs):
-            msg = f"series {name!r} must have {len(xs)} values, one per size, got {len(ys)}"
+            msg = f"series {name!r} must have {len(xs)} values, got {len(ys)}"
             raise ValueError(msg)
     style_axes(ax)
     for name, ys in series.items():
-        drawn = [(xv, *_point(raw, convert)) for xv, raw in zip(xs, ys, strict=True)
-                 if raw is not None and _usable(xv, logx)]  # fmt: skip
+        drawn = [
+            (xv, *_point(raw, convert))
+            for xv, raw in zip(xs, ys, strict=True)
+            if raw is not None and _usable(xv, logx)
+        ]
         drawn = [point for point in drawn if _usable(point[1], logy)]
         if not drawn:
             continue
         line = [(xv, y) for xv, y, _, _ in drawn]
-        band = [(xv, lo, hi) for xv, _, lo, hi in drawn
-                if _usable(lo, logy) and _usable(hi, logy)]  # fmt: skip
+        band = [
+            (xv, lo, hi)
+            for xv, _, lo, hi in drawn
+            if _usable(lo, logy) and _usable(hi, logy)
+        ]
         (plotted,) = ax.plot(*zip(*line, strict=True), marker="o", label=name)
         if band:
             band_x, lo, hi = zip(*band, strict=True)
@@ -228,9 +265,9 @@ def plot_sweep(
         if record is not None:
             _record_series(record, ylabel, name, line, band)
     if logx:
-        log_axis(ax, "x", base=2 if xs and all(v.is_integer() for v in xs) else 10)
+        _log_axis(ax, "x", base=2 if xs and all(v.is_integer() for v in xs) else 10)
     if logy:
-        log_axis(ax, "y")
+        _log_axis(ax, "y")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -240,9 +277,12 @@ def plot_sweep(
 
 
 def _record_series(
-    record: str, ylabel: str, label: str, line: list[tuple[float, float]],
+    record: str,
+    ylabel: str,
+    label: str,
+    line: list[tuple[float, float]],
     band: list[tuple[float, float, float]],
-) -> None:  # fmt: skip
+) -> None:
     """Record one plotted series point by point."""
     from gpuguide.results import record as record_figure
 
@@ -250,16 +290,32 @@ def _record_series(
     spreads = {x: (min(lo, hi) * scale, max(lo, hi) * scale) for x, lo, hi in band}
     for x, y in line:
         record_figure(
-            record, y * scale, unit=base, spread=spreads.get(x), x=x,
+            record,
+            y * scale,
+            unit=base,
+            spread=spreads.get(x),
+            x=x,
             series=label.split(" (", 1)[0].strip(),
-        )  # fmt: skip
+        )
 
 
 _PREFIXES = {
-    "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
-    "m": 1e-3, "u": 1e-6, "\N{MICRO SIGN}": 1e-6, "\N{GREEK SMALL LETTER MU}": 1e-6,
-    "n": 1e-9, "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40,
-}  # fmt: skip
+    "": 1.0,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "m": 1e-3,
+    "u": 1e-6,
+    "\N{MICRO SIGN}": 1e-6,
+    "\N{GREEK SMALL LETTER MU}": 1e-6,
+    "n": 1e-9,
+    "Ki": 2.0**10,
+    "Mi": 2.0**20,
+    "Gi": 2.0**30,
+    "Ti": 2.0**40,
+}
 _AXIS_UNIT = re.compile(r"\(([^()]*)\)\s*$")
 
 
@@ -280,14 +336,19 @@ def _axis_unit(label: str) -> tuple[str, float]:
 
 
 def plot_bars(
-    ax: Axes, values: Mapping[str, Measurement | float], *, ylabel: str, title: str,
-    device: torch.device | str | DeviceInfo | None = None, baseline: str | None = None,
+    ax: Axes,
+    values: Mapping[str, Measurement | float],
+    *,
+    ylabel: str,
+    title: str,
+    device: torch.device | str | DeviceInfo | None = None,
+    baseline: str | None = None,
     value: Callable[[float], float] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """One bar per entry, each labelled with its ratio to ``baseline`` (default
     the first), in the plotted unit; ``values`` as ``series`` of
     :func:`plot_sweep`, one value each."""
-    require_unit(ylabel)
+    _require_unit(ylabel)
     if not values:
         msg = "values must hold at least one bar, got none"
         raise ValueError(msg)
@@ -304,15 +365,26 @@ def plot_bars(
     has_err = any(lo is not None for _, lo, _ in points)
     style_axes(ax)
     colors = [COLORS[i % len(COLORS)] for i in range(len(names))]
-    bars = ax.bar(names, heights, yerr=[err_lo, err_hi] if has_err else None,
-                  capsize=4 if has_err else 0, color=colors)  # fmt: skip
+    bars = ax.bar(
+        names,
+        heights,
+        yerr=[err_lo, err_hi] if has_err else None,
+        capsize=4 if has_err else 0,
+        color=colors,
+    )
     base = heights[names.index(baseline)]
     for bar, (y, _, hi) in zip(bars, points, strict=True):
         ratio = y / base if base and math.isfinite(base) else None
         top = max(y, hi) if hi is not None else y
-        ax.annotate(format_ratio(ratio), xy=(bar.get_x() + bar.get_width() / 2, top),
-                    xytext=(0, 3), textcoords="offset points", ha="center",
-                    va="bottom", fontsize="small")  # fmt: skip
+        ax.annotate(
+            format_ratio(ratio),
+            xy=(bar.get_x() + bar.get_width() / 2, top),
+            xytext=(0, 3),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize="small",
+        )
     ax.margins(y=0.12)
     ax.grid(False, axis="x")
     if max(len(n) for n in names) > 12:
