@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
+from site_wheel import write_stamp
 
 import gpuguide
 from gpuguide import version
-from gpuguide.version import VersionInfo, git_commit, version_label, write_stamp
+from gpuguide.version import VersionInfo, git_commit, version_label
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 

@@ -27,7 +27,7 @@ network). Its version is setuptools-scm's for the checkout when the build
 started (``0.1.dev417+gb85636e1a``, :func:`checkout_version`), so each build's
 wheel names its commit and a reader's ``pip install`` of a newer site's wheel
 replaces the old helpers; the site's ``release`` is set to it. The copy is
-stamped with the checkout's commit (:func:`gpuguide.version.write_stamp`), so
+stamped with the checkout's commit (:func:`write_stamp`), so
 a reader's run of a downloaded page names the commit in its provenance line,
 as the site's own pages do.
 """
@@ -40,6 +40,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -55,7 +56,7 @@ from packaging.utils import canonicalize_name
 from sphinx.errors import ConfigError, ExtensionError
 from sphinx.util import logging
 
-from gpuguide.version import STAMP_FILE, git_commit, write_stamp
+from gpuguide.version import STAMP_FILE, git_commit
 
 __all__ = [
     "CPU_INDEX",
@@ -115,6 +116,17 @@ _BUILD_CODE = (
     "import sys, setuptools.build_meta as backend; "
     "print(backend.build_wheel(sys.argv[1]))"
 )
+
+
+def write_stamp(package_dir: str | os.PathLike[str], commit: str, dirty: bool) -> Path:
+    """Write the stamp that names ``commit`` into a copy of the package to build (the
+    site's wheel), for :func:`gpuguide.version.describe_version` without a checkout; return its path."""
+    if not re.fullmatch(r"[0-9a-f]{7,40}", commit):
+        msg = f"commit must be a hexadecimal hash, got {commit!r}"
+        raise ValueError(msg)
+    stamp = Path(package_dir) / STAMP_FILE
+    stamp.write_text(json.dumps({"commit": commit, "dirty": bool(dirty)}) + "\n")
+    return stamp
 
 
 def wheel_name(version: str) -> str:

@@ -8,7 +8,7 @@ helpers as ``gpuguide 0.1.dev417+gb85636e1a (b85636e)``, with
 unknown)``: the commit is the one the code runs from now (an editable install's
 version is the one it was installed at). :func:`describe_version` finds the commit in the git
 checkout the package is imported from (once per process, never failing), else in
-the stamp file a site wheel carries (:func:`write_stamp`), else in
+the stamp file a site wheel carries (:data:`STAMP_FILE`), else in
 ``GPUGUIDE_COMMIT`` (for a copy without ``.git``). A foundation module: it
 imports nothing else from gpuguide.
 """
@@ -25,7 +25,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["STAMP_FILE", "git_commit", "write_stamp"]
+__all__ = ["STAMP_FILE", "git_commit"]
 
 #: The version of sources imported without being installed.
 UNKNOWN_VERSION = "0+unknown"
@@ -128,17 +128,6 @@ def git_commit(folder: str | os.PathLike[str]) -> tuple[str, bool] | None:
     if status is None:
         return None
     return commit, _is_dirty(status)
-
-
-def write_stamp(package_dir: str | os.PathLike[str], commit: str, dirty: bool) -> Path:
-    """Write the stamp that names ``commit`` into a copy of the package to build (the
-    site's wheel), for :func:`describe_version` without a checkout; return its path."""
-    if not _HASH.fullmatch(commit):
-        msg = f"commit must be a hexadecimal hash, got {commit!r}"
-        raise ValueError(msg)
-    stamp = Path(package_dir) / STAMP_FILE
-    stamp.write_text(json.dumps({"commit": commit, "dirty": bool(dirty)}) + "\n")
-    return stamp
 
 
 def _read_stamp(package_dir: Path) -> tuple[str, bool] | None:
