@@ -31,7 +31,7 @@ from gpuguide.verdicts import place as place_of
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Page", "current", "report", "setup"]
+__all__ = ["Page", "report", "setup"]
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from gpuguide.device import DeviceInfo
 
 __all__ = [
-    "SCHEMA_VERSION",
     "Claim",
     "ConfigValue",
     "DeviceRecord",
@@ -52,8 +51,6 @@ __all__ = [
     "record_claim",
     "recorded",
     "recorded_claims",
-    "schema_problem",
-    "write_json",
 ]
 
 #: The version of the file format this module writes.
