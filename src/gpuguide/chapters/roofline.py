@@ -50,7 +50,7 @@ def streaming_elements(
 
     The largest power of two up to ``2**28`` for which four such tensors fit the
     device's budget and one ``z + x * y`` its time per call; outside small mode
-    at least :data:`STREAMING_MIN_ELEMENTS` (on a CPU, enough to outgrow its
+    at least ``STREAMING_MIN_ELEMENTS`` (on a CPU, enough to outgrow its
     caches).
     """
     elements = largest_size(
@@ -110,7 +110,7 @@ def plot_roofline(
     """Draw the roofline and the measured points on log-log axes.
 
     ``points`` maps a label to (intensity in FLOP/byte, achieved FLOP/s),
-    ``regimes`` each label to one of :data:`REGIMES` (its colour); each of
+    ``regimes`` each label to one of ``REGIMES`` (its colour); each of
     ``sweeps`` is a run of such points joined by a line. Raises ``ValueError``
     for a peak or point that is not positive, no points, or a missing regime.
     """
@@ -290,7 +290,7 @@ class Roofline:
         return {"value": value, "spread": (low, high), "measured": measured}
 
     def regime(self, label: str) -> str:
-        """``label``'s regime, one of :data:`REGIMES`."""
+        """``label``'s regime, one of ``REGIMES``."""
         if self.share(label)["value"] < 0.25 and self.ops[label][2].median_s < 50e-6:
             return "overhead-bound"
         return "memory-bound" if self.point(label)[0] < self.ridge else "compute-bound"
