@@ -86,8 +86,6 @@ def test_measurement_statistics_match_numpy_linear_quantiles():
     assert m.iqr_s == pytest.approx(np.quantile(data, 0.75) - np.quantile(data, 0.25))
     assert m.relative_iqr == pytest.approx(m.iqr_s / np.median(data))
     assert m.median_ms == pytest.approx(np.median(data) * 1e3)
-    for q in (0.0, 0.1, 0.33, 0.9, 1.0):
-        assert m.quantile(q) == pytest.approx(np.quantile(data, q))
     # statistics.quantiles(method="inclusive") is the same definition.
     quartiles = statistics.quantiles(times, n=4, method="inclusive")
     assert [m.q25_s, m.median_s, m.q75_s] == pytest.approx(quartiles)
@@ -136,12 +134,6 @@ def test_measurement_rejects_bad_times(times, match):
 def test_measurement_rejects_negative_warmup_calls():
     with pytest.raises(ValueError, match="warmup_calls must be >= 0"):
         make([0.001], warmup_calls=-1)
-
-
-@pytest.mark.parametrize("q", [-0.1, 1.5, math.nan])
-def test_quantile_out_of_range(q):
-    with pytest.raises(ValueError, match=r"q must be in \[0, 1\]"):
-        make([0.001, 0.002]).quantile(q)
 
 
 def test_relative_iqr_with_zero_median():

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -97,20 +98,13 @@ class Measurement:
         checks.integer("warmup_calls", self.warmup_calls, minimum=0)
 
     @cached_property
-    def _sorted(self) -> tuple[float, ...]:
-        return tuple(sorted(self.times_s))
-
-    def quantile(self, q: float) -> float:
-        """The ``q`` quantile of the times (``0 <= q <= 1``), in seconds."""
-        if not 0 <= q <= 1:
-            msg = f"q must be in [0, 1], got {q!r}"
-            raise ValueError(msg)
-        data = self._sorted
-        position = q * (len(data) - 1)
-        lower = math.floor(position)
-        upper = min(lower + 1, len(data) - 1)
-        fraction = position - lower
-        return data[lower] + (data[upper] - data[lower]) * fraction
+    def quartiles_s(self) -> tuple[float, float, float]:
+        """The first quartile, the median and the third quartile, in seconds (as
+        numpy's default, linear, quantiles)."""
+        if self.n == 1:
+            return (self.times_s[0],) * 3
+        q25, median, q75 = statistics.quantiles(self.times_s, n=4, method="inclusive")
+        return q25, median, q75
 
     @property
     def n(self) -> int:
@@ -120,27 +114,27 @@ class Measurement:
     @property
     def median_s(self) -> float:
         """Median time per call, in seconds."""
-        return self.quantile(0.5)
+        return self.quartiles_s[1]
 
     @property
     def min_s(self) -> float:
         """Fastest call, in seconds."""
-        return self._sorted[0]
+        return min(self.times_s)
 
     @property
     def max_s(self) -> float:
         """Slowest call, in seconds."""
-        return self._sorted[-1]
+        return max(self.times_s)
 
     @property
     def q25_s(self) -> float:
         """First quartile, in seconds."""
-        return self.quantile(0.25)
+        return self.quartiles_s[0]
 
     @property
     def q75_s(self) -> float:
         """Third quartile, in seconds."""
-        return self.quantile(0.75)
+        return self.quartiles_s[2]
 
     @property
     def iqr_s(self) -> float:
@@ -173,7 +167,7 @@ class Measurement:
         '2.00 TFLOP/s (1.33-2.00)'
         """
         work = checks.non_negative("work", work)
-        q25, median, q75 = self.q25_s, self.median_s, self.q75_s
+        q25, median, q75 = self.quartiles_s
         if q25 <= 0:
             msg = f"{self.label!r}: a rate needs times > 0, got a first quartile of 0"
             raise ValueError(msg)
@@ -404,19 +398,14 @@ def _warmup(
     synchronize: Callable[[], None] | None,
 ) -> tuple[int, float]:
     """Call until ``warmup_s`` has passed: (calls, mean seconds after the first)."""
-    calls = 0
-    start = clock()
-    first = 0.0
-    while True:
+    start, first, elapsed, calls = clock(), 0.0, 0.0, 0
+    while calls < _MAX_WARMUP_CALLS and (calls == 0 or elapsed < warmup_s):
         call()
         if synchronize is not None:
             synchronize()
         calls += 1
         elapsed = clock() - start
-        if calls == 1:
-            first = elapsed
-        if elapsed >= warmup_s or calls >= _MAX_WARMUP_CALLS:
-            break
+        first = elapsed if calls == 1 else first
     if calls > 1:
         return calls, max(elapsed - first, 0.0) / (calls - 1)
     return calls, max(elapsed, 0.0)
@@ -481,12 +470,9 @@ def _host_call_s(
     """The host's time to launch one call (mean of up to 8 launched back to back), s."""
     calls = min(8, max(1, math.ceil(2e-3 / max(estimate_s, 1e-9))))
     synchronize()
-    start = clock()
-    for _ in range(calls):
-        call()
-    elapsed = clock() - start
+    launched = _host_times(call, 1, clock, block=calls)[0]  # not waiting for the GPU
     synchronize()
-    return max(elapsed, 0.0) / calls
+    return max(launched, 0.0)
 
 
 _SLEEP_RATES: dict[int, float] = {}  # cycles per second of torch.cuda._sleep, by GPU

@@ -346,10 +346,7 @@ def payback(
     compiled = steady(results, name, name, device, relative=relative)
     # the unit of eager and compiled, in seconds: an eager step where relative
     unit_s = steady(results, "eager", "eager", device).median_s if relative else 1.0
-    costs = [
-        max(first_call.quantile(q) / unit_s - compiled.median_s, 0.0)
-        for q in (0.25, 0.5, 0.75)
-    ]
+    costs = [max(q / unit_s - compiled.median_s, 0.0) for q in first_call.quartiles_s]
     low, median, high = (break_even(cost, eager, compiled) for cost in costs)
     return (median, low, high), compare(compiled, eager)
 
@@ -390,12 +387,12 @@ def growth(label: str, depths: Sequence[int], firsts: Sequence[Measurement]) -> 
     mean = statistics.fmean(depths)
     spread = sum((n - mean) ** 2 for n in depths)
     weights = [(n - mean) / spread for n in depths]
-    slopes = [
+    slopes = [  # the shallowest: the deep first calls' low quartiles, the shallow high
         sum(
-            w * m.quantile(q if w > 0 else 1 - q)
+            w * m.quartiles_s[i if w > 0 else 2 - i]
             for w, m in zip(weights, firsts, strict=True)
         )
-        for q in (0.25, 0.5, 0.75)
+        for i in range(3)
     ]
     return Growth(label, slopes[1], slopes[0], slopes[2], min(m.n for m in firsts))
 
