@@ -218,7 +218,7 @@ def test_ddp_plan_sizes_the_model_for_the_backend():
 def test_too_few_cores_needs_two_per_process():
     assert distributed.too_few_cores(8, 4) is None
     assert distributed.too_few_cores(7, 4) == (
-        "7 usable cores: too few for 4 processes, their gloo threads and this page"
+        "7 usable cores: too few to time 4 processes steadily"
     )
 
 

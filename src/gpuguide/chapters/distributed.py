@@ -1,18 +1,14 @@
 """Data-parallel training in spawned processes: what each process imports by name.
 
-:func:`run_worlds` is the entry point of a set of spawned processes that runs
-several world sizes in turn (setting ``torchrun``'s variables), so that each
-process starts (and imports torch) once; :func:`launch_worlds` starts them, for
-each world size or all at once;
-:func:`ddp_train_worker` trains a small MLP with DDP and times its steps;
-:func:`ddp_plan` picks the DDP page's world sizes and model, and
-:func:`too_few_cores` says when a CPU has too few cores to time them.
+:func:`launch_worlds` starts processes that set ``torchrun``'s variables and run a
+worker (:func:`run_worlds`); :func:`ddp_train_worker` trains a small MLP with DDP
+and times its steps; :func:`ddp_plan` and :func:`too_few_cores` size the DDP page.
 
 Examples
 --------
 >>> from gpuguide.chapters.distributed import DDPConfig, ddp_train_worker, launch_worlds
 >>> launch_worlds(ddp_train_worker, (DDPConfig(),), [2])[2][0].step  # doctest: +SKIP
-<Measurement 'DDP step' on cpu: ...>
+<Measurement '2-rank DDP step' on cpu: ...>
 """
 
 from __future__ import annotations
@@ -77,8 +73,9 @@ def _run_worlds(
     results: Any,
 ) -> None:
     """Take part in each world of ``worlds`` (``(world_size, master_port)``) in turn:
-    wait at ``barrier``, then, as one of its first ``world_size`` processes, set
-    torchrun's variables and put ``((world_size, local_rank), fn(*args))``."""
+    wait at ``barrier`` (all processes), then, as one of its first ``world_size``
+    processes, set torchrun's variables and put ``((world_size, local_rank),
+    fn(*args))`` into ``results``."""
     for world_size, master_port in worlds:
         barrier.wait()  # every process is done with the world before
         if local_rank < world_size:
@@ -88,17 +85,10 @@ def _run_worlds(
 
 def run_worlds(local_rank: int, *args: Any) -> None:  # pragma: no cover - child
     """One spawned process of a set that runs several worlds in turn:
-    ``run_worlds(local_rank, fn, args, worlds, master_addr, barrier, results)``.
-
-    ``worlds`` holds ``(world_size, master_port)`` pairs, each at most the number
-    of processes; ``barrier`` is a ``Barrier`` of all of them, so that a world
-    starts once the one before has ended everywhere. Process ``i`` is rank ``i``
-    of every world larger than ``i`` and waits out the others. Each result goes
-    into ``results`` as ``((world_size, local_rank), fn(*args))``; the process
-    then exits at once (tearing down while gloo's threads hold tensors can abort
-    the process). It imports ``torch._dynamo``
-    first, which DDP imports when it wraps its first model, so that the processes
-    pay for it together, not a later world's ranks while the others wait.
+    ``run_worlds(local_rank, fn, args, worlds, master_addr, barrier, results)``
+    (see :func:`_run_worlds`), then exits at once. It imports ``torch._dynamo``
+    first, as DDP does when it wraps its first model, so that the processes pay for
+    it together, not a later world's ranks while the others wait.
     """
     import torch._dynamo  # noqa: F401
 
@@ -156,9 +146,8 @@ def launch_worlds(
     one_set: bool = False,
 ) -> dict[int, list[Any]]:
     """Run ``worker(*args)`` in every rank of worlds of ``sizes`` processes and
-    return each world's results by rank: with ``one_set``,
-    in one set of processes that runs the worlds in turn (each process starts, and
-    imports torch, once); else in a set of processes per world, one after another."""
+    return each world's results by rank: with ``one_set``, in one set of processes
+    that runs the worlds in turn (each starts once); else a set per world."""
     if one_set:
         return _launch(worker, args, sizes)
     return {n: _launch(worker, args, [n])[n] for n in sizes}
@@ -190,13 +179,10 @@ class DDPConfig:
 
 @dataclass(frozen=True)
 class DDPReport:
-    """What one rank of :func:`ddp_train_worker` measured and checked.
-
-    Timed: ``step``, ``step_no_sync`` (no communication) and ``allreduce`` (of
-    all ``gradient_bytes``, alone). On the first batch: ``rank_difference``
-    (this rank's averaged gradients against rank 0's), ``mean_error`` (against
-    the mean of the ranks' local gradients) and ``gradient_norm``.
-    """
+    """What one rank of :func:`ddp_train_worker` timed (``step``, ``step_no_sync``,
+    ``allreduce`` of all ``gradient_bytes``) and checked on the first batch: its
+    averaged gradients against rank 0's (``rank_difference``) and against the mean
+    of the ranks' local ones (``mean_error``), and their ``gradient_norm``."""
 
     rank: int
     world_size: int
@@ -216,10 +202,9 @@ def ddp_plan(
     gpus: int, cores: int, *, small: bool = False, gpu_host: bool = False
 ) -> tuple[list[int], DDPConfig]:
     """The DDP page's world sizes and :class:`DDPConfig`: with two CUDA GPUs or more,
-    1, 2, 4 and 8 processes up to ``gpus``, NCCL and a large MLP; else gloo on CPU
-    cores, a thread per process, 1, 2 and 4 processes up to the usable ``cores``
-    (at least 2; in ``small`` mode, 1 and 2 and a narrower MLP), and on the host of
-    one GPU (``gpu_host``) only one process and the most."""
+    1, 2, 4 and 8 processes up to ``gpus``, NCCL and a large MLP; else gloo, 1, 2
+    and 4 processes up to the usable ``cores`` (at least 2; ``small``: 1 and 2 and
+    a narrower MLP), and on the host of one GPU (``gpu_host``) one and the most."""
     if gpus >= 2:
         sizes = [n for n in (1, 2, 4, 8) if n <= gpus]
         config = DDPConfig("nccl", features=1024, width=4096, batch_size=256, steps=20)
@@ -227,26 +212,17 @@ def ddp_plan(
     sizes = [n for n in (1, 2, 4) if n <= max(cores, 2)][: 2 if small else 3]
     if gpu_host:
         sizes = [1, sizes[-1]]
-    config = DDPConfig(
-        "gloo",
-        width=512 if small else 1024,
-        batch_size=128,
-        steps=5 if small else 10,
-        cpu_threads=1,
-    )
-    return sizes, config
+    width, steps = (512, 5) if small else (1024, 10)
+    return sizes, DDPConfig("gloo", width=width, batch_size=128, steps=steps)
 
 
 def too_few_cores(cores: int, processes: int) -> str | None:
     """Why ``processes`` gloo ranks cannot be timed steadily on ``cores`` usable
-    cores: each needs a core, and their gloo threads and the page need more (two
-    cores per process in all); None where there are enough."""
+    cores (each needs two: its own and one for gloo's threads and the page); None
+    where there are enough."""
     if cores >= 2 * processes:
         return None
-    return (
-        f"{cores} usable cores: too few for {processes} processes, "
-        "their gloo threads and this page"
-    )
+    return f"{cores} usable cores: too few to time {processes} processes steadily"
 
 
 def make_mlp(features: int, width: int, classes: int) -> torch.nn.Module:
@@ -346,8 +322,8 @@ def ddp_train_worker(config: DDPConfig) -> DDPReport:
                 max_reps=config.steps,
             )
 
-        timed_step = timed(step, "DDP step")
-        timed_no_sync = timed(step_no_sync, "DDP step, no_sync")
+        timed_step = timed(step, f"{world_size}-rank DDP step")
+        timed_no_sync = timed(step_no_sync, f"{world_size}-rank step, no_sync")
         buffer = torch.zeros_like(averaged)
         timed_allreduce = timed(dist.all_reduce, "all-reduce alone", buffer)
         dist.barrier()  # every rank is done with its collectives before teardown
