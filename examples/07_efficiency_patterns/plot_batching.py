@@ -67,9 +67,7 @@ assert torch.allclose(loop_mm(a, b, out.clone()), batched_mm(a, b, out), atol=1e
 batching = Sweep(
     f"{n}x{n} matmuls (results allclose)",
     stacked,
-    lo=1,
-    hi=64 if page.small else 256,
-    memory=lambda B: 3 * 4 * B * n * n,
+    sizes=[1, 4, 16, 64] if page.small else [1, 4, 16, 64, 256],
     size_label="batch size B (matrices)",
 ).run({"loop": loop_mm, "bmm": batched_mm}, paired=True, sample_ms=10)
 print(batching)
