@@ -7,71 +7,57 @@ the device and the libraries present, and says nothing about its choice. A
 reader who assumes it chose a fused kernel can be running the math fallback,
 whose memory grows with the square of the sequence length.
 
-This page asks the profiler which kernel ran and why, shows two inputs that change
-it and what that costs in memory, then runs FlexAttention (compiled, with a block
-mask) against SDPA on a causal and on a sliding window mask, and times a forward and
+This page asks the profiler which kernel ran, shows two inputs that change it and
+what that costs in memory, then runs FlexAttention (compiled, with a block mask)
+against SDPA on a causal and on a sliding window mask, and times a forward and
 backward pass.
 """
 
 # %%
 # Setup
 # -----
-# One causal attention at the FlashAttention papers' shapes (on a GPU: bf16, 16
-# heads of 128, ``S = 8192``, two sequences; on a CPU: float32, shorter, one thread).
+# One attention at the FlashAttention papers' shapes (on a GPU: bf16, 16 heads of
+# 128, ``S = 8192``, two sequences; on a CPU: float32, shorter, one thread).
 from functools import partial
 
 import matplotlib.pyplot as plt
 import torch
-import torch.nn.functional as F
-from torch.autograd import DeviceType
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-from torch.profiler import ProfilerActivity, profile
+from torch.nn.functional import scaled_dot_product_attention as attend
 
 import gpuguide
-from gpuguide.chapters import attention, compiling
+from gpuguide.chapters import attention
+from gpuguide.chapters.compiling import capture_compiler
+from gpuguide.timing import first_calls_s
 
 if not torch.cuda.is_available():  # two would stall when other work runs
     torch.set_num_threads(1)
 page = gpuguide.setup()
-device, sync = page.device, getattr(torch, page.device.type).synchronize
-dtype = torch.bfloat16 if page.cuda else torch.float32
-seq, heads, head_dim = (8192, 16, 128) if page.cuda else (1024, 2, 128)
-seq, heads = (256, 2) if page.small else (seq, heads)
-batch = max(16384 // seq, 1) if page.cuda else 2
-q, k, v = (
-    torch.randn(batch, heads, seq, head_dim, device=device, dtype=dtype)
-    for _ in range(3)
-)
+device, dtype = page.device, torch.bfloat16 if page.cuda else torch.float32
+seq, heads = (256, 2) if page.small else (8192, 16) if page.cuda else (1024, 2)
+batch, head_dim = max(16384 // seq, 1) if page.cuda else 2, 128
+q, k, v = torch.randn(3, batch, heads, seq, head_dim, device=device, dtype=dtype)
 size = f"{batch * seq} tokens, {heads} heads of {head_dim}"  # with S, what is timed
-sdpa = partial(F.scaled_dot_product_attention, is_causal=True)
+sdpa = partial(attend, is_causal=True)
 
 
 # %%
 # Which kernel ran
 # ----------------
-# The profiler records the ATen operator that SDPA dispatched to (one per
-# backend: ``_scaled_dot_product_cudnn_attention``, ``..._flash_attention``,
-# ``..._efficient_attention``, ``..._attention_math``) and, on a GPU, the kernels
-# it launched. SDPA tries the backends in a priority order and takes the first whose
-# checks (data type, head dimension, mask, memory layout, GPU generation) pass.
-# Since torch 2.11, on Hopper and Blackwell GPUs with a recent cuDNN (above 9.15),
-# cuDNN comes first; ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1`` puts FlashAttention-2
-# back in front. A CPU has one fused kernel, a FlashAttention written for CPUs.
-# Tracing the GPU's kernels takes longer, so it is done for the first call only.
-def which(fn, gpu=False):  # (backend, kernels) of one call of fn
-    on_gpu = [ProfilerActivity.CUDA] if page.cuda and gpu else []
-    with profile(activities=[ProfilerActivity.CPU, *on_gpu]) as prof:
+# The profiler records the ATen operator that SDPA dispatched to, one per backend:
+# ``_scaled_dot_product_cudnn_attention``, ``..._flash_attention``,
+# ``..._efficient_attention``, ``..._attention_math``. SDPA tries the backends in a
+# priority order and takes the first whose checks (data type, head dimension, mask,
+# memory layout, GPU generation) pass. Since torch 2.11, on Hopper and Blackwell GPUs
+# with a recent cuDNN (above 9.15), cuDNN comes first;
+# ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1`` puts FlashAttention-2 back in front. A CPU
+# has one fused kernel, a FlashAttention written for CPUs. ``which`` reads the
+# operator from a profile of one call; the next cell's table uses it.
+def which(fn):  # the SDPA backend that one call of fn ran
+    with torch.profiler.profile() as prof:
         fn()
-        sync()
-    kernels = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
-    return attention.backend_of(e.name for e in prof.events()), kernels
+    return attention.backend_of(e.name for e in prof.events())
 
-
-backend, kernels = which(lambda: sdpa(q, k, v), gpu=True)
-print(f"SDPA's default here: {backend}; kernels: {', '.join(kernels) or 'none (CPU)'}")
-if page.cuda:
-    order = " > ".join(attention.priority_order())
-    print(f"cuDNN {torch.backends.cudnn.version()}; SDPA tries: {order}")
 
 # %%
 # Two inputs that change the choice
@@ -88,35 +74,28 @@ args = [t[..., :short, :].contiguous() for t in (q, k, v)]
 transposed = args[0].transpose(-2, -1).contiguous().transpose(-2, -1)
 cases = {
     "default": lambda: sdpa(*args),
-    "float mask": lambda: F.scaled_dot_product_attention(
-        *args, attn_mask=torch.zeros(short, short, device=device, dtype=dtype)
-    ),
+    "float mask": lambda: attend(*args, attn_mask=args[0].new_zeros(short, short)),
     "head dim not innermost": lambda: sdpa(transposed, *args[1:]),
     "...then .contiguous()": lambda: sdpa(transposed.contiguous(), *args[1:]),
 }
 budget = gpuguide.size_budget(device, memory_fraction=0.5).memory_bytes
 need = attention.naive_bytes(batch, short, heads, head_dim, 4)  # the math path's
-rows = attention.case_rows(cases, lambda fn: which(fn)[0], need, budget, device=device)
+rows = attention.case_rows(cases, which, need, budget, device=device)
 print(gpuguide.table(rows, title=f"S = {short}, causal (where no mask is given)"))
-ran = {row["case"]: row["backend"] for row in rows}
+default, masked, strided, copied = (row["backend"] for row in rows)
 gpuguide.claim(
-    "a q whose head dimension is not innermost sends SDPA to the math path",
-    holds=ran["head dim not innermost"] == "math",
-    measured=f"{ran['head dim not innermost']} ran",
-)
-gpuguide.claim(
+    "a q whose head dimension is not innermost sends SDPA to the math path, and "
     ".contiguous() restores the default's fused kernel",
-    holds=ran["...then .contiguous()"] == ran["default"] != "math",
-    measured=f"{ran['...then .contiguous()']} ran, {ran['default']} by default",
+    holds=strided == "math" and copied == default != "math",
+    measured=f"{strided}, then {copied} ran ({default} by default)",
 )
 gpuguide.claim(
     "on a GPU, an explicit float mask rules out FlashAttention-2",
-    holds=ran["float mask"] != "flash",
-    measured=f"{ran['float mask']} ran",
+    holds=masked != "flash",
+    measured=f"{masked} ran",
     on="cuda",
 )
-peaks = {row["case"]: row["peak memory (MiB)"] for row in rows}
-fallback, fused = peaks["head dim not innermost"], peaks["default"]
+fused, _, fallback, _ = (row["peak memory (MiB)"] for row in rows)
 gpuguide.claim(
     "the math fallback's peak memory is at least 4x the fused kernel's",
     holds=bool(fallback and fused and fallback >= 4 * fused),
@@ -126,94 +105,57 @@ gpuguide.claim(
 
 
 # %%
-# FlexAttention: the same causal attention, compiled
-# --------------------------------------------------
+# FlexAttention: a causal and a sliding-window mask
+# -------------------------------------------------
 # FlexAttention takes the mask as a function of the positions (``mask_mod``);
-# ``create_block_mask`` evaluates it once per 128 x 128 block, so that the kernel skips
-# the blocks that are fully masked. Three costs differ, and are timed apart: building
-# the block mask (once per mask and shape), compiling (once per mask function; the
-# first call here also starts the compiler), and the steady-state call, in rounds
-# against SDPA. The mask below is causal within a window of the last ``window``
-# tokens; with the window in a tensor, one compiled kernel serves every window size,
-# and a window as long as the sequence is plain causal attention.
-flex = torch.compile(flex_attention)
-bars = {}  # every variant's times, for the figure
-
-
-def causal_window(window):
+# ``create_block_mask`` evaluates it once per 128 x 128 block, so that the kernel
+# skips the blocks that are fully masked. Three costs differ, and are timed apart:
+# building the block mask (once per mask and shape), compiling (once per mask
+# function; the first call here also starts the compiler), and the steady-state
+# call, in rounds against SDPA. The mask is causal within a window of the last
+# ``window`` tokens; with the window in a tensor, one compiled kernel serves every
+# window, and a window as long as the sequence is plain causal attention.
+#
+# SDPA takes a sliding window only as a dense ``S x S`` boolean matrix: it costs the
+# matrix's memory, and every block is still computed, where FlexAttention skips the
+# blocks outside the window. With a window of an eighth of the sequence, most are.
+def causal_window(window):  # a mask_mod: causal, within the last `window` tokens
     window = torch.tensor(window, device=device)
-
-    def mask_mod(b, h, q_idx, kv_idx):
-        return (q_idx >= kv_idx) & (q_idx - kv_idx < window)
-
-    return mask_mod
+    return lambda b, h, q_idx, kv_idx: (q_idx >= kv_idx) & (q_idx - kv_idx < window)
 
 
-def build(mask_mod):  # a block mask, and the seconds it took
-    return attention.timed_once(
-        lambda: create_block_mask(mask_mod, None, None, seq, seq, device=device),
-        device=device,
+flex = torch.compile(flex_attention)
+window, at = seq // 8, torch.arange(seq, device=device)
+dense = causal_window(window)(None, None, at[:, None], at[None, :])  # S x S, bool
+sdpa_dense = partial(attend, q, k, v, attn_mask=dense)
+against = {  # Flex's window: its name, SDPA's name and call
+    seq: ("Flex, causal", "SDPA default", partial(sdpa, q, k, v)),
+    window: (f"Flex, window {window}", "SDPA, dense mask", sdpa_dense),
+}
+bars = {}  # every variant's times, for the figure
+for w, (name, base, ref) in against.items():
+    make = partial(create_block_mask, causal_window(w), None, None, seq, seq)
+    blocks, build_s = attention.timed_once(partial(make, device=device), device=device)
+    call = partial(flex, q, k, v, block_mask=blocks)
+    with capture_compiler():
+        first_s = first_calls_s(call, device=device, calls=1)
+    bars |= gpuguide.interleave({name: call, base: ref}, rep_ms=500, device=device)
+    gain = gpuguide.compare(bars[name], bars[base])
+    config = {"causal": True} if w == seq else {"window": w}
+    gpuguide.report(f"{name} against {base}", gain, size=size, S=seq, **config)
+    print(
+        f"{name}: block mask built in {build_s * 1e3:.0f} ms, {blocks.sparsity():.0f}%"
+        f" of blocks skipped; compile and first call {first_s:.2f} s"
     )
-
-
-def flex_against(block_mask, flex_name, name, baseline, flop=None, **config):
-    """The compile and first call, timed; then Flex and the baseline in rounds."""
-    call = partial(flex, q, k, v, block_mask=block_mask)
-    with compiling.capture_compiler():
-        first_s = compiling.first_calls_s(call, device=device, calls=1)
-    timed = gpuguide.interleave(
-        {flex_name: call, name: baseline}, rep_ms=500, device=device
-    )
-    print(attention.per_call(timed, flop))
-    gain = gpuguide.compare(*timed.values())
-    gpuguide.report(f"{flex_name} against {name}", gain, size=size, S=seq, **config)
-    bars.update(timed)
-    return first_s, gain
-
-
-causal, build_s = build(causal_window(seq))
-flop = attention.attention_flop(batch, seq, heads, head_dim, causal=True)
-first_s, _ = flex_against(
-    causal, "Flex, causal", "SDPA default", lambda: sdpa(q, k, v), flop, causal=True
-)
-print(
-    f"block mask: built in {build_s * 1e3:.0f} ms, {causal.sparsity():.0f}% of blocks "
-    f"skipped; compile and first call: {first_s:.1f} s"
-)
-
-# %%
-# A mask SDPA cannot express: a sliding window
-# --------------------------------------------
-# SDPA takes a sliding window only as a dense ``S x S`` boolean matrix: on a GPU that
-# rules out FlashAttention-2 (a CPU's flash kernel takes a mask), it costs the matrix's
-# memory, and every block is still computed. FlexAttention skips the blocks outside
-# the window (the share printed below) and reuses the kernel compiled above (its first
-# call is quick). Whether skipping beats SDPA's kernel depends on how many blocks are
-# skipped: with a window of an eighth of the sequence, most are.
-window = seq // 8
-sliding, build_s = build(causal_window(window))
-positions = torch.arange(seq, device=device)
-dense = causal_window(window)(None, None, positions[:, None], positions[None, :])
-sdpa_dense = partial(F.scaled_dot_product_attention, q, k, v, attn_mask=dense)
-first_s, skipping = flex_against(
-    sliding, f"Flex, window {window}", "SDPA, dense mask", sdpa_dense, window=window
-)
-print(
-    f"window {window}: block mask {build_s * 1e3:.0f} ms, {sliding.sparsity():.0f}% "
-    f"skipped; first call {first_s:.2f} s; SDPA ran {which(sdpa_dense)[0]} with a "
-    f"{dense.nbytes / 2**20:.1f} MiB mask"
-)
 gpuguide.claim(
-    f"with a window of {window}, Flex skipping blocks is at least 2x faster than "
-    "SDPA's dense mask",
-    skipping,
+    f"with a window of {window}, Flex is at least 2x faster than SDPA's dense mask",
+    gain,  # the last one: the window's
     at_least=2.0,
 )
 fig, ax = plt.subplots()
 title = f"Causal attention at S={seq}: FlexAttention and SDPA"
-gpuguide.plot_bars(
-    ax, bars, ylabel="time per call (ms)", baseline="SDPA default", title=title
-)
+ylabel = "time per call (ms)"
+gpuguide.plot_bars(ax, bars, ylabel=ylabel, baseline="SDPA default", title=title)
 plt.show()
 
 
@@ -221,27 +163,19 @@ plt.show()
 # Forward and backward
 # --------------------
 # Training runs the backward pass too, which the papers count as 2.5 times the
-# forward's FLOP. On a GPU, the FlashAttention-2 paper's forward and backward rate on
-# an H100 is printed beside the measurement: a published result of one kernel, not a
-# ceiling (cuDNN's kernel, SDPA's first choice on Hopper GPUs, can go past it).
+# forward's FLOP. The FlashAttention-2 paper reports up to 335 TFLOP/s forward and
+# backward on an H100: a published result of one kernel, not a ceiling (cuDNN's
+# kernel, SDPA's first choice on Hopper GPUs, can go past it).
 def train_step():
-    return torch.autograd.grad(F.scaled_dot_product_attention(q, k, v), (q, k, v), grad)
+    return torch.autograd.grad(attend(q, k, v), (q, k, v), grad)
 
 
-for t in (q, k, v):
-    t.requires_grad_(True)
+q, k, v = (t.requires_grad_() for t in (q, k, v))
 grad = torch.randn_like(q)
 m = gpuguide.benchmark(train_step, label="SDPA forward + backward", device=device)
 rate = m.rate(attention.attention_flop(batch, seq, heads, head_dim, backward=True))
-backend = which(train_step)[0] or "?"
-config = {"size": size, "S": seq, "causal": False, "backend": backend}
+config = {"size": size, "S": seq, "causal": False, "backend": which(train_step) or "?"}
 gpuguide.report("SDPA forward + backward", rate, **config)
-if page.cuda:
-    fa2 = gpuguide.format_rate(attention.FA2_FWD_BWD_FLOPS, "FLOP/s")
-    print(
-        f"the FlashAttention-2 paper reported up to {fa2} forward and backward on an "
-        f"H100 (a published result, not a peak); this run measured {rate} ({backend})"
-    )
 
 # %%
 # What to take away
