@@ -217,18 +217,6 @@ def test_torch_compile_without_a_cpp_compiler_fails_with_one_clear_line(tmp_path
     assert "no-such-g++" in last
 
 
-def test_round_speedups_pairs_the_rounds_and_needs_the_same_rounds():
-    from gpuguide.chapters.compiling import round_speedups
-    from gpuguide.timing import Measurement
-
-    fast = Measurement("fast", (1.0,) * 4, "cpu", "wall-clock", rounds=(1, 2, 1, 3))
-    slow = Measurement("slow", (2.0,) * 4, "cpu", "wall-clock", rounds=(2, 4, 3, 3))
-    assert round_speedups(fast, slow) == (2.0, (1.0, 3.0))
-    alone = Measurement("alone", (1.0,) * 4, "cpu", "wall-clock")
-    with pytest.raises(ValueError, match="same rounds"):
-        round_speedups(fast, alone)
-
-
 def test_per_round_gives_a_claims_value_spread_and_words_from_the_rounds():
     from gpuguide.verdicts import compare
 
@@ -241,6 +229,9 @@ def test_per_round_gives_a_claims_value_spread_and_words_from_the_rounds():
         "measured": "2.00x, 1.00-3.00x over the rounds",
         "timed": True,
     }
+    alone = Measurement("alone", (1.0,) * 4, "cpu", "wall-clock")
+    with pytest.raises(ValueError, match="same rounds"):
+        compiling.per_round(compare(fast, alone))
 
 
 def steps(label: str, median_s: float) -> Measurement:

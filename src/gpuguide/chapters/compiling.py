@@ -1,6 +1,6 @@
 """Plumbing for the pages that compile: start the compiler, keep its output off the
-page, time each call and price each mode's warm-up. :func:`~gpuguide.timing.first_calls_s` and
-:func:`host_and_gpu_times` live in :mod:`gpuguide.timing` (re-exported here).
+page, time each call and price each mode's warm-up (:func:`host_and_gpu_times`, from
+:mod:`gpuguide.timing`, is re-exported for the pages that import it from here).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import contextlib
 import io
 import logging
 import re
+import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -17,9 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuguide.device import as_device
 from gpuguide.quiet import ignore_torch_internal_warnings, warning_text
-from gpuguide.timing import Measurement
-from gpuguide.timing import StepTimes as StepTimes  # moved: re-exported for pages
-from gpuguide.timing import first_calls_s as first_calls_s
+from gpuguide.timing import Measurement, first_calls_s
 from gpuguide.timing import host_and_gpu_times as host_and_gpu_times
 from gpuguide.units import format_time
 from gpuguide.verdicts import break_even
@@ -27,6 +26,7 @@ from gpuguide.verdicts import break_even
 if TYPE_CHECKING:
     import torch
 
+    from gpuguide.timing import StepTimes
     from gpuguide.verdicts import Comparison
 
 __all__ = [
@@ -210,20 +210,14 @@ class PrintMessages(logging.Handler):
             print("    " + _FOLDERS.sub("", line.strip()))
 
 
-def round_speedups(
-    subject: Measurement, baseline: Measurement
-) -> tuple[float, tuple[float, float]]:
-    """The speed-up of ``subject`` over ``baseline`` round by round, for two
-    measurements timed in the same interleaved rounds (:func:`gpuguide.interleave`):
-    ``(median, (lowest, highest))`` over the rounds. A burst of load on the machine
-    slows both sides of a round alike, so the rounds' ratios stay steadier than the
-    ratio of the two pooled spreads.
-
-    >>> a = Measurement("a", (1.0,) * 3, "cpu", "wall-clock", rounds=(1.0, 2.0, 1.0))
-    >>> b = Measurement("b", (2.0,) * 3, "cpu", "wall-clock", rounds=(2.0, 4.4, 2.2))
-    >>> round_speedups(a, b)
-    (2.2, (2.0, 2.2))
-    """
+def per_round(c: Comparison) -> dict[str, Any]:
+    """The keywords of a :func:`gpuguide.claim` on the speed-up of a comparison
+    ``c`` timed in the same interleaved rounds (:func:`gpuguide.interleave`): the
+    median of the rounds' speed-ups as its value, the lowest and highest as its
+    spread, ``measured`` saying both, and ``timed``. A burst of load slows both
+    sides of a round alike, so the rounds' ratios are steadier than the pooled
+    spreads' ratio."""
+    subject, baseline = c.subject, c.baseline
     if len(subject.rounds) != len(baseline.rounds) or not subject.rounds:
         msg = (
             f"{subject.label!r} and {baseline.label!r} must be timed in the same "
@@ -233,22 +227,7 @@ def round_speedups(
     ratios = sorted(
         b / s for s, b in zip(subject.rounds, baseline.rounds, strict=True) if s > 0
     )
-    if not ratios:
-        msg = f"{subject.label!r}: every round took 0 s"
-        raise ValueError(msg)
-    middle = len(ratios) // 2
-    median = (
-        ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2
-    )
-    return median, (ratios[0], ratios[-1])
-
-
-def per_round(c: Comparison) -> dict[str, Any]:
-    """The keywords of a :func:`gpuguide.claim` on the speed-up of a comparison
-    ``c`` timed in paired rounds: the median of the rounds' speed-ups
-    (:func:`round_speedups`) as its value, the lowest and highest as its spread,
-    ``measured`` saying both, and ``timed``."""
-    speedup, (low, high) = round_speedups(c.subject, c.baseline)
+    speedup, low, high = statistics.median(ratios), ratios[0], ratios[-1]
     words = f"{speedup:.2f}x, {low:.2f}-{high:.2f}x over the rounds"
     return {"value": speedup, "spread": (low, high), "measured": words, "timed": True}
 
