@@ -137,7 +137,7 @@ def test_report_prints_each_variant_and_against_prints_the_crossover(capsys):
 
 def test_a_time_sweep_reports_times():
     result = fake({"a": [m("a", 1e-3)] * 4})
-    assert str(result).startswith("op: median time per call ± half the IQR")
+    assert str(result).startswith("op: median time per call (quartiles)")
     assert "1.00 ms" in str(result)
 
 

@@ -142,7 +142,7 @@ def test_relative_iqr_with_zero_median():
     assert spread.median_s == 0.0
     assert spread.relative_iqr == math.inf
     assert spread.is_noisy
-    assert str(spread) == "0 s ± 500 ms NOISY"
+    assert str(spread) == "0 s (0.00-1.00) NOISY"
 
 
 def test_is_noisy_threshold():
@@ -160,9 +160,9 @@ def test_repr_format():
     times = [0.0122] * 11 + [0.0123] * 19 + [0.01241] * 11
     m = make(times, label="fp32 matmul 1024")
     assert m.n == 41
-    assert str(m) == "12.3 ms ± 105 us"  # the median with half its IQR
+    assert str(m) == "12.3 ms (12.2-12.4)"  # the median with its quartiles
     assert repr(m) == (
-        "<Measurement 'fp32 matmul 1024' on cpu: 12.3 ms ± 105 us, 41 runs, wall-clock>"
+        "<Measurement 'fp32 matmul 1024' on cpu: 12.3 ms (12.2-12.4), 41 runs, wall-clock>"
     )
     one = make([0.012])
     assert str(one) == "12.0 ms (one run)"  # a single time has no spread
@@ -174,10 +174,10 @@ def test_repr_format():
 def test_str_and_repr_flag_noisy_measurements():
     m = make([1e-6, 2e-6, 3e-6, 4e-6], device="cuda:0", method="cuda-events")
     assert m.is_noisy
-    assert str(m) == "2.50 us ± 750 ns NOISY"
+    assert str(m) == "2.50 us (1.75-3.25) NOISY"
     assert (
         repr(m)
-        == "<Measurement 'op' on cuda:0: 2.50 us ± 750 ns NOISY, 4 runs, cuda-events>"
+        == "<Measurement 'op' on cuda:0: 2.50 us (1.75-3.25) NOISY, 4 runs, cuda-events>"
     )
 
 

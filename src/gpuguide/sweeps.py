@@ -408,7 +408,7 @@ class SweepResult:
 
     def table(self) -> Table:
         """The sizes by variants, as :class:`~gpuguide.tables.Table`."""
-        what = "median time per call ± half the IQR"
+        what = "median time per call (quartiles)"
         if self.sweep.rate is not None:
             what = f"median {self.sweep.rate}"
             peaks = {self._peak(label) for label in self.times} - {None}

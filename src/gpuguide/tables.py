@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuguide.timing import NOISY_RELATIVE_IQR, Measurement
-from gpuguide.units import format_spread, format_time, significant
+from gpuguide.units import significant
 
 __all__ = ["Table", "format_cell", "table"]
 
@@ -46,10 +46,7 @@ def format_cell(value: object) -> str:
     if value is None:
         return "-"
     if isinstance(value, Measurement):
-        if len(value.times_s) == 1:  # one sample has no spread to show
-            return f"{format_time(value.median_s)} (one run)"
-        text = format_spread(value.median_s, value.q25_s, value.q75_s, "s")
-        return text + " NOISY" if value.is_noisy else text
+        return str(value)
     if isinstance(value, float):  # 3 significant digits; scientific when extreme
         if not math.isfinite(value) or (value and not 1e-3 <= abs(value) < 1e6):
             return f"{value:.3g}"

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from gpuguide import checks
 from gpuguide.device import as_device, pick_device
 from gpuguide.env import small_mode
-from gpuguide.units import format_rate, format_time, significant
+from gpuguide.units import format_spread, format_time
 
 if TYPE_CHECKING:
     import torch
@@ -176,11 +176,12 @@ class Measurement:
         )
 
     def __str__(self) -> str:
-        """The median with half its IQR: ``"1.23 ms ± 45.6 us"``, `` NOISY`` where
-        it is; ``"12.0 ms (one run)"`` for a single time, which has no spread."""
+        """The median with its quartiles, :func:`~gpuguide.units.format_spread`'s
+        ``"1.23 ms (1.20-1.31)"``, `` NOISY`` where it is; ``"12.0 ms (one run)"``
+        for a single time, which has no spread."""
         if self.n == 1:
             return f"{format_time(self.median_s)} (one run)"
-        text = f"{format_time(self.median_s)} ± {format_time(self.iqr_s / 2)}"
+        text = format_spread(self.median_s, self.q25_s, self.q75_s, "s")
         return f"{text} NOISY" if self.is_noisy else text
 
     def __repr__(self) -> str:
@@ -209,11 +210,7 @@ class Rate:
             raise ValueError(msg)
 
     def __str__(self) -> str:
-        text = format_rate(self.value, self.unit)
-        prefix = text.split()[-1][: -len(self.unit)]  # the quartiles in that prefix
-        scale = 1000.0 ** ("kMGTPE".find(prefix) + 1) if prefix else 1.0
-        low, high = significant(self.low / scale), significant(self.high / scale)
-        return f"{text} ({low}-{high})"
+        return format_spread(self.value, self.low, self.high, self.unit)
 
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)
