@@ -12,7 +12,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpuguide import Measurement
 from gpuguide.chapters import attention
 from gpuguide.chapters.attention import (
     _run_within_memory,
@@ -21,8 +20,6 @@ from gpuguide.chapters.attention import (
     backend_of,
     case_rows,
     naive_bytes,
-    per_call,
-    priority_order,
     timed_once,
     usable_backends,
 )
@@ -235,30 +232,6 @@ def test_sdpa_agrees_with_the_formula_on_cpu() -> None:
     assert not agreement(out.flip(-2), ref, tolerance=1e-5)[1]
 
 
-def test_published_figures_are_ordered_as_in_the_paper() -> None:
-    for figures in attention.PUBLISHED_FLOPS.values():
-        values = list(figures.values())
-        assert values == sorted(values)  # standard < FA2 < cuDNN < FA3
-    assert (
-        attention.PUBLISHED_FLOPS[True]["standard"]
-        < attention.PUBLISHED_FLOPS[False]["standard"]
-    )
-
-
-# -- the which-kernel page: priority order, cases, one-off timing, times per call --
-
-
-def test_priority_order_names_backends(monkeypatch) -> None:
-    from torch.nn.attention import SDPBackend
-
-    monkeypatch.setattr(
-        torch._C, "_get_sdp_priority_order", lambda: [3, 0], raising=False
-    )
-    assert priority_order() == [SDPBackend(3).name, SDPBackend(0).name]
-    monkeypatch.delattr(torch._C, "_get_sdp_priority_order")
-    assert priority_order() == []
-
-
 def test_case_rows_run_what_fits_and_skip_the_rest() -> None:
     ran = []
 
@@ -295,17 +268,6 @@ def test_timed_once_returns_the_result_and_its_seconds() -> None:
     assert 0 <= seconds < 1
 
 
-def test_per_call_lines_with_and_without_a_rate() -> None:
-    timed = {
-        "Flex": Measurement("Flex", (2e-3, 2e-3, 2e-3), "cpu", "wall-clock"),
-        "SDPA": Measurement("SDPA", (4e-3,), "cpu", "wall-clock"),
-    }
-    assert per_call(timed) == "Flex: 2 ms per call\nSDPA: 4 ms per call"
-    with_rate = per_call(timed, 2e9).splitlines()
-    assert with_rate[0].startswith("Flex: 2 ms per call, 1.00 TFLOP/s")
-    assert with_rate[1].startswith("SDPA: 4 ms per call, 500 GFLOP/s")
-
-
 def test_usable_backends_defaults_to_sdpas_backends_on_this_cpu() -> None:
     q, k, v = (torch.randn(1, 2, 32, 16) for _ in range(3))
     got = usable_backends(lambda: F.scaled_dot_product_attention(q, k, v))
@@ -315,7 +277,7 @@ def test_usable_backends_defaults_to_sdpas_backends_on_this_cpu() -> None:
 
 def test_peak_memory_measures_what_the_sweep_ran_and_skips_the_rest() -> None:
     class Ran:
-        sizes = [1024, 4096]
+        sizes = (1024, 4096)
 
         @staticmethod
         def ran(name: str) -> list[int]:

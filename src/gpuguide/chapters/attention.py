@@ -20,36 +20,17 @@ if TYPE_CHECKING:
     import torch
 
     from gpuguide.sweeps import SweepResult
-    from gpuguide.timing import Measurement
 
 __all__ = [
-    "FA2_FWD_BWD_FLOPS",
-    "PUBLISHED_FLOPS",
     "agreement",
     "attention_flop",
     "backend_of",
     "case_rows",
     "naive_bytes",
     "peak_memory",
-    "per_call",
-    "priority_order",
     "timed_once",
     "usable_backends",
 ]
-
-#: Forward TFLOP/s at S = 8192 on an H100 SXM5 (bf16/fp16, head dim 128, hidden
-#: 2048, batch 16384 / S), from the FlashAttention-3 paper (arXiv 2407.08608), in
-#: FLOP/s, by causal mask: the reference markers of the sweep's plot.
-PUBLISHED_FLOPS: dict[bool, dict[str, float]] = {
-    False: {"standard": 139e12, "FlashAttention-2": 370e12, "cuDNN": 600e12,
-            "FlashAttention-3": 646e12},
-    True: {"standard": 35e12, "FlashAttention-2": 333e12, "cuDNN": 529e12,
-           "FlashAttention-3": 602e12},
-}  # fmt: skip
-#: FlashAttention-2's best forward + backward rate on an H100 (arXiv 2307.08691:
-#: "up to 335 TFLOPs/s"), FLOP/s: a published result of one kernel to compare a
-#: measurement with, never a peak to take a share of (other kernels go past it).
-FA2_FWD_BWD_FLOPS = 335e12
 
 #: The ATen operator each SDPA backend runs, without the ``aten::`` prefix.
 _BACKEND_OPS: dict[str, str] = {
@@ -200,16 +181,6 @@ def agreement(
     return error, math.isfinite(error) and error <= tolerance
 
 
-def priority_order() -> list[str]:
-    """The SDPA backends by name (``SDPBackend``), in the order SDPA tries them here
-    (torch 2.6 and later); empty where this torch cannot say."""
-    import torch
-    from torch.nn.attention import SDPBackend
-
-    order: list[int] = list(getattr(torch._C, "_get_sdp_priority_order", list)())
-    return [SDPBackend(i).name for i in order]
-
-
 def case_rows(
     cases: Mapping[str, Callable[[], Any]],
     backend: Callable[[Callable[[], Any]], str | None],
@@ -256,13 +227,3 @@ def timed_once(
     result = fn()
     sync()
     return result, time.perf_counter() - start
-
-
-def per_call(timed: Mapping[str, Measurement], flop: float | None = None) -> str:
-    """One line per timed variant: its median time per call and, given the FLOP of
-    one call, its rate (``"SDPA: 8.22 ms per call, 131 GFLOP/s (130-131)"``)."""
-    lines = []
-    for label, m in timed.items():
-        rate = f", {m.rate(flop)}" if flop else ""
-        lines.append(f"{label}: {m.median_s * 1e3:.3g} ms per call{rate}")
-    return "\n".join(lines)
