@@ -129,7 +129,7 @@ if not few:
 # Rank 0's step, the step inside ``no_sync()`` and an all-reduce of all gradients
 # alone: the step's growth is the communication the backward did *not* hide. On a
 # CPU, N processes share memory bandwidth and caches, so even a step without
-# communication may take them longer than one process alone; GPUs do not.
+# communication may take them longer than one process alone (GPUs share neither).
 r0 = ranks[0]
 if not few:
     report(
