@@ -155,19 +155,33 @@ def _install(session: nox.Session, *groups: str, torch: str = "") -> None:
         stamp.write_text(key)
     if not torch:
         _refresh_version(session)
-    if torch:
-        session.install("--no-deps", "--force-reinstall", _fresh_copy(session), env=env)
+    if torch:  # a copy without .git: its version names the commit by hand
+        head = _head(short=True)
+        pretend = {"SETUPTOOLS_SCM_PRETEND_VERSION_FOR_GPUGUIDE": f"0+g{head}"}
+        copy = _fresh_copy(session)
+        session.install(
+            "--no-deps", "--force-reinstall", copy, env={**(env or {}), **pretend}
+        )
+
+
+def _head(*, short: bool = False) -> str:
+    """The checkout's commit, "" outside a git checkout."""
+    args = [
+        "git",
+        "-C",
+        str(ROOT),
+        "rev-parse",
+        *(["--short"] if short else []),
+        "HEAD",
+    ]
+    run = subprocess.run(args, capture_output=True, text=True, check=False)
+    return run.stdout.strip() or ("unknown" if short else "")
 
 
 def _refresh_version(session: nox.Session) -> None:
     """Reinstall the editable package when the checkout's commit moved, so its
     version (setuptools-scm's, fixed at install) names the commit it runs."""
-    head = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
+    head = _head()
     stamp = Path(session.virtualenv.location) / ".gpuguide-commit"
     if head and (not stamp.exists() or stamp.read_text() != head):
         session.install("--no-deps", "-e", ".")

@@ -45,14 +45,18 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import site_wheel
 from conftest import ROOT, build_mini_site
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from gpuguide.version import __version__ as gpuguide_version
-from gpuguide.version import git_commit
+from gpuguide.version import __version__, git_commit
 
 pytest.importorskip("sphinx_gallery")
+
+#: The version the site's wheel gets: the checkout's now (an installed copy's
+#: __version__ is the one of the commit it was installed at).
+gpuguide_version = site_wheel.checkout_version(ROOT) or __version__
 
 # A site build, a fresh environment and pip installs (72 s on 2 cores from local
 # wheels; minutes more where pip downloads torch).
