@@ -19,13 +19,13 @@ import torch
 from conftest import CPU_RECORD, H100_RECORD, ROOT
 
 from gpuguide import results
+from gpuguide.chapters import precision
 from gpuguide.peaks import GPU_PEAKS
 from gpuguide.results import Result
 from gpuguide.timing import Measurement
 from gpuguide.units import format_bytes
 from gpuguide_tools import checkup, results_files
 from gpuguide_tools.checkup import against_recording
-from gpuguide_tools.mamf import MatmulShape, ShapeRate, ShapeSearch
 from gpuguide_tools.results_files import PEAK_NAMES, RESULTS_DIR_ENV, ResultsFile
 
 H100 = replace(H100_RECORD, peaks={"fp32": 6.7e13, "memory": 3.35e12})
@@ -366,15 +366,11 @@ def test_matmul_figures_on_a_gpu_search_tf32_with_tf32_allowed(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     searched = []
 
-    def fake_search(dtype, *, device, label, flop_per_s, levels):
-        searched.append(
-            (label, dtype, torch.backends.cuda.matmul.allow_tf32, flop_per_s, levels)
-        )
-        shape = MatmulShape(256, 512, 128)
-        rate = ShapeRate(shape, _constant(shape.flop / 1e12))
-        return ShapeSearch(label=label, scouted=(rate,), confirmed=(rate,))
+    def fake_search(dtype, flop_per_s, *, device, label, levels, tf32):
+        searched.append((label, dtype, tf32, flop_per_s, levels))
+        return (256, 512, 128), _constant(1e-12), 27  # 1e12 FLOP/s
 
-    monkeypatch.setattr(checkup, "search_matmul_shapes", fake_search)
+    monkeypatch.setattr(precision, "search_matmul_shapes", fake_search)
     before = torch.backends.cuda.matmul.allow_tf32
     peaks = GPU_PEAKS["H100 SXM5"]
     figures = checkup.matmul_figures(torch.device("cuda:0"), 2, peaks)

@@ -1,5 +1,6 @@
 """Tests for gpuguide.chapters.precision: the CPU's 16-bit instructions, the TF32
-switch, matmul sizes, shapes and timing, MAMF's statistic, the activation-memory
+switch, matmul sizes, shapes and timing, MAMF's statistic, the shape search (with a
+fake timer that gives every shape a known rate), the activation-memory
 helpers (the MLP, its batch, what backward runs again, a memory snapshot's events)
 and the chapter's transformer block (all on a CPU)."""
 
@@ -23,6 +24,7 @@ from gpuguide.chapters.precision import (
     mib,
     peak_rise,
     probe_rate,
+    search_matmul_shapes,
     tf32_matmuls,
     time_matmul,
 )
@@ -133,6 +135,160 @@ def test_mamf_is_the_five_fastest_calls_per_flop() -> None:
     assert mamf(m, 1.0, fastest=1).times_s == (1.0,)
     with pytest.raises(ValueError, match="flop must be"):
         mamf(m, 0.0)
+
+
+# -- the shape search ---------------------------------------------------------------
+
+
+class FakeTime:
+    """A time_matmul whose calls take ``flop / rate(shape)``: five at that time, six
+    at twice it, so that MAMF's statistic reads exactly ``rate(shape)``. Scouting
+    calls (short budgets) and full-budget ones can have different rates."""
+
+    def __init__(self, rate, full_rate=None):
+        self.rate, self.full_rate = rate, full_rate or rate
+        self.calls = []
+
+    def __call__(self, dtype, shape, *, device, label, **options):
+        scout = "rep_ms" in options
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        self.calls.append(
+            {"shape": shape, "scout": scout, "dtype": dtype, "device": device}
+            | {"label": label, "tf32": tf32, **options}
+        )
+        best = matmul_flop(*shape) / (self.rate if scout else self.full_rate)(shape)
+        times = (best,) * 5 + (best * 2,) * 6
+        return Measurement(label, times, str(device), "wall-clock")
+
+
+def _search(monkeypatch, bench, *, memory=3 * 128 * 128 * 4, call_s=1.0, **kw):
+    budget = _budget(memory_bytes=memory, call_s=call_s)
+    monkeypatch.setattr(precision, "size_budget", lambda device: budget)
+    monkeypatch.setattr(precision, "time_matmul", bench)
+    kw = {"device": "cpu", "label": "fp32"} | kw
+    return search_matmul_shapes(torch.float32, kw.pop("flop_per_s", 1e10), **kw)
+
+
+def _fast_at(favourite, rate=1e10, boost=2.0):
+    return lambda shape: rate * (boost if shape == favourite else 1.0)
+
+
+def test_search_scouts_cheapest_first_then_times_the_three_fastest(
+    monkeypatch,
+) -> None:
+    bench = FakeTime(_fast_at((64, 64, 128)))
+    shape, per_flop, scouted = _search(monkeypatch, bench, levels=3)
+    assert shape == (64, 64, 128)
+    assert per_flop.rate(1).value == pytest.approx(2e10)  # MAMF's rate
+    assert per_flop.n == 5
+    scouts = [c for c in bench.calls if c["scout"]]
+    full = [c for c in bench.calls if not c["scout"]]
+    assert scouted == len(scouts) == 27  # 32, 64 and 128 per dimension
+    flops = [matmul_flop(*c["shape"]) for c in scouts]
+    assert flops == sorted(flops)
+    assert all(
+        (c["warmup_ms"], c["rep_ms"], c["max_reps"]) == (5, 20, 100) for c in scouts
+    )
+    assert len(full) == 3
+    assert full[0]["shape"] == (64, 64, 128)  # the fastest scout first
+    assert full[0]["label"] == "fp32 64x64x128"
+    assert all(c["flush_l2"] is True for c in bench.calls)  # a cold L2 on CUDA
+    assert all(c["tf32"] is False for c in bench.calls)
+
+
+def test_the_full_budget_decides_between_close_scouts(monkeypatch) -> None:
+    first, second = (128, 128, 128), (128, 64, 128)
+    scout = {first: 3e10, second: 2.9e10}
+    full = {first: 2.5e10, second: 2.8e10}
+    bench = FakeTime(lambda s: scout.get(s, 1e10), lambda s: full.get(s, 1e10))
+    shape, per_flop, _ = _search(monkeypatch, bench, levels=2)
+    assert shape == second
+    assert per_flop.rate(1).value == pytest.approx(2.8e10)
+
+
+def test_shapes_timed_already_compete_but_are_not_scouted(monkeypatch) -> None:
+    bench = FakeTime(_fast_at((64, 64, 128)))
+    square = (96, 96, 96)
+    flop = matmul_flop(*square)
+    fast = Measurement("fp32", (flop / 3e10,) * 7, "cpu", "wall-clock")
+    slow = Measurement("fp32", (flop / 1e9,) * 7, "cpu", "wall-clock")
+    shape, per_flop, scouted = _search(
+        monkeypatch, bench, levels=2, timed={square: fast}
+    )
+    assert shape == square
+    assert per_flop.rate(1).value == pytest.approx(3e10)
+    assert scouted == 8
+    assert square not in {c["shape"] for c in bench.calls}
+    shape, _, _ = _search(monkeypatch, bench, levels=3, timed={square: slow})
+    assert shape == (64, 64, 128)
+
+
+def test_search_stops_when_calls_take_far_longer_than_planned(monkeypatch) -> None:
+    # Planned at 1e12 FLOP/s but the device does 1e6: the first shape already takes
+    # far more than twice the time per call, so no larger one is tried.
+    bench = FakeTime(lambda shape: 1e6)
+    shape, _, scouted = _search(
+        monkeypatch, bench, flop_per_s=1e12, call_s=0.01, levels=3
+    )
+    assert scouted == 1
+    assert shape == (32, 32, 32)
+
+
+@pytest.mark.parametrize("before", [False, True])
+def test_search_runs_tf32_only_when_asked_and_puts_the_switch_back(
+    monkeypatch, before
+) -> None:
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = before
+    try:
+        bench = FakeTime(lambda shape: 1e10)
+        _search(monkeypatch, bench, levels=1, tf32=True)
+        assert {c["tf32"] for c in bench.calls} == {True}
+        assert torch.backends.cuda.matmul.allow_tf32 is before
+        bench = FakeTime(lambda shape: 1e10)
+        _search(monkeypatch, bench, levels=1)
+        assert {c["tf32"] for c in bench.calls} == {False}
+        assert torch.backends.cuda.matmul.allow_tf32 is before
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+@pytest.mark.parametrize(
+    ("device", "small", "lo", "levels"),
+    [
+        ("cpu", False, 32, 3),
+        ("cpu", True, 32, 2),
+        ("cuda", False, 256, 4),
+        ("cuda", True, 256, 3),
+    ],
+)
+def test_levels_default_to_fewer_off_cuda_and_in_small_mode(
+    monkeypatch, device, small, lo, levels
+) -> None:
+    seen = []
+
+    def spy(dtype, flop_per_s, budget, *, lo, levels):
+        seen.append((lo, levels))
+        return [(lo, lo, lo)]
+
+    budget = SizeBudget(device=device, memory_bytes=2**30, call_s=1.0, small=small)
+    monkeypatch.setattr(precision, "size_budget", lambda device: budget)
+    monkeypatch.setattr(precision, "matmul_shapes", spy)
+    monkeypatch.setattr(precision, "time_matmul", FakeTime(lambda shape: 1e12))
+    search_matmul_shapes(torch.float32, 1e12, device=device, label="fp32")
+    search_matmul_shapes(torch.float32, 1e12, device=device, label="fp32", levels=1)
+    assert seen == [(lo, levels), (lo, 1)]
+
+
+def test_search_really_runs_on_cpu(monkeypatch) -> None:
+    monkeypatch.setenv("GPUGUIDE_SMALL", "1")
+    shape, per_flop, scouted = search_matmul_shapes(
+        torch.float32, 1e9, device="cpu", label="fp32", levels=1
+    )
+    assert scouted == 1
+    assert shape[0] == shape[1] == shape[2]
+    assert per_flop.rate(1).value > 1e6
+    assert per_flop.label == f"fp32 {shape[0]}x{shape[0]}x{shape[0]}"
 
 
 # -- activation memory ------------------------------------------------------------

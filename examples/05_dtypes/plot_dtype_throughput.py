@@ -26,7 +26,6 @@ import torch
 import gpuguide
 from gpuguide import Sweep, Variant, compare, format_rate, matmul_flop, report
 from gpuguide.chapters import precision
-from gpuguide.chapters.precision import matmul_bytes, tf32_matmuls, time_matmul
 
 if not torch.cuda.is_available():
     torch.set_num_threads(1)
@@ -50,9 +49,7 @@ def mm(a, b, out):
     return torch.mm(a, b, out=out)
 
 
-@tf32_matmuls(True)  # TF32 inside each call
-def tf32_mm(a, b, out):
-    return torch.mm(a, b, out=out)
+tf32_mm = precision.tf32_matmuls(True)(mm)  # mm with TF32 inside each call
 
 
 def squares(dtype, n, device):  # a, b and out
@@ -73,7 +70,7 @@ times = Sweep(
     hi=16384,
     per_octave=2,
     multiple_of=8,
-    memory=lambda n: matmul_bytes(n, n, n, torch.float64),
+    memory=lambda n: precision.matmul_bytes(n, n, n, torch.float64),
     flop=lambda n: matmul_flop(n, n, n),
     rate="FLOP/s",
     size_label="matrix side n (elements)",
@@ -121,35 +118,18 @@ gpuguide.claim(
 # the four largest doubling sizes that fit (three on a CPU, one fewer in small mode)
 # in short bursts on a cold L2 cache, then the three fastest on the full budget; the
 # best of those and the squares at MAMF's rate (FLOP over the median of the five
-# fastest calls).
-def time_shape(name, dtype, shape, **budgets):  # on a cold L2; per FLOP, as MAMF
-    label = f"{name} {'x'.join(map(str, shape))}"
-    m = time_matmul(dtype, shape, device=device, label=label, flush_l2=True, **budgets)
-    return precision.mamf(m, matmul_flop(*shape))
-
-
-budget = gpuguide.size_budget(device)
-lo, levels = (256, 4) if page.cuda else (32, 3)
-scout = {"warmup_ms": 5, "rep_ms": 20, "max_reps": 100}  # short bursts
+# fastest calls):
+#
+# .. literalinclude:: /../src/gpuguide/chapters/precision.py
+#    :pyobject: search_matmul_shapes
 best = {}  # name -> the best shape's five fastest calls, per FLOP
 for name, dtype in variants.items():
-    scouted = {}
-    shapes = precision.matmul_shapes(
-        dtype, plan[name], budget, lo=lo, levels=levels - page.small
+    squares = {(n, n, n): times.at(name, n) for n in times.ran(name)}
+    shape, best[name], scouted = precision.search_matmul_shapes(
+        dtype, plan[name], device=device, label=name, tf32=name == "tf32", timed=squares
     )
-    with tf32_matmuls(name == "tf32"):
-        for shape in shapes:
-            scouted[shape] = time_shape(name, dtype, shape, **scout)
-            if scouted[shape].min_s * matmul_flop(*shape) > 2 * budget.call_s:
-                break  # larger shapes would take longer still
-        top = sorted(scouted, key=lambda s: scouted[s].median_s)[:3]
-        full = {s: time_shape(name, dtype, s) for s in top}
-    square = {(n, n, n): times.at(name, n) for n in times.ran(name)}
-    full |= {s: precision.mamf(m, matmul_flop(*s)) for s, m in square.items()}
-    shape = min(full, key=lambda s: full[s].median_s)
-    best[name] = full[shape]
     size = "x".join(map(str, shape))
-    print(f"{name}: the best of {len(scouted)} scouted shapes and the squares: {size}")
+    print(f"{name}: the best of {scouted} scouted shapes and the squares: {size}")
     report("best matmul", best[name].rate(1), peak=name, size=size, dtype=name)
 first, second = sorted(best, key=lambda k: best[k].median_s)[:2]
 verdict = compare(best[first], best[second])
@@ -175,11 +155,9 @@ gpuguide.claim(
 # Every curve rises with ``n`` before it flattens; on a GPU the 16-bit curves later
 # and higher. The legend gives each dtype's best rate. On an H100 expect the best
 # bf16 and fp16 at 65-85% of the dense peak (MAMF's best: 794.5 of 989.5 TFLOP/s).
-fastest = f"{first} is the fastest here"
-if not verdict.measurable:
-    fastest = f"{first} and {second} are the fastest here, no measurable difference"
 best_rate = {k: format_rate(best[k].rate(1).value, "FLOP/s") for k in best}
-times.plot(title=fastest, labels={k: f"{k} (best {best_rate[k]})" for k in best})
+title = f"fastest here: {first} over {second}, {verdict.short}"
+times.plot(title=title, labels={k: f"{k} (best {best_rate[k]})" for k in best})
 plt.show()
 
 # %%

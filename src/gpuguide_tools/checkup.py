@@ -3,7 +3,7 @@
 Measures, with the same helpers as the pages that teach them:
 
 - matmul throughput per dtype, the best of a small shape search
-  (:func:`gpuguide_tools.mamf.search_matmul_shapes`, as on the dtypes page);
+  (:func:`gpuguide_tools.mamf.best_matmul`, as on the dtypes page);
 - device memory bandwidth, a large ``x + y`` (the roofline page's streaming
   size, :func:`gpuguide.chapters.roofline.streaming_elements`);
 - host-device bandwidth, pageable and pinned (CUDA only, as on the transfers page);
@@ -27,7 +27,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
 from functools import partial
@@ -45,7 +45,7 @@ from gpuguide.timing import Measurement, benchmark
 from gpuguide.units import format_bytes, format_ratio, format_value
 from gpuguide.verdicts import interleave
 from gpuguide.version import describe_version
-from gpuguide_tools.mamf import search_matmul_shapes
+from gpuguide_tools.mamf import best_matmul
 from gpuguide_tools.recorder import peak_figures, with_measured_ceilings
 from gpuguide_tools.results_files import RESULTS_DIR_ENV, ResultsFile, dumps, load_dir
 
@@ -74,16 +74,6 @@ def _spread(nbytes: float, m: Measurement) -> tuple[float, float]:
     return (nbytes / m.q75_s, nbytes / m.q25_s)
 
 
-def _tf32(allowed: bool) -> Callable[[], None]:
-    previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = allowed
-
-    def restore() -> None:
-        torch.backends.cuda.matmul.allow_tf32 = previous
-
-    return restore
-
-
 def _dtypes(device: torch.device) -> list[str]:
     names = list(MATMUL_DTYPES)
     if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 0):
@@ -95,31 +85,12 @@ def _dtypes(device: torch.device) -> list[str]:
 
 def matmul_figures(device: torch.device, levels: int, peaks: Peaks) -> list[Result]:
     """The best rate per dtype from a search over ``levels ** 3`` shapes."""
-    figures = []
-    for name in _dtypes(device):
-        dtype, tf32 = MATMUL_DTYPES[name]
-        restore = _tf32(tf32)
-        try:
-            plan = peaks.flops_for(dtype, tf32=tf32)
-            found = search_matmul_shapes(
-                dtype, device=device, label=name, flop_per_s=plan, levels=levels
-            )
-        finally:
-            restore()
-        best = found.best
-        figures.append(
-            Result(
-                "plot_dtype_throughput",
-                "best matmul",
-                best.flops_per_s,
-                "FLOP/s",
-                spread=(best.median_flops_per_s, best.flops_per_s),
-                config={"dtype": name},
-                size="x".join(map(str, best.shape)),
-                peak=name,
-            )
+    return [
+        best_matmul(
+            name, *MATMUL_DTYPES[name], device=device, levels=levels, peaks=peaks
         )
-    return figures
+        for name in _dtypes(device)
+    ]
 
 
 def memory_figures(device: torch.device) -> list[Result]:

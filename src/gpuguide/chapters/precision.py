@@ -13,8 +13,9 @@
 - ``05_dtypes/plot_dtype_throughput``: TF32 matmuls switched on and off
   (:func:`tf32_matmuls`), a matmul's bytes (:func:`matmul_bytes`), a planning rate
   where no peak is known (:func:`probe_rate`), the shapes the search for the best
-  rate tries (:func:`matmul_shapes`), one matmul timed (:func:`time_matmul`) and
-  MAMF's statistic (:func:`mamf`).
+  rate tries (:func:`matmul_shapes`), one matmul timed (:func:`time_matmul`),
+  MAMF's statistic (:func:`mamf`) and the search itself
+  (:func:`search_matmul_shapes`, which the check-up runs too).
 - ``06_mixed_precision/plot_amp_training``: the chapter's transformer block
   (:class:`Block`, the one ``plot_autocast_dtypes`` shows) and its width
   (:func:`block_width`).
@@ -64,6 +65,7 @@ __all__ = [
     "peak_rise",
     "probe_rate",
     "rerun_in_backward",
+    "search_matmul_shapes",
     "tf32_matmuls",
     "time_matmul",
 ]
@@ -195,6 +197,53 @@ def mamf(measurement: Measurement, flop: float, *, fastest: int = 5) -> Measurem
     return Measurement(
         measurement.label, tuple(per_flop), measurement.device, measurement.method
     )
+
+
+def search_matmul_shapes(
+    dtype: torch.dtype,
+    flop_per_s: float,
+    *,
+    device: torch.device | str,
+    label: str,
+    levels: int | None = None,
+    tf32: bool = False,
+    timed: Mapping[Shape, Measurement] | None = None,
+) -> tuple[Shape, Measurement, int]:
+    """The fastest matmul shape in ``dtype``, after Stas Bekman's MAMF finder.
+
+    Times each of :func:`matmul_shapes` (``levels`` sizes per dimension, by default
+    4 from 256 on CUDA, 3 from 32 elsewhere, one fewer in small mode; planned at
+    ``flop_per_s``), cheapest first, in short bursts on a cold L2 cache, until one
+    call takes twice the device's time per call; then the three fastest again on
+    :func:`gpuguide.benchmark`'s budget. The shapes timed already (``timed``)
+    compete too. ``tf32``: fp32 matmuls run on TF32 tensor cores. Returns the best
+    shape, its five fastest calls per FLOP (:func:`mamf`) and how many shapes were
+    scouted.
+    """
+    budget = size_budget(device)
+    lo, most = (256, 4) if torch.device(device).type == "cuda" else (32, 3)
+    if levels is None:
+        levels = most - budget.small
+    shapes = matmul_shapes(dtype, flop_per_s, budget, lo=lo, levels=levels)
+
+    def per_flop(shape: Shape, **budgets: float) -> Measurement:
+        name = f"{label} {'x'.join(map(str, shape))}"
+        m = time_matmul(
+            dtype, shape, device=device, label=name, flush_l2=True, **budgets
+        )
+        return mamf(m, matmul_flop(*shape))
+
+    scouted: dict[Shape, Measurement] = {}
+    with tf32_matmuls(tf32):
+        for shape in shapes:  # short bursts
+            scouted[shape] = per_flop(shape, warmup_ms=5, rep_ms=20, max_reps=100)
+            if scouted[shape].min_s * matmul_flop(*shape) > 2 * budget.call_s:
+                break  # larger shapes would take longer still
+        top = sorted(scouted, key=lambda s: scouted[s].median_s)[:3]
+        full = {s: per_flop(s) for s in top}  # the full budget
+    full |= {s: mamf(m, matmul_flop(*s)) for s, m in (timed or {}).items()}
+    best = min(full, key=lambda s: full[s].median_s)
+    return best, full[best], len(scouted)
 
 
 # -- activation memory -----------------------------------------------------------
