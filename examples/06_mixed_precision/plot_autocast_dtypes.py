@@ -18,7 +18,6 @@ See also the concept page :doc:`how a GPU runs PyTorch </concepts/gpu>`.
 # The current spelling is ``torch.autocast(device_type, dtype=...)``; the older
 # ``torch.cuda.amp.autocast`` that many tutorials still show is deprecated.
 import math
-from collections import namedtuple
 
 import matplotlib.pyplot as plt
 import torch
@@ -32,17 +31,6 @@ page = gpuguide.setup()
 device = page.device
 low = [torch.float16, torch.bfloat16]
 name = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-
-# %%
-# Three formats
-# -------------
-# float16 has 5 exponent bits: normal numbers only down to about 6e-5 (smaller ones
-# lose precision as subnormals, then become zero). bfloat16 keeps float32's 8, so
-# its range, and pays with fewer mantissa bits: coarser steps between values.
-Format = namedtuple("Format", "dtype max smallest_normal smallest_subnormal eps")
-infos = [torch.finfo(dtype) for dtype in (torch.float32, *low)]
-print(table(Format(f.dtype, f.max, f.tiny, f.tiny * f.eps, f.eps) for f in infos))
-
 
 # %%
 # The model
@@ -65,8 +53,9 @@ dims = f"32x{seq}x{width}"  # batch x tokens x width, shown with recorded figure
 # Which module produced which dtype
 # ---------------------------------
 # Forward hooks record the dtype each module received and returned during one
-# autocast forward pass per 16-bit format. Which operations autocast keeps in
-# float32 differs between devices, so the table comes from this run.
+# autocast training step per 16-bit format; as in training, ``backward`` runs
+# outside the autocast region. Which operations autocast keeps in float32 differs
+# between devices, so the table comes from this run.
 watched = {n: m for n, m in model.named_modules() if n} | {"loss": loss_fn}
 names, outputs = {m: n for n, m in watched.items()}, {}
 
@@ -76,41 +65,30 @@ def keep_output(module, inputs, output):
 
 
 handles = [m.register_forward_hook(keep_output) for m in watched.values()]
-short = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 rows, out_of = {}, {}  # module name -> its row; the dtypes it returned
 for dtype in low:
-    with torch.autocast(device.type, dtype=dtype), torch.no_grad():
-        loss_fn(model(x), y)
+    with torch.autocast(device.type, dtype=dtype):
+        loss = loss_fn(model(x), y)
+    loss.backward()
     for n, (in_dtype, out) in outputs.items():
         row = rows.setdefault(n, {"module": n, "type": type(watched[n]).__name__})
-        row[f"autocast {name[dtype]}"] = f"{short[in_dtype]} -> {short[out.dtype]}"
-        out_of.setdefault(n, set()).add(short[out.dtype])
+        row[f"autocast {name[dtype]}"] = f"{name[in_dtype]} -> {name[out.dtype]}"
+        out_of.setdefault(n, set()).add(name[out.dtype])
 print(table(rows.values()))
-out_of = {n: "/".join(sorted(dtypes)) for n, dtypes in out_of.items()}
 linears = [n for n, m in watched.items() if isinstance(m, nn.Linear)]
-fp32_out = ("loss", "norm1", "norm2")
+fp32_out = ["loss", "norm1", "norm2"] + (["softmax"] if device.type == "cuda" else [])
 gpuguide.claim(
     "under autocast every Linear returns 16-bit values, and the loss and layer norm "
-    "float32",
-    holds=all("fp32" not in out_of[n] for n in linears)
-    and all(out_of[n] == "fp32" for n in fp32_out),
-    measured=", ".join(f"{n} {out_of[n]}" for n in (*linears, *fp32_out)),
+    "(on CUDA softmax too) float32",
+    holds=all("float32" not in out_of[n] for n in linears)
+    and all(out_of[n] == {"float32"} for n in fp32_out),
+    measured=", ".join(f"{n} {'/'.join(sorted(out_of[n]))}" for n in out_of),
 )
-gpuguide.claim(
-    "on CUDA, softmax runs in float32 under autocast",
-    holds=out_of["softmax"] == "fp32",
-    measured=f"softmax returns {out_of['softmax']}",
-    on="cuda",
-)
-
-with torch.autocast(device.type, dtype=low[0]):
-    loss = loss_fn(model(x), y)
-loss.backward()
 weight = model.qkv.weight
 gpuguide.claim(
-    "after an autocast step the weights and their gradients are float32",
+    "after autocast steps the weights and their gradients are float32",
     holds=weight.dtype == weight.grad.dtype == torch.float32,
-    measured=f"{short[weight.dtype]} and {short[weight.grad.dtype]}",
+    measured=f"{name[weight.dtype]} and {name[weight.grad.dtype]}",
 )
 
 
@@ -121,32 +99,30 @@ gpuguide.claim(
 # (:func:`~gpuguide.chapters.precision.kept_for_backward`, shown on
 # :doc:`the training memory page </auto_examples/04_memory/plot_training_memory>`).
 # float32 outputs and 16-bit copies of the weights are saved too.
-def saved_bytes(dtype):
+saved = {}
+for dtype in (torch.float32, *low):
     with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-        return precision.kept_for_backward(lambda: loss_fn(model(x), y))
-
-
-saved = {name[d]: saved_bytes(d) for d in (torch.float32, *low)}
+        saved[name[dtype]] = precision.kept_for_backward(lambda: loss_fn(model(x), y))
 for mode, nbytes in saved.items():
     report("saved for backward", nbytes, unit="B", size=dims, mode=mode)
-kept = min(saved.values()) / saved["float32"]
-most = max(saved[name[d]] for d in low) / saved["float32"]
+ratios = {mode: saved[mode] / saved["float32"] for mode in ("float16", "bfloat16")}
 gpuguide.claim(
     "the 16-bit modes keep between half and three quarters of float32's bytes",
-    most,
-    spread=(kept, most),
-    at_least=0.5,
-    at_most=0.75,
+    holds=all(0.5 <= ratio <= 0.75 for ratio in ratios.values()),
+    measured=", ".join(f"{mode} {ratio:.3f}" for mode, ratio in ratios.items()),
 )
 fig, ax = plt.subplots()
-title = f"Autocast keeps {kept:.0%} of float32's activation bytes"
+title = f"Autocast keeps {min(ratios.values()):.0%} of float32's activation bytes"
 plot_bars(ax, precision.mib(saved), ylabel="saved for backward (MiB)", title=title)
 plt.show()
 
 # %%
 # Gradients that float16 cannot hold
 # ----------------------------------
-# The backward pass of an autocast region computes activation gradients in 16 bits.
+# float16 has 5 exponent bits: normal numbers only down to about 6e-5 (smaller ones
+# lose precision as subnormals, then become zero). bfloat16 keeps float32's 8, so
+# its range, and pays with fewer mantissa bits: coarser steps between values. The
+# backward pass of an autocast region computes activation gradients in 16 bits.
 # Here they are computed once in float32 and rounded to each format; the
 # ``GradScaler``'s starting scale, 2**16, shifts the tiny ones back into range.
 loss = loss_fn(model(x), y)  # float32; the hooks keep every module's output
@@ -163,25 +139,17 @@ def percent(mask):
     return 100 * mask.float().mean().item()
 
 
-def subnormal(r):  # nonzero, below the smallest normal: it has lost precision
-    return (r != 0) & (r.abs() < torch.finfo(r.dtype).tiny)
-
-
-Lost = namedtuple("Lost", "rounded_to zero_percent subnormal_percent")
-rounded = {"float16": values.half(), "float16, loss x 2**16": (values * 2.0**16).half()}
-rounded["bfloat16"] = values.bfloat16()
-lost = [Lost(k, percent(r == 0), percent(subnormal(r))) for k, r in rounded.items()]
-print(table(lost))
-zero_or_sub = [row.zero_percent + row.subnormal_percent for row in lost]
+below = percent(values.abs() < tiny16)
+report("below float16's normal range", below, unit="%", size=dims)
+plain = percent(values.half().abs() < tiny16)  # rounded to zero or to a subnormal
+scaled = percent((values * 2.0**16).half().abs() < tiny16)
+bf16_zero = percent(values.bfloat16() == 0)
 gpuguide.claim(
     "the loss scale 2**16 leaves fewer activation gradients zero or subnormal in "
     "float16 than no scale, and bfloat16 rounds none to zero",
-    holds=zero_or_sub[1] < zero_or_sub[0] and lost[2].zero_percent == 0,
-    measured=f"{zero_or_sub[1]:.3f}% against {zero_or_sub[0]:.3f}%; bfloat16 "
-    f"{lost[2].zero_percent:.3f}% zero",
+    holds=scaled < plain and bf16_zero == 0,
+    measured=f"{scaled:.3f}% against {plain:.3f}%; bfloat16 {bf16_zero:.3f}% zero",
 )
-below = percent(values.abs() < tiny16)
-report("below float16's normal range", below, unit="%", size=dims)
 magnitudes = values.abs().cpu()
 lo, hi = math.floor(magnitudes.min().log10()), math.ceil(magnitudes.max().log10())
 bins = torch.logspace(lo, hi, 4 * (hi - lo) + 1)  # quarter decades
