@@ -17,16 +17,16 @@ from gpuguide import Measurement, matmul_flop
 from gpuguide.chapters import precision
 from gpuguide.chapters.precision import (
     Block,
+    _mamf,
+    _matmul_shapes,
+    _time_matmul,
     kept_for_backward,
-    mamf,
     matmul_bytes,
-    matmul_shapes,
     mib,
     peak_rise,
     probe_rate,
     search_matmul_shapes,
     tf32_matmuls,
-    time_matmul,
 )
 from gpuguide.sizes import SizeBudget
 
@@ -83,7 +83,7 @@ def test_matmul_bytes_counts_both_inputs_and_the_output() -> None:
 
 
 def test_shapes_are_the_largest_levels_cheapest_first() -> None:
-    shapes = matmul_shapes(torch.float32, 1e15, _budget(), lo=32, levels=2, hi=128)
+    shapes = _matmul_shapes(torch.float32, 1e15, _budget(), lo=32, levels=2, hi=128)
     assert len(shapes) == 8
     assert {s for shape in shapes for s in shape} == {64, 128}
     flops = [matmul_flop(*s) for s in shapes]
@@ -97,24 +97,24 @@ def test_shapes_keep_only_what_fits_memory_and_time() -> None:
     # (64, 64, 128) is 1048576 and does not.
     rate, call_s = 1e9, 0.004
     budget = _budget(call_s=call_s)
-    shapes = matmul_shapes(torch.float32, rate, budget, lo=32, levels=3, hi=256)
+    shapes = _matmul_shapes(torch.float32, rate, budget, lo=32, levels=3, hi=256)
     assert shapes
     assert all(2 * matmul_flop(*s) / rate <= call_s for s in shapes)
     tight = _budget(memory_bytes=matmul_bytes(64, 64, 64, torch.float32))
-    kept = matmul_shapes(torch.float32, 1e15, tight, lo=32, levels=2, hi=128)
+    kept = _matmul_shapes(torch.float32, 1e15, tight, lo=32, levels=2, hi=128)
     assert all(matmul_bytes(*s, torch.float32) <= tight.memory_bytes for s in kept)
 
 
 def test_shapes_fall_back_to_the_smallest_square() -> None:
     # No combination of the two sizes fits a time budget this short.
     budget = _budget(call_s=1e-12)
-    shapes = matmul_shapes(torch.float32, 1e9, budget, lo=32, levels=2, hi=128)
+    shapes = _matmul_shapes(torch.float32, 1e9, budget, lo=32, levels=2, hi=128)
     assert len(shapes) == 1
     assert shapes[0][0] == shapes[0][1] == shapes[0][2]
 
 
 def test_time_matmul_times_the_product_only() -> None:
-    m = time_matmul(torch.float32, (8, 4, 16), device="cpu", label="mm", rep_ms=1.0)
+    m = _time_matmul(torch.float32, (8, 4, 16), device="cpu", label="mm", rep_ms=1.0)
     assert m.label == "mm"
     assert m.device == "cpu"
     assert m.n >= 5
@@ -128,13 +128,13 @@ def test_probe_rate_is_a_positive_rate() -> None:
 
 def test_mamf_is_the_five_fastest_calls_per_flop() -> None:
     m = Measurement("mm", (9.0, 1.0, 2.0, 8.0, 3.0, 4.0, 5.0), "cpu", "wall-clock")
-    per_flop = mamf(m, 2.0)
+    per_flop = _mamf(m, 2.0)
     assert sorted(per_flop.times_s) == [0.5, 1.0, 1.5, 2.0, 2.5]
     assert per_flop.median_s == 1.5  # the median of the five fastest, per FLOP
     assert per_flop.rate(1).value == pytest.approx(1 / 1.5)
-    assert mamf(m, 1.0, fastest=1).times_s == (1.0,)
+    assert _mamf(m, 1.0, fastest=1).times_s == (1.0,)
     with pytest.raises(ValueError, match="flop must be"):
-        mamf(m, 0.0)
+        _mamf(m, 0.0)
 
 
 # -- the shape search ---------------------------------------------------------------
@@ -164,7 +164,7 @@ class FakeTime:
 def _search(monkeypatch, bench, *, memory=3 * 128 * 128 * 4, call_s=1.0, **kw):
     budget = _budget(memory_bytes=memory, call_s=call_s)
     monkeypatch.setattr(precision, "size_budget", lambda device: budget)
-    monkeypatch.setattr(precision, "time_matmul", bench)
+    monkeypatch.setattr(precision, "_time_matmul", bench)
     kw = {"device": "cpu", "label": "fp32"} | kw
     return search_matmul_shapes(torch.float32, kw.pop("flop_per_s", 1e10), **kw)
 
@@ -273,8 +273,8 @@ def test_levels_default_to_fewer_off_cuda_and_in_small_mode(
 
     budget = SizeBudget(device=device, memory_bytes=2**30, call_s=1.0, small=small)
     monkeypatch.setattr(precision, "size_budget", lambda device: budget)
-    monkeypatch.setattr(precision, "matmul_shapes", spy)
-    monkeypatch.setattr(precision, "time_matmul", FakeTime(lambda shape: 1e12))
+    monkeypatch.setattr(precision, "_matmul_shapes", spy)
+    monkeypatch.setattr(precision, "_time_matmul", FakeTime(lambda shape: 1e12))
     search_matmul_shapes(torch.float32, 1e12, device=device, label="fp32")
     search_matmul_shapes(torch.float32, 1e12, device=device, label="fp32", levels=1)
     assert seen == [(lo, levels), (lo, 1)]

@@ -13,8 +13,8 @@
 - ``05_dtypes/plot_dtype_throughput``: TF32 matmuls switched on and off
   (:func:`tf32_matmuls`), a matmul's bytes (:func:`matmul_bytes`), a planning rate
   where no peak is known (:func:`probe_rate`), the shapes the search for the best
-  rate tries (:func:`matmul_shapes`), one matmul timed (:func:`time_matmul`),
-  MAMF's statistic (:func:`mamf`) and the search itself
+  rate tries (``_matmul_shapes``), one matmul timed (``_time_matmul``),
+  MAMF's statistic (``_mamf``) and the search itself
   (:func:`search_matmul_shapes`, which the check-up runs too).
 - ``06_mixed_precision/plot_amp_training``: the chapter's transformer block
   (:class:`Block`, the one ``plot_autocast_dtypes`` shows) and its width
@@ -56,9 +56,7 @@ __all__ = [
     "has_amx_fp16",
     "has_avx512_bf16",
     "kept_for_backward",
-    "mamf",
     "matmul_bytes",
-    "matmul_shapes",
     "mib",
     "mlp",
     "mlp_batch",
@@ -67,7 +65,6 @@ __all__ = [
     "rerun_in_backward",
     "search_matmul_shapes",
     "tf32_matmuls",
-    "time_matmul",
 ]
 
 Shape = tuple[int, int, int]
@@ -110,7 +107,7 @@ def matmul_bytes(m: int, n: int, k: int, dtype: torch.dtype) -> int:
     return (m * k + k * n + m * n) * dtype.itemsize
 
 
-def time_matmul(
+def _time_matmul(
     dtype: torch.dtype,
     shape: Shape,
     *,
@@ -146,12 +143,13 @@ def probe_rate(
     tries = checks.integer("tries", tries, minimum=1)
     shape = (side, side, side)
     fastest = min(
-        time_matmul(dtype, shape, device=device, rep_ms=5.0).min_s for _ in range(tries)
+        _time_matmul(dtype, shape, device=device, rep_ms=5.0).min_s
+        for _ in range(tries)
     )
     return matmul_flop(*shape) / fastest
 
 
-def matmul_shapes(
+def _matmul_shapes(
     dtype: torch.dtype,
     flop_per_s: float,
     budget: SizeBudget,
@@ -187,7 +185,7 @@ def matmul_shapes(
     return sorted(fits or [first], key=lambda s: (matmul_flop(*s), s))
 
 
-def mamf(measurement: Measurement, flop: float, *, fastest: int = 5) -> Measurement:
+def _mamf(measurement: Measurement, flop: float, *, fastest: int = 5) -> Measurement:
     """The ``fastest`` calls of ``measurement``, each divided by the ``flop`` of one
     call: ``.median_s`` is seconds per FLOP and ``.rate(1)`` the rate of Stas
     Bekman's MAMF finder (the median of the five fastest calls)."""
@@ -211,27 +209,27 @@ def search_matmul_shapes(
 ) -> tuple[Shape, Measurement, int]:
     """The fastest matmul shape in ``dtype``, after Stas Bekman's MAMF finder.
 
-    Times each of :func:`matmul_shapes` (``levels`` sizes per dimension, by default
+    Times each of ``_matmul_shapes`` (``levels`` sizes per dimension, by default
     4 from 256 on CUDA, 3 from 32 elsewhere, one fewer in small mode; planned at
     ``flop_per_s``), cheapest first, in short bursts on a cold L2 cache, until one
     call takes twice the device's time per call; then the three fastest again on
     :func:`gpuguide.benchmark`'s budget. The shapes timed already (``timed``)
     compete too. ``tf32``: fp32 matmuls run on TF32 tensor cores. Returns the best
-    shape, its five fastest calls per FLOP (:func:`mamf`) and how many shapes were
+    shape, its five fastest calls per FLOP (``_mamf``) and how many shapes were
     scouted.
     """
     budget = size_budget(device)
     lo, most = (256, 4) if torch.device(device).type == "cuda" else (32, 3)
     if levels is None:
         levels = most - budget.small
-    shapes = matmul_shapes(dtype, flop_per_s, budget, lo=lo, levels=levels)
+    shapes = _matmul_shapes(dtype, flop_per_s, budget, lo=lo, levels=levels)
 
     def per_flop(shape: Shape, **budgets: float) -> Measurement:
         name = f"{label} {'x'.join(map(str, shape))}"
-        m = time_matmul(
+        m = _time_matmul(
             dtype, shape, device=device, label=name, flush_l2=True, **budgets
         )
-        return mamf(m, matmul_flop(*shape))
+        return _mamf(m, matmul_flop(*shape))
 
     scouted: dict[Shape, Measurement] = {}
     with tf32_matmuls(tf32):
@@ -241,7 +239,7 @@ def search_matmul_shapes(
                 break  # larger shapes would take longer still
         top = sorted(scouted, key=lambda s: scouted[s].median_s)[:3]
         full = {s: per_flop(s) for s in top}  # the full budget
-    full |= {s: mamf(m, matmul_flop(*s)) for s, m in (timed or {}).items()}
+    full |= {s: _mamf(m, matmul_flop(*s)) for s, m in (timed or {}).items()}
     best = min(full, key=lambda s: full[s].median_s)
     return best, full[best], len(scouted)
 
