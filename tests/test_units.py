@@ -137,10 +137,10 @@ def test_format_ratio_at_most_three_significant_digits():
         (3e-12, (1e-9, "ns")),
     ],
 )
-def test_time_unit_matches_format_time(seconds, expected):
-    from gpuguide.units import time_unit
+def test_unit_scale_matches_format_time(seconds, expected):
+    from gpuguide.units import unit_scale
 
-    assert time_unit(seconds) == expected
+    assert unit_scale(seconds, "s") == expected
 
 
 @pytest.mark.parametrize(
