@@ -35,7 +35,7 @@ from gpuguide.plotting import plot_sweep
 from gpuguide.sizes import sweep as fitting_sizes
 from gpuguide.tables import Table, format_cell
 from gpuguide.timing import Measurement, Rate, benchmark
-from gpuguide.units import format_rate, time_unit
+from gpuguide.units import format_rate, unit_scale
 from gpuguide.verdicts import Comparison, compare, interleave
 
 __all__ = ["Sweep", "SweepResult", "Variant", "size_text"]
@@ -453,7 +453,7 @@ class SweepResult:
         scale, unit = 1e-3, "ms"
         if self.sweep.rate is None:
             medians = [m.median_s for ms in self.times.values() for m in ms if m]
-            scale, unit = time_unit(min(medians) if medians else 1e-3)
+            scale, unit = unit_scale(min(medians) if medians else 1e-3, "s")
         else:
             top = max(
                 self.rate(label, n).value
