@@ -134,7 +134,7 @@ def test_the_provenance_a_page_prints_is_one_compact_line():
     import dataclasses
     from datetime import datetime, timezone
 
-    now = datetime(2026, 11, 21, 10, 42, tzinfo=timezone.utc)
+    today = datetime.now(timezone.utc).strftime("%Y-%m-%d")  # the line's date
     cpu = dataclasses.replace(
         gpuguide.describe_device("cpu"), torch_version="2.13.0+cpu",
         gpuguide_version="0.1.0", gpuguide_commit="abc1234", gpuguide_dirty=False,
@@ -144,14 +144,14 @@ def test_the_provenance_a_page_prints_is_one_compact_line():
         sm_count=132, total_memory_bytes=80 * 2**30, compute_capability=(9, 0),
         cuda_version="12.8", driver_version="570.86.15", torch_version="2.13.0",
     )  # fmt: skip
-    assert gpuguide.provenance(h100, now=now) == (
+    assert gpuguide.provenance(h100) == (
         "Measured on H100 SXM5 | torch 2.13.0 | CUDA 12.8 | driver 570.86.15 | "
-        "gpuguide 0.1.0 (abc1234) | 2026-11-21"
+        f"gpuguide 0.1.0 (abc1234) | {today}"
     )
-    assert gpuguide.provenance(cpu, now=now) == (
+    assert gpuguide.provenance(cpu) == (
         f"Measured on {cpu.short_name} | torch 2.13.0+cpu | gpuguide 0.1.0 (abc1234) "
-        "| 2026-11-21"
+        f"| {today}"
     )
     capped = dataclasses.replace(h100, memory_cap_bytes=2**30)
-    line = gpuguide.provenance(capped, now=now)
+    line = gpuguide.provenance(capped)
     assert line.startswith("Measured on H100 SXM5, GPU memory capped at 1.00 GiB |")

@@ -3,9 +3,6 @@
 :func:`pick_device` chooses where a page runs and caps a CUDA allocator at
 ``GPUGUIDE_GPU_MEMORY``; :func:`describe_device` collects what a reader needs to
 judge a measurement, and :func:`provenance` makes it one line.
-
->>> provenance("cpu").startswith("Measured on CPU: ")
-True
 """
 
 from __future__ import annotations
@@ -34,8 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DeviceInfo", "describe_device", "gpu_state", "pick_device", "provenance"]
 
-_SUPPORTED_TYPES = ("cuda", "mps", "cpu")
-
 # The cap each CUDA device's allocator was last given, by index.
 _applied_caps: dict[int, int | None] = {}
 
@@ -52,37 +47,31 @@ def _check_available(device: torch.device) -> torch.device:
     """``device`` (with a CUDA index filled in); raise if it cannot run here."""
     import torch
 
+    if device.type not in ("cuda", "mps", "cpu"):
+        msg = f"device type must be cuda, mps or cpu, got {device.type!r}"
+        raise ValueError(msg)
     if device.type == "cpu":
         return torch.device("cpu")
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            msg = (
-                f"device {str(device)!r} was asked for, but CUDA is not available "
-                f"(torch {torch.__version__}, built with CUDA "
-                f"{torch.version.cuda or 'none'}); use 'cpu' or unset {DEVICE_ENV}"
-            )
-            raise RuntimeError(msg)
-        count = torch.cuda.device_count()
-        index = torch.cuda.current_device() if device.index is None else device.index
-        if not 0 <= index < count:
-            msg = (
-                f"device {str(device)!r} was asked for, but only {count} CUDA "
-                "device(s) are visible"
-            )
-            raise RuntimeError(msg)
-        return torch.device("cuda", index)
-    if device.type == "mps":
-        if not _mps_available():
-            msg = (
-                f"device {str(device)!r} was asked for, but the MPS backend is not "
-                f"available; use 'cpu' or unset {DEVICE_ENV}"
-            )
-            raise RuntimeError(msg)
+    cuda = device.type == "cuda"
+    if not (torch.cuda.is_available() if cuda else _mps_available()):
+        msg = (
+            f"device {str(device)!r} was asked for, but "
+            f"{'CUDA' if cuda else 'the MPS backend'} is not available (torch "
+            f"{torch.__version__}, built with CUDA {torch.version.cuda or 'none'}); "
+            f"use 'cpu' or unset {DEVICE_ENV}"
+        )
+        raise RuntimeError(msg)
+    if not cuda:
         return torch.device("mps")
-    msg = (
-        f"device type must be one of {', '.join(_SUPPORTED_TYPES)}, got {device.type!r}"
-    )
-    raise ValueError(msg)
+    count = torch.cuda.device_count()
+    index = torch.cuda.current_device() if device.index is None else device.index
+    if not 0 <= index < count:
+        msg = (
+            f"device {str(device)!r} was asked for, but only {count} CUDA "
+            "device(s) are visible"
+        )
+        raise RuntimeError(msg)
+    return torch.device("cuda", index)
 
 
 def pick_device(prefer: str | torch.device | None = None) -> torch.device:
@@ -93,19 +82,15 @@ def pick_device(prefer: str | torch.device | None = None) -> torch.device:
     ``RuntimeError`` if the device is not available, else ``ValueError``."""
     import torch
 
-    choice: Any = prefer
-    if choice is None:
-        choice = device_override()
+    choice: Any = device_override() if prefer is None else prefer
+    if isinstance(choice, str):
+        try:
+            choice = torch.device(choice.strip())
+        except RuntimeError as error:
+            msg = f"device must name a device, got {choice!r} ({error})"
+            raise ValueError(msg) from None
     if choice is not None:
-        if isinstance(choice, str):
-            try:
-                device = torch.device(choice.strip())
-            except RuntimeError as error:
-                msg = f"device must name a device, got {choice!r} ({error})"
-                raise ValueError(msg) from None
-        else:
-            device = torch.device(choice)
-        device = _check_available(device)
+        device = _check_available(torch.device(choice))
     elif torch.cuda.is_available():
         device = torch.device("cuda", torch.cuda.current_device())
     elif _mps_available():
@@ -163,19 +148,19 @@ class DeviceInfo:
 
     type: str
     name: str
-    variant: str | None
-    index: int | None
-    sm_count: int | None
-    total_memory_bytes: int | None
-    compute_capability: tuple[int, int] | None
     torch_version: str
     cuda_version: str | None
-    driver_version: str | None
     cpu_model: str
     cpu_cores: int | None
     cpu_threads: int
     torch_threads: int
     python_version: str
+    variant: str | None = None
+    index: int | None = None
+    sm_count: int | None = None
+    total_memory_bytes: int | None = None
+    compute_capability: tuple[int, int] | None = None
+    driver_version: str | None = None
     memory_cap_bytes: int | None = None
     cpu_isa: str | None = None
     gpuguide_version: str = __version__
@@ -188,7 +173,8 @@ class DeviceInfo:
         """A label and identity across results files: ``"H100 SXM5"``, the GPU name,
         or ``"CPU: AMD EPYC, 2 threads, AVX2"``."""
         if self.type == "cpu":
-            label = f"CPU: {self.cpu_model}, {_count(self.cpu_threads, 'thread')}"
+            threads = f"{self.cpu_threads} thread" + "s" * (self.cpu_threads != 1)
+            label = f"CPU: {self.cpu_model}, {threads}"
             return f"{label}, {self.cpu_isa}" if self.cpu_isa else label
         if self.type == "cuda" and self.variant:
             return self.variant
@@ -205,11 +191,6 @@ class DeviceInfo:
 def _clean(text: str) -> str:
     """Collapse runs of whitespace (newlines included) into single spaces."""
     return " ".join(text.split())
-
-
-def _count(n: int, noun: str) -> str:
-    """``"1 thread"``, ``"2 threads"``."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _torch_cpu_isa() -> str | None:
@@ -278,30 +259,23 @@ def _describe_cuda(
     )
 
 
-def _pci_bus_id(props: Any) -> str | None:
-    """The PCI bus id of a CUDA device as NVML writes it (``"00000000:18:00.0"``),
-    from ``torch.cuda.get_device_properties``; None where torch does not say."""
+def _nvml_state(props: Any) -> GpuState | None:
+    """What NVML says about the GPU of ``torch.cuda.get_device_properties``'s
+    ``props``, found by its PCI bus id; None without NVML or a bus id (no query)."""
     ids = [
         getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")
     ]
-    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+    if not nvml.available() or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in ids
+    ):
         return None
     domain, bus, device = ids
-    return f"{domain:08X}:{bus:02X}:{device:02X}.0"
-
-
-def _nvml_state(props: Any) -> GpuState | None:
-    """What NVML says about the GPU of ``props``; None without NVML (no query)."""
-    if not nvml.available() or (bus_id := _pci_bus_id(props)) is None:
-        return None
-    return nvml.gpu_state(bus_id)
+    return nvml.gpu_state(f"{domain:08X}:{bus:02X}:{device:02X}.0")
 
 
 def gpu_state(device: str | torch.device | None = None) -> GpuState | None:
     """What NVML says now about a CUDA device (:func:`pick_device`'s when omitted):
     clocks, power limit, clock limiters, PCIe link; None off CUDA or without NVML."""
-    if not nvml.available():
-        return None
     import torch
 
     resolved = pick_device(device)
@@ -319,17 +293,7 @@ def _describe_host(device_type: str, cpuinfo_text: str | None = None) -> DeviceI
         name = f"{model} GPU (MPS)" if model.startswith("Apple") else "Apple GPU (MPS)"
     else:
         name = fields["cpu_model"]
-    return DeviceInfo(
-        type=device_type,
-        name=name,
-        variant=None,
-        index=None,
-        sm_count=None,
-        total_memory_bytes=None,
-        compute_capability=None,
-        driver_version=None,
-        **fields,
-    )
+    return DeviceInfo(type=device_type, name=name, **fields)
 
 
 def as_device(device: str | torch.device | None) -> torch.device:
@@ -357,15 +321,10 @@ def describe_device(device: str | torch.device | None = None) -> DeviceInfo:
     return _describe_host(resolved.type)
 
 
-def provenance(
-    device: str | torch.device | DeviceInfo | None = None,
-    *,
-    now: datetime | None = None,
-) -> str:
-    """One compact line that says what a measurement ran on, and when (the date
-    of ``now``, in UTC; what :func:`gpuguide.setup` prints): ``"Measured on H100
-    SXM5 | torch 2.13.0 | CUDA 12.8 | driver 570.86.15 | gpuguide 0.1.0
-    (f4b16f4) | 2026-11-21"``."""
+def provenance(device: str | torch.device | DeviceInfo | None = None) -> str:
+    """One compact line that says what a measurement ran on, and the date (UTC;
+    what :func:`gpuguide.setup` prints): ``"Measured on H100 SXM5 | torch 2.13.0 |
+    CUDA 12.8 | driver 570.86.15 | gpuguide 0.1.0 (f4b16f4) | 2026-11-21"``."""
     info = device if isinstance(device, DeviceInfo) else describe_device(device)
     head = f"Measured on {info.short_name}"
     if info.memory_cap_bytes is not None:
@@ -374,8 +333,5 @@ def provenance(
     if info.type == "cuda":
         parts.append(f"CUDA {info.cuda_version or 'unknown'}")
         parts.append(f"driver {info.driver_version or 'unknown'}")
-    now = datetime.now(timezone.utc) if now is None else now
-    if now.tzinfo is not None:  # naive means UTC
-        now = now.astimezone(timezone.utc)
-    parts += [info.gpuguide_label, now.strftime("%Y-%m-%d")]
+    parts += [info.gpuguide_label, datetime.now(timezone.utc).strftime("%Y-%m-%d")]
     return " | ".join(_clean(part) for part in parts)
