@@ -1,7 +1,6 @@
 """The roofline page's helpers: :class:`Roofline` places measured operations on a
-device's roofline (its share of the roof, its regime, a table and the plot,
-:func:`plot_roofline`), and :func:`streaming_elements` sizes the tensors a page
-streams through memory."""
+device's roofline (their share of the roof, their regime, a table and the plot),
+and :func:`streaming_elements` sizes the tensors a page streams through memory."""
 
 from __future__ import annotations
 
@@ -24,18 +23,15 @@ from gpuguide.units import format_rate
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-    from gpuguide.device import DeviceInfo
     from gpuguide.sweeps import SweepResult
     from gpuguide.timing import Measurement
 
-__all__ = ["Roofline", "plot_roofline", "streaming_elements"]
+__all__ = ["Roofline", "streaming_elements"]
 
-#: The regimes :func:`plot_roofline` colours points by.
-REGIMES: tuple[str, ...] = ("overhead-bound", "memory-bound", "compute-bound")
 #: Outside small mode, the large elementwise tensors hold at least this many float32
 #: elements (64 MiB each, more than a GPU's L2), so that main memory feeds them.
-STREAMING_MIN_ELEMENTS = 2**24
-_DOT: dict[str, Any] = {"s": 42, "zorder": 4, "edgecolors": "white", "linewidths": 0.6}
+_STREAMING_MIN_ELEMENTS = 2**24
+#: Each regime's colour and marker on the plot.
 _REGIME_STYLE: dict[str, tuple[str, str]] = {
     "overhead-bound": (COLORS[3], "s"),
     "memory-bound": (COLORS[0], "o"),
@@ -43,15 +39,12 @@ _REGIME_STYLE: dict[str, tuple[str, str]] = {
 }
 
 
-def streaming_elements(
-    *, device: torch.device | str | None = None, small: bool | None = None
-) -> int:
+def streaming_elements(*, device: torch.device | str | None = None) -> int:
     """Elements of each large float32 tensor that an elementwise operation streams.
 
     The largest power of two up to ``2**28`` for which four such tensors fit the
     device's budget and one ``z + x * y`` its time per call; outside small mode
-    at least ``STREAMING_MIN_ELEMENTS`` (on a CPU, enough to outgrow its
-    caches).
+    at least ``2**24`` (on a CPU, enough to outgrow its caches).
     """
     elements = largest_size(
         2**12,
@@ -61,9 +54,9 @@ def streaming_elements(
         traffic_at=lambda n: 16 * n,
         device=device,
     )
-    if small_mode() if small is None else small:
+    if small_mode():
         return elements
-    least = STREAMING_MIN_ELEMENTS
+    least = _STREAMING_MIN_ELEMENTS
     if as_device(device).type == "cpu":
         least = max(least, streaming_bytes(small=False) // 4)
     return max(elements, least)
@@ -94,102 +87,6 @@ def _label_points(ax: Axes, items: Sequence[tuple[str, float, float]]) -> None:
             va="top",
             fontsize="x-small",
         )
-
-
-def plot_roofline(
-    ax: Axes,
-    points: Mapping[str, tuple[float, float]],
-    *,
-    regimes: Mapping[str, str],
-    peak_flops_per_s: float,
-    peak_bytes_per_s: float,
-    title: str,
-    device: torch.device | str | DeviceInfo | None = None,
-    sweeps: Mapping[str, Mapping[str, tuple[float, float]]] | None = None,
-) -> None:
-    """Draw the roofline and the measured points on log-log axes.
-
-    ``points`` maps a label to (intensity in FLOP/byte, achieved FLOP/s),
-    ``regimes`` each label to one of ``REGIMES`` (its colour); each of
-    ``sweeps`` is a run of such points joined by a line. Raises ``ValueError``
-    for a peak or point that is not positive, no points, or a missing regime.
-    """
-    flops = checks.positive("peak_flops_per_s", peak_flops_per_s)
-    bandwidth = checks.positive("peak_bytes_per_s", peak_bytes_per_s)
-    runs = {name: list(run.items()) for name, run in (sweeps or {}).items()}
-    everything = list(points.items()) + [p for run in runs.values() for p in run]
-    if not everything:
-        msg = "points must hold at least one point, got none"
-        raise ValueError(msg)
-    for label, (intensity, rate) in everything:
-        checks.positive(f"the intensity of {label!r}", intensity)
-        checks.positive(f"the FLOP/s of {label!r}", rate)
-    unknown = sorted(
-        {label for label, _ in everything if regimes.get(label) not in REGIMES}
-    )
-    if unknown:
-        msg = f"regimes must give each point one of {REGIMES}; not given for {unknown}"
-        raise ValueError(msg)
-    scale, unit = (1e12, "TFLOP/s") if flops >= 1e12 else (1e9, "GFLOP/s")
-    ridge = flops / bandwidth
-    intensities = [x for _, (x, _) in everything] + [ridge]
-    x_lo, x_hi = min(intensities) / 4, max(intensities) * 4
-    style_axes(ax)
-
-    roof_x = [x_lo, ridge, x_hi]
-    roof_y = [min(flops, x * bandwidth) / scale for x in roof_x]
-    roof_label = (
-        f"roof: {format_rate(bandwidth, 'B/s')} x intensity, "
-        f"at most {format_rate(flops, 'FLOP/s')}"
-    )
-    ax.plot(roof_x, roof_y, color="0.2", lw=2.2, label=roof_label, zorder=2)
-    ax.axvline(ridge, color="0.5", ls=":", lw=1.2, zorder=1)
-
-    labelled = list(points.items())
-    for i, (name, run) in enumerate(runs.items()):
-        if not run:
-            continue
-        ax.plot(
-            [x for _, (x, _) in run],
-            [rate / scale for _, (_, rate) in run],
-            color=COLORS[(4 + i) % len(COLORS)],
-            lw=1.2,
-            ls="--",
-            label=name,
-            zorder=3,
-        )
-        labelled += [run[0]] if len(run) == 1 else [run[0], run[-1]]
-    seen: set[str] = set()
-    for label, (intensity, rate) in everything:
-        kind = regimes[label]
-        color, marker = _REGIME_STYLE[kind]
-        dot = {**_DOT, "color": color, "marker": marker}
-        ax.scatter(
-            [intensity], [rate / scale], label=None if kind in seen else kind, **dot
-        )
-        seen.add(kind)
-
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(x_lo, x_hi)
-    rates = [rate for _, (_, rate) in everything]
-    low, high = min(min(rates), roof_y[0] * scale), max(max(rates), flops)
-    ax.set_ylim(low / scale / 3, high / scale * 3)
-    ax.annotate(
-        f"ridge {ridge:.3g} FLOP/byte",
-        xy=(ridge, high / scale * 3),
-        xytext=(4, -3),
-        textcoords="offset points",
-        va="top",
-        fontsize="x-small",
-        color="0.35",
-    )
-    _label_points(ax, [(label, x, rate / scale) for label, (x, rate) in labelled])
-    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-    ax.set_ylabel(f"achieved compute ({unit})")
-    ax.set_title(title)
-    ax.legend(loc="lower right")
-    label_device(ax.figure, device)
 
 
 @dataclass
@@ -231,6 +128,7 @@ class Roofline:
     ) -> Measurement:
         """Place an operation of ``flop`` FLOP and ``nbytes`` bytes that took
         ``time``; returns ``time``."""
+        checks.positive("nbytes", nbytes)
         self.ops[label] = (checks.positive("flop", flop), nbytes, time)
         return time
 
@@ -254,17 +152,15 @@ class Roofline:
             self.add(label, flop(n), traffic(n), result.at(variant, n))
         return labels
 
-    def _best(self, bytes_: bool) -> float:
-        """The best FLOP/s (or bytes/s) of the operations added."""
-        return max((b if bytes_ else f) / t.median_s for f, b, t in self.ops.values())
-
     @property
     def roofs(self) -> tuple[float, float]:
         """The peak FLOP/s and bytes/s, raised to the best measured where
         ``measured``."""
         flops, nbytes = self.peak_flops_per_s or 0.0, self.peak_bytes_per_s or 0.0
         if self.measured or not (flops and nbytes):
-            flops, nbytes = max(flops, self._best(False)), max(nbytes, self._best(True))
+            ops = self.ops.values()
+            flops = max(flops, *(f / t.median_s for f, _, t in ops))
+            nbytes = max(nbytes, *(b / t.median_s for _, b, t in ops))
         return flops, nbytes
 
     @property
@@ -290,15 +186,16 @@ class Roofline:
         return {"value": value, "spread": (low, high), "measured": measured}
 
     def regime(self, label: str) -> str:
-        """``label``'s regime, one of ``REGIMES``."""
+        """``label``'s regime: overhead-, memory- or compute-bound."""
         if self.share(label)["value"] < 0.25 and self.ops[label][2].median_s < 50e-6:
             return "overhead-bound"
         return "memory-bound" if self.point(label)[0] < self.ridge else "compute-bound"
 
-    def table(self) -> Table:
-        """A row per operation: time, rates, intensity, share of its roof ("at the
-        roof" for the one that set a measured roof, "> roof" above it), regime."""
-        rows = []
+    def __str__(self) -> str:
+        """A table, a row per operation: time, rates, intensity, share of its roof
+        ("at the roof" for the one that set a measured roof, "> roof" above it) and
+        regime; then the operations above their roof."""
+        rows, above = [], []
         for label, (flop, nbytes, time) in self.ops.items():
             share = self.share(label)["value"]
             reached = f"{share:.0%}"
@@ -306,12 +203,14 @@ class Roofline:
                 reached = "at the roof"
             elif share > 1:
                 reached = "> roof"
+                above.append(label)
+            rate, bandwidth = flop / time.median_s, nbytes / time.median_s
             rows.append(
                 (
                     label,
                     format_cell(time),
-                    format_rate(flop / time.median_s, "FLOP/s"),
-                    format_rate(nbytes / time.median_s, "B/s"),
+                    format_rate(rate, "FLOP/s"),
+                    format_rate(bandwidth, "B/s"),
                     f"{flop / nbytes:.3g}",
                     reached,
                     self.regime(label),
@@ -324,37 +223,79 @@ class Roofline:
             f"{' (measured: lower bounds)' if self.measured else ' (datasheet)'}; "
             f"ridge: {self.ridge:.3g} FLOP/byte"
         )
-        return Table((*header, "of roof", "regime"), tuple(rows), title)
-
-    def __str__(self) -> str:
-        text = str(self.table())
-        if above := [row[0] for row in self.table().rows if row[5] == "> roof"]:
+        text = str(Table((*header, "of roof", "regime"), tuple(rows), title))
+        if above:
             text += (
                 f"\nAbove the roof: {', '.join(above)}. The roof is a lower bound "
                 "here, or the data came from a cache faster than main memory."
             )
         return text
 
-    def plot(
-        self, ax: Axes | None = None, *, title: str, runs: Mapping[str, list[str]]
-    ) -> None:
-        """:func:`plot_roofline` of every operation, those of each of ``runs``
-        (name: labels) joined by a line."""
+    def plot(self, *, title: str, runs: Mapping[str, list[str]]) -> None:
+        """Draw the roofs, the ridge and every operation, coloured by its regime, on
+        new log-log axes; the operations of each of ``runs`` (name: labels) joined
+        by a line and labelled at its ends."""
         import matplotlib.pyplot as plt
 
-        if ax is None:
-            _, ax = plt.subplots()
-        joined = {label for labels in runs.values() for label in labels}
-        flops, nbytes = self.roofs
-        plot_roofline(
-            ax,
-            {label: self.point(label) for label in self.ops if label not in joined},
-            regimes={label: self.regime(label) for label in self.ops},
-            peak_flops_per_s=flops,
-            peak_bytes_per_s=nbytes,
-            sweeps={
-                name: {label: self.point(label) for label in labels}
-                for name, labels in runs.items()
-            },
-            title=title,
+        _, ax = plt.subplots()
+        style_axes(ax)
+        flops, bandwidth = self.roofs
+        scale, unit = (1e12, "TFLOP/s") if flops >= 1e12 else (1e9, "GFLOP/s")
+        points = {label: self.point(label) for label in self.ops}
+        intensities = [x for x, _ in points.values()] + [self.ridge]
+        roof_x = [min(intensities) / 4, self.ridge, max(intensities) * 4]
+        roof_y = [min(flops, x * bandwidth) / scale for x in roof_x]
+        roof_label = (
+            f"roof: {format_rate(bandwidth, 'B/s')} x intensity, "
+            f"at most {format_rate(flops, 'FLOP/s')}"
         )
+        ax.plot(roof_x, roof_y, color="0.2", lw=2.2, label=roof_label, zorder=2)
+        ax.axvline(self.ridge, color="0.5", ls=":", lw=1.2, zorder=1)
+
+        joined = {label for labels in runs.values() for label in labels}
+        labelled = [label for label in points if label not in joined]
+        for i, (name, labels) in enumerate(runs.items()):
+            xs = [points[label][0] for label in labels]
+            ys = [points[label][1] / scale for label in labels]
+            color = COLORS[(4 + i) % len(COLORS)]
+            ax.plot(xs, ys, color=color, lw=1.2, ls="--", label=name, zorder=3)
+            labelled += labels[:1] + labels[1:][-1:]  # its ends
+        seen: set[str] = set()
+        for label, (intensity, rate) in points.items():
+            kind = self.regime(label)
+            color, marker = _REGIME_STYLE[kind]
+            ax.scatter(
+                [intensity],
+                [rate / scale],
+                label=None if kind in seen else kind,
+                color=color,
+                marker=marker,
+                s=42,
+                zorder=4,
+                edgecolors="white",
+                linewidths=0.6,
+            )
+            seen.add(kind)
+
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(roof_x[0], roof_x[-1])
+        rates = [rate for _, rate in points.values()]
+        low, high = min(min(rates), roof_y[0] * scale), max(max(rates), flops)
+        ax.set_ylim(low / scale / 3, high / scale * 3)
+        ax.annotate(
+            f"ridge {self.ridge:.3g} FLOP/byte",
+            xy=(self.ridge, high / scale * 3),
+            xytext=(4, -3),
+            textcoords="offset points",
+            va="top",
+            fontsize="x-small",
+            color="0.35",
+        )
+        to_label = [(label, *points[label]) for label in labelled]
+        _label_points(ax, [(label, x, rate / scale) for label, x, rate in to_label])
+        ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+        ax.set_ylabel(f"achieved compute ({unit})")
+        ax.set_title(title)
+        ax.legend(loc="lower right")
+        label_device(ax.figure, None)
