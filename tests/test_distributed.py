@@ -15,9 +15,9 @@ from gpuguide.chapters.distributed import (
     DDPConfig,
     DDPReport,
     _run_worlds,
+    _spawned,
     ddp_train_worker,
     make_mlp,
-    run_worlds,
 )
 from gpuguide.chapters.spawning import spawn_safe
 from gpuguide.timing import Measurement
@@ -49,7 +49,7 @@ def test_spawned_ranks_get_torchrun_variables_per_rank():
 
 def _expected_gradient_norm(config: DDPConfig, world_size: int) -> float:
     """What DDP should produce, computed in one process: the mean of local grads."""
-    torch.manual_seed(config.seed)
+    torch.manual_seed(0)
     n = 4 * world_size * config.batch_size
     data = TensorDataset(
         torch.randn(n, config.features), torch.randint(config.classes, (n,))
@@ -57,9 +57,7 @@ def _expected_gradient_norm(config: DDPConfig, world_size: int) -> float:
     model = make_mlp(config.features, config.width, config.classes)
     grads = []
     for rank in range(world_size):
-        sampler = DistributedSampler(
-            data, num_replicas=world_size, rank=rank, seed=config.seed
-        )
+        sampler = DistributedSampler(data, num_replicas=world_size, rank=rank)
         x, y = data[list(sampler)[: config.batch_size]]
         model.zero_grad(set_to_none=True)
         torch.nn.functional.cross_entropy(model(x), y).backward()
@@ -69,14 +67,13 @@ def _expected_gradient_norm(config: DDPConfig, world_size: int) -> float:
 
 def test_ddp_worker_averages_gradients_identically_on_two_ranks():
     reports = launch(ddp_train_worker, 2, args=(TINY,))
-    assert [r.rank for r in reports] == [0, 1]
+    assert len(reports) == 2
     expected = _expected_gradient_norm(TINY, 2)
     single_rank = _expected_gradient_norm(TINY, 1)
     assert abs(expected - single_rank) > 1e-3  # the check can tell them apart
     n_params = sum(p.numel() for p in make_mlp(8, 16, 3).parameters())
     for r in reports:
         assert isinstance(r, DDPReport)
-        assert r.world_size == 2
         assert r.device == "cpu"
         assert r.rank_difference == 0.0
         assert r.mean_error < 1e-6
@@ -98,14 +95,14 @@ def test_ddp_worker_in_this_process_with_one_rank(monkeypatch):
     env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    config = DDPConfig(
-        features=8, width=16, classes=3, batch_size=4, steps=3, cpu_threads=None
-    )
+    config = DDPConfig(features=8, width=16, classes=3, batch_size=4, steps=3)
     threads = torch.get_num_threads()
-    report = ddp_train_worker(config)
-    assert torch.get_num_threads() == threads
+    try:
+        report = ddp_train_worker(config)
+        assert torch.get_num_threads() == 1  # a thread per gloo process
+    finally:
+        torch.set_num_threads(threads)
     assert not torch.distributed.is_initialized()
-    assert report.world_size == 1
     assert report.samples_per_step == 4
     assert report.step.n == report.step_no_sync.n == report.allreduce.n == 3
     assert report.rank_difference == 0.0
@@ -128,7 +125,7 @@ def test_run_worlds_takes_part_in_the_worlds_larger_than_its_index(monkeypatch):
     monkeypatch.setattr(os, "environ", dict(os.environ))
     queue, barrier = _ListQueue(), _CountingBarrier()
     worlds = [(1, 1111), (2, 2222), (4, 4444)]
-    _run_worlds(1, os.getenv, ("MASTER_PORT",), worlds, "10.0.0.1", barrier, queue)
+    _run_worlds(1, os.getenv, ("MASTER_PORT",), worlds, barrier, queue)
     assert barrier.waits == 3  # also before the world it sits out
     assert queue == [((2, 1), "2222"), ((4, 1), "4444")]
     assert os.environ["WORLD_SIZE"] == "4"
@@ -143,8 +140,8 @@ def test_run_worlds_runs_each_world_in_turn_in_one_set_of_processes():
     text = "$RANK/$WORLD_SIZE@$MASTER_PORT"
     with spawn_safe():
         mp.start_processes(
-            run_worlds,
-            args=(os.path.expandvars, (text,), worlds, "127.0.0.1", barrier, results),
+            _spawned,
+            args=(os.path.expandvars, (text,), worlds, barrier, results),
             nprocs=2,
             start_method="spawn",
         )
@@ -162,14 +159,6 @@ def test_launch_runs_each_world_and_returns_its_results_by_rank():
     args = ("$RANK/$WORLD_SIZE",)
     got = distributed.launch_worlds(os.path.expandvars, args, [1, 2], one_set=True)
     assert got == {1: ["0/1"], 2: ["0/2", "1/2"]}
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "match"), [({"backend": "mpi"}, "backend"), ({"steps": 0}, "steps")]
-)
-def test_ddp_config_rejects_bad_values(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        DDPConfig(**kwargs)
 
 
 @pytest.mark.gpu
@@ -209,9 +198,9 @@ def test_ddp_plan_picks_world_sizes(gpus, cores, small, gpu_host, sizes):
 def test_ddp_plan_sizes_the_model_for_the_backend():
     nccl = DDPConfig("nccl", features=1024, width=4096, batch_size=256, steps=20)
     assert distributed.ddp_plan(2, 1)[1] == nccl
-    gloo = DDPConfig("gloo", width=1024, batch_size=128, steps=10, cpu_threads=1)
+    gloo = DDPConfig("gloo", width=1024, batch_size=128, steps=10)
     assert distributed.ddp_plan(0, 8)[1] == gloo
-    small = DDPConfig("gloo", width=512, batch_size=128, steps=5, cpu_threads=1)
+    small = DDPConfig("gloo", width=512, batch_size=128, steps=5)
     assert distributed.ddp_plan(0, 8, small=True)[1] == small
 
 

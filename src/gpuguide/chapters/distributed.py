@@ -1,14 +1,8 @@
 """Data-parallel training in spawned processes: what each process imports by name.
 
 :func:`launch_worlds` starts processes that set ``torchrun``'s variables and run a
-worker (:func:`run_worlds`); :func:`ddp_train_worker` trains a small MLP with DDP
-and times its steps; :func:`ddp_plan` and :func:`too_few_cores` size the DDP page.
-
-Examples
---------
->>> from gpuguide.chapters.distributed import DDPConfig, ddp_train_worker, launch_worlds
->>> launch_worlds(ddp_train_worker, (DDPConfig(),), [2])[2][0].step  # doctest: +SKIP
-<Measurement '2-rank DDP step' on cpu: ...>
+worker; :func:`ddp_train_worker` trains a small MLP with DDP and times its steps;
+:func:`ddp_plan` and :func:`too_few_cores` size the DDP page.
 """
 
 from __future__ import annotations
@@ -23,7 +17,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuguide import checks
 from gpuguide.chapters import spawning
 from gpuguide.timing import Measurement, benchmark
 
@@ -37,30 +30,14 @@ __all__ = [
     "ddp_train_worker",
     "launch_worlds",
     "make_mlp",
-    "run_worlds",
     "too_few_cores",
 ]
 
 # A warm-up budget no call stays under: ``benchmark`` warms up with exactly one call,
 # so every rank makes as many calls (a DDP step is collective: one more would hang).
 _ONE_WARMUP_CALL_MS = 1e-6
-
-
-def _set_rank(
-    local_rank: int, world_size: int, master_addr: str, master_port: int
-) -> None:
-    """Set torchrun's variables for this rank of a world on one machine."""
-    rank, size = str(local_rank), str(world_size)
-    os.environ.update(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=size)
-    os.environ.update(LOCAL_WORLD_SIZE=size, MASTER_ADDR=master_addr)
-    os.environ["MASTER_PORT"] = str(master_port)
-
-
-def _exit_now() -> None:  # pragma: no cover - child
-    """Exit at once (tearing down while gloo's threads hold tensors can abort)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+_HOST = "127.0.0.1"  # where the ranks meet: this machine
+_TIMEOUT_S = 600  # a launch that runs longer than this is stopped
 
 
 def _run_worlds(
@@ -68,49 +45,49 @@ def _run_worlds(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     worlds: Sequence[tuple[int, int]],
-    master_addr: str,
     barrier: Any,
     results: Any,
 ) -> None:
     """Take part in each world of ``worlds`` (``(world_size, master_port)``) in turn:
-    wait at ``barrier`` (all processes), then, as one of its first ``world_size``
-    processes, set torchrun's variables and put ``((world_size, local_rank),
-    fn(*args))`` into ``results``."""
+    wait at ``barrier``, then, as one of its first ``world_size`` processes, set
+    torchrun's variables and put ``((world_size, local_rank), fn(*args))`` into
+    ``results``."""
     for world_size, master_port in worlds:
         barrier.wait()  # every process is done with the world before
         if local_rank < world_size:
-            _set_rank(local_rank, world_size, master_addr, master_port)
+            rank, size = str(local_rank), str(world_size)
+            os.environ.update(RANK=rank, LOCAL_RANK=rank, WORLD_SIZE=size)
+            os.environ.update(LOCAL_WORLD_SIZE=size, MASTER_ADDR=_HOST)
+            os.environ["MASTER_PORT"] = str(master_port)
             results.put(((world_size, local_rank), fn(*args)))
 
 
-def run_worlds(local_rank: int, *args: Any) -> None:  # pragma: no cover - child
-    """One spawned process of a set that runs several worlds in turn:
-    ``run_worlds(local_rank, fn, args, worlds, master_addr, barrier, results)``
-    (see :func:`_run_worlds`), then exits at once. It imports ``torch._dynamo``
-    first, as DDP does when it wraps its first model, so that the processes pay for
-    it together, not a later world's ranks while the others wait.
-    """
+def _spawned(local_rank: int, *args: Any) -> None:  # pragma: no cover - child
+    """One spawned process: :func:`_run_worlds`, then exit at once (tearing down
+    while gloo's threads hold tensors can abort). It imports ``torch._dynamo`` first,
+    as DDP does when it wraps its first model, so that all processes pay for it
+    together, not a later world's ranks while the others wait."""
     import torch._dynamo  # noqa: F401
 
     _run_worlds(local_rank, *args)
-    _exit_now()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _launch(
     worker: Callable[..., Any],
     args: tuple[Any, ...],
     sizes: Sequence[int],
-    timeout_s: float = 600,
-    host: str = "127.0.0.1",
 ) -> dict[int, list[Any]]:
     """Run ``worker(*args)`` in every rank of worlds of ``sizes`` processes, with
-    one set of ``max(sizes)`` spawned processes (:func:`run_worlds`); return each
-    world's results, by rank."""
+    one set of ``max(sizes)`` spawned processes; return each world's results, by
+    rank."""
     import torch.multiprocessing as mp
 
     sockets = [socket.socket() for _ in sizes]  # all bound at once: distinct ports
     for s in sockets:
-        s.bind((host, 0))
+        s.bind((_HOST, 0))
     worlds = [(n, s.getsockname()[1]) for n, s in zip(sizes, sockets, strict=True)]
     for s in sockets:
         s.close()
@@ -118,17 +95,17 @@ def _launch(
     results, barrier = spawn.SimpleQueue(), spawn.Barrier(max(sizes))
     with spawning.spawn_safe():  # the children import what they run, not the page
         ranks = mp.start_processes(
-            run_worlds,
-            args=(worker, args, worlds, host, barrier, results),
+            _spawned,
+            args=(worker, args, worlds, barrier, results),
             nprocs=max(sizes),
             join=False,
             start_method="spawn",
         )
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + _TIMEOUT_S
     try:
         while not ranks.join(timeout=0.05):  # raises if a rank failed
             if time.monotonic() > deadline:
-                msg = f"{max(sizes)} processes still running after {timeout_s} s"
+                msg = f"{max(sizes)} processes still running after {_TIMEOUT_S} s"
                 raise TimeoutError(msg)
     finally:
         for process in ranks.processes:
@@ -156,8 +133,8 @@ def launch_worlds(
 @dataclass(frozen=True)
 class DDPConfig:
     """What :func:`ddp_train_worker` trains and how long it times: ``backend``
-    ``"gloo"`` (CPU) or ``"nccl"`` (one GPU per rank), ``batch_size`` per rank,
-    ``cpu_threads`` per gloo process (None: torch's default)."""
+    ``"gloo"`` (CPU, a thread per process) or ``"nccl"`` (one GPU per process),
+    ``batch_size`` per process."""
 
     backend: str = "gloo"
     features: int = 256
@@ -166,15 +143,6 @@ class DDPConfig:
     batch_size: int = 64
     steps: int = 10
     warmup_steps: int = 3
-    cpu_threads: int | None = 1
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.backend not in ("gloo", "nccl"):
-            msg = f"backend must be 'gloo' or 'nccl', got {self.backend!r}"
-            raise ValueError(msg)
-        for name in ("features", "width", "classes", "batch_size", "steps"):
-            checks.integer(name, getattr(self, name), minimum=1)
 
 
 @dataclass(frozen=True)
@@ -184,8 +152,6 @@ class DDPReport:
     averaged gradients against rank 0's (``rank_difference``) and against the mean
     of the ranks' local ones (``mean_error``), and their ``gradient_norm``."""
 
-    rank: int
-    world_size: int
     device: str
     step: Measurement
     step_no_sync: Measurement
@@ -258,13 +224,12 @@ def ddp_train_worker(config: DDPConfig) -> DDPReport:
         dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
-        if config.cpu_threads is not None:
-            torch.set_num_threads(config.cpu_threads)
+        torch.set_num_threads(1)
         dist.init_process_group("gloo")
     try:
         # The same seed on every rank: the same data set and the same initial
         # weights (DDP also copies rank 0's weights to the others when it wraps).
-        torch.manual_seed(config.seed)
+        torch.manual_seed(0)
         n = 4 * world_size * config.batch_size
         dataset = TensorDataset(
             torch.randn(n, config.features), torch.randint(config.classes, (n,))
@@ -276,7 +241,7 @@ def ddp_train_worker(config: DDPConfig) -> DDPReport:
 
         # Each rank reads its own quarter, third... of the data set.
         sampler: DistributedSampler[int] = DistributedSampler(
-            dataset, num_replicas=world_size, rank=rank, seed=config.seed
+            dataset, num_replicas=world_size, rank=rank
         )
         loader = DataLoader(dataset, batch_size=config.batch_size, sampler=sampler)
         batches = [(x.to(device), y.to(device)) for x, y in loader]
@@ -328,8 +293,6 @@ def ddp_train_worker(config: DDPConfig) -> DDPReport:
         timed_allreduce = timed(dist.all_reduce, "all-reduce alone", buffer)
         dist.barrier()  # every rank is done with its collectives before teardown
         report = DDPReport(
-            rank=rank,
-            world_size=world_size,
             device=str(device),
             step=timed_step,
             step_no_sync=timed_no_sync,
