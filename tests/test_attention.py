@@ -1,5 +1,5 @@
-"""Tests for gpuguide.chapters.attention: FLOP count, naive memory, the memory
-guard (with a fake out-of-memory), backend probing (with a fake sdpa_kernel),
+"""Tests for gpuguide.chapters.attention: FLOP count, naive memory, the table's
+memory guard (with a fake out-of-memory), backend probing (with a fake sdpa_kernel),
 the profiler's backend names, the agreement check, and the which-kernel page's
 priority order, table of cases, one-off timing and times per call."""
 
@@ -14,7 +14,6 @@ import torch.nn.functional as F
 
 from gpuguide.chapters import attention
 from gpuguide.chapters.attention import (
-    _run_within_memory,
     agreement,
     attention_flop,
     backend_of,
@@ -79,27 +78,20 @@ def test_naive_bytes_grows_with_the_square_of_length() -> None:
     assert 3.5 < large / small <= 4
 
 
-# -- _run_within_memory: the budget, and a fake out-of-memory error ----------------
+# -- case_rows: the budget, and a fake out-of-memory error ----------------------
 
 
-def test_runs_when_it_fits() -> None:
-    assert _run_within_memory(lambda: "ran", 10, 100) == "ran"
+def _rows(fn, needed=10, budget=100):
+    return attention.case_rows(
+        {"case": fn}, lambda fn: "ran", needed, budget, device="cpu"
+    )
 
 
-def test_skips_without_calling_when_over_budget() -> None:
-    calls = []
-    assert _run_within_memory(lambda: calls.append(1), 101, 100) is None
-    assert calls == []
-
-
-def test_out_of_memory_is_caught_and_cleaned_up() -> None:
-    cleaned = []
-
+def test_out_of_memory_skips_the_case() -> None:
     def oom():
         raise torch.OutOfMemoryError("CUDA out of memory (fake)")
 
-    assert _run_within_memory(oom, 10, 100, on_oom=lambda: cleaned.append(1)) is None
-    assert cleaned == [1]
+    assert _rows(oom) == [{"case": "case", "backend": None, "peak memory (MiB)": None}]
 
 
 def test_other_errors_propagate() -> None:
@@ -107,21 +99,24 @@ def test_other_errors_propagate() -> None:
         raise ValueError("a bug, not memory")
 
     with pytest.raises(ValueError, match="a bug"):
-        _run_within_memory(broken, 10, 100)
+        _rows(broken)
 
 
 def test_budget_logic_with_a_fake_cuda_budget() -> None:
     """The page's sweep: the naive path runs while it fits a 15 GiB cap's half."""
     budget = 0.5 * 15 * 2**30
-    ran = [s for s in (512, 1024, 2048, 4096, 8192, 16384)
-           if _run_within_memory(lambda: True, naive_bytes(16384 // s, s, 16, 128, 2), budget)]  # fmt: skip
+    lengths = (512, 1024, 2048, 4096, 8192, 16384)
+    need = {s: naive_bytes(16384 // s, s, 16, 128, 2) for s in lengths}
+    ran = [s for s in lengths if _rows(list, need[s], budget)[0]["backend"]]
     assert ran == [512, 1024, 2048, 4096]
 
 
 # -- usable_backends: a fake sdpa_kernel -------------------------------------------
 
 
-def test_usable_backends_keeps_those_that_run_and_order() -> None:
+def test_usable_backends_keeps_those_that_run_and_order(monkeypatch) -> None:
+    from torch.nn.attention import SDPBackend
+
     current = []
 
     @contextlib.contextmanager
@@ -130,7 +125,7 @@ def test_usable_backends_keeps_those_that_run_and_order() -> None:
         yield
 
     def attend():
-        if current[-1] in ("flash", "cudnn"):
+        if current[-1] in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION):
             warnings.warn(
                 "Flash attention kernel not used because: ...",
                 UserWarning,
@@ -139,29 +134,20 @@ def test_usable_backends_keeps_those_that_run_and_order() -> None:
             msg = "No available kernel. Aborting execution."
             raise RuntimeError(msg)
 
-    names = {
-        "math": "math",
-        "flash": "flash",
-        "efficient": "efficient",
-        "cuDNN": "cudnn",
-    }
+    monkeypatch.setattr(torch.nn.attention, "sdpa_kernel", fake_kernel)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # as under python -W error
-        got = usable_backends(attend, names, context=fake_kernel)
-    assert list(got) == ["math", "efficient"]
+        got = usable_backends(attend)
+    assert list(got) == ["math", "memory-efficient"]
 
 
 def test_usable_backends_on_this_cpu() -> None:
-    from torch.nn.attention import SDPBackend
-
-    q = k = v = torch.randn(1, 1, 16, 8)
-    got = usable_backends(
-        lambda: F.scaled_dot_product_attention(q, k, v),
-        {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION},
-    )
-    assert "math" in got
+    q, k, v = (torch.randn(1, 2, 32, 16) for _ in range(3))
+    got = usable_backends(lambda: F.scaled_dot_product_attention(q, k, v))
+    assert "math" in got  # the math backend runs everywhere
+    assert set(got) <= {"math", "flash", "memory-efficient", "cuDNN"}
     if not torch.cuda.is_available():
-        assert "efficient" not in got  # a CUDA-only kernel
+        assert "memory-efficient" not in got  # a CUDA-only kernel
 
 
 # -- backend_of ------------------------------------------------------------------
@@ -170,14 +156,20 @@ def test_usable_backends_on_this_cpu() -> None:
 @pytest.mark.parametrize(
     ("ops", "backend"),
     [
-        (["aten::scaled_dot_product_attention", "aten::_scaled_dot_product_cudnn_attention"], "cuDNN"),
+        (
+            [
+                "aten::scaled_dot_product_attention",
+                "aten::_scaled_dot_product_cudnn_attention",
+            ],
+            "cuDNN",
+        ),
         (["aten::_scaled_dot_product_flash_attention", "aten::empty"], "flash"),
         (["aten::_scaled_dot_product_flash_attention_for_cpu"], "flash (CPU)"),
         (["aten::_scaled_dot_product_efficient_attention"], "memory-efficient"),
         (["aten::_scaled_dot_product_attention_math", "aten::bmm"], "math"),
         (["aten::mm", "aten::softmax"], None),
     ],
-)  # fmt: skip
+)
 def test_backend_of(ops, backend) -> None:
     assert backend_of(ops) == backend
 
@@ -266,13 +258,6 @@ def test_timed_once_returns_the_result_and_its_seconds() -> None:
     assert result == "mask"
     assert calls == [1]
     assert 0 <= seconds < 1
-
-
-def test_usable_backends_defaults_to_sdpas_backends_on_this_cpu() -> None:
-    q, k, v = (torch.randn(1, 2, 32, 16) for _ in range(3))
-    got = usable_backends(lambda: F.scaled_dot_product_attention(q, k, v))
-    assert "math" in got  # the math backend runs everywhere
-    assert set(got) <= {"math", "flash", "memory-efficient", "cuDNN"}
 
 
 def test_peak_memory_measures_what_the_sweep_ran_and_skips_the_rest() -> None:

@@ -1,11 +1,11 @@
-"""Plumbing for the attention chapter: the papers' FLOP count and published figures,
-the naive path's memory, which SDPA backends run here, which one ran, and whether
-two outputs agree; for the which-kernel page, SDPA's order of backends, the table of
-the cases it runs, one call timed once and the time per call of timed variants.
+"""Plumbing for the attention chapter: the papers' FLOP count, the naive path's
+memory, which SDPA backends run here, which one ran, whether two outputs agree, and
+for the which-kernel page the table of cases and one call timed once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
@@ -44,15 +44,26 @@ _BACKEND_OPS: dict[str, str] = {
 }
 
 
+def _sizes(*sizes: int) -> list[int]:
+    """``batch, seq, heads, head_dim[, element_bytes]``, each checked to be an
+    integer of at least 1."""
+    names = ("batch", "seq", "heads", "head_dim", "element_bytes")
+    return [checks.integer(n, v, minimum=1) for n, v in zip(names, sizes, strict=False)]
+
+
 def attention_flop(
-    batch: int, seq: int, heads: int, head_dim: int, *, causal: bool = False,
+    batch: int,
+    seq: int,
+    heads: int,
+    head_dim: int,
+    *,
+    causal: bool = False,
     backward: bool = False,
-) -> float:  # fmt: skip
+) -> float:
     """FLOP of one attention call as the FlashAttention papers count them:
     ``4 * batch * seq**2 * heads * head_dim`` (two matmuls), halved when causal;
     forward and backward together count 3.5 times the forward."""
-    sizes = {"batch": batch, "seq": seq, "heads": heads, "head_dim": head_dim}
-    b, s, h, d = (checks.integer(name, v, minimum=1) for name, v in sizes.items())
+    b, s, h, d = _sizes(batch, seq, heads, head_dim)
     flop = 4.0 * b * s * s * h * d / (2 if causal else 1)
     return 3.5 * flop if backward else flop
 
@@ -62,71 +73,45 @@ def naive_bytes(
 ) -> int:
     """Bytes the naive path holds at its peak: ``q, k, v`` and the output, and three
     ``seq x seq`` matrices per head (scores, probabilities and one temporary)."""
-    sizes = {"batch": batch, "seq": seq, "heads": heads, "head_dim": head_dim,
-             "element_bytes": element_bytes}  # fmt: skip
-    b, s, h, d, e = (checks.integer(name, v, minimum=1) for name, v in sizes.items())
+    b, s, h, d, e = _sizes(batch, seq, heads, head_dim, element_bytes)
     return e * b * h * (3 * s * s + 4 * s * d)
 
 
-def _run_within_memory(
-    fn: Callable[[], Any], needed_bytes: float, budget_bytes: float, *,
-    on_oom: Callable[[], None] | None = None,
-) -> Any:  # fmt: skip
-    """``fn()``, or None where ``needed_bytes`` exceed ``budget_bytes`` (``fn`` is not
-    called) or ``fn`` runs out of memory anyway (``torch.OutOfMemoryError``; then
-    ``on_oom()`` runs, e.g. ``torch.cuda.empty_cache``)."""
-    import torch
-
-    if needed_bytes > checks.non_negative("budget_bytes", budget_bytes):
-        return None
-    try:
-        return fn()
-    except torch.OutOfMemoryError:
-        if on_oom is not None:
-            on_oom()
-        return None
-
-
-def usable_backends(
-    attend: Callable[[], Any],
-    backends: Mapping[str, Any] | None = None,
-    *,
-    context: Callable[[Any], Any] | None = None,
-) -> dict[str, Any]:
-    """The backends under which ``attend()`` runs here, name -> backend, in order.
-
-    ``backends`` defaults to SDPA's math, flash, memory-efficient and (where this
-    torch has it) cuDNN backends. Each is tried once inside ``context(backend)``
-    (default ``torch.nn.attention.sdpa_kernel``); a ``RuntimeError`` (no viable
-    kernel) rules it out. The warnings torch gives on the way out are swallowed,
-    so that a probe cannot fail a run under ``-W error``.
-    """
+def usable_backends(attend: Callable[[], Any]) -> dict[str, Any]:
+    """The SDPA backends (math, flash, memory-efficient, cuDNN) under which
+    ``attend()`` runs here, name -> backend, in that order: each is tried once in
+    ``torch.nn.attention.sdpa_kernel``, and a ``RuntimeError`` (no viable kernel)
+    rules it out. The warnings torch gives on the way out are swallowed, so that a
+    probe cannot fail a run under ``-W error``."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    if backends is None:
-        names = {
-            "math": "MATH",
-            "flash": "FLASH_ATTENTION",
-            "memory-efficient": "EFFICIENT_ATTENTION",
-            "cuDNN": "CUDNN_ATTENTION",
-        }
-        backends = {
-            name: getattr(SDPBackend, member)
-            for name, member in names.items()
-            if hasattr(SDPBackend, member)
-        }
-    context = context or sdpa_kernel
+    backends = {
+        "math": SDPBackend.MATH,
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "memory-efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "cuDNN": SDPBackend.CUDNN_ATTENTION,
+    }
     usable = {}
     for name, backend in backends.items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                with context(backend):
+                with sdpa_kernel(backend):
                     attend()
             except RuntimeError:
                 continue
         usable[name] = backend
     return usable
+
+
+def _peak_rise(
+    device: torch.device | str, fn: Callable[..., Any], *args: Any
+) -> int | None:
+    """The bytes one call ``fn(*args)`` adds at its peak (:func:`track_memory`)."""
+    with track_memory(device) as tracker:
+        fn(*args)
+    assert tracker.report is not None  # set when the block ends
+    return tracker.report.peak_increase_bytes
 
 
 def peak_memory(
@@ -147,10 +132,8 @@ def peak_memory(
             if n not in result.ran(name):
                 found[name].append(None)
                 continue
-            with track_memory(device) as tracker:
-                fn(*args)
-            assert tracker.report is not None  # set when the block ends
-            found[name].append(max(tracker.report.peak_increase_bytes or 0, 0) or None)
+            peak = _peak_rise(device, fn, *args)
+            found[name].append(max(peak or 0, 0) or None)
         del args
     return found
 
@@ -174,7 +157,8 @@ def agreement(
     checks.positive("tolerance", tolerance)
     out, ref = output.float(), reference.float()
     if out.shape != ref.shape:
-        msg = f"output and reference must have one shape, got {tuple(out.shape)} and {tuple(ref.shape)}"
+        shapes = f"{tuple(out.shape)} and {tuple(ref.shape)}"
+        msg = f"output and reference must have one shape, got {shapes}"
         raise ValueError(msg)
     scale = max(float(ref.abs().max()), 1e-30)
     error = float((out - ref).abs().max()) / scale
@@ -190,20 +174,18 @@ def case_rows(
     device: torch.device | str,
 ) -> list[dict[str, Any]]:
     """A table's rows, one per case: its name, ``backend(fn)`` (the backend that ran
-    it) and the peak memory rise of one call of ``fn``, in MiB to a tenth
-    (:func:`gpuguide.track_memory`). A case whose ``needed_bytes`` exceed
-    ``budget_bytes`` or that runs out of memory is not run, and both are None
-    (:func:`_run_within_memory`)."""
+    it) and the peak memory rise of one call of ``fn``, in MiB to a tenth. A case
+    is not run, and both are None, where ``needed_bytes`` exceed ``budget_bytes`` or
+    it runs out of memory."""
+    import torch
+
+    fits = needed_bytes <= checks.non_negative("budget_bytes", budget_bytes)
     rows = []
     for name, fn in cases.items():
-
-        def tracked(fn: Callable[[], Any] = fn) -> int | None:
-            with track_memory(device) as tracker:
-                fn()
-            assert tracker.report is not None  # set when the block ends
-            return tracker.report.peak_increase_bytes
-
-        peak = _run_within_memory(tracked, needed_bytes, budget_bytes)
+        peak = None
+        if fits:
+            with contextlib.suppress(torch.OutOfMemoryError):
+                peak = _peak_rise(device, fn)
         rows.append(
             {
                 "case": name,
