@@ -50,8 +50,9 @@ def m(label, seconds, spread=0.01):
 
 
 def fake(times, sizes=(1, 2, 4, 8), rate=None):
-    sweep = Sweep("op", vectors, lo=1, hi=8, memory=lambda n: n, flop=lambda n: 1e6 * n,
-                  rate=rate)  # fmt: skip
+    sweep = Sweep(
+        "op", vectors, lo=1, hi=8, memory=lambda n: n, flop=lambda n: 1e6 * n, rate=rate
+    )
     return SweepResult(sweep, list(sizes), times, dict.fromkeys(times, "cpu"))
 
 
@@ -85,7 +86,8 @@ def test_within_limits_a_variant_to_the_sizes_another_ran():
     assert result.ran("inside") == [
         n for n in result.ran("short") if n in result.ran("inside")
     ]
-    assert result.peaked == {"short": True, "inside": False}
+    assert result._peak("short") == "memory"
+    assert result._peak("inside") is None
 
 
 def test_paired_variants_share_rounds():
@@ -102,9 +104,8 @@ def test_the_crossover_is_the_start_of_the_winning_run_that_ends_the_sweep():
     slow = [m("cpu", t) for t in (1.0, 1.0, 1.0, 1.0)]
     gpu = [m("gpu", t) for t in (2.0, 0.5, 1.0, 0.5)]  # wins, ties, wins
     result = fake({"cpu": slow, "gpu": gpu})
-    assert [v.verdict for _, v in result.verdicts("gpu", "cpu")] == [
-        "slower", "faster", "no measurable difference", "faster",
-    ]  # fmt: skip
+    verdicts = [v.verdict for _, v in result.verdicts("gpu", "cpu")]
+    assert verdicts == ["slower", "faster", "no measurable difference", "faster"]
     assert result.crossover("gpu", "cpu") == 8
     assert fake({"cpu": slow, "gpu": [m("g", 0.5)] * 4}).crossover("gpu", "cpu") == 1
     assert fake({"cpu": slow, "gpu": slow}).crossover("gpu", "cpu") is None
@@ -121,8 +122,8 @@ def test_comparisons_and_rates_default_to_the_largest_size_both_ran():
 
 
 def test_report_prints_each_variant_and_against_prints_the_crossover(capsys):
-    result = fake({"cpu": [m("c", 1.0)] * 4, "gpu": [m("g", 2.0)] + [m("g", 0.25)] * 3},
-                  rate="FLOP/s")  # fmt: skip
+    gpu = [m("g", 2.0)] + [m("g", 0.25)] * 3
+    result = fake({"cpu": [m("c", 1.0)] * 4, "gpu": gpu}, rate="FLOP/s")
     result.report()
     result.against("cpu")
     out = capsys.readouterr().out
@@ -142,8 +143,8 @@ def test_a_time_sweep_reports_times():
 
 
 def test_the_plot_draws_one_line_and_band_per_variant_on_log_axes():
-    result = fake({"a": [m("a", 1.0)] * 4, "b": [m("b", 2.0), None, m("b", 4.0), None]},
-                  rate="FLOP/s")  # fmt: skip
+    b = [m("b", 2.0), None, m("b", 4.0), None]
+    result = fake({"a": [m("a", 1.0)] * 4, "b": b}, rate="FLOP/s")
     _, ax = plt.subplots()
     result.plot(ax, title="rates", labels={"b": "B"})
     assert [line.get_label() for line in ax.lines] == ["a", "B"]
@@ -199,7 +200,7 @@ def test_a_variant_may_bring_its_own_inputs_size_peak_and_planning_rate():
         rep_ms=1,
     )
     assert seen == [1024, 2048]
-    assert result.size_of("n+1", 1024) == 1025
+    assert result._size_of("n+1", 1024) == 1025
     assert result.rate("n+1", 1024).value == pytest.approx(
         12 * 1025 / result.at("n+1", 1024).median_s
     )
@@ -259,14 +260,23 @@ def test_a_variant_out_of_memory_skips_its_larger_sizes_and_says_so(capsys):
 
 
 def test_per_work_pools_variants_of_different_sizes_round_by_round():
-    sweep = Sweep("op", vectors, lo=1, hi=8, memory=lambda n: n, flop=lambda n: 10 * n,
-                  rate="FLOP/s")  # fmt: skip
+    sweep = Sweep(
+        "op",
+        vectors,
+        lo=1,
+        hi=8,
+        memory=lambda n: n,
+        flop=lambda n: 10 * n,
+        rate="FLOP/s",
+    )
     rounds = (1.0, 2.0, 3.0)
     a = Measurement("a", rounds, "cpu", "wall-clock", rounds=rounds)
-    result = SweepResult(
-        sweep, [4], {"n": [a], "n+1": [a]}, {"n": "cpu", "n+1": "cpu"},
-        variants={"n": Variant(torch.add), "n+1": Variant(torch.add, size=lambda n: n + 1)},
-    )  # fmt: skip
+    variants = {
+        "n": Variant(torch.add),
+        "n+1": Variant(torch.add, size=lambda n: n + 1),
+    }
+    times = {"n": [a], "n+1": [a]}
+    result = SweepResult(sweep, [4], times, dict.fromkeys(times, "cpu"), variants)
     pooled = result.per_work(["n", "n+1"])
     assert pooled.rounds == pytest.approx([(r / 40 + r / 50) / 2 for r in rounds])
     assert pooled.label == "n, n+1 at n=4, per FLOP"

@@ -1,22 +1,17 @@
 """A size sweep that measures, prints and plots itself.
 
 A page declares its workload once (what a size allocates, computes and moves), the
-sizes and the variants; :meth:`Sweep.run` picks the sizes each variant's device can
-afford, times every variant at each of them and returns a :class:`SweepResult`.
-Printing that result gives a table of sizes by variants (the median time with its
-quartiles, or the rate and its share of the named peak); :meth:`~SweepResult.plot`
-draws it with spread bands; :meth:`~SweepResult.crossover` finds the size from
-which one variant beats another; :meth:`~SweepResult.report` prints and records
-a headline figure at a chosen size.
+sizes and the variants; :meth:`Sweep.run` times every variant at the sizes its
+device can afford and returns a :class:`SweepResult`, which prints as a table of
+sizes by variants (times, or rates with their share of a peak), draws itself with
+spread bands and reports its figures.
 
 >>> import torch
 >>> add = Sweep(
 ...     "add", lambda n, device: [torch.ones(n, device=device)] * 2,
-...     lo=2**10, hi=2**12, memory=lambda n: 12 * n, traffic=lambda n: 12 * n,
-...     rate="B/s", peak="memory",
+...     lo=2**10, hi=2**12, traffic=lambda n: 12 * n, rate="B/s", peak="memory",
 ... )
->>> result = add.run({"torch.add": torch.add}, rep_ms=1)
->>> result.sizes
+>>> add.run({"torch.add": torch.add}, rep_ms=1).sizes
 [1024, 2048, 4096]
 """
 
@@ -24,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -40,12 +36,10 @@ from gpuguide.verdicts import Comparison, compare, interleave
 
 __all__ = ["Sweep", "SweepResult", "Variant", "size_text"]
 
-_RATE_UNITS = ("FLOP/s", "B/s")
-
 
 def size_text(n: int, *, least: int = 2**14) -> str:
     """A size for a label: ``"2^20"`` for a power of two of at least ``least``,
-    else its digits (``"8192"``, ``"48"``)."""
+    else its digits (``"8192"``)."""
     if n >= least and n & (n - 1) == 0:
         return f"2^{n.bit_length() - 1}"
     return str(n)
@@ -54,16 +48,15 @@ def size_text(n: int, *, least: int = 2**14) -> str:
 @dataclass(frozen=True)
 class Variant:
     """One way to run the workload: ``fn(*inputs)`` on ``device`` (default the
-    page's), its inputs made on ``inputs_on`` (default ``device``), sized for
-    calls of ``call_s`` seconds, and only at the sizes variant ``within`` ran.
-    ``peak`` False leaves its rate without a share of a peak (a variant that
-    also copies, say), a name holds it against that peak instead of the sweep's.
-    ``inputs(n, device)`` replaces the sweep's inputs (another dtype, say);
-    ``size(n)`` is the size it runs at for the sweep's ``n`` (a neighbour such as
-    ``n + 1``: its inputs, work and rate are at that size); ``flop_per_s`` is the
-    rate its sizes are planned with (default, in a FLOP/s sweep, the peak its rate
-    is held against where the device's is known, else the fp32 peak);
-    ``memory(n)`` replaces the sweep's bytes per size (a variant that needs more)."""
+    page's), its inputs made on ``inputs_on`` (default ``device``) by
+    ``inputs(n, device)`` (default the sweep's).
+
+    It runs at the sizes that fit calls of ``call_s`` seconds, planned at
+    ``flop_per_s`` (default the peak its FLOP rate is held against) and
+    ``memory(n)`` bytes (default the sweep's), and only where variant ``within``
+    ran. ``size(n)`` is the size it runs at for the sweep's ``n`` (a neighbour
+    such as ``n + 1``). ``peak`` False leaves its rate without a share of a peak
+    (a variant that also copies); a name holds it against that peak."""
 
     fn: Callable[..., Any]
     device: torch.device | str | None = None
@@ -80,13 +73,13 @@ class Variant:
 @dataclass(frozen=True)
 class Sweep:
     """A workload over sizes ``lo`` to ``hi`` (``per_octave`` per doubling, each a
-    multiple of ``multiple_of``). ``inputs(n, device)`` makes one size's
-    arguments outside the timed region; ``memory(n)`` is the bytes they take
-    (default ``traffic(n)``), ``flop(n)`` and ``traffic(n)`` the FLOP and bytes one
-    call computes and moves. ``sizes`` lists the sizes instead (a depth, a batch:
-    sizes no budget decides), and then ``lo``, ``hi`` and ``memory`` go unused.
-    ``rate`` ("FLOP/s" or "B/s") prints rates instead of times, as a share of
-    the device's ``peak`` ("fp32", "memory", "host_link"...)."""
+    multiple of ``multiple_of``) that fit the device, or over the listed ``sizes``.
+
+    ``inputs(n, device)`` makes one size's arguments outside the timed region;
+    ``memory(n)`` is the bytes they take (default ``traffic(n)``), ``flop(n)`` and
+    ``traffic(n)`` the FLOP and bytes one call computes and moves. ``rate``
+    ("FLOP/s" or "B/s") prints rates instead of times, as a share of the device's
+    ``peak`` ("fp32", "memory", "host_link"...)."""
 
     name: str
     inputs: Callable[[int, torch.device], Sequence[Any]]
@@ -109,42 +102,13 @@ class Sweep:
         if self.sizes is None and self.memory is None and self.traffic is None:
             msg = "give memory(n), the bytes one size takes, or traffic(n)"
             raise ValueError(msg)
-        if self.rate not in (None, *_RATE_UNITS):
-            msg = f"rate must be one of {_RATE_UNITS} or None, got {self.rate!r}"
+        if self.rate not in (None, "FLOP/s", "B/s"):
+            msg = f"rate must be one of 'FLOP/s', 'B/s' or None, got {self.rate!r}"
             raise ValueError(msg)
-        if self.rate is not None and self.work is None:
-            need = "flop" if self.rate == "FLOP/s" else "traffic"
+        need = "flop" if self.rate == "FLOP/s" else "traffic"
+        if self.rate is not None and getattr(self, need) is None:
             msg = f"rate={self.rate!r} needs {need}(n), the work of one call"
             raise ValueError(msg)
-
-    @property
-    def work(self) -> Callable[[int], float] | None:
-        """The work per call that :attr:`rate` counts."""
-        return self.flop if self.rate == "FLOP/s" else self.traffic
-
-    def sizes_for(
-        self,
-        device: torch.device | str,
-        call_s: float | None = None,
-        flop_per_s: float | None = None,
-        memory: Callable[[int], float] | None = None,
-    ) -> list[int]:
-        """The sizes this sweep runs on ``device``: ``sizes`` where the sweep lists
-        them, else those that fit the device's budget (see :func:`gpuguide.sweep`)."""
-        if self.sizes is not None:
-            return sorted(self.sizes)
-        return fitting_sizes(
-            self.lo,
-            self.hi,
-            memory_at=memory or self.memory or self.traffic,  # type: ignore[arg-type]
-            flop_at=self.flop,
-            traffic_at=self.traffic,
-            device=device,
-            call_s=call_s,
-            flop_per_s=flop_per_s,
-            per_octave=self.per_octave,
-            multiple_of=self.multiple_of,
-        )
 
     def _peak_rate(self, device: torch.device, v: Variant) -> float | None:
         """The FLOP/s of the peak a FLOP/s sweep holds ``v`` against, if known."""
@@ -152,6 +116,23 @@ class Sweep:
         if self.rate != "FLOP/s" or not peak or v.peak is False:
             return None
         return device_peaks(device).flops.get(peak)
+
+    def _sizes(self, device: torch.device, v: Variant) -> list[int]:
+        """The sizes ``v`` runs at: the listed ones, else those that fit ``device``."""
+        if self.sizes is not None:
+            return sorted(self.sizes)
+        return fitting_sizes(
+            self.lo,
+            self.hi,
+            memory_at=v.memory or self.memory or self.traffic,  # type: ignore[arg-type]
+            flop_at=self.flop,
+            traffic_at=self.traffic,
+            device=device,
+            call_s=v.call_s,
+            flop_per_s=v.flop_per_s or self._peak_rate(device, v),
+            per_octave=self.per_octave,
+            multiple_of=self.multiple_of,
+        )
 
     def run(
         self,
@@ -162,8 +143,8 @@ class Sweep:
     ) -> SweepResult:
         """Time every variant at each of its sizes. ``paired`` times the variants
         that share a device and inputs in interleaved rounds
-        (:func:`gpuguide.interleave`), so that their comparisons pair rounds;
-        ``timing`` goes to :func:`gpuguide.benchmark` (``rep_ms=``...)."""
+        (:func:`gpuguide.interleave`); ``timing`` goes to :func:`gpuguide.benchmark`
+        (``rep_ms=``...)."""
         if not variants:
             msg = "variants must name at least one way to run the workload"
             raise ValueError(msg)
@@ -179,11 +160,10 @@ class Sweep:
             if v.within is not None and v.within not in plans:
                 msg = f"variant {label!r}: within={v.within!r} names no variant"
                 raise ValueError(msg)
-            rate = v.flop_per_s or self._peak_rate(devices[label], v)
-            own_sizes[label] = self.sizes_for(devices[label], v.call_s, rate, v.memory)
+            own_sizes[label] = self._sizes(devices[label], v)
         for label, v in plans.items():
             if v.within is not None:
-                inside = set(own_sizes[v.within])
+                inside = own_sizes[v.within]
                 own_sizes[label] = [n for n in own_sizes[label] if n in inside]
         sizes = sorted({n for ns in own_sizes.values() for n in ns})
         times: dict[str, list[Measurement | None]] = {label: [] for label in plans}
@@ -195,17 +175,16 @@ class Sweep:
                 if n not in own_sizes[label] or label in out_of_memory:
                     continue
                 where = as_device(v.inputs_on or devices[label])
-                at = v.size(n) if v.size else n
-                key = (v.inputs or self.inputs, str(where), at)
+                key = (v.inputs or self.inputs, str(where), v.size(n) if v.size else n)
                 try:
                     if key not in made:
-                        made[key] = (v.inputs or self.inputs)(at, where)
+                        made[key] = key[0](key[2], where)
                 except torch.OutOfMemoryError:
                     out_of_memory[label] = n
                     _free_cache()
                     continue
                 group = (str(devices[label]), str(where)) if paired else (label, "")
-                groups.setdefault(group, {})[label] = _bind(v.fn, made[key])
+                groups.setdefault(group, {})[label] = partial(v.fn, *made[key])
             timed: dict[str, Measurement] = {}
             for calls in groups.values():
                 dev = devices[next(iter(calls))]
@@ -226,15 +205,13 @@ class Sweep:
                 times[label].append(timed.get(label))
             del made, groups
         for label, n in out_of_memory.items():
-            print(
-                f"{self.name}, {label}: out of memory at n={size_text(n)}; larger sizes skipped"
-            )
+            what = f"{self.name}, {label}: out of memory at n={size_text(n)}"
+            print(f"{what}; larger sizes skipped")
         return SweepResult(
             sweep=self,
             sizes=sizes,
             times=times,
             devices={label: str(d) for label, d in devices.items()},
-            peaked={label: v.peak for label, v in plans.items()},
             variants=plans,
         )
 
@@ -243,13 +220,6 @@ def _free_cache() -> None:
     """Return the caching allocator's free blocks after an out-of-memory error."""
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def _bind(fn: Callable[..., Any], args: Sequence[Any]) -> Callable[[], Any]:
-    def call() -> Any:
-        return fn(*args)
-
-    return call
 
 
 @dataclass
@@ -261,27 +231,33 @@ class SweepResult:
     sizes: list[int]
     times: dict[str, list[Measurement | None]]
     devices: dict[str, str]
-    peaked: dict[str, bool | str] = field(default_factory=dict)
     variants: dict[str, Variant] = field(default_factory=dict)
 
-    def _check(self, label: str) -> None:
-        if label not in self.times:
-            msg = f"no variant {label!r}; this sweep ran {list(self.times)}"
-            raise KeyError(msg)
-
-    def size_of(self, label: str, n: int) -> int:
+    def _size_of(self, label: str, n: int) -> int:
         """The size ``label`` ran at for the sweep's ``n`` (see ``Variant.size``)."""
         v = self.variants.get(label)
         return v.size(n) if v is not None and v.size is not None else n
 
     def _peak(self, label: str) -> str | None:
-        peak = self.peaked.get(label, True)
+        v = self.variants.get(label)
+        peak = True if v is None else v.peak
         return peak if isinstance(peak, str) else (self.sweep.peak if peak else None)
+
+    def _work(self) -> tuple[Callable[[int], float], str]:
+        """The work of one call that a rate counts, and the rate's unit."""
+        unit = self.sweep.rate or ("B/s" if self.sweep.traffic else "FLOP/s")
+        work = self.sweep.flop if unit == "FLOP/s" else self.sweep.traffic
+        if work is None:
+            msg = f"sweep {self.sweep.name!r} declares no flop(n) or traffic(n)"
+            raise ValueError(msg)
+        return work, unit
 
     def ran(self, *labels: str) -> list[int]:
         """The sizes at which every one of ``labels`` ran, ascending."""
         for label in labels:
-            self._check(label)
+            if label not in self.times:
+                msg = f"no variant {label!r}; this sweep ran {list(self.times)}"
+                raise KeyError(msg)
         return [
             n
             for i, n in enumerate(self.sizes)
@@ -308,13 +284,9 @@ class SweepResult:
 
     def rate(self, label: str, n: int | None = None) -> Rate:
         """``label``'s rate at size ``n`` (default its largest)."""
-        work = self.sweep.work or self.sweep.flop or self.sweep.traffic
-        if work is None:
-            msg = f"sweep {self.sweep.name!r} declares no flop(n) or traffic(n)"
-            raise ValueError(msg)
-        unit = self.sweep.rate or ("FLOP/s" if work is self.sweep.flop else "B/s")
+        work, unit = self._work()
         n = self.largest(label) if n is None else n
-        return self.at(label, n).rate(work(self.size_of(label, n)), unit)
+        return self.at(label, n).rate(work(self._size_of(label, n)), unit)
 
     def compare(self, subject: str, baseline: str, n: int | None = None) -> Comparison:
         """``subject`` against ``baseline`` at ``n`` (default the largest both ran)."""
@@ -323,24 +295,20 @@ class SweepResult:
 
     def per_work(self, labels: Sequence[str], n: int | None = None) -> Measurement:
         """Seconds per unit of work (FLOP, else byte) of ``labels`` at ``n``
-        (default the largest all ran), pooled: in each round the mean over
-        ``labels`` of a call's time over its work, so that variants of different
-        sizes compare (paired rounds where the sweep was ``paired``; else every
-        call of every label)."""
-        work = self.sweep.work or self.sweep.flop or self.sweep.traffic
-        if work is None:
-            msg = f"sweep {self.sweep.name!r} declares no flop(n) or traffic(n)"
-            raise ValueError(msg)
+        (default the largest all ran), pooled so that variants of different sizes
+        compare: in each paired round the mean over ``labels`` of a call's time
+        over its work (unpaired: every call of every label)."""
+        work, unit = self._work()
         n = self.largest(*labels) if n is None else n
-        timed = [(self.at(label, n), work(self.size_of(label, n))) for label in labels]
+        timed = [(self.at(label, n), work(self._size_of(label, n))) for label in labels]
         rounds = tuple(
             sum(m.rounds[r] / w for m, w in timed) / len(timed)
             for r in range(min(len(m.rounds) for m, _ in timed))
         )
         calls = rounds or tuple(t / w for m, w in timed for t in m.times_s)
-        unit = "FLOP" if work is self.sweep.flop else "byte"
-        label = f"{', '.join(labels)} at n={size_text(n)}, per {unit}"
-        device, method = timed[0][0].device, f"{timed[0][0].method} per {unit}"
+        per = "FLOP" if unit == "FLOP/s" else "byte"
+        label = f"{', '.join(labels)} at n={size_text(n)}, per {per}"
+        device, method = timed[0][0].device, f"{timed[0][0].method} per {per}"
         return Measurement(label, calls, device, method, rounds=rounds)
 
     def verdicts(self, subject: str, baseline: str) -> list[tuple[int, Comparison]]:
@@ -370,7 +338,7 @@ class SweepResult:
                 self.report(each, n, **config)
             return
         n = self.largest(label) if n is None else n
-        name, size = f"{self.sweep.name}, {label}", self.size_of(label, n)
+        name, size = f"{self.sweep.name}, {label}", self._size_of(label, n)
         if self.sweep.rate is None:
             report_figure(name, self.at(label, n), size=size, **config)
             return
@@ -394,13 +362,10 @@ class SweepResult:
 
     def _cell(self, label: str, n: int) -> str:
         m = self.times[label][self.sizes.index(n)]
-        if m is None:
-            return "-"
-        if self.sweep.rate is None:
+        if m is None or self.sweep.rate is None:
             return format_cell(m)
         rate = self.rate(label, n)
-        text = format_rate(rate.value, rate.unit)
-        text += " NOISY" if m.is_noisy else ""
+        text = format_rate(rate.value, rate.unit) + (" NOISY" if m.is_noisy else "")
         if peak := self._peak(label):
             share = device_peaks(self.devices[label]).percent_of(rate.value, peak)
             text += f" ({share:.0f}%)" if share is not None else ""
@@ -429,8 +394,7 @@ class SweepResult:
     def __str__(self) -> str:
         return str(self.table())
 
-    def __repr__(self) -> str:
-        return str(self)
+    __repr__ = __str__
 
     def plot(
         self,
@@ -438,7 +402,6 @@ class SweepResult:
         *,
         title: str | None = None,
         labels: Mapping[str, str] | None = None,
-        xlabel: str | None = None,
         record: str | None = None,
     ) -> None:
         """Draw each variant against size with its quartile band (rates when the
@@ -448,35 +411,26 @@ class SweepResult:
 
         if ax is None:
             _, ax = plt.subplots()
-        labels = dict(labels or {})
-        series: dict[str, list[Measurement | None]] = {}
-        scale, unit = 1e-3, "ms"
         if self.sweep.rate is None:
             medians = [m.median_s for ms in self.times.values() for m in ms if m]
-            scale, unit = unit_scale(min(medians) if medians else 1e-3, "s")
+            scale, unit = unit_scale(min(medians, default=1e-3), "s")
+            what = "time"
         else:
-            top = max(
-                self.rate(label, n).value
-                for label in self.times
-                for n in self.ran(label)
-            )
-            scale, unit = _rate_scale(top, self.sweep.rate)
-        for label, ms in self.times.items():
-            shown = labels.get(label, label)
-            series[shown] = [
-                self._scaled(m, self.size_of(label, n), scale)
+            top = max(self.rate(k, n).value for k in self.times for n in self.ran(k))
+            scale, unit = unit_scale(top, self.sweep.rate)
+            what = "FLOP rate" if self.sweep.rate == "FLOP/s" else "bandwidth"
+        series = {
+            (labels or {}).get(label, label): [
+                self._scaled(m, self._size_of(label, n), scale)
                 for n, m in zip(self.sizes, ms, strict=True)
             ]
-        what = (
-            "time"
-            if self.sweep.rate is None
-            else ("FLOP rate" if self.sweep.rate == "FLOP/s" else "bandwidth")
-        )
+            for label, ms in self.times.items()
+        }
         plot_sweep(
             ax,
             self.sizes,
             series,
-            xlabel=xlabel or self.sweep.size_label,
+            xlabel=self.sweep.size_label,
             ylabel=f"{what} ({unit})",
             title=title or self.sweep.name,
             device=next(iter(self.devices.values())),
@@ -493,17 +447,6 @@ class SweepResult:
         if self.sweep.rate is None:
             values = tuple(t / scale for t in m.times_s)
         else:
-            work = self.sweep.work
-            assert work is not None
-            values = tuple(work(n) / t / scale for t in m.times_s if t > 0)
+            work = self._work()[0](n)
+            values = tuple(work / t / scale for t in m.times_s if t > 0)
         return Measurement(m.label, values or (0.0,), m.device, m.method)
-
-
-def _rate_scale(top: float, unit: str) -> tuple[float, str]:
-    """The prefixed unit to plot rates up to ``top`` in, and its size."""
-    shown = format_rate(top, unit).split()[-1]
-    prefix = shown[: -len(unit)]
-    return 1000.0 ** (_SI.index(prefix) if prefix in _SI else 0), shown
-
-
-_SI = ("", "k", "M", "G", "T", "P", "E")
