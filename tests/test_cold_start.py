@@ -3,10 +3,10 @@ dynamo's phases, fresh processes and what they leave behind."""
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -15,41 +15,32 @@ import torch
 
 from gpuguide.chapters import coldstart
 from gpuguide.chapters.coldstart import (
-    MARK,
+    _MARK,
     ChildFailed,
     Starts,
-    describe_caches,
+    _describe_caches,
+    _phases,
+    _run_fresh,
     growth,
     measure,
-    phases,
-    report,
-    run_fresh,
     run_starts,
-    split_first_call,
     steady,
 )
 from gpuguide.timing import Measurement
 from gpuguide.verdicts import compare
 
-CHILD = f"""
+REPORT = f"""
+import json
+def report(result):
+    print({_MARK!r} + json.dumps(result))
+"""
+CHILD = f"""{REPORT}
 import os, sys
 print("noise on stdout")
 print("a compiler's log line", file=sys.stderr)
-print({MARK!r} + '{{"stale": true}}')
-from gpuguide.chapters.coldstart import report
+print({_MARK!r} + '{{"stale": true}}')
 report({{"argv": sys.argv[1:], "flag": os.environ.get("GPUGUIDE_TEST_FLAG")}})
 """
-
-
-# ---- the JSON protocol ------------------------------------------------------
-
-
-def test_report_writes_one_marked_line():
-    out = io.StringIO()
-    report({"first_s": 1.5, "caches": "FX graph 1 hit"}, file=out)
-    assert out.getvalue().count("\n") == 1
-    line = out.getvalue().removeprefix(MARK)
-    assert json.loads(line) == {"first_s": 1.5, "caches": "FX graph 1 hit"}
 
 
 # ---- cache counters and phases, with fakes ----------------------------------
@@ -71,37 +62,40 @@ def test_describe_caches_reads_hits_misses_and_bypasses_of_both_caches():
         },
         "stats": {"unique_graphs": 3},
     }
-    text = describe_caches(counters)
+    text = _describe_caches(counters)
     assert text == "FX graph 2 hit, 1 miss; AOTAutograd 1 bypass"
 
 
 def test_describe_caches_follows_renamed_keys_and_skips_zeros():
     # A later torch spelling the keys differently still counts; zeros are no news.
     counters = {"inductor": {"fx_graph_cache_hit": 1, "fxgraph_cache_miss": 0}}
-    assert describe_caches(counters) == "FX graph 1 hit"
-    assert describe_caches({"inductor": {"fxgraph_cache_miss": 0}}) == "none used"
-    assert describe_caches({}) == "none used"
+    assert _describe_caches(counters) == "FX graph 1 hit"
+    assert _describe_caches({"inductor": {"fxgraph_cache_miss": 0}}) == "none used"
+    assert _describe_caches({}) == "none used"
 
 
-def test_phases_sums_the_known_metrics_and_leaves_out_absent_ones():
+def test_phases_sums_the_known_metrics_and_leaves_out_absent_ones(monkeypatch):
+    from torch._dynamo import utils
+
     metrics = {"bytecode_tracing": [0.25, 0.5], "OutputGraph.call_user_compiler": [2.0],
                "something_else": [9.0]}  # fmt: skip
-    assert phases(metrics) == {
+    monkeypatch.setattr(utils, "compilation_time_metrics", metrics, raising=False)
+    assert _phases() == {
         "Dynamo's tracing": 0.75,
         "AOTAutograd and inductor": 2.0,
     }
 
 
 def test_phases_reads_dynamo_in_this_process():
-    got = phases()  # whatever dynamo timed so far: only known labels, in seconds
-    assert set(got) <= set(coldstart.PHASES.values())
+    got = _phases()  # whatever dynamo timed so far: only known labels, in seconds
+    assert set(got) <= set(coldstart._PHASES.values())
     assert all(v >= 0 for v in got.values())
 
 
-def test_split_first_call_adds_up_to_the_first_call():
+def test_first_call_parts_add_up_to_the_first_call():
     result = {"first_s": 3.0, "load_s": 0.5,
               "phases": {"Dynamo's tracing": 0.5, "AOTAutograd and inductor": 1.25}}  # fmt: skip
-    split = split_first_call(result)
+    split = Starts({"cold": {4: [result]}}, "cpu").first_call_parts("cold", 4)
     assert split["first call (s)"] == 3.0
     assert split["rest (s)"] == pytest.approx(0.75)
     assert sum(v for k, v in split.items() if k != "first call (s)") == pytest.approx(
@@ -209,9 +203,8 @@ def test_growth_is_the_slope_through_the_medians_with_its_quartile_range():
     firsts = _firsts((1.0, 1.2, 1.4), (5.0, 5.4, 5.8))  # quartiles 1.1-1.3, 5.2-5.6
     g = growth("full compilation", [1, 11], firsts)
     assert g.per_block_s == pytest.approx((5.4 - 1.2) / 10)
-    assert g.low_s == pytest.approx((5.2 - 1.3) / 10)  # deep low, shallow high
-    assert g.high_s == pytest.approx((5.6 - 1.1) / 10)
-    assert g.spread == pytest.approx((g.low_s, g.high_s))
+    # the shallowest: deep low, shallow high quartiles
+    assert g.spread == pytest.approx(((5.2 - 1.3) / 10, (5.6 - 1.1) / 10))
     assert g.short == "420 ms (390 ms to 450 ms)"
 
 
@@ -225,7 +218,7 @@ def test_growth_fits_a_least_squares_line_over_more_depths():
         (n - mean) ** 2 for n in depths
     )
     assert g.per_block_s == pytest.approx(slope)
-    assert g.low_s == g.high_s == pytest.approx(slope)  # one process per depth
+    assert g.spread is None  # one process per depth
 
 
 def test_a_growth_from_single_runs_has_no_spread():
@@ -244,12 +237,12 @@ def test_growth_needs_two_depths_and_one_first_call_each(depths):
 def test_compare_growth_calls_a_steeper_slope_only_outside_both_spreads():
     full = growth("full compilation", [1, 8], _firsts((2.0, 2.2), (6.0, 6.4)))
     flat = growth("regional", [1, 8], _firsts((2.0, 2.2), (2.0, 2.3)))
-    text = coldstart.compare_growth(full, flat)
+    text = full.compare(flat)
     assert text.startswith("full compilation adds ")
     assert "per block more than regional (" in text
-    assert "less than" in coldstart.compare_growth(flat, full)
+    assert "less than" in flat.compare(full)
     close = growth("full", [1, 8], _firsts((2.0, 2.2), (2.1, 2.4)))
-    assert coldstart.compare_growth(close, flat).startswith(
+    assert close.compare(flat).startswith(
         "no measurable difference in growth per block between full and regional"
     )
 
@@ -257,12 +250,12 @@ def test_compare_growth_calls_a_steeper_slope_only_outside_both_spreads():
 def test_compare_growth_gives_no_verdict_for_single_runs():
     full = growth("full", [4, 16], _firsts((4.0,), (10.0,)))
     flat = growth("regional", [4, 16], _firsts((3.0, 3.2), (3.0, 3.2)))
-    text = coldstart.compare_growth(full, flat)
+    text = full.compare(flat)
     assert text == (
         "full adds 500 ms per block more than regional: one process per depth, "
         "so no spread and no verdict"
     )
-    assert coldstart.compare_growth(flat, full).startswith(
+    assert flat.compare(full).startswith(
         "regional adds 500 ms per block less than full: "
     )
 
@@ -270,19 +263,31 @@ def test_compare_growth_gives_no_verdict_for_single_runs():
 # ---- in the child -----------------------------------------------------------
 
 
-def test_measure_times_the_load_and_first_call_then_both_in_rounds():
+def _measured(capsys, *args, **options):
+    """The result :func:`measure` printed for the parent: one marked JSON line."""
+    measure(*args, **options)
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    assert out.startswith(_MARK)
+    return json.loads(out.removeprefix(_MARK))
+
+
+def test_measure_times_the_load_and_first_call_then_both_in_rounds(capsys):
     model = torch.nn.Linear(8, 8)
     calls = []
-    result = measure(model, model, torch.ones(2, 8), device="cpu",
-                     before=lambda: calls.append("load"), rep_ms=5)  # fmt: skip
+    x = torch.ones(2, 8)
+
+    def before():
+        calls.append("load")
+
+    result = _measured(capsys, model, model, x, device="cpu", before=before)
     assert calls == ["load"]
     assert result["first_s"] >= result["load_s"] >= 0
     assert set(result["steady"]) == set(result["rounds"]) == {"eager", "compiled"}
     assert all(result["steady"][name] for name in ("eager", "compiled"))
-    json.dumps(result)  # what report prints must be JSON
 
 
-def test_measure_compiles_the_other_variants_outside_every_figure():
+def test_measure_compiles_the_other_variants_outside_every_figure(capsys):
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
@@ -299,8 +304,10 @@ def test_measure_compiles_the_other_variants_outside_every_figure():
         counters["inductor"]["fxgraph_cache_miss"] += 5  # as a compile would
         return model(x)
 
-    result = measure(model, compiled, torch.ones(1, 4), device="cpu", rep_ms=2,
-                     also={"regional": other})  # fmt: skip
+    also = {"regional": other}
+    result = _measured(
+        capsys, model, compiled, torch.ones(1, 4), device="cpu", also=also
+    )
     assert calls[:2] == ["compiled", "other"]  # first calls, then the rounds
     assert result["caches"] == "none used"  # read before the other variant's first call
     assert set(result["steady"]) == {"eager", "compiled", "regional"}
@@ -321,16 +328,16 @@ def test_measure_stops_the_compile_workers_before_the_steady_steps(monkeypatch):
         events.append("call")
         return model(x)
 
-    measure(model, compiled, torch.ones(1, 4), device="cpu", rep_ms=2)
+    measure(model, compiled, torch.ones(1, 4), device="cpu")
     assert events[:2] == ["call", "stop"]  # after the first call, before the rest
     assert events.count("stop") == 1
     assert events.count("call") > 2
 
 
-def test_measure_leaves_the_cpu_probe_out_of_the_first_call(monkeypatch):
+def test_measure_leaves_the_cpu_probe_out_of_the_first_call(monkeypatch, capsys):
     monkeypatch.setattr(coldstart, "_probe_cpu", lambda: time.sleep(0.2))
     model = torch.nn.Linear(4, 4)
-    result = measure(model, model, torch.ones(1, 4), device="cpu", rep_ms=2)
+    result = _measured(capsys, model, model, torch.ones(1, 4), device="cpu")
     assert result["probe_s"] >= 0.2 > result["first_s"]
 
 
@@ -340,7 +347,7 @@ def test_measure_leaves_the_cpu_probe_out_of_the_first_call(monkeypatch):
 @pytest.fixture
 def child_module(tmp_path, monkeypatch):
     """Writes ``code`` as a module the fresh process can import, and makes it the
-    child that run_fresh runs."""
+    child that _run_fresh runs."""
     monkeypatch.syspath_prepend(str(tmp_path))
     made = []
 
@@ -348,7 +355,7 @@ def child_module(tmp_path, monkeypatch):
         name = f"gpuguide_test_child_{len(made)}"
         (tmp_path / f"{name}.py").write_text(code)
         made.append(name)
-        monkeypatch.setattr(coldstart, "CHILD", name)
+        monkeypatch.setattr(coldstart, "_CHILD", name)
 
     return write
 
@@ -356,7 +363,7 @@ def child_module(tmp_path, monkeypatch):
 def test_run_fresh_returns_the_result_and_keeps_the_output_off(child_module, capfd):
     env = {"GPUGUIDE_TEST_FLAG": "set"}
     child_module(CHILD)  # prints a stale marked line first: the last one counts
-    result = run_fresh(["cold", 4], env=env)
+    result = _run_fresh(["cold", 4], env=env)
     assert result == {"argv": ["cold", "4"], "flag": "set"}
     out, err = capfd.readouterr()
     assert "noise" not in out
@@ -370,16 +377,15 @@ def test_run_fresh_returns_the_result_and_keeps_the_output_off(child_module, cap
         ("raise ValueError('the cause')", 1),
         ("report({'n': 1})\nraise ValueError('the cause')", 1),  # a result, then 1
         ("print('the cause', file=sys.stderr)", 0),  # exit code 0, no result
-        (f"print({MARK!r} + '[1, 2]')\nprint('the cause', file=sys.stderr)", 0),
     ],
 )
 def test_run_fresh_raises_with_the_end_of_the_childs_stderr(child_module, end, code):
     child_module(
-        "import sys\nfrom gpuguide.chapters.coldstart import report\n"
+        f"import sys\n{REPORT}\n"
         "for i in range(20):\n    print(f'line {i}', file=sys.stderr)\n" + end
     )
     with pytest.raises(ChildFailed, match="the cause") as caught:
-        run_fresh()
+        _run_fresh(env={})
     assert f"(exit code {code}) without a result" in str(caught.value)
     assert "line 0\n" not in str(caught.value)  # only the end of stderr
 
@@ -387,34 +393,28 @@ def test_run_fresh_raises_with_the_end_of_the_childs_stderr(child_module, end, c
 def test_run_fresh_without_stderr_says_so_briefly(child_module):
     child_module("import os\nos._exit(3)")
     with pytest.raises(ChildFailed, match=r"exit code 3\) without a result$"):
-        run_fresh()
+        _run_fresh(env={})
 
 
 def test_a_child_runs_as_main_with_its_own_module(child_module):
     # Dynamo's guards look globals up in sys.modules["__main__"]: it must be the
     # child's module, as python -m makes it.
     code = (
-        "import sys\nvalue = 3\nfrom gpuguide.chapters.coldstart import report\n"
+        f"import sys\nvalue = 3\n{REPORT}\n"
         "report({'same': sys.modules['__main__'].value == value, 'name': __name__})"
     )
     child_module(code)
-    assert run_fresh() == {"same": True, "name": "__main__"}
-
-
-def test_run_fresh_stops_a_child_past_its_time(child_module):
-    child_module("import time\ntime.sleep(60)")
-    with pytest.raises(ChildFailed, match="stopped after 1 s"):
-        run_fresh(timeout_s=1)
+    assert _run_fresh(env={}) == {"same": True, "name": "__main__"}
 
 
 def test_a_child_imports_the_parents_gpuguide_from_another_folder(
     child_module, monkeypatch, tmp_path
 ):
-    code = "import gpuguide.chapters.coldstart as c\nc.report({'file': c.__file__})"
+    code = f"{REPORT}\nimport gpuguide.chapters.coldstart as c\nreport({{'file': c.__file__}})"
     child_module(code)
     monkeypatch.chdir(tmp_path / "..")  # as sphinx-gallery does
     monkeypatch.setenv("PYTHONPATH", "src")  # relative: another folder here
-    assert run_fresh() == {"file": coldstart.__file__}
+    assert _run_fresh(env={}) == {"file": coldstart.__file__}
     assert os.environ["PYTHONPATH"] == "src"  # unchanged in this process
 
 
@@ -423,7 +423,7 @@ def test_the_real_child_reports_a_cold_start(tmp_path):
     # steady steps, and the cache counters of a compile into an empty directory.
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
     args = ["cold", 1, 16, "cpu", tmp_path / "1.bin", False]
-    result = run_fresh(args, env=env)
+    result = _run_fresh(args, env=env)
     assert result["first_s"] > 0
     assert result["probe_s"] > 0  # timed apart, on a CPU
     assert set(result["steady"]) == {"eager", "compiled"}
@@ -437,19 +437,26 @@ def test_the_real_child_compiles_for_a_gpu(tmp_path):
     # needs no CPU probe.
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
     args = ["regional", 2, 64, "cuda", tmp_path / "2.bin", False]
-    result = run_fresh(args, env=env)
+    result = _run_fresh(args, env=env)
     assert result["first_s"] > 0
     assert result["probe_s"] == 0
     assert set(result["steady"]) == {"eager", "compiled"}
 
 
-def test_a_failed_start_names_its_case_and_depth(monkeypatch):
+@pytest.mark.parametrize(
+    "error",
+    [
+        ChildFailed("the end of its stderr: CUDA error"),
+        subprocess.TimeoutExpired(["python", "-m", "child"], 600),
+    ],
+)
+def test_a_failed_start_names_its_case_and_depth(monkeypatch, error):
     def fail(args, *, env):
-        raise ChildFailed("the end of its stderr: CUDA error")
+        raise error
 
-    monkeypatch.setattr(coldstart, "run_fresh", fail)
+    monkeypatch.setattr(coldstart, "_run_fresh", fail)
     with pytest.raises(
-        ChildFailed, match=r"the cold start at 2 blocks on cuda: .*CUDA"
+        ChildFailed, match=r"the cold start at 2 blocks on cuda: .*(CUDA|600 seconds)"
     ):
         run_starts(["cold"], [2], lambda case, n: 1, dim=8, device="cuda")
 
@@ -465,7 +472,7 @@ def test_run_starts_runs_the_cases_in_turn_and_warm_reuses_colds_cache(monkeypat
         first_s = float(len(calls))
         return {"first_s": first_s, "caches": f"FX graph {args[1]} miss"}
 
-    monkeypatch.setattr(coldstart, "run_fresh", fake_run_fresh)
+    monkeypatch.setattr(coldstart, "_run_fresh", fake_run_fresh)
     cases = ["cold", "warm", "Mega-Cache", "regional"]
 
     def plan(case, n):

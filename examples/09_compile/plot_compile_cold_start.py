@@ -90,7 +90,7 @@ if len(blocks) > 1:  # a slope needs two depths (small mode on a CPU runs one)
     for g in (full, regional):
         name = f"first call per block, {g.label}"
         gpuguide.report(name, g.per_block_s, unit="s", spread=g.spread)
-    print(coldstart.compare_growth(full, regional))
+    print(full.compare(regional))
     title = f"Per block: full {full.short}, regional {regional.short}"
 gpuguide.claim(
     "regional compilation adds less to the first call per block than full compilation",
@@ -114,10 +114,7 @@ plt.show()
 # of code generation when cold). The rest runs the graph and loads kernels. On a
 # CPU, a Mega-Cache start can compile the C++ kernels again although the FX
 # graph cache hits (compare inductor's time for warm and Mega-Cache).
-split = [
-    {"case": case} | coldstart.split_first_call(starts[case][largest][0])
-    for case in CASES
-]
+split = [{"case": case} | starts.first_call_parts(case, largest) for case in CASES]
 print(gpuguide.table(split, title=f"{largest} blocks, the first process of each case"))
 
 # %%

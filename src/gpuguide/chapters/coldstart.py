@@ -1,13 +1,9 @@
 """Plumbing for the cold-start page: run the child
-(:mod:`gpuguide.chapters.coldstart_child`) in fresh processes, and, in each, time
-its first compiled call, its steady state and what the compiler's caches did.
+(:mod:`gpuguide.chapters.coldstart_child`) in fresh processes, each timing its first
+compiled call, its steady state and what the compiler's caches did.
 
-Each child is ``python -m gpuguide.chapters.coldstart_child``: a new interpreter
-that imports torch, creates its own CUDA context where it runs on a GPU, and starts
-with no compiled code, no loaded kernel and empty in-memory caches. Its stdout and
-stderr are captured (compiler logs stay off the page) and its result comes back as
-one JSON line (:func:`report`, marked with :data:`MARK`); a child that fails raises
-:class:`ChildFailed`, which quotes the end of its stderr.
+A child prints its result as one marked line of JSON; its other output stays off
+the page, and a child that fails raises :class:`ChildFailed`.
 """
 
 from __future__ import annotations
@@ -29,28 +25,18 @@ from gpuguide.timing import Measurement, first_calls_s
 from gpuguide.units import format_time
 from gpuguide.verdicts import NO_DIFFERENCE, Comparison, break_even, compare, interleave
 
-__all__ = [
-    "compare_growth",
-    "growth",
-    "measure",
-    "payback",
-    "report",
-    "run_starts",
-    "split_first_call",
-    "steady",
-]
+__all__ = ["growth", "measure", "payback", "run_starts", "steady"]
 
 #: Starts the line of a child's stdout that holds its result, as JSON.
-MARK = "gpuguide-result: "
+_MARK = "gpuguide-result: "
 #: The module each fresh process runs (``python -m``).
-CHILD = "gpuguide.chapters.coldstart_child"
+_CHILD = "gpuguide.chapters.coldstart_child"
 #: Dynamo's compile-time metrics that make up a first call, and what they are.
-PHASES = {
+_PHASES = {
     "bytecode_tracing": "Dynamo's tracing",
     "build_guards": "building guards",
     "OutputGraph.call_user_compiler": "AOTAutograd and inductor",
 }
-_TAIL_LINES = 8  # lines of a failed child's stderr quoted in the error
 
 
 class ChildFailed(RuntimeError):
@@ -60,14 +46,9 @@ class ChildFailed(RuntimeError):
 # ---- in the child -----------------------------------------------------------
 
 
-def describe_caches(counters: Mapping[str, Mapping[str, int]]) -> str:
-    """What the compiler's caches did, from dynamo's ``counters``: ``"FX graph 1
-    hit; AOTAutograd 1 miss"``, or ``"none used"``.
-
-    Counts every ``*cache_hit``/``*cache_miss``/``*cache_bypass`` key of the
-    ``"inductor"`` (FX graph cache) and ``"aot_autograd"`` (AOTAutograd cache)
-    groups, whatever torch version named them; zeros are left out.
-    """
+def _describe_caches(counters: Mapping[str, Mapping[str, int]]) -> str:
+    """What the FX graph and AOTAutograd caches did, from dynamo's ``counters``
+    (any ``*cache_hit``/``_miss``/``_bypass`` key): ``"FX graph 1 hit"``."""
     parts = []
     for group, cache in {"inductor": "FX graph", "aot_autograd": "AOTAutograd"}.items():
         counts: Counter[str] = Counter()
@@ -80,20 +61,19 @@ def describe_caches(counters: Mapping[str, Mapping[str, int]]) -> str:
     return "; ".join(parts) or "none used"
 
 
-def phases(metrics: Mapping[str, Sequence[float]] | None = None) -> dict[str, float]:
-    """Seconds spent in each of :data:`PHASES` that dynamo timed in this process
-    (``torch._dynamo.utils.compilation_time_metrics``); absent ones are left out."""
-    if metrics is None:
-        from torch._dynamo import utils
+def _phases() -> dict[str, float]:
+    """Seconds dynamo timed in this process in each of ``_PHASES``."""
+    from torch._dynamo import utils
 
-        metrics = getattr(utils, "compilation_time_metrics", {})
-    return {label: sum(metrics[key]) for key, label in PHASES.items() if key in metrics}
+    metrics = getattr(utils, "compilation_time_metrics", {})
+    return {
+        label: sum(metrics[key]) for key, label in _PHASES.items() if key in metrics
+    }
 
 
 def _probe_cpu() -> None:
-    """Inductor's probe of the CPU's vector instructions: a small C++ build into the
-    cache directory, then a load in a subprocess. Inductor runs it once per process,
-    before it compiles anything for a CPU, and keeps the answer in memory."""
+    """Inductor's probe of the CPU's vector instructions (a small C++ build), which
+    it runs once per process before it compiles anything for a CPU."""
     try:
         from torch._inductor.cpu_vec_isa import pick_vec_isa
     except ImportError:  # pragma: no cover - inductor moved it
@@ -108,34 +88,27 @@ def measure(
     *,
     device: str,
     before: Callable[[], Any] | None = None,
-    rep_ms: float = 60.0,
     also: Mapping[str, Callable[[Any], Any]] | None = None,
-) -> dict[str, Any]:
-    """In the child: time ``before()`` and the first call of ``compiled(x)``
-    together (a cache load counts in the start), then ``model`` (eager),
-    ``compiled`` and the callables in ``also`` in alternating rounds (the compile
-    workers stopped), without gradients; returns the times (``"steady"``, keyed
-    ``"eager"``, ``"compiled"`` and ``also``'s names), each round's median
-    (``"rounds"``, keyed alike), the cache counts and dynamo's phases, ready for
-    :func:`report`.
+) -> None:
+    """In the child, without gradients: time ``before()`` and the first call of
+    ``compiled(x)`` together, then ``model`` (eager), ``compiled`` and ``also``'s
+    callables in alternating rounds, and print the result for the parent.
 
-    The cache counts and phases are read before ``also``'s first calls, which
-    compile outside every figure. Inductor's probe of the CPU's vector
-    instructions is left out of the first call: on a CPU it is timed before it
-    (``"probe_s"``). Inductor is imported before anything is timed."""
+    Inductor's import, and on a CPU its probe of the vector instructions
+    (``"probe_s"``), come before the first call; the cache counts and dynamo's
+    phases are read before ``also``'s first calls, which count in no figure."""
     import torch
     import torch._inductor.compile_fx  # imported before anything is timed
     from torch._dynamo.utils import counters
 
-    # timed apart on a CPU, so that no first call pays it
     probe_s = (
-        first_calls_s(_probe_cpu, device=device, calls=1) if device == "cpu" else 0.0
+        first_calls_s(_probe_cpu, device=device, calls=1) if device == "cpu" else 0
     )
     variants = {"eager": model, "compiled": compiled, **(also or {})}
     with torch.no_grad():
-        loaded_s = first_calls_s(before, device=device, calls=1) if before else 0.0
+        load_s = first_calls_s(before, device=device, calls=1) if before else 0.0
         first_s = first_calls_s(compiled, x, device=device, calls=1)
-        caches, timers = describe_caches(counters), phases()
+        caches, timers = _describe_caches(counters), _phases()
         for name in also or {}:
             variants[name](x)
         try:  # they would take the CPU from the steady steps, which compile nothing
@@ -145,67 +118,51 @@ def measure(
         else:
             shutdown_compile_workers()
         calls = {name: functools.partial(fn, x) for name, fn in variants.items()}
-        timed = interleave(calls, rounds=10, rep_ms=rep_ms, device=device)
-    return {
-        "first_s": loaded_s + first_s,
-        "load_s": loaded_s,
+        timed = interleave(calls, rounds=10, rep_ms=60.0, device=device)
+    result = {
+        "first_s": load_s + first_s,
+        "load_s": load_s,
         "probe_s": probe_s,
         "caches": caches,
         "phases": timers,
         "steady": {name: list(m.times_s) for name, m in timed.items()},
         "rounds": {name: list(m.rounds) for name, m in timed.items()},
     }
-
-
-def report(result: Mapping[str, Any], file: Any = None) -> None:
-    """Print ``result`` as the child's one JSON line, after :data:`MARK`."""
-    print(MARK + json.dumps(dict(result)), file=file or sys.stdout, flush=True)
+    print(_MARK + json.dumps(result), flush=True)
 
 
 # ---- in the parent ----------------------------------------------------------
 
 
-def run_fresh(
-    args: Iterable[object] = (),
-    *,
-    env: Mapping[str, str] | None = None,
-    timeout_s: float = 600.0,
+def _run_fresh(
+    args: Iterable[object] = (), *, env: Mapping[str, str]
 ) -> dict[str, Any]:
-    """Run ``python -m`` :data:`CHILD` ``*args`` in a fresh process, ``env`` added to
-    its environment, and return what it :func:`report`-ed (its last :data:`MARK`
-    line). Its stdout and stderr stay off the page; a failure, no result, or a
-    child past ``timeout_s`` raises :class:`ChildFailed` with the end of its stderr."""
+    """Run ``python -m`` ``_CHILD`` ``*args`` in a fresh process, ``env`` added to
+    its environment, and return its result (its last marked line)."""
     # The child imports what this process imports: its folders, made absolute (a
     # relative PYTHONPATH means something else once a page changes directory).
     path = os.pathsep.join(str(Path(p).absolute()) for p in sys.path if p)
-    code: int | str
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", CHILD, *map(str, args)],
-            env={**os.environ, "PYTHONPATH": path, **(env or {})},
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-        stdout, stderr, code = done.stdout, done.stderr, done.returncode
-    except subprocess.TimeoutExpired as error:
-        stderr = error.stderr.decode() if isinstance(error.stderr, bytes) else ""
-        stdout, code = "", f"none: stopped after {timeout_s:g} s"
-    lines = [line for line in stdout.splitlines() if line.startswith(MARK)]
-    result = json.loads(lines[-1][len(MARK) :]) if code == 0 and lines else None
-    if isinstance(result, dict):
+    done = subprocess.run(
+        [sys.executable, "-m", _CHILD, *map(str, args)],
+        env={**os.environ, "PYTHONPATH": path, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith(_MARK)]
+    if done.returncode == 0 and lines:
+        result: dict[str, Any] = json.loads(lines[-1].removeprefix(_MARK))
         return result
-    tail = "\n".join(stderr.strip().splitlines()[-_TAIL_LINES:])
-    msg = f"the child process ended (exit code {code}) without a result"
+    tail = "\n".join(done.stderr.strip().splitlines()[-8:])
+    msg = f"the child process ended (exit code {done.returncode}) without a result"
     raise ChildFailed(f"{msg}; the end of its stderr:\n{tail}" if tail else msg)
 
 
 @dataclass(frozen=True)
 class Starts:
-    """What :func:`run_starts` gathered: ``results[case][n]`` (also ``starts[case][n]``)
-    holds the results of a case's fresh processes at ``n`` blocks, in the order they
-    ran, for a child that compiled for ``device``."""
+    """What :func:`run_starts` gathered: ``starts[case][n]``, the results of a case's
+    fresh processes at ``n`` blocks, in the order they ran."""
 
     results: Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]]
     device: str
@@ -218,20 +175,32 @@ class Starts:
         return [r for case in cases for r in self.results[case][n]]
 
     def first(self, case: str, n: int) -> Measurement | None:
-        """The first calls of ``case``'s processes at ``n`` blocks as one
-        Measurement; None where none ran."""
+        """The first calls of ``case``'s processes at ``n`` blocks; None if none ran."""
         times = tuple(r["first_s"] for r in self.runs([case], n))
         method = "host-clock, one process each"
         return Measurement(case, times, self.device, method) if times else None
 
+    def first_call_parts(self, case: str, n: int) -> dict[str, float]:
+        """The first call of ``case``'s first process at ``n`` blocks, in seconds, and
+        its parts: dynamo's phases, the cache load (Mega-Cache) and the rest."""
+        result = self.results[case][n][0]
+        parts = {**result["phases"], "cache load": result["load_s"]}
+        rest = result["first_s"] - sum(parts.values())
+        parts = {"first call": result["first_s"], **parts, "rest": rest}
+        return {f"{k} (s)": v for k, v in parts.items()}
+
     def rows(self) -> list[dict[str, Any]]:
-        """A table row per depth and case that ran: blocks, case, processes, their
-        first call, and what the caches did in the first of them."""
+        """A table row per depth and case that ran: its processes, their first
+        calls, and what the caches did in the first of them."""
         depths = sorted({n for by_depth in self.results.values() for n in by_depth})
         return [
-            {"blocks": n, "case": case, "processes": len(done)}
-            | {"first call": self.first(case, n)}
-            | {"caches": done[0]["caches"]}
+            {
+                "blocks": n,
+                "case": case,
+                "processes": len(done),
+                "first call": self.first(case, n),
+                "caches": done[0]["caches"],
+            }
             for n in depths
             for case, by_depth in self.results.items()
             if (done := by_depth.get(n))
@@ -246,16 +215,13 @@ def run_starts(
     dim: int,
     device: object,
 ) -> Starts:
-    """Run the child in fresh processes (:func:`run_fresh`): at each depth ``n`` of
-    ``blocks``, ``plan(case, n)`` processes of each of ``cases`` in turn, each with
-    ``sys.argv[1:]``: the case, ``n``, ``dim``, ``device``, the path of the depth's
-    Mega-Cache artifacts and whether ``n`` is the last depth. A child that fails
-    raises :class:`ChildFailed`, naming the case and depth, with its stderr.
+    """At each depth ``n`` of ``blocks``, run ``plan(case, n)`` fresh children of each
+    of ``cases`` in turn, each given the case, ``n``, ``dim``, ``device``, the
+    depth's Mega-Cache file and whether ``n`` is the deepest.
 
-    Each case at a depth gets an inductor cache directory of its own
-    (``TORCHINDUCTOR_CACHE_DIR``, with ``TRITON_CACHE_DIR`` inside), empty at
-    first, but ``"warm"``, which reuses ``"cold"``'s; all of them, and the
-    artifacts, live in one temporary directory, removed at the end."""
+    Each case and depth gets an empty inductor cache directory of its own
+    (``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR`` inside), but ``"warm"``
+    reuses ``"cold"``'s; all of it is removed at the end."""
     results: dict[str, dict[int, list[dict[str, Any]]]] = {
         case: {n: [] for n in blocks} for case in cases
     }
@@ -269,22 +235,11 @@ def run_starts(
                 for _ in range(plan(case, n)):
                     args = [case, n, dim, device, artifacts, n == blocks[-1]]
                     try:
-                        results[case][n].append(run_fresh(args, env=env))
-                    except ChildFailed as error:
+                        results[case][n].append(_run_fresh(args, env=env))
+                    except (ChildFailed, subprocess.TimeoutExpired) as error:
                         msg = f"the {case} start at {n} blocks on {device}: {error}"
                         raise ChildFailed(msg) from None
     return Starts(results, str(device))
-
-
-def split_first_call(result: Mapping[str, Any]) -> dict[str, float]:
-    """A child's first call, in seconds, and its parts: dynamo's :func:`phases`,
-    the cache load (Mega-Cache) and the rest (running the graph, loading
-    kernels), keyed ``"first call (s)"``, ``"Dynamo's tracing (s)"``..."""
-    parts = {**result["phases"], "cache load": result["load_s"]}
-    parts["rest"] = result["first_s"] - sum(parts.values())
-    return {"first call (s)": result["first_s"]} | {
-        f"{k} (s)": v for k, v in parts.items()
-    }
 
 
 def steady(
@@ -296,18 +251,13 @@ def steady(
     relative: bool = False,
     paired: bool = False,
 ) -> Measurement:
-    """Steady-state times ``name`` (``"eager"``, ``"compiled"``) of several children,
-    pooled into one Measurement.
+    """The steady-state steps ``name`` (``"eager"``, ``"compiled"``) of several
+    children, pooled into one Measurement.
 
-    ``relative``: one value per child instead, the median of its ``name`` steps
-    over the median of its eager steps (timed in the same rounds), so that children
-    slowed by their neighbours on a shared machine still compare fairly, and the
-    spread is the spread between processes, which a burst of load in a few rounds
-    does not widen.
-
-    ``paired``: one value per round instead, its median of ``name`` over the
-    process's eager median, the rounds kept (:class:`Measurement`'s ``rounds``):
-    two names of the same processes then compare round by round."""
+    ``relative``: one value per child, the median of its ``name`` steps over the
+    median of its eager steps, so that children slowed by their neighbours still
+    compare fairly. ``paired``: one value per round, its median over the child's
+    eager median, kept as rounds that another name's rounds pair with."""
 
     def eager(result: Mapping[str, Any]) -> float:
         return float(statistics.median(result["steady"]["eager"]))
@@ -331,16 +281,12 @@ def payback(
     device: str,
     name: str = "compiled",
 ) -> tuple[tuple[int | None, int | None, int | None], Comparison]:
-    """After how many steps a start pays for itself, from children's ``results``
-    that timed the same compiled code (their steady steps ``name``) against eager,
-    and ``first_call``: its cost is the first call beyond one compiled step, paid
-    back by the steps saved over eager.
+    """After how many steps ``first_call``, beyond one compiled step, is paid back by
+    the steps ``name`` saves over eager in the children's ``results`` (relative, see
+    :func:`steady`, when there are several).
 
-    Steps are compared each relative to its process's eager median (see
-    :func:`steady`), or, from a single process, as it timed them (in the same
-    rounds: their spread is its own). Returns the step counts at the first call's
-    median, lower and upper quartiles (None where compiled is not measurably
-    faster), and the compiled-against-eager comparison they rest on."""
+    Returns the step counts at the first call's median, lower and upper quartiles
+    (None where ``name`` is not measurably faster) and the comparison they rest on."""
     relative = len(results) > 1
     eager = steady(results, "eager", "eager", device, relative=relative)
     compiled = steady(results, name, name, device, relative=relative)
@@ -353,21 +299,13 @@ def payback(
 
 @dataclass(frozen=True)
 class Growth:
-    """How much a first call grows per block of the stack (``per_block_s``, the
-    least-squares slope through the medians at each depth), with ``low_s`` and
-    ``high_s`` the shallowest and steepest slopes through the quartiles;
-    ``processes``: the fewest processes at a depth (one: no spread)."""
+    """What each block adds to a first call: ``per_block_s``, the least-squares slope
+    through the medians, and ``spread``, the shallowest and steepest slopes through
+    the quartiles (None where a depth ran a single process)."""
 
     label: str
     per_block_s: float
-    low_s: float
-    high_s: float
-    processes: int
-
-    @property
-    def spread(self) -> tuple[float, float] | None:
-        """``(low_s, high_s)``, or None where a depth ran one process: no spread."""
-        return None if self.processes < 2 else (self.low_s, self.high_s)
+    spread: tuple[float, float] | None
 
     @property
     def short(self) -> str:
@@ -375,7 +313,22 @@ class Growth:
         text = format_time(self.per_block_s)
         if self.spread is None:
             return text
-        return f"{text} ({format_time(self.low_s)} to {format_time(self.high_s)})"
+        low, high = map(format_time, self.spread)
+        return f"{text} ({low} to {high})"
+
+    def compare(self, flat: Growth) -> str:
+        """A sentence: whether this first call grows faster per block than ``flat``'s,
+        its verdict from both spreads (none without them)."""
+        a, b, more = self.label, flat.label, self.per_block_s - flat.per_block_s
+        adds = f"{a} adds {format_time(abs(more))} per block "
+        adds += f"{'more' if more >= 0 else 'less'} than {b}"
+        if self.spread is None or flat.spread is None:
+            return f"{adds}: one process per depth, so no spread and no verdict"
+        low, high = self.spread[0] - flat.spread[1], self.spread[1] - flat.spread[0]
+        span = f"{format_time(low)} to {format_time(high)}"
+        if low > 0 or high < 0:
+            return f"{adds} ({span})"
+        return f"{NO_DIFFERENCE} in growth per block between {a} and {b} ({span})"
 
 
 def growth(label: str, depths: Sequence[int], firsts: Sequence[Measurement]) -> Growth:
@@ -394,21 +347,5 @@ def growth(label: str, depths: Sequence[int], firsts: Sequence[Measurement]) -> 
         )
         for i in range(3)
     ]
-    return Growth(label, slopes[1], slopes[0], slopes[2], min(m.n for m in firsts))
-
-
-def compare_growth(steep: Growth, flat: Growth) -> str:
-    """Whether ``steep``'s first call grows faster per block than ``flat``'s: a
-    sentence, its verdict computed from both spreads (none from a single run)."""
-    a, b = steep.label, flat.label
-    more = steep.per_block_s - flat.per_block_s
-    adds = (
-        f"{a} adds {format_time(abs(more))} per block {'more' if more >= 0 else 'less'}"
-    )
-    if steep.spread is None or flat.spread is None:
-        return f"{adds} than {b}: one process per depth, so no spread and no verdict"
-    low, high = steep.low_s - flat.high_s, steep.high_s - flat.low_s
-    span = f"{format_time(low)} to {format_time(high)}"
-    if low > 0 or high < 0:
-        return f"{adds} than {b} ({span})"
-    return f"{NO_DIFFERENCE} in growth per block between {a} and {b} ({span})"
+    one = min(m.n for m in firsts) < 2
+    return Growth(label, slopes[1], None if one else (slopes[0], slopes[2]))

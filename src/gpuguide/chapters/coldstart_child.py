@@ -1,24 +1,22 @@
 """The cold-start page's child: one fresh process, one start of a compiled model.
 
 ``python -m gpuguide.chapters.coldstart_child CASE BLOCKS DIM DEVICE ARTIFACTS
-DEEPEST`` builds a stack of ``BLOCKS`` transformer blocks and reports its first
-compiled call, its steady state and what the compiler's caches did, as one line of
-JSON (:func:`gpuguide.chapters.coldstart.report`). ``CASE`` is ``cold``, ``warm``,
-``Mega-Cache`` or ``regional``; the parent sets ``TORCHINDUCTOR_CACHE_DIR``.
+DEEPEST`` compiles a stack of ``BLOCKS`` transformer blocks and times its first
+call and steady state (:func:`gpuguide.chapters.coldstart.measure`). ``CASE`` is
+``cold``, ``warm``, ``Mega-Cache`` or ``regional``.
 """
 
 from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gpuguide.chapters.coldstart import measure, report
+from gpuguide.chapters.coldstart import measure
 
 
 class Block(nn.Module):
@@ -42,36 +40,27 @@ class Block(nn.Module):
         return out
 
 
-def by_blocks(
-    model: nn.Sequential,
-) -> nn.Sequential:  # regional compilation: one compilation serves all N
-    for block in model:
+def by_blocks(model: nn.Sequential) -> nn.Sequential:
+    for block in model:  # regional compilation: one compilation serves all N
         block.compile()
     return model
 
 
-def main(
-    case: str, blocks: int, dim: int, device: str, artifacts: str, deepest: bool
-) -> None:
-    torch.set_float32_matmul_precision("high")  # TF32 on a GPU
-    model = nn.Sequential(*[Block(dim) for _ in range(blocks)]).to(device).eval()
-    x, eager = torch.randn(1, 64, dim, device=device), copy.deepcopy(model)
-    compiled = by_blocks(model) if case == "regional" else torch.compile(model)
-    load: Callable[[], None] | None = None
-    if case == "Mega-Cache":  # a cold process's caches, saved as one blob
-
-        def load() -> None:
-            torch.compiler.load_cache_artifacts(Path(artifacts).read_bytes())
-
-    also: dict[str, nn.Module] = {}
-    if case == "warm" and deepest:  # compiled by blocks too, side by side
-        also["regional"] = by_blocks(copy.deepcopy(eager))
-    result = measure(eager, compiled, x, device=device, before=load, also=also)
-    if case == "cold" and (saved := torch.compiler.save_cache_artifacts()):
-        Path(artifacts).write_bytes(saved[0])
-    report(result)
-
-
 if __name__ == "__main__":
     case, blocks, dim, device, artifacts, deepest = sys.argv[1:]
-    main(case, int(blocks), int(dim), device, artifacts, deepest == "True")
+    torch.set_float32_matmul_precision("high")  # TF32 on a GPU
+    model = nn.Sequential(*[Block(int(dim)) for _ in range(int(blocks))])
+    model = model.to(device).eval()
+    x, eager = torch.randn(1, 64, int(dim), device=device), copy.deepcopy(model)
+    compiled = by_blocks(model) if case == "regional" else torch.compile(model)
+
+    def load() -> None:  # Mega-Cache: a cold process's caches, saved as one blob
+        torch.compiler.load_cache_artifacts(Path(artifacts).read_bytes())
+
+    also: dict[str, nn.Module] = {}
+    if case == "warm" and deepest == "True":  # compiled by blocks too, side by side
+        also["regional"] = by_blocks(copy.deepcopy(eager))
+    before = load if case == "Mega-Cache" else None
+    measure(eager, compiled, x, device=device, before=before, also=also)
+    if case == "cold" and (saved := torch.compiler.save_cache_artifacts()):
+        Path(artifacts).write_bytes(saved[0])
