@@ -12,7 +12,6 @@ from gpuguide import sizes
 from gpuguide.peaks import Peaks
 from gpuguide.sizes import (
     SizeBudget,
-    estimate_seconds,
     free_memory_bytes,
     largest_size,
     size_budget,
@@ -21,6 +20,11 @@ from gpuguide.sizes import (
 
 MiB = 2**20
 GiB = 2**30
+
+
+@pytest.fixture(autouse=True)
+def _full_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUGUIDE_SMALL", raising=False)
 
 
 def budget(memory_bytes: int = GiB, call_s: float = 1.0) -> SizeBudget:
@@ -138,8 +142,8 @@ def test_cpu_budget_counts_on_at_most_host_memory_bytes(
     monkeypatch: pytest.MonkeyPatch, available: int, expected: int
 ) -> None:
     monkeypatch.setattr(sizes.host, "available_memory_bytes", lambda: available)
-    assert size_budget("cpu", small=False).memory_bytes == expected
-    whole = size_budget("cpu", memory_fraction=1.0, small=False).memory_bytes
+    assert size_budget("cpu").memory_bytes == expected
+    whole = size_budget("cpu", memory_fraction=1.0).memory_bytes
     assert whole == min(available, 2 * GiB)
 
 
@@ -154,29 +158,32 @@ def fixed_free(monkeypatch: pytest.MonkeyPatch) -> int:
 
 
 def test_size_budget_defaults(fixed_free: int) -> None:
-    b = size_budget("cpu", small=False)
+    b = size_budget("cpu")
     assert b == SizeBudget(
         device="cpu", memory_bytes=fixed_free // 4, call_s=0.02, small=False
     )
-    assert size_budget("mps", small=False).call_s == 0.05
-    assert size_budget("mps", small=False).device == "mps"
+    assert size_budget("mps").call_s == 0.05
+    assert size_budget("mps").device == "mps"
 
 
 def test_size_budget_cuda(monkeypatch: pytest.MonkeyPatch, fixed_free: int) -> None:
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
-    b = size_budget("cuda", small=False)
+    b = size_budget("cuda")
     assert (b.device, b.call_s) == ("cuda:3", 0.05)
-    assert size_budget("cuda:1", small=False).device == "cuda:1"
+    assert size_budget("cuda:1").device == "cuda:1"
 
 
 def test_size_budget_fraction_and_call(fixed_free: int) -> None:
-    b = size_budget("cpu", memory_fraction=0.5, call_s=0.1, small=False)
+    b = size_budget("cpu", memory_fraction=0.5, call_s=0.1)
     assert b.memory_bytes == fixed_free // 2
     assert b.call_s == 0.1
 
 
-def test_size_budget_small_caps(fixed_free: int) -> None:
-    b = size_budget("cpu", call_s=0.1, small=True)
+def test_size_budget_small_caps(
+    monkeypatch: pytest.MonkeyPatch, fixed_free: int
+) -> None:
+    monkeypatch.setenv("GPUGUIDE_SMALL", "1")
+    b = size_budget("cpu", call_s=0.1)
     assert b.small is True
     assert b.memory_bytes == 64 * MiB
     assert b.call_s == 0.002
@@ -185,8 +192,9 @@ def test_size_budget_small_caps(fixed_free: int) -> None:
 def test_size_budget_small_keeps_smaller_values(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("GPUGUIDE_SMALL", "1")
     monkeypatch.setattr(sizes, "free_memory_bytes", lambda device=None: 100 * MiB)
-    b = size_budget("cpu", memory_fraction=0.1, call_s=0.001, small=True)
+    b = size_budget("cpu", memory_fraction=0.1, call_s=0.001)
     assert b.memory_bytes == 10 * MiB
     assert b.call_s == 0.001
 
@@ -204,7 +212,7 @@ def test_size_budget_default_device(
     monkeypatch: pytest.MonkeyPatch, fixed_free: int
 ) -> None:
     monkeypatch.setenv("GPUGUIDE_DEVICE", "cpu")
-    assert size_budget(small=False).device == "cpu"
+    assert size_budget().device == "cpu"
 
 
 @pytest.mark.parametrize("fraction", [0.0, -0.1, 1.5])
@@ -220,7 +228,7 @@ def test_size_budget_rejects_call_s(call_s: float) -> None:
 
 
 def test_size_budget_real_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    b = size_budget("cpu", small=False)
+    b = size_budget("cpu")
     assert 0 < b.memory_bytes <= free_memory_bytes("cpu")
 
 
@@ -232,7 +240,7 @@ def test_size_budget_str() -> None:
         budget().call_s = 2.0  # type: ignore[misc]
 
 
-# -- estimate_seconds ----------------------------------------------------------
+# -- the roofline estimate that plans sizes --------------------------------------
 
 H100ish = Peaks(
     name="test GPU",
@@ -243,45 +251,27 @@ H100ish = Peaks(
 UNKNOWN = Peaks(name="unknown GPU (x)", flops={}, source="none", known=False)
 
 
-def test_estimate_compute_bound() -> None:
-    # 2 * 4096^3 FLOP at 50 TFLOP/s and 50% efficiency.
-    flop = 2 * 4096**3
-    est = estimate_seconds(flop=flop, nbytes=3 * 4 * 4096**2, peaks=H100ish)
-    assert est == pytest.approx(flop / 50e12 / 0.5)
-
-
-def test_estimate_memory_bound() -> None:
-    est = estimate_seconds(flop=1e6, nbytes=3e9, peaks=H100ish, efficiency=1.0)
-    assert est == pytest.approx(1e-3)
-
-
-def test_estimate_unknown_peaks_use_conservative_defaults() -> None:
-    for peaks in (UNKNOWN, None):
-        assert estimate_seconds(flop=1e11, peaks=peaks, efficiency=1.0) == 1.0
-        assert estimate_seconds(nbytes=1e10, peaks=peaks, efficiency=1.0) == 1.0
-    # The defaults are slower than any real GPU: estimates err on the long side.
-    known = estimate_seconds(flop=1e12, nbytes=1e9, peaks=H100ish)
-    assert estimate_seconds(flop=1e12, nbytes=1e9, peaks=UNKNOWN) > known
-
-
-def test_estimate_zero_work() -> None:
-    assert estimate_seconds(peaks=H100ish) == 0.0
+def test_unknown_peaks_plan_with_the_fallback_rates() -> None:
+    for work in ({"flop_at": lambda n: 2 * n**3}, {"traffic_at": lambda n: 1e8 * n}):
+        kwargs = {"budget": budget(call_s=0.01), "memory_at": lambda n: 0, **work}
+        unknown = sweep(1, 4096, peaks=UNKNOWN, **kwargs)
+        assert unknown == sweep(1, 4096, peaks=None, **kwargs)
+        assert unknown[-1] < sweep(1, 4096, peaks=H100ish, **kwargs)[-1]
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "match"),
     [
-        {"flop": -1.0},
-        {"nbytes": -1.0},
-        {"flop": float("nan")},
-        {"nbytes": float("inf")},
-        {"efficiency": 0.0},
-        {"efficiency": 1.2},
+        ({"flop_at": lambda n: -1.0}, "flop_at"),
+        ({"traffic_at": lambda n: float("nan")}, "traffic_at"),
+        ({"traffic_at": lambda n: float("inf")}, "traffic_at"),
+        ({"efficiency": 0.0}, "efficiency"),
+        ({"efficiency": 1.2}, "efficiency"),
     ],
 )
-def test_estimate_rejects_bad_arguments(kwargs: dict[str, float]) -> None:
-    with pytest.raises(ValueError, match=next(iter(kwargs))):
-        estimate_seconds(peaks=H100ish, **kwargs)
+def test_sweep_rejects_bad_work_and_efficiency(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        sweep(1, 8, budget=budget(), memory_at=lambda n: n, peaks=H100ish, **kwargs)
 
 
 # -- sweep and largest_size ----------------------------------------------------

@@ -4,13 +4,9 @@ A page says what one size ``n`` needs (``memory_at(n)`` bytes, optionally
 ``flop_at(n)`` and ``traffic_at(n)`` per call); :func:`sweep` returns the sizes of
 a geometric range that fit the device's budget, :func:`largest_size` the largest.
 
-Examples
---------
 >>> budget = SizeBudget(device="cpu", memory_bytes=2**20, call_s=0.02, small=False)
 >>> sweep(16, 1024, budget=budget, memory_at=lambda n: 3 * 4 * n * n)
 [16, 32, 64, 128, 256]
->>> largest_size(16, 1024, budget=budget, memory_at=lambda n: 3 * 4 * n * n)
-256
 """
 
 from __future__ import annotations
@@ -31,16 +27,16 @@ if TYPE_CHECKING:
 
 __all__ = ["free_memory_bytes", "largest_size", "size_budget", "sweep"]
 
-#: Memory (bytes) and time per call (s) caps in small mode.
-SMALL_MEMORY_BYTES = 64 * 2**20
-SMALL_CALL_S = 0.002
-#: The most host memory a plan counts on as free, in bytes (a quarter of it per
-#: problem size by default): with the build's own ~1.5 GiB, it fits in 4 GB.
-HOST_MEMORY_BYTES = 2 * 2**30
+# Small mode's caps on the memory (bytes) and time (s) of one call.
+_SMALL_MEMORY_BYTES = 64 * 2**20
+_SMALL_CALL_S = 0.002
+# The most host memory a plan counts on as free, in bytes (a quarter of it per
+# problem size by default): with the build's own ~1.5 GiB, it fits in 4 GB.
+_HOST_MEMORY_BYTES = 2 * 2**30
 _DEFAULT_CALL_S = {"cpu": 0.02, "mps": 0.05, "cuda": 0.05}
-#: FLOP/s and bytes/s assumed where the peaks are unknown (low: sizes stay small).
-FALLBACK_FLOPS = 1e11
-FALLBACK_BYTES_PER_S = 1e10
+# FLOP/s and bytes/s assumed where the peaks are unknown (low: sizes stay small).
+_FALLBACK_FLOPS = 1e11
+_FALLBACK_BYTES_PER_S = 1e10
 
 
 @dataclass(frozen=True)
@@ -79,19 +75,12 @@ def free_memory_bytes(device: torch.device | str | None = None) -> int:
     return host.available_memory_bytes()
 
 
-def _device_string(dev: torch.device) -> str:
-    if dev.type == "cuda":
-        import torch
-
-        index = dev.index if dev.index is not None else torch.cuda.current_device()
-        return f"cuda:{index}"
-    return dev.type
-
-
 def size_budget(
-    device: torch.device | str | None = None, *, memory_fraction: float = 0.25,
-    call_s: float | None = None, small: bool | None = None,
-) -> SizeBudget:  # fmt: skip
+    device: torch.device | str | None = None,
+    *,
+    memory_fraction: float = 0.25,
+    call_s: float | None = None,
+) -> SizeBudget:
     """The memory and time one problem size may use on a device (the page's):
     ``memory_fraction`` of the free memory, ``call_s`` seconds per call (default
     per device type), capped in small mode."""
@@ -99,45 +88,27 @@ def size_budget(
     if call_s is not None:
         checks.positive("call_s", call_s)
     dev = as_device(device)
-    if small is None:
-        small = small_mode()
     seconds = call_s if call_s is not None else _DEFAULT_CALL_S.get(dev.type, 0.02)
     free = free_memory_bytes(dev)
     if dev.type == "cpu":
-        free = min(free, HOST_MEMORY_BYTES)
+        free = min(free, _HOST_MEMORY_BYTES)
     memory = int(memory_fraction * free)
+    small = small_mode()
     if small:
-        memory = min(memory, SMALL_MEMORY_BYTES)
-        seconds = min(seconds, SMALL_CALL_S)
-    return SizeBudget(
-        device=_device_string(dev), memory_bytes=memory, call_s=seconds, small=small
-    )
+        memory = min(memory, _SMALL_MEMORY_BYTES)
+        seconds = min(seconds, _SMALL_CALL_S)
+    name = dev.type
+    if dev.type == "cuda":
+        import torch
 
-
-def estimate_seconds(
-    *, flop: float = 0.0, nbytes: float = 0.0, peaks: Peaks | None,
-    efficiency: float = 0.5, flop_per_s: float | None = None,
-) -> float:  # fmt: skip
-    """Roofline estimate of one call's seconds, for planning sizes (not a result):
-    ``max(flop / flop_per_s, nbytes / bandwidth) / efficiency``, with the fp32
-    peak by default and low fallback rates where ``peaks`` is None."""
-    flop = checks.non_negative("flop", flop)
-    nbytes = checks.non_negative("nbytes", nbytes)
-    checks.fraction("efficiency", efficiency)
-    peak_bandwidth = None if peaks is None else peaks.memory_bandwidth_bytes_per_s
-    if flop_per_s is None and peaks is not None:
-        flop_per_s = peaks.flops.get("fp32")
-    return max(flop / (flop_per_s or FALLBACK_FLOPS),
-               nbytes / (peak_bandwidth or FALLBACK_BYTES_PER_S)) / efficiency  # fmt: skip
+        name = f"cuda:{torch.cuda.current_device() if dev.index is None else dev.index}"
+    return SizeBudget(device=name, memory_bytes=memory, call_s=seconds, small=small)
 
 
 def _geometric(lo: int, hi: int, per_octave: int, multiple_of: int) -> list[int]:
     sizes: list[int] = []
     i = 0
-    while True:
-        raw = lo * 2 ** (i / per_octave)
-        if raw > hi * (1 + 1e-12):
-            break
+    while (raw := lo * 2 ** (i / per_octave)) <= hi * (1 + 1e-12):
         n = max(math.floor(raw / multiple_of + 0.5) * multiple_of, multiple_of)
         if n <= hi and (not sizes or n > sizes[-1]):
             sizes.append(n)
@@ -146,28 +117,36 @@ def _geometric(lo: int, hi: int, per_octave: int, multiple_of: int) -> list[int]
 
 
 def sweep(
-    lo: int, hi: int, *, memory_at: Callable[[int], float],
+    lo: int,
+    hi: int,
+    *,
+    memory_at: Callable[[int], float],
     flop_at: Callable[[int], float] | None = None,
     traffic_at: Callable[[int], float] | None = None,
-    device: torch.device | str | None = None, call_s: float | None = None,
+    device: torch.device | str | None = None,
+    call_s: float | None = None,
     budget: SizeBudget | None = None,
     peaks: Peaks | Literal["device"] | None = "device",
-    flop_per_s: float | None = None, efficiency: float = 0.5, per_octave: int = 1,
+    flop_per_s: float | None = None,
+    efficiency: float = 0.5,
+    per_octave: int = 1,
     multiple_of: int = 1,
-) -> list[int]:  # fmt: skip
+) -> list[int]:
     """Geometric problem sizes from ``lo`` to ``hi`` that fit the device, increasing.
 
     Candidates are ``lo * 2**(i / per_octave)`` rounded to a multiple of
     ``multiple_of``. A size is kept when ``memory_at(n)`` bytes fit the budget
-    (:func:`size_budget`) and, given ``flop_at`` or ``traffic_at``, one call's
-    :func:`estimate_seconds` fits its time per call (else the smallest alone).
-    ``peaks`` None plans with low fallback rates. Raises ``ValueError`` if no
-    size fits the memory budget.
+    (:func:`size_budget`) and, given ``flop_at`` or ``traffic_at``, a roofline
+    estimate of one call fits its time per call (else the smallest alone): the
+    larger of the FLOP at ``flop_per_s`` (default the fp32 peak) and the bytes at
+    the memory bandwidth, over ``efficiency``. ``peaks`` None plans with low
+    fallback rates. Raises ``ValueError`` if no size fits the memory budget.
     """
     lo = checks.integer("lo", lo, minimum=1)
     hi = checks.integer("hi", hi, minimum=lo)
     per_octave = checks.integer("per_octave", per_octave, minimum=1)
     multiple_of = checks.integer("multiple_of", multiple_of, minimum=1)
+    checks.fraction("efficiency", efficiency)
     candidates = _geometric(lo, hi, per_octave, multiple_of)
     if not candidates:
         msg = (
@@ -189,13 +168,15 @@ def sweep(
         return in_memory
     if peaks == "device":
         peaks = device_peaks(budget.device if device is None else device)
+    if flop_per_s is None and peaks is not None:
+        flop_per_s = peaks.flops.get("fp32")
+    bandwidth = None if peaks is None else peaks.memory_bandwidth_bytes_per_s
 
     def seconds_at(n: int) -> float:
-        return estimate_seconds(
-            flop=flop_at(n) if flop_at else 0.0,
-            nbytes=traffic_at(n) if traffic_at else 0.0,
-            peaks=peaks, efficiency=efficiency, flop_per_s=flop_per_s,
-        )  # fmt: skip
+        flop = checks.non_negative("flop_at(n)", flop_at(n) if flop_at else 0.0)
+        moved = checks.non_negative("traffic_at(n)", traffic_at(n) if traffic_at else 0)
+        compute_s = flop / (flop_per_s or _FALLBACK_FLOPS)
+        return max(compute_s, moved / (bandwidth or _FALLBACK_BYTES_PER_S)) / efficiency
 
     # Time is an estimate, memory a limit: on a slow or busy machine where even
     # the smallest size looks too slow, run that one size rather than nothing.
