@@ -29,7 +29,7 @@ from torch import nn
 import gpuguide
 from gpuguide import compare, interleave, plot_bars, report
 from gpuguide.chapters import precision
-from gpuguide.chapters.compiling import host_and_gpu_times
+from gpuguide.timing import host_and_gpu_times
 
 if not torch.cuda.is_available():
     torch.set_num_threads(1)

@@ -1,7 +1,5 @@
 """Plumbing for the pages that compile: start the compiler, keep its output off the
-page, time each call and price each mode's warm-up (:func:`host_and_gpu_times`, from
-:mod:`gpuguide.timing`, is re-exported for the pages that import it from here).
-"""
+page, time each call and price each mode's warm-up."""
 
 from __future__ import annotations
 
@@ -19,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from gpuguide.device import as_device
 from gpuguide.quiet import ignore_torch_internal_warnings, warning_text
 from gpuguide.timing import Measurement, first_calls_s
-from gpuguide.timing import host_and_gpu_times as host_and_gpu_times
 from gpuguide.units import format_time
 from gpuguide.verdicts import break_even
 
@@ -38,19 +35,17 @@ __all__ = [
     "time_each_call",
 ]
 
-#: ``AUTOTUNE addmm(2048x768, ...)``: heads a table inductor writes per tuned op.
-_AUTOTUNE_HEAD = re.compile(r"^AUTOTUNE (\w+)\((.*)\)\s*$", re.MULTILINE)
-#: The last line of a table (torch 2.11 to 2.15).
+#: The last line of a table ``max-autotune`` writes per tuned op (torch 2.11-2.15).
 _AUTOTUNE_TAIL = re.compile(
     r"AUTOTUNE benchmarking takes ([\d.]+) seconds and ([\d.]+) seconds "
     r"precompiling for (\d+) choices"
 )
 #: torch's loggers but its structured trace (``torch.__trace``: files only).
 _TORCH_LOGGERS = re.compile(r"torch(\.(?!__trace)|$)")
-
-
+#: A Python file's folders in a log message (cut off by :class:`PrintMessages`).
+_FOLDERS = re.compile(r"[^\s'(]*[/\\](?=[^/\\\s']+\.py\b)")
 #: What a page that compiles says when the machine has no compiler for torch.compile.
-NO_COMPILER = (
+_NO_COMPILER = (
     "torch.compile needs a compiler on this machine, and found none: on a CPU, "
     "inductor builds the C++ it writes with $CXX, else g++ (clang++ on macOS); on a "
     "CUDA GPU, Triton builds its launcher with $CC, else gcc or clang. Install one "
@@ -61,31 +56,21 @@ NO_COMPILER = (
 _NO_COMPILER_TEXTS = ("InvalidCxxCompiler", "Failed to find C compiler")
 
 
-def _lacks_compiler(error: BaseException | None) -> bool:
-    """Whether ``error``, or an error that caused it, says no compiler was found."""
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        text = f"{type(error).__name__}: {error}"
-        if any(what in text for what in _NO_COMPILER_TEXTS):
-            return True
-        error = error.__cause__ or error.__context__
-    return False
-
-
 @contextlib.contextmanager
 def _needs_a_compiler() -> Iterator[None]:
-    """Turn torch's or Triton's long error for a missing compiler into one that says
-    what to install (:data:`NO_COMPILER`, with the first line of the error)."""
+    """Turn torch's or Triton's long error for a missing compiler, or an error it
+    caused, into one line that says what to install."""
     try:
         yield
     except Exception as error:
-        if not _lacks_compiler(error):
-            raise
-        said = str(error).strip().splitlines()
-        first = said[0].strip('"') if said else repr(error)
-        msg = f"{NO_COMPILER} (the error: {first})"
-        raise RuntimeError(msg) from None
+        cause: BaseException | None = error
+        while cause is not None:
+            if any(t in f"{type(cause).__name__}: {cause}" for t in _NO_COMPILER_TEXTS):
+                first = (str(error).strip().splitlines() or [repr(error)])[0].strip('"')
+                msg = f"{_NO_COMPILER} (the error: {first})"
+                raise RuntimeError(msg) from None
+            cause = cause.__cause__ or cause.__context__
+        raise
 
 
 @dataclass(frozen=True)
@@ -102,7 +87,6 @@ class CompilerStart:
     logged: str = ""
 
     def __str__(self) -> str:
-        """One line of times, then a line per warning and one for what was logged."""
         lines = [
             f"compiler ready: import {format_time(self.import_s)}, "
             f"{self.workers} compile worker(s) {format_time(self.workers_s)}, "
@@ -148,9 +132,8 @@ def start_compiler(device: str | torch.device | None = None) -> CompilerStart:
 
 @dataclass(frozen=True)
 class CallTimes:
-    """What :func:`time_each_call` found: each call's seconds (``times_s``), the
-    graphs dynamo compiled in it (``compiles``), and the hits and misses of
-    inductor's FX graph cache (on disk) over all the calls."""
+    """Each call's seconds (``times_s``), the graphs dynamo compiled in it
+    (``compiles``), and the FX graph cache's hits and misses over all the calls."""
 
     times_s: tuple[float, ...]
     compiles: tuple[int, ...]
@@ -178,9 +161,7 @@ def time_each_call(
     device: str | torch.device,
 ) -> CallTimes:
     """Call ``fn(*args)`` for each ``args`` of ``calls`` in turn, timing each call on
-    its own (:func:`~gpuguide.timing.first_calls_s`, as each may compile) and counting the graphs
-    dynamo compiled in it (its ``unique_graphs`` counter) and the FX graph cache's
-    hits and misses over them all."""
+    its own (as each may compile) and counting the graphs dynamo compiled in it."""
     from torch._dynamo.utils import counters
 
     cache = dict(counters["inductor"])
@@ -196,14 +177,9 @@ def time_each_call(
     return CallTimes(tuple(times), tuple(compiles), hits, misses)
 
 
-#: A Python file's folders in a log message (cut off by :class:`PrintMessages`).
-_FOLDERS = re.compile(r"[^\s'(]*[/\\](?=[^/\\\s']+\.py\b)")
-
-
 class PrintMessages(logging.Handler):
     """A logging handler that prints each record's message alone, line by line and
-    indented, without the level, time, process, file and line that torch's own
-    handler puts before it, and with each Python file's folders cut off."""
+    indented, without torch's prefix and with each Python file's folders cut off."""
 
     def emit(self, record: logging.LogRecord) -> None:
         for line in record.getMessage().splitlines():
@@ -211,12 +187,9 @@ class PrintMessages(logging.Handler):
 
 
 def per_round(c: Comparison) -> dict[str, Any]:
-    """The keywords of a :func:`gpuguide.claim` on the speed-up of a comparison
-    ``c`` timed in the same interleaved rounds (:func:`gpuguide.interleave`): the
-    median of the rounds' speed-ups as its value, the lowest and highest as its
-    spread, ``measured`` saying both, and ``timed``. A burst of load slows both
-    sides of a round alike, so the rounds' ratios are steadier than the pooled
-    spreads' ratio."""
+    """The keywords of a :func:`gpuguide.claim` on the speed-up of ``c``, timed in
+    the same interleaved rounds: the median of the rounds' speed-ups, the lowest
+    and highest as its spread, ``measured`` saying both, and ``timed``."""
     subject, baseline = c.subject, c.baseline
     if len(subject.rounds) != len(baseline.rounds) or not subject.rounds:
         msg = (
@@ -238,11 +211,9 @@ def mode_rows(
     split: Mapping[str, StepTimes] | None = None,
 ) -> list[dict[str, Any]]:
     """A table row per variant of ``timed`` (``"eager"`` and compiled modes): its
-    time per call; with ``split`` (:func:`~gpuguide.timing.host_and_gpu_times`), the host's launch
-    and the GPU's work; and for a variant with warm-up calls in ``warmup_s`` (the
-    seconds of each), its "compile" cost, what those calls took beyond as many
-    steady-state calls, and after how many calls that pays off against eager
-    (:func:`gpuguide.break_even`: None where it is not measurably faster)."""
+    time per call, the host's and the GPU's (``split``), and for a variant with
+    warm-up calls in ``warmup_s`` (seconds each), what they took beyond as many
+    steady calls and after how many calls that pays off against eager."""
     rows = []
     for name, m in timed.items():
         row: dict[str, Any] = {"mode": name, "time per call": m}
@@ -255,16 +226,6 @@ def mode_rows(
         row["compile"] = None if cost is None else f"{cost:.2f} s"
         rows.append(row | {"pays off after": even and f"{even:,} calls"})
     return rows
-
-
-@dataclass(frozen=True)
-class Autotune:
-    """An op ``max-autotune`` tuned (``"mm(2048x256, 256x1024)"``), the kernels it
-    benchmarked and the seconds it took."""
-
-    op: str
-    choices: int
-    seconds: float
 
 
 class _Holdback(logging.Filter):
@@ -290,35 +251,20 @@ class CompilerLog:
     records: list[logging.LogRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
-    @property
-    def autotunes(self) -> list[Autotune]:
-        """The operations ``max-autotune`` tuned, from its tables in ``stderr``."""
-        heads = [f"{m[1]}({m[2]})" for m in _AUTOTUNE_HEAD.finditer(self.stderr)]
-        tails = _AUTOTUNE_TAIL.findall(self.stderr)
-        return [
-            Autotune(op, int(n), float(bench) + float(pre))
-            for op, (bench, pre, n) in zip(heads, tails, strict=False)
-        ]
-
     def __str__(self) -> str:
         parts = []
-        tuned = self.autotunes
-        if tuned:
-            counts = sorted({a.choices for a in tuned})
-            choices = (
-                str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-            )
-            seconds = sum(a.seconds for a in tuned)
+        if tuned := _AUTOTUNE_TAIL.findall(self.stderr):
+            low, high = min(int(n) for *_, n in tuned), max(int(n) for *_, n in tuned)
+            seconds = sum(float(bench) + float(pre) for bench, pre, _ in tuned)
             parts.append(
-                f"max-autotune benchmarked {choices} kernels for each of "
-                f"{len(tuned)} matmul(s) in {format_time(seconds)}"
+                f"max-autotune benchmarked {low if low == high else f'{low}-{high}'} "
+                f"kernels for each of {len(tuned)} matmul(s) in {format_time(seconds)}"
             )
         elif self.stderr.strip():
             lines = len(self.stderr.strip().splitlines())
             parts.append(f"the compiler wrote {lines} line(s) to stderr")
         if self.records:
-            first = self.records[0].getMessage().strip().splitlines()
-            text = " ".join(first[:2])
+            text = " ".join(self.records[0].getMessage().strip().splitlines()[:2])
             text = text if len(text) <= 70 else text[:67] + "..."
             parts.append(f"{len(self.records)} log message(s) (first: {text})")
         if self.warnings:
@@ -328,23 +274,17 @@ class CompilerLog:
 
 @contextlib.contextmanager
 def capture_compiler() -> Iterator[CompilerLog]:
-    """Keep what the compiler writes, logs and warns inside the block off the page.
-
-    ``sys.stderr`` is buffered (``max-autotune``'s tables), torch's log handlers
-    let nothing through, and warnings are recorded (torch's own stay ignored), all
-    into the yielded :class:`CompilerLog`. Compile workers' and C++ output, which
-    bypass ``sys.stderr``, still reach the console.
-    """
-    log = CompilerLog()
-    holdback = _Holdback()
+    """Keep what the compiler writes to ``sys.stderr`` (``max-autotune``'s tables),
+    logs and warns inside the block off the page, in the yielded :class:`CompilerLog`
+    (torch's own warnings stay ignored; compile workers' and C++ output, which
+    bypass ``sys.stderr``, still reach the console)."""
+    log, holdback, buffer = CompilerLog(), _Holdback(), io.StringIO()
     handlers = {
         id(h): h
         for name, logger in logging.root.manager.loggerDict.items()
         if _TORCH_LOGGERS.match(name) and isinstance(logger, logging.Logger)
         for h in logger.handlers
     }
-    buffer = io.StringIO()
-    recorded: list[warnings.WarningMessage] = []
     for handler in handlers.values():
         handler.addFilter(holdback)
     try:
@@ -352,14 +292,12 @@ def capture_compiler() -> Iterator[CompilerLog]:
             contextlib.redirect_stderr(buffer),
             warnings.catch_warnings(record=True) as got,
         ):
-            recorded = got
             warnings.simplefilter("always")
             ignore_torch_internal_warnings()
             yield log
     finally:
         for handler in handlers.values():
             handler.removeFilter(holdback)
-        log.stderr = buffer.getvalue()
-        log.records = holdback.records
-        texts = (f"{w.category.__name__}: {warning_text(w)}" for w in recorded)
+        log.stderr, log.records = buffer.getvalue(), holdback.records
+        texts = (f"{w.category.__name__}: {warning_text(w)}" for w in got)
         log.warnings = list(dict.fromkeys(texts))
