@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 import warnings
 
@@ -42,36 +41,14 @@ def pipeline() -> list[Span]:
 # -- Span ----------------------------------------------------------------------
 
 
-def test_span_duration_and_float_times() -> None:
-    span = Span("lane", "work", 1, 3)
-    assert span.duration_s == 2.0
-    assert isinstance(span.start_s, float)
-    assert isinstance(span.end_s, float)
+def test_span_duration() -> None:
+    assert Span("lane", "work", 1.0, 3.0).duration_s == 2.0
+    assert Span("lane", "work", 0.5, 0.5).duration_s == 0.0
 
 
 def test_span_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         Span("lane", "work", 0.0, 1.0).end_s = 2.0  # type: ignore[misc]
-
-
-def test_span_allows_zero_length() -> None:
-    assert Span("lane", "work", 0.5, 0.5).duration_s == 0.0
-
-
-@pytest.mark.parametrize(
-    ("lane", "label", "start", "end", "match"),
-    [
-        ("", "work", 0.0, 1.0, "lane"),
-        ("lane", "", 0.0, 1.0, "label"),
-        (None, "work", 0.0, 1.0, "lane"),
-        ("lane", "work", math.nan, 1.0, "finite"),
-        ("lane", "work", 0.0, math.inf, "finite"),
-        ("lane", "work", 2.0, 1.0, "end_s must be >= start_s"),
-    ],
-)
-def test_span_rejects(lane, label, start, end, match) -> None:
-    with pytest.raises(ValueError, match=match):
-        Span(lane, label, start, end)
 
 
 # -- Marks and overlap_share -----------------------------------------------------
@@ -132,7 +109,7 @@ def bars_by_label(ax: plt.Axes) -> dict[str, list]:
 
 
 def test_plot_one_row_per_lane_top_to_bottom(ax) -> None:
-    plot_timeline(ax, pipeline(), title="Copies overlap compute", device="cpu")
+    plot_timeline(ax, pipeline(), title="Copies overlap compute")
     ticks = [t.get_text() for t in ax.get_yticklabels()]
     assert ticks == [COPY, COMPUTE]
     bottom, top = ax.get_ylim()
@@ -140,7 +117,7 @@ def test_plot_one_row_per_lane_top_to_bottom(ax) -> None:
 
 
 def test_plot_bars_in_ms_at_their_lane(ax) -> None:
-    plot_timeline(ax, pipeline(), title="t", device="cpu")
+    plot_timeline(ax, pipeline(), title="t")
     rects = []
     for collection in ax.collections:
         for path in collection.get_paths():
@@ -153,7 +130,7 @@ def test_plot_bars_in_ms_at_their_lane(ax) -> None:
 
 
 def test_plot_one_colour_per_label_and_a_legend(ax) -> None:
-    plot_timeline(ax, pipeline(), title="t", device="cpu")
+    plot_timeline(ax, pipeline(), title="t")
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend == ["H2D", "compute", "D2H"]
     colours = {
@@ -171,8 +148,8 @@ def test_plot_two_timelines_share_colours() -> None:
         Span("default stream", "compute", 1.0, 2.0),
         Span("default stream", "D2H", 2.0, 3.0),
     ]
-    plot_timeline(top, serial, title="serial", device="cpu")
-    plot_timeline(bottom, pipeline(), title="pipelined", device="cpu")
+    plot_timeline(top, serial, title="serial")
+    plot_timeline(bottom, pipeline(), title="pipelined")
 
     def colours(ax):
         return {
@@ -187,7 +164,7 @@ def test_plot_two_timelines_share_colours() -> None:
 
 
 def test_plot_labels_axes_and_device(ax) -> None:
-    plot_timeline(ax, pipeline(), title="Copies overlap compute", device="cpu")
+    plot_timeline(ax, pipeline(), title="Copies overlap compute")
     assert ax.get_xlabel() == "time (ms)"
     assert ax.get_title() == "Copies overlap compute"
     assert ax.get_xlim()[0] == 0.0
@@ -197,7 +174,7 @@ def test_plot_labels_axes_and_device(ax) -> None:
 
 def test_plot_rejects_no_spans(ax) -> None:
     with pytest.raises(ValueError, match="spans must hold at least one span"):
-        plot_timeline(ax, [], title="t", device="cpu")
+        plot_timeline(ax, [], title="t")
 
 
 # -- synchronizes ----------------------------------------------------------------
