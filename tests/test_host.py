@@ -44,13 +44,15 @@ def test_read_text_reads_and_never_raises(tmp_path):
         ("", None),
     ],
 )
-def test_parse_cpu_model(text, model):
-    assert host._parse_cpu_model(text) == model
+def test_cpu_model(monkeypatch, text, model):
+    monkeypatch.setattr(host.platform, "processor", lambda: "")
+    monkeypatch.setattr(host.platform, "machine", lambda: "")
+    assert host.cpu_model(text) == (model or "unknown CPU")
 
 
-def test_parse_cpu_model_falls_back_to_hardware():
+def test_cpu_model_falls_back_to_hardware():
     text = "processor\t: 0\nBogoMIPS\t: 38.40\n\nHardware\t: BCM2835\n"
-    assert host._parse_cpu_model(text) == "BCM2835"
+    assert host.cpu_model(text) == "BCM2835"
 
 
 @pytest.mark.parametrize(
@@ -64,8 +66,8 @@ def test_parse_cpu_model_falls_back_to_hardware():
         ("model name\t: no processor lines\n", None),
     ],
 )
-def test_parse_physical_cores(text, cores):
-    assert host._parse_physical_cores(text) == cores
+def test_physical_cores(text, cores):
+    assert host.physical_cores(text) == cores
 
 
 def _flags(line: str) -> str:
@@ -92,8 +94,7 @@ def _flags(line: str) -> str:
         ("", None),
     ],
 )  # fmt: skip
-def test_parse_vector_isa(text, isa):
-    assert host._parse_vector_isa(text) == isa
+def test_vector_isa(text, isa):
     assert host.vector_isa(text) == isa
 
 
@@ -132,8 +133,14 @@ def test_usable_cpus_matches_affinity():
         ("", None),
     ],
 )
-def test_parse_driver_version(text, version):
-    assert host._parse_driver_version(text) == version
+def test_driver_version(tmp_path, monkeypatch, text, version):
+    (tmp_path / "version").write_text(text)
+    monkeypatch.setattr(host, "_PROC_DRIVER_VERSION", str(tmp_path / "version"))
+    host.driver_version.cache_clear()
+    try:
+        assert host.driver_version() == version
+    finally:
+        host.driver_version.cache_clear()
 
 
 def test_driver_version_reads_proc(tmp_path, monkeypatch):
@@ -175,6 +182,13 @@ def test_usable_cpus_falls_back_to_cpu_count(monkeypatch):
 # --------------------------------------------------------------------------------------
 
 
+def _llc(root: Path) -> int | None:
+    """last_level_cache_bytes of a sysfs tree at ``root``."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(host, "_SYS_CPU", str(root))
+        return host.last_level_cache_bytes()
+
+
 def _cache(root: Path, cpu: int, index: int, level, kind, size, shared) -> None:
     folder = root / f"cpu{cpu}" / "cache" / f"index{index}"
     folder.mkdir(parents=True)
@@ -193,7 +207,7 @@ def test_last_level_cache_counts_each_instance_of_the_top_level_once(tmp_path):
         _cache(tmp_path, cpu, 1, 1, "Instruction", "32K", str(cpu))
         _cache(tmp_path, cpu, 2, 2, "Unified", "1M", str(cpu))
         _cache(tmp_path, cpu, 3, 3, "Unified", "32768K", socket)
-    assert host.last_level_cache_bytes(tmp_path) == 2 * 32 * 2**20
+    assert _llc(tmp_path) == 2 * 32 * 2**20
 
 
 def test_last_level_cache_ignores_instruction_caches_and_bad_entries(tmp_path):
@@ -202,20 +216,20 @@ def test_last_level_cache_ignores_instruction_caches_and_bad_entries(tmp_path):
     _cache(tmp_path, 0, 2, 4, "Unified", "big", "0")  # unreadable size
     _cache(tmp_path, 0, 3, None, "Unified", "8M", "0")  # no level
     _cache(tmp_path, 1, 0, 2, "Unified", "1K", None)  # no shared list: its own
-    assert host.last_level_cache_bytes(tmp_path) == 512 + 1024
+    assert _llc(tmp_path) == 512 + 1024
 
 
 def test_last_level_cache_without_shared_lists_counts_each_cache_id_once(tmp_path):
     for cpu in range(4):
         _cache(tmp_path, cpu, 3, 3, "Unified", "16M", None)
         (tmp_path / f"cpu{cpu}" / "cache" / "index3" / "id").write_text(f"{cpu // 2}\n")
-    assert host.last_level_cache_bytes(tmp_path) == 2 * 16 * 2**20
+    assert _llc(tmp_path) == 2 * 16 * 2**20
 
 
 def test_last_level_cache_unknown_without_cache_folders(tmp_path):
-    assert host.last_level_cache_bytes(tmp_path) is None
+    assert _llc(tmp_path) is None
     (tmp_path / "cpu0").mkdir()
-    assert host.last_level_cache_bytes(tmp_path) is None
+    assert _llc(tmp_path) is None
 
 
 @pytest.mark.parametrize(
@@ -244,27 +258,24 @@ Cached:          3000000 kB
 """
 
 
-def test_meminfo_prefers_memavailable() -> None:
-    assert host._meminfo_available_bytes(MEMINFO) == 20000000 * 1024
-
-
-def test_meminfo_without_memavailable() -> None:
-    old_kernel = "\n".join(
-        line for line in MEMINFO.splitlines() if "MemAvailable" not in line
-    )
-    expected = (1000000 + 200000 + 3000000) * 1024
-    assert host._meminfo_available_bytes(old_kernel) == expected
-
-
-def test_meminfo_unreadable() -> None:
-    assert host._meminfo_available_bytes("nonsense") is None
-
-
-def test_cgroup_room() -> None:
-    assert host._cgroup_available_bytes("max\n", "123\n") is None
-    assert host._cgroup_available_bytes("1000\n", "400\n") == 600
-    assert host._cgroup_available_bytes("1000\n", "4000\n") == 0
-    assert host._cgroup_available_bytes("1000\n", "") is None
+@pytest.mark.parametrize(
+    ("meminfo", "limit", "used", "expected"),
+    [
+        (MEMINFO, None, None, 20000000 * 1024),  # MemAvailable
+        (MEMINFO, "max\n", "123\n", 20000000 * 1024),  # no cgroup limit
+        (MEMINFO, "1000\n", "400\n", 600),  # the room under the cgroup's limit
+        (MEMINFO, "1000\n", "4000\n", 0),
+        ("nonsense", "1000\n", "", 2**30),  # nothing readable: a low guess
+    ],
+)
+def test_available_memory(monkeypatch, tmp_path, meminfo, limit, used, expected):
+    for name, text in (("_MEMINFO", meminfo), ("_CGROUP_MAX", limit)):
+        if text is not None:
+            (tmp_path / name).write_text(text)
+        monkeypatch.setattr(host, name, str(tmp_path / name))
+    (tmp_path / "used").write_text(used or "")
+    monkeypatch.setattr(host, "_CGROUP_CURRENT", str(tmp_path / "used"))
+    assert host.available_memory_bytes() == expected
 
 
 def test_available_memory_is_plausible() -> None:

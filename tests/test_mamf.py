@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from gpuguide.chapters import precision
-from gpuguide.peaks import GPU_PEAKS, device_peaks
+from gpuguide.peaks import _GPU_PEAKS as GPU_PEAKS
+from gpuguide.peaks import device_peaks
 from gpuguide.timing import Measurement
 from gpuguide_tools.mamf import best_matmul
 

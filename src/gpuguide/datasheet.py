@@ -1,19 +1,9 @@
 """Datasheet figures of the GPUs gpuguide knows, and how to recognise each one.
 
 :data:`FIGURES` has one row per GPU variant: dense peaks per precision (without
-the 2:4 sparsity datasheets often quote; fp64 both as vector and tensor-core
-rate), memory and host-link bandwidth, and a key of :data:`SOURCES`.
-:data:`NAMES` says how CUDA names each variant, with the SM count and memory
-that tell variants apart; :func:`identify_gpu` reads it, and an unknown GPU gets
-no figures, never guessed ones. A foundation module: it imports nothing else
-from gpuguide.
-
-Examples
---------
->>> identify_gpu("NVIDIA H100 80GB HBM3", 132, 85_045_379_072)
-'H100 SXM5'
->>> FIGURES[0].variant, FIGURES[0].bf16_tflops, FIGURES[0].fp64_tensor_tflops
-('H100 SXM5', 989.5, 67)
+the 2:4 sparsity datasheets often quote), memory and host-link bandwidth, and a
+key of :data:`SOURCES`. :func:`identify_gpu` reads :data:`NAMES`; an unknown GPU
+gets no figures, never guessed ones.
 """
 
 from __future__ import annotations
@@ -28,8 +18,7 @@ class GPUFigures(NamedTuple):
     """Dense datasheet peaks of one GPU variant; None where unknown or unsupported."""
 
     variant: str
-    fp64_tflops: float | None  # the vector (non-tensor-core) figure
-    fp64_tensor_tflops: float | None  # FP64 tensor cores (A100, H100, H200): matmuls
+    fp64_tflops: float | None  # the matmul figure: FP64 tensor cores where any
     fp32_tflops: float | None
     tf32_tflops: float | None
     fp16_tflops: float | None  # tensor cores, FP32 accumulate where the sheet says
@@ -88,28 +77,27 @@ SOURCES: dict[str, str] = {
 
 # PCIe x16 per direction, nominal: gen 3, 4 and 5 give 16, 32 and 64 GB/s (datasheets
 # quote both directions together: 32, 64 and 128 GB/s).
-# fp64 is the vector (CUDA core) rate; fp64 tc the FP64 tensor-core rate, which only
-# A100, H100 and H200 have and which cuBLAS uses for fp64 matmuls (DGEMM) there, so it
-# is their fp64 matmul peak. The sheets list it without sparsity.
+# fp64: the FP64 tensor-core rate where the GPU has one (A100, H100, H200: cuBLAS uses
+# it for fp64 matmuls), else the vector rate.
 # A10G: fp32 is 80 SMs x 128 lanes x 2 FLOP x 1.71 GHz; its tensor rates differ from
 # the A10's and are left unknown. T4 (Turing): no TF32 or BF16; fp64 is 1/32 of fp32.
 # fmt: off
 FIGURES: tuple[GPUFigures, ...] = tuple(GPUFigures(*row) for row in (
-    # variant          fp64  fp64 tc  fp32   tf32   fp16   bf16   GB/s  link  source
-    ("H100 SXM5",      34,   67,      67,    494.5, 989.5, 989.5, 3350, 64,   "H100"),
-    ("H100 PCIe",      26,   51,      51,    378,   756.5, 756.5, 2000, 64,   "H100"),
-    ("H100 NVL",       30,   60,      60,    417.5, 835.5, 835.5, 3900, 64,   "H100"),
-    ("H200 SXM",       34,   67,      67,    494.5, 989.5, 989.5, 4800, 64,   "H200"),
-    ("H200 NVL",       30,   60,      60,    417.5, 835.5, 835.5, 4800, 64,   "H200"),
-    ("A100 SXM4 80GB", 9.7,  19.5,    19.5,  156,   312,   312,   2039, 32,   "A100"),
-    ("A100 SXM4 40GB", 9.7,  19.5,    19.5,  156,   312,   312,   1555, 32,   "A100"),
-    ("A100 PCIe 80GB", 9.7,  19.5,    19.5,  156,   312,   312,   1935, 32,   "A100"),
-    ("A100 PCIe 40GB", 9.7,  19.5,    19.5,  156,   312,   312,   1555, 32,   "A100"),
-    ("A10",            None, None,    31.2,  62.5,  125,   125,   600,  32,   "A10"),
-    ("A10G",           None, None,    35.0,  None,  None,  None,  600,  32,   "A10G"),
-    ("L4",             None, None,    30.3,  60,    121,   121,   300,  32,   "L4"),
-    ("T4",             0.25, None,    8.1,   None,  65,    None,  320,  16,   "T4"),
-    ("RTX 4090",       None, None,    82.6,  82.6,  165.2, 165.2, 1008, 32,   "RTX 4090"),
+    # variant          fp64  fp32   tf32   fp16   bf16   GB/s  link  source
+    ("H100 SXM5",      67,   67,    494.5, 989.5, 989.5, 3350, 64,   "H100"),
+    ("H100 PCIe",      51,   51,    378,   756.5, 756.5, 2000, 64,   "H100"),
+    ("H100 NVL",       60,   60,    417.5, 835.5, 835.5, 3900, 64,   "H100"),
+    ("H200 SXM",       67,   67,    494.5, 989.5, 989.5, 4800, 64,   "H200"),
+    ("H200 NVL",       60,   60,    417.5, 835.5, 835.5, 4800, 64,   "H200"),
+    ("A100 SXM4 80GB", 19.5, 19.5,  156,   312,   312,   2039, 32,   "A100"),
+    ("A100 SXM4 40GB", 19.5, 19.5,  156,   312,   312,   1555, 32,   "A100"),
+    ("A100 PCIe 80GB", 19.5, 19.5,  156,   312,   312,   1935, 32,   "A100"),
+    ("A100 PCIe 40GB", 19.5, 19.5,  156,   312,   312,   1555, 32,   "A100"),
+    ("A10",            None, 31.2,  62.5,  125,   125,   600,  32,   "A10"),
+    ("A10G",           None, 35.0,  None,  None,  None,  600,  32,   "A10G"),
+    ("L4",             None, 30.3,  60,    121,   121,   300,  32,   "L4"),
+    ("T4",             0.25, 8.1,   None,  65,    None,  320,  16,   "T4"),
+    ("RTX 4090",       None, 82.6,  82.6,  165.2, 165.2, 1008, 32,   "RTX 4090"),
 ))
 
 NAMES: tuple[GPUName, ...] = tuple(GPUName(*row) for row in (

@@ -1,27 +1,23 @@
 """A GPU's clocks, power limit, clock limiters and PCIe link, read through NVML.
 
-Only where the optional ``nvidia-ml-py`` package (module ``pynvml``) is
-importable and NVML starts: :func:`gpu_state` returns None otherwise, and
-nothing else in gpuguide changes. The GPU is found by its PCI bus id
-(``"00000000:18:00.0"``), so that the card NVML describes is the one torch
-uses, whatever ``CUDA_VISIBLE_DEVICES`` and ``CUDA_DEVICE_ORDER`` say. Every
-query may fail on its own (a GPU or driver without it): that field is None.
-A foundation module: it imports nothing else from gpuguide.
+Only where the optional ``nvidia-ml-py`` package (module ``pynvml``) imports and
+NVML starts. The GPU is found by its PCI bus id (``"00000000:18:00.0"``), so
+that NVML describes the card torch uses whatever ``CUDA_VISIBLE_DEVICES`` says.
+Every query may fail on its own: that field is None.
 """
 
 from __future__ import annotations
 
 import functools
 import warnings
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import Any
 
-__all__ = ["GpuState", "available", "gpu_state", "link_bytes_per_s"]
+__all__ = ["GpuState", "available", "gpu_state"]
 
-#: What limits the clocks, by NVML's bit (``nvmlClocksEventReason*``, formerly
-#: ``nvmlClocksThrottleReason*``; one set of values). "GPU idle" (0x1) is left out:
-#: it says that nothing ran at the moment of the sample, not what held a run back.
+#: What limits the clocks, by NVML's bit (``nvmlClocksEventReason*``). "GPU idle"
+#: (0x1) is left out: nothing ran when sampled, nothing held a run back.
 _CLOCK_LIMITS: dict[int, str] = {
     0x2: "applications clocks setting",
     0x4: "software power cap",
@@ -34,21 +30,14 @@ _CLOCK_LIMITS: dict[int, str] = {
 }
 _IDLE = 0x1
 
-#: Nominal bytes per second per lane and direction of each PCIe generation, as the
-#: datasheets count them (x16: gen 3, 4 and 5 give 16, 32 and 64 GB/s).
-_LANE_BYTES_PER_S = {1: 0.25e9, 2: 0.5e9, 3: 1e9, 4: 2e9, 5: 4e9, 6: 8e9}
-
-_NVML_CLOCK_SM, _NVML_CLOCK_MEM = 1, 2  # nvmlClockType_t
-
 
 @dataclass(frozen=True)
 class GpuState:
     """What NVML says about one GPU; None where it did not say.
 
-    Clocks in MHz (current and maximum), the power limit the driver enforces in
-    watts, the PCIe link generation and width now and the most this GPU and its
-    slot can negotiate (an idle GPU may lower its link to save power), and what
-    limited the clocks when sampled (:data:`_CLOCK_LIMITS`, empty: nothing).
+    Clocks in MHz (now and maximum), the enforced power limit in watts, the PCIe
+    link now and the most GPU and slot can negotiate (an idle GPU lowers it), and
+    what limited the clocks when sampled (empty: nothing).
     """
 
     sm_clock_mhz: int | None = None
@@ -64,7 +53,7 @@ class GpuState:
 
     @property
     def link_label(self) -> str | None:
-        """``"PCIe gen 5 x16"`` (the link :attr:`link_bytes_per_s` counts), or None."""
+        """``"PCIe gen 5 x16"``: the most the link negotiates, else the link now."""
         if self.pcie_max_generation and self.pcie_max_width:
             return f"PCIe gen {self.pcie_max_generation} x{self.pcie_max_width}"
         if self.pcie_generation and self.pcie_width:
@@ -100,31 +89,18 @@ class GpuState:
 
     def to_json(self) -> dict[str, object]:
         """The known fields, by name (clock limits as a list)."""
-        data: dict[str, object] = {}
-        for name in self.__dataclass_fields__:
-            value = getattr(self, name)
-            if value is not None:
-                data[name] = list(value) if isinstance(value, tuple) else value
-        return data
-
-
-def link_bytes_per_s(generation: int | None, width: int | None) -> float | None:
-    """Nominal bytes/s per direction of a PCIe link; None for an unknown one."""
-    if not generation or not width or generation not in _LANE_BYTES_PER_S:
-        return None
-    return _LANE_BYTES_PER_S[generation] * width
+        return {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in asdict(self).items()
+            if value is not None
+        }
 
 
 def _clock_limits(reasons: int) -> tuple[str, ...]:
     """The names of NVML's clock-limit bits set in ``reasons``, idle left out;
     an unknown bit by its value (``"0x200"``)."""
-    names = []
-    bit = 1
-    while bit <= reasons:
-        if reasons & bit and bit != _IDLE:
-            names.append(_CLOCK_LIMITS.get(bit, hex(bit)))
-        bit <<= 1
-    return tuple(names)
+    bits = (1 << i for i in range(reasons.bit_length()))
+    return tuple(_CLOCK_LIMITS.get(b, hex(b)) for b in bits if reasons & b & ~_IDLE)
 
 
 @functools.lru_cache(maxsize=1)
@@ -147,50 +123,34 @@ def available() -> bool:
     return _library() is not None
 
 
-def _ask(call: Any, *args: object) -> Any:
-    """``call(*args)``, or None when NVML refuses (not supported, no permission)."""
+def _ask(nvml: ModuleType, name: str, *args: object) -> Any:
+    """``nvml.<name>(*args)``, or None where NVML lacks or refuses it."""
     try:
-        return call(*args)
+        return getattr(nvml, name)(*args)
     except Exception:  # each NVML query fails on its own
         return None
-
-
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _reasons(nvml: ModuleType, handle: object) -> tuple[str, ...] | None:
-    for name in (
-        "nvmlDeviceGetCurrentClocksEventReasons",  # NVML 12.535 and later
-        "nvmlDeviceGetCurrentClocksThrottleReasons",
-    ):
-        call = getattr(nvml, name, None)
-        bits = _count(_ask(call, handle)) if call is not None else None
-        if bits is not None:
-            return _clock_limits(bits)
-    return None
-
-
-def _handle(nvml: ModuleType, pci_bus_id: str) -> object | None:
-    find = getattr(nvml, "nvmlDeviceGetHandleByPciBusId", None)
-    return None if find is None else _ask(find, pci_bus_id.encode("ascii"))
 
 
 def gpu_state(pci_bus_id: str) -> GpuState | None:
     """The state of the GPU at ``pci_bus_id`` now; None without NVML or that GPU."""
     nvml = _library()
-    if nvml is None or (handle := _handle(nvml, pci_bus_id)) is None:
+    if nvml is None:
+        return None
+    handle = _ask(nvml, "nvmlDeviceGetHandleByPciBusId", pci_bus_id.encode("ascii"))
+    if handle is None:
         return None
 
     def query(name: str, *args: object) -> int | None:
-        call = getattr(nvml, name, None)
-        return None if call is None else _count(_ask(call, handle, *args))
+        value = _ask(nvml, name, handle, *args)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-    sm = getattr(nvml, "NVML_CLOCK_SM", _NVML_CLOCK_SM)
-    mem = getattr(nvml, "NVML_CLOCK_MEM", _NVML_CLOCK_MEM)
+    sm, mem = getattr(nvml, "NVML_CLOCK_SM", 1), getattr(nvml, "NVML_CLOCK_MEM", 2)
     milliwatts = query("nvmlDeviceGetEnforcedPowerLimit")
     if milliwatts is None:
         milliwatts = query("nvmlDeviceGetPowerManagementLimit")
+    reasons = query("nvmlDeviceGetCurrentClocksEventReasons")  # NVML 12.535 and later
+    if reasons is None:
+        reasons = query("nvmlDeviceGetCurrentClocksThrottleReasons")
     return GpuState(
         sm_clock_mhz=query("nvmlDeviceGetClockInfo", sm),
         sm_clock_max_mhz=query("nvmlDeviceGetMaxClockInfo", sm),
@@ -201,5 +161,5 @@ def gpu_state(pci_bus_id: str) -> GpuState | None:
         pcie_width=query("nvmlDeviceGetCurrPcieLinkWidth"),
         pcie_max_generation=query("nvmlDeviceGetMaxPcieLinkGeneration"),
         pcie_max_width=query("nvmlDeviceGetMaxPcieLinkWidth"),
-        clock_limits=_reasons(nvml, handle),
+        clock_limits=None if reasons is None else _clock_limits(reasons),
     )
