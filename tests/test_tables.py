@@ -25,6 +25,11 @@ class Result:
     tflops: float
 
 
+class Speed(NamedTuple):
+    dtype: str
+    tflops: float
+
+
 STEP = Measurement("s", (0.0118, 0.012, 0.0122), "cpu", "wall-clock")
 NOISY = Measurement("s", (0.010, 0.012, 0.014), "cpu", "wall-clock")
 
@@ -72,8 +77,8 @@ def test_numbers_are_right_aligned_and_text_left_aligned():
     ]
 
 
-def test_dataclasses_mappings_and_titles():
-    rows = [Result("fp64", 59.61), Result("bf16", 702.0)]
+def test_named_tuples_mappings_and_titles():
+    rows = [Speed("fp64", 59.61), Speed("bf16", 702.0)]
     assert str(table(rows, title="t")).splitlines() == [
         "t",
         "dtype  tflops",
@@ -89,8 +94,10 @@ def test_an_empty_table_prints_nothing():
 
 
 def test_bad_rows_are_refused():
-    with pytest.raises(TypeError, match="rows must be dataclasses, named tuples"):
+    with pytest.raises(TypeError, match="rows must be mappings or named tuples"):
         table([("fp32", 1.0)])  # a positional tuple says nothing about its columns
+    with pytest.raises(TypeError, match="rows must be mappings or named tuples"):
+        table([Result("fp32", 1.0)])
     with pytest.raises(KeyError, match=r"missing \['tflops'\]"):
         table([{"dtype": "fp32", "tflops": 1.0}, {"dtype": "fp32"}])
     with pytest.raises(ValueError, match="each row must have 2 cells"):

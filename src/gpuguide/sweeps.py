@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import takewhile
 from typing import Any
 
 import torch
@@ -188,8 +189,8 @@ class Sweep:
             timed: dict[str, Measurement] = {}
             for calls in groups.values():
                 dev = devices[next(iter(calls))]
-                try:
-                    if paired and len(calls) > 1:
+                try:  # unpaired, every group is one variant
+                    if len(calls) > 1:
                         timed.update(interleave(calls, device=dev, **timing))
                     else:
                         for label, call in calls.items():
@@ -198,8 +199,6 @@ class Sweep:
                             )
                 except torch.OutOfMemoryError:
                     out_of_memory.update(dict.fromkeys(calls, n))
-                    for label in calls:
-                        timed.pop(label, None)
                     _free_cache()
             for label in plans:
                 times[label].append(timed.get(label))
@@ -207,13 +206,8 @@ class Sweep:
         for label, n in out_of_memory.items():
             what = f"{self.name}, {label}: out of memory at n={size_text(n)}"
             print(f"{what}; larger sizes skipped")
-        return SweepResult(
-            sweep=self,
-            sizes=sizes,
-            times=times,
-            devices={label: str(d) for label, d in devices.items()},
-            variants=plans,
-        )
+        devices_text = {label: str(d) for label, d in devices.items()}
+        return SweepResult(self, sizes, times, devices_text, plans)
 
 
 def _free_cache() -> None:
@@ -320,12 +314,9 @@ class SweepResult:
     def crossover(self, subject: str, baseline: str) -> int | None:
         """The smallest size from which ``subject`` was faster than ``baseline`` at
         every size both ran; None if it was not faster at the largest."""
-        found = None
-        for n, versus in reversed(self.verdicts(subject, baseline)):
-            if versus.verdict != "faster":
-                break
-            found = n
-        return found
+        ends = reversed(self.verdicts(subject, baseline))
+        won = [n for n, v in takewhile(lambda nv: nv[1].verdict == "faster", ends)]
+        return won[-1] if won else None
 
     def report(
         self, label: str | None = None, n: int | None = None, **config: Any
@@ -371,8 +362,8 @@ class SweepResult:
             text += f" ({share:.0f}%)" if share is not None else ""
         return text
 
-    def table(self) -> Table:
-        """The sizes by variants, as :class:`~gpuguide.tables.Table`."""
+    def __str__(self) -> str:
+        """The sizes by variants: times, or rates with their share of a peak."""
         what = "median time per call (quartiles)"
         if self.sweep.rate is not None:
             what = f"median {self.sweep.rate}"
@@ -385,14 +376,8 @@ class SweepResult:
             (size_text(n), *(self._cell(label, n) for label in self.times))
             for n in self.sizes
         )
-        return Table(
-            header=(self.sweep.size_label.split(" (")[0], *self.times),
-            rows=rows,
-            title=f"{self.sweep.name}: {what}",
-        )
-
-    def __str__(self) -> str:
-        return str(self.table())
+        header = (self.sweep.size_label.split(" (")[0], *self.times)
+        return str(Table(header, rows, title=f"{self.sweep.name}: {what}"))
 
     __repr__ = __str__
 

@@ -1,6 +1,6 @@
 """Print results as aligned columns, in the spirit of ``torch.utils.benchmark.Compare``.
 
-A page keeps its results as rows (dataclasses, named tuples or dicts) and prints
+A page keeps its results as rows (dicts or named tuples) and prints
 ``table(rows)``: one column per field, numbers right-aligned, text left-aligned.
 
 >>> print(table([{"dtype": "fp32", "tflops": 51.2}, {"dtype": "bf16", "tflops": 702.}]))
@@ -11,7 +11,6 @@ bf16      702
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -77,16 +76,14 @@ def _fields(row: object) -> dict[str, Any]:
     """A row's fields by name."""
     if isinstance(row, Mapping):
         return dict(row)
-    if dataclasses.is_dataclass(row) and not isinstance(row, type):
-        return {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}
     if isinstance(row, tuple) and hasattr(row, "_fields"):
         return dict(zip(row._fields, row, strict=True))
-    msg = f"rows must be dataclasses, named tuples or mappings, got {row!r}"
+    msg = f"rows must be mappings or named tuples, got {row!r}"
     raise TypeError(msg)
 
 
 def table(rows: Iterable[object], *, title: str | None = None) -> Table:
-    """Lay out result rows (dataclasses, named tuples or mappings) as a table, one
+    """Lay out result rows (mappings or named tuples) as a table, one
     column per field of the first row (``_`` read as a space); ``print`` it."""
     records = [_fields(row) for row in rows]
     names = list(records[0]) if records else []

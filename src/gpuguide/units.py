@@ -3,9 +3,6 @@
 One unit per quantity across the package (seconds, bytes, FLOP/s, bytes/s),
 printed with three significant digits (at most three for ratios). A foundation
 module: it imports nothing else from gpuguide.
-
->>> format_time(0.00123), format_bytes(3 * 2**20), format_rate(1.2e12, "FLOP/s")
-('1.23 ms', '3.00 MiB', '1.20 TFLOP/s')
 """
 
 from __future__ import annotations
@@ -119,8 +116,8 @@ def format_ratio(x: float | None) -> str:
         return f"{x}x"
     rounded, decimals = _round_sig(x, 3)
     text = f"{rounded:.{decimals}f}"
-    if rounded != int(rounded) or abs(rounded) >= 1000:
-        text = text.rstrip("0").rstrip(".") if "." in text else text
+    if rounded != int(rounded):  # a whole number keeps its digits: "1.00x"
+        text = text.rstrip("0")
     return f"{text}x"
 
 
