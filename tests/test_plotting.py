@@ -519,14 +519,12 @@ def test_plot_sweep_and_a_styled_plain_log_axis_have_plain_labels() -> None:
 
 
 def test_setup_applies_the_style_before_a_page_draws(monkeypatch) -> None:
-    import io
-
     import gpuguide
 
     monkeypatch.setenv("GPUGUIDE_DEVICE", "cpu")
     with mpl.rc_context():
         mpl.rcdefaults()  # as sphinx-gallery leaves matplotlib before each page
-        gpuguide.setup(file=io.StringIO())
+        gpuguide.setup()
         fig, ax = plt.subplots()  # plain matplotlib, as a page draws
         assert tuple(fig.get_size_inches()) == (7.0, 4.5)
         assert not ax.spines["top"].get_visible()

@@ -39,8 +39,7 @@ def _mps_available() -> bool:
     """Whether this torch build can use Apple's MPS backend here."""
     import torch
 
-    mps = getattr(torch.backends, "mps", None)
-    return bool(mps is not None and mps.is_available())
+    return bool(torch.backends.mps.is_available())
 
 
 def _check_available(device: torch.device) -> torch.device:

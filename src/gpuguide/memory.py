@@ -128,8 +128,6 @@ class _Tracker:
         if dev.type == "cuda" and dev.index is None:
             self._index = self._api.current_device()
         self.report: MemoryReport | None = None
-        self._start = 0
-        self._uses_hwm = False
 
     def _now(self, *, reset: bool = False) -> int:
         """Bytes in use once the device is idle (``reset``: CUDA's peak reset too)."""
@@ -147,7 +145,7 @@ class _Tracker:
         self.report = None
         if self._type == "cpu":
             release_host_memory()
-            self._uses_hwm = _reset_hwm()
+        self._uses_hwm = self._type == "cpu" and _reset_hwm()
         self._start = self._now(reset=True)
         return self
 

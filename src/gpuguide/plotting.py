@@ -5,14 +5,6 @@ Every axis label names its unit in parentheses, every figure its device.
 draws, so a figure made with plain matplotlib has it too. Log axes label their
 ticks as plain numbers (1, 60, 100, 10 k; 1 Ki, 4 Mi on a base-2 axis), never
 ``6x10^1``: :func:`plot_sweep` sets such axes.
-
-Examples
---------
->>> import matplotlib.pyplot as plt
->>> from gpuguide.plotting import plot_sweep
->>> fig, ax = plt.subplots()
->>> plot_sweep(ax, [256, 512], {"copy": [1.5, 2.9]}, xlabel="size (elements)",
-...            ylabel="time (ms)", title="Copy time grows with size", device="cpu")
 """
 
 from __future__ import annotations
@@ -28,6 +20,7 @@ from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.ticker import LogFormatter
 
 from gpuguide.device import DeviceInfo, describe_device, pick_device
+from gpuguide.results import record as record_point
 from gpuguide.timing import Measurement
 from gpuguide.units import format_ratio
 
@@ -63,7 +56,6 @@ _STYLE: dict[Any, Any] = {
     "savefig.dpi": 100,
     "figure.constrained_layout.use": True,
     "axes.grid": True,
-    "axes.grid.which": "major",
     "grid.alpha": 0.35,
     "grid.linewidth": 0.6,
     "axes.spines.top": False,
@@ -97,47 +89,44 @@ def style_axes(ax: Axes) -> None:
     ax.spines["right"].set_visible(False)
     if not (ax.lines or ax.patches or ax.collections):
         ax.set_prop_cycle(_STYLE["axes.prop_cycle"])
-    fig = _top(ax.figure)
+    fig = ax.figure.figure
     if fig.get_layout_engine() is None:
         fig.set_layout_engine("constrained")
 
 
-#: Prefixes of plain tick labels, largest first: decimal, and binary for base 2.
-_DECIMAL = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
-_BINARY = (
-    (2.0**50, "Pi"),
-    (2.0**40, "Ti"),
-    (2.0**30, "Gi"),
-    (2.0**20, "Mi"),
-    (1024, "Ki"),
-)
-
-
-def _plain(x: float, *, binary: bool) -> str:
-    """``60``, ``0.005``, ``10 k``, ``2.5 M``; with ``binary``, ``1 Ki``, ``4 Mi``."""
-    for size, prefix in _BINARY if binary else _DECIMAL:
-        if abs(x) >= size:
-            return f"{x / size:.3g} {prefix}"
-    return f"{x:.3g}"
+#: Unit prefixes: decimal, binary (bytes only) and those below one.
+_DECIMAL = {p: 1e3 ** (i + 1) for i, p in enumerate("kMGTP")}
+_BINARY = {f"{p}i": 2.0 ** (10 * (i + 1)) for i, p in enumerate("KMGTP")}
+_SMALL = {
+    "": 1.0,
+    "m": 1e-3,
+    "u": 1e-6,
+    "\N{MICRO SIGN}": 1e-6,
+    "\N{GREEK SMALL LETTER MU}": 1e-6,
+    "n": 1e-9,
+}
 
 
 class _PlainLogFormatter(LogFormatter):
-    """matplotlib's choice of which log ticks to label, written as plain numbers."""
+    """matplotlib's choice of which log ticks to label, written as plain numbers:
+    ``60``, ``0.005``, ``10 k``, ``2.5 M``; on a base-2 axis ``1 Ki``, ``4 Mi``."""
 
     def __init__(self, base: float) -> None:
         super().__init__(base=base, labelOnlyBase=False)
-        self.binary = base == 2
+        self.prefixes = _BINARY if base == 2 else _DECIMAL
 
     def __call__(self, x: float, pos: int | None = None) -> str:
         if not super().__call__(x, pos):  # a tick matplotlib leaves unlabelled
             return ""
-        return _plain(x, binary=self.binary)
+        for prefix, size in reversed(self.prefixes.items()):
+            if abs(x) >= size:
+                return f"{x / size:.3g} {prefix}"
+        return f"{x:.3g}"
 
 
 def _log_axis(ax: Axes, which: str, *, base: float = 10) -> None:
     """Make ``ax``'s ``which`` axis (``"x"`` or ``"y"``) logarithmic, its ticks
-    labelled as plain numbers: 1, 10, 60, 100, 10 k, 1 M; with ``base`` 2,
-    powers of two (1, 2, ..., 512, 1 Ki, 4 Mi). Never ``6x10^1``."""
+    labelled as plain numbers."""
     axis = ax.xaxis if which == "x" else ax.yaxis
     (ax.set_xscale if which == "x" else ax.set_yscale)("log", base=base)
     axis.set_major_formatter(_PlainLogFormatter(base))
@@ -162,7 +151,7 @@ def label_device(
     if not isinstance(device, DeviceInfo):
         device = describe_device(pick_device() if device is None else device)
     text = f"measured on {device.short_name}"
-    engine = _top(fig).get_layout_engine()
+    engine = fig.figure.get_layout_engine()
     if isinstance(engine, ConstrainedLayoutEngine):  # keep a strip for the label
         engine.set(rect=(0.0, _LABEL_STRIP, 1.0, 1.0 - _LABEL_STRIP))
     for artist in fig.texts:
@@ -179,13 +168,6 @@ def label_device(
         color="0.45",
         gid=_DEVICE_LABEL_GID,
     )
-
-
-def _top(fig: Figure | SubFigure) -> Figure:
-    """The top-level figure of a figure or subfigure."""
-    while fig.figure is not fig and fig.figure is not None:
-        fig = fig.figure
-    return fig
 
 
 def _ms(seconds: float) -> float:
@@ -236,6 +218,7 @@ def plot_sweep(
     """
     _require_unit(xlabel)
     _require_unit(ylabel)
+    unit, scale = _axis_unit(ylabel) if record is not None else ("", 1.0)
     convert = value if value is not None else _ms
     xs = [float(v) for v in x]
     for name, ys in series.items():
@@ -263,7 +246,16 @@ def plot_sweep(
             band_x, lo, hi = zip(*band, strict=True)
             ax.fill_between(band_x, lo, hi, color=plotted.get_color(), alpha=0.2, lw=0)
         if record is not None:
-            _record_series(record, ylabel, name, line, band)
+            spreads = {xv: (lo * scale, hi * scale) for xv, lo, hi in band}
+            for xv, y in line:
+                record_point(
+                    record,
+                    y * scale,
+                    unit=unit,
+                    spread=spreads.get(xv),
+                    x=xv,
+                    series=name.split(" (", 1)[0].strip(),
+                )
     if logx:
         _log_axis(ax, "x", base=2 if xs and all(v.is_integer() for v in xs) else 10)
     if logy:
@@ -276,46 +268,6 @@ def plot_sweep(
     label_device(ax.figure, device)
 
 
-def _record_series(
-    record: str,
-    ylabel: str,
-    label: str,
-    line: list[tuple[float, float]],
-    band: list[tuple[float, float, float]],
-) -> None:
-    """Record one plotted series point by point."""
-    from gpuguide.results import record as record_figure
-
-    base, scale = _axis_unit(ylabel)
-    spreads = {x: (min(lo, hi) * scale, max(lo, hi) * scale) for x, lo, hi in band}
-    for x, y in line:
-        record_figure(
-            record,
-            y * scale,
-            unit=base,
-            spread=spreads.get(x),
-            x=x,
-            series=label.split(" (", 1)[0].strip(),
-        )
-
-
-_PREFIXES = {
-    "": 1.0,
-    "k": 1e3,
-    "M": 1e6,
-    "G": 1e9,
-    "T": 1e12,
-    "P": 1e15,
-    "m": 1e-3,
-    "u": 1e-6,
-    "\N{MICRO SIGN}": 1e-6,
-    "\N{GREEK SMALL LETTER MU}": 1e-6,
-    "n": 1e-9,
-    "Ki": 2.0**10,
-    "Mi": 2.0**20,
-    "Gi": 2.0**30,
-    "Ti": 2.0**40,
-}
 _AXIS_UNIT = re.compile(r"\(([^()]*)\)\s*$")
 
 
@@ -327,11 +279,9 @@ def _axis_unit(label: str) -> tuple[str, float]:
         raise ValueError(msg)
     unit = match.group(1).strip()
     for base in ("FLOP/s", "B/s", "FLOP", "s", "B"):
-        prefix = unit[: -len(base)]
-        if prefix.endswith("i") and "B" not in base:  # Ki, Mi, ...: for bytes only
-            continue
-        if unit.endswith(base) and prefix in _PREFIXES:
-            return base, _PREFIXES[prefix]
+        prefixes = _SMALL | _DECIMAL | (_BINARY if "B" in base else {})
+        if unit.endswith(base) and unit[: -len(base)] in prefixes:
+            return base, prefixes[unit[: -len(base)]]
     return unit, 1.0
 
 
@@ -364,33 +314,17 @@ def plot_bars(
     err_hi = [hi - y if hi is not None else 0.0 for y, _, hi in points]
     has_err = any(lo is not None for _, lo, _ in points)
     style_axes(ax)
-    colors = [COLORS[i % len(COLORS)] for i in range(len(names))]
-    bars = ax.bar(
-        names,
-        heights,
-        yerr=[err_lo, err_hi] if has_err else None,
-        capsize=4 if has_err else 0,
-        color=colors,
-    )
+    yerr = [err_lo, err_hi] if has_err else None
+    bars = ax.bar(names, heights, yerr=yerr, capsize=4, color=COLORS)  # cycled
     base = heights[names.index(baseline)]
-    for bar, (y, _, hi) in zip(bars, points, strict=True):
-        ratio = y / base if base and math.isfinite(base) else None
-        top = max(y, hi) if hi is not None else y
-        ax.annotate(
-            format_ratio(ratio),
-            xy=(bar.get_x() + bar.get_width() / 2, top),
-            xytext=(0, 3),
-            textcoords="offset points",
-            ha="center",
-            va="bottom",
-            fontsize="small",
-        )
+    ok = base and math.isfinite(base)
+    ratios = [format_ratio(y / base if ok else None) for y in heights]
+    ax.bar_label(bars, ratios, padding=3, fontsize="small")  # above the error bars
     ax.margins(y=0.12)
     ax.grid(False, axis="x")
     if max(len(n) for n in names) > 12:
         for tick in ax.get_xticklabels():
-            tick.set_rotation(20)
-            tick.set_horizontalalignment("right")
+            tick.set(rotation=20, horizontalalignment="right")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     label_device(ax.figure, device)
