@@ -1,24 +1,12 @@
 """Verdicts that hold: comparisons computed with the spread, variants in rounds.
 
-The rule (``docs/measuring.md`` states it for readers): ``subject`` is called
-faster (or slower) than ``baseline`` only when
+``subject`` is called faster (or slower) than ``baseline`` only when neither is
+NOISY, the speed-up over the quartiles stays above 1 (or below 1) at both ends, the
+medians differ by at least :data:`MIN_EFFECT`, and, where both were timed in the
+same rounds (:func:`interleave`), a two-sided sign test over the paired rounds
+rejects "no difference" at :data:`SIGN_LEVEL` (with 5 rounds: all 5 agree).
+Otherwise the verdict is "no measurable difference" (``docs/measuring.md``).
 
-* neither measurement is NOISY (its IQR more than 10% of its median): a noisy
-  one gets no verdict;
-* the intervals are apart: the speed-up over the quartiles stays above 1 (or
-  below 1) at both ends;
-* the medians differ by at least :data:`MIN_EFFECT` (5%);
-* where both were timed in the same interleaved rounds (:func:`interleave`),
-  the rounds agree: a two-sided sign test over the paired rounds rejects "no
-  difference" at :data:`SIGN_LEVEL` (with 5 rounds: all 5 in one direction).
-
-Otherwise the verdict is "no measurable difference". :func:`interleave` times
-variants in rotating rounds, so that a drift or a burst of load on the machine
-falls on every variant alike, or on one round only, which the sign test then
-does not count as evidence.
-
-Examples
---------
 >>> from gpuguide.timing import Measurement
 >>> a = Measurement("fused", (1.0, 1.1, 1.2), "cpu", "wall-clock")
 >>> b = Measurement("eager", (2.0, 2.1, 2.2), "cpu", "wall-clock")
@@ -47,20 +35,21 @@ MIN_EFFECT = 1.05
 SIGN_LEVEL = 0.1
 #: Where a result lies against a quoted range when its interval is wider.
 TOO_WIDE = "too wide to place"
+#: What a comparison with one time on a side says instead of a verdict.
+_SINGLE_RUN = "a single run: no spread, so no verdict"
 
 
 def _sign_test(wins: int, losses: int) -> float:
-    """Two-sided p-value of ``wins`` against ``losses`` (ties left out) when either
-    is equally likely in each round: 1.0 for no rounds.
-
-    >>> _sign_test(5, 0)
-    0.0625
-    """
+    """Two-sided p-value of ``wins`` against ``losses`` when either is equally likely
+    in each round (1.0 for no rounds)."""
     n, k = wins + losses, max(wins, losses)
-    if n == 0:
-        return 1.0
     tail = sum(math.comb(n, i) for i in range(k, n + 1)) / float(2**n)
     return min(1.0, 2.0 * tail)
+
+
+def _span(low: float, high: float) -> str:
+    """``"1.78-2.05x"``."""
+    return f"{format_ratio(low).removesuffix('x')}-{format_ratio(high)}"
 
 
 @dataclass(frozen=True)
@@ -79,102 +68,71 @@ class Comparison:
     losses: int = 0
 
     @property
-    def paired(self) -> bool:
-        """Whether the two were timed in the same interleaved rounds."""
-        return self.wins + self.losses > 0
-
-    @property
     def noisy(self) -> tuple[Measurement, ...]:
         """The measurements that are NOISY (no verdict is drawn from them)."""
         return tuple(m for m in (self.subject, self.baseline) if m.is_noisy)
 
     @property
-    def rounds_agree(self) -> bool:
-        """Whether the sign test over the paired rounds rejects "no difference"
-        at :data:`SIGN_LEVEL` (True when not paired)."""
-        return not self.paired or _sign_test(self.wins, self.losses) <= SIGN_LEVEL
-
-    @property
     def verdict(self) -> str:
-        """``"faster"``, ``"slower"`` or :data:`NO_DIFFERENCE` (always for a single
-        run on either side, or a NOISY one)."""
-        if self.single_run or self.noisy or not self.rounds_agree:
+        """``"faster"``, ``"slower"`` or :data:`NO_DIFFERENCE`."""
+        if self._why_not() is not None:
             return NO_DIFFERENCE
-        if self.low > 1.0 and self.speedup >= MIN_EFFECT and self.wins >= self.losses:
-            return "faster"
-        if (
-            self.high < 1.0
-            and self.speedup <= 1 / MIN_EFFECT
-            and self.losses >= self.wins
-        ):
-            return "slower"
-        return NO_DIFFERENCE
-
-    @property
-    def within_min_effect(self) -> bool:
-        """Intervals apart, but the medians closer than :data:`MIN_EFFECT`."""
-        return (
-            not self.measurable and not self.noisy and self.rounds_agree
-            and (self.low > 1.0 or self.high < 1.0)
-        )  # fmt: skip
+        return "faster" if self.speedup > 1 else "slower"
 
     @property
     def measurable(self) -> bool:
         """Whether the verdict is faster or slower (not "no difference")."""
-        return self.verdict != NO_DIFFERENCE
+        return self._why_not() is None
 
-    @property
-    def single_run(self) -> bool:
-        """Whether a side has one time only: the ratio then has no spread."""
-        return min(len(self.subject.times_s), len(self.baseline.times_s)) == 1
-
-    def _why_not(self) -> str:
-        """Why there is no verdict, for the text (empty: the intervals overlap)."""
+    def _why_not(self) -> str | None:
+        """Why there is no verdict (empty: the intervals overlap), None if there is."""
+        if min(self.subject.n, self.baseline.n) == 1:
+            return _SINGLE_RUN
         if self.noisy:
             names = " and ".join(m.label for m in self.noisy)
             verb = "is" if len(self.noisy) == 1 else "are"
             limit = f"{100 * NOISY_RELATIVE_IQR:.0f}%"
             return f"{names} {verb} NOISY (IQR > {limit} of the median), so no verdict"
-        if not self.rounds_agree:
-            return f"faster in {self.wins} of {self.wins + self.losses} rounds"
-        if self.within_min_effect:
-            return f"they differ by less than {_min_effect()}, as two builds can"
-        return ""
+        rounds = self.wins + self.losses
+        if rounds and _sign_test(self.wins, self.losses) > SIGN_LEVEL:
+            return f"faster in {self.wins} of {rounds} rounds"
+        faster = self.low > 1.0 and self.wins >= self.losses
+        if not (faster or (self.high < 1.0 and self.losses >= self.wins)):
+            return ""
+        if max(self.speedup, 1 / self.speedup) < MIN_EFFECT:
+            effect = f"{100 * (MIN_EFFECT - 1):.0f}%"
+            return f"they differ by less than {effect}, as two builds can"
+        return None
 
     @property
     def short(self) -> str:
         """For a table cell or a title: ``"2.30x (2.10-2.50x)"``."""
-        if self.single_run:
-            return f"{format_ratio(self.speedup)} ({SINGLE_RUN})"
-        spread = _span(self.low, self.high)
-        if not self.measurable:
-            why = self._why_not()
+        why, spread = self._why_not(), _span(self.low, self.high)
+        if why == _SINGLE_RUN:
+            return f"{format_ratio(self.speedup)} ({why})"
+        if why is not None:
             return f"{NO_DIFFERENCE} ({why + ', ' if why else ''}{spread})"
         return f"{format_ratio(self.speedup)} ({spread})"
 
     def __str__(self) -> str:
         a, b = self.subject.label, self.baseline.label
-        if self.single_run:
-            return f"{a} ran at {format_ratio(self.speedup)} the speed of {b} ({SINGLE_RUN})"
-        spread = _span(self.low, self.high)
+        why, ratio = self._why_not(), format_ratio(self.speedup)
+        if why == _SINGLE_RUN:
+            return f"{a} ran at {ratio} the speed of {b} ({why})"
+        if why is not None:
+            why = f": {why}" if why else ""
+            spread = _span(self.low, self.high)
+            return f"{NO_DIFFERENCE} between {a} and {b}{why} (speed-up {spread})"
         if self.verdict == "faster":
-            return f"{a} is {format_ratio(self.speedup)} faster than {b} ({spread})"
-        if self.verdict == "slower":
-            slow = _span(1 / self.high, 1 / self.low)
-            return f"{a} is {format_ratio(1 / self.speedup)} slower than {b} ({slow})"
-        why = self._why_not()
-        why = f": {why}" if why else ""
-        return f"{NO_DIFFERENCE} between {a} and {b}{why} (speed-up {spread})"
+            return f"{a} is {ratio} faster than {b} ({_span(self.low, self.high)})"
+        slow = _span(1 / self.high, 1 / self.low)
+        return f"{a} is {format_ratio(1 / self.speedup)} slower than {b} ({slow})"
 
 
 def place(interval: tuple[float, float], quoted: tuple[float, float]) -> str:
     """Where ``interval`` lies against ``quoted`` (both ``(low, high)``, > 0):
     ``"above"``, ``"below"`` or ``"within"`` when it lies there whole, else
-    :data:`TOO_WIDE`.
-
-    >>> place((1.2, 1.8), (1.5, 3.0))
-    'too wide to place'
-    """
+    :data:`TOO_WIDE`."""
     q_low, q_high = (checks.positive("quoted", q) for q in quoted)
     if q_high < q_low:
         msg = f"quoted must be (low, high) with low <= high, got {quoted!r}"
@@ -184,22 +142,7 @@ def place(interval: tuple[float, float], quoted: tuple[float, float]) -> str:
         return "above"
     if high < q_low:
         return "below"
-    if q_low <= low and high <= q_high:
-        return "within"
-    return TOO_WIDE
-
-
-#: What a comparison with one time on a side says instead of a verdict.
-SINGLE_RUN = "a single run: no spread, so no verdict"
-
-
-def _min_effect() -> str:
-    return f"{100 * (MIN_EFFECT - 1):.0f}%"
-
-
-def _span(low: float, high: float) -> str:
-    """``"1.78-2.05x"``."""
-    return f"{format_ratio(low).removesuffix('x')}-{format_ratio(high)}"
+    return "within" if q_low <= low and high <= q_high else TOO_WIDE
 
 
 def compare(subject: Measurement, baseline: Measurement) -> Comparison:
@@ -219,16 +162,17 @@ def compare(subject: Measurement, baseline: Measurement) -> Comparison:
             "a time of 0 s (below the clock's resolution)"
         )
         raise ValueError(msg)
-    wins = losses = 0
-    if len(subject.rounds) == len(baseline.rounds) >= 2:
-        pairs = list(zip(subject.rounds, baseline.rounds, strict=True))
-        wins = sum(s < b for s, b in pairs)
-        losses = sum(s > b for s, b in pairs)
+    paired = len(subject.rounds) == len(baseline.rounds) >= 2
+    pairs = list(zip(subject.rounds, baseline.rounds, strict=True)) if paired else []
     return Comparison(
-        subject=subject, baseline=baseline, speedup=baseline.median_s / subject.median_s,
-        low=baseline.q25_s / subject.q75_s, high=baseline.q75_s / subject.q25_s,
-        wins=wins, losses=losses,
-    )  # fmt: skip
+        subject,
+        baseline,
+        baseline.median_s / subject.median_s,
+        baseline.q25_s / subject.q75_s,
+        baseline.q75_s / subject.q25_s,
+        wins=sum(s < b for s, b in pairs),
+        losses=sum(s > b for s, b in pairs),
+    )
 
 
 def break_even(
@@ -245,37 +189,37 @@ def break_even(
 
 
 def interleave(
-    variants: Mapping[str, Callable[[], Any]], *, rounds: int = 5,
-    rep_ms: float | None = None, **options: Any,
-) -> dict[str, Measurement]:  # fmt: skip
+    variants: Mapping[str, Callable[[], Any]],
+    *,
+    rounds: int = 5,
+    rep_ms: float | None = None,
+    **options: Any,
+) -> dict[str, Measurement]:
     """Time zero-argument callables in ``rounds`` rounds, each running every variant
-    once in a rotating order (each Measurement keeps its rounds' medians, which
-    :func:`compare` pairs); ``rep_ms`` per variant is split across the rounds,
-    ``options`` go to :func:`~gpuguide.timing.benchmark` (warm-up in round one).
-    Returns a Measurement per name, in the order given."""
+    once in a rotating order, and return a Measurement per name, in the order given,
+    that keeps its rounds' medians (which :func:`compare` pairs).
+
+    ``rep_ms`` per variant is split across the rounds; ``options`` go to
+    :func:`~gpuguide.timing.benchmark` (its warm-up in round one only).
+    """
     rounds = checks.integer("rounds", rounds, minimum=1)
-    per_round = (
-        REP_MS if rep_ms is None else checks.positive("rep_ms", rep_ms)
-    ) / rounds
+    rep_ms = REP_MS if rep_ms is None else checks.positive("rep_ms", rep_ms)
     min_reps = max(1, options.pop("min_reps", 5) // rounds)
+    options |= {"rep_ms": rep_ms / rounds, "min_reps": min_reps}
     names = list(variants)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    medians: dict[str, list[float]] = {name: [] for name in names}
-    first: dict[str, Measurement] = {}
+    runs: dict[str, list[Measurement]] = {name: [] for name in names}
     for r in range(rounds):
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
-            extra = {} if r == 0 else {"warmup_ms": 0.001}
-            m = benchmark(variants[name], label=name, rep_ms=per_round,
-                          min_reps=min_reps, **{**options, **extra})  # fmt: skip
-            first.setdefault(name, m)
-            times[name].extend(m.times_s)
-            medians[name].append(m.median_s)
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            runs[name].append(benchmark(variants[name], label=name, **options))
+        options["warmup_ms"] = 0.001  # warmed up in round one
     return {
         name: Measurement(
-            label=name, times_s=tuple(times[name]), device=first[name].device,
-            method=first[name].method, warmup_calls=first[name].warmup_calls,
-            rounds=tuple(medians[name]),
+            name,
+            tuple(t for m in ms for t in m.times_s),
+            ms[0].device,
+            ms[0].method,
+            ms[0].warmup_calls,
+            rounds=tuple(m.median_s for m in ms),
         )
-        for name in names
-    }  # fmt: skip
+        for name, ms in runs.items()
+    }
