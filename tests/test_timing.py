@@ -189,10 +189,18 @@ def test_str_and_repr_flag_noisy_measurements():
 def test_matmul_flop():
     assert matmul_flop(2, 3, 4) == 48
     assert matmul_flop(1024, 1024, 1024) == 2 * 1024**3
-    assert matmul_flop(8, 16, 32, batch=4) == 2 * 8 * 16 * 32 * 4
     assert matmul_flop(np.int64(4), 4, 4) == 128
     assert isinstance(matmul_flop(np.int64(4), 4, 4), int)
     assert matmul_flop(0, 5, 5) == 0
+
+
+def test_rate_spans_the_quartile_calls():
+    m = make((1e-3, 1e-3, 2e-3), device="cuda:0")
+    rate = m.rate(2e9)
+    assert str(rate) == "2.00 TFLOP/s (1.33-2.00)"
+    assert (rate.unit, rate.device) == ("FLOP/s", "cuda:0")
+    with pytest.raises(ValueError, match="a rate needs times > 0"):
+        make((0.0, 0.0, 1.0)).rate(1.0)
 
 
 def test_matmul_flop_rejects_bad_sizes():
@@ -402,9 +410,8 @@ def test_benchmark_restores_gc_when_fn_raises():
         ({"max_reps": True}, TypeError, "max_reps must be an integer"),
         ({"args": torch.ones(2)}, TypeError, "args must be a tuple or list"),
         ({"kwargs": [1]}, TypeError, "kwargs must be a mapping"),
-        ({"clock": 3.0}, TypeError, "clock must be callable"),
         ({"device": "not-a-device"}, ValueError, "device must name a device"),
-        ({"device": "meta"}, ValueError, "device type must be one of .*got 'meta'"),
+        ({"device": "meta"}, ValueError, "device type must be .*got 'meta'"),
     ],
 )
 def test_benchmark_rejects_bad_arguments(kwargs, error, match):
@@ -441,9 +448,9 @@ def test_tensor_device_inference():
 
 def test_benchmark_infers_device_from_arguments():
     meta = torch.empty(2, device="meta")
-    with pytest.raises(ValueError, match=r"device type must be one of .*got 'meta'"):
+    with pytest.raises(ValueError, match=r"device type must be .*got 'meta'"):
         benchmark(lambda x, y: None, args=(torch.ones(2), meta))
-    with pytest.raises(ValueError, match=r"device type must be one of .*got 'meta'"):
+    with pytest.raises(ValueError, match=r"device type must be .*got 'meta'"):
         benchmark(lambda **k: None, kwargs={"x": [meta]})
 
 
@@ -676,12 +683,6 @@ def test_benchmark_cuda_path_with_flush(fake_cuda):
         *("sync", "elapsed0", "elapsed1"),
     ]
     assert fake_cuda.log.count("flush") == 2  # not during the warm-up
-
-
-def test_benchmark_cuda_rejects_a_host_clock(fake_cuda):
-    with pytest.raises(ValueError, match="clock must be None on a CUDA device"):
-        benchmark(lambda: None, device="cuda:0", clock=StepClock())
-    assert fake_cuda.log == []
 
 
 def test_benchmark_mps_path(monkeypatch):
@@ -945,15 +946,10 @@ class _FakeGPU:
 
 
 def _held(fake, n, hold_s):
-    return _held_times(
-        fake.call,
-        n,
-        hold=fake.hold,
-        hold_s=hold_s,
-        clock=fake.clock,
-        event_factory=fake.event,
-        synchronize=fake.synchronize,
-    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.cuda, "Event", fake.event)
+        patch.setattr(torch.cuda, "synchronize", fake.synchronize)
+        return _held_times(fake.call, n, fake.hold, hold_s, clock=fake.clock)
 
 
 def test_held_times_pairs_host_and_gpu_times_of_each_call():
@@ -1068,7 +1064,7 @@ def test_step_times_marks_a_noisy_time_and_reads_the_cpu_as_the_host():
 def test_host_and_gpu_times_on_the_cpu_times_the_call():
     calls = []
     times = host_and_gpu_times(
-        lambda: calls.append(time.sleep(1e-3)), device="cpu", rep_ms=20, label="nap"
+        lambda: calls.append(time.sleep(1e-3)), device="cpu", label="nap"
     )
     assert times.gpu is None
     assert times.host.label == "nap"

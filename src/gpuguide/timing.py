@@ -1,20 +1,12 @@
 """Time a callable on CPU, CUDA or MPS: every call's time, the median and its spread.
 
-:func:`benchmark` follows ``triton.testing.do_bench`` (warm-up and repetitions are
-budgets in ms). CUDA times each call with its own pair of events (an optional L2
-flush queued before the pair) and synchronizes once at the end; the CPU uses a host
-clock, MPS the host clock and ``torch.mps.synchronize()``. On CUDA, ``measure`` is
-``"call"`` (default): the time per call of a loop launching call after call, as
-training does (the launch time when the GPU work is shorter than a launch), or
-``"kernel"``: the GPU work alone, the GPU held busy (``torch.cuda._sleep``) while
-each chunk of calls is queued so the launches are hidden, as ``do_bench`` reports
-short kernels. They agree past about 50 us of GPU work.
-
->>> import torch
->>> a = torch.randn(256, 256)
->>> m = benchmark(torch.mm, args=(a, a), label="fp32 matmul 256")
->>> print(m.rate(matmul_flop(256, 256, 256)))  # doctest: +SKIP
-1.52 TFLOP/s (1.49-1.53)
+:func:`benchmark` follows ``triton.testing.do_bench``: warm-up and repetitions are
+budgets in ms; CUDA times each call with its own pair of events (an optional L2
+flush queued before the pair) and synchronizes once at the end; the CPU and MPS use
+the host clock. On CUDA, ``measure="call"`` (default) is the time per call of a loop
+launching call after call, as training does; ``measure="kernel"`` is the GPU work
+alone, the GPU held busy (``torch.cuda._sleep``) while each chunk of calls is queued
+so that the launches are hidden. They agree past about 50 us of GPU work.
 """
 
 from __future__ import annotations
@@ -48,23 +40,20 @@ __all__ = [
 
 #: A measurement whose IQR is more than this fraction of its median is noisy.
 NOISY_RELATIVE_IQR = 0.10
-#: :func:`benchmark`'s budgets in ms (as do_bench), and their small-mode caps.
+#: :func:`benchmark`'s default budgets in ms (as do_bench's).
 WARMUP_MS = 25.0
 REP_MS = 100.0
-SMALL_WARMUP_MS = 2.0
-SMALL_REP_MS = 10.0
 
-#: Bytes zeroed before each CUDA call with ``flush_l2=True``: more than any L2.
-_L2_FLUSH_BYTES = 256 * 1024 * 1024
 _MAX_WARMUP_CALLS = 1_000_000
 #: ``measure="kernel"``: at most this many calls are queued behind one hold.
 _KERNEL_CHUNK = 32
 #: Entries a stream's launch queue takes before the host blocks (about 1024, less a
-#: margin), and the fastest host time of one launch.
+#: margin), the fastest host time of one launch, and of one pair of event records.
 _QUEUE_DEPTH = 900
 _LAUNCH_S = 4e-6
-#: Host time of one pair of event records, allowed for in the hold.
 _RECORD_S = 5e-6
+_MAX_MISSES = 3  # calls (in all) outlasting their hold before _held_times stops holding
+_MAX_HOLD_S = 0.5  # the longest hold before one call, in seconds
 
 
 @dataclass(frozen=True)
@@ -72,10 +61,9 @@ class Measurement:
     """Times of repeated calls of one operation (``label``), with statistics.
 
     ``times_s`` holds each call's time in seconds; ``method`` is ``"cuda-events"``,
-    ``"cuda-events-queued"``, ``"wall-clock"`` or ``"wall-clock+sync"`` (MPS).
-    ``rounds`` holds the median time of each round when the operation was timed
-    in rounds interleaved with others (:func:`gpuguide.interleave`), in seconds;
-    empty otherwise. Comparisons pair the rounds of two such measurements.
+    ``"cuda-events-queued"``, ``"wall-clock"`` or ``"wall-clock+sync"`` (MPS);
+    ``rounds`` the median time of each round when timed in rounds interleaved with
+    others (:func:`gpuguide.interleave`), which comparisons pair; empty otherwise.
     """
 
     label: str
@@ -99,8 +87,8 @@ class Measurement:
 
     @cached_property
     def quartiles_s(self) -> tuple[float, float, float]:
-        """The first quartile, the median and the third quartile, in seconds (as
-        numpy's default, linear, quantiles)."""
+        """The first quartile, the median and the third quartile (numpy's default,
+        linear, quantiles), in seconds."""
         if self.n == 1:
             return (self.times_s[0],) * 3
         q25, median, q75 = statistics.quantiles(self.times_s, n=4, method="inclusive")
@@ -115,6 +103,11 @@ class Measurement:
     def median_s(self) -> float:
         """Median time per call, in seconds."""
         return self.quartiles_s[1]
+
+    @property
+    def median_ms(self) -> float:
+        """Median time per call, in milliseconds."""
+        return self.median_s * 1e3
 
     @property
     def min_s(self) -> float:
@@ -144,15 +137,9 @@ class Measurement:
     @property
     def relative_iqr(self) -> float:
         """IQR as a fraction of the median (``inf`` for a zero median, 0 if both are 0)."""
-        median, iqr = self.median_s, self.iqr_s
-        if median == 0:
-            return math.inf if iqr > 0 else 0.0
-        return iqr / median
-
-    @property
-    def median_ms(self) -> float:
-        """Median time per call, in milliseconds."""
-        return self.median_s * 1e3
+        if self.median_s == 0:
+            return math.inf if self.iqr_s > 0 else 0.0
+        return self.iqr_s / self.median_s
 
     @property
     def is_noisy(self) -> bool:
@@ -160,12 +147,7 @@ class Measurement:
         return self.relative_iqr > NOISY_RELATIVE_IQR
 
     def rate(self, work: float, unit: str = "FLOP/s") -> Rate:
-        """``work`` per call (FLOP, bytes read plus written...) as a :class:`Rate`.
-
-        >>> m = Measurement("mm", (1e-3, 1e-3, 2e-3), "cpu", "wall-clock")
-        >>> str(m.rate(2e9))
-        '2.00 TFLOP/s (1.33-2.00)'
-        """
+        """``work`` per call (FLOP, bytes read plus written...) as a :class:`Rate`."""
         work = checks.non_negative("work", work)
         q25, median, q75 = self.quartiles_s
         if q25 <= 0:
@@ -176,9 +158,8 @@ class Measurement:
         )
 
     def __str__(self) -> str:
-        """The median with its quartiles, :func:`~gpuguide.units.format_spread`'s
-        ``"1.23 ms (1.20-1.31)"``, `` NOISY`` where it is; ``"12.0 ms (one run)"``
-        for a single time, which has no spread."""
+        """``"1.23 ms (1.20-1.31)"`` (the median and its quartiles), `` NOISY`` where
+        it is; ``"12.0 ms (one run)"`` for a single time."""
         if self.n == 1:
             return f"{format_time(self.median_s)} (one run)"
         text = format_spread(self.median_s, self.q25_s, self.q75_s, "s")
@@ -203,10 +184,11 @@ class Rate:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        for name in ("value", "low", "high"):
-            checks.non_negative(name, getattr(self, name))
-        if not self.low <= self.value <= self.high:
-            msg = f"low <= value <= high must hold, got {self.low}, {self.value}, {self.high}"
+        ends = [
+            checks.non_negative(k, getattr(self, k)) for k in ("low", "value", "high")
+        ]
+        if ends != sorted(ends):
+            msg = f"low <= value <= high must hold, got {', '.join(map(str, ends))}"
             raise ValueError(msg)
 
     def __str__(self) -> str:
@@ -216,12 +198,10 @@ class Rate:
         return format(str(self), spec)
 
 
-def matmul_flop(m: int, n: int, k: int, batch: int = 1) -> int:
-    """FLOP of a (batched) matmul ``(m x k) @ (k x n)``: ``2 * m * n * k * batch``."""
-    sizes = {"m": m, "n": n, "k": k, "batch": batch}
-    return 2 * math.prod(
-        checks.integer(name, v, minimum=0) for name, v in sizes.items()
-    )
+def matmul_flop(m: int, n: int, k: int) -> int:
+    """FLOP of a matmul ``(m x k) @ (k x n)``: ``2 * m * n * k``."""
+    sizes = {"m": m, "n": n, "k": k}
+    return 2 * math.prod(checks.integer(key, v, minimum=0) for key, v in sizes.items())
 
 
 def benchmark(
@@ -237,33 +217,24 @@ def benchmark(
     max_reps: int = 1000,
     flush_l2: bool = False,
     measure: str = "call",
-    clock: Callable[[], float] | None = None,
     sample_ms: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> Measurement:
     """Time ``fn(*args, **kwargs)`` and return every call's time.
 
-    ``fn`` runs for ``warmup_ms`` (default 25, small mode 2; at least once), then
-    ``ceil(rep_ms / estimate)`` calls are timed (``rep_ms`` default 100, small mode
-    10), within ``[min_reps, max_reps]``. ``device`` decides how; by default the
-    first non-CPU tensor's device in ``args`` and ``kwargs``, else the CPU: pass
-    ``device`` for a callable whose GPU tensors are not among its arguments (a
-    closure, a bound module). CUDA only: ``flush_l2`` zeroes a 256 MiB buffer
-    before each call, outside the events; ``measure`` is explained in the module.
-    ``clock`` replaces ``time.perf_counter`` (tests; not on CUDA). On a host clock
-    (CPU, MPS), ``sample_ms`` times blocks of back-to-back calls that last at least
-    that long, each block one sample of the time per call (as
-    ``torch.utils.benchmark``'s ``blocked_autorange``): a call shorter than a
-    scheduler tick then no longer reads a whole tick when the OS preempts it.
-    Ignored on CUDA, whose events time each call on the GPU.
-
-    Raises ``ValueError`` for bad budgets or bounds, ``measure="kernel"`` on the
-    host clock while CUDA is in use, or a ``clock`` on CUDA, and ``RuntimeError``
-    if the device is not available.
+    ``fn`` runs for ``warmup_ms`` (default 25, small mode at most 2; at least once),
+    then ``ceil(rep_ms / estimate)`` calls are timed (``rep_ms`` default 100, small
+    mode at most 10), within ``[min_reps, max_reps]``. ``device`` is by default the
+    first non-CPU tensor's device among the arguments, else the CPU: pass it for a
+    closure or a bound module. CUDA only: ``flush_l2`` zeroes 256 MiB before each
+    call, outside the events; ``measure`` is ``"call"`` or ``"kernel"`` (see the
+    module). Host clock only: ``sample_ms`` times blocks of calls that last at least
+    that long, one sample each (as ``blocked_autorange``), so that a preempted call
+    does not read a whole scheduler tick; ``clock`` replaces ``time.perf_counter``.
     """
-    for name, value in (("fn", fn), ("clock", clock or time.perf_counter)):
-        if not callable(value):
-            msg = f"{name} must be callable, got {value!r}"
-            raise TypeError(msg)
+    if not callable(fn):
+        msg = f"fn must be callable, got {fn!r}"
+        raise TypeError(msg)
     if measure not in ("call", "kernel"):
         msg = f"measure must be one of 'call', 'kernel', got {measure!r}"
         raise ValueError(msg)
@@ -271,10 +242,7 @@ def benchmark(
     min_reps = checks.integer("min_reps", min_reps, minimum=1)
     max_reps = checks.integer("max_reps", max_reps, minimum=min_reps)
     if not isinstance(args, (tuple, list)):
-        msg = (
-            f"args must be a tuple or list of arguments, got {type(args).__name__} "
-            "(write args=(x,) for a single argument)"
-        )
+        msg = f"args must be a tuple or list (args=(x,)), got {type(args).__name__}"
         raise TypeError(msg)
     if not isinstance(kwargs or {}, Mapping):
         msg = f"kwargs must be a mapping, got {type(kwargs).__name__}"
@@ -285,24 +253,15 @@ def benchmark(
         fn(*args, **kwargs)
 
     resolved = _resolve_device(device, (*args, *kwargs.values()), measure)
-    label = _default_label(fn) if label is None else label
-    cuda = resolved.type == "cuda"
-    if cuda and clock is not None:
-        msg = (
-            "clock must be None on a CUDA device, got a clock: a host clock "
-            "does not see when GPU work ends; CUDA events time it"
-        )
-        raise ValueError(msg)
     import torch
 
+    cuda = resolved.type == "cuda"
     sync = {"cuda": torch.cuda.synchronize, "mps": torch.mps.synchronize}
     synchronize = sync.get(resolved.type)
     with torch.cuda.device(resolved) if cuda else contextlib.nullcontext():
         if synchronize is not None:
             synchronize()
-        calls, estimate = _warmup(
-            call, warmup_s, clock or time.perf_counter, synchronize
-        )
+        calls, estimate = _warmup(call, warmup_s, clock, synchronize)
         if cuda:
             n = _rep_count(estimate, rep_s, min_reps, max_reps)
             stream = torch.cuda.current_stream()
@@ -325,18 +284,18 @@ def benchmark(
                 sample_s = checks.positive("sample_ms", sample_ms) / 1e3
                 block = max(1, math.ceil(sample_s / estimate)) if estimate > 0 else 1
             n = _rep_count(estimate * block, rep_s, min_reps, max_reps)
-            clock = clock or time.perf_counter
             times = _host_times(call, n, clock, synchronize, block=block)
             method = "wall-clock" if synchronize is None else "wall-clock+sync"
+    label = _default_label(fn) if label is None else label
     return Measurement(label, tuple(times), str(resolved), method, calls)
 
 
 def _budgets_s(warmup_ms: float | None, rep_ms: float | None) -> tuple[float, float]:
-    """The warm-up and repetition budgets in seconds."""
+    """The warm-up and repetition budgets in seconds (small mode: 2 and 10 ms at most)."""
     warmup = WARMUP_MS if warmup_ms is None else checks.positive("warmup_ms", warmup_ms)
     rep = REP_MS if rep_ms is None else checks.positive("rep_ms", rep_ms)
     if small_mode():
-        warmup, rep = min(warmup, SMALL_WARMUP_MS), min(rep, SMALL_REP_MS)
+        warmup, rep = min(warmup, 2.0), min(rep, 10.0)
     return warmup / 1e3, rep / 1e3
 
 
@@ -351,7 +310,7 @@ def _default_label(fn: Callable[..., Any]) -> str:
 
 def _tensor_device(values: Iterable[Any], depth: int = 3) -> torch.device | None:
     """The first non-CPU tensor's device among ``values``, looking ``depth`` levels
-    into lists, tuples and dicts; None where every tensor is on the CPU."""
+    into lists, tuples and dicts."""
     import torch
 
     for value in values:
@@ -368,8 +327,8 @@ def _tensor_device(values: Iterable[Any], depth: int = 3) -> torch.device | None
 def _resolve_device(
     device: str | torch.device | None, values: Sequence[Any], measure: str = "call"
 ) -> torch.device:
-    """``device`` (checked by ``pick_device``), else the arguments', else the CPU;
-    ``measure="kernel"`` on the CPU while CUDA is in use is refused."""
+    """``device`` (checked by ``pick_device``), else the arguments', else the CPU,
+    where ``measure="kernel"`` is refused while CUDA is in use."""
     import torch
 
     found = device if device is not None else _tensor_device(values)
@@ -437,8 +396,8 @@ def _host_times(
     *,
     block: int = 1,
 ) -> list[float]:
-    """Time ``n`` samples on a host clock, each ``block`` calls back to back (the
-    time per call), the GC paused."""
+    """``n`` samples on a host clock, each ``block`` calls back to back (the time per
+    call), the GC paused."""
     times = []
     with _gc_paused():
         for _ in range(n):
@@ -452,10 +411,10 @@ def _host_times(
 
 
 def _l2_flush_buffer() -> Any:
-    """A 256 MiB int32 buffer on the current CUDA device, zeroed to flush L2."""
+    """A 256 MiB int32 buffer on the current CUDA device (more than any L2)."""
     import torch
 
-    return torch.empty(_L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    return torch.empty(64 * 1024 * 1024, dtype=torch.int32, device="cuda")
 
 
 def _host_call_s(
@@ -561,17 +520,10 @@ def first_calls_s(
     return time.perf_counter() - t0
 
 
-_MAX_MISSES = 3  # calls (in all) outlasting their hold before _held_times stops holding
-_MAX_HOLD_S = 0.5  # the longest hold before one call, in seconds
-
-
 @dataclass(frozen=True)
 class StepTimes:
-    """The host's time to launch each call (on the CPU: run it) and the GPU's work.
-
-    ``gpu`` is None off CUDA, and when the calls wait for the GPU (``waits``:
-    ``.item()``, a copy to the host), which leaves no launches to hide.
-    """
+    """The host's time to launch each call (on the CPU: to run it) and the GPU's work:
+    ``gpu`` is None off CUDA, and where the calls wait for the GPU (``waits``)."""
 
     host: Measurement
     gpu: Measurement | None
@@ -607,22 +559,21 @@ class StepTimes:
 def _held_times(
     call: Callable[[], Any],
     n: int,
-    *,
     hold: Callable[[float], None],
     hold_s: float,
-    clock: Callable[[], float],
-    event_factory: Callable[..., Any],
-    synchronize: Callable[[], None],
+    clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[list[float], list[float]]:
     """Host and GPU seconds of ``n`` calls, each launched while the GPU is held."""
+    import torch
+
     host: list[float] = []
     gpu: list[float] = []
     held, misses = True, 0
     with _gc_paused():
         while len(host) < n or (held and len(gpu) < min(n, 3)):
-            start = event_factory(enable_timing=True)
-            end = event_factory(enable_timing=True)
-            synchronize()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
             if held:
                 hold(hold_s)
             start.record()
@@ -630,7 +581,7 @@ def _held_times(
             call()
             t1 = clock()
             end.record()
-            synchronize()
+            torch.cuda.synchronize()
             host_s = max(t1 - t0, 0.0)
             if held and host_s >= hold_s:  # a miss: the GPU did not find it all queued
                 misses += 1
@@ -645,30 +596,22 @@ def _held_times(
 
 
 def host_and_gpu_times(
-    fn: Callable[[], Any],
-    *,
-    device: str | torch.device,
-    rep_ms: float | None = None,
-    label: str = "step",
+    fn: Callable[[], Any], *, device: str | torch.device, label: str = "step"
 ) -> StepTimes:
     """Time the host's launch of ``fn()`` (warmed up) and the GPU's work for it.
 
     On CUDA the GPU is held busy before each call, for about twice its launch time,
     so that CUDA events time its work back to back while ``perf_counter`` times the
-    launch (5 to 200 calls); elsewhere only the call is timed, as ``host``, in
-    blocks of calls of at least 5 ms (``sample_ms``), so that a preempted call does
-    not read a whole scheduler tick. ``rep_ms``: the budget (default
-    :func:`benchmark`'s, at most 10 ms in small mode).
+    launch (5 to 200 calls in :func:`benchmark`'s repetition budget); elsewhere the
+    call is timed, as ``host``, in blocks of calls of at least 5 ms (``sample_ms``).
     """
     dev = as_device(device)
     if dev.type != "cuda":
-        m = benchmark(
-            fn, device=dev, label=label, rep_ms=rep_ms, max_reps=200, sample_ms=5
-        )
+        m = benchmark(fn, device=dev, label=label, max_reps=200, sample_ms=5)
         return StepTimes(host=m, gpu=None)
     import torch
 
-    rep_s = _budgets_s(None, rep_ms)[1]
+    rep_s = _budgets_s(None, None)[1]
     with torch.cuda.device(dev):
         name = f"cuda:{torch.cuda.current_device()}"
         torch.cuda.synchronize()
@@ -679,18 +622,10 @@ def host_and_gpu_times(
         whole = time.perf_counter() - t0
         hold_s = 2 * launched + 100e-6
         n = min(max(math.ceil(rep_s / (hold_s + whole)), 5), 200)
-        host, gpu = _held_times(
-            fn,
-            n,
-            hold=gpu_hold(torch.cuda.current_stream()),
-            hold_s=hold_s,
-            clock=time.perf_counter,
-            event_factory=torch.cuda.Event,
-            synchronize=torch.cuda.synchronize,
-        )
-    times = Measurement(label, tuple(gpu), name, "cuda-events, launches hidden")
-    return StepTimes(
-        host=Measurement(label, tuple(host), name, "host-clock, GPU held"),
-        gpu=times if gpu else None,
-        waits=not gpu,
-    )
+        hold = gpu_hold(torch.cuda.current_stream())
+        host, gpu = _held_times(fn, n, hold, hold_s)
+    host_m = Measurement(label, tuple(host), name, "host-clock, GPU held")
+    if not gpu:
+        return StepTimes(host=host_m, gpu=None, waits=True)
+    gpu_m = Measurement(label, tuple(gpu), name, "cuda-events, launches hidden")
+    return StepTimes(host=host_m, gpu=gpu_m)
