@@ -196,10 +196,7 @@ def _torch_cpu_isa() -> str | None:
     """The vector ISA torch's CPU kernels use (``"AVX-512"``), None if unknown."""
     import torch
 
-    try:
-        capability = str(torch.backends.cpu.get_cpu_capability())
-    except (AttributeError, RuntimeError):  # pragma: no cover - very old torch
-        return None
+    capability = str(torch.backends.cpu.get_cpu_capability())
     if capability == "DEFAULT":
         # Every 64-bit ARM CPU has NEON, the default there (Apple silicon).
         return "NEON" if platform.machine().lower() in ("arm64", "aarch64") else None
@@ -287,11 +284,9 @@ def gpu_state(device: str | torch.device | None = None) -> GpuState | None:
 def _describe_host(device_type: str, cpuinfo_text: str | None = None) -> DeviceInfo:
     """Describe the CPU, or the Apple GPU behind MPS."""
     fields = _host_fields(cpuinfo_text)
+    name = model = fields["cpu_model"]
     if device_type == "mps":
-        model = fields["cpu_model"]
         name = f"{model} GPU (MPS)" if model.startswith("Apple") else "Apple GPU (MPS)"
-    else:
-        name = fields["cpu_model"]
     return DeviceInfo(type=device_type, name=name, **fields)
 
 
