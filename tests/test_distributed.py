@@ -1,4 +1,4 @@
-"""Tests for gpuguide.chapters.distributed: a spawned rank and a real 2-process gloo DDP run."""
+"""Tests for gpuguide.chapters.distributed: spawned ranks and a real gloo DDP run."""
 
 from __future__ import annotations
 

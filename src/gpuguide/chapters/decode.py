@@ -1,13 +1,8 @@
-"""The decoder that chapter 15's pages generate text with, and what its steps cost.
+"""The Llama-shaped decoder chapter 15's pages time, and what its steps cost.
 
-Three pages time the same Llama-shaped decoder (RMSNorm, attention over a static
-key-value cache with grouped-query heads, a SwiGLU MLP; random weights), so it lives
-here, where the tests can import it too: :class:`StaticCache` (the cache, updated in
-place), :class:`Decoder` and :func:`random_decoder`; :class:`DecoderShape` counts
-what one decode step reads and computes; :func:`quantize_int8` and
-:func:`dequantize_int8` are int8 weight-only quantization with a bounded error;
-:func:`cuda_graph` captures a step in a CUDA graph (chapter 11's recipe);
-:func:`l2_cache_bytes` says how large a copy must be to stream from memory.
+RMSNorm, attention over a :class:`StaticCache` with grouped-query heads, a SwiGLU
+MLP, random weights (:func:`random_decoder`); :class:`DecoderShape` counts what one
+decode step reads and computes.
 """
 
 from __future__ import annotations
@@ -37,8 +32,7 @@ __all__ = [
 ]
 
 
-#: The L2 cache assumed for a CUDA device whose properties do not say: more than any
-#: GPU's so far (an H100's is 50 MiB, an H200's 60 MiB, a B200's 126 MB).
+#: The L2 cache assumed where torch gives none: more than any GPU's (a B200's 126 MB).
 _L2_FALLBACK_BYTES = 256 * 2**20
 
 
@@ -46,10 +40,6 @@ _L2_FALLBACK_BYTES = 256 * 2**20
 class DecoderShape:
     """A decoder's sizes: width ``dim``, ``layers``, query ``heads`` and the
     ``kv_heads`` they share (grouped-query attention), MLP width ``ffn``, ``vocab``.
-
-    >>> s = DecoderShape(dim=64, layers=2, heads=4, kv_heads=2, ffn=128, vocab=100)
-    >>> s.kv_bytes_per_token(2)  # keys and values, 2 layers, 2 heads of 16, bf16
-    256
     """
 
     dim: int
@@ -71,11 +61,7 @@ class DecoderShape:
 
     @property
     def label(self) -> str:
-        """The shape in a few words, to name what a recorded figure was measured on.
-
-        >>> DecoderShape(dim=64, layers=2, heads=4, kv_heads=2, ffn=128, vocab=100).label
-        '2 layer(s) of dim 64, ffn 128, 4/2 heads, vocab 100'
-        """
+        """The shape in a few words, to name what a recorded figure was measured on."""
         return (
             f"{self.layers} layer(s) of dim {self.dim}, ffn {self.ffn}, "
             f"{self.heads}/{self.kv_heads} heads, vocab {self.vocab}"
@@ -95,13 +81,12 @@ class DecoderShape:
         return self.layers * per_layer + self.vocab * self.dim
 
     def weight_bytes(self, itemsize: int) -> int:
-        """Bytes the weights take in memory, ``itemsize`` bytes each: the matmuls',
-        the embedding table's and the norms'."""
+        """Bytes the weights take, ``itemsize`` each: matmuls, embedding, norms."""
         norms = (2 * self.layers + 1) * self.dim
         return (self.matmul_params + self.vocab * self.dim + norms) * itemsize
 
     def kv_bytes_per_token(self, itemsize: int) -> int:
-        """Bytes of cache one token of one sequence takes: keys and values, all layers."""
+        """Bytes of cache one token of one sequence takes (keys, values, all layers)."""
         return 2 * self.layers * self.kv_heads * self.head_dim * itemsize
 
     def kv_cache_bytes(self, batch: int, context: int, itemsize: int) -> int:
@@ -122,11 +107,9 @@ class DecoderShape:
         itemsize: int,
         weight_itemsize: int | None = None,
     ) -> int:
-        """Bytes one step reads: the matmuls' weights (``weight_itemsize`` each,
-        default ``itemsize``, and an ``itemsize`` scale per output row when that is
-        smaller), the norms, one embedding row per sequence and ``context``
-        positions of cache per sequence. Activations (a few kB per sequence) are
-        left out."""
+        """Bytes one step reads: the matmuls' weights (``weight_itemsize`` each, and
+        a scale per output row when that is below ``itemsize``), the norms, one
+        embedding row and ``context`` positions of cache per sequence."""
         weight_itemsize = itemsize if weight_itemsize is None else weight_itemsize
         weights = self.matmul_params * weight_itemsize
         if weight_itemsize < itemsize:  # one scale per output row
@@ -230,8 +213,8 @@ class Decoder(nn.Module):
     def setup_cache(
         self, batch: int, length: int, cache: Callable[..., nn.Module] = StaticCache
     ) -> None:
-        """Give every layer a cache (``cache(batch, kv_heads, length, head_dim,
-        dtype=, device=)``) in place of the one it had."""
+        """Give every layer a new ``cache(batch, kv_heads, length, head_dim,
+        dtype=, device=)``."""
         s, weight = self.shape, self.embed.weight  # never quantized
         kv = (batch, s.kv_heads, length, s.head_dim)
         for attention in (m for m in self.modules() if isinstance(m, Attention)):
@@ -247,9 +230,8 @@ class Decoder(nn.Module):
 
 
 def stepper(net: Callable[..., Tensor], *args: Any) -> Callable[[], Tensor]:
-    """A decode step, ``net(*args)``, that first tells CUDA graphs (of
-    ``mode="reduce-overhead"``) a new step begins: the last step's outputs may be
-    overwritten."""
+    """A decode step, ``net(*args)``, that first tells CUDA graphs a new step
+    begins (the last step's outputs may be overwritten)."""
 
     def step() -> Tensor:
         torch.compiler.cudagraph_mark_step_begin()
@@ -275,12 +257,9 @@ def random_decoder(
 
 
 def quantize_int8(weight: Tensor) -> tuple[Tensor, Tensor]:
-    """Symmetric int8 weight-only quantization, one scale per output row.
-
-    Returns ``(q, scales)``: ``q`` int8 in [-127, 127], ``scales`` in the weight's
-    dtype, about ``max |row| / 127`` (rounded up in that dtype, so no value clips);
-    ``dequantize_int8(q, scales)`` is within ``scales / 2`` of each weight.
-    """
+    """Symmetric int8 weight-only quantization: ``(q, scales)``, one scale per
+    output row, about ``max |row| / 127`` in the weight's dtype (rounded up: no
+    value clips); :func:`dequantize_int8` is within ``scales / 2`` of each weight."""
     largest = weight.detach().abs().amax(dim=1).float()
     largest = largest.clamp(min=torch.finfo(torch.float32).tiny)
     scales = (largest / 127 * (1 + 2**-7)).to(weight.dtype)  # up by a bf16 rounding
@@ -295,8 +274,8 @@ def dequantize_int8(q: Tensor, scales: Tensor) -> Tensor:
 
 
 def cuda_graph(step: Callable[[], Any]) -> Callable[[], None]:
-    """``step`` captured in a CUDA graph, warmed up first on a side stream (chapter
-    11); returns the graph's replay, which reruns the step on the same memory."""
+    """``step`` warmed up on a side stream, then captured in a CUDA graph: returns
+    the graph's replay (chapter 11)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -310,12 +289,8 @@ def cuda_graph(step: Callable[[], Any]) -> Callable[[], None]:
 
 
 def l2_cache_bytes(device: torch.device | str) -> int:
-    """Bytes of ``device``'s L2 cache: a CUDA device's ``L2_cache_size`` property
-    (256 MiB where torch gives none), 0 for any other device.
-
-    Data that fits it can be served from the cache on repeated calls, at more than
-    the memory's bandwidth; a tensor several times its size cannot.
-    """
+    """Bytes of ``device``'s L2 cache (0 off CUDA): data several times larger
+    streams from memory on every call."""
     device = torch.device(device)
     if device.type != "cuda":
         return 0
