@@ -99,14 +99,14 @@ gpuguide.claim(
     times.compare("fp16", "fp32"),
     at_most=0.5,
     on="cpu",
-    unless="this CPU has AMX-FP16" if precision.has_amx_fp16() else None,
+    unless="this CPU has AMX-FP16" if precision.cpu_has("amx_fp16") else None,
 )
 gpuguide.claim(
     "on a CPU with AVX512-BF16, a bf16 matmul runs at least 1.5x as fast as fp32's",
     times.compare("bf16", "fp32"),
     at_least=1.5,
     on="cpu",
-    unless=None if precision.has_avx512_bf16() else "this CPU has no AVX512-BF16",
+    unless=None if precision.cpu_has("avx512_bf16") else "this CPU has no AVX512-BF16",
 )
 
 

@@ -147,7 +147,7 @@ gpuguide.claim(
     on="cuda",
     timed=True,
 )
-bf16_units, fp16_units = precision.has_avx512_bf16(), precision.has_amx_fp16()
+bf16_units, fp16_units = precision.cpu_has("avx512_bf16"), precision.cpu_has("amx_fp16")
 gpuguide.claim(
     "on a CPU, a bf16 autocast step runs at least as fast as fp32's with AVX512-BF16, "
     "and an fp16 one at most half as fast without AMX-FP16 or AVX512-FP16",

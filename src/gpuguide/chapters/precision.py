@@ -1,27 +1,7 @@
-"""Plumbing for the pages on memory and precision.
-
-- ``04_memory/plot_allocator`` and ``plot_cuda_context``: a GPU's three memory
-  counters (:func:`gpu_memory`), and the memory a fresh process takes at each of
-  its stages (:func:`child_stages`).
-- ``04_memory/plot_training_memory`` and ``plot_activation_memory``: the batch of
-  their MLP (:func:`mlp_batch`), the lowest peak memory rise of a call over a few
-  runs (:func:`peak_rise`), the MLP itself (:func:`mlp`), the bytes autograd keeps for backward
-  (:func:`kept_for_backward`), the layers backward runs again
-  (:func:`rerun_in_backward`), the memory held by tensors over a CUDA memory
-  snapshot's events (:func:`allocated_over_events`) and sizes in MiB for the bar
-  charts (:func:`mib`).
-- ``05_dtypes/plot_dtype_throughput``: TF32 matmuls switched on and off
-  (:func:`tf32_matmuls`), a matmul's bytes (:func:`matmul_bytes`), a planning rate
-  where no peak is known (:func:`probe_rate`), the shapes the search for the best
-  rate tries (``_matmul_shapes``), one matmul timed (``_time_matmul``),
-  MAMF's statistic (``_mamf``) and the search itself
-  (:func:`search_matmul_shapes`, which the check-up runs too).
-- ``06_mixed_precision/plot_amp_training``: the chapter's transformer block
-  (:class:`Block`, the one ``plot_autocast_dtypes`` shows) and its width
-  (:func:`block_width`).
-- Both the dtype and the AMP pages: which 16-bit matrix instructions this CPU has
-  (:func:`has_amx_fp16`, :func:`has_avx512_bf16`).
-"""
+"""Plumbing for the chapters on memory (``04_memory``), dtypes (``05_dtypes``) and
+mixed precision (``06_mixed_precision``): memory counters and a child process's
+stages, the MLP and what its training keeps, the matmul shape search, and the
+transformer block the precision pages train."""
 
 from __future__ import annotations
 
@@ -52,9 +32,8 @@ __all__ = [
     "allocated_over_events",
     "block_width",
     "child_stages",
+    "cpu_has",
     "gpu_memory",
-    "has_amx_fp16",
-    "has_avx512_bf16",
     "kept_for_backward",
     "matmul_bytes",
     "mib",
@@ -70,22 +49,13 @@ __all__ = [
 Shape = tuple[int, int, int]
 
 
-# -- which 16-bit matrix instructions this CPU has ------------------------------
-
-
-def has_amx_fp16() -> bool:
-    """Whether this CPU has AMX-FP16 (fast fp16 matrix tiles), as torch reports it;
-    False where this torch cannot tell."""
-    return bool(getattr(torch.cpu, "_is_amx_fp16_supported", lambda: False)())
-
-
-def has_avx512_bf16() -> bool:
-    """Whether this CPU has AVX512-BF16 (bf16 dot products in its vector units), as
-    torch reports it; False where this torch cannot tell."""
-    return bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())
-
-
 # -- matmul throughput -----------------------------------------------------------
+
+
+def cpu_has(instructions: str) -> bool:
+    """Whether this CPU has ``instructions`` ("amx_fp16", "avx512_bf16"), as torch
+    reports it; False where this torch cannot tell."""
+    return bool(getattr(torch.cpu, f"_is_{instructions}_supported", lambda: False)())
 
 
 @contextlib.contextmanager
@@ -108,45 +78,24 @@ def matmul_bytes(m: int, n: int, k: int, dtype: torch.dtype) -> int:
 
 
 def _time_matmul(
-    dtype: torch.dtype,
-    shape: Shape,
-    *,
-    device: torch.device | str,
-    label: str | None = None,
-    **options: Any,
+    dtype: torch.dtype, shape: Shape, *, device: torch.device | str, **options: Any
 ) -> Measurement:
-    """Time ``torch.mm(a, b, out=out)`` on random ``(m, k)`` and ``(k, n)`` inputs
-    of ``dtype`` (``shape`` is ``(m, n, k)``); only the product is timed. The
-    ``options`` go to :func:`gpuguide.benchmark`."""
+    """:func:`gpuguide.benchmark` (with ``options``) of ``torch.mm(a, b, out=out)``
+    on random ``dtype`` inputs of ``shape`` ``(m, n, k)``."""
     m, n, k = shape
     a, b, out = (
         torch.randn(*rows_cols, device=device).to(dtype)
         for rows_cols in ((m, k), (k, n), (m, n))
     )
-    return benchmark(
-        torch.mm,
-        args=(a, b),
-        kwargs={"out": out},
-        label=label,
-        device=device,
-        **options,
-    )
+    return benchmark(torch.mm, args=(a, b), kwargs={"out": out}, **options)
 
 
-def probe_rate(
-    dtype: torch.dtype, device: torch.device | str, *, side: int = 64, tries: int = 2
-) -> float:
-    """FLOP/s of a ``side x side`` matmul's fastest call over ``tries`` short
-    timings (a first one may stall): a stand-in rate to plan sizes with where no
-    peak is known, never a result."""
-    side = checks.integer("side", side, minimum=1)
-    tries = checks.integer("tries", tries, minimum=1)
-    shape = (side, side, side)
-    fastest = min(
-        _time_matmul(dtype, shape, device=device, rep_ms=5.0).min_s
-        for _ in range(tries)
-    )
-    return matmul_flop(*shape) / fastest
+def probe_rate(dtype: torch.dtype, device: torch.device | str) -> float:
+    """FLOP/s of a 64 x 64 matmul's fastest call over two short timings (a first
+    may stall): a stand-in rate to plan sizes with where no peak is known."""
+    shape = (64, 64, 64)
+    times = (_time_matmul(dtype, shape, device=device, rep_ms=5.0) for _ in range(2))
+    return matmul_flop(*shape) / min(t.min_s for t in times)
 
 
 def _matmul_shapes(
@@ -158,11 +107,10 @@ def _matmul_shapes(
     levels: int,
     hi: int = 16384,
 ) -> list[Shape]:
-    """The ``(m, n, k)`` shapes a search for the best matmul rate times, cheapest
-    first: every combination of the ``levels`` largest doubling sizes from ``lo``
-    (multiples of ``lo``) that fit ``budget``, keeping the shapes whose inputs and
-    output fit its memory and whose call at half of ``flop_per_s`` fits its time
-    per call; the smallest size's square where none does."""
+    """The ``(m, n, k)`` shapes the search times, cheapest first: each combination
+    of the ``levels`` largest doubling sizes from ``lo`` that fit ``budget`` whose
+    inputs and output fit its memory and whose call at half of ``flop_per_s`` fits
+    its time per call; the smallest size's square where none does."""
     checks.positive("flop_per_s", flop_per_s)
     levels = checks.integer("levels", levels, minimum=1)
     sizes = sweep(
@@ -185,13 +133,10 @@ def _matmul_shapes(
     return sorted(fits or [first], key=lambda s: (matmul_flop(*s), s))
 
 
-def _mamf(measurement: Measurement, flop: float, *, fastest: int = 5) -> Measurement:
-    """The ``fastest`` calls of ``measurement``, each divided by the ``flop`` of one
-    call: ``.median_s`` is seconds per FLOP and ``.rate(1)`` the rate of Stas
-    Bekman's MAMF finder (the median of the five fastest calls)."""
-    checks.positive("flop", flop)
-    fastest = checks.integer("fastest", fastest, minimum=1)
-    per_flop = sorted(t / flop for t in measurement.times_s)[:fastest]
+def _mamf(measurement: Measurement, flop: float) -> Measurement:
+    """The five fastest calls of ``measurement``, each divided by its ``flop``: its
+    ``.rate(1)`` is the rate of Stas Bekman's MAMF finder."""
+    per_flop = sorted(t / flop for t in measurement.times_s)[:5]
     return Measurement(
         measurement.label, tuple(per_flop), measurement.device, measurement.method
     )
@@ -264,9 +209,7 @@ def gpu_memory(device: torch.device | str) -> dict[str, int]:
 
 
 class Stage(NamedTuple):
-    """One stage of a child process (:func:`child_stages`), in bytes: on CUDA the
-    memory the driver lost since the child started, elsewhere the child's resident
-    memory (``driver_used``), and the child's allocator counts."""
+    """One stage of a child process (:func:`child_stages`), in bytes."""
 
     child: str
     driver_used: int
@@ -281,12 +224,11 @@ def _child_rss(pid: int) -> int:
 
 
 def child_stages(code: str, target: str) -> tuple[list[Stage], int | None]:
-    """Run ``code`` in a fresh Python process, with ``target`` (a device) as its
-    argument. At each line the child prints (``reserved allocated name``) and
-    before it goes on (it waits for a line on its stdin), read the memory: on a
-    CUDA target what the driver lost since the child started, elsewhere the
-    child's resident memory (Linux's /proc). Returns the stages and the child's
-    exit code; the child's errors go to stderr."""
+    """Run ``code`` in a fresh Python process with ``target`` (a device) as its
+    argument. At each line it prints (``reserved allocated name``; it then waits for
+    a line on stdin), read the memory: on CUDA what the driver lost since the child
+    started, elsewhere the child's resident memory. Returns the stages and the
+    child's exit code."""
     cuda = torch.device(target).type == "cuda"
     before = gpu_memory(target)["driver used"] if cuda else 0
     stages: list[Stage] = []
@@ -315,19 +257,11 @@ def mlp(width: int, depth: int) -> nn.Sequential:
     return nn.Sequential(*blocks)
 
 
-def mlp_batch(
-    width: int,
-    depth: int,
-    *,
-    device: torch.device | str,
-    call_s: float = 0.05,
-) -> int:
+def mlp_batch(width: int, depth: int, *, device: torch.device | str) -> int:
     """The largest batch, from 64 to 65536, for one fp32 Adam training step of
-    ``depth`` blocks of ``Linear(width, 4 width) -> GELU -> Linear(4 width, width)``
-    that fits ``device``'s budget: 16 bytes per parameter held (weights, gradients,
-    Adam's two moments) and 9 floats a sample per block saved for backward, in
-    memory; ``6 * params * batch`` FLOP in ``call_s`` seconds at a CUDA device's
-    peaks, elsewhere at low fallback rates."""
+    :func:`mlp` that fits ``device``'s budget: 16 bytes per parameter held and 9
+    floats a sample per block saved for backward in memory, ``6 * params * batch``
+    FLOP in 50 ms at a CUDA device's peaks (elsewhere at low fallback rates)."""
     width = checks.integer("width", width, minimum=1)
     depth = checks.integer("depth", depth, minimum=1)
     params = depth * (8 * width * width + 5 * width)
@@ -338,20 +272,17 @@ def mlp_batch(
         memory_at=lambda b: 16 * params + 4 * 9 * width * depth * b,
         flop_at=lambda b: 6 * params * b,
         device=device,
-        call_s=call_s,
+        call_s=0.05,
         peaks=device_peaks(device) if cuda else None,
     )[-1]
 
 
 def rerun_in_backward(
-    model: nn.Module,
-    loss: Callable[[], torch.Tensor],
-    kind: type[nn.Module] = nn.Linear,
+    model: nn.Module, loss: Callable[[], torch.Tensor]
 ) -> tuple[int, int]:
-    """``(again, total)``: how many calls of ``kind`` layers in ``model`` the
-    backward of ``loss()`` runs (again, as activation checkpointing does), and
-    how many such layers ``model`` has; counted with forward hooks."""
-    layers = [m for m in model.modules() if isinstance(m, kind)]
+    """How many ``nn.Linear`` calls the backward of ``loss()`` runs again (as
+    activation checkpointing does), and how many ``model`` has."""
+    layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
     calls: list[nn.Module] = []
     hooks = [m.register_forward_hook(lambda m, *_: calls.append(m)) for m in layers]
     try:
@@ -365,39 +296,28 @@ def rerun_in_backward(
 
 
 def allocated_over_events(
-    snapshot: Mapping[str, Any] | str | os.PathLike[str],
-    device: torch.device | str,
-    *,
-    start: int,
+    path: str | os.PathLike[str], device: torch.device | str, *, start: int
 ) -> list[int]:
-    """Bytes held by tensors on ``device`` after each allocator event of a CUDA
-    memory snapshot (``torch.cuda.memory._snapshot()``, or the path of the pickle
-    ``torch.cuda.memory._dump_snapshot`` wrote):
-    ``start``, the bytes allocated when recording began, plus each ``alloc``
-    event's size, less each ``free_completed``'s; the first entry is ``start``."""
+    """Bytes held by tensors on ``device`` after each allocator event of the CUDA
+    memory snapshot ``torch.cuda.memory._dump_snapshot`` wrote to ``path``:
+    ``start`` (the bytes allocated when recording began, the first entry) plus
+    each ``alloc`` event's size, less each ``free_completed``'s."""
     device = torch.device(device)
     index = device.index if device.index is not None else torch.cuda.current_device()
-    loaded: Mapping[str, Any] = (
-        snapshot
-        if isinstance(snapshot, Mapping)
-        else pickle.loads(pathlib.Path(snapshot).read_bytes())
-    )
+    snapshot = pickle.loads(pathlib.Path(path).read_bytes())
     sign = {"alloc": 1, "free_completed": -1}
-    events = loaded["device_traces"][index]
+    events = snapshot["device_traces"][index]
     steps: list[int] = [sign.get(e["action"], 0) * e["size"] for e in events]
     return list(itertools.accumulate(steps, initial=start))
 
 
-def peak_rise(
-    fn: Callable[[], Any], device: torch.device | str, *, repeats: int = 3
-) -> int:
-    """The lowest peak memory rise of ``fn()`` over ``repeats`` runs, in bytes, as
+def peak_rise(fn: Callable[[], Any], device: torch.device | str) -> int:
+    """The lowest peak memory rise of ``fn()`` over three runs, in bytes, as
     :func:`gpuguide.track_memory` measures it, each after
     :func:`gpuguide.release_host_memory` (on a CPU what glibc kept from earlier
     frees only adds to the resident memory, so the lowest is the truest)."""
-    repeats = checks.integer("repeats", repeats, minimum=1)
     rises: list[int] = []
-    for _ in range(repeats):
+    for _ in range(3):
         release_host_memory()
         with track_memory(device) as tracked:
             fn()
@@ -436,12 +356,11 @@ def kept_for_backward(
 def block_width(
     device: torch.device | str, *, batch: int, seq: int, step_s: float
 ) -> int:
-    """The widest :class:`Block` (16 up to 4096 on CUDA, 1024 elsewhere, two sizes an
-    octave, multiples of 64 on CUDA, 16 elsewhere) whose training step on
-    ``batch`` sequences of ``seq`` tokens runs its matmuls in about ``step_s``
-    seconds at a CUDA device's bf16 peak (elsewhere at low fallback rates), and
-    whose three copies (weights, gradients and AdamW's two moments each) and
-    activations fit half the device's memory budget."""
+    """The widest :class:`Block` (up to 4096 on CUDA, 1024 elsewhere) whose training
+    step on ``batch`` sequences of ``seq`` tokens runs its matmuls in about
+    ``step_s`` seconds at a CUDA device's bf16 peak (elsewhere at low fallback
+    rates) and whose weights, gradients, AdamW's moments and activations fit half
+    the device's memory budget."""
     cuda = torch.device(device).type == "cuda"
     tokens = batch * seq
     peaks = device_peaks(device) if cuda else None
