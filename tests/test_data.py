@@ -1,4 +1,4 @@
-"""Tests for gpuguide.chapters.data: the synthetic image dataset, also in spawned workers."""
+"""Tests for gpuguide.chapters.data: the synthetic images, also in spawned workers."""
 
 from __future__ import annotations
 

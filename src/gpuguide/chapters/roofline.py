@@ -31,7 +31,7 @@ __all__ = ["Roofline", "streaming_elements"]
 #: Outside small mode, the large elementwise tensors hold at least this many float32
 #: elements (64 MiB each, more than a GPU's L2), so that main memory feeds them.
 _STREAMING_MIN_ELEMENTS = 2**24
-#: Each regime's colour and marker on the plot.
+_DOT: dict[str, Any] = {"s": 42, "zorder": 4, "edgecolors": "white", "linewidths": 0.6}
 _REGIME_STYLE: dict[str, tuple[str, str]] = {
     "overhead-bound": (COLORS[3], "s"),
     "memory-bound": (COLORS[0], "o"),
@@ -108,9 +108,7 @@ class Roofline:
 
     @property
     def matmul(self) -> str:
-        """The peak float32 matmuls are held against: "tf32" where they may use
-        TF32 (``torch.get_float32_matmul_precision()`` is not "highest"), else
-        "fp32"."""
+        """The peak float32 matmuls are held against: "tf32" where they may use it."""
         return "fp32" if torch.get_float32_matmul_precision() == "highest" else "tf32"
 
     @classmethod
@@ -154,8 +152,7 @@ class Roofline:
 
     @property
     def roofs(self) -> tuple[float, float]:
-        """The peak FLOP/s and bytes/s, raised to the best measured where
-        ``measured``."""
+        """The peak FLOP/s and bytes/s, raised to the best measured if ``measured``."""
         flops, nbytes = self.peak_flops_per_s or 0.0, self.peak_bytes_per_s or 0.0
         if self.measured or not (flops and nbytes):
             ops = self.ops.values()
@@ -264,17 +261,9 @@ class Roofline:
         for label, (intensity, rate) in points.items():
             kind = self.regime(label)
             color, marker = _REGIME_STYLE[kind]
-            ax.scatter(
-                [intensity],
-                [rate / scale],
-                label=None if kind in seen else kind,
-                color=color,
-                marker=marker,
-                s=42,
-                zorder=4,
-                edgecolors="white",
-                linewidths=0.6,
-            )
+            dot = {**_DOT, "color": color, "marker": marker}
+            legend = None if kind in seen else kind  # one entry per regime
+            ax.scatter([intensity], [rate / scale], label=legend, **dot)
             seen.add(kind)
 
         ax.set_xscale("log")
@@ -292,8 +281,7 @@ class Roofline:
             fontsize="x-small",
             color="0.35",
         )
-        to_label = [(label, *points[label]) for label in labelled]
-        _label_points(ax, [(label, x, rate / scale) for label, x, rate in to_label])
+        _label_points(ax, [(k, points[k][0], points[k][1] / scale) for k in labelled])
         ax.set_xlabel("arithmetic intensity (FLOP/byte)")
         ax.set_ylabel(f"achieved compute ({unit})")
         ax.set_title(title)
