@@ -3,10 +3,6 @@
 A page says what one size ``n`` needs (``memory_at(n)`` bytes, optionally
 ``flop_at(n)`` and ``traffic_at(n)`` per call); :func:`sweep` returns the sizes of
 a geometric range that fit the device's budget, :func:`largest_size` the largest.
-
->>> budget = SizeBudget(device="cpu", memory_bytes=2**20, call_s=0.02, small=False)
->>> sweep(16, 1024, budget=budget, memory_at=lambda n: 3 * 4 * n * n)
-[16, 32, 64, 128, 256]
 """
 
 from __future__ import annotations
@@ -106,14 +102,10 @@ def size_budget(
 
 
 def _geometric(lo: int, hi: int, per_octave: int, multiple_of: int) -> list[int]:
-    sizes: list[int] = []
-    i = 0
-    while (raw := lo * 2 ** (i / per_octave)) <= hi * (1 + 1e-12):
-        n = max(math.floor(raw / multiple_of + 0.5) * multiple_of, multiple_of)
-        if n <= hi and (not sizes or n > sizes[-1]):
-            sizes.append(n)
-        i += 1
-    return sizes
+    steps = math.floor(math.log2(hi / lo) * per_octave + 1e-9)
+    raw = (lo * 2 ** (i / per_octave) for i in range(steps + 1))
+    rounded = (max(math.floor(r / multiple_of + 0.5), 1) * multiple_of for r in raw)
+    return sorted({n for n in rounded if n <= hi})
 
 
 def sweep(

@@ -5,14 +5,6 @@ sizes and the variants; :meth:`Sweep.run` times every variant at the sizes its
 device can afford and returns a :class:`SweepResult`, which prints as a table of
 sizes by variants (times, or rates with their share of a peak), draws itself with
 spread bands and reports its figures.
-
->>> import torch
->>> add = Sweep(
-...     "add", lambda n, device: [torch.ones(n, device=device)] * 2,
-...     lo=2**10, hi=2**12, traffic=lambda n: 12 * n, rate="B/s", peak="memory",
-... )
->>> add.run({"torch.add": torch.add}, rep_ms=1).sizes
-[1024, 2048, 4096]
 """
 
 from __future__ import annotations
@@ -49,15 +41,12 @@ def size_text(n: int, *, least: int = 2**14) -> str:
 @dataclass(frozen=True)
 class Variant:
     """One way to run the workload: ``fn(*inputs)`` on ``device`` (default the
-    page's), its inputs made on ``inputs_on`` (default ``device``) by
-    ``inputs(n, device)`` (default the sweep's).
-
-    It runs at the sizes that fit calls of ``call_s`` seconds, planned at
-    ``flop_per_s`` (default the peak its FLOP rate is held against) and
-    ``memory(n)`` bytes (default the sweep's), and only where variant ``within``
-    ran. ``size(n)`` is the size it runs at for the sweep's ``n`` (a neighbour
-    such as ``n + 1``). ``peak`` False leaves its rate without a share of a peak
-    (a variant that also copies); a name holds it against that peak."""
+    page's), inputs made on ``inputs_on`` by ``inputs(n, device)`` (defaults:
+    ``device``, the sweep's), at the sizes that fit calls of ``call_s`` seconds
+    planned at ``flop_per_s`` and ``memory(n)`` bytes (defaults: the peak it is
+    held against, the sweep's), where variant ``within`` ran. ``size(n)`` is the
+    size it runs at for the sweep's ``n`` (``n + 1``, say); ``peak`` names the
+    peak its rate is a share of (False: none, True: the sweep's)."""
 
     fn: Callable[..., Any]
     device: torch.device | str | None = None
@@ -111,15 +100,18 @@ class Sweep:
             msg = f"rate={self.rate!r} needs {need}(n), the work of one call"
             raise ValueError(msg)
 
+    def _peak(self, v: Variant | None) -> str | None:
+        peak = True if v is None else v.peak
+        return peak if isinstance(peak, str) else (self.peak if peak else None)
+
     def _peak_rate(self, device: torch.device, v: Variant) -> float | None:
         """The FLOP/s of the peak a FLOP/s sweep holds ``v`` against, if known."""
-        peak = v.peak if isinstance(v.peak, str) else self.peak
-        if self.rate != "FLOP/s" or not peak or v.peak is False:
+        peak = self._peak(v)
+        if self.rate != "FLOP/s" or not peak:
             return None
         return device_peaks(device).flops.get(peak)
 
     def _sizes(self, device: torch.device, v: Variant) -> list[int]:
-        """The sizes ``v`` runs at: the listed ones, else those that fit ``device``."""
         if self.sizes is not None:
             return sorted(self.sizes)
         return fitting_sizes(
@@ -182,7 +174,7 @@ class Sweep:
                         made[key] = key[0](key[2], where)
                 except torch.OutOfMemoryError:
                     out_of_memory[label] = n
-                    _free_cache()
+                    torch.cuda.empty_cache()  # a no-op without CUDA
                     continue
                 group = (str(devices[label]), str(where)) if paired else (label, "")
                 groups.setdefault(group, {})[label] = partial(v.fn, *made[key])
@@ -199,7 +191,7 @@ class Sweep:
                             )
                 except torch.OutOfMemoryError:
                     out_of_memory.update(dict.fromkeys(calls, n))
-                    _free_cache()
+                    torch.cuda.empty_cache()  # a no-op without CUDA
             for label in plans:
                 times[label].append(timed.get(label))
             del made, groups
@@ -208,12 +200,6 @@ class Sweep:
             print(f"{what}; larger sizes skipped")
         devices_text = {label: str(d) for label, d in devices.items()}
         return SweepResult(self, sizes, times, devices_text, plans)
-
-
-def _free_cache() -> None:
-    """Return the caching allocator's free blocks after an out-of-memory error."""
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 @dataclass
@@ -228,14 +214,11 @@ class SweepResult:
     variants: dict[str, Variant] = field(default_factory=dict)
 
     def _size_of(self, label: str, n: int) -> int:
-        """The size ``label`` ran at for the sweep's ``n`` (see ``Variant.size``)."""
         v = self.variants.get(label)
         return v.size(n) if v is not None and v.size is not None else n
 
     def _peak(self, label: str) -> str | None:
-        v = self.variants.get(label)
-        peak = True if v is None else v.peak
-        return peak if isinstance(peak, str) else (self.sweep.peak if peak else None)
+        return self.sweep._peak(self.variants.get(label))
 
     def _work(self) -> tuple[Callable[[int], float], str]:
         """The work of one call that a rate counts, and the rate's unit."""
@@ -288,10 +271,9 @@ class SweepResult:
         return compare(self.at(subject, n), self.at(baseline, n))
 
     def per_work(self, labels: Sequence[str], n: int | None = None) -> Measurement:
-        """Seconds per unit of work (FLOP, else byte) of ``labels`` at ``n``
-        (default the largest all ran), pooled so that variants of different sizes
-        compare: in each paired round the mean over ``labels`` of a call's time
-        over its work (unpaired: every call of every label)."""
+        """Seconds per FLOP (else byte) of ``labels`` at ``n`` (default the largest
+        all ran), pooled so that variants of different sizes compare: per paired
+        round the mean over ``labels`` (unpaired: every call of every label)."""
         work, unit = self._work()
         n = self.largest(*labels) if n is None else n
         timed = [(self.at(label, n), work(self._size_of(label, n))) for label in labels]
@@ -307,9 +289,8 @@ class SweepResult:
 
     def verdicts(self, subject: str, baseline: str) -> list[tuple[int, Comparison]]:
         """``(n, comparison)`` at every size both ran, ascending."""
-        return [
-            (n, self.compare(subject, baseline, n)) for n in self.ran(subject, baseline)
-        ]
+        both = self.ran(subject, baseline)
+        return [(n, self.compare(subject, baseline, n)) for n in both]
 
     def crossover(self, subject: str, baseline: str) -> int | None:
         """The smallest size from which ``subject`` was faster than ``baseline`` at
@@ -332,9 +313,9 @@ class SweepResult:
         name, size = f"{self.sweep.name}, {label}", self._size_of(label, n)
         if self.sweep.rate is None:
             report_figure(name, self.at(label, n), size=size, **config)
-            return
-        rate = self.rate(label, n)
-        report_figure(name, rate, peak=self._peak(label), size=size, **config)
+        else:
+            config["peak"] = self._peak(label)
+            report_figure(name, self.rate(label, n), size=size, **config)
 
     def against(self, baseline: str) -> None:
         """For every other variant: from which size on it beat ``baseline`` (the

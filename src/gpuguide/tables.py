@@ -73,7 +73,6 @@ class Table:
 
 
 def _fields(row: object) -> dict[str, Any]:
-    """A row's fields by name."""
     if isinstance(row, Mapping):
         return dict(row)
     if isinstance(row, tuple) and hasattr(row, "_fields"):

@@ -24,8 +24,7 @@ _SI_PREFIXES = ("", "k", "M", "G", "T", "P", "E")
 
 
 def _round_sig(value: float, digits: int) -> tuple[float, int]:
-    """``value`` rounded to ``digits`` significant digits, and the decimals that show
-    them (0 when it has more integer digits)."""
+    """``value`` to ``digits`` significant digits, and the decimals that show them."""
     if value == 0:
         return 0.0, max(digits - 1, 0)
     exponent = math.floor(math.log10(abs(value)))
@@ -39,8 +38,7 @@ def _round_sig(value: float, digits: int) -> tuple[float, int]:
 
 
 def _prefix(magnitude: float, base: float, names: tuple[str, ...]) -> tuple[float, str]:
-    """The largest power of ``base`` (and its name) at which ``magnitude`` still
-    shows at least ``1.00`` (1023.9 KiB reads 1.00 MiB)."""
+    """The largest power of ``base`` (and its name) that shows ``magnitude`` >= 1.00."""
     scale, index = 1.0, 0
     while index < len(names) - 1 and _round_sig(magnitude / scale / base, 3)[0] >= 1:
         scale *= base
