@@ -1,15 +1,11 @@
 """Which gpuguide measured a figure: its version and the commit it was built from.
 
-The version is setuptools-scm's, from git when the package was built or
-installed (``0.1.dev417+gb85636e1a``: each build's names its commit), read
-from the installed distribution. Provenance lines and results files name the
-helpers as ``gpuguide 0.1.dev417+gb85636e1a (b85636e)``, with
-``(b85636e+dirty)`` for a checkout with uncommitted changes, or ``(commit
-unknown)``: the commit is the one the code runs from now (an editable install's
-version is the one it was installed at). :func:`describe_version` finds the commit in the git
-checkout the package is imported from (once per process, never failing), else in
-the stamp file a site wheel carries (:data:`STAMP_FILE`), else in
-``GPUGUIDE_COMMIT`` (for a copy without ``.git``). A foundation module: it
+The version is setuptools-scm's, read from the installed distribution. Labels
+name the helpers as ``gpuguide 0.1.dev417+gb85636e1a (b85636e)``, with
+``+dirty`` for a checkout with uncommitted changes, or ``(commit unknown)``.
+:func:`describe_version` finds the commit in the git checkout the package is
+imported from, else in the stamp file a site wheel carries (:data:`STAMP_FILE`),
+else in ``GPUGUIDE_COMMIT`` (a copy without ``.git``). A foundation module: it
 imports nothing else from gpuguide.
 """
 
@@ -27,19 +23,11 @@ from pathlib import Path
 
 __all__ = ["STAMP_FILE", "git_commit"]
 
-#: The version of sources imported without being installed.
-UNKNOWN_VERSION = "0+unknown"
-
-
-def _installed_version() -> str:
-    try:
-        return importlib.metadata.version("gpuguide")
-    except importlib.metadata.PackageNotFoundError:
-        return UNKNOWN_VERSION
-
-
 #: The helpers' version: ``gpuguide.__version__``, the installed distribution's.
-__version__ = _installed_version()
+try:
+    __version__ = importlib.metadata.version("gpuguide")
+except importlib.metadata.PackageNotFoundError:  # sources imported, not installed
+    __version__ = "0+unknown"
 
 #: The file, beside this module in a built wheel, that names the commit.
 STAMP_FILE = "_source.json"
@@ -99,19 +87,6 @@ def _git(folder: Path, *args: str) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def _is_dirty(status: str) -> bool:
-    """Whether ``git status --porcelain`` output shows a changed tracked file or an
-    untracked Python file (other untracked files, a page's output, do not count)."""
-    for line in status.splitlines():
-        if not line.strip():
-            continue
-        if not line.startswith("??"):
-            return True
-        if line.rstrip().rstrip('"').endswith(".py"):
-            return True
-    return False
-
-
 def git_commit(folder: str | os.PathLike[str]) -> tuple[str, bool] | None:
     """The abbreviated commit of the checkout that tracks ``folder``, and whether it
     is dirty; None without git, a repository, a tracked file there or a commit."""
@@ -127,7 +102,13 @@ def git_commit(folder: str | os.PathLike[str]) -> tuple[str, bool] | None:
     status = _git(path, "status", "--porcelain", "--untracked-files=all")
     if status is None:
         return None
-    return commit, _is_dirty(status)
+    # A changed tracked file or an untracked Python file (not a page's output).
+    dirty = any(
+        not line.startswith("??") or line.rstrip().rstrip('"').endswith(".py")
+        for line in status.splitlines()
+        if line.strip()
+    )
+    return commit, dirty
 
 
 def _read_stamp(package_dir: Path) -> tuple[str, bool] | None:
@@ -136,28 +117,18 @@ def _read_stamp(package_dir: Path) -> tuple[str, bool] | None:
         data = json.loads((package_dir / STAMP_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict):
-        return None
-    commit, dirty = data.get("commit"), data.get("dirty", False)
+    commit = data.get("commit") if isinstance(data, dict) else None
     if not isinstance(commit, str) or not _HASH.fullmatch(commit):
         return None
-    return commit, dirty is True
-
-
-def _commit_from_env() -> tuple[str, bool] | None:
-    """The commit ``GPUGUIDE_COMMIT`` names; None when unset or not a hash."""
-    text = os.environ.get(COMMIT_ENV, "").strip().lower()
-    commit = text.removesuffix("+dirty")
-    if not _HASH.fullmatch(commit):
-        return None
-    return commit, text.endswith("+dirty")
+    return commit, data.get("dirty") is True
 
 
 def _describe(package_dir: Path) -> VersionInfo:
-    found = git_commit(package_dir) or _read_stamp(package_dir) or _commit_from_env()
-    if found is None:
-        return VersionInfo(__version__)
-    return VersionInfo(__version__, commit=found[0], dirty=found[1])
+    text = os.environ.get(COMMIT_ENV, "").strip().lower()  # a copy without .git
+    commit = text.removesuffix("+dirty")
+    from_env = (commit, text.endswith("+dirty")) if _HASH.fullmatch(commit) else None
+    found = git_commit(package_dir) or _read_stamp(package_dir) or from_env
+    return VersionInfo(__version__, *found) if found else VersionInfo(__version__)
 
 
 @functools.lru_cache(maxsize=1)
