@@ -45,7 +45,6 @@ def test_link_text_and_html_outside_the_build(no_build_env):
     path = gpuguide.artifact_path("trace.json")
     path.write_bytes(b"x" * 2048)
     link = gpuguide.download_link(path, "profiler trace <JSON>")
-    assert link.size_bytes == 2048
     assert str(link) == f"profiler trace <JSON>: {path} (2.00 KiB)"
     assert "DownloadLink(" in repr(link)
     html = link._repr_html_()
@@ -60,9 +59,8 @@ def test_link_uses_the_build_url_prefix(monkeypatch, tmp_path):
     monkeypatch.setenv(URL_ENV, "../../_artifacts/")
     path = gpuguide.artifact_path("snap.pickle")
     path.write_bytes(b"1")
-    assert gpuguide.download_link(path, "snapshot").href == (
-        "../../_artifacts/snap.pickle"
-    )
+    html = gpuguide.download_link(path, "snapshot")._repr_html_()
+    assert 'href="../../_artifacts/snap.pickle"' in html
 
 
 def test_copy_artifacts(tmp_path):

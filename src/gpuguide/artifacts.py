@@ -40,41 +40,32 @@ def artifact_path(name: str) -> Path:
 
 
 @dataclass(frozen=True)
-class DownloadLink:
-    """A file an example wrote at ``path``, shown as a download link on its page that
-    says ``text`` (``"profiler trace (JSON, open in Perfetto)"``)."""
+class _DownloadLink:
+    """A file an example wrote at ``path``, shown as a download link that says
+    ``text`` (``"profiler trace (JSON, open in Perfetto)"``)."""
 
     path: Path
     text: str
 
-    @property
-    def size_bytes(self) -> int:
-        """The file's size in bytes."""
-        return self.path.stat().st_size
-
-    @property
-    def href(self) -> str:
-        """The link target: under the docs' artifact URL, else the file's path."""
-        prefix = os.environ.get(ARTIFACT_URL_ENV)
-        if prefix:
-            return prefix.rstrip("/") + "/" + self.path.name
-        return self.path.as_posix()
-
     def __str__(self) -> str:
-        return f"{self.text}: {self.path} ({format_bytes(self.size_bytes)})"
+        return f"{self.text}: {self.path} ({format_bytes(self.path.stat().st_size)})"
 
     def __repr__(self) -> str:
         return f"DownloadLink({str(self)!r})"
 
     def _repr_html_(self) -> str:
+        href = self.path.as_posix()
+        if prefix := os.environ.get(ARTIFACT_URL_ENV):  # the docs build's
+            href = f"{prefix.rstrip('/')}/{self.path.name}"
         return (
-            f'<p class="gpuguide-download"><a href="{html.escape(self.href)}" '
+            f'<p class="gpuguide-download"><a href="{html.escape(href)}" '
             f'download="{html.escape(self.path.name)}">Download the '
-            f"{html.escape(self.text)}</a> ({format_bytes(self.size_bytes)})</p>"
+            f"{html.escape(self.text)}</a> "
+            f"({format_bytes(self.path.stat().st_size)})</p>"
         )
 
 
-def download_link(path: str | os.PathLike[str], text: str) -> DownloadLink:
+def download_link(path: str | os.PathLike[str], text: str) -> _DownloadLink:
     """Offer a file an example wrote (at :func:`artifact_path`) for download.
 
     End a cell with the result: the page shows a link that says what the file
@@ -84,4 +75,4 @@ def download_link(path: str | os.PathLike[str], text: str) -> DownloadLink:
     if not path.is_file():
         msg = f"path must be a file an example wrote, got {path} (no such file)"
         raise FileNotFoundError(msg)
-    return DownloadLink(path=path, text=text)
+    return _DownloadLink(path=path, text=text)
