@@ -104,7 +104,7 @@ def _cache_size_bytes(text: str) -> int | None:
     match = re.match(r"\s*(\d+)\s*([KMG]?)", text, re.IGNORECASE)
     if match is None:
         return None
-    return int(match[1]) * 1024 ** " KMG".index(match[2].upper() or " ")
+    return int(match[1]) << 10 * " KMG".index(match[2].upper() or " ")  # x 1024^k
 
 
 def last_level_cache_bytes() -> int | None:
