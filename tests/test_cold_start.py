@@ -19,7 +19,6 @@ from gpuguide.chapters.coldstart import (
     ChildFailed,
     Starts,
     _describe_caches,
-    _phases,
     _run_fresh,
     growth,
     measure,
@@ -74,22 +73,18 @@ def test_describe_caches_follows_renamed_keys_and_skips_zeros():
     assert _describe_caches({}) == "none used"
 
 
-def test_phases_sums_the_known_metrics_and_leaves_out_absent_ones(monkeypatch):
+def test_measure_sums_dynamos_known_phases_and_leaves_out_the_rest(monkeypatch, capsys):
     from torch._dynamo import utils
 
     metrics = {"bytecode_tracing": [0.25, 0.5], "OutputGraph.call_user_compiler": [2.0],
                "something_else": [9.0]}  # fmt: skip
     monkeypatch.setattr(utils, "compilation_time_metrics", metrics, raising=False)
-    assert _phases() == {
+    model = torch.nn.Linear(4, 4)
+    result = _measured(capsys, model, model, torch.ones(1, 4), device="cpu")
+    assert result["phases"] == {
         "Dynamo's tracing": 0.75,
         "AOTAutograd and inductor": 2.0,
     }
-
-
-def test_phases_reads_dynamo_in_this_process():
-    got = _phases()  # whatever dynamo timed so far: only known labels, in seconds
-    assert set(got) <= set(coldstart._PHASES.values())
-    assert all(v >= 0 for v in got.values())
 
 
 def test_first_call_parts_add_up_to_the_first_call():

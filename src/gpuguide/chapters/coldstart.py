@@ -1,9 +1,6 @@
-"""Plumbing for the cold-start page: run the child
+"""Plumbing for the cold-start page: run its child
 (:mod:`gpuguide.chapters.coldstart_child`) in fresh processes, each timing its first
-compiled call, its steady state and what the compiler's caches did.
-
-A child prints its result as one marked line of JSON; its other output stays off
-the page, and a child that fails raises :class:`ChildFailed`.
+compiled call, its steady state and what the compiler's caches did, and read them.
 """
 
 from __future__ import annotations
@@ -61,19 +58,8 @@ def _describe_caches(counters: Mapping[str, Mapping[str, int]]) -> str:
     return "; ".join(parts) or "none used"
 
 
-def _phases() -> dict[str, float]:
-    """Seconds dynamo timed in this process in each of ``_PHASES``."""
-    from torch._dynamo import utils
-
-    metrics = getattr(utils, "compilation_time_metrics", {})
-    return {
-        label: sum(metrics[key]) for key, label in _PHASES.items() if key in metrics
-    }
-
-
 def _probe_cpu() -> None:
-    """Inductor's probe of the CPU's vector instructions (a small C++ build), which
-    it runs once per process before it compiles anything for a CPU."""
+    """Inductor's probe of the CPU's vector instructions: a C++ build, once a process."""
     try:
         from torch._inductor.cpu_vec_isa import pick_vec_isa
     except ImportError:  # pragma: no cover - inductor moved it
@@ -92,14 +78,12 @@ def measure(
 ) -> None:
     """In the child, without gradients: time ``before()`` and the first call of
     ``compiled(x)`` together, then ``model`` (eager), ``compiled`` and ``also``'s
-    callables in alternating rounds, and print the result for the parent.
-
-    Inductor's import, and on a CPU its probe of the vector instructions
-    (``"probe_s"``), come before the first call; the cache counts and dynamo's
-    phases are read before ``also``'s first calls, which count in no figure."""
+    callables (first called untimed) in alternating rounds, and print the result
+    as one marked line of JSON for the parent."""
     import torch
     import torch._inductor.compile_fx  # imported before anything is timed
-    from torch._dynamo.utils import counters
+    from torch._dynamo import utils
+    from torch._inductor import async_compile
 
     probe_s = (
         first_calls_s(_probe_cpu, device=device, calls=1) if device == "cpu" else 0
@@ -108,15 +92,13 @@ def measure(
     with torch.no_grad():
         load_s = first_calls_s(before, device=device, calls=1) if before else 0.0
         first_s = first_calls_s(compiled, x, device=device, calls=1)
-        caches, timers = _describe_caches(counters), _phases()
+        caches = _describe_caches(utils.counters)
+        metrics = getattr(utils, "compilation_time_metrics", {})
+        timers = {k: sum(metrics[m]) for m, k in _PHASES.items() if m in metrics}
         for name in also or {}:
             variants[name](x)
-        try:  # they would take the CPU from the steady steps, which compile nothing
-            from torch._inductor.async_compile import shutdown_compile_workers
-        except ImportError:  # pragma: no cover - inductor moved it
-            pass
-        else:
-            shutdown_compile_workers()
+        # the compile workers would take the CPU from the steady steps
+        getattr(async_compile, "shutdown_compile_workers", lambda: None)()
         calls = {name: functools.partial(fn, x) for name, fn in variants.items()}
         timed = interleave(calls, rounds=10, rep_ms=60.0, device=device)
     result = {
@@ -138,9 +120,8 @@ def _run_fresh(
     args: Iterable[object] = (), *, env: Mapping[str, str]
 ) -> dict[str, Any]:
     """Run ``python -m`` ``_CHILD`` ``*args`` in a fresh process, ``env`` added to
-    its environment, and return its result (its last marked line)."""
-    # The child imports what this process imports: its folders, made absolute (a
-    # relative PYTHONPATH means something else once a page changes directory).
+    its environment, and return its result; its output stays off the page."""
+    # the child imports what this process imports (absolute: pages change directory)
     path = os.pathsep.join(str(Path(p).absolute()) for p in sys.path if p)
     done = subprocess.run(
         [sys.executable, "-m", _CHILD, *map(str, args)],
@@ -194,13 +175,8 @@ class Starts:
         calls, and what the caches did in the first of them."""
         depths = sorted({n for by_depth in self.results.values() for n in by_depth})
         return [
-            {
-                "blocks": n,
-                "case": case,
-                "processes": len(done),
-                "first call": self.first(case, n),
-                "caches": done[0]["caches"],
-            }
+            {"blocks": n, "case": case, "processes": len(done)}
+            | {"first call": self.first(case, n), "caches": done[0]["caches"]}
             for n in depths
             for case, by_depth in self.results.items()
             if (done := by_depth.get(n))
@@ -216,12 +192,9 @@ def run_starts(
     device: object,
 ) -> Starts:
     """At each depth ``n`` of ``blocks``, run ``plan(case, n)`` fresh children of each
-    of ``cases`` in turn, each given the case, ``n``, ``dim``, ``device``, the
-    depth's Mega-Cache file and whether ``n`` is the deepest.
-
-    Each case and depth gets an empty inductor cache directory of its own
-    (``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR`` inside), but ``"warm"``
-    reuses ``"cold"``'s; all of it is removed at the end."""
+    of ``cases`` in turn. Each case and depth gets an empty inductor cache directory
+    (``TORCHINDUCTOR_CACHE_DIR``), but ``"warm"`` reuses ``"cold"``'s, and each
+    depth a Mega-Cache file, all removed at the end."""
     results: dict[str, dict[int, list[dict[str, Any]]]] = {
         case: {n: [] for n in blocks} for case in cases
     }
@@ -252,12 +225,9 @@ def steady(
     paired: bool = False,
 ) -> Measurement:
     """The steady-state steps ``name`` (``"eager"``, ``"compiled"``) of several
-    children, pooled into one Measurement.
-
-    ``relative``: one value per child, the median of its ``name`` steps over the
-    median of its eager steps, so that children slowed by their neighbours still
-    compare fairly. ``paired``: one value per round, its median over the child's
-    eager median, kept as rounds that another name's rounds pair with."""
+    children, pooled into one Measurement; ``relative``: one value per child, its
+    median over its eager median (children slowed by their neighbours compare
+    fairly); ``paired``: one per round, kept as rounds for pairing, alike."""
 
     def eager(result: Mapping[str, Any]) -> float:
         return float(statistics.median(result["steady"]["eager"]))
@@ -282,11 +252,9 @@ def payback(
     name: str = "compiled",
 ) -> tuple[tuple[int | None, int | None, int | None], Comparison]:
     """After how many steps ``first_call``, beyond one compiled step, is paid back by
-    the steps ``name`` saves over eager in the children's ``results`` (relative, see
-    :func:`steady`, when there are several).
-
-    Returns the step counts at the first call's median, lower and upper quartiles
-    (None where ``name`` is not measurably faster) and the comparison they rest on."""
+    the steps ``name`` saves over eager in ``results`` (relative where several): at
+    its median and quartiles, None where ``name`` is not measurably faster, with the
+    comparison these rest on."""
     relative = len(results) > 1
     eager = steady(results, "eager", "eager", device, relative=relative)
     compiled = steady(results, name, name, device, relative=relative)
@@ -338,14 +306,13 @@ def growth(label: str, depths: Sequence[int], firsts: Sequence[Measurement]) -> 
         msg = f"growth needs first calls at two depths or more, got depths {depths!r}"
         raise ValueError(msg)
     mean = statistics.fmean(depths)
-    spread = sum((n - mean) ** 2 for n in depths)
-    weights = [(n - mean) / spread for n in depths]
-    slopes = [  # the shallowest: the deep first calls' low quartiles, the shallow high
-        sum(
-            w * m.quartiles_s[i if w > 0 else 2 - i]
-            for w, m in zip(weights, firsts, strict=True)
-        )
+    pairs = list(zip(depths, firsts, strict=True))
+    # the shallowest slope runs through the deep low quartiles and the shallow high
+    low, median, high = (
+        statistics.linear_regression(
+            depths, [m.quartiles_s[i if n > mean else 2 - i] for n, m in pairs]
+        ).slope
         for i in range(3)
-    ]
+    )
     one = min(m.n for m in firsts) < 2
-    return Growth(label, slopes[1], None if one else (slopes[0], slopes[2]))
+    return Growth(label, median, None if one else (low, high))

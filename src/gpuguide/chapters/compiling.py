@@ -75,30 +75,24 @@ def _needs_a_compiler() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class CompilerStart:
-    """Seconds to import inductor, start its ``workers`` and compile ``torch.sin``; the
-    distinct warnings ``caught`` while importing, and what torch ``logged``, in a line.
-    """
+    """Seconds to import inductor, start its ``workers`` and compile ``torch.sin``,
+    and what the compiler ``logged`` meanwhile (:class:`CompilerLog`), in a line."""
 
     import_s: float
     workers: int
     workers_s: float
     first_compile_s: float
-    caught: tuple[str, ...] = ()
     logged: str = ""
 
     def __str__(self) -> str:
-        lines = [
+        text = (
             f"compiler ready: import {format_time(self.import_s)}, "
             f"{self.workers} compile worker(s) {format_time(self.workers_s)}, "
-            f"first compilation {format_time(self.first_compile_s)}",
-            *(
-                f"caught while importing inductor (torch's own code): {text}"
-                for text in self.caught
-            ),
-        ]
+            f"first compilation {format_time(self.first_compile_s)}"
+        )
         if self.logged:
-            lines.append(f"caught while starting the compiler: {self.logged}")
-        return "\n".join(lines)
+            text += f"\ncaught while starting the compiler: {self.logged}"
+        return text
 
 
 def start_compiler(device: str | torch.device | None = None) -> CompilerStart:
@@ -108,26 +102,23 @@ def start_compiler(device: str | torch.device | None = None) -> CompilerStart:
     import torch
 
     dev = as_device(device)
-    sync = getattr(torch, dev.type).synchronize
-    with capture_compiler() as log:
+    with capture_compiler() as log:  # torch's own warnings stay ignored
         t0 = time.perf_counter()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            import torch._inductor.compile_fx
-            from torch._inductor import config
-            from torch._inductor.async_compile import AsyncCompile
+        import torch._inductor.compile_fx
+        from torch._inductor import config
+        from torch._inductor.async_compile import AsyncCompile
+
         t1 = time.perf_counter()
         AsyncCompile.warm_pool()
         AsyncCompile.wait_pool_ready()
         t2 = time.perf_counter()
         with _needs_a_compiler():
             torch.compile(torch.sin)(torch.ones(8, device=dev))
-            sync()
+            getattr(torch, dev.type).synchronize()
         t3 = time.perf_counter()
         torch._dynamo.reset()
-    texts = dict.fromkeys(f"{w.category.__name__}: {warning_text(w)}" for w in caught)
     workers = int(config.compile_threads or 1)
-    return CompilerStart(t1 - t0, workers, t2 - t1, t3 - t2, tuple(texts), str(log))
+    return CompilerStart(t1 - t0, workers, t2 - t1, t3 - t2, str(log))
 
 
 @dataclass(frozen=True)
@@ -228,20 +219,6 @@ def mode_rows(
     return rows
 
 
-class _Holdback(logging.Filter):
-    """A handler filter that keeps every record and lets none through."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        fresh = all(record is not r for r in self.records)
-        if fresh and record.getMessage().strip():
-            self.records.append(record)
-        return False
-
-
 @dataclass
 class CompilerLog:
     """What the compiler wrote, logged and warned inside :func:`capture_compiler`
@@ -278,7 +255,13 @@ def capture_compiler() -> Iterator[CompilerLog]:
     logs and warns inside the block off the page, in the yielded :class:`CompilerLog`
     (torch's own warnings stay ignored; compile workers' and C++ output, which
     bypass ``sys.stderr``, still reach the console)."""
-    log, holdback, buffer = CompilerLog(), _Holdback(), io.StringIO()
+    log, buffer = CompilerLog(), io.StringIO()
+
+    def holdback(record: logging.LogRecord) -> bool:  # keeps each record once
+        if record.getMessage().strip() and all(record is not r for r in log.records):
+            log.records.append(record)
+        return False  # and lets none through
+
     handlers = {
         id(h): h
         for name, logger in logging.root.manager.loggerDict.items()
@@ -298,6 +281,6 @@ def capture_compiler() -> Iterator[CompilerLog]:
     finally:
         for handler in handlers.values():
             handler.removeFilter(holdback)
-        log.stderr, log.records = buffer.getvalue(), holdback.records
+        log.stderr = buffer.getvalue()
         texts = (f"{w.category.__name__}: {warning_text(w)}" for w in got)
         log.warnings = list(dict.fromkeys(texts))
