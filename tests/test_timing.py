@@ -551,14 +551,13 @@ def test_cuda_times_flushes_before_the_start_event(fake_cuda):
     assert times == [0.003, 0.004]
 
 
-def test_cuda_times_records_on_the_stream_given(fake_cuda):
+def test_cuda_times_records_on_the_current_stream(fake_cuda):
     fake = fake_cuda
-    stream = object()
-    _cuda_times(fake.call, 2, stream=stream)
-    assert fake.streams == [stream] * 4
+    _cuda_times(fake.call, 2)
+    assert fake.streams == ["stream0"] * 4
 
 
-def test_cuda_times_kernel_mode_holds_the_gpu_before_each_chunk(fake_cuda):
+def test_cuda_times_kernel_mode_holds_the_gpu_before_each_chunk(fake_cuda, monkeypatch):
     fake = fake_cuda
     holds = []
 
@@ -566,7 +565,9 @@ def test_cuda_times_kernel_mode_holds_the_gpu_before_each_chunk(fake_cuda):
         holds.append(seconds)
         fake.log.append("hold")
 
-    times = _cuda_times(fake.call, 40, hold=hold, host_call_s=10e-6)
+    monkeypatch.setattr(timing, "gpu_hold", lambda stream: hold)
+    monkeypatch.setattr(timing, "_host_call_s", lambda call, estimate, sync: 10e-6)
+    times = _cuda_times(fake.call, 40, kernel_estimate_s=1e-4)
     assert len(times) == 40
     chunk = timing._KERNEL_CHUNK
     assert fake.log[0] == "hold"

@@ -264,19 +264,8 @@ def benchmark(
         calls, estimate = _warmup(call, warmup_s, clock, synchronize)
         if cuda:
             n = _rep_count(estimate, rep_s, min_reps, max_reps)
-            stream = torch.cuda.current_stream()
-            hold = host_call_s = None
-            if measure == "kernel":
-                host_call_s = _host_call_s(call, estimate, torch.cuda.synchronize)
-                hold = gpu_hold(stream)
-            times = _cuda_times(
-                call,
-                n,
-                flush=flush_l2,
-                stream=stream,
-                hold=hold,
-                host_call_s=host_call_s,
-            )
+            kernel_s = estimate if measure == "kernel" else None
+            times = _cuda_times(call, n, flush=flush_l2, kernel_estimate_s=kernel_s)
             method = "cuda-events" if measure == "call" else "cuda-events-queued"
         else:
             block = 1
@@ -476,20 +465,24 @@ def _cuda_times(
     n: int,
     *,
     flush: bool = False,
-    stream: Any = None,
-    hold: Callable[[float], None] | None = None,
-    host_call_s: float | None = None,
+    kernel_estimate_s: float | None = None,
 ) -> list[float]:
-    """Time ``n`` calls with one CUDA event pair each (a chunk behind each ``hold``)."""
+    """Time ``n`` calls with one CUDA event pair each; given the time per call of
+    ``measure="kernel"``, each chunk of calls is queued behind a hold."""
     import torch
 
+    stream = torch.cuda.current_stream()
+    hold, host_call_s = None, 0.0
+    if kernel_estimate_s is not None:
+        host_call_s = _host_call_s(call, kernel_estimate_s, torch.cuda.synchronize)
+        hold = gpu_hold(stream)
     buffer = _l2_flush_buffer() if flush else None
     pairs = [
         (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         for _ in range(n)
     ]
-    chunk = _kernel_chunk(host_call_s or 0.0) if hold is not None else n
-    per_call_s = (host_call_s or 0.0) + _RECORD_S
+    chunk = _kernel_chunk(host_call_s) if hold is not None else n
+    per_call_s = host_call_s + _RECORD_S
     for first in range(0, n, chunk):
         batch = pairs[first : first + chunk]
         if hold is not None:
