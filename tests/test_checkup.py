@@ -77,7 +77,7 @@ def _line(text, start):
 # -- the real check-up, as JSON --------------------------------------------------------
 
 
-def test_json_is_a_results_file_with_the_pages_keys(measured_json):
+def test_json_is_a_results_file_with_the_pages_keys(measured_json, monkeypatch):
     measured = results_files.loads(measured_json, "check-up --json")
     assert measured_json.endswith("}\n")
     assert measured.device.kind == "cpu"
@@ -97,10 +97,10 @@ def test_json_is_a_results_file_with_the_pages_keys(measured_json):
         assert r.spread[0] <= r.value <= r.spread[1], r
         assert r.size is not None
     # The pages' own record() calls give the same keys.
+    monkeypatch.setattr(results, "_default_page", lambda: "plot_dtype_throughput")
     page = results.record(
-        "best matmul", 1.0, unit="FLOP/s", page="plot_dtype_throughput",
-        size="1x1x1", peak="bf16", dtype="bf16",
-    )  # fmt: skip
+        "best matmul", 1.0, unit="FLOP/s", size="1x1x1", peak="bf16", dtype="bf16"
+    )
     assert page.key in expected
     # A CPU's peaks are measured ceilings, under the names results take.
     assert {"fp32", "memory"} <= set(measured.device.peaks) <= set(PEAK_NAMES)

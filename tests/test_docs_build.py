@@ -44,7 +44,7 @@ def test_every_page_ends_with_its_recorded_results(site):
         text = section.get_text(" ", strip=True)
         recorded = [
             f for f in files.values()
-            if any(not r.is_sweep_point for r in f.for_page(script.stem))
+            if any(r.x is None for r in f.for_page(script.stem))
         ]  # fmt: skip
         if not recorded:
             assert "No device has recorded figures of this page yet." in text
@@ -62,7 +62,7 @@ def test_every_page_ends_with_its_recorded_results(site):
         assert path.name in devices.get_text()
         assert f.device.short_name in devices.get_text()
     headline = {
-        r.page for f in files.values() for r in f.results if not r.is_sweep_point
+        r.page for f in files.values() for r in f.results if r.x is None
     }
     assert len(pages) == len(headline)
     assert any("% of peak" in t.get_text() for t in pages)

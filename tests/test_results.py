@@ -34,6 +34,13 @@ def _fresh(monkeypatch):
     results.clear()
 
 
+def _record(page, *args, **kwargs):
+    """``results.record`` as run by the script ``page``."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(results, "_default_page", lambda: page)
+        return results.record(*args, **kwargs)
+
+
 def _file(**overrides):
     """A valid results file's JSON object, with top-level keys overridden."""
     data = {
@@ -78,7 +85,7 @@ def _entry(**overrides):
 
 def test_record_keeps_values_in_memory_when_not_recording(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    r = results.record("copy", 1.5e12, unit="B/s", page="plot_copy", size=1024)
+    r = _record("plot_copy", "copy", 1.5e12, unit="B/s", size=1024)
     assert results.recorded() == (r,)
     assert (r.page, r.name, r.value, r.unit, r.spread) == (
         "plot_copy",
@@ -95,46 +102,46 @@ def test_record_keeps_values_in_memory_when_not_recording(tmp_path, monkeypatch)
 
 def test_record_takes_a_measurement_as_median_and_quartiles():
     m = Measurement("mm", (1.0, 2.0, 3.0, 4.0, 5.0), "cpu", "wall-clock")
-    r = results.record("matmul time", m, page="plot_mm", dtype="float32")
+    r = _record("plot_mm", "matmul time", m, dtype="float32")
     assert (r.value, r.unit, r.spread) == (3.0, "s", (2.0, 4.0))
     with pytest.raises(ValueError, match=r"unit must be 's'.*got 'FLOP/s'"):
-        results.record("x", m, unit="FLOP/s", page="plot_mm")
+        _record("plot_mm", "x", m, unit="FLOP/s")
     with pytest.raises(ValueError, match="spread must be omitted"):
-        results.record("x", m, spread=(1.0, 2.0), page="plot_mm")
+        _record("plot_mm", "x", m, spread=(1.0, 2.0))
 
 
 def test_record_takes_a_rate_and_a_comparison_with_their_unit_and_spread():
     rate = Rate(4.1e13, "FLOP/s", 4.0e13, 4.2e13)
-    r = results.record("fp32 matmul", rate, page="plot_mm", size=8192)
+    r = _record("plot_mm", "fp32 matmul", rate, size=8192)
     assert (r.value, r.unit, r.spread, r.size) == (
         4.1e13,
         "FLOP/s",
         (4.0e13, 4.2e13),
         8192,
     )
-    assert results.record("same", rate, unit="FLOP/s", page="p").unit == "FLOP/s"
+    assert _record("p", "same", rate, unit="FLOP/s").unit == "FLOP/s"
     with pytest.raises(ValueError, match=r"unit must be 'FLOP/s'.*Rate, got 'B/s'"):
-        results.record("x", rate, unit="B/s", page="p")
+        _record("p", "x", rate, unit="B/s")
     fast = Measurement("fast", (1.0, 1.0, 1.0, 1.0), "cpu", "wall-clock")
     slow = Measurement("slow", (2.0, 2.0, 3.0, 3.0), "cpu", "wall-clock")
     c = compare(fast, slow)
-    r = results.record("speed-up", c, page="p")
+    r = _record("p", "speed-up", c)
     assert (r.value, r.unit, r.spread) == (c.speedup, "x", (c.low, c.high))
     with pytest.raises(ValueError, match="spread must be omitted for a Comparison"):
-        results.record("x", c, spread=(1.0, 2.0), page="p")
+        _record("p", "x", c, spread=(1.0, 2.0))
 
 
 def test_recording_the_same_figure_again_replaces_it():
-    results.record("a", 1.0, unit="s", page="p", n=1)
-    results.record("a", 1.0, unit="s", page="p", n=2)
-    results.record("a", 3.0, unit="s", page="p", n=1)
+    _record("p", "a", 1.0, unit="s", n=1)
+    _record("p", "a", 1.0, unit="s", n=2)
+    _record("p", "a", 3.0, unit="s", n=1)
     assert [(r.value, r.config["n"]) for r in results.recorded()] == [
         (1.0, 2),
         (3.0, 1),
     ]
     # at another size it is still the same figure; sweep points differ by x
-    results.record("a", 4.0, unit="s", page="p", n=1, size=64)
-    results.record("a", 5.0, unit="s", page="p", n=1, x=2.0)
+    _record("p", "a", 4.0, unit="s", n=1, size=64)
+    _record("p", "a", 5.0, unit="s", n=1, x=2.0)
     assert [(r.value, r.size, r.x) for r in results.recorded()] == [
         (1.0, None, None),
         (4.0, 64, None),
@@ -148,7 +155,6 @@ def test_size_x_and_peak_round_trip_and_are_checked(tmp_path):
         results_files.dumps(results_files.ResultsFile(H100, (r,)))
     )
     assert back.results == (r,)
-    assert back.results[0].is_sweep_point
     assert back.results[0].x == 4.0
     with pytest.raises(ValueError, match=r"result: /peak: 'hbm' is not one of"):
         Result("p", "rate", 1.0, "B/s", peak="hbm")
@@ -163,7 +169,7 @@ def test_the_page_defaults_to_the_running_script(monkeypatch):
     assert results.record("a", 1.0, unit="s").page == "plot_alignment"
     monkeypatch.setattr(sys, "argv", ["-c"])
     monkeypatch.delattr(sys.modules["__main__"], "__file__", raising=False)
-    with pytest.raises(ValueError, match="page must be given"):
+    with pytest.raises(ValueError, match="no running script"):
         results.record("a", 1.0, unit="s")
 
 
@@ -193,7 +199,7 @@ def test_the_page_defaults_to_the_running_script(monkeypatch):
 )
 def test_record_rejects_bad_figures(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        results.record(page="p", **kwargs)
+        _record("p", **kwargs)
     assert results.recorded() == ()
 
 
@@ -203,9 +209,9 @@ def test_recording_writes_this_process_figures_into_the_file(tmp_path, monkeypat
     path.write_text("not this process's")  # the file is the process's own: replaced
     monkeypatch.setenv("GPUGUIDE_RECORD", str(path))
     monkeypatch.setattr(results, "current_device", lambda: H100)
-    results.record("old", 1.0, unit="s", page="plot_launch")
-    results.record("copy", 2.0e12, unit="B/s", page="plot_copy")
-    results.record("old", 3.0, unit="s", page="plot_launch")  # replaces the first
+    _record("plot_launch", "old", 1.0, unit="s")
+    _record("plot_copy", "copy", 2.0e12, unit="B/s")
+    _record("plot_launch", "old", 3.0, unit="s")  # replaces the first
     saved = results_files.load(path)
     assert saved.device == H100
     assert [(r.page, r.name, r.value) for r in saved.results] == [
@@ -233,7 +239,7 @@ def test_device_record_from_a_device_info():
         torch_threads=16,
         python_version="3.12.0",
     )
-    device = DeviceRecord.from_info(info, small=False, peaks={"bf16 matmul": 9.9e14})
+    device = DeviceRecord.from_info(info, peaks={"bf16 matmul": 9.9e14})
     assert (device.short_name, device.kind, device.cuda, device.driver) == (
         "H200 SXM",
         "cuda",
@@ -253,7 +259,7 @@ def test_device_record_from_a_device_info():
         info, type="cpu", name="AMD EPYC", cpu_model="AMD EPYC", cpu_threads=2,
         cpu_isa="AVX-512 BF16", gpuguide_commit="f4b16f4", gpuguide_dirty=True,
     )  # fmt: skip
-    record = DeviceRecord.from_info(cpu, small=False)
+    record = DeviceRecord.from_info(cpu)
     assert record.short_name == "CPU: AMD EPYC, 2 threads, AVX-512 BF16"
     assert (record.isa, record.commit, record.dirty) == (
         "AVX-512 BF16",

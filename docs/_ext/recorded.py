@@ -53,7 +53,7 @@ def _headlines(results_file: ResultsFile | None, page: str) -> dict[object, Resu
     """A file's headline figures of ``page`` (no sweep points), by key."""
     if results_file is None:
         return {}
-    return {r.key: r for r in results_file.for_page(page) if not r.is_sweep_point}
+    return {r.key: r for r in results_file.for_page(page) if r.x is None}
 
 
 def _figure(result: Result) -> str:
@@ -260,7 +260,7 @@ def devices_table(files: dict[Path, ResultsFile]) -> Table:
             f.device.driver or "-", f.device.host or "-", _gpuguide_cell(f.device),
             f.device.date[:10],
             "small" if f.device.small else "full",
-            str(sum(not r.is_sweep_point for r in f.results)), path.name,
+            str(sum(r.x is None for r in f.results)), path.name,
         )
         for path, f in files.items()
     )  # fmt: skip

@@ -1,45 +1,26 @@
 """Claims a page states, checked by the run that measures them.
 
-A sentence that states a direction or a size ("compiled is faster", "batch 32
-costs at most 1.3x batch 1") is either printed from the measurement or declared
-with :func:`claim` beside the code that measures it. The run checks it against
-the measured value *and its spread* and prints one line in place:
-
-* ``Claim held: <text> (measured ...)``;
-* ``Claim did not hold here: <text>; measured ...``: the page says so where the
-  claim is made, and the build's log lists it;
-* ``Claim not checked here: <text> (why)``: it does not apply on this device
-  (a CUDA-only claim on a CPU), or the run is at small sizes (the tests' build),
-  too small to show a timed lesson.
-
-With ``GPUGUIDE_STRICT_CLAIMS=1`` (``nox -s docs -- --strict-claims``, and the
-tests' build) a claim that did not hold raises :class:`ClaimFailed`, which
-fails the page. Every outcome is recorded with the page's figures
-(:func:`gpuguide.results.record_claim`), so the site's claims page and each
-page's "Recorded results" say where each claim held.
-
-Examples
---------
->>> from gpuguide.timing import Measurement
->>> from gpuguide.verdicts import compare
->>> one = Measurement("batch 1", (1.0, 1.01, 1.02), "cpu", "wall-clock")
->>> many = Measurement("batch 32", (1.1, 1.12, 1.14), "cpu", "wall-clock")
->>> claim("batch 32 costs at most 1.3x batch 1", compare(one, many), at_most=1.3,
-...       page="doctest")
-Claim held: batch 32 costs at most 1.3x batch 1 (measured 1.11x (1.09-1.12))
+A sentence that states a direction or a size ("compiled is faster") is either
+printed from the measurement or declared with :func:`claim` beside the code
+that measures it. The run checks it against the measured value *and its
+spread* and prints one line in place: ``Claim held: ...``, ``Claim did not hold
+here: ...; measured ...``, or ``Claim not checked here: ... (why)`` (another
+device, or small sizes too small to show a timed lesson). With
+``GPUGUIDE_STRICT_CLAIMS=1`` a claim that did not hold raises an
+``AssertionError``, which fails the page. Every outcome is recorded
+(:func:`gpuguide.results.record_claim`) for the site's claims page.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import sys
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
 from gpuguide.device import pick_device
 from gpuguide.env import small_mode
 from gpuguide.page import current
-from gpuguide.results import Claim, record_claim, recorded_claims
+from gpuguide.results import Claim, figure, record_claim, recorded_claims
 from gpuguide.timing import Measurement, Rate
 from gpuguide.units import format_spread, significant
 from gpuguide.verdicts import NO_DIFFERENCE, Comparison
@@ -47,9 +28,9 @@ from gpuguide.verdicts import NO_DIFFERENCE, Comparison
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["ClaimFailed", "claim", "takeaway"]
+__all__ = ["claim", "takeaway"]
 
-#: Set to 1 to make a claim that does not hold raise :class:`ClaimFailed`.
+#: Set to 1 to make a claim that does not hold raise an ``AssertionError``.
 STRICT_ENV = "GPUGUIDE_STRICT_CLAIMS"
 #: The verdicts a claim about a comparison may state.
 VERDICTS = ("faster", "slower", NO_DIFFERENCE, "not slower", "not faster")
@@ -63,27 +44,14 @@ HEADS = {
 SMALL = "small mode: the sizes are too small to show it"
 
 
-class ClaimFailed(AssertionError):
-    """A claim that did not hold, raised in strict mode (``GPUGUIDE_STRICT_CLAIMS``)."""
-
-
-def strict() -> bool:
-    """Whether a claim that does not hold raises (``GPUGUIDE_STRICT_CLAIMS=1``)."""
-    return os.environ.get(STRICT_ENV, "").strip() not in ("", "0")
-
-
 def _interval(
     value: object, spread: Sequence[float] | None
 ) -> tuple[float, float, str]:
     """``(low, high, text)`` of a measured object or a number with its spread."""
-    if isinstance(value, Comparison):  # the bare speed-up: the verdict is another claim
-        ends = (value.speedup, value.low, value.high)
-        return value.low, value.high, format_spread(*ends, "x")
-    if isinstance(value, Rate):
-        return value.low, value.high, str(value)
-    if isinstance(value, Measurement):
-        ends = (value.median_s, value.q25_s, value.q75_s)
-        return value.q25_s, value.q75_s, format_spread(*ends, "s")
+    if isinstance(value, (Comparison, Rate, Measurement)):  # a Comparison's speed-up
+        number, unit, ends = figure(value)
+        low, high = ends or (number, number)
+        return low, high, format_spread(number, low, high, unit)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         msg = (
             "value must be a Comparison, Rate, Measurement or number, "
@@ -136,20 +104,15 @@ def claim(
     on: str | None = None,
     unless: str | None = None,
     timed: bool = False,
-    page: str | None = None,
-    file: TextIO | None = None,
 ) -> None:
     """Check one claim the page states, print its outcome in place, record it.
 
-    Returns nothing, so that a cell ending with the call shows only the line;
-    the outcome is recorded (:func:`gpuguide.results.recorded_claims`).
+    Returns nothing, so that a cell ending with the call shows only the line.
 
     Parameters
     ----------
     text : str
-        The claim as the page states it: what it compares and the condition
-        that makes it true ("a decode step at batch 32 costs at most 1.3x batch
-        1's").
+        The claim as the page states it, with the condition that makes it true.
     value : Comparison, Rate, Measurement or number
         What was measured. A measured object brings its spread (a number may
         have one, ``spread=(low, high)``); the claim holds only when the whole
@@ -159,42 +122,34 @@ def claim(
         Measurement's seconds, or the number).
     verdict : str, optional
         For a Comparison: ``"faster"``, ``"slower"``, ``"no measurable
-        difference"``, ``"not slower"`` or ``"not faster"``, judged by the
-        comparison's own rule (:mod:`gpuguide.verdicts`).
+        difference"``, ``"not slower"`` or ``"not faster"``.
     holds : bool, optional
-        For a fact that is not a timed figure (a dtype, a count): whether it
-        holds; ``measured`` then says what was found.
+        For a fact (a dtype, a count): whether it holds; ``measured`` then says
+        what was found.
     measured : str, optional
         What was measured, in words (default: the value with its spread).
     on : str, optional
         The device type the claim is about (``"cuda"``): on another it does
-        not apply, and ``value`` and the condition may be omitted (a page
-        declares its CUDA claims on every device, so that each lists them).
+        not apply, and ``value`` and the condition may be omitted.
     unless : str, optional
-        A reason the claim cannot be checked in this run (it then does not
-        apply); None: it can.
+        A reason the claim cannot be checked in this run.
     timed : bool
-        Whether a plain number comes from timings (a measured object always
-        does): a timed claim is not checked at small sizes.
-    page : str, optional
-        The page (default: the running script).
-    file : file, optional
-        Where the line goes (default: stdout).
+        Whether a plain number comes from timings: a timed claim (a measured
+        object always is) is not checked at small sizes.
 
     Raises
     ------
-    ClaimFailed
+    AssertionError
         In strict mode (``GPUGUIDE_STRICT_CLAIMS=1``), when the claim did not hold.
     """
     if not isinstance(text, str) or not text.strip():
         msg = f"text must be a non-empty string, got {text!r}"
         raise ValueError(msg)
-    conditions = [c is not None for c in (verdict, holds)] + [
-        at_least is not None or at_most is not None
-    ]
+    bound = at_least is not None or at_most is not None
+    conditions = (verdict is not None) + (holds is not None) + bound
     here = None if on is None else _device_type()
     applies = (on is None or here == on) and not unless
-    if sum(conditions) > 1 or (applies and sum(conditions) != 1):
+    if conditions > 1 or (applies and conditions != 1):
         msg = (
             f"claim {text!r} needs one condition: at_least/at_most, verdict= "
             "or holds= (a claim that does not apply here may omit it)"
@@ -215,28 +170,27 @@ def claim(
     else:
         if holds is not None:
             ok, what = holds, str(measured)
+        elif value is None:
+            msg = f"claim {text!r} needs the measured value"
+            raise ValueError(msg)
+        elif verdict is not None:
+            ok, what = _verdict_holds(value, verdict), measured or str(value)
         else:
-            if value is None:
-                msg = f"claim {text!r} needs the measured value"
-                raise ValueError(msg)
             low, high, what = _interval(value, spread)
-            if verdict is not None:
-                ok = _verdict_holds(value, verdict)
-                what = measured or str(value)
-            else:
-                ok = (at_least is None or low >= at_least) and (
-                    at_most is None or high <= at_most
-                )
-                what = measured or what
+            ok = (at_least is None or low >= at_least) and (
+                at_most is None or high <= at_most
+            )
+            what = measured or what
         outcome = "held" if ok else "failed"
-    result = record_claim(Claim(text.strip(), outcome, str(what)), page=page)
-    print(line(result), file=file or sys.stdout)
-    if outcome == "failed" and strict():
-        msg = f"{line(result)} (strict mode: {STRICT_ENV}=1)"
-        raise ClaimFailed(msg)
+    result = Claim(text.strip(), outcome, str(what))
+    record_claim(result)
+    print(_line(result))
+    if outcome == "failed" and os.environ.get(STRICT_ENV, "").strip() not in ("", "0"):
+        msg = f"{_line(result)} (strict mode: {STRICT_ENV}=1)"
+        raise AssertionError(msg)
 
 
-def line(claim: Claim) -> str:
+def _line(claim: Claim) -> str:
     """The line a page prints for a claim's outcome."""
     head = HEADS[claim.outcome]
     if claim.outcome == "failed":
@@ -246,20 +200,14 @@ def line(claim: Claim) -> str:
     return f"{head}: {claim.text} (measured {claim.measured})"
 
 
-def takeaway(page: str | None = None, *, file: TextIO | None = None) -> None:
-    """Print the claims the running page checked (``page``: those of that page)
-    with their outcomes in this run, for its take-away section.
-
-    Returns nothing, so that a cell ending with the call shows only the lines.
-    """
-    checked = recorded_claims()
-    if page is not None:
-        checked = {page: checked.get(page, ())}
-    claims = [c for page_claims in checked.values() for c in page_claims]
+def takeaway() -> None:
+    """Print the claims the running page checked with their outcomes in this run,
+    for its take-away section; returns nothing, so a cell shows only the lines."""
+    claims = [c for page in recorded_claims().values() for c in page]
     counts = {o: sum(c.outcome == o for c in claims) for o in HEADS}
-    head = (
+    print(
         f"This page's claims in this run: {counts['held']} held, "
         f"{counts['failed']} did not hold, {counts['n/a']} not checked here"
     )
-    text = "\n".join([head, *(f"  {line(c)}" for c in claims)])
-    print(text, file=file or sys.stdout)
+    for checked in claims:
+        print(f"  {_line(checked)}")

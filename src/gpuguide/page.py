@@ -1,24 +1,12 @@
-"""A page's setup (:func:`setup`) and its headline figures (:func:`report`).
-
-Examples
---------
->>> page = setup()  # doctest: +SKIP
-Measured on CPU: ... | torch 2.13.0+cpu | gpuguide 0.1.0 (f4b16f4) | ...
->>> m = gpuguide.benchmark(torch.mm, args=(a, a))  # doctest: +SKIP
->>> report("fp32 matmul", m.rate(2 * n**3), peak="fp32", size=n)  # doctest: +SKIP
-fp32 matmul: 1.52 TFLOP/s (1.49-1.53), 84% of the fp32 peak
-"""
+"""A page's setup (:func:`setup`) and its headline figures (:func:`report`)."""
 
 from __future__ import annotations
 
-import math
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
-from gpuguide import checks
-from gpuguide.device import DeviceInfo, describe_device, pick_device, provenance
+from gpuguide.device import describe_device, pick_device, provenance
 from gpuguide.env import small_mode
 from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.plotting import apply_style
@@ -40,12 +28,6 @@ class Page:
 
     device: torch.device
     small: bool = False
-    _out: TextIO | None = field(default=None, repr=False, compare=False)
-
-    @cached_property
-    def info(self) -> DeviceInfo:
-        """The device's description (name, memory, CPU model)."""
-        return describe_device(self.device)
 
     @cached_property
     def peaks(self) -> Peaks:
@@ -64,10 +46,10 @@ class Page:
             raise ValueError(msg)
         if self.cuda:
             return True
+        here = describe_device(self.device).short_name
         print(
-            f"{lesson}: needs a CUDA GPU, and this run is on {self.info.short_name}; "
-            "this part does not run here.",
-            file=self._out or sys.stdout,
+            f"{lesson}: needs a CUDA GPU, and this run is on {here}; "
+            "this part does not run here."
         )
         return False
 
@@ -75,24 +57,18 @@ class Page:
 _current: list[Page] = []
 
 
-def setup(
-    prefer: str | torch.device | None = None,
-    *,
-    seed: int | None = 0,
-    file: TextIO | None = None,
-) -> Page:
+def setup(prefer: str | torch.device | None = None) -> Page:
     """A page's first call: pick the device (``prefer`` as for
-    :func:`gpuguide.pick_device`), seed torch (unless ``seed`` is None), apply
-    the plot style (:func:`gpuguide.plotting.apply_style`) before any figure is
-    drawn, and print the provenance on one compact line."""
+    :func:`gpuguide.pick_device`), seed torch with 0, apply the plot style
+    (:func:`gpuguide.plotting.apply_style`) before any figure is drawn, and
+    print the provenance on one compact line."""
     import torch
 
     device = pick_device(prefer)
-    if seed is not None:
-        torch.manual_seed(checks.integer("seed", seed, minimum=0))
-    page = Page(device, small_mode(), file)
+    torch.manual_seed(0)
+    page = Page(device, small_mode())
     apply_style()
-    print(provenance(device), file=file or sys.stdout)
+    print(provenance(device))
     _current[:] = [page]
     return page
 
@@ -119,14 +95,6 @@ def _quoted_text(quoted: tuple[float, float], unit: str) -> str:
     return f"{low:g}-{high:g} {unit}"
 
 
-def _checked_spread(spread: tuple[float, float]) -> tuple[float, float]:
-    low, high = (float(end) for end in spread)
-    if not (math.isfinite(low) and math.isfinite(high)) or high < low:
-        msg = f"spread must be finite (low, high) with low <= high, got {spread!r}"
-        raise ValueError(msg)
-    return low, high
-
-
 def report(
     name: str,
     value: Rate | Measurement | Comparison | float,
@@ -136,11 +104,11 @@ def report(
     peak: str | None = None,
     quoted: tuple[float, float] | None = None,
     size: ConfigValue | None = None,
-    file: TextIO | None = None,
     host: bool | None = None,
     **config: ConfigValue,
 ) -> None:
-    """Print one headline figure with its spread, share of peak and verdict; record it.
+    """Print one headline figure with its spread, share of peak and verdict; record it
+    (:func:`gpuguide.record`, which takes the same arguments).
 
     Returns nothing, so that a cell ending with the call shows only the line.
 
@@ -155,65 +123,32 @@ def report(
     quoted : (float, float), optional
         A published range: the line says whether the figure is above, within
         or below it.
-    host : bool, optional
-        Whether a GPU machine measured the figure on its host CPU
-        (:func:`gpuguide.record`); a measured object made on the CPU says so itself.
     **config : str, int, float or bool
         What identifies the figure beside its name (``dtype="bf16"``).
     """
-    low = high = device = None
-    if spread is not None and not isinstance(value, (int, float)):
-        msg = f"spread is for a plain number; a {type(value).__name__} brings its own"
-        raise ValueError(msg)
-    if isinstance(value, Rate):
-        number, unit, low, high = value.value, value.unit, value.low, value.high
-        device = value.device
+    extra: dict[str, Any] = dict(config)  # typed apart from record's own keywords
+    result = record(
+        name, value, unit=unit, spread=spread, size=size, peak=peak, host=host, **extra
+    )
+    number, unit, spread = result.value, result.unit, result.spread
+    if isinstance(value, (Rate, Comparison)):
         text = str(value)
-    elif isinstance(value, Measurement):
-        number, unit, low, high = value.median_s, "s", value.q25_s, value.q75_s
-        text = format_spread(number, low, high, unit)
-    elif isinstance(value, Comparison):
-        number, unit, low, high = value.speedup, "x", value.low, value.high
-        text = str(value)
+    elif spread is not None:
+        text = format_spread(number, *spread, unit)
+    elif isinstance(value, int) and unit != "B":
+        text = f"{value:,} {unit}"  # a count: 2 steps, not 2.00 steps
     else:
-        if unit is None:
-            msg = f"unit must be given for a plain number (reporting {name!r})"
-            raise ValueError(msg)
-        number = float(value)
-        if not math.isfinite(number):
-            msg = f"value must be finite, got {value!r}"
-            raise ValueError(msg)
         text = format_value(number, unit)
-        if isinstance(value, int) and not isinstance(value, bool) and unit != "B":
-            text = f"{value:,} {unit}"  # a count: 2 steps, not 2.00 steps
-        if spread is not None:
-            low, high = spread = _checked_spread(spread)
-            text = format_spread(number, low, high, unit)
     timed = isinstance(value, (Rate, Measurement)) and number > 0
-    relative = (high - low) / number if timed and low and high else 0.0
-    if relative > NOISY_RELATIVE_IQR:
+    if timed and spread and (spread[1] - spread[0]) / number > NOISY_RELATIVE_IQR:
         text += f" NOISY (spread > {100 * NOISY_RELATIVE_IQR:.0f}% of the median)"
     where = ", ".join(f"{key}={value}" for key, value in config.items())
-    where = f" ({where})" if where else ""
-    parts = [f"{name}{where}: {text}"]
+    parts = [f"{name} ({where}): {text}" if where else f"{name}: {text}"]
     if peak is not None:
-        peaks = _peaks_for(device or "cpu")
+        peaks = _peaks_for(value.device if isinstance(value, Rate) else "cpu")
         parts.append(peaks.share(number, peak, peak=f"the {peak} peak"))
     if quoted is not None:
-        lo, hi = (number, number) if low is None or high is None else (low, high)
-        place = place_of((lo, hi), quoted)
+        place = place_of(spread or (number, number), quoted)
         against = " against" if place == TOO_WIDE else ""
         parts.append(f"{place}{against} the quoted {_quoted_text(quoted, unit)}")
-    print(", ".join(parts), file=file or sys.stdout)
-    plain = not isinstance(value, (Rate, Measurement, Comparison))
-    extra: dict[str, Any] = dict(config)  # typed apart from record's own keywords
-    record(
-        name,
-        number if plain else value,
-        unit=unit if plain else None,
-        spread=spread,
-        size=size,
-        peak=peak,
-        host=host,
-        **extra,
-    )
+    print(", ".join(parts))

@@ -2,10 +2,8 @@
 
 :func:`record` keeps a figure in memory (:func:`recorded`) and, when
 ``GPUGUIDE_RECORD`` names a file, writes it there with the run's provenance
-(:class:`DeviceRecord`). The format is stated once, in the JSON Schema
-``results.schema.json`` beside this module (the site publishes it as
-``_static/results.schema.json``): every record made here checks itself against
-its part of it (:func:`schema_problem`), and :mod:`gpuguide_tools.results_files`
+(:class:`DeviceRecord`). Every record checks itself against the JSON Schema
+``results.schema.json`` beside this module; :mod:`gpuguide_tools.results_files`
 reads, merges and writes whole files.
 """
 
@@ -19,8 +17,8 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
@@ -57,13 +55,8 @@ __all__ = [
 SCHEMA_VERSION = 3
 #: A file to record into; unset or empty: :func:`record` keeps values in memory.
 _RECORD_ENV = "GPUGUIDE_RECORD"
-#: What a result's ``on`` says of a figure a GPU machine measured on its host CPU.
-_ON_HOST = "host"
 #: The types a configuration value may have (floats finite).
 ConfigValue: TypeAlias = str | int | float | bool
-
-#: The JSON Schema of a results file, package data beside this module.
-_SCHEMA_FILE = "results.schema.json"
 
 
 def _finite(checker: object, value: object) -> bool:
@@ -83,7 +76,7 @@ _Validator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
 @functools.cache
 def _validator(definition: str | None) -> Any:
     """A validator of a whole results file (None) or of one of its ``$defs``."""
-    text = resources.files("gpuguide").joinpath(_SCHEMA_FILE).read_text("utf-8")
+    text = resources.files("gpuguide").joinpath("results.schema.json").read_text()
     schema = json.loads(text)
     if definition is not None:
         schema = {"$defs": schema["$defs"], "$ref": f"#/$defs/{definition}"}
@@ -114,8 +107,7 @@ def _check(record: Any, definition: str) -> None:
 
 
 def _float(value: object) -> object:
-    """A real number as a Python float (a numpy scalar, an int); others as given,
-    for the schema to refuse."""
+    """A real number as a Python float; others as given, for the schema to refuse."""
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return float(value)
     return value
@@ -126,12 +118,9 @@ class DeviceRecord:
     """Where and when a results file was measured: device, versions, date, peaks.
 
     ``peaks`` maps peak names (:meth:`gpuguide.peaks.Peaks.share`) to rates;
-    ``isa`` is a CPU's widest vector
-    instruction set (None for a GPU); ``host`` a GPU machine's host CPU (model,
-    threads, vector ISA: what its figures ``on`` the host ran on; None for a
-    CPU); ``gpu`` a GPU's clocks, power limit, PCIe link and the clock limiters
-    seen while figures were recorded (NVML's, where ``nvidia-ml-py`` is
-    installed); None elsewhere means unknown.
+    ``isa`` is a CPU's widest vector instruction set; ``host`` a GPU machine's
+    host CPU; ``gpu`` a GPU's clocks, power limit, link and the clock limiters
+    seen while recording (from NVML); None means unknown or not applicable.
     """
 
     name: str
@@ -174,14 +163,12 @@ class DeviceRecord:
 
     @classmethod
     def from_info(
-        cls,
-        info: DeviceInfo,
-        *,
-        small: bool | None = None,
-        peaks: Mapping[str, float] | None = None,
+        cls, info: DeviceInfo, *, peaks: Mapping[str, float] | None = None
     ) -> DeviceRecord:
         """The record of a described device, dated now (UTC)."""
-        gpu = info.type == "cuda"
+        cpu = info.type == "cpu"
+        threads = f"{info.cpu_threads} thread{'s' if info.cpu_threads != 1 else ''}"
+        host = ", ".join(filter(None, (info.cpu_model, threads, info.cpu_isa)))
         return cls(
             name=info.name,
             short_name=info.short_name,
@@ -190,28 +177,20 @@ class DeviceRecord:
             cuda=info.cuda_version,
             driver=info.driver_version,
             date=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
-            small=small_mode() if small is None else small,
+            small=small_mode(),
             peaks=dict(peaks or {}),
-            isa=info.cpu_isa if info.type == "cpu" else None,
+            isa=info.cpu_isa if cpu else None,
             gpuguide=info.gpuguide_version,
             commit=info.gpuguide_commit,
             dirty=info.gpuguide_dirty,
-            gpu=info.gpu_state if gpu else None,
-            host=None if info.type == "cpu" else host_label(info),
+            gpu=info.gpu_state if info.type == "cuda" else None,
+            host=None if cpu else host,
         )
 
     def to_json(self) -> dict[str, object]:
         """The record as the ``"device"`` object of a results file."""
-        data: dict[str, object] = {
-            "name": self.name,
-            "short_name": self.short_name,
-            "kind": self.kind,
-            "torch": self.torch,
-            "cuda": self.cuda,
-            "driver": self.driver,
-            "date": self.date,
-            "small": self.small,
-        }
+        own = ("name", "short_name", "kind", "torch", "cuda", "driver", "date", "small")
+        data: dict[str, object] = {key: getattr(self, key) for key in own}
         if self.kind == "cpu" or self.isa is not None:
             data["isa"] = self.isa
         if (self.gpuguide, self.commit, self.dirty) != (None, None, False):
@@ -223,13 +202,6 @@ class DeviceRecord:
         if self.host is not None:
             data["host"] = self.host
         return data
-
-
-def host_label(info: DeviceInfo) -> str:
-    """A GPU machine's host CPU: ``"Intel(R) Xeon(R) Processor, 16 threads, AMX"``."""
-    threads = f"{info.cpu_threads} thread{'s' if info.cpu_threads != 1 else ''}"
-    label = f"{info.cpu_model}, {threads}"
-    return f"{label}, {info.cpu_isa}" if info.cpu_isa else label
 
 
 @dataclass(frozen=True)
@@ -267,11 +239,6 @@ class Result:
         """``(page, name, config, x)``: what identifies a figure across runs."""
         return (self.page, self.name, tuple(sorted(self.config.items())), self.x)
 
-    @property
-    def is_sweep_point(self) -> bool:
-        """Whether the figure is one point of a sweep (it has an ``x``)."""
-        return self.x is not None
-
     def to_json(self) -> dict[str, object]:
         """The result as one entry of a results file's ``"results"``."""
         q = self.spread
@@ -290,9 +257,8 @@ class Result:
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim a page states and its run checked (:func:`gpuguide.claim`): the
-    ``text`` as the page states it, the ``outcome`` (``"held"``, ``"failed"``,
-    ``"n/a"``) and
+    """One claim a page states and its run checked (:func:`gpuguide.claim`): its
+    ``text``, the ``outcome`` (``"held"``, ``"failed"``, ``"n/a"``) and
     ``measured``: what the run measured, or why the claim does not apply."""
 
     text: str
@@ -304,7 +270,7 @@ class Claim:
 
     def to_json(self) -> dict[str, object]:
         """The claim as one entry of a results file's ``"claims"`` list of a page."""
-        return {"text": self.text, "outcome": self.outcome, "measured": self.measured}
+        return asdict(self)
 
 
 def write_json(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
@@ -333,8 +299,8 @@ _device: list[DeviceRecord] = []
 
 
 def current_device() -> DeviceRecord:
-    """The provenance of this process's device, described once per process; a
-    GPU's clock limiters are those seen so far (:func:`_note_clock_limits`)."""
+    """The provenance of this process's device, described once per process, with
+    the GPU clock limiters seen so far."""
     if not _device:
         from gpuguide.device import describe_device
 
@@ -342,25 +308,17 @@ def current_device() -> DeviceRecord:
     return _device[0]
 
 
-def _with_limits(device: DeviceRecord, seen: Collection[str]) -> DeviceRecord:
-    """``device`` with the clock limiters ``seen`` added to its own."""
-    state = device.gpu
-    if state is None or not seen:
-        return device
-    limits = tuple(dict.fromkeys((*(state.clock_limits or ()), *seen)))
-    return replace(device, gpu=replace(state, clock_limits=limits))
-
-
 def _note_clock_limits() -> None:
     """Add what limits the GPU's clocks now (after a measurement) to the limiters
-    of this process's device, where NVML described it; else do nothing."""
-    if not nvml.available() or current_device().gpu is None:
+    of this process's device, where NVML described it."""
+    if not nvml.available() or (old := current_device().gpu) is None:
         return
     from gpuguide.device import gpu_state
 
-    state = gpu_state()
-    if state is not None and state.clock_limits is not None:
-        _device[0] = _with_limits(_device[0], state.clock_limits)
+    seen = getattr(gpu_state(), "clock_limits", None)
+    if seen:
+        limits = tuple(dict.fromkeys((*(old.clock_limits or ()), *seen)))
+        _device[0] = replace(_device[0], gpu=replace(old, clock_limits=limits))
 
 
 def _default_page() -> str:
@@ -372,17 +330,14 @@ def _default_page() -> str:
             stem = Path(candidate).stem
             if not stem.startswith("__"):
                 return stem
-    msg = (
-        "page must be given: no running script to name it after "
-        f"(sys.argv[0] is {candidates[0]!r}); pass page='plot_...'"
-    )
+    msg = f"no running script to name the page after (sys.argv[0]: {candidates[0]!r})"
     raise ValueError(msg)
 
 
-def _figure(
+def figure(
     value: float | Measurement | Rate | Comparison,
-    unit: str | None,
-    spread: tuple[float, float] | None,
+    unit: str | None = None,
+    spread: tuple[float, float] | None = None,
 ) -> tuple[float, str, tuple[float, float] | None]:
     """``(value, unit, spread)`` of a number, or read from a measured object."""
     if isinstance(value, Measurement):
@@ -406,21 +361,12 @@ def _figure(
     return own[1], own[0], own[2]
 
 
-def _measured_on(value: object) -> str | None:
-    """The device type a measured object ran on (``"cpu"``, ``"cuda"``), if it says."""
-    if isinstance(value, Comparison):
-        value = value.subject
-    device = getattr(value, "device", None)
-    return str(device).split(":")[0] if device is not None else None
-
-
 def record(
     name: str,
     value: float | Measurement | Rate | Comparison,
     *,
     unit: str | None = None,
     spread: tuple[float, float] | None = None,
-    page: str | None = None,
     size: ConfigValue | None = None,
     peak: str | None = None,
     x: float | None = None,
@@ -429,22 +375,20 @@ def record(
 ) -> Result:
     """Record one headline figure of the running page; return its :class:`Result`.
 
-    ``name``, ``config`` and ``page`` (default: the running script) identify the
-    figure. ``value`` is a Measurement, Rate or Comparison (each with its unit
-    and spread) or a number with its ``unit`` and optional ``spread``. Recording
-    it again replaces it; with ``GPUGUIDE_RECORD`` set it is written at once.
-    ``host``: whether the figure was measured on the host CPU of a GPU machine
-    (the file files it as ``on: "host"``, labelled with that CPU); by default a
-    Measurement, Rate or Comparison made on the CPU says so itself, and a plain
-    number is taken as the device's. Ignored on a CPU, which is its own host.
+    ``name`` and ``config`` identify the figure on the running script's page.
+    ``value`` is a Measurement, Rate or Comparison (each with its unit and
+    spread) or a number with its ``unit`` and optional ``spread``. Recording it
+    again replaces it; with ``GPUGUIDE_RECORD`` set it is written at once.
+    ``host``: whether a GPU machine measured the figure on its host CPU
+    (default: whether a measured object ran on the CPU; a number: no).
     Raises ``ValueError`` for an invalid field.
     """
-    number, unit, spread = _figure(value, unit, spread)
+    number, unit, spread = figure(value, unit, spread)
     if host is None:
-        host = _measured_on(value) == "cpu"
-    on = _ON_HOST if host and current_device().kind != "cpu" else None
+        measured = value.subject if isinstance(value, Comparison) else value
+        host = str(getattr(measured, "device", "")).startswith("cpu")
     result = Result(
-        page=_default_page() if page is None else page,
+        page=_default_page(),
         name=name,
         value=number,
         unit=unit,
@@ -453,13 +397,12 @@ def record(
         size=size,
         x=x,
         peak=peak,
-        on=on,
+        on="host" if host and current_device().kind != "cpu" else None,
     )
     _recorded.pop(result.key, None)
     _recorded[result.key] = result
     _note_clock_limits()
-    if target := os.environ.get(_RECORD_ENV, "").strip():
-        _flush(Path(target), current_device())
+    _flush()
     return result
 
 
@@ -468,19 +411,13 @@ def recorded() -> tuple[Result, ...]:
     return tuple(_recorded.values())
 
 
-def record_claim(claim: Claim, *, page: str | None = None) -> Claim:
-    """Keep the outcome of one claim of the running page (``page``: default the
-    running script); stating it again replaces it. Written at once, with the
-    page's figures, when ``GPUGUIDE_RECORD`` is set."""
-    if not isinstance(claim, Claim):
-        msg = f"claim must be a Claim, got {type(claim).__name__}"
-        raise TypeError(msg)
-    page = _default_page() if page is None else page
+def record_claim(claim: Claim) -> None:
+    """Keep the outcome of one claim of the running page; stating it again
+    replaces it. Written at once when ``GPUGUIDE_RECORD`` is set."""
+    page = _default_page()
     _claims.pop((page, claim.text), None)
     _claims[page, claim.text] = claim
-    if target := os.environ.get(_RECORD_ENV, "").strip():
-        _flush(Path(target), current_device())
-    return claim
+    _flush()
 
 
 def recorded_claims() -> dict[str, tuple[Claim, ...]]:
@@ -498,13 +435,17 @@ def clear() -> None:
     _claims.clear()
 
 
-def _flush(target: Path, device: DeviceRecord) -> None:
-    """Write what this process recorded and checked into ``target``, replacing it."""
+def _flush() -> None:
+    """Write what this process recorded and checked into the file
+    ``GPUGUIDE_RECORD`` names, replacing it; unset: do nothing."""
+    target = os.environ.get(_RECORD_ENV, "").strip()
+    if not target:
+        return
     claims = recorded_claims()
     write_json(
         {
             "schema": SCHEMA_VERSION,
-            "device": device.to_json(),
+            "device": current_device().to_json(),
             "claims": {p: [c.to_json() for c in cs] for p, cs in claims.items()},
             "results": [r.to_json() for r in sorted(recorded(), key=lambda r: r.page)],
         },
