@@ -100,7 +100,7 @@ def test_no_commit_where_git_cannot_tell(checkout: Path, tmp_path: Path, monkeyp
     (empty / "a.py").write_text("")
     git(empty, "add", "a.py")
     assert git_commit(empty) is None  # tracked, but no commit yet
-    monkeypatch.setattr(version.shutil, "which", lambda name: None)
+    monkeypatch.setenv("PATH", "")
     assert git_commit(checkout) is None  # no git at all
 
 
@@ -109,7 +109,6 @@ def test_git_failing_to_start_tells_nothing(checkout: Path, monkeypatch):
     def broken(*args, **kwargs):
         raise OSError("exec format error")
 
-    monkeypatch.setattr(version.shutil, "which", lambda name: "/usr/bin/git")
     monkeypatch.setattr(version.subprocess, "run", broken)
     assert git_commit(checkout) is None
 

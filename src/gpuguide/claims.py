@@ -34,12 +34,6 @@ __all__ = ["claim", "takeaway"]
 STRICT_ENV = "GPUGUIDE_STRICT_CLAIMS"
 #: The verdicts a claim about a comparison may state.
 VERDICTS = ("faster", "slower", NO_DIFFERENCE, "not slower", "not faster")
-#: What the line of each outcome starts with.
-HEADS = {
-    "held": "Claim held",
-    "failed": "Claim did not hold here",
-    "n/a": "Claim not checked here",
-}
 #: Why a timed claim is not checked at small sizes.
 SMALL = "small mode: the sizes are too small to show it"
 
@@ -59,15 +53,12 @@ def _interval(
         )
         raise TypeError(msg)
     number = float(value)
-    if not math.isfinite(number):
-        msg = f"value must be finite, got {value!r}"
+    low, high = (number, number) if spread is None else map(float, spread)
+    if not all(map(math.isfinite, (low, number, high))) or not low <= number <= high:
+        msg = f"spread must be finite (low, high) around the value {value}: {spread}"
         raise ValueError(msg)
     if spread is None:
         return number, number, significant(number)
-    low, high = (float(end) for end in spread)
-    if not (math.isfinite(low) and math.isfinite(high)) or not low <= number <= high:
-        msg = f"spread must be finite (low, high) around the value, got {spread!r}"
-        raise ValueError(msg)
     return low, high, format_spread(number, low, high, "")
 
 
@@ -83,12 +74,6 @@ def _verdict_holds(value: object, verdict: str) -> bool:
     if verdict.startswith("not "):
         return value.verdict != verdict.removeprefix("not ")
     return value.verdict == verdict
-
-
-def _device_type() -> str:
-    """The set-up page's device type, else the device a page would pick."""
-    page = current()
-    return page.device.type if page is not None else pick_device().type
 
 
 def claim(
@@ -147,7 +132,8 @@ def claim(
         raise ValueError(msg)
     bound = at_least is not None or at_most is not None
     conditions = (verdict is not None) + (holds is not None) + bound
-    here = None if on is None else _device_type()
+    page = current()  # the set-up page's device, else the one a page would pick
+    here = None if on is None else (page.device if page else pick_device()).type
     applies = (on is None or here == on) and not unless
     if conditions > 1 or (applies and conditions != 1):
         msg = (
@@ -192,19 +178,19 @@ def claim(
 
 def _line(claim: Claim) -> str:
     """The line a page prints for a claim's outcome."""
-    head = HEADS[claim.outcome]
-    if claim.outcome == "failed":
-        return f"{head}: {claim.text}; measured {claim.measured}"
-    if claim.outcome == "n/a":
-        return f"{head}: {claim.text} ({claim.measured})"
-    return f"{head}: {claim.text} (measured {claim.measured})"
+    text, measured = claim.text, claim.measured
+    return {
+        "held": f"Claim held: {text} (measured {measured})",
+        "failed": f"Claim did not hold here: {text}; measured {measured}",
+        "n/a": f"Claim not checked here: {text} ({measured})",
+    }[claim.outcome]
 
 
 def takeaway() -> None:
     """Print the claims the running page checked with their outcomes in this run,
     for its take-away section; returns nothing, so a cell shows only the lines."""
     claims = [c for page in recorded_claims().values() for c in page]
-    counts = {o: sum(c.outcome == o for c in claims) for o in HEADS}
+    counts = {o: sum(c.outcome == o for c in claims) for o in ("held", "failed", "n/a")}
     print(
         f"This page's claims in this run: {counts['held']} held, "
         f"{counts['failed']} did not hold, {counts['n/a']} not checked here"

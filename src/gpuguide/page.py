@@ -108,23 +108,13 @@ def report(
     **config: ConfigValue,
 ) -> None:
     """Print one headline figure with its spread, share of peak and verdict; record it
-    (:func:`gpuguide.record`, which takes the same arguments).
+    with :func:`gpuguide.record`, which takes the same arguments (a measured
+    object brings its unit and spread; a number needs ``unit``).
 
-    Returns nothing, so that a cell ending with the call shows only the line.
-
-    Parameters
-    ----------
-    value : Rate, Measurement, Comparison or float
-        A measured object brings its unit and spread; a plain number needs
-        ``unit`` (and may have a ``spread``).
-    peak : str, optional
-        A peak's name (``"bf16"``, ``"memory"``) of the measuring device: the
-        line gives the figure's share of it (:meth:`gpuguide.peaks.Peaks.share`).
-    quoted : (float, float), optional
-        A published range: the line says whether the figure is above, within
-        or below it.
-    **config : str, int, float or bool
-        What identifies the figure beside its name (``dtype="bf16"``).
+    ``peak`` names a peak of the measuring device (``"bf16"``, ``"memory"``):
+    the line gives the figure's share of it. ``quoted`` is a published range
+    ``(low, high)``: the line says whether the figure is above, within or below
+    it. Returns nothing, so that a cell ending with the call shows only the line.
     """
     extra: dict[str, Any] = dict(config)  # typed apart from record's own keywords
     result = record(

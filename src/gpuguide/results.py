@@ -207,9 +207,8 @@ class DeviceRecord:
 @dataclass(frozen=True)
 class Result:
     """One recorded figure of one page: a median ``value`` in ``unit``, its
-    ``spread`` ``(q25, q75)``, what identifies it (``key``), its ``size``,
-    position ``x`` on a sweep, the ``peak`` it is a share of, and ``on``:
-    ``"host"`` for a figure a GPU machine measured on its host CPU."""
+    ``spread`` ``(q25, q75)``, ``size``, position ``x`` on a sweep, the ``peak``
+    it is a share of, and ``on="host"`` for a GPU machine's host CPU figure."""
 
     page: str
     name: str
@@ -326,10 +325,9 @@ def _default_page() -> str:
     main = sys.modules.get("__main__")
     candidates = [sys.argv[0] if sys.argv else "", getattr(main, "__file__", None)]
     for candidate in candidates:
-        if isinstance(candidate, str) and candidate.endswith(".py"):
-            stem = Path(candidate).stem
-            if not stem.startswith("__"):
-                return stem
+        stem = Path(str(candidate)).stem
+        if str(candidate).endswith(".py") and not stem.startswith("__"):
+            return stem
     msg = f"no running script to name the page after (sys.argv[0]: {candidates[0]!r})"
     raise ValueError(msg)
 
@@ -375,13 +373,11 @@ def record(
 ) -> Result:
     """Record one headline figure of the running page; return its :class:`Result`.
 
-    ``name`` and ``config`` identify the figure on the running script's page.
-    ``value`` is a Measurement, Rate or Comparison (each with its unit and
-    spread) or a number with its ``unit`` and optional ``spread``. Recording it
-    again replaces it; with ``GPUGUIDE_RECORD`` set it is written at once.
-    ``host``: whether a GPU machine measured the figure on its host CPU
-    (default: whether a measured object ran on the CPU; a number: no).
-    Raises ``ValueError`` for an invalid field.
+    ``name`` and ``config`` identify the figure. ``value`` is a Measurement, Rate
+    or Comparison (each with its unit and spread) or a number with its ``unit``
+    and optional ``spread``. ``host``: whether a GPU machine measured it on its
+    host CPU (default: whether a measured object ran on the CPU). Recording it
+    again replaces it. Raises ``ValueError`` for an invalid field.
     """
     number, unit, spread = figure(value, unit, spread)
     if host is None:
@@ -422,15 +418,14 @@ def record_claim(claim: Claim) -> None:
 
 def recorded_claims() -> dict[str, tuple[Claim, ...]]:
     """The claims this process checked so far, by page, in the order stated."""
-    pages: dict[str, list[Claim]] = {}
+    pages: dict[str, tuple[Claim, ...]] = {}
     for (page, _), claim in _claims.items():
-        pages.setdefault(page, []).append(claim)
-    return {page: tuple(claims) for page, claims in pages.items()}
+        pages[page] = (*pages.get(page, ()), claim)
+    return pages
 
 
 def clear() -> None:
-    """Forget what this process recorded and the claims it checked (the files
-    written stay as they are)."""
+    """Forget what this process recorded and the claims it checked."""
     _recorded.clear()
     _claims.clear()
 

@@ -16,7 +16,6 @@ import importlib.metadata
 import json
 import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,6 @@ COMMIT_ENV = "GPUGUIDE_COMMIT"
 #: Seconds to wait for one git command before giving up.
 _GIT_TIMEOUT_S = 5.0
 _HASH = re.compile(r"[0-9a-f]{7,40}")
-_PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def version_label(version: str | None, commit: str | None, dirty: bool = False) -> str:
@@ -68,14 +66,11 @@ class VersionInfo:
 
 def _git(folder: Path, *args: str) -> str | None:
     """The output of ``git -C folder args``, or None when git fails or is missing."""
-    executable = shutil.which("git")
-    if executable is None:
-        return None
     # No index refresh: never take the lock beside the user's own git commands.
     env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
     try:
         done = subprocess.run(
-            [executable, "-C", os.fspath(folder), *args],
+            ["git", "-C", os.fspath(folder), *args],
             capture_output=True,
             text=True,
             timeout=_GIT_TIMEOUT_S,
@@ -91,8 +86,6 @@ def git_commit(folder: str | os.PathLike[str]) -> tuple[str, bool] | None:
     """The abbreviated commit of the checkout that tracks ``folder``, and whether it
     is dirty; None without git, a repository, a tracked file there or a commit."""
     path = Path(folder)
-    if not path.is_dir():
-        return None
     if _git(path, "ls-files", "--error-unmatch", "--", ".") is None:
         return None  # not a repository, or nothing tracked here
     head = _git(path, "rev-parse", "--short", "HEAD")
@@ -135,4 +128,4 @@ def _describe(package_dir: Path) -> VersionInfo:
 def describe_version() -> VersionInfo:
     """The version of these helpers and their commit (see the module), once per
     process; never raises."""
-    return _describe(_PACKAGE_DIR)
+    return _describe(Path(__file__).resolve().parent)
