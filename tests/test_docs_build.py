@@ -61,9 +61,7 @@ def test_every_page_ends_with_its_recorded_results(site):
     for path, f in files.items():
         assert path.name in devices.get_text()
         assert f.device.short_name in devices.get_text()
-    headline = {
-        r.page for f in files.values() for r in f.results if r.x is None
-    }
+    headline = {r.page for f in files.values() for r in f.results if r.x is None}
     assert len(pages) == len(headline)
     assert any("% of peak" in t.get_text() for t in pages)
     assert (out / "_static" / "results.schema.json").is_file()  # published

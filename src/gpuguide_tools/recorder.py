@@ -395,7 +395,7 @@ def with_measured_ceilings(results_file: ResultsFile) -> ResultsFile:
     """A CPU's file with each peak raised to the best rate recorded against it.
 
     A CPU's peaks are the best rates measured on it
-    (:func:`gpuguide.peaks.measure_cpu_peaks`), so a page or the check-up that
+    (:func:`gpuguide.peaks.device_peaks`), so a page or the check-up that
     finds a faster shape has found the ceiling; shares of it then read at most
     100%. A GPU's datasheet peaks are returned unchanged.
     """
