@@ -420,7 +420,9 @@ def test_a_downloaded_script_runs_with_uv_from_its_inline_metadata(
     wheels.mkdir()
     shutil.copy2(script, reader / script.name)
     # What the block asks for but the helpers, from this environment (no torch download).
-    for dist in _requirements_closure(deps[1:]).values():
+    # ... and what the helpers' wheel needs itself (jsonschema).
+    helpers_need = importlib.metadata.requires("gpuguide") or []
+    for dist in _requirements_closure([*deps[1:], *helpers_need]).values():
         _wheel_of(dist, wheels)
     env = {
         k: v

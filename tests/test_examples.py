@@ -106,7 +106,7 @@ def check_kept_losses(out: str) -> None:
 
 def check_transfer_bandwidth(out: str) -> None:
     """A copy's bandwidth depends on its size: the figure names it, at most 64 MiB."""
-    named = re.findall(r"^host-to-host bandwidth \(copy=([\d.]+ \w?i?B)\): ", out, re.M)
+    named = re.findall(r"^copy, host-to-host \(copy=([\d.]+ \w?i?B)\): ", out, re.M)
     assert len(named) == 1, out
     assert 4096 <= _bytes(named[0]) <= 2**26
 
