@@ -12,8 +12,8 @@ from torch.utils.data import DistributedSampler, TensorDataset
 
 from gpuguide.chapters import distributed
 from gpuguide.chapters.distributed import (
-    DDPConfig,
-    DDPReport,
+    _DDPConfig,
+    _DDPReport,
     _run_worlds,
     _spawned,
     ddp_train_worker,
@@ -22,7 +22,9 @@ from gpuguide.chapters.distributed import (
 from gpuguide.chapters.spawning import spawn_safe
 from gpuguide.timing import Measurement
 
-TINY = DDPConfig(features=8, width=16, classes=3, batch_size=4, steps=2, warmup_steps=1)
+TINY = _DDPConfig(
+    features=8, width=16, classes=3, batch_size=4, steps=2, warmup_steps=1
+)
 
 
 def free_port() -> int:
@@ -47,7 +49,7 @@ def test_spawned_ranks_get_torchrun_variables_per_rank():
     assert int(ports[0]) > 0
 
 
-def _expected_gradient_norm(config: DDPConfig, world_size: int) -> float:
+def _expected_gradient_norm(config: _DDPConfig, world_size: int) -> float:
     """What DDP should produce, computed in one process: the mean of local grads."""
     torch.manual_seed(0)
     n = 4 * world_size * config.batch_size
@@ -73,7 +75,7 @@ def test_ddp_worker_averages_gradients_identically_on_two_ranks():
     assert abs(expected - single_rank) > 1e-3  # the check can tell them apart
     n_params = sum(p.numel() for p in make_mlp(8, 16, 3).parameters())
     for r in reports:
-        assert isinstance(r, DDPReport)
+        assert isinstance(r, _DDPReport)
         assert r.device == "cpu"
         assert r.rank_difference == 0.0
         assert r.mean_error < 1e-6
@@ -95,7 +97,7 @@ def test_ddp_worker_in_this_process_with_one_rank(monkeypatch):
     env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    config = DDPConfig(features=8, width=16, classes=3, batch_size=4, steps=3)
+    config = _DDPConfig(features=8, width=16, classes=3, batch_size=4, steps=3)
     threads = torch.get_num_threads()
     try:
         report = ddp_train_worker(config)
@@ -164,7 +166,7 @@ def test_launch_runs_each_world_and_returns_its_results_by_rank():
 @pytest.mark.gpu
 def test_ddp_worker_with_nccl_on_the_gpus():
     world_size = 1  # NCCL's set-up and all-reduce, in one spawned rank (seconds)
-    config = DDPConfig("nccl", features=8, width=16, classes=3, batch_size=4, steps=2)
+    config = _DDPConfig("nccl", features=8, width=16, classes=3, batch_size=4, steps=2)
     reports = launch(ddp_train_worker, world_size, args=(config,))
     expected = _expected_gradient_norm(config, world_size)
     for rank, r in enumerate(reports):
@@ -190,25 +192,29 @@ def test_ddp_worker_with_nccl_on_the_gpus():
     ],
 )
 def test_ddp_plan_picks_world_sizes(gpus, cores, small, gpu_host, sizes):
-    got, config = distributed.ddp_plan(gpus, cores, small=small, gpu_host=gpu_host)
+    got, config, _ = distributed.ddp_plan(gpus, cores, small=small, gpu_host=gpu_host)
     assert got == sizes
     assert config.backend == ("nccl" if gpus >= 2 else "gloo")
 
 
 def test_ddp_plan_sizes_the_model_for_the_backend():
-    nccl = DDPConfig("nccl", features=1024, width=4096, batch_size=256, steps=20)
+    nccl = _DDPConfig("nccl", features=1024, width=4096, batch_size=256, steps=20)
     assert distributed.ddp_plan(2, 1)[1] == nccl
-    gloo = DDPConfig("gloo", width=1024, batch_size=128, steps=10)
+    gloo = _DDPConfig("gloo", width=1024, batch_size=128, steps=10)
     assert distributed.ddp_plan(0, 8)[1] == gloo
-    small = DDPConfig("gloo", width=512, batch_size=128, steps=5)
+    small = _DDPConfig("gloo", width=512, batch_size=128, steps=5)
     assert distributed.ddp_plan(0, 8, small=True)[1] == small
 
 
-def test_too_few_cores_needs_two_per_process():
-    assert distributed.too_few_cores(8, 4) is None
-    assert distributed.too_few_cores(7, 4) == (
+def test_ddp_plan_says_when_too_few_cores_for_two_per_process():
+    assert distributed.ddp_plan(0, 8)[2] is None
+    assert distributed.ddp_plan(0, 7)[2] == (
         "7 usable cores: too few to time 4 processes steadily"
     )
+    assert distributed.ddp_plan(0, 1)[2] == (
+        "1 usable cores: too few to time 2 processes steadily"
+    )
+    assert distributed.ddp_plan(2, 1)[2] is None
 
 
 @pytest.mark.parametrize(

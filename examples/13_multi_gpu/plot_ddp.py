@@ -28,11 +28,10 @@ from gpuguide.chapters import distributed
 page = gpuguide.setup()
 gpus = torch.cuda.device_count() if page.cuda else 0
 cores = usable_cpus()
-world_sizes, config = distributed.ddp_plan(
+world_sizes, config, few = distributed.ddp_plan(
     gpus, cores, small=page.small, gpu_host=page.cuda
 )
 most = world_sizes[-1]
-few = None if gpus >= 2 else distributed.too_few_cores(cores, most)
 size = f"width {config.width}, batch {config.batch_size}"
 if gpus < 2:
     print(f"Scaling needs 2 GPUs (here {gpus}); ranks on CPU ({few or 'a core each'})")

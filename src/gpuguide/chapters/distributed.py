@@ -2,7 +2,7 @@
 
 :func:`launch_worlds` starts processes that set ``torchrun``'s variables and run a
 worker; :func:`ddp_train_worker` trains a small MLP with DDP and times its steps;
-:func:`ddp_plan` and :func:`too_few_cores` size the DDP page.
+:func:`ddp_plan` sizes the DDP page.
 """
 
 from __future__ import annotations
@@ -23,15 +23,7 @@ from gpuguide.timing import Measurement, benchmark
 if TYPE_CHECKING:
     import torch
 
-__all__ = [
-    "DDPConfig",
-    "DDPReport",
-    "ddp_plan",
-    "ddp_train_worker",
-    "launch_worlds",
-    "make_mlp",
-    "too_few_cores",
-]
+__all__ = ["ddp_plan", "ddp_train_worker", "launch_worlds", "make_mlp"]
 
 # A warm-up budget no call stays under: ``benchmark`` warms up with exactly one call,
 # so every rank makes as many calls (a DDP step is collective: one more would hang).
@@ -48,10 +40,9 @@ def _run_worlds(
     barrier: Any,
     results: Any,
 ) -> None:
-    """Take part in each world of ``worlds`` (``(world_size, master_port)``) in turn:
-    wait at ``barrier``, then, as one of its first ``world_size`` processes, set
-    torchrun's variables and put ``((world_size, local_rank), fn(*args))`` into
-    ``results``."""
+    """Take part in each world ``(world_size, master_port)`` with a rank in it, in
+    turn: set torchrun's variables, put ``((world_size, local_rank), fn(*args))``
+    into ``results``."""
     for world_size, master_port in worlds:
         barrier.wait()  # every process is done with the world before
         if local_rank < world_size:
@@ -64,9 +55,8 @@ def _run_worlds(
 
 def _spawned(local_rank: int, *args: Any) -> None:  # pragma: no cover - child
     """One spawned process: :func:`_run_worlds`, then exit at once (tearing down
-    while gloo's threads hold tensors can abort). It imports ``torch._dynamo`` first,
-    as DDP does when it wraps its first model, so that all processes pay for it
-    together, not a later world's ranks while the others wait."""
+    while gloo's threads hold tensors can abort). ``torch._dynamo``, which DDP
+    imports, is imported first, by all processes together."""
     import torch._dynamo  # noqa: F401
 
     _run_worlds(local_rank, *args)
@@ -80,9 +70,7 @@ def _launch(
     args: tuple[Any, ...],
     sizes: Sequence[int],
 ) -> dict[int, list[Any]]:
-    """Run ``worker(*args)`` in every rank of worlds of ``sizes`` processes, with
-    one set of ``max(sizes)`` spawned processes; return each world's results, by
-    rank."""
+    """Each world's ``worker(*args)`` results by rank, from one set of processes."""
     import torch.multiprocessing as mp
 
     sockets = [socket.socket() for _ in sizes]  # all bound at once: distinct ports
@@ -122,19 +110,17 @@ def launch_worlds(
     *,
     one_set: bool = False,
 ) -> dict[int, list[Any]]:
-    """Run ``worker(*args)`` in every rank of worlds of ``sizes`` processes and
-    return each world's results by rank: with ``one_set``, in one set of processes
-    that runs the worlds in turn (each starts once); else a set per world."""
+    """Run ``worker(*args)`` in every rank of worlds of ``sizes`` processes; each
+    world's results by rank. ``one_set``: one set of processes runs all worlds."""
     if one_set:
         return _launch(worker, args, sizes)
     return {n: _launch(worker, args, [n])[n] for n in sizes}
 
 
 @dataclass(frozen=True)
-class DDPConfig:
-    """What :func:`ddp_train_worker` trains and how long it times: ``backend``
-    ``"gloo"`` (CPU, a thread per process) or ``"nccl"`` (one GPU per process),
-    ``batch_size`` per process."""
+class _DDPConfig:
+    """What :func:`ddp_train_worker` trains and times: ``backend`` ``"gloo"`` (CPU)
+    or ``"nccl"`` (one GPU per process), ``batch_size`` per process."""
 
     backend: str = "gloo"
     features: int = 256
@@ -146,11 +132,10 @@ class DDPConfig:
 
 
 @dataclass(frozen=True)
-class DDPReport:
-    """What one rank of :func:`ddp_train_worker` timed (``step``, ``step_no_sync``,
-    ``allreduce`` of all ``gradient_bytes``) and checked on the first batch: its
-    averaged gradients against rank 0's (``rank_difference``) and against the mean
-    of the ranks' local ones (``mean_error``), and their ``gradient_norm``."""
+class _DDPReport:
+    """What one rank timed and checked on the first batch: its averaged gradients
+    against rank 0's (``rank_difference``) and the mean of the local ones
+    (``mean_error``)."""
 
     device: str
     step: Measurement
@@ -166,29 +151,24 @@ class DDPReport:
 
 def ddp_plan(
     gpus: int, cores: int, *, small: bool = False, gpu_host: bool = False
-) -> tuple[list[int], DDPConfig]:
-    """The DDP page's world sizes and :class:`DDPConfig`: with two CUDA GPUs or more,
-    1, 2, 4 and 8 processes up to ``gpus``, NCCL and a large MLP; else gloo, 1, 2
-    and 4 processes up to the usable ``cores`` (at least 2; ``small``: 1 and 2 and
-    a narrower MLP), and on the host of one GPU (``gpu_host``) one and the most."""
+) -> tuple[list[int], _DDPConfig, str | None]:
+    """The DDP page's world sizes, config and why its gloo ranks cannot be timed
+    steadily (None where they can): with two CUDA GPUs or more, 1-8 processes, NCCL
+    and a large MLP; else gloo, 1, 2 and 4 processes up to the usable ``cores`` (at
+    least 2; ``small``: 1 and 2, a narrower MLP), on a GPU's host one and the most.
+    Each gloo rank needs two cores: its own and one for gloo's threads and the page.
+    """
     if gpus >= 2:
         sizes = [n for n in (1, 2, 4, 8) if n <= gpus]
-        config = DDPConfig("nccl", features=1024, width=4096, batch_size=256, steps=20)
-        return sizes, config
+        config = _DDPConfig("nccl", features=1024, width=4096, batch_size=256, steps=20)
+        return sizes, config, None
     sizes = [n for n in (1, 2, 4) if n <= max(cores, 2)][: 2 if small else 3]
     if gpu_host:
         sizes = [1, sizes[-1]]
     width, steps = (512, 5) if small else (1024, 10)
-    return sizes, DDPConfig("gloo", width=width, batch_size=128, steps=steps)
-
-
-def too_few_cores(cores: int, processes: int) -> str | None:
-    """Why ``processes`` gloo ranks cannot be timed steadily on ``cores`` usable
-    cores (each needs two: its own and one for gloo's threads and the page); None
-    where there are enough."""
-    if cores >= 2 * processes:
-        return None
-    return f"{cores} usable cores: too few to time {processes} processes steadily"
+    config = _DDPConfig("gloo", width=width, batch_size=128, steps=steps)
+    few = f"{cores} usable cores: too few to time {sizes[-1]} processes steadily"
+    return sizes, config, None if cores >= 2 * sizes[-1] else few
 
 
 def make_mlp(features: int, width: int, classes: int) -> torch.nn.Module:
@@ -207,7 +187,7 @@ def _flat_grads(model: torch.nn.Module) -> torch.Tensor:
     )
 
 
-def ddp_train_worker(config: DDPConfig) -> DDPReport:
+def ddp_train_worker(config: _DDPConfig) -> _DDPReport:
     """Train an MLP with DistributedDataParallel in this rank (``RANK``,
     ``LOCAL_RANK`` and ``WORLD_SIZE`` set); time its steps."""
     import torch
@@ -292,7 +272,7 @@ def ddp_train_worker(config: DDPConfig) -> DDPReport:
         buffer = torch.zeros_like(averaged)
         timed_allreduce = timed(dist.all_reduce, "all-reduce alone", buffer)
         dist.barrier()  # every rank is done with its collectives before teardown
-        report = DDPReport(
+        report = _DDPReport(
             device=str(device),
             step=timed_step,
             step_no_sync=timed_no_sync,
