@@ -124,7 +124,7 @@ def test_the_device_figures_name_a_gpu_s_sms_memory_and_datasheet_peaks(monkeypa
     assert rows["streaming multiprocessors"] == "132"
     assert rows["compute capability"] == "9.0"
     assert rows["device memory"] == "80.0 GiB"
-    assert rows["peak bf16 matmul"] == gpuguide.format_rate(
+    assert rows["peak bf16 matmul"] == gpuguide.format_value(
         gpuguide.device_peaks(h100).flops["bf16"], "FLOP/s"
     )
     assert rows["source of the peaks"] == gpuguide.device_peaks(h100).source

@@ -8,9 +8,7 @@ import pytest
 
 from gpuguide.units import (
     format_bytes,
-    format_rate,
     format_ratio,
-    format_spread,
     format_time,
     format_value,
     significant,
@@ -93,8 +91,8 @@ def test_format_bytes_non_finite():
         (math.nan, "B/s", "nan B/s"),
     ],
 )
-def test_format_rate(value, unit, expected):
-    assert format_rate(value, unit) == expected
+def test_format_value_rates(value, unit, expected):
+    assert format_value(value, unit) == expected
 
 
 @pytest.mark.parametrize(
@@ -181,5 +179,6 @@ def test_format_value(value, unit, text):
         ((0.5, -0.7, 1.0, ""), "0.500 (-0.700 to 1.00)"),
     ],
 )
-def test_format_spread_writes_the_ends_in_the_medians_unit(args, text):
-    assert format_spread(*args) == text
+def test_a_spread_is_written_in_the_medians_unit(args, text):
+    value, low, high, unit = args
+    assert format_value(value, unit, (low, high)) == text

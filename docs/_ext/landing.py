@@ -62,7 +62,7 @@ def banner_text(now: datetime | None = None) -> str:
 def device_rows() -> list[tuple[str, str]]:
     """The build's device in figures: what it is, its SMs and memory, its peaks."""
     from gpuguide.peaks import device_peaks
-    from gpuguide.units import format_bytes, format_rate
+    from gpuguide.units import format_bytes, format_value
 
     info = describe_device()
     peaks = device_peaks(info)
@@ -88,19 +88,19 @@ def device_rows() -> list[tuple[str, str]]:
     for key in ("fp64", "fp32", "tf32", "fp16", "bf16"):
         rate = peaks.flops.get(key)
         if rate is not None:
-            rows.append((f"peak {key} matmul", format_rate(rate, "FLOP/s")))
+            rows.append((f"peak {key} matmul", format_value(rate, "FLOP/s")))
     if peaks.memory_bandwidth_bytes_per_s:
         rows.append(
             (
                 "peak memory bandwidth",
-                format_rate(peaks.memory_bandwidth_bytes_per_s, "B/s"),
+                format_value(peaks.memory_bandwidth_bytes_per_s, "B/s"),
             )
         )
     if peaks.host_link_bytes_per_s:
         rows.append(
             (
                 "host link, per direction",
-                format_rate(peaks.host_link_bytes_per_s, "B/s"),
+                format_value(peaks.host_link_bytes_per_s, "B/s"),
             )
         )
     rows.append(("source of the peaks", peaks.source))

@@ -134,7 +134,7 @@ if not on_gpu:
         measured=f"{best} at {format_bytes(fast)} against {large}",
     )
 fig, ax = plt.subplots()
-copies.plot(ax, title=f"Copies reach up to {gpuguide.format_rate(fastest, 'B/s')}")
+copies.plot(ax, title=f"Copies reach up to {gpuguide.format_value(fastest, 'B/s')}")
 if on_gpu and link:  # an unknown GPU without NVML has no link peak
     ax.axhline(link / 1e9, color="0.3", ls="--", label=f"link peak ({which})")
     ax.legend()

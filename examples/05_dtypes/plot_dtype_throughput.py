@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide import Sweep, Variant, compare, format_rate, matmul_flop, report
+from gpuguide import Sweep, Variant, compare, format_value, matmul_flop, report
 from gpuguide.chapters import precision
 
 if not torch.cuda.is_available():
@@ -70,7 +70,7 @@ times = Sweep(
     hi=16384,
     per_octave=2,
     multiple_of=8,
-    memory=lambda n: precision.matmul_bytes(n, n, n, torch.float64),
+    memory=lambda n: 3 * 8 * n * n,  # a, b and out in fp64
     flop=lambda n: matmul_flop(n, n, n),
     rate="FLOP/s",
     size_label="matrix side n (elements)",
@@ -155,7 +155,7 @@ gpuguide.claim(
 # Every curve rises with ``n`` before it flattens; on a GPU the 16-bit curves later
 # and higher. The legend gives each dtype's best rate. On an H100 expect the best
 # bf16 and fp16 at 65-85% of the dense peak (MAMF's best: 794.5 of 989.5 TFLOP/s).
-best_rate = {k: format_rate(best[k].rate(1).value, "FLOP/s") for k in best}
+best_rate = {k: format_value(best[k].rate(1).value, "FLOP/s") for k in best}
 title = f"fastest here: {first} over {second}, {verdict.short}"
 times.plot(title=title, labels={k: f"{k} (best {best_rate[k]})" for k in best})
 plt.show()

@@ -36,7 +36,7 @@ from gpuguide.timing import (
     benchmark,
     matmul_flop,
 )
-from gpuguide.units import format_bytes, format_rate, format_ratio, format_time
+from gpuguide.units import format_bytes, format_ratio, format_time, format_value
 from gpuguide.verdicts import Comparison, break_even, compare, interleave
 from gpuguide.version import __version__
 
@@ -62,9 +62,9 @@ __all__ = [
     "device_peaks",
     "download_link",
     "format_bytes",
-    "format_rate",
     "format_ratio",
     "format_time",
+    "format_value",
     "interleave",
     "label_device",
     "largest_size",

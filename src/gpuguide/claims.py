@@ -22,7 +22,7 @@ from gpuguide.env import small_mode
 from gpuguide.page import current
 from gpuguide.results import Claim, figure, record_claim, recorded_claims
 from gpuguide.timing import Measurement, Rate
-from gpuguide.units import format_spread, significant
+from gpuguide.units import format_value, significant
 from gpuguide.verdicts import NO_DIFFERENCE, Comparison
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ def _interval(
     if isinstance(value, (Comparison, Rate, Measurement)):  # a Comparison's speed-up
         number, unit, ends = figure(value)
         low, high = ends or (number, number)
-        return low, high, format_spread(number, low, high, unit)
+        return low, high, format_value(number, unit, (low, high))
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         msg = (
             "value must be a Comparison, Rate, Measurement or number, "
@@ -59,7 +59,7 @@ def _interval(
         raise ValueError(msg)
     if spread is None:
         return number, number, significant(number)
-    return low, high, format_spread(number, low, high, "")
+    return low, high, format_value(number, "", (low, high))
 
 
 def _verdict_holds(value: object, verdict: str) -> bool:

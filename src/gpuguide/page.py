@@ -12,7 +12,7 @@ from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.plotting import apply_style
 from gpuguide.results import ConfigValue, record
 from gpuguide.timing import NOISY_RELATIVE_IQR, Measurement, Rate
-from gpuguide.units import format_spread, format_value
+from gpuguide.units import format_value
 from gpuguide.verdicts import TOO_WIDE, Comparison
 from gpuguide.verdicts import place as place_of
 
@@ -124,7 +124,7 @@ def report(
     if isinstance(value, (Rate, Comparison)):
         text = str(value)
     elif spread is not None:
-        text = format_spread(number, *spread, unit)
+        text = format_value(number, unit, spread)
     elif isinstance(value, int) and unit != "B":
         text = f"{value:,} {unit}"  # a count: 2 steps, not 2.00 steps
     else:

@@ -21,7 +21,7 @@ from gpuguide.device import DeviceInfo, describe_device
 from gpuguide.env import small_mode, strict_peaks
 from gpuguide.nvml import GpuState
 from gpuguide.timing import Measurement, benchmark
-from gpuguide.units import format_bytes, format_rate
+from gpuguide.units import format_bytes, format_value
 
 if TYPE_CHECKING:
     import torch
@@ -118,8 +118,8 @@ class Peaks:
             return min(percent, 100.0)
         if strict_peaks() and self.known:
             msg = (
-                f"{self.name}: a measured {what} rate of {format_rate(rate, unit)} is "
-                f"{percent:.0f}% of the listed peak {format_rate(peak, unit)} "
+                f"{self.name}: a measured {what} rate of {format_value(rate, unit)} is "
+                f"{percent:.0f}% of the listed peak {format_value(peak, unit)} "
                 f"(source: {self.source}), more than the "
                 f"{100 * (_PEAK_TOLERANCE - 1):.0f}% that measurement noise allows: a "
                 "datasheet peak is a ceiling, so the datasheet row is wrong or the "
@@ -154,7 +154,7 @@ class Peaks:
         if listed is None:
             return f"{peak} unknown"
         return (
-            f"above the {self.name} figure of {format_rate(listed, unit)} "
+            f"above the {self.name} figure of {format_value(listed, unit)} "
             f"for {what}: another clock, power limit, variant or link"
         )
 
@@ -249,7 +249,7 @@ def _matmul_ceiling(
             break
         n *= 2
     n, best = max(runs, key=lambda run: run[1])
-    return best, f"{key} {format_rate(best, 'FLOP/s')} at n={n}"
+    return best, f"{key} {format_value(best, 'FLOP/s')} at n={n}"
 
 
 def _bandwidth_ceiling(
@@ -280,7 +280,7 @@ def _bandwidth_ceiling(
         rates[name] = moved / _best_s(m)
     best = max(rates, key=rates.__getitem__)
     text = f"{'an' if best == 'add' else 'a'} {best} of {format_bytes(nbytes)} tensors"
-    return rates[best], f"memory {format_rate(rates[best], 'B/s')} by {text}"
+    return rates[best], f"memory {format_value(rates[best], 'B/s')} by {text}"
 
 
 @functools.lru_cache(maxsize=2)
@@ -333,7 +333,7 @@ def _with_negotiated_link(peaks: Peaks, state: GpuState | None) -> Peaks:
         "implausibly slow for this GPU" if link < floor else "faster than its own link"
     )
     kept = "the datasheet's" if sheet is not None else "unknown"
-    said = f"NVML's {label} ({format_rate(link, 'B/s')})"
+    said = f"NVML's {label} ({format_value(link, 'B/s')})"
     return replace(
         peaks, source=f"{peaks.source}; host link: {kept}, as {said} is {why}"
     )

@@ -24,7 +24,7 @@ from gpuguide.plotting import plot_sweep
 from gpuguide.sizes import sweep as fitting_sizes
 from gpuguide.tables import Table, format_cell
 from gpuguide.timing import Measurement, Rate, benchmark
-from gpuguide.units import format_rate, unit_scale
+from gpuguide.units import format_value, unit_scale
 from gpuguide.verdicts import Comparison, compare, interleave
 
 __all__ = ["Sweep", "SweepResult", "Variant", "size_text"]
@@ -337,7 +337,7 @@ class SweepResult:
         if m is None or self.sweep.rate is None:
             return format_cell(m)
         rate = self.rate(label, n)
-        text = format_rate(rate.value, rate.unit) + (" NOISY" if m.is_noisy else "")
+        text = format_value(rate.value, rate.unit) + (" NOISY" if m.is_noisy else "")
         if peak := self._peak(label):
             share = device_peaks(self.devices[label]).percent_of(rate.value, peak)
             text += f" ({share:.0f}%)" if share is not None else ""

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from gpuguide import checks
 from gpuguide.device import as_device, pick_device
 from gpuguide.env import small_mode
-from gpuguide.units import format_spread, format_time
+from gpuguide.units import format_time, format_value
 
 if TYPE_CHECKING:
     import torch
@@ -162,7 +162,7 @@ class Measurement:
         it is; ``"12.0 ms (one run)"`` for a single time."""
         if self.n == 1:
             return f"{format_time(self.median_s)} (one run)"
-        text = format_spread(self.median_s, self.q25_s, self.q75_s, "s")
+        text = format_value(self.median_s, "s", (self.q25_s, self.q75_s))
         return f"{text} NOISY" if self.is_noisy else text
 
     def __repr__(self) -> str:
@@ -192,7 +192,7 @@ class Rate:
             raise ValueError(msg)
 
     def __str__(self) -> str:
-        return format_spread(self.value, self.low, self.high, self.unit)
+        return format_value(self.value, self.unit, (self.low, self.high))
 
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)

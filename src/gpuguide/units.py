@@ -9,14 +9,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = [
-    "format_bytes",
-    "format_rate",
-    "format_ratio",
-    "format_spread",
-    "format_time",
-    "format_value",
-]
+__all__ = ["format_bytes", "format_ratio", "format_time", "format_value"]
 
 _TIME_UNITS = ("ns", "us", "ms", "s")
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
@@ -73,10 +66,22 @@ def unit_scale(value: float, unit: str) -> tuple[float, str]:
     return 1.0, unit
 
 
-def format_value(value: float, unit: str) -> str:
+def format_value(
+    value: float | None, unit: str, spread: tuple[float, float] | None = None
+) -> str:
     """A figure in its unit, three significant digits: ``"1.20 ms"``, ``"16.0 MiB"``,
-    ``"612 TFLOP/s"``, ``"2.50x"`` (unit ``"x"``), ``"12.3 %"``."""
+    ``"612 TFLOP/s"``, ``"2.50x"`` (unit ``"x"``); None reads ``"n/a"``. A
+    ``spread`` ``(low, high)`` follows in the figure's prefix: ``"1.23 ms
+    (1.20-1.31)"``, the one way the guide writes a measurement."""
+    if value is None:
+        return "n/a"
     value = float(value)
+    if spread is not None:
+        scale = unit_scale(value, unit)[0]
+        ends = (" to " if spread[0] < 0 else "-").join(
+            significant(end / scale) for end in spread
+        )
+        return f"{format_value(value, unit)} ({ends})"
     if not math.isfinite(value):
         return f"{value} {unit}"
     if unit == "x":
@@ -97,12 +102,6 @@ def format_bytes(n: float) -> str:
     return format_value(n, "B")
 
 
-def format_rate(value: float | None, unit: str) -> str:
-    """A rate with an SI prefix: ``"1.20 TFLOP/s"`` for ``(1.2e12, "FLOP/s")``, ``"50.0
-    GB/s"`` for ``(5e10, "B/s")``; None reads ``"n/a"``."""
-    return "n/a" if value is None else format_value(value, unit)
-
-
 def format_ratio(x: float | None) -> str:
     """A speed-up or ratio as ``"3.2x"``: at most three significant digits without
     trailing zeros (``"0.031x"``), but ``"1.00x"`` for a whole number, ``"1234x"``
@@ -117,13 +116,3 @@ def format_ratio(x: float | None) -> str:
     if rounded != int(rounded):  # a whole number keeps its digits: "1.00x"
         text = text.rstrip("0")
     return f"{text}x"
-
-
-def format_spread(value: float, low: float, high: float, unit: str) -> str:
-    """A median with its spread, the one way the guide writes a measurement:
-    ``"1.23 ms (1.20-1.31)"``, ``"2.50x (2.41-2.62)"``: the ends in the median's
-    unit and prefix."""
-    scale = unit_scale(value, unit)[0]
-    sep = " to " if low < 0 else "-"
-    ends = sep.join(significant(end / scale) for end in (low, high))
-    return f"{format_value(value, unit)} ({ends})"

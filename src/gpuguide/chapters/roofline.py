@@ -18,7 +18,7 @@ from gpuguide.plotting import COLORS, label_device, style_axes
 from gpuguide.sizes import largest_size
 from gpuguide.tables import Table, format_cell
 from gpuguide.timing import benchmark
-from gpuguide.units import format_rate
+from gpuguide.units import format_value
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -206,8 +206,8 @@ class Roofline:
                 (
                     label,
                     format_cell(time),
-                    format_rate(rate, "FLOP/s"),
-                    format_rate(bandwidth, "B/s"),
+                    format_value(rate, "FLOP/s"),
+                    format_value(bandwidth, "B/s"),
                     f"{flop / nbytes:.3g}",
                     reached,
                     self.regime(label),
@@ -216,7 +216,7 @@ class Roofline:
         header = ("operation", "time", "compute", "bandwidth", "FLOP per byte")
         flops, nbytes = self.roofs
         title = (
-            f"roofs: {format_rate(flops, 'FLOP/s')} and {format_rate(nbytes, 'B/s')}"
+            f"roofs: {format_value(flops, 'FLOP/s')} and {format_value(nbytes, 'B/s')}"
             f"{' (measured: lower bounds)' if self.measured else ' (datasheet)'}; "
             f"ridge: {self.ridge:.3g} FLOP/byte"
         )
@@ -243,8 +243,8 @@ class Roofline:
         roof_x = [min(intensities) / 4, self.ridge, max(intensities) * 4]
         roof_y = [min(flops, x * bandwidth) / scale for x in roof_x]
         roof_label = (
-            f"roof: {format_rate(bandwidth, 'B/s')} x intensity, "
-            f"at most {format_rate(flops, 'FLOP/s')}"
+            f"roof: {format_value(bandwidth, 'B/s')} x intensity, "
+            f"at most {format_value(flops, 'FLOP/s')}"
         )
         ax.plot(roof_x, roof_y, color="0.2", lw=2.2, label=roof_label, zorder=2)
         ax.axvline(self.ridge, color="0.5", ls=":", lw=1.2, zorder=1)
