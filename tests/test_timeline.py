@@ -16,7 +16,7 @@ import pytest
 
 from gpuguide.chapters.timeline import (
     Marks,
-    Span,
+    _Span,
     overlap_share,
     plot_timeline,
     synchronizes,
@@ -26,29 +26,29 @@ from gpuguide.plotting import COLORS
 COPY, COMPUTE = "copy stream", "compute stream"
 
 
-def pipeline() -> list[Span]:
+def pipeline() -> list[_Span]:
     """Two chunks: copy in, compute, copy out, the second copy-in overlapping."""
     return [
-        Span(COPY, "H2D", 0.000, 0.002),
-        Span(COPY, "H2D", 0.002, 0.004),
-        Span(COMPUTE, "compute", 0.002, 0.005),
-        Span(COPY, "D2H", 0.005, 0.006),
-        Span(COMPUTE, "compute", 0.005, 0.008),
-        Span(COPY, "D2H", 0.008, 0.009),
+        _Span(COPY, "H2D", 0.000, 0.002),
+        _Span(COPY, "H2D", 0.002, 0.004),
+        _Span(COMPUTE, "compute", 0.002, 0.005),
+        _Span(COPY, "D2H", 0.005, 0.006),
+        _Span(COMPUTE, "compute", 0.005, 0.008),
+        _Span(COPY, "D2H", 0.008, 0.009),
     ]
 
 
-# -- Span ----------------------------------------------------------------------
+# -- _Span ----------------------------------------------------------------------
 
 
 def test_span_duration() -> None:
-    assert Span("lane", "work", 1.0, 3.0).duration_s == 2.0
-    assert Span("lane", "work", 0.5, 0.5).duration_s == 0.0
+    assert _Span("lane", "work", 1.0, 3.0).duration_s == 2.0
+    assert _Span("lane", "work", 0.5, 0.5).duration_s == 0.0
 
 
 def test_span_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
-        Span("lane", "work", 0.0, 1.0).end_s = 2.0  # type: ignore[misc]
+        _Span("lane", "work", 0.0, 1.0).end_s = 2.0  # type: ignore[misc]
 
 
 # -- Marks and overlap_share -----------------------------------------------------
@@ -61,7 +61,7 @@ def test_overlap_share_is_the_copies_time_beside_compute() -> None:
 
 
 def test_overlap_share_zero_when_stages_touch_or_the_lane_is_idle() -> None:
-    serial = [Span(COPY, "H2D", 0.0, 1.0), Span(COMPUTE, "compute", 1.0, 2.0)]
+    serial = [_Span(COPY, "H2D", 0.0, 1.0), _Span(COMPUTE, "compute", 1.0, 2.0)]
     assert overlap_share(serial, COPY, COMPUTE) == 0.0
     assert overlap_share(serial, "absent", COMPUTE) == 0.0
 
@@ -144,9 +144,9 @@ def test_plot_one_colour_per_label_and_a_legend(ax) -> None:
 def test_plot_two_timelines_share_colours() -> None:
     fig, (top, bottom) = plt.subplots(2, 1)
     serial = [
-        Span("default stream", "H2D", 0.0, 1.0),
-        Span("default stream", "compute", 1.0, 2.0),
-        Span("default stream", "D2H", 2.0, 3.0),
+        _Span("default stream", "H2D", 0.0, 1.0),
+        _Span("default stream", "compute", 1.0, 2.0),
+        _Span("default stream", "D2H", 2.0, 3.0),
     ]
     plot_timeline(top, serial, title="serial")
     plot_timeline(bottom, pipeline(), title="pipelined")

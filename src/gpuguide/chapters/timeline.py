@@ -1,10 +1,9 @@
-"""Drawing a timeline of measured work: which lane (stream, thread) ran what, and when.
+"""A timeline of measured work: which lane (stream, thread) ran what, and when.
 
-A :class:`Span` is one piece of work on one lane, timed in seconds from a common
-origin; :class:`Marks` records them (CUDA events on each stream, or a host clock),
+:class:`Marks` records spans of work (CUDA events on each stream, or a host clock),
 :func:`overlap_share` says how much of one lane's work ran beside another's, and
-:func:`plot_timeline` draws spans as bars, one row per lane, one colour per label.
-:func:`synchronizes` says whether a call makes the host wait for the GPU's queue.
+:func:`plot_timeline` draws them. :func:`synchronizes` says whether a call makes
+the host wait for the GPU's queue.
 """
 
 from __future__ import annotations
@@ -24,16 +23,16 @@ if TYPE_CHECKING:
     import torch
     from matplotlib.axes import Axes
 
-__all__ = ["Marks", "Span", "overlap_share", "plot_timeline", "synchronizes"]
+__all__ = ["Marks", "overlap_share", "plot_timeline", "synchronizes"]
 
 _BAR_HEIGHT = 0.7  # a bar's share of the distance between two lanes
 _LEGEND_ROOM = 0.5  # room above the first lane for the legend, in lanes
 
 
 @dataclass(frozen=True)
-class Span:
-    """One piece of work: where it ran (``lane``: a stream, a thread), what it was
-    (``label``) and its times in seconds from the origin."""
+class _Span:
+    """One piece of work: its ``lane`` (a stream, a thread), ``label`` and times in
+    seconds from the origin."""
 
     lane: str
     label: str
@@ -80,7 +79,7 @@ class Marks:
         yield
         self.marks.append((lane, label, start, self.now()))
 
-    def spans(self) -> list[Span]:
+    def spans(self) -> list[_Span]:
         """Wait for the marked work, then read each span from the origin."""
         self.sync()
 
@@ -89,12 +88,14 @@ class Marks:
                 return float(self.origin.elapsed_time(mark)) / 1e3
             return float(mark - self.origin)
 
-        return [Span(lane, label, read(s), read(e)) for lane, label, s, e in self.marks]
+        return [
+            _Span(lane, label, read(s), read(e)) for lane, label, s, e in self.marks
+        ]
 
 
-def overlap_share(spans: Sequence[Span], lane: str, other: str) -> float:
+def overlap_share(spans: Sequence[_Span], lane: str, other: str) -> float:
     """The share of ``lane``'s busy time during which ``other`` also ran (0 when
-    ``lane`` did nothing); spans within a lane are taken not to overlap."""
+    ``lane`` did nothing)."""
     mine = [s for s in spans if s.lane == lane]
     busy = sum(s.duration_s for s in mine)
     if busy <= 0:
@@ -108,11 +109,9 @@ def overlap_share(spans: Sequence[Span], lane: str, other: str) -> float:
     return both / busy
 
 
-def plot_timeline(ax: Axes, spans: Sequence[Span], *, title: str) -> None:
-    """Draw spans as horizontal bars in ms: one row per lane, top to bottom in order
-    of first appearance, and one colour per label, the palette's in order of first
-    appearance (two timelines with the same labels share colours). Raises
-    ``ValueError`` for no spans."""
+def plot_timeline(ax: Axes, spans: Sequence[_Span], *, title: str) -> None:
+    """Draw spans as bars in ms: a row per lane, a colour per label, each in order
+    of first appearance (timelines with the same labels share colours)."""
     spans = list(spans)
     if not spans:
         msg = "spans must hold at least one span, got none"
