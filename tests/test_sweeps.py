@@ -12,7 +12,7 @@ import torch
 
 from gpuguide import results
 from gpuguide.sizes import size_budget
-from gpuguide.sweeps import Sweep, SweepResult, Variant, size_text
+from gpuguide.sweeps import Sweep, SweepResult, Variant, _size_text
 from gpuguide.timing import Measurement
 
 
@@ -20,9 +20,9 @@ from gpuguide.timing import Measurement
 def _fresh(monkeypatch):
     monkeypatch.delenv("GPUGUIDE_RECORD", raising=False)
     monkeypatch.setattr(results, "_default_page", lambda: "plot_sweep_test")
-    results.clear()
+    results.recorded(clear=True)
     yield
-    results.clear()
+    results.recorded(clear=True)
 
 
 def vectors(n, device):
@@ -178,9 +178,9 @@ def test_bad_declarations_and_lookups_fail_clearly():
 
 
 def test_size_text_names_large_powers_of_two():
-    assert size_text(2**20) == "2^20"
-    assert size_text(8192) == "8192"
-    assert size_text(3 * 2**20) == str(3 * 2**20)
+    assert _size_text(2**20) == "2^20"
+    assert _size_text(8192) == "8192"
+    assert _size_text(3 * 2**20) == str(3 * 2**20)
 
 
 def test_a_variant_may_bring_its_own_inputs_size_peak_and_planning_rate():

@@ -17,7 +17,6 @@ import torch
 
 import gpuguide
 from gpuguide import Sweep, compare
-from gpuguide.tables import format_cell
 
 page = gpuguide.setup()
 device = page.device
@@ -113,8 +112,8 @@ if device.type == "cuda":  # how much of bmm's time per call is the GPU's work?
     a, b, out = stacked(B, device)
     work = gpuguide.benchmark(batched_mm, args=(a, b, out), measure="kernel")
     print(
-        f"the GPU's own work in one bmm of {B} products: {format_cell(work)} "
-        f'(measure="kernel"), of {format_cell(batching.at("bmm"))} per call'
+        f"the GPU's own work in one bmm of {B} products: {work} "
+        f'(measure="kernel"), of {batching.at("bmm")} per call'
     )
 
 # %%

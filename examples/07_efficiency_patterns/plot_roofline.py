@@ -20,14 +20,14 @@ device's roofline (see also :doc:`the roofline and its three regimes
 # peaks, raised to the best rate on this page. All the roofline needs of an
 # operation is its FLOP, its bytes and its time: ``roofline.measure`` times a call
 # and keeps the three.
+import math
+
 import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
 from gpuguide import Sweep, benchmark, largest_size, report
 from gpuguide.chapters.roofline import Roofline, streaming_elements
-from gpuguide.sweeps import size_text
-from gpuguide.tables import format_cell
 
 page = gpuguide.setup()
 device = page.device
@@ -51,10 +51,10 @@ tiny = measure("x + y, 128", torch.add, x, y, out=out, flop=128, nbytes=12 * 128
 report("tiny add call", tiny, size=128)
 if device.type == "cuda":
     kernel = benchmark(torch.add, args=(x, y), kwargs={"out": out}, measure="kernel")
-    print(f"x + y, 128: the kernel alone takes {format_cell(kernel)}")
+    print(f"x + y, 128: the kernel alone takes {kernel}")
 big = streaming_elements(device=device)
 x, y, z, out = (torch.randn(big, device=device) for _ in range(4))
-n = size_text(big, least=1)
+n = f"2^{math.log2(big):.3g}"
 add = measure(f"x + y, {n}", torch.add, x, y, out=out, flop=big, nbytes=12 * big)
 measure(f"z + x*y, {n}", torch.addcmul, z, x, y, out=out, flop=2 * big, nbytes=16 * big)
 measure(f"x.sum(), {n}", torch.sum, x, flop=big, nbytes=4 * big)

@@ -22,18 +22,17 @@ from gpuguide.page import report as report_figure
 from gpuguide.peaks import device_peaks
 from gpuguide.plotting import plot_sweep
 from gpuguide.sizes import sweep as fitting_sizes
-from gpuguide.tables import Table, format_cell
+from gpuguide.tables import Table
 from gpuguide.timing import Measurement, Rate, benchmark
 from gpuguide.units import format_value, unit_scale
 from gpuguide.verdicts import Comparison, compare, interleave
 
-__all__ = ["Sweep", "SweepResult", "Variant", "size_text"]
+__all__ = ["Sweep", "SweepResult", "Variant"]
 
 
-def size_text(n: int, *, least: int = 2**14) -> str:
-    """A size for a label: ``"2^20"`` for a power of two of at least ``least``,
-    else its digits (``"8192"``)."""
-    if n >= least and n & (n - 1) == 0:
+def _size_text(n: int) -> str:
+    """``"2^20"`` for a power of two from 2^14 on, else the digits (``"8192"``)."""
+    if n >= 2**14 and n & (n - 1) == 0:
         return f"2^{n.bit_length() - 1}"
     return str(n)
 
@@ -196,7 +195,7 @@ class Sweep:
                 times[label].append(timed.get(label))
             del made, groups
         for label, n in out_of_memory.items():
-            what = f"{self.name}, {label}: out of memory at n={size_text(n)}"
+            what = f"{self.name}, {label}: out of memory at n={_size_text(n)}"
             print(f"{what}; larger sizes skipped")
         devices_text = {label: str(d) for label, d in devices.items()}
         return SweepResult(self, sizes, times, devices_text, plans)
@@ -283,7 +282,7 @@ class SweepResult:
         )
         calls = rounds or tuple(t / w for m, w in timed for t in m.times_s)
         per = "FLOP" if unit == "FLOP/s" else "byte"
-        label = f"{', '.join(labels)} at n={size_text(n)}, per {per}"
+        label = f"{', '.join(labels)} at n={_size_text(n)}, per {per}"
         device, method = timed[0][0].device, f"{timed[0][0].method} per {per}"
         return Measurement(label, calls, device, method, rounds=rounds)
 
@@ -324,7 +323,7 @@ class SweepResult:
             if label == baseline or not self.ran(label, baseline):
                 continue
             found = self.crossover(label, baseline)
-            where = f"from n={size_text(found)} on" if found else "at no measured size"
+            where = f"from n={_size_text(found)} on" if found else "at no measured size"
             print(f"{self.sweep.name}, {label}: faster than {baseline} {where}")
             report_figure(
                 f"{self.sweep.name} speed-up, {label}",
@@ -335,7 +334,7 @@ class SweepResult:
     def _cell(self, label: str, n: int) -> str:
         m = self.times[label][self.sizes.index(n)]
         if m is None or self.sweep.rate is None:
-            return format_cell(m)
+            return "-" if m is None else str(m)
         rate = self.rate(label, n)
         text = format_value(rate.value, rate.unit) + (" NOISY" if m.is_noisy else "")
         if peak := self._peak(label):
@@ -354,7 +353,7 @@ class SweepResult:
             elif peaks:
                 what += " (share of each one's peak)"
         rows = tuple(
-            (size_text(n), *(self._cell(label, n) for label in self.times))
+            (_size_text(n), *(self._cell(label, n) for label in self.times))
             for n in self.sizes
         )
         header = (self.sweep.size_label.split(" (")[0], *self.times)

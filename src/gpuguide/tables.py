@@ -20,13 +20,13 @@ from typing import Any
 from gpuguide.timing import NOISY_RELATIVE_IQR
 from gpuguide.units import significant
 
-__all__ = ["Table", "format_cell", "table"]
+__all__ = ["Table", "table"]
 
 _NUMBER = re.compile(r"[-+]?\.?\d")
 _NOISY = f"NOISY: IQR > {NOISY_RELATIVE_IQR:.0%} of the median"
 
 
-def format_cell(value: object) -> str:
+def _cell(value: object) -> str:
     """One cell's text: a :class:`~gpuguide.timing.Measurement` as its median and
     quartiles (``"1.23 ms (1.20-1.31)"``, flagged NOISY), a float with three
     significant digits (``3.4e+38`` when extreme), None as ``-``, others by ``str``."""
@@ -92,6 +92,6 @@ def table(rows: Iterable[object], *, title: str | None = None) -> Table:
         if missing:
             msg = f"every row must have the columns {names}, missing {missing}"
             raise KeyError(msg)
-        cells.append(tuple(format_cell(record[name]) for name in names))
+        cells.append(tuple(_cell(record[name]) for name in names))
     header = tuple(name.replace("_", " ") for name in names)
     return Table(header=header, rows=tuple(cells), title=title)

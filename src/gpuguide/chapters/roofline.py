@@ -16,7 +16,7 @@ from gpuguide.env import small_mode
 from gpuguide.peaks import device_peaks, streaming_bytes
 from gpuguide.plotting import COLORS, label_device, style_axes
 from gpuguide.sizes import largest_size
-from gpuguide.tables import Table, format_cell
+from gpuguide.tables import Table
 from gpuguide.timing import benchmark
 from gpuguide.units import format_value
 
@@ -205,7 +205,7 @@ class Roofline:
             rows.append(
                 (
                     label,
-                    format_cell(time),
+                    str(time),
                     format_value(rate, "FLOP/s"),
                     format_value(bandwidth, "B/s"),
                     f"{flop / nbytes:.3g}",
