@@ -137,7 +137,7 @@ class GrowingCache(nn.Module):
 # step has the same shapes and the same graph serves every step:
 #
 # .. literalinclude:: /../src/gpuguide/chapters/decode.py
-#    :pyobject: StaticCache
+#    :pyobject: _StaticCache
 #
 # Both caches, compiled with the default mode, generate the same number of tokens
 # from the prompt, each step timed on its own with a synchronized host clock

@@ -157,7 +157,7 @@ plt.show()
 # and values in place at a position held in a tensor on the device:
 #
 # .. literalinclude:: /../src/gpuguide/chapters/decode.py
-#    :pyobject: StaticCache
+#    :pyobject: _StaticCache
 #
 # Each new token attends to every position of the cache; those not written yet are
 # masked out. Its query heads come in groups that share one key-value head

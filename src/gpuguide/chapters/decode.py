@@ -1,8 +1,8 @@
 """The Llama-shaped decoder chapter 15's pages time, and what its steps cost.
 
-RMSNorm, attention over a :class:`StaticCache` with grouped-query heads, a SwiGLU
-MLP, random weights (:func:`random_decoder`); :class:`DecoderShape` counts what one
-decode step reads and computes.
+RMSNorm, grouped-query attention over a static cache, a SwiGLU MLP, random weights
+(:func:`random_decoder`); :class:`DecoderShape` counts what one step reads and
+computes.
 """
 
 from __future__ import annotations
@@ -22,9 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DecoderShape",
-    "StaticCache",
     "cuda_graph",
-    "dequantize_int8",
     "l2_cache_bytes",
     "quantize_int8",
     "random_decoder",
@@ -61,7 +59,7 @@ class DecoderShape:
 
     @property
     def label(self) -> str:
-        """The shape in a few words, to name what a recorded figure was measured on."""
+        """The shape in a few words, to name what a figure was measured on."""
         return (
             f"{self.layers} layer(s) of dim {self.dim}, ffn {self.ffn}, "
             f"{self.heads}/{self.kv_heads} heads, vocab {self.vocab}"
@@ -74,8 +72,7 @@ class DecoderShape:
 
     @property
     def matmul_params(self) -> int:
-        """Weights of the matmuls one step runs: per layer the query, key, value and
-        output projections and the MLP's three; the output head."""
+        """Weights of the matmuls one step runs (the layers' and the output head)."""
         qkv = self.dim * (self.heads + 2 * self.kv_heads) * self.head_dim
         per_layer = qkv + self.dim * self.dim + 3 * self.dim * self.ffn
         return self.layers * per_layer + self.vocab * self.dim
@@ -96,21 +93,17 @@ class DecoderShape:
     def step_flop(self, batch: int, context: int) -> int:
         """FLOP of one step for ``batch`` new tokens attending to ``context``
         positions each: 2 per matmul weight and token, 4 per head, position and
-        head width for the scores and the weighted sum."""
+        head width for the attention."""
         attention = 4 * self.layers * self.heads * self.head_dim * context
         return batch * (2 * self.matmul_params + attention)
 
     def step_bytes(
-        self,
-        batch: int,
-        context: int,
-        itemsize: int,
-        weight_itemsize: int | None = None,
+        self, batch: int, context: int, itemsize: int, weight_itemsize: int = 0
     ) -> int:
-        """Bytes one step reads: the matmuls' weights (``weight_itemsize`` each, and
-        a scale per output row when that is below ``itemsize``), the norms, one
-        embedding row and ``context`` positions of cache per sequence."""
-        weight_itemsize = itemsize if weight_itemsize is None else weight_itemsize
+        """Bytes one step reads: weights (``weight_itemsize`` each, else ``itemsize``;
+        below it, a scale per output row), norms, an embedding row and ``context``
+        positions of cache per sequence."""
+        weight_itemsize = weight_itemsize or itemsize
         weights = self.matmul_params * weight_itemsize
         if weight_itemsize < itemsize:  # one scale per output row
             qkv = (self.heads + 2 * self.kv_heads) * self.head_dim
@@ -122,10 +115,9 @@ class DecoderShape:
         return weights + norms + embedding_rows + cache
 
 
-class StaticCache(nn.Module):
+class _StaticCache(nn.Module):
     """Keys and values of ``length`` positions for each of ``batch`` sequences,
-    allocated once: ``(batch, kv_heads, length, head_dim)``, zeros where nothing was
-    written yet (masked out, but they must not be NaN)."""
+    allocated once: zeros where nothing was written yet (masked, but not NaN)."""
 
     k: Tensor
     v: Tensor
@@ -164,7 +156,7 @@ class Attention(nn.Module):
         width = (shape.heads + 2 * shape.kv_heads) * shape.head_dim
         self.wqkv = nn.Linear(shape.dim, width, bias=False)
         self.wo = nn.Linear(shape.dim, shape.dim, bias=False)
-        self.cache: Any = None  # a StaticCache (or a page's own), set by the decoder
+        self.cache: Any = None  # a _StaticCache (or a page's own), set by the decoder
 
     def forward(self, x: Tensor, pos: Tensor) -> Tensor:
         b, kv_width = x.shape[0], self.kv_heads * self.head_dim
@@ -211,7 +203,7 @@ class Decoder(nn.Module):
         self.head = nn.Linear(shape.dim, shape.vocab, bias=False)
 
     def setup_cache(
-        self, batch: int, length: int, cache: Callable[..., nn.Module] = StaticCache
+        self, batch: int, length: int, cache: Callable[..., nn.Module] = _StaticCache
     ) -> None:
         """Give every layer a new ``cache(batch, kv_heads, length, head_dim,
         dtype=, device=)``."""
@@ -259,7 +251,7 @@ def random_decoder(
 def quantize_int8(weight: Tensor) -> tuple[Tensor, Tensor]:
     """Symmetric int8 weight-only quantization: ``(q, scales)``, one scale per
     output row, about ``max |row| / 127`` in the weight's dtype (rounded up: no
-    value clips); :func:`dequantize_int8` is within ``scales / 2`` of each weight."""
+    value clips); ``q * scales`` is within ``scales / 2`` of each weight."""
     largest = weight.detach().abs().amax(dim=1).float()
     largest = largest.clamp(min=torch.finfo(torch.float32).tiny)
     scales = (largest / 127 * (1 + 2**-7)).to(weight.dtype)  # up by a bf16 rounding
@@ -268,14 +260,9 @@ def quantize_int8(weight: Tensor) -> tuple[Tensor, Tensor]:
     return w.to(torch.int8), scales
 
 
-def dequantize_int8(q: Tensor, scales: Tensor) -> Tensor:
-    """The weights ``q * scales`` (one scale per row), in float32."""
-    return q.float() * scales.float()[:, None]
-
-
 def cuda_graph(step: Callable[[], Any]) -> Callable[[], None]:
-    """``step`` warmed up on a side stream, then captured in a CUDA graph: returns
-    the graph's replay (chapter 11)."""
+    """``step`` warmed up on a side stream, then captured in a CUDA graph: its
+    replay."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -289,8 +276,7 @@ def cuda_graph(step: Callable[[], Any]) -> Callable[[], None]:
 
 
 def l2_cache_bytes(device: torch.device | str) -> int:
-    """Bytes of ``device``'s L2 cache (0 off CUDA): data several times larger
-    streams from memory on every call."""
+    """Bytes of ``device``'s L2 cache (0 off CUDA)."""
     device = torch.device(device)
     if device.type != "cuda":
         return 0
