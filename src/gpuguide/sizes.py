@@ -1,9 +1,4 @@
-"""Pick problem sizes that fit the device: its memory, a time per call, small mode.
-
-A page says what one size ``n`` needs (``memory_at(n)`` bytes, optionally
-``flop_at(n)`` and ``traffic_at(n)`` per call); :func:`sweep` returns the sizes of
-a geometric range that fit the device's budget, :func:`largest_size` the largest.
-"""
+"""Problem sizes that fit the device: its memory, a time per call, small mode."""
 
 from __future__ import annotations
 
@@ -23,11 +18,10 @@ if TYPE_CHECKING:
 
 __all__ = ["free_memory_bytes", "largest_size", "size_budget", "sweep"]
 
-# Small mode's caps on the memory (bytes) and time (s) of one call.
-_SMALL_MEMORY_BYTES = 64 * 2**20
+_SMALL_MEMORY_BYTES = 64 * 2**20  # small mode's caps on one call
 _SMALL_CALL_S = 0.002
-# The most host memory a plan counts on as free, in bytes (a quarter of it per
-# problem size by default): with the build's own ~1.5 GiB, it fits in 4 GB.
+# The most host memory a plan counts on as free: with the build's own ~1.5 GiB,
+# it fits in 4 GB.
 _HOST_MEMORY_BYTES = 2 * 2**30
 _DEFAULT_CALL_S = {"cpu": 0.02, "mps": 0.05, "cuda": 0.05}
 # FLOP/s and bytes/s assumed where the peaks are unknown (low: sizes stay small).
@@ -77,9 +71,8 @@ def size_budget(
     memory_fraction: float = 0.25,
     call_s: float | None = None,
 ) -> SizeBudget:
-    """The memory and time one problem size may use on a device (the page's):
-    ``memory_fraction`` of the free memory, ``call_s`` seconds per call (default
-    per device type), capped in small mode."""
+    """``memory_fraction`` of a device's free memory and ``call_s`` seconds per call
+    (default per device type) for one problem size, capped in small mode."""
     checks.fraction("memory_fraction", memory_fraction)
     if call_s is not None:
         checks.positive("call_s", call_s)
@@ -124,15 +117,12 @@ def sweep(
     per_octave: int = 1,
     multiple_of: int = 1,
 ) -> list[int]:
-    """Geometric problem sizes from ``lo`` to ``hi`` that fit the device, increasing.
-
-    Candidates are ``lo * 2**(i / per_octave)`` rounded to a multiple of
-    ``multiple_of``. A size is kept when ``memory_at(n)`` bytes fit the budget
-    (:func:`size_budget`) and, given ``flop_at`` or ``traffic_at``, a roofline
-    estimate of one call fits its time per call (else the smallest alone): the
-    larger of the FLOP at ``flop_per_s`` (default the fp32 peak) and the bytes at
-    the memory bandwidth, over ``efficiency``. ``peaks`` None plans with low
-    fallback rates. Raises ``ValueError`` if no size fits the memory budget.
+    """The sizes ``lo * 2**(i / per_octave)`` up to ``hi``, multiples of
+    ``multiple_of``, whose ``memory_at(n)`` bytes fit the :func:`size_budget` and,
+    given ``flop_at`` or ``traffic_at``, whose roofline estimate (FLOP at
+    ``flop_per_s``, default the fp32 peak, or bytes at the memory bandwidth, over
+    ``efficiency``) fits its time per call (else the smallest alone). ``peaks``
+    None plans with low rates. ``ValueError`` if no size fits the memory.
     """
     lo = checks.integer("lo", lo, minimum=1)
     hi = checks.integer("hi", hi, minimum=lo)

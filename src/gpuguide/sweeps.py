@@ -1,10 +1,8 @@
 """A size sweep that measures, prints and plots itself.
 
-A page declares its workload once (what a size allocates, computes and moves), the
-sizes and the variants; :meth:`Sweep.run` times every variant at the sizes its
-device can afford and returns a :class:`SweepResult`, which prints as a table of
-sizes by variants (times, or rates with their share of a peak), draws itself with
-spread bands and reports its figures.
+A page declares its workload once, the sizes and the variants; :meth:`Sweep.run`
+times every variant at the sizes its device can afford and returns a
+:class:`SweepResult`, which prints a table, draws itself and reports its figures.
 """
 
 from __future__ import annotations
@@ -104,7 +102,6 @@ class Sweep:
         return peak if isinstance(peak, str) else (self.peak if peak else None)
 
     def _peak_rate(self, device: torch.device, v: Variant) -> float | None:
-        """The FLOP/s of the peak a FLOP/s sweep holds ``v`` against, if known."""
         peak = self._peak(v)
         if self.rate != "FLOP/s" or not peak:
             return None
@@ -133,10 +130,9 @@ class Sweep:
         paired: bool = False,
         **timing: Any,
     ) -> SweepResult:
-        """Time every variant at each of its sizes. ``paired`` times the variants
-        that share a device and inputs in interleaved rounds
-        (:func:`gpuguide.interleave`); ``timing`` goes to :func:`gpuguide.benchmark`
-        (``rep_ms=``...)."""
+        """Time every variant at each of its sizes; ``paired`` interleaves the
+        variants that share a device and inputs (:func:`gpuguide.interleave`);
+        ``timing`` goes to :func:`gpuguide.benchmark`."""
         if not variants:
             msg = "variants must name at least one way to run the workload"
             raise ValueError(msg)
@@ -214,13 +210,12 @@ class SweepResult:
 
     def _size_of(self, label: str, n: int) -> int:
         v = self.variants.get(label)
-        return v.size(n) if v is not None and v.size is not None else n
+        return v.size(n) if v and v.size else n
 
     def _peak(self, label: str) -> str | None:
         return self.sweep._peak(self.variants.get(label))
 
     def _work(self) -> tuple[Callable[[int], float], str]:
-        """The work of one call that a rate counts, and the rate's unit."""
         unit = self.sweep.rate or ("B/s" if self.sweep.traffic else "FLOP/s")
         work = self.sweep.flop if unit == "FLOP/s" else self.sweep.traffic
         if work is None:
@@ -271,8 +266,7 @@ class SweepResult:
 
     def per_work(self, labels: Sequence[str], n: int | None = None) -> Measurement:
         """Seconds per FLOP (else byte) of ``labels`` at ``n`` (default the largest
-        all ran), pooled so that variants of different sizes compare: per paired
-        round the mean over ``labels`` (unpaired: every call of every label)."""
+        all ran), pooled: per paired round the mean over ``labels``."""
         work, unit = self._work()
         n = self.largest(*labels) if n is None else n
         timed = [(self.at(label, n), work(self._size_of(label, n))) for label in labels]
@@ -301,9 +295,8 @@ class SweepResult:
     def report(
         self, label: str | None = None, n: int | None = None, **config: Any
     ) -> None:
-        """Print and record a variant's figure at ``n`` (default its largest; every
-        variant when ``label`` is None): its rate with the share of the peak when
-        the sweep has a rate, else its time."""
+        """Print and record a variant's (default: every variant's) rate or time at
+        ``n`` (default its largest)."""
         if label is None:
             for each in self.times:
                 self.report(each, n, **config)
@@ -317,8 +310,8 @@ class SweepResult:
             report_figure(name, self.rate(label, n), size=size, **config)
 
     def against(self, baseline: str) -> None:
-        """For every other variant: from which size on it beat ``baseline`` (the
-        :meth:`crossover`), and its speed-up at the largest size both ran."""
+        """Print from which size on each variant beat ``baseline``, and report its
+        speed-up at the largest size both ran."""
         for label in self.times:
             if label == baseline or not self.ran(label, baseline):
                 continue
@@ -343,7 +336,6 @@ class SweepResult:
         return text
 
     def __str__(self) -> str:
-        """The sizes by variants: times, or rates with their share of a peak."""
         what = "median time per call (quartiles)"
         if self.sweep.rate is not None:
             what = f"median {self.sweep.rate}"
@@ -369,9 +361,8 @@ class SweepResult:
         labels: Mapping[str, str] | None = None,
         record: str | None = None,
     ) -> None:
-        """Draw each variant against size with its quartile band (rates when the
-        sweep has a rate, else times); ``labels`` renames legend entries, and
-        ``record`` records each point under that name."""
+        """Draw each variant's times or rates against size with quartile bands;
+        ``labels`` renames legend entries, ``record`` records each point."""
         import matplotlib.pyplot as plt
 
         if ax is None:
@@ -406,7 +397,6 @@ class SweepResult:
     def _scaled(
         self, m: Measurement | None, n: int, scale: float
     ) -> Measurement | None:
-        """``m`` in the plotted unit: times over ``scale``, or the rate per call."""
         if m is None:
             return None
         if self.sweep.rate is None:

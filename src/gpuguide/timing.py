@@ -1,12 +1,10 @@
 """Time a callable on CPU, CUDA or MPS: every call's time, the median and its spread.
 
-:func:`benchmark` follows ``triton.testing.do_bench``: warm-up and repetitions are
-budgets in ms; CUDA times each call with its own pair of events (an optional L2
-flush queued before the pair) and synchronizes once at the end; the CPU and MPS use
-the host clock. On CUDA, ``measure="call"`` (default) is the time per call of a loop
-launching call after call, as training does; ``measure="kernel"`` is the GPU work
-alone, the GPU held busy (``torch.cuda._sleep``) while each chunk of calls is queued
-so that the launches are hidden. They agree past about 50 us of GPU work.
+:func:`benchmark` follows ``triton.testing.do_bench``: budgets in ms, one CUDA event
+pair per call, one synchronization at the end; the CPU and MPS use the host clock.
+On CUDA, ``measure="call"`` (default) times a loop launching call after call, as
+training does; ``measure="kernel"`` the GPU work alone, each chunk of calls queued
+while the GPU is held busy (``torch.cuda._sleep``). They agree past about 50 us.
 """
 
 from __future__ import annotations
@@ -58,12 +56,11 @@ _MAX_HOLD_S = 0.5  # the longest hold before one call, in seconds
 
 @dataclass(frozen=True)
 class Measurement:
-    """Times of repeated calls of one operation (``label``), with statistics.
+    """Each call's time in seconds (``times_s``) of one operation, with statistics.
 
-    ``times_s`` holds each call's time in seconds; ``method`` is ``"cuda-events"``,
-    ``"cuda-events-queued"``, ``"wall-clock"`` or ``"wall-clock+sync"`` (MPS);
-    ``rounds`` the median time of each round when timed in rounds interleaved with
-    others (:func:`gpuguide.interleave`), which comparisons pair; empty otherwise.
+    ``method`` says how it was timed (``"cuda-events"``, ``"wall-clock"``...);
+    ``rounds`` holds each round's median when timed in interleaved rounds
+    (:func:`gpuguide.interleave`), which comparisons pair.
     """
 
     label: str
@@ -87,8 +84,7 @@ class Measurement:
 
     @cached_property
     def quartiles_s(self) -> tuple[float, float, float]:
-        """The first quartile, the median and the third quartile (numpy's default,
-        linear, quantiles), in seconds."""
+        """The first quartile, median and third quartile (numpy's linear ones), s."""
         if self.n == 1:
             return (self.times_s[0],) * 3
         q25, median, q75 = statistics.quantiles(self.times_s, n=4, method="inclusive")
@@ -136,7 +132,7 @@ class Measurement:
 
     @property
     def relative_iqr(self) -> float:
-        """IQR as a fraction of the median (``inf`` for a zero median, 0 if both are 0)."""
+        """IQR over the median (``inf`` for a zero median, 0 if both are 0)."""
         if self.median_s == 0:
             return math.inf if self.iqr_s > 0 else 0.0
         return self.iqr_s / self.median_s
@@ -158,8 +154,7 @@ class Measurement:
         )
 
     def __str__(self) -> str:
-        """``"1.23 ms (1.20-1.31)"`` (the median and its quartiles), `` NOISY`` where
-        it is; ``"12.0 ms (one run)"`` for a single time."""
+        """``"1.23 ms (1.20-1.31)"``, the median and quartiles (`` NOISY`` if so)."""
         if self.n == 1:
             return f"{format_time(self.median_s)} (one run)"
         text = format_value(self.median_s, "s", (self.q25_s, self.q75_s))
@@ -222,15 +217,13 @@ def benchmark(
 ) -> Measurement:
     """Time ``fn(*args, **kwargs)`` and return every call's time.
 
-    ``fn`` runs for ``warmup_ms`` (default 25, small mode at most 2; at least once),
-    then ``ceil(rep_ms / estimate)`` calls are timed (``rep_ms`` default 100, small
-    mode at most 10), within ``[min_reps, max_reps]``. ``device`` is by default the
-    first non-CPU tensor's device among the arguments, else the CPU: pass it for a
-    closure or a bound module. CUDA only: ``flush_l2`` zeroes 256 MiB before each
-    call, outside the events; ``measure`` is ``"call"`` or ``"kernel"`` (see the
-    module). Host clock only: ``sample_ms`` times blocks of calls that last at least
-    that long, one sample each (as ``blocked_autorange``), so that a preempted call
-    does not read a whole scheduler tick; ``clock`` replaces ``time.perf_counter``.
+    ``fn`` runs for ``warmup_ms`` (default 25, small mode at most 2), then
+    ``ceil(rep_ms / estimate)`` calls are timed (``rep_ms`` default 100, small mode
+    at most 10), within ``[min_reps, max_reps]``. ``device`` defaults to the first
+    non-CPU tensor argument's, else the CPU: pass it for a closure. CUDA only:
+    ``flush_l2`` zeroes 256 MiB before each call; ``measure`` is ``"call"`` or
+    ``"kernel"`` (see the module). Host clock only: ``sample_ms`` times blocks of
+    calls at least that long, one sample each (as ``blocked_autorange``).
     """
     if not callable(fn):
         msg = f"fn must be callable, got {fn!r}"
@@ -280,7 +273,7 @@ def benchmark(
 
 
 def _budgets_s(warmup_ms: float | None, rep_ms: float | None) -> tuple[float, float]:
-    """The warm-up and repetition budgets in seconds (small mode: 2 and 10 ms at most)."""
+    """The warm-up and repetition budgets in s (small mode: 2 and 10 ms at most)."""
     warmup = WARMUP_MS if warmup_ms is None else checks.positive("warmup_ms", warmup_ms)
     rep = REP_MS if rep_ms is None else checks.positive("rep_ms", rep_ms)
     if small_mode():
@@ -289,8 +282,7 @@ def _budgets_s(warmup_ms: float | None, rep_ms: float | None) -> tuple[float, fl
 
 
 def _default_label(fn: Callable[..., Any]) -> str:
-    """``fn``'s qualified name, its plain name past a private class (``torch.mm``
-    is ``"mm"``), else its type's name (``"partial"``)."""
+    """``fn``'s qualified name, past a private class its name, else its type's."""
     qualname = getattr(fn, "__qualname__", "")
     if qualname and not any(p.startswith("_") for p in qualname.split(".")[:-1]):
         return str(qualname)
@@ -298,8 +290,7 @@ def _default_label(fn: Callable[..., Any]) -> str:
 
 
 def _tensor_device(values: Iterable[Any], depth: int = 3) -> torch.device | None:
-    """The first non-CPU tensor's device among ``values``, looking ``depth`` levels
-    into lists, tuples and dicts."""
+    """The first non-CPU tensor's device among ``values``, ``depth`` levels deep."""
     import torch
 
     for value in values:
@@ -316,8 +307,7 @@ def _tensor_device(values: Iterable[Any], depth: int = 3) -> torch.device | None
 def _resolve_device(
     device: str | torch.device | None, values: Sequence[Any], measure: str = "call"
 ) -> torch.device:
-    """``device`` (checked by ``pick_device``), else the arguments', else the CPU,
-    where ``measure="kernel"`` is refused while CUDA is in use."""
+    """``device``, else the arguments', else the CPU (refused for kernel mode)."""
     import torch
 
     found = device if device is not None else _tensor_device(values)
@@ -385,8 +375,7 @@ def _host_times(
     *,
     block: int = 1,
 ) -> list[float]:
-    """``n`` samples on a host clock, each ``block`` calls back to back (the time per
-    call), the GC paused."""
+    """``n`` times per call, each of ``block`` calls back to back, the GC paused."""
     times = []
     with _gc_paused():
         for _ in range(n):
@@ -424,9 +413,9 @@ _SLEEP_RATES: dict[int, float] = {}  # cycles per second of torch.cuda._sleep, b
 
 
 def gpu_hold(stream: Any) -> Callable[[float], None]:
-    """A function ``hold(seconds)`` that keeps the GPU busy on ``stream``
-    (``torch.cuda._sleep``, its rate measured once per GPU: the best of three runs
-    after a warm-up spin), so that work queued behind it runs back to back."""
+    """``hold(seconds)``: keep the GPU busy on ``stream`` (``torch.cuda._sleep``, its
+    rate the best of three runs once per GPU) so that work queued behind it runs
+    back to back."""
     import torch
 
     index = torch.cuda.current_device()
@@ -501,7 +490,7 @@ def first_calls_s(
     fn: Callable[..., Any], *args: Any, device: str | torch.device, calls: int = 3
 ) -> float:
     """Seconds the first ``calls`` calls of ``fn(*args)`` take, compilation included
-    (a host clock between synchronizations: CUDA events would miss compilation)."""
+    (a host clock between synchronizations)."""
     import torch
 
     sync = getattr(torch, as_device(device).type).synchronize
@@ -515,8 +504,8 @@ def first_calls_s(
 
 @dataclass(frozen=True)
 class StepTimes:
-    """The host's time to launch each call (on the CPU: to run it) and the GPU's work:
-    ``gpu`` is None off CUDA, and where the calls wait for the GPU (``waits``)."""
+    """The host's time to launch each call (on the CPU: to run it) and the GPU's
+    work (None off CUDA, and where the calls wait for the GPU: ``waits``)."""
 
     host: Measurement
     gpu: Measurement | None
@@ -524,8 +513,8 @@ class StepTimes:
 
     @property
     def bound(self) -> str:
-        """``"host"`` or ``"GPU"``, whichever is slower with their interquartile
-        ranges apart, or ``"neither"`` (also where either is NOISY)."""
+        """``"host"`` or ``"GPU"``, whichever is slower with their IQRs apart, else
+        ``"neither"`` (also where either is NOISY)."""
         host, gpu = self.host, self.gpu
         if gpu is None:
             return "host"
@@ -591,12 +580,11 @@ def _held_times(
 def host_and_gpu_times(
     fn: Callable[[], Any], *, device: str | torch.device, label: str = "step"
 ) -> StepTimes:
-    """Time the host's launch of ``fn()`` (warmed up) and the GPU's work for it.
+    """Time the host's launch of ``fn()`` and the GPU's work for it.
 
-    On CUDA the GPU is held busy before each call, for about twice its launch time,
-    so that CUDA events time its work back to back while ``perf_counter`` times the
-    launch (5 to 200 calls in :func:`benchmark`'s repetition budget); elsewhere the
-    call is timed, as ``host``, in blocks of calls of at least 5 ms (``sample_ms``).
+    On CUDA the GPU is held busy before each call, about twice its launch time, so
+    that CUDA events time its work back to back while ``perf_counter`` times the
+    launch; elsewhere the call is timed, as ``host``, in blocks of at least 5 ms.
     """
     dev = as_device(device)
     if dev.type != "cuda":

@@ -40,24 +40,21 @@ _SINGLE_RUN = "a single run: no spread, so no verdict"
 
 
 def _sign_test(wins: int, losses: int) -> float:
-    """Two-sided p-value of ``wins`` against ``losses`` when either is equally likely
-    in each round (1.0 for no rounds)."""
+    """Two-sided p-value of ``wins`` against ``losses`` (1.0 for no rounds)."""
     n, k = wins + losses, max(wins, losses)
     tail = sum(math.comb(n, i) for i in range(k, n + 1)) / float(2**n)
     return min(1.0, 2.0 * tail)
 
 
 def _span(low: float, high: float) -> str:
-    """``"1.78-2.05x"``."""
     return f"{format_ratio(low).removesuffix('x')}-{format_ratio(high)}"
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """How much faster ``subject`` ran than ``baseline`` (``speedup`` above 1:
-    faster), with ``low`` and ``high`` the speed-up over the quartiles, and
-    ``wins`` and ``losses``: the paired rounds in which ``subject`` was faster
-    and slower (both 0 when the two were not timed in the same rounds)."""
+    """How much faster ``subject`` ran than ``baseline`` (``speedup`` > 1: faster),
+    ``low`` to ``high`` over the quartiles; ``wins`` and ``losses`` count the paired
+    rounds in which it was faster and slower (0 unless timed in the same rounds)."""
 
     subject: Measurement
     baseline: Measurement
@@ -69,7 +66,7 @@ class Comparison:
 
     @property
     def noisy(self) -> tuple[Measurement, ...]:
-        """The measurements that are NOISY (no verdict is drawn from them)."""
+        """The NOISY measurements (no verdict is drawn from them)."""
         return tuple(m for m in (self.subject, self.baseline) if m.is_noisy)
 
     @property
@@ -85,7 +82,7 @@ class Comparison:
         return self._why_not() is None
 
     def _why_not(self) -> str | None:
-        """Why there is no verdict (empty: the intervals overlap), None if there is."""
+        """Why there is no verdict ("": the intervals overlap), None if there is."""
         if min(self.subject.n, self.baseline.n) == 1:
             return _SINGLE_RUN
         if self.noisy:
@@ -146,11 +143,10 @@ def place(interval: tuple[float, float], quoted: tuple[float, float]) -> str:
 
 
 def compare(subject: Measurement, baseline: Measurement) -> Comparison:
-    """Compare ``subject``'s median with ``baseline``'s, with their spread and, when
-    both were timed in the same interleaved rounds, round by round.
+    """Compare ``subject`` with ``baseline``: medians, spread and paired rounds.
 
-    ``str()`` of the result is a sentence for the page: ``"compiled is 2.3x
-    faster than eager (2.1-2.5x)"``. Raises ``ValueError`` for a time of 0.
+    ``str()`` of the result is a sentence: ``"compiled is 2.3x faster than eager
+    (2.1-2.5x)"``. Raises ``ValueError`` for a time of 0.
     """
     for name, value in (("subject", subject), ("baseline", baseline)):
         if not isinstance(value, Measurement):
@@ -196,11 +192,9 @@ def interleave(
     **options: Any,
 ) -> dict[str, Measurement]:
     """Time zero-argument callables in ``rounds`` rounds, each running every variant
-    once in a rotating order, and return a Measurement per name, in the order given,
-    that keeps its rounds' medians (which :func:`compare` pairs).
-
-    ``rep_ms`` per variant is split across the rounds; ``options`` go to
-    :func:`~gpuguide.timing.benchmark` (its warm-up in round one only).
+    once in a rotating order: a Measurement per name that keeps its rounds'
+    medians (which :func:`compare` pairs). ``rep_ms`` per variant is split across
+    the rounds; ``options`` go to :func:`~gpuguide.timing.benchmark`.
     """
     rounds = checks.integer("rounds", rounds, minimum=1)
     rep_ms = REP_MS if rep_ms is None else checks.positive("rep_ms", rep_ms)
