@@ -75,7 +75,7 @@ import torch
 import gpuguide
 
 device = gpuguide.pick_device()
-print(gpuguide.provenance(device))
+print(gpuguide.describe_device(device).provenance())
 print(f"helpers from {gpuguide.__file__}")
 x = torch.linspace(0.0, 1.0, 50)
 fig, ax = plt.subplots()

@@ -144,14 +144,14 @@ def test_the_provenance_a_page_prints_is_one_compact_line():
         sm_count=132, total_memory_bytes=80 * 2**30, compute_capability=(9, 0),
         cuda_version="12.8", driver_version="570.86.15", torch_version="2.13.0",
     )  # fmt: skip
-    assert gpuguide.provenance(h100) == (
+    assert h100.provenance() == (
         "Measured on H100 SXM5 | torch 2.13.0 | CUDA 12.8 | driver 570.86.15 | "
         f"gpuguide 0.1.0 (abc1234) | {today}"
     )
-    assert gpuguide.provenance(cpu) == (
+    assert cpu.provenance() == (
         f"Measured on {cpu.short_name} | torch 2.13.0+cpu | gpuguide 0.1.0 (abc1234) "
         f"| {today}"
     )
     capped = dataclasses.replace(h100, memory_cap_bytes=2**30)
-    line = gpuguide.provenance(capped)
+    line = capped.provenance()
     assert line.startswith("Measured on H100 SXM5, GPU memory capped at 1.00 GiB |")

@@ -19,9 +19,7 @@ from conftest import ROOT
 import gpuguide
 
 SRC = ROOT / "src"
-FOUNDATION = {
-    "env", "host", "datasheet", "units", "checks", "quiet", "version", "nvml",
-}  # fmt: skip
+FOUNDATION = {"env", "host", "units", "checks", "quiet", "version"}
 #: Programs on top of everything, imported by none: ``python -m gpuguide``, which
 #: runs the check-up of the sibling package gpuguide_tools.
 PROGRAMS = {"__main__"}

@@ -1,4 +1,4 @@
-"""NVML's hardware facts (gpuguide.nvml), with a fake ``pynvml`` module: the GPU
+"""NVML's hardware facts (gpuguide.device), with a fake ``pynvml`` module: the GPU
 found by its PCI bus id, each query failing on its own, the provenance line, the
 host-link peak and the results files; and nothing at all without ``pynvml``."""
 
@@ -17,8 +17,8 @@ from conftest import CPU_RECORD, CPUINFO_X86, H100_RECORD
 from test_results import SCHEMA, _schema_errors
 
 from gpuguide import device as device_mod
-from gpuguide import nvml, results
-from gpuguide.nvml import GpuState
+from gpuguide import results
+from gpuguide.device import GpuState
 from gpuguide.peaks import _LANE_BYTES_PER_S, device_peaks
 from gpuguide.results import Result
 from gpuguide_tools import results_files
@@ -91,11 +91,11 @@ def use_nvml(monkeypatch):
 
     def install(module):
         monkeypatch.setitem(sys.modules, "pynvml", module)
-        nvml._library.cache_clear()
+        device_mod._nvml.cache_clear()
         return module
 
     yield install
-    nvml._library.cache_clear()
+    device_mod._nvml.cache_clear()
 
 
 @pytest.fixture(autouse=True)
@@ -114,6 +114,11 @@ def props(bus: int | None = 0x18, *, sms=132, memory=85_045_379_072):
         name="NVIDIA H100 80GB HBM3", multi_processor_count=sms, total_memory=memory,
         major=9, minor=0, **ids,
     )  # fmt: skip
+
+
+def state_at(bus: int) -> GpuState | None:
+    """What NVML says about the GPU at PCI bus ``bus``."""
+    return device_mod._gpu_state(props(bus))
 
 
 def cuda_info(p):
@@ -135,7 +140,7 @@ TAIL = "gpuguide 0.1.0 (abc1234) | 2026-11-21 10:42 UTC"
 
 def test_without_pynvml_the_line_the_peaks_and_the_record_are_as_before(use_nvml):
     use_nvml(None)  # "import pynvml" raises ImportError
-    assert not nvml.available()
+    assert device_mod._nvml() is None
     info = cuda_info(props())
     assert info.gpu_state is None
     assert provenance_line(info, now=NOW) == BASE_LINE + TAIL
@@ -151,8 +156,8 @@ def test_nvml_without_a_driver_is_no_nvml(use_nvml):
         raise NVMLError("Driver Not Loaded")
 
     module.nvmlInit = no_driver
-    assert not nvml.available()
-    assert nvml.gpu_state(H100_BUS) is None
+    assert device_mod._nvml() is None
+    assert state_at(0x18) is None
 
 
 # -- with pynvml ----------------------------------------------------------------
@@ -184,7 +189,7 @@ def test_each_query_fails_on_its_own_and_old_bindings_still_give_limiters(use_nv
     answers = {k: v for k, v in H100_ANSWERS.items() if k not in ("power_mw", "gen")}
     answers |= {"management_mw": 350_000, "reasons": 0x40 | 0x200}
     use_nvml(fake_pynvml({H100_BUS: answers}, event_reasons=False))
-    state = nvml.gpu_state(H100_BUS)
+    state = state_at(0x18)
     assert state.power_limit_w == 350.0  # the management limit, when not enforced
     assert state.pcie_generation is None
     assert state.pcie_max_generation == 5
@@ -195,8 +200,8 @@ def test_each_query_fails_on_its_own_and_old_bindings_still_give_limiters(use_nv
 
 def test_nothing_limiting_is_an_empty_list_not_an_unknown(use_nvml):
     use_nvml(fake_pynvml({H100_BUS: {**H100_ANSWERS, "reasons": 0x1}}))
-    assert nvml.gpu_state(H100_BUS).clock_limits == ()
-    assert nvml.gpu_state(OTHER_BUS) is None
+    assert state_at(0x18).clock_limits == ()
+    assert state_at(0x9A) is None
 
 
 def test_the_host_link_peak_is_the_negotiated_link(use_nvml):
@@ -360,7 +365,9 @@ def test_limiters_seen_at_each_figure_add_up_in_the_file(
     monkeypatch.setenv("GPUGUIDE_RECORD", str(target))
     seen = iter([("hardware slowdown",), (), ("software power cap",)])
     monkeypatch.setattr(
-        device_mod, "gpu_state", lambda: GpuState(clock_limits=next(seen))
+        device_mod,
+        "describe_device",
+        lambda: SimpleNamespace(gpu_state=GpuState(clock_limits=next(seen))),
     )
     start = replace(H100_RECORD, gpu=replace(STATE, clock_limits=()))
     monkeypatch.setattr(results, "_device", [start])
@@ -396,8 +403,8 @@ def test_the_check_up_keeps_the_state_after_its_run(use_nvml, monkeypatch):
     use_nvml(fake_pynvml({H100_BUS: H100_ANSWERS}))
     start = cuda_info(props())  # at the start: clocks limited by the power cap
     after = replace(STATE, sm_clock_mhz=1980, clock_limits=("hardware slowdown",))
-    monkeypatch.setattr(checkup, "describe_device", lambda device: start)
-    monkeypatch.setattr(checkup, "gpu_state", lambda device: after)
+    infos = iter([start, replace(start, gpu_state=after)])  # before and after
+    monkeypatch.setattr(checkup, "describe_device", lambda device: next(infos))
     for name in ("matmul", "memory", "transfer", "launch"):
         monkeypatch.setattr(checkup, f"{name}_figures", lambda *a, **k: [])
     gpu = checkup.checkup(torch.device("cpu")).device.gpu
@@ -412,7 +419,7 @@ def test_the_check_up_keeps_the_state_after_its_run(use_nvml, monkeypatch):
 def test_nvml_describes_the_gpu_torch_uses(use_nvml):
     pynvml = pytest.importorskip("pynvml")
     use_nvml(pynvml)
-    if not nvml.available():
+    if device_mod._nvml() is None:
         pytest.skip("NVML does not start here")
     index = torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)
@@ -425,7 +432,7 @@ def test_nvml_describes_the_gpu_torch_uses(use_nvml):
     name = pynvml.nvmlDeviceGetName(handle)
     name = name.decode() if isinstance(name, bytes) else name
     assert name == torch.cuda.get_device_name(index)  # the same card
-    state = device_mod.gpu_state(torch.device("cuda", index))
+    state = device_mod.describe_device(torch.device("cuda", index)).gpu_state
     assert state is not None
     assert state.sm_clock_max_mhz
     assert state.sm_clock_max_mhz >= (state.sm_clock_mhz or 0)

@@ -9,13 +9,15 @@ from types import MappingProxyType, SimpleNamespace
 import pytest
 import torch
 
-from gpuguide import datasheet
 from gpuguide import device as device_mod
 from gpuguide import peaks as peaks_mod
-from gpuguide.datasheet import identify_gpu
-from gpuguide.nvml import GpuState
+from gpuguide.device import _NAMES as NAMES
+from gpuguide.device import GpuState
+from gpuguide.device import _identify_gpu as identify_gpu
+from gpuguide.peaks import _FIGURES as FIGURES
 from gpuguide.peaks import _GPU_PEAKS as GPU_PEAKS
 from gpuguide.peaks import _PEAK_TOLERANCE as PEAK_TOLERANCE
+from gpuguide.peaks import _SOURCES as SOURCES
 from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.peaks import _with_negotiated_link as with_negotiated_link
 from gpuguide.timing import Measurement
@@ -161,13 +163,13 @@ def test_every_variant_is_identifiable():
 
 
 def test_the_datasheet_is_plain_rows_with_sources():
-    variants = [row.variant for row in datasheet.FIGURES]
+    variants = [row.variant for row in FIGURES]
     assert len(variants) == len(set(variants))
-    assert {rule.variant for rule in datasheet.NAMES} == set(variants)
-    for row in datasheet.FIGURES:
-        assert row.source in datasheet.SOURCES, row
+    assert {rule.variant for rule in NAMES} == set(variants)
+    for row in FIGURES:
+        assert row.source in SOURCES, row
         peaks = GPU_PEAKS[row.variant]
-        assert peaks.source == datasheet.SOURCES[row.source]
+        assert peaks.source == SOURCES[row.source]
         assert peaks.flops["bf16"] == (row.bf16_tflops and row.bf16_tflops * T)
         assert peaks.memory_bandwidth_bytes_per_s == row.memory_gb_per_s * 1e9
 
@@ -259,12 +261,12 @@ def test_fp64_matmul_peak_is_the_tensor_core_figure():
 
 
 def test_every_source_names_its_document():
-    for key, text in datasheet.SOURCES.items():
+    for key, text in SOURCES.items():
         assert key in text or "A10G" in key, key
         if key != "A10G":  # AWS publishes no datasheet for it
             assert "datasheet" in text or "whitepaper" in text, key
-    used = {row.source for row in datasheet.FIGURES}
-    assert used == set(datasheet.SOURCES)
+    used = {row.source for row in FIGURES}
+    assert used == set(SOURCES)
 
 
 def test_the_h100_fp64_page_bug_cannot_come_back():

@@ -2,15 +2,15 @@
 
 The gallery's examples keep their lesson in view and take the plumbing from here,
 in three layers, each importing only from the ones before: the foundation
-(:mod:`~gpuguide.env`, :mod:`~gpuguide.host`, :mod:`~gpuguide.datasheet`,
-:mod:`~gpuguide.units`, :mod:`~gpuguide.checks`, :mod:`~gpuguide.quiet`,
-:mod:`~gpuguide.version`, :mod:`~gpuguide.nvml`), the core (:mod:`~gpuguide.device`,
-:mod:`~gpuguide.timing`, :mod:`~gpuguide.memory`, :mod:`~gpuguide.peaks`,
-:mod:`~gpuguide.sizes`, :mod:`~gpuguide.plotting`, :mod:`~gpuguide.tables`,
-:mod:`~gpuguide.verdicts`, :mod:`~gpuguide.artifacts`, :mod:`~gpuguide.results`,
-:mod:`~gpuguide.page`, :mod:`~gpuguide.claims`) and :mod:`gpuguide.chapters`, helpers that serve one
-chapter each. This namespace exports the core and the foundation's most used
-names. Importing it ignores torch's warnings about its own code
+(:mod:`~gpuguide.env`, :mod:`~gpuguide.host`, :mod:`~gpuguide.units`,
+:mod:`~gpuguide.checks`, :mod:`~gpuguide.quiet`, :mod:`~gpuguide.version`),
+the core (:mod:`~gpuguide.device`, :mod:`~gpuguide.timing`, :mod:`~gpuguide.memory`,
+:mod:`~gpuguide.peaks`, :mod:`~gpuguide.sizes`, :mod:`~gpuguide.plotting`,
+:mod:`~gpuguide.tables`, :mod:`~gpuguide.verdicts`, :mod:`~gpuguide.artifacts`,
+:mod:`~gpuguide.results`, :mod:`~gpuguide.page`, :mod:`~gpuguide.claims`) and
+:mod:`gpuguide.chapters`, helpers that serve one chapter each. This namespace
+exports the core and the foundation's most used names. Importing it ignores
+torch's warnings about its own code
 (:func:`~gpuguide.quiet.ignore_torch_internal_warnings`), so that they cannot fail
 a page run with ``-W error``.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from gpuguide.artifacts import artifact_path, download_link
 from gpuguide.claims import claim, takeaway
-from gpuguide.device import describe_device, pick_device, provenance
+from gpuguide.device import describe_device, pick_device
 from gpuguide.host import usable_cpus
 from gpuguide.memory import release_host_memory, track_memory
 from gpuguide.page import Page, report, setup
@@ -72,7 +72,6 @@ __all__ = [
     "pick_device",
     "plot_bars",
     "plot_sweep",
-    "provenance",
     "record",
     "release_host_memory",
     "report",

@@ -2,18 +2,22 @@
 
 :func:`pick_device` chooses where a page runs and caps a CUDA allocator at
 ``GPUGUIDE_GPU_MEMORY``; :func:`describe_device` collects what a reader needs to
-judge a measurement, and :func:`provenance` makes it one line.
+judge a measurement: the datasheet variant a GPU is, and what NVML says about it
+(:class:`GpuState`) where the optional ``nvidia-ml-py`` is installed.
 """
 
 from __future__ import annotations
 
+import functools
 import platform
-from dataclasses import dataclass
+import re
+import warnings
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from gpuguide import host, nvml
-from gpuguide.datasheet import identify_gpu
+from gpuguide import host
 from gpuguide.env import (
     DEVICE_ENV,
     GPU_MEMORY_ENV,
@@ -22,14 +26,13 @@ from gpuguide.env import (
     gpu_memory_cap,
     small_mode,
 )
-from gpuguide.nvml import GpuState
 from gpuguide.units import format_bytes
 from gpuguide.version import __version__, describe_version, version_label
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DeviceInfo", "describe_device", "gpu_state", "pick_device", "provenance"]
+__all__ = ["DeviceInfo", "GpuState", "describe_device", "pick_device"]
 
 # The cap each CUDA device's allocator was last given, by index.
 _applied_caps: dict[int, int | None] = {}
@@ -136,6 +139,219 @@ def apply_memory_cap(device: str | torch.device) -> int | None:
     return cap
 
 
+class _GPUName(NamedTuple):
+    """How one datasheet variant shows in ``torch.cuda.get_device_properties``."""
+
+    variant: str  # a row of gpuguide.peaks' datasheet figures
+    names: tuple[str, ...]  # normalised names (see _normalise)
+    sm_count: int
+    memory_gib: tuple[float, float]  # the range total_memory falls in
+    bare: bool = False  # a name shared by variants: SMs and memory must be reported
+
+
+# fmt: off
+_NAMES: tuple[_GPUName, ...] = tuple(_GPUName(*row) for row in (
+    # variant          normalised names                          SMs  memory GiB
+    ("H100 SXM5",      ("h100 80gb hbm3", "h100 sxm5 80gb"),     132, (70, 81)),
+    ("H100 SXM5",      ("h100",),                                132, (70, 81), True),
+    ("H100 PCIe",      ("h100 pcie",),                           114, (70, 81)),
+    ("H100 NVL",       ("h100 nvl",),                            132, (85, 96)),
+    ("H200 SXM",       ("h200",),                                132, (125, 145)),
+    ("H200 NVL",       ("h200 nvl",),                            132, (125, 145)),
+    ("A100 SXM4 80GB", ("a100 sxm4 80gb",),                      108, (70, 81)),
+    ("A100 SXM4 40GB", ("a100 sxm4 40gb",),                      108, (35, 41)),
+    ("A100 PCIe 80GB", ("a100 80gb pcie", "a100 pcie 80gb"),     108, (70, 81)),
+    ("A100 PCIe 40GB", ("a100 pcie 40gb", "a100 40gb pcie"),     108, (35, 41)),
+    ("A10",            ("a10",),                                 72,  (20, 24.5)),
+    ("A10G",           ("a10g",),                                80,  (20, 24.5)),
+    ("L4",             ("l4",),                                  58,  (20, 24.5)),
+    ("T4",             ("t4",),                                  40,  (13, 16)),
+    ("RTX 4090",       ("rtx 4090",),                            128, (20, 24.5)),
+))
+# fmt: on
+_VENDOR_WORDS = frozenset({"nvidia", "tesla", "geforce"})
+
+
+def _normalise(name: str) -> str:
+    """Lower-case GPU name without vendor words: ``"a100 sxm4 80gb"``."""
+    words = re.sub(r"[\s_\-]+", " ", name.lower()).split()
+    while words and words[0] in _VENDOR_WORDS:
+        words.pop(0)
+    return " ".join(words)
+
+
+def _identify_gpu(
+    name: str, sm_count: int | None, total_memory_bytes: int | None
+) -> str | None:
+    """The datasheet variant (``"H100 SXM5"``) a GPU is, from CUDA's name, SM count
+    and memory (each must match where given); None for any other name, or when the
+    SMs or memory contradict it (a MIG slice, a cut-down part)."""
+    normalised = _normalise(name)
+    for rule in _NAMES:
+        if normalised not in rule.names:
+            continue
+        if rule.bare and (sm_count is None or total_memory_bytes is None):
+            continue
+        if sm_count is not None and int(sm_count) != rule.sm_count:
+            continue
+        low, high = rule.memory_gib
+        if total_memory_bytes is not None and not (
+            low * 2**30 <= total_memory_bytes <= high * 2**30
+        ):
+            continue
+        return rule.variant
+    return None
+
+
+#: What limits the clocks, by NVML's bit (``nvmlClocksEventReason*``). "GPU idle"
+#: (0x1) is left out: nothing ran when sampled, nothing held a run back.
+_CLOCK_LIMITS: dict[int, str] = {
+    0x2: "applications clocks setting",
+    0x4: "software power cap",
+    0x8: "hardware slowdown",
+    0x10: "sync boost",
+    0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown",
+    0x80: "hardware power brake",
+    0x100: "display clock setting",
+}
+_IDLE = 0x1
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """What NVML says about one GPU; None where it did not say.
+
+    Clocks in MHz (now and maximum), the enforced power limit in watts, the PCIe
+    link now and the most GPU and slot can negotiate (an idle GPU lowers it), and
+    what limited the clocks when sampled (empty: nothing).
+    """
+
+    sm_clock_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
+    memory_clock_mhz: int | None = None
+    memory_clock_max_mhz: int | None = None
+    power_limit_w: float | None = None
+    pcie_generation: int | None = None
+    pcie_width: int | None = None
+    pcie_max_generation: int | None = None
+    pcie_max_width: int | None = None
+    clock_limits: tuple[str, ...] | None = None
+
+    @property
+    def link_label(self) -> str | None:
+        """``"PCIe gen 5 x16"``: the most the link negotiates, else the link now."""
+        if self.pcie_max_generation and self.pcie_max_width:
+            return f"PCIe gen {self.pcie_max_generation} x{self.pcie_max_width}"
+        if self.pcie_generation and self.pcie_width:
+            return f"PCIe gen {self.pcie_generation} x{self.pcie_width}"
+        return None
+
+    def describe(self) -> str:
+        """The state in a few words: ``"SM clock 1755 of 1980 MHz, ..., PCIe gen 1
+        x16 now (up to gen 5 x16), clocks limited by: software power cap"``."""
+        parts = []
+        for what, now, most in (
+            ("SM clock", self.sm_clock_mhz, self.sm_clock_max_mhz),
+            ("memory clock", self.memory_clock_mhz, self.memory_clock_max_mhz),
+        ):
+            if now is not None and most is not None:
+                parts.append(f"{what} {now} of {most} MHz")
+            elif now is not None or most is not None:
+                parts.append(f"{what} {now} MHz" if now else f"{what} max {most} MHz")
+        if self.power_limit_w is not None:
+            parts.append(f"power limit {self.power_limit_w:.0f} W")
+        if self.pcie_generation and self.pcie_width:
+            link = f"PCIe gen {self.pcie_generation} x{self.pcie_width} now"
+            top = (self.pcie_max_generation, self.pcie_max_width)
+            if all(top) and top != (self.pcie_generation, self.pcie_width):
+                link += f" (up to gen {top[0]} x{top[1]})"
+            parts.append(link)
+        elif self.link_label:
+            parts.append(self.link_label)
+        if self.clock_limits:
+            parts.append(f"clocks limited by: {', '.join(self.clock_limits)}")
+        return ", ".join(parts)
+
+    def to_json(self) -> dict[str, object]:
+        """The known fields, by name (clock limits as a list)."""
+        return {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in asdict(self).items()
+            if value is not None
+        }
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@functools.lru_cache(maxsize=1)
+def _nvml() -> ModuleType | None:
+    """``pynvml``, initialised once per process; None without it or a driver."""
+    try:
+        with warnings.catch_warnings():  # the old "pynvml" package warns on import
+            warnings.simplefilter("ignore")
+            import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+        pynvml.nvmlInit()
+    except Exception:  # no package, no driver, no library: no NVML
+        return None
+    module: ModuleType = pynvml
+    return module
+
+
+def _gpu_state(props: Any) -> GpuState | None:
+    """What NVML says now about the GPU of ``torch.cuda.get_device_properties``'s
+    ``props``, found by its PCI bus id (whatever ``CUDA_VISIBLE_DEVICES`` says);
+    None without NVML, a bus id or that GPU. Each query may fail on its own."""
+    ids = [
+        getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")
+    ]
+    nvml = _nvml()
+    if nvml is None or not all(map(_is_int, ids)):
+        return None
+    domain, bus, device = ids
+    bus_id = f"{domain:08X}:{bus:02X}:{device:02X}.0"
+
+    def query(name: str, *args: object) -> Any:
+        try:
+            return getattr(nvml, name)(*args)
+        except Exception:  # each NVML query fails on its own
+            return None
+
+    handle = query("nvmlDeviceGetHandleByPciBusId", bus_id.encode("ascii"))
+    if handle is None:
+        return None
+
+    def number(name: str, *args: object) -> int | None:
+        value = query(name, handle, *args)
+        return value if _is_int(value) else None
+
+    sm, mem = getattr(nvml, "NVML_CLOCK_SM", 1), getattr(nvml, "NVML_CLOCK_MEM", 2)
+    milliwatts = number("nvmlDeviceGetEnforcedPowerLimit")
+    if milliwatts is None:
+        milliwatts = number("nvmlDeviceGetPowerManagementLimit")
+    reasons = number("nvmlDeviceGetCurrentClocksEventReasons")  # NVML 12.535 on
+    if reasons is None:
+        reasons = number("nvmlDeviceGetCurrentClocksThrottleReasons")
+    bits = [1 << i for i in range((reasons or 0).bit_length())]
+    return GpuState(
+        sm_clock_mhz=number("nvmlDeviceGetClockInfo", sm),
+        sm_clock_max_mhz=number("nvmlDeviceGetMaxClockInfo", sm),
+        memory_clock_mhz=number("nvmlDeviceGetClockInfo", mem),
+        memory_clock_max_mhz=number("nvmlDeviceGetMaxClockInfo", mem),
+        power_limit_w=None if milliwatts is None else milliwatts / 1000,
+        pcie_generation=number("nvmlDeviceGetCurrPcieLinkGeneration"),
+        pcie_width=number("nvmlDeviceGetCurrPcieLinkWidth"),
+        pcie_max_generation=number("nvmlDeviceGetMaxPcieLinkGeneration"),
+        pcie_max_width=number("nvmlDeviceGetMaxPcieLinkWidth"),
+        clock_limits=None
+        if reasons is None
+        else tuple(_CLOCK_LIMITS.get(b, hex(b)) for b in bits if reasons & b & ~_IDLE),
+    )
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
     """What a measurement ran on: the device, its software stack and the host CPU.
@@ -185,6 +401,20 @@ class DeviceInfo:
         return version_label(
             self.gpuguide_version, self.gpuguide_commit, self.gpuguide_dirty
         )
+
+    def provenance(self) -> str:
+        """One compact line that says what a measurement ran on, and the date (UTC;
+        what :func:`gpuguide.setup` prints): ``"Measured on H100 SXM5 | torch 2.13.0
+        | CUDA 12.8 | driver 570.86.15 | gpuguide 0.1.0 (f4b16f4) | 2026-11-21"``."""
+        head = f"Measured on {self.short_name}"
+        if self.memory_cap_bytes is not None:
+            head += f", GPU memory capped at {format_bytes(self.memory_cap_bytes)}"
+        parts = [head, f"torch {self.torch_version}"]
+        if self.type == "cuda":
+            parts.append(f"CUDA {self.cuda_version or 'unknown'}")
+            parts.append(f"driver {self.driver_version or 'unknown'}")
+        parts += [self.gpuguide_label, datetime.now(timezone.utc).strftime("%Y-%m-%d")]
+        return " | ".join(_clean(part) for part in parts)
 
 
 def _clean(text: str) -> str:
@@ -243,42 +473,16 @@ def _describe_cuda(
     return DeviceInfo(
         type="cuda",
         name=name,
-        variant=identify_gpu(name, sm_count, total_memory_bytes),
+        variant=_identify_gpu(name, sm_count, total_memory_bytes),
         index=index,
         sm_count=sm_count,
         total_memory_bytes=total_memory_bytes,
         compute_capability=(int(props.major), int(props.minor)),
         driver_version=driver_version,
         memory_cap_bytes=memory_cap_bytes,
-        gpu_state=_nvml_state(props),
+        gpu_state=_gpu_state(props),
         **fields,
     )
-
-
-def _nvml_state(props: Any) -> GpuState | None:
-    """What NVML says about the GPU of ``torch.cuda.get_device_properties``'s
-    ``props``, found by its PCI bus id; None without NVML or a bus id (no query)."""
-    ids = [
-        getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")
-    ]
-    if not nvml.available() or not all(
-        isinstance(i, int) and not isinstance(i, bool) for i in ids
-    ):
-        return None
-    domain, bus, device = ids
-    return nvml.gpu_state(f"{domain:08X}:{bus:02X}:{device:02X}.0")
-
-
-def gpu_state(device: str | torch.device | None = None) -> GpuState | None:
-    """What NVML says now about a CUDA device (:func:`pick_device`'s when omitted):
-    clocks, power limit, clock limiters, PCIe link; None off CUDA or without NVML."""
-    import torch
-
-    resolved = pick_device(device)
-    if resolved.type != "cuda":
-        return None
-    index = resolved.index if resolved.index is not None else 0
-    return _nvml_state(torch.cuda.get_device_properties(index))
 
 
 def _describe_host(device_type: str, cpuinfo_text: str | None = None) -> DeviceInfo:
@@ -313,19 +517,3 @@ def describe_device(device: str | torch.device | None = None) -> DeviceInfo:
             memory_cap_bytes=apply_memory_cap(resolved),
         )
     return _describe_host(resolved.type)
-
-
-def provenance(device: str | torch.device | DeviceInfo | None = None) -> str:
-    """One compact line that says what a measurement ran on, and the date (UTC;
-    what :func:`gpuguide.setup` prints): ``"Measured on H100 SXM5 | torch 2.13.0 |
-    CUDA 12.8 | driver 570.86.15 | gpuguide 0.1.0 (f4b16f4) | 2026-11-21"``."""
-    info = device if isinstance(device, DeviceInfo) else describe_device(device)
-    head = f"Measured on {info.short_name}"
-    if info.memory_cap_bytes is not None:
-        head += f", GPU memory capped at {format_bytes(info.memory_cap_bytes)}"
-    parts = [head, f"torch {info.torch_version}"]
-    if info.type == "cuda":
-        parts.append(f"CUDA {info.cuda_version or 'unknown'}")
-        parts.append(f"driver {info.driver_version or 'unknown'}")
-    parts += [info.gpuguide_label, datetime.now(timezone.utc).strftime("%Y-%m-%d")]
-    return " | ".join(_clean(part) for part in parts)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from gpuguide.device import describe_device, pick_device, provenance
+from gpuguide.device import describe_device, pick_device
 from gpuguide.env import small_mode
 from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.plotting import apply_style
@@ -68,7 +68,7 @@ def setup(prefer: str | torch.device | None = None) -> Page:
     torch.manual_seed(0)
     page = Page(device, small_mode())
     apply_style()
-    print(provenance(device))
+    print(describe_device(device).provenance())
     _current[:] = [page]
     return page
 

@@ -1,10 +1,10 @@
 """Peak compute (FLOP/s) and bandwidth (bytes/s) figures to hold a measurement against.
 
-A known NVIDIA GPU gets the dense datasheet figures of :mod:`gpuguide.datasheet`
-(fp64: the tensor-core figure where there is one); an unknown GPU gets unknown
-figures, never a guess; a CPU gets measured ceilings. :meth:`Peaks.percent_of`
-is the one way to compute a share of a peak; a rate above a datasheet peak is an
-error with ``GPUGUIDE_STRICT_PEAKS`` set.
+A known NVIDIA GPU gets the dense figures of its datasheet row below (fp64: the
+tensor-core figure where there is one); an unknown GPU gets unknown figures, never
+a guess; a CPU gets measured ceilings. :meth:`Peaks.percent_of` is the one way to
+compute a share of a peak; a rate above a datasheet peak is an error with
+``GPUGUIDE_STRICT_PEAKS`` set.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from gpuguide import checks, datasheet, host
-from gpuguide.device import DeviceInfo, describe_device
+from gpuguide import checks, host
+from gpuguide.device import DeviceInfo, GpuState, describe_device
 from gpuguide.env import small_mode, strict_peaks
-from gpuguide.nvml import GpuState
 from gpuguide.timing import Measurement, benchmark
 from gpuguide.units import format_bytes, format_value
 
@@ -50,6 +49,84 @@ _MIN_PLAUSIBLE_LINK_BYTES_PER_S = 4e9
 #: Nominal bytes/s per lane and direction of each PCIe generation (x16: gen 3, 4
 #: and 5 give 16, 32 and 64 GB/s).
 _LANE_BYTES_PER_S = {1: 0.25e9, 2: 0.5e9, 3: 1e9, 4: 2e9, 5: 4e9, 6: 8e9}
+
+
+class _GPUFigures(NamedTuple):
+    """Dense datasheet peaks of one GPU variant; None where unknown or unsupported."""
+
+    variant: str
+    fp64_tflops: float | None  # the matmul figure: FP64 tensor cores where any
+    fp32_tflops: float | None
+    tf32_tflops: float | None
+    fp16_tflops: float | None  # tensor cores, FP32 accumulate where the sheet says
+    bf16_tflops: float | None
+    memory_gb_per_s: float
+    host_link_gb_per_s: float  # per direction
+    source: str  # a key of _SOURCES
+
+
+#: Where the figures of each row come from. Datasheets quote TF32, FP16 and BF16
+#: tensor-core rates "with sparsity" (2:4 structured sparsity): the rows hold half.
+_SOURCES: dict[str, str] = {
+    "H100": (
+        "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100), "
+        "SXM, PCIe and NVL columns; dense (sparsity figures halved)"
+    ),
+    "H200": (
+        "NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200), "
+        "SXM and NVL columns; dense (sparsity figures halved)"
+    ),
+    "A100": (
+        "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), "
+        "PCIe and SXM columns, 40 and 80 GB; dense (sparsity figures halved)"
+    ),
+    "A10": (
+        "NVIDIA A10 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/"
+        "products/a10-gpu); dense (sparsity figures halved); no FP64 figure"
+    ),
+    "A10G": (
+        "AWS A10G (no NVIDIA datasheet): 600 GB/s GDDR6; fp32 from "
+        "80 SMs at 1.71 GHz boost; tensor-core peaks unknown"
+    ),
+    "L4": (
+        "NVIDIA L4 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/l4); "
+        "dense (sparsity figures halved); no FP64 figure"
+    ),
+    "T4": (
+        "NVIDIA T4 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/tesla-t4): "
+        "no TF32 or BF16; FP64 is not on the sheet and is Turing's 1/32 of FP32"
+    ),
+    "RTX 4090": (
+        "NVIDIA Ada Lovelace architecture whitepaper (GeForce RTX 4090), "
+        "dense, FP32 accumulate; no FP64 figure"
+    ),
+}
+
+# PCIe x16 per direction, nominal: gen 3, 4 and 5 give 16, 32 and 64 GB/s (datasheets
+# quote both directions together: 32, 64 and 128 GB/s).
+# fp64: the FP64 tensor-core rate where the GPU has one (A100, H100, H200: cuBLAS uses
+# it for fp64 matmuls), else the vector rate.
+# A10G: fp32 is 80 SMs x 128 lanes x 2 FLOP x 1.71 GHz; its tensor rates differ from
+# the A10's and are left unknown. T4 (Turing): no TF32 or BF16; fp64 is 1/32 of fp32.
+# fmt: off
+_FIGURES: tuple[_GPUFigures, ...] = tuple(_GPUFigures(*row) for row in (
+    # variant          fp64  fp32   tf32   fp16   bf16   GB/s  link  source
+    ("H100 SXM5",      67,   67,    494.5, 989.5, 989.5, 3350, 64,   "H100"),
+    ("H100 PCIe",      51,   51,    378,   756.5, 756.5, 2000, 64,   "H100"),
+    ("H100 NVL",       60,   60,    417.5, 835.5, 835.5, 3900, 64,   "H100"),
+    ("H200 SXM",       67,   67,    494.5, 989.5, 989.5, 4800, 64,   "H200"),
+    ("H200 NVL",       60,   60,    417.5, 835.5, 835.5, 4800, 64,   "H200"),
+    ("A100 SXM4 80GB", 19.5, 19.5,  156,   312,   312,   2039, 32,   "A100"),
+    ("A100 SXM4 40GB", 19.5, 19.5,  156,   312,   312,   1555, 32,   "A100"),
+    ("A100 PCIe 80GB", 19.5, 19.5,  156,   312,   312,   1935, 32,   "A100"),
+    ("A100 PCIe 40GB", 19.5, 19.5,  156,   312,   312,   1555, 32,   "A100"),
+    ("A10",            None, 31.2,  62.5,  125,   125,   600,  32,   "A10"),
+    ("A10G",           None, 35.0,  None,  None,  None,  600,  32,   "A10G"),
+    ("L4",             None, 30.3,  60,    121,   121,   300,  32,   "L4"),
+    ("T4",             0.25, 8.1,   None,  65,    None,  320,  16,   "T4"),
+    ("RTX 4090",       None, 82.6,  82.6,  165.2, 165.2, 1008, 32,   "RTX 4090"),
+))
+# fmt: on
 
 
 @dataclass(frozen=True)
@@ -164,7 +241,7 @@ def _unknown(name: str, source: str) -> Peaks:
     return Peaks(name=name, flops={}, source=source, known=False)
 
 
-def _from_datasheet(row: datasheet.GPUFigures) -> Peaks:
+def _from_datasheet(row: _GPUFigures) -> Peaks:
     """Peaks from a datasheet row (its fields 1 to 5: fp64 to bf16 TFLOP/s)."""
     return Peaks(
         name=row.variant,
@@ -174,12 +251,12 @@ def _from_datasheet(row: datasheet.GPUFigures) -> Peaks:
         },
         memory_bandwidth_bytes_per_s=row.memory_gb_per_s * 1e9,
         host_link_bytes_per_s=row.host_link_gb_per_s * 1e9,
-        source=datasheet.SOURCES[row.source],
+        source=_SOURCES[row.source],
     )
 
 
 #: Datasheet peaks of the GPUs gpuguide recognises, by variant.
-_GPU_PEAKS = {row.variant: _from_datasheet(row) for row in datasheet.FIGURES}
+_GPU_PEAKS = {row.variant: _from_datasheet(row) for row in _FIGURES}
 
 
 @dataclass(frozen=True)
@@ -353,6 +430,6 @@ def device_peaks(device: str | torch.device | DeviceInfo | None = None) -> Peaks
         )
     peaks = _GPU_PEAKS.get(info.variant or "") or _unknown(
         f"unknown GPU ({' '.join(info.name.split())})",
-        "no datasheet entry for this GPU in gpuguide.datasheet: figures unknown",
+        "no datasheet entry for this GPU in gpuguide.peaks: figures unknown",
     )
     return _with_negotiated_link(peaks, info.gpu_state)

@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import jsonschema
 from jsonschema.exceptions import best_match
 
-from gpuguide import nvml
+from gpuguide.device import GpuState
 from gpuguide.env import small_mode
-from gpuguide.nvml import GpuState
 from gpuguide.timing import Measurement, Rate
 from gpuguide.verdicts import Comparison
 from gpuguide.version import version_label
@@ -309,12 +308,12 @@ def current_device() -> DeviceRecord:
 
 def _note_clock_limits() -> None:
     """Add what limits the GPU's clocks now (after a measurement) to the limiters
-    of this process's device, where NVML described it."""
-    if not nvml.available() or (old := current_device().gpu) is None:
+    of this process's device, where NVML described it (once it is described)."""
+    if not _device or (old := _device[0].gpu) is None:
         return
-    from gpuguide.device import gpu_state
+    from gpuguide.device import describe_device
 
-    seen = getattr(gpu_state(), "clock_limits", None)
+    seen = getattr(describe_device().gpu_state, "clock_limits", None)
     if seen:
         limits = tuple(dict.fromkeys((*(old.clock_limits or ()), *seen)))
         _device[0] = replace(_device[0], gpu=replace(old, clock_limits=limits))

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from gpuguide.chapters.roofline import streaming_elements
-from gpuguide.device import DeviceInfo, describe_device, gpu_state, pick_device
+from gpuguide.device import DeviceInfo, describe_device, pick_device
 from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.quiet import ignore_torch_internal_warnings
 from gpuguide.results import DeviceRecord, Result
@@ -230,7 +230,7 @@ def checkup(device: torch.device, *, levels: int = 2) -> ResultsFile:
         *transfer_figures(device),
         *launch_figures(device),
     ]
-    end = gpu_state(device)  # NVML's facts after the run; None without NVML
+    end = describe_device(device).gpu_state  # NVML's after the run, or None
     if end is not None and info.gpu_state is not None:
         seen = (*(info.gpu_state.clock_limits or ()), *(end.clock_limits or ()))
         end = replace(end, clock_limits=tuple(dict.fromkeys(seen)))

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from gpuguide.nvml import GpuState
+from gpuguide.device import GpuState
 from gpuguide.results import (
     SCHEMA_VERSION,
     Claim,
