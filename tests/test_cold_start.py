@@ -13,18 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpuguide.chapters import coldstart
-from gpuguide.chapters.coldstart import (
-    _MARK,
-    ChildFailed,
-    Starts,
-    _describe_caches,
-    _run_fresh,
-    growth,
-    measure,
-    run_starts,
-    steady,
-)
+from gpuguide.chapters import coldstart, coldstart_child
+from gpuguide.chapters.coldstart import ChildFailed, Starts, _run_fresh, run_starts
+from gpuguide.chapters.coldstart_child import MARK as _MARK
+from gpuguide.chapters.coldstart_child import _describe_caches
+from gpuguide.chapters.coldstart_child import _measure as measure
 from gpuguide.timing import Measurement
 from gpuguide.verdicts import compare
 
@@ -101,13 +94,14 @@ def test_first_call_parts_add_up_to_the_first_call():
 def test_first_calls_and_steady_make_measurements_across_processes():
     results = [{"first_s": 2.0, "steady": {"eager": [1.0, 2.0], "compiled": [0.5]}},
                {"first_s": 4.0, "steady": {"eager": [3.0], "compiled": [0.25]}}]  # fmt: skip
-    first = Starts({"cold": {1: results}}, "cpu").first("cold", 1)
+    starts = Starts({"cold": {1: results}}, "cpu")
+    first = starts.first("cold", 1)
     assert isinstance(first, Measurement)
     assert first.times_s == (2.0, 4.0)
     assert first.label == "cold"
-    eager = steady(results, "eager", "eager", "cpu")
-    assert eager.times_s == (1.0, 2.0, 3.0)
-    assert steady(results, "compiled", "cold", "cpu").times_s == (0.5, 0.25)
+    eager = starts.steady(["cold"], 1, "eager")
+    assert (eager.times_s, eager.label) == ((1.0, 2.0, 3.0), "eager")
+    assert starts.steady(["cold"], 1, "compiled", "cold").times_s == (0.5, 0.25)
 
 
 def test_steady_relative_divides_by_each_processes_eager_median():
@@ -115,10 +109,11 @@ def test_steady_relative_divides_by_each_processes_eager_median():
     # One value per process: a burst of load in one round moves no median.
     results = [{"steady": {"eager": [1.0, 1.0, 9.0], "compiled": [0.5, 0.5, 7.0]}},
                {"steady": {"eager": [2.0, 2.0, 2.0], "compiled": [1.0, 1.0, 1.0]}}]  # fmt: skip
-    relative = steady(results, "compiled", "full", "cpu", relative=True)
+    starts = Starts({"cold": {1: results}}, "cpu")
+    relative = starts.steady(["cold"], 1, "compiled", "full", relative=True)
     assert relative.times_s == (0.5, 0.5)
     assert "relative" in relative.method
-    pooled = steady(results, "compiled", "full", "cpu")
+    pooled = starts.steady(["cold"], 1, "compiled", "full")
     assert pooled.times_s == (0.5, 0.5, 7.0, 1.0, 1.0, 1.0)
     assert pooled.median_s == 1.0
 
@@ -129,8 +124,9 @@ def test_steady_paired_keeps_each_rounds_median_relative_to_eager():
                 "rounds": {"full": [1.0, 1.2], "regional": [0.8, 1.0]}},
                {"steady": {"eager": [2.0, 2.0, 2.0]},
                 "rounds": {"full": [2.0, 2.2], "regional": [1.6, 2.0]}}]  # fmt: skip
-    full = steady(results, "full", "full", "cpu", paired=True)
-    regional = steady(results, "regional", "regional", "cpu", paired=True)
+    starts = Starts({"warm": {1: results}}, "cpu")
+    full = starts.steady(["warm"], 1, "full", paired=True)
+    regional = starts.steady(["warm"], 1, "regional", paired=True)
     assert full.times_s == full.rounds == pytest.approx((1.0, 1.2, 1.0, 1.1))
     assert regional.rounds == pytest.approx((0.8, 1.0, 0.8, 1.0))
     assert "paired" in full.method
@@ -138,12 +134,20 @@ def test_steady_paired_keeps_each_rounds_median_relative_to_eager():
     assert (vs.wins, vs.losses) == (4, 0)
 
 
+def _with_first_calls(steady_runs, first_s, device):
+    """Starts whose cold processes took ``first_s`` and whose warm ones, at 1
+    block, timed ``steady_runs``."""
+    cold = [{"first_s": t} for t in first_s]
+    return Starts({"cold": {1: cold}, "warm": {1: steady_runs}}, device)
+
+
 def test_payback_counts_steps_relative_to_each_processes_eager_steps():
     fast, slowed = (
         {"steady": {"eager": [e] * 4, "compiled": [e / 2] * 4}} for e in (1e-3, 4e-3)
     )  # the second process ran on a loaded machine: 4x slower, same 2x speed-up
-    first_call = Measurement("cold", (1.5, 2.5, 3.5), "cpu", "host-clock")
-    (median, low, high), speedup = coldstart.payback([fast, slowed], first_call, "cpu")
+    starts = _with_first_calls([fast, slowed], (1.5, 2.5, 3.5), "cpu")
+    first_call = starts.first("cold", 1)
+    (median, low, high), speedup = starts.payback("cold", 1, ["warm"])
     assert speedup.verdict == "faster"
     assert speedup.speedup == pytest.approx(2.0)
     # an eager step is 2.5 ms pooled; 2.5 s is 1000 of them, less the compiled
@@ -162,8 +166,8 @@ def test_payback_from_one_process_takes_its_steps_as_timed():
     # steps, timed in the same rounds, carry their own spread.
     one = {"steady": {"eager": [1e-3, 1.1e-3, 0.9e-3, 1e-3],
                       "compiled": [0.5e-3, 0.55e-3, 0.45e-3, 0.5e-3]}}  # fmt: skip
-    first_call = Measurement("cold", (2.0,), "cuda", "host-clock")
-    (median, low, high), speedup = coldstart.payback([one], first_call, "cuda")
+    starts = _with_first_calls([one], (2.0,), "cuda")
+    (median, low, high), speedup = starts.payback("cold", 1, ["warm"])
     assert speedup.verdict == "faster"
     assert speedup.speedup == pytest.approx(2.0)
     # 2 s less the compiled step, paid back at 0.5 ms a step
@@ -172,8 +176,8 @@ def test_payback_from_one_process_takes_its_steps_as_timed():
 
 def test_payback_names_the_compiled_variant_it_compared():
     same = {"steady": {"eager": [1e-3] * 3, "regional": [1e-3] * 3}}
-    first_call = Measurement("regional", (1.0, 2.0), "cpu", "host-clock")
-    _, speedup = coldstart.payback([same, same], first_call, "cpu", "regional")
+    starts = _with_first_calls([same, same], (1.0, 2.0), "cpu")
+    _, speedup = starts.payback("cold", 1, ["warm"], "regional")
     assert "regional" in str(speedup)
 
 
@@ -181,22 +185,31 @@ def test_payback_gives_no_steps_where_compiled_is_not_faster():
     same = {
         "steady": {"eager": [1e-3, 1.1e-3, 0.9e-3], "compiled": [1e-3, 0.9e-3, 1.1e-3]}
     }
-    first_call = Measurement("cold", (1.0, 2.0), "cpu", "host-clock")
-    steps, speedup = coldstart.payback([same], first_call, "cpu")
+    starts = _with_first_calls([same], (1.0, 2.0), "cpu")
+    steps, speedup = starts.payback("cold", 1, ["warm"])
     assert steps == (None, None, None)
     assert not speedup.measurable
+
+
+def test_payback_needs_a_first_call():
+    starts = Starts({"cold": {1: []}, "warm": {1: []}}, "cpu")
+    with pytest.raises(ValueError, match="no cold process ran at 1 blocks"):
+        starts.payback("cold", 1, ["warm"])
 
 
 # ---- growth per block -------------------------------------------------------
 
 
-def _firsts(*times_per_depth):
-    return [Measurement("cold", t, "cpu", "host-clock") for t in times_per_depth]
+def _growth(label, depths, *times_per_depth):
+    """The growth of first calls of ``times_per_depth`` at ``depths``."""
+    pairs = zip(depths, times_per_depth, strict=True)
+    runs = {n: [{"first_s": t} for t in times] for n, times in pairs}
+    return Starts({"cold": runs}, "cpu").growth("cold", label)
 
 
 def test_growth_is_the_slope_through_the_medians_with_its_quartile_range():
-    firsts = _firsts((1.0, 1.2, 1.4), (5.0, 5.4, 5.8))  # quartiles 1.1-1.3, 5.2-5.6
-    g = growth("full compilation", [1, 11], firsts)
+    times = (1.0, 1.2, 1.4), (5.0, 5.4, 5.8)  # quartiles 1.1-1.3, 5.2-5.6
+    g = _growth("full compilation", [1, 11], *times)
     assert g.per_block_s == pytest.approx((5.4 - 1.2) / 10)
     # the shallowest: deep low, shallow high quartiles
     assert g.spread == pytest.approx(((5.2 - 1.3) / 10, (5.6 - 1.1) / 10))
@@ -207,7 +220,7 @@ def test_growth_fits_a_least_squares_line_over_more_depths():
     depths = [1, 2, 4, 8]
     medians = [0.5 + 0.25 * n + e for n, e in zip(depths, (0.02, -0.03, 0.03, -0.01),
                                                     strict=True)]  # fmt: skip
-    g = growth("full", depths, _firsts(*((m,) for m in medians)))
+    g = _growth("full", depths, *((m,) for m in medians))
     mean = sum(depths) / 4
     slope = sum((n - mean) * m for n, m in zip(depths, medians, strict=True)) / sum(
         (n - mean) ** 2 for n in depths
@@ -217,34 +230,35 @@ def test_growth_fits_a_least_squares_line_over_more_depths():
 
 
 def test_a_growth_from_single_runs_has_no_spread():
-    g = growth("regional", [4, 16], _firsts((3.0,), (3.6,)))
+    g = _growth("regional", [4, 16], (3.0,), (3.6,))
     assert g.spread is None
     assert g.per_block_s == pytest.approx(0.05)
     assert g.short == "50.0 ms"
 
 
-@pytest.mark.parametrize("depths", [[4], [4, 4], [4, 16, 32]])
-def test_growth_needs_two_depths_and_one_first_call_each(depths):
+@pytest.mark.parametrize("runs", [{4: [1.0]}, {4: [1.0], 16: []}])
+def test_growth_needs_first_calls_at_two_depths(runs):
+    results = {n: [{"first_s": t} for t in times] for n, times in runs.items()}
     with pytest.raises(ValueError, match="two depths"):
-        growth("full", depths, _firsts((1.0,), (2.0,)))
+        Starts({"cold": results}, "cpu").growth("cold", "full")
 
 
 def test_compare_growth_calls_a_steeper_slope_only_outside_both_spreads():
-    full = growth("full compilation", [1, 8], _firsts((2.0, 2.2), (6.0, 6.4)))
-    flat = growth("regional", [1, 8], _firsts((2.0, 2.2), (2.0, 2.3)))
+    full = _growth("full compilation", [1, 8], (2.0, 2.2), (6.0, 6.4))
+    flat = _growth("regional", [1, 8], (2.0, 2.2), (2.0, 2.3))
     text = full.compare(flat)
     assert text.startswith("full compilation adds ")
     assert "per block more than regional (" in text
     assert "less than" in flat.compare(full)
-    close = growth("full", [1, 8], _firsts((2.0, 2.2), (2.1, 2.4)))
+    close = _growth("full", [1, 8], (2.0, 2.2), (2.1, 2.4))
     assert close.compare(flat).startswith(
         "no measurable difference in growth per block between full and regional"
     )
 
 
 def test_compare_growth_gives_no_verdict_for_single_runs():
-    full = growth("full", [4, 16], _firsts((4.0,), (10.0,)))
-    flat = growth("regional", [4, 16], _firsts((3.0, 3.2), (3.0, 3.2)))
+    full = _growth("full", [4, 16], (4.0,), (10.0,))
+    flat = _growth("regional", [4, 16], (3.0, 3.2), (3.0, 3.2))
     text = full.compare(flat)
     assert text == (
         "full adds 500 ms per block more than regional: one process per depth, "
@@ -330,7 +344,7 @@ def test_measure_stops_the_compile_workers_before_the_steady_steps(monkeypatch):
 
 
 def test_measure_leaves_the_cpu_probe_out_of_the_first_call(monkeypatch, capsys):
-    monkeypatch.setattr(coldstart, "_probe_cpu", lambda: time.sleep(0.2))
+    monkeypatch.setattr(coldstart_child, "_probe_cpu", lambda: time.sleep(0.2))
     model = torch.nn.Linear(4, 4)
     result = _measured(capsys, model, model, torch.ones(1, 4), device="cpu")
     assert result["probe_s"] >= 0.2 > result["first_s"]

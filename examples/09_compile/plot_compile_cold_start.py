@@ -34,12 +34,12 @@ block, the steady state against eager mode, and when compiling pays for itself.
 # .. literalinclude:: /../src/gpuguide/chapters/coldstart_child.py
 #    :start-at: class Block
 #
-# ``measure`` imports inductor and, on a CPU, runs its probe of the CPU's vector
-# instructions (a C++ build every new process pays) before it times anything; then
-# it times the first call, then eager and compiled steps in alternating rounds, and
-# reads the cache counters. An empty cache directory costs seconds of kernel
-# compilation, so the page runs two depths and, mostly, one process per case and
-# depth: those figures have no spread.
+# The child's ``_measure`` imports inductor and, on a CPU, runs its probe of the
+# CPU's vector instructions (a C++ build every new process pays) before it times
+# anything; then it times the first call, then eager and compiled steps in
+# alternating rounds, and reads the cache counters. An empty cache directory costs
+# seconds of kernel compilation, so the page runs two depths and, mostly, one
+# process per case and depth: those figures have no spread.
 import matplotlib.pyplot as plt
 
 import gpuguide
@@ -79,14 +79,14 @@ print(gpuguide.table(starts.rows()))
 # What each block adds to the first call
 # --------------------------------------
 # A full compilation traces and lowers every block; a regional one compiles the
-# block once and checks guards for the others. ``coldstart.growth`` fits the
+# block once and checks guards for the others. ``starts.growth`` fits the
 # seconds each block adds over the depths measured, with the range the first
 # calls' quartiles allow (none from one process per depth).
 series = {case: [starts.first(case, n) for n in blocks] for case in CASES}
 title = f"First calls up to {largest} blocks"
 if len(blocks) > 1:  # a slope needs two depths (small mode on a CPU runs one)
-    full = coldstart.growth("full compilation", blocks, series["cold"])
-    regional = coldstart.growth("regional compilation", blocks, series["regional"])
+    full = starts.growth("cold", "full compilation")
+    regional = starts.growth("regional", "regional compilation")
     for g in (full, regional):
         name = f"first call per block, {g.label}"
         gpuguide.report(name, g.per_block_s, unit="s", spread=g.spread)
@@ -127,9 +127,8 @@ print(gpuguide.table(split, title=f"{largest} blocks, the first process of each 
 # sequence of 64 tokens, mostly framework overhead: where compiling pays most,
 # and where a graph per block (no fusion across blocks) costs most.
 for case in CASES:  # regional: timed beside eager in the warm processes
-    cases, name = (["warm"], case) if case == "regional" else (CASES[:3], "compiled")
-    runs, first = starts.runs(cases, largest), starts.first(case, largest)
-    (even, low, high), vs = coldstart.payback(runs, first, device, name)
+    among, name = (["warm"], case) if case == "regional" else (CASES[:3], "compiled")
+    (even, low, high), vs = starts.payback(case, largest, among, name)
     spread = f" ({low:,}-{high:,})" if even and low != high else ""
     print(f"{case}: pays after {even:,} steps{spread}" if even else f"{case}: {vs}")
 
@@ -150,18 +149,15 @@ for case, least in (("warm", 2), ("Mega-Cache", 1.2)):
         measured=f"{vs.speedup:.2f}x, one process each",
         timed=True,
     )
-full_starts, warm_runs = starts.runs(CASES[:3], largest), starts.runs(["warm"], largest)
 vs = gpuguide.compare(
-    coldstart.steady(
-        full_starts, "compiled", "full compilation", device, relative=True
-    ),
-    coldstart.steady(full_starts, "eager", "eager", device, relative=True),
+    starts.steady(CASES[:3], largest, "compiled", "full compilation", relative=True),
+    starts.steady(CASES[:3], largest, "eager", relative=True),
 )
 gpuguide.report("steady state, full compilation against eager", vs, blocks=largest)
 gpuguide.claim("a compiled step is at least 1.05x as fast as eager", vs, at_least=1.05)
 vs = gpuguide.compare(  # round by round, in the same rounds of the warm processes
-    coldstart.steady(warm_runs, "regional", "regional", device, paired=True),
-    coldstart.steady(warm_runs, "compiled", "full compilation", device, paired=True),
+    starts.steady(["warm"], largest, "regional", paired=True),
+    starts.steady(["warm"], largest, "compiled", "full compilation", paired=True),
 )
 gpuguide.report("steady state, regional against full", vs, blocks=largest)
 

@@ -5,115 +5,30 @@ compiled call, its steady state and what the compiler's caches did, and read the
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuguide.timing import Measurement, first_calls_s
+from gpuguide.chapters.coldstart_child import MARK
+from gpuguide.timing import Measurement
 from gpuguide.units import format_time
-from gpuguide.verdicts import NO_DIFFERENCE, Comparison, break_even, compare, interleave
+from gpuguide.verdicts import NO_DIFFERENCE, Comparison, break_even, compare
 
-__all__ = ["growth", "measure", "payback", "run_starts", "steady"]
+__all__ = ["run_starts"]
 
-#: Starts the line of a child's stdout that holds its result, as JSON.
-_MARK = "gpuguide-result: "
 #: The module each fresh process runs (``python -m``).
 _CHILD = "gpuguide.chapters.coldstart_child"
-#: Dynamo's compile-time metrics that make up a first call, and what they are.
-_PHASES = {
-    "bytecode_tracing": "Dynamo's tracing",
-    "build_guards": "building guards",
-    "OutputGraph.call_user_compiler": "AOTAutograd and inductor",
-}
 
 
 class ChildFailed(RuntimeError):
     """A fresh process ended without a result; the message quotes its stderr."""
-
-
-# ---- in the child -----------------------------------------------------------
-
-
-def _describe_caches(counters: Mapping[str, Mapping[str, int]]) -> str:
-    """What the FX graph and AOTAutograd caches did, from dynamo's ``counters``
-    (any ``*cache_hit``/``_miss``/``_bypass`` key): ``"FX graph 1 hit"``."""
-    parts = []
-    for group, cache in {"inductor": "FX graph", "aot_autograd": "AOTAutograd"}.items():
-        counts: Counter[str] = Counter()
-        for key, value in counters.get(group, {}).items():
-            prefix, _, outcome = key.rpartition("_")
-            if outcome in ("hit", "miss", "bypass") and prefix.endswith("cache"):
-                counts[outcome] += int(value)
-        done = ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n)
-        parts += [f"{cache} {done}"] if done else []
-    return "; ".join(parts) or "none used"
-
-
-def _probe_cpu() -> None:
-    """Inductor's probe of the CPU's vector instructions: a C++ build, once a process."""
-    try:
-        from torch._inductor.cpu_vec_isa import pick_vec_isa
-    except ImportError:  # pragma: no cover - inductor moved it
-        return
-    pick_vec_isa()
-
-
-def measure(
-    model: Callable[[Any], Any],
-    compiled: Callable[[Any], Any],
-    x: Any,
-    *,
-    device: str,
-    before: Callable[[], Any] | None = None,
-    also: Mapping[str, Callable[[Any], Any]] | None = None,
-) -> None:
-    """In the child, without gradients: time ``before()`` and the first call of
-    ``compiled(x)`` together, then ``model`` (eager), ``compiled`` and ``also``'s
-    callables (first called untimed) in alternating rounds, and print the result
-    as one marked line of JSON for the parent."""
-    import torch
-    import torch._inductor.compile_fx  # imported before anything is timed
-    from torch._dynamo import utils
-    from torch._inductor import async_compile
-
-    probe_s = (
-        first_calls_s(_probe_cpu, device=device, calls=1) if device == "cpu" else 0
-    )
-    variants = {"eager": model, "compiled": compiled, **(also or {})}
-    with torch.no_grad():
-        load_s = first_calls_s(before, device=device, calls=1) if before else 0.0
-        first_s = first_calls_s(compiled, x, device=device, calls=1)
-        caches = _describe_caches(utils.counters)
-        metrics = getattr(utils, "compilation_time_metrics", {})
-        timers = {k: sum(metrics[m]) for m, k in _PHASES.items() if m in metrics}
-        for name in also or {}:
-            variants[name](x)
-        # the compile workers would take the CPU from the steady steps
-        getattr(async_compile, "shutdown_compile_workers", lambda: None)()
-        calls = {name: functools.partial(fn, x) for name, fn in variants.items()}
-        timed = interleave(calls, rounds=10, rep_ms=60.0, device=device)
-    result = {
-        "first_s": load_s + first_s,
-        "load_s": load_s,
-        "probe_s": probe_s,
-        "caches": caches,
-        "phases": timers,
-        "steady": {name: list(m.times_s) for name, m in timed.items()},
-        "rounds": {name: list(m.rounds) for name, m in timed.items()},
-    }
-    print(_MARK + json.dumps(result), flush=True)
-
-
-# ---- in the parent ----------------------------------------------------------
 
 
 def _run_fresh(
@@ -131,9 +46,9 @@ def _run_fresh(
         timeout=600,
         check=False,
     )
-    lines = [line for line in done.stdout.splitlines() if line.startswith(_MARK)]
+    lines = [line for line in done.stdout.splitlines() if line.startswith(MARK)]
     if done.returncode == 0 and lines:
-        result: dict[str, Any] = json.loads(lines[-1].removeprefix(_MARK))
+        result: dict[str, Any] = json.loads(lines[-1].removeprefix(MARK))
         return result
     tail = "\n".join(done.stderr.strip().splitlines()[-8:])
     msg = f"the child process ended (exit code {done.returncode}) without a result"
@@ -182,87 +97,81 @@ class Starts:
             if (done := by_depth.get(n))
         ]
 
+    def steady(
+        self,
+        cases: Iterable[str],
+        n: int,
+        name: str,
+        label: str | None = None,
+        *,
+        relative: bool = False,
+        paired: bool = False,
+    ) -> Measurement:
+        """The steady-state steps ``name`` (``"eager"``, ``"compiled"``) of the
+        processes of ``cases`` at ``n`` blocks, pooled; ``relative``: one value per
+        process, its median over its eager median (processes slowed by their
+        neighbours compare fairly); ``paired``: one per round, kept as rounds."""
+        results = self.runs(cases, n)
 
-def run_starts(
-    cases: Sequence[str],
-    blocks: Sequence[int],
-    plan: Callable[[str, int], int],
-    *,
-    dim: int,
-    device: object,
-) -> Starts:
-    """At each depth ``n`` of ``blocks``, run ``plan(case, n)`` fresh children of each
-    of ``cases`` in turn. Each case and depth gets an empty inductor cache directory
-    (``TORCHINDUCTOR_CACHE_DIR``), but ``"warm"`` reuses ``"cold"``'s, and each
-    depth a Mega-Cache file, all removed at the end."""
-    results: dict[str, dict[int, list[dict[str, Any]]]] = {
-        case: {n: [] for n in blocks} for case in cases
-    }
-    with tempfile.TemporaryDirectory(prefix="gpuguide-cold-start-") as root:
-        for n in blocks:
-            artifacts = Path(root, f"{n}.bin")
-            for case in cases:
-                cache = Path(root, f"{n}-{'cold' if case == 'warm' else case}")
-                env = {"TORCHINDUCTOR_CACHE_DIR": str(cache)}
-                env["TRITON_CACHE_DIR"] = str(cache / "triton")
-                for _ in range(plan(case, n)):
-                    args = [case, n, dim, device, artifacts, n == blocks[-1]]
-                    try:
-                        results[case][n].append(_run_fresh(args, env=env))
-                    except (ChildFailed, subprocess.TimeoutExpired) as error:
-                        msg = f"the {case} start at {n} blocks on {device}: {error}"
-                        raise ChildFailed(msg) from None
-    return Starts(results, str(device))
+        def eager(result: Mapping[str, Any]) -> float:
+            return float(statistics.median(result["steady"]["eager"]))
 
+        label = name if label is None else label
+        if paired:
+            times = tuple(t / eager(r) for r in results for t in r["rounds"][name])
+            method = "round medians relative to eager, paired rounds"
+            return Measurement(label, times, self.device, method, rounds=times)
+        if relative:
+            times = tuple(
+                statistics.median(r["steady"][name]) / eager(r) for r in results
+            )
+            method = "median relative to eager, one per process"
+        else:
+            times = tuple(t for r in results for t in r["steady"][name])
+            method = "wall-clock, pooled over processes"
+        return Measurement(label, times, self.device, method)
 
-def steady(
-    results: Sequence[Mapping[str, Any]],
-    name: str,
-    label: str,
-    device: str,
-    *,
-    relative: bool = False,
-    paired: bool = False,
-) -> Measurement:
-    """The steady-state steps ``name`` (``"eager"``, ``"compiled"``) of several
-    children, pooled into one Measurement; ``relative``: one value per child, its
-    median over its eager median (children slowed by their neighbours compare
-    fairly); ``paired``: one per round, kept as rounds for pairing, alike."""
+    def payback(
+        self, case: str, n: int, among: Sequence[str], name: str = "compiled"
+    ) -> tuple[tuple[int | None, int | None, int | None], Comparison]:
+        """After how many steps ``case``'s first call at ``n`` blocks, beyond one
+        compiled step, is paid back by the steps ``name`` saves over eager in the
+        processes of ``among`` (relative where several): at its median and
+        quartiles, None where not measurably faster, and the comparison."""
+        first_call = self.first(case, n)
+        if first_call is None:
+            msg = f"no {case} process ran at {n} blocks"
+            raise ValueError(msg)
+        relative = len(self.runs(among, n)) > 1
+        eager = self.steady(among, n, "eager", relative=relative)
+        compiled = self.steady(among, n, name, relative=relative)
+        # the unit of eager and compiled, in seconds: an eager step where relative
+        unit_s = self.steady(among, n, "eager").median_s if relative else 1.0
+        costs = [
+            max(q / unit_s - compiled.median_s, 0.0) for q in first_call.quartiles_s
+        ]
+        low, median, high = (break_even(cost, eager, compiled) for cost in costs)
+        return (median, low, high), compare(compiled, eager)
 
-    def eager(result: Mapping[str, Any]) -> float:
-        return float(statistics.median(result["steady"]["eager"]))
-
-    if paired:
-        times = [t / eager(r) for r in results for t in r["rounds"][name]]
-        method = "round medians relative to eager, paired rounds"
-        return Measurement(label, tuple(times), device, method, rounds=tuple(times))
-    if relative:
-        times = [statistics.median(r["steady"][name]) / eager(r) for r in results]
-        method = "median relative to eager, one per process"
-    else:
-        times = [t for r in results for t in r["steady"][name]]
-        method = "wall-clock, pooled over processes"
-    return Measurement(label, tuple(times), device, method)
-
-
-def payback(
-    results: Sequence[Mapping[str, Any]],
-    first_call: Measurement,
-    device: str,
-    name: str = "compiled",
-) -> tuple[tuple[int | None, int | None, int | None], Comparison]:
-    """After how many steps ``first_call``, beyond one compiled step, is paid back by
-    the steps ``name`` saves over eager in ``results`` (relative where several): at
-    its median and quartiles, None where ``name`` is not measurably faster, with the
-    comparison these rest on."""
-    relative = len(results) > 1
-    eager = steady(results, "eager", "eager", device, relative=relative)
-    compiled = steady(results, name, name, device, relative=relative)
-    # the unit of eager and compiled, in seconds: an eager step where relative
-    unit_s = steady(results, "eager", "eager", device).median_s if relative else 1.0
-    costs = [max(q / unit_s - compiled.median_s, 0.0) for q in first_call.quartiles_s]
-    low, median, high = (break_even(cost, eager, compiled) for cost in costs)
-    return (median, low, high), compare(compiled, eager)
+    def growth(self, case: str, label: str) -> Growth:
+        """What each block adds to ``case``'s first call (:class:`Growth`), over the
+        depths where it ran, two or more."""
+        firsts = {n: m for n in self.results[case] if (m := self.first(case, n))}
+        depths = list(firsts)
+        if len(depths) < 2:
+            msg = f"growth needs first calls at two depths or more, got {depths!r}"
+            raise ValueError(msg)
+        mean = statistics.fmean(depths)
+        # the shallowest slope runs through the deep low quartiles and the shallow high
+        low, median, high = (
+            statistics.linear_regression(
+                depths,
+                [m.quartiles_s[i if n > mean else 2 - i] for n, m in firsts.items()],
+            ).slope
+            for i in range(3)
+        )
+        one = min(m.n for m in firsts.values()) < 2
+        return Growth(label, median, None if one else (low, high))
 
 
 @dataclass(frozen=True)
@@ -299,20 +208,33 @@ class Growth:
         return f"{NO_DIFFERENCE} in growth per block between {a} and {b} ({span})"
 
 
-def growth(label: str, depths: Sequence[int], firsts: Sequence[Measurement]) -> Growth:
-    """The :class:`Growth` of the first calls ``firsts`` measured at ``depths``
-    (blocks), two depths or more."""
-    if len(depths) != len(firsts) or len(set(depths)) < 2:
-        msg = f"growth needs first calls at two depths or more, got depths {depths!r}"
-        raise ValueError(msg)
-    mean = statistics.fmean(depths)
-    pairs = list(zip(depths, firsts, strict=True))
-    # the shallowest slope runs through the deep low quartiles and the shallow high
-    low, median, high = (
-        statistics.linear_regression(
-            depths, [m.quartiles_s[i if n > mean else 2 - i] for n, m in pairs]
-        ).slope
-        for i in range(3)
-    )
-    one = min(m.n for m in firsts) < 2
-    return Growth(label, median, None if one else (low, high))
+def run_starts(
+    cases: Sequence[str],
+    blocks: Sequence[int],
+    plan: Callable[[str, int], int],
+    *,
+    dim: int,
+    device: object,
+) -> Starts:
+    """At each depth ``n`` of ``blocks``, run ``plan(case, n)`` fresh children of each
+    of ``cases`` in turn. Each case and depth gets an empty inductor cache directory
+    (``TORCHINDUCTOR_CACHE_DIR``), but ``"warm"`` reuses ``"cold"``'s, and each
+    depth a Mega-Cache file, all removed at the end."""
+    results: dict[str, dict[int, list[dict[str, Any]]]] = {
+        case: {n: [] for n in blocks} for case in cases
+    }
+    with tempfile.TemporaryDirectory(prefix="gpuguide-cold-start-") as root:
+        for n in blocks:
+            artifacts = Path(root, f"{n}.bin")
+            for case in cases:
+                cache = Path(root, f"{n}-{'cold' if case == 'warm' else case}")
+                env = {"TORCHINDUCTOR_CACHE_DIR": str(cache)}
+                env["TRITON_CACHE_DIR"] = str(cache / "triton")
+                for _ in range(plan(case, n)):
+                    args = [case, n, dim, device, artifacts, n == blocks[-1]]
+                    try:
+                        results[case][n].append(_run_fresh(args, env=env))
+                    except (ChildFailed, subprocess.TimeoutExpired) as error:
+                        msg = f"the {case} start at {n} blocks on {device}: {error}"
+                        raise ChildFailed(msg) from None
+    return Starts(results, str(device))
