@@ -13,10 +13,11 @@ import pytest
 import torch
 from torch import nn
 
-from gpuguide import Measurement, matmul_flop
+from gpuguide import Measurement
 from gpuguide.chapters import precision
 from gpuguide.chapters.precision import (
     Block,
+    _flop,
     _mamf,
     _matmul_shapes,
     _time_matmul,
@@ -86,7 +87,7 @@ def test_shapes_are_the_largest_levels_cheapest_first() -> None:
     shapes = _matmul_shapes(torch.float32, 1e15, _budget(), lo=32, levels=2, hi=128)
     assert len(shapes) == 8
     assert {s for shape in shapes for s in shape} == {64, 128}
-    flops = [matmul_flop(*s) for s in shapes]
+    flops = [_flop(*s) for s in shapes]
     assert flops == sorted(flops)
     assert shapes[0] == (64, 64, 64)
     assert shapes[-1] == (128, 128, 128)
@@ -99,7 +100,7 @@ def test_shapes_keep_only_what_fits_memory_and_time() -> None:
     budget = _budget(call_s=call_s)
     shapes = _matmul_shapes(torch.float32, rate, budget, lo=32, levels=3, hi=256)
     assert shapes
-    assert all(2 * matmul_flop(*s) / rate <= call_s for s in shapes)
+    assert all(2 * _flop(*s) / rate <= call_s for s in shapes)
     tight = _budget(memory_bytes=matmul_bytes(64, 64, 64, torch.float32))
     kept = _matmul_shapes(torch.float32, 1e15, tight, lo=32, levels=2, hi=128)
     assert all(matmul_bytes(*s, torch.float32) <= tight.memory_bytes for s in kept)
@@ -128,7 +129,7 @@ def test_probe_rate_is_the_fastest_of_two_timings(monkeypatch) -> None:
         return Measurement("mm", (next(calls), 9.0), "cpu", "wall-clock")
 
     monkeypatch.setattr(precision, "_time_matmul", bench)
-    assert probe_rate(torch.float32, "cpu") == matmul_flop(64, 64, 64) / 2.0
+    assert probe_rate(torch.float32, "cpu") == _flop(64, 64, 64) / 2.0
     monkeypatch.undo()
     assert probe_rate(torch.float32, "cpu") > 0
 
@@ -160,7 +161,7 @@ class FakeTime:
             {"shape": shape, "scout": scout, "dtype": dtype, "device": device}
             | {"label": label, "tf32": tf32, **options}
         )
-        best = matmul_flop(*shape) / (self.rate if scout else self.full_rate)(shape)
+        best = _flop(*shape) / (self.rate if scout else self.full_rate)(shape)
         times = (best,) * 5 + (best * 2,) * 6
         return Measurement(label, times, str(device), "wall-clock")
 
@@ -188,7 +189,7 @@ def test_search_scouts_cheapest_first_then_times_the_three_fastest(
     scouts = [c for c in bench.calls if c["scout"]]
     full = [c for c in bench.calls if not c["scout"]]
     assert scouted == len(scouts) == 27  # 32, 64 and 128 per dimension
-    flops = [matmul_flop(*c["shape"]) for c in scouts]
+    flops = [_flop(*c["shape"]) for c in scouts]
     assert flops == sorted(flops)
     assert all(
         (c["warmup_ms"], c["rep_ms"], c["max_reps"]) == (5, 20, 100) for c in scouts
@@ -213,7 +214,7 @@ def test_the_full_budget_decides_between_close_scouts(monkeypatch) -> None:
 def test_shapes_timed_already_compete_but_are_not_scouted(monkeypatch) -> None:
     bench = FakeTime(_fast_at((64, 64, 128)))
     square = (96, 96, 96)
-    flop = matmul_flop(*square)
+    flop = _flop(*square)
     fast = Measurement("fp32", (flop / 3e10,) * 7, "cpu", "wall-clock")
     slow = Measurement("fp32", (flop / 1e9,) * 7, "cpu", "wall-clock")
     shape, per_flop, scouted = _search(

@@ -32,7 +32,6 @@ from gpuguide.timing import (
     benchmark,
     first_calls_s,
     host_and_gpu_times,
-    matmul_flop,
 )
 
 # A step that is exact in binary floating point, so expected times are exact.
@@ -186,14 +185,6 @@ def test_str_and_repr_flag_noisy_measurements():
 # ---------------------------------------------------------------------------
 
 
-def test_matmul_flop():
-    assert matmul_flop(2, 3, 4) == 48
-    assert matmul_flop(1024, 1024, 1024) == 2 * 1024**3
-    assert matmul_flop(np.int64(4), 4, 4) == 128
-    assert isinstance(matmul_flop(np.int64(4), 4, 4), int)
-    assert matmul_flop(0, 5, 5) == 0
-
-
 def test_rate_spans_the_quartile_calls():
     m = make((1e-3, 1e-3, 2e-3), device="cuda:0")
     rate = m.rate(2e9)
@@ -201,13 +192,6 @@ def test_rate_spans_the_quartile_calls():
     assert (rate.unit, rate.device) == ("FLOP/s", "cuda:0")
     with pytest.raises(ValueError, match="a rate needs times > 0"):
         make((0.0, 0.0, 1.0)).rate(1.0)
-
-
-def test_matmul_flop_rejects_bad_sizes():
-    with pytest.raises(ValueError, match="k must be >= 0"):
-        matmul_flop(2, 2, -1)
-    with pytest.raises(TypeError, match="n must be an integer"):
-        matmul_flop(2, 2.5, 2)
 
 
 # ---------------------------------------------------------------------------

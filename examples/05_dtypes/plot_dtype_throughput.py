@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide import Sweep, Variant, compare, format_value, matmul_flop, report
+from gpuguide import Sweep, Variant, compare, format_value, report
 from gpuguide.chapters import precision
 
 if not torch.cuda.is_available():
@@ -71,7 +71,7 @@ times = Sweep(
     per_octave=2,
     multiple_of=8,
     memory=lambda n: 3 * 8 * n * n,  # a, b and out in fp64
-    flop=lambda n: matmul_flop(n, n, n),
+    flop=lambda n: 2 * n**3,
     rate="FLOP/s",
     size_label="matrix side n (elements)",
 ).run(ways)

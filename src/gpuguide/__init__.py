@@ -30,12 +30,7 @@ from gpuguide.results import record
 from gpuguide.sizes import largest_size, size_budget, sweep
 from gpuguide.sweeps import Sweep, SweepResult, Variant
 from gpuguide.tables import Table, table
-from gpuguide.timing import (
-    Measurement,
-    Rate,
-    benchmark,
-    matmul_flop,
-)
+from gpuguide.timing import Measurement, Rate, benchmark
 from gpuguide.units import format_bytes, format_ratio, format_time, format_value
 from gpuguide.verdicts import Comparison, break_even, compare, interleave
 from gpuguide.version import __version__
@@ -68,7 +63,6 @@ __all__ = [
     "interleave",
     "label_device",
     "largest_size",
-    "matmul_flop",
     "pick_device",
     "plot_bars",
     "plot_sweep",

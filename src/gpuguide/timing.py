@@ -33,7 +33,6 @@ __all__ = [
     "benchmark",
     "first_calls_s",
     "host_and_gpu_times",
-    "matmul_flop",
 ]
 
 #: A measurement whose IQR is more than this fraction of its median is noisy.
@@ -191,12 +190,6 @@ class Rate:
 
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)
-
-
-def matmul_flop(m: int, n: int, k: int) -> int:
-    """FLOP of a matmul ``(m x k) @ (k x n)``: ``2 * m * n * k``."""
-    sizes = {"m": m, "n": n, "k": k}
-    return 2 * math.prod(checks.integer(key, v, minimum=0) for key, v in sizes.items())
 
 
 def benchmark(

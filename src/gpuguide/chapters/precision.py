@@ -22,7 +22,7 @@ from gpuguide import checks
 from gpuguide.memory import release_host_memory, track_memory
 from gpuguide.peaks import device_peaks
 from gpuguide.sizes import size_budget, sweep
-from gpuguide.timing import Measurement, benchmark, matmul_flop
+from gpuguide.timing import Measurement, benchmark
 
 if TYPE_CHECKING:
     from gpuguide.sizes import SizeBudget
@@ -90,12 +90,17 @@ def _time_matmul(
     return benchmark(torch.mm, args=(a, b), kwargs={"out": out}, **options)
 
 
+def _flop(m: int, n: int, k: int) -> int:
+    """FLOP of an (m x k) @ (k x n) matmul: a multiply and an add per term."""
+    return 2 * m * n * k
+
+
 def probe_rate(dtype: torch.dtype, device: torch.device | str) -> float:
     """FLOP/s of a 64 x 64 matmul's fastest call over two short timings (a first
     may stall): a stand-in rate to plan sizes with where no peak is known."""
     shape = (64, 64, 64)
     times = (_time_matmul(dtype, shape, device=device, rep_ms=5.0) for _ in range(2))
-    return matmul_flop(*shape) / min(t.min_s for t in times)
+    return _flop(*shape) / min(t.min_s for t in times)
 
 
 def _matmul_shapes(
@@ -117,7 +122,7 @@ def _matmul_shapes(
         lo,
         hi,
         memory_at=lambda s: matmul_bytes(s, s, s, dtype),
-        flop_at=lambda s: matmul_flop(s, s, s),
+        flop_at=lambda s: _flop(s, s, s),
         peaks=None,
         budget=budget,
         flop_per_s=flop_per_s,
@@ -127,10 +132,10 @@ def _matmul_shapes(
         (m, n, k)
         for m, n, k in itertools.product(sizes, repeat=3)
         if matmul_bytes(m, n, k, dtype) <= budget.memory_bytes
-        and 2 * matmul_flop(m, n, k) / flop_per_s <= budget.call_s
+        and 2 * _flop(m, n, k) / flop_per_s <= budget.call_s
     ]
     first = (sizes[0], sizes[0], sizes[0])
-    return sorted(fits or [first], key=lambda s: (matmul_flop(*s), s))
+    return sorted(fits or [first], key=lambda s: (_flop(*s), s))
 
 
 def _mamf(measurement: Measurement, flop: float) -> Measurement:
@@ -174,17 +179,17 @@ def search_matmul_shapes(
         m = _time_matmul(
             dtype, shape, device=device, label=name, flush_l2=True, **budgets
         )
-        return _mamf(m, matmul_flop(*shape))
+        return _mamf(m, _flop(*shape))
 
     scouted: dict[Shape, Measurement] = {}
     with tf32_matmuls(tf32):
         for shape in shapes:  # short bursts
             scouted[shape] = per_flop(shape, warmup_ms=5, rep_ms=20, max_reps=100)
-            if scouted[shape].min_s * matmul_flop(*shape) > 2 * budget.call_s:
+            if scouted[shape].min_s * _flop(*shape) > 2 * budget.call_s:
                 break  # larger shapes would take longer still
         top = sorted(scouted, key=lambda s: scouted[s].median_s)[:3]
         full = {s: per_flop(s) for s in top}  # the full budget
-    full |= {s: _mamf(m, matmul_flop(*s)) for s, m in (timed or {}).items()}
+    full |= {s: _mamf(m, _flop(*s)) for s, m in (timed or {}).items()}
     best = min(full, key=lambda s: full[s].median_s)
     return best, full[best], len(scouted)
 
