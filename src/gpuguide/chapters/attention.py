@@ -1,6 +1,5 @@
-"""Plumbing for the attention chapter: the papers' FLOP count, the naive path's
-memory, which SDPA backends run here, which one ran, whether two outputs agree, and
-for the which-kernel page the table of cases and one call timed once.
+"""Plumbing for the attention chapter: FLOP and memory counts, which SDPA backends
+run here and which one ran, whether two outputs agree, peak memory per call.
 """
 
 from __future__ import annotations
@@ -45,8 +44,7 @@ _BACKEND_OPS: dict[str, str] = {
 
 
 def _sizes(*sizes: int) -> list[int]:
-    """``batch, seq, heads, head_dim[, element_bytes]``, each checked to be an
-    integer of at least 1."""
+    """``batch, seq, heads, head_dim[, element_bytes]``, each checked >= 1."""
     names = ("batch", "seq", "heads", "head_dim", "element_bytes")
     return [checks.integer(n, v, minimum=1) for n, v in zip(names, sizes, strict=False)]
 
@@ -61,8 +59,8 @@ def attention_flop(
     backward: bool = False,
 ) -> float:
     """FLOP of one attention call as the FlashAttention papers count them:
-    ``4 * batch * seq**2 * heads * head_dim`` (two matmuls), halved when causal;
-    forward and backward together count 3.5 times the forward."""
+    ``4 * batch * seq**2 * heads * head_dim``, halved when causal, times 3.5 with
+    the backward."""
     b, s, h, d = _sizes(batch, seq, heads, head_dim)
     flop = 4.0 * b * s * s * h * d / (2 if causal else 1)
     return 3.5 * flop if backward else flop
@@ -71,18 +69,16 @@ def attention_flop(
 def naive_bytes(
     batch: int, seq: int, heads: int, head_dim: int, element_bytes: int
 ) -> int:
-    """Bytes the naive path holds at its peak: ``q, k, v`` and the output, and three
-    ``seq x seq`` matrices per head (scores, probabilities and one temporary)."""
+    """Bytes the naive path holds at its peak: ``q, k, v``, the output and three
+    ``seq x seq`` matrices per head."""
     b, s, h, d, e = _sizes(batch, seq, heads, head_dim, element_bytes)
     return e * b * h * (3 * s * s + 4 * s * d)
 
 
 def usable_backends(attend: Callable[[], Any]) -> dict[str, Any]:
-    """The SDPA backends (math, flash, memory-efficient, cuDNN) under which
-    ``attend()`` runs here, name -> backend, in that order: each is tried once in
-    ``torch.nn.attention.sdpa_kernel``, and a ``RuntimeError`` (no viable kernel)
-    rules it out. The warnings torch gives on the way out are swallowed, so that a
-    probe cannot fail a run under ``-W error``."""
+    """The SDPA backends under which ``attend()`` runs here, name -> backend: each
+    is tried once; a ``RuntimeError`` (no viable kernel) rules it out. Its warnings
+    are swallowed, so a probe cannot fail a run under ``-W error``."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     backends = {
@@ -107,7 +103,7 @@ def usable_backends(attend: Callable[[], Any]) -> dict[str, Any]:
 def _peak_rise(
     device: torch.device | str, fn: Callable[..., Any], *args: Any
 ) -> int | None:
-    """The bytes one call ``fn(*args)`` adds at its peak (:func:`track_memory`)."""
+    """The bytes one call ``fn(*args)`` adds at its peak."""
     with track_memory(device) as tracker:
         fn(*args)
     assert tracker.report is not None  # set when the block ends
@@ -121,10 +117,9 @@ def peak_memory(
     *,
     device: torch.device | str,
 ) -> dict[str, list[int | None]]:
-    """For each variant, the bytes one call ``fn(*inputs(n))`` adds at its peak to
-    what is allocated (:func:`gpuguide.track_memory`; on a CPU, the resident
-    memory) at each of ``result``'s sizes: None where the sweep did not run it or
-    the call added nothing measurable."""
+    """For each variant, the bytes one call ``fn(*inputs(n))`` adds at its peak
+    (:func:`gpuguide.track_memory`) at each of ``result``'s sizes: None where the
+    sweep did not run it or it added nothing measurable."""
     found: dict[str, list[int | None]] = {name: [] for name in variants}
     for n in result.sizes:
         args = inputs(n)
@@ -139,8 +134,8 @@ def peak_memory(
 
 
 def backend_of(op_names: Iterable[str]) -> str | None:
-    """The SDPA backend that ran, from the profiler's operator names (the first
-    backend operator in the list), or None if none of them is one."""
+    """The SDPA backend that ran, from the profiler's operator names (None if
+    none is a backend's)."""
     for name in op_names:
         backend = _BACKEND_OPS.get(name.removeprefix("aten::"))
         if backend is not None:
@@ -151,9 +146,8 @@ def backend_of(op_names: Iterable[str]) -> str | None:
 def agreement(
     output: torch.Tensor, reference: torch.Tensor, *, tolerance: float
 ) -> tuple[float, bool]:
-    """The largest absolute difference of ``output`` from ``reference`` (compared in
-    float32), relative to the reference's largest magnitude, and whether it is
-    within ``tolerance``."""
+    """The largest difference of ``output`` from ``reference`` relative to the
+    reference's largest magnitude, and whether it is within ``tolerance``."""
     checks.positive("tolerance", tolerance)
     out, ref = output.float(), reference.float()
     if out.shape != ref.shape:
@@ -173,10 +167,9 @@ def case_rows(
     *,
     device: torch.device | str,
 ) -> list[dict[str, Any]]:
-    """A table's rows, one per case: its name, ``backend(fn)`` (the backend that ran
-    it) and the peak memory rise of one call of ``fn``, in MiB to a tenth. A case
-    is not run, and both are None, where ``needed_bytes`` exceed ``budget_bytes`` or
-    it runs out of memory."""
+    """A table's rows, one per case: its name, ``backend(fn)`` and one call's peak
+    memory rise in MiB; both None where ``needed_bytes`` exceed ``budget_bytes`` or
+    the call runs out of memory."""
     import torch
 
     fits = needed_bytes <= checks.non_negative("budget_bytes", budget_bytes)
@@ -199,8 +192,8 @@ def case_rows(
 def timed_once(
     fn: Callable[[], Any], *, device: torch.device | str
 ) -> tuple[Any, float]:
-    """``fn()``'s result and the seconds its one call took: a host clock between
-    synchronizations of ``device``, for one-off costs (building a mask)."""
+    """``fn()``'s result and the seconds its one call took (a host clock between
+    synchronizations)."""
     import torch
 
     sync = getattr(torch, as_device(device).type).synchronize
