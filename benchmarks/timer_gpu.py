@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped: {reason}")
         return 0
     device = gpuguide.pick_device("cuda")
-    print(gpuguide.provenance(device))
+    print(gpuguide.describe_device(device).provenance())
     rows = [measure(name, fn, args.rounds) for name, fn in operations(device)]
     header = (
         f"{'operation':<18} {'do_bench':>9} {'kern+flush':>10} {'diff':>6} "
