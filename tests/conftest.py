@@ -362,6 +362,6 @@ def fresh_results(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
     monkeypatch.delenv("GPUGUIDE_RECORD", raising=False)
     monkeypatch.delenv("GPUGUIDE_RESULTS_DIR", raising=False)
-    results.clear()
+    results.recorded(clear=True)
     yield
-    results.clear()
+    results.recorded(clear=True)

@@ -81,7 +81,9 @@ def test_json_is_a_results_file_with_the_pages_keys(measured_json, monkeypatch):
     measured = results_files.loads(measured_json, "check-up --json")
     assert measured_json.endswith("}\n")
     assert measured.device.kind == "cpu"
-    assert measured.device.key == results.current_device().key
+    assert results_files.device_key(measured.device) == results_files.device_key(
+        results.current_device()
+    )
     expected = {
         ("plot_dtype_throughput", "best matmul", (("dtype", name),), None): (
             "FLOP/s",
@@ -202,7 +204,7 @@ def test_main_prints_the_report_against_the_results_folder(
         device=replace(device, date="2024-01-01T00:00:00+00:00"),
         results=(_matmul("fp32", 4e10),),
     )
-    results_files.save(recording, tmp_path / device.file_name)
+    results_files.save(recording, tmp_path / results_files.file_name(device))
     monkeypatch.setenv(RESULTS_DIR_ENV, str(tmp_path))
     calls = []
 

@@ -36,11 +36,15 @@ def _fresh(monkeypatch):
     monkeypatch.delenv(claims.STRICT_ENV, raising=False)
     monkeypatch.delenv(SMALL_ENV, raising=False)
     monkeypatch.setattr(results, "_default_page", lambda: PAGE)
-    results.clear()
+    results.recorded(clear=True)
     page_module._current[:] = [Page(torch.device("cpu"))]
     yield
-    results.clear()
+    results.recorded(clear=True)
     page_module._current.clear()
+
+
+def _claims():
+    return [c for c in results.recorded() if isinstance(c, results.Claim)]
 
 
 def check(*args, **kwargs):
@@ -48,7 +52,7 @@ def check(*args, **kwargs):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert claim(*args, **kwargs) is None  # a cell's last call shows no repr
-    return results.recorded_claims()[PAGE][-1], out.getvalue()
+    return _claims()[-1], out.getvalue()
 
 
 def test_a_bound_holds_only_when_the_whole_interval_meets_it():
@@ -166,9 +170,7 @@ def test_strict_mode_fails_on_a_claim_that_did_not_hold(monkeypatch):
         match=r"Claim did not hold here: a is faster; measured a is 2\.00x slower",
     ):
         check("a is faster", slow, verdict="faster")
-    assert (
-        results.recorded_claims()[PAGE][0].outcome == "failed"
-    )  # recorded all the same
+    assert _claims()[0].outcome == "failed"  # recorded all the same
     assert check("a is slower", slow, verdict="slower")[0].outcome == "held"
 
 

@@ -22,9 +22,9 @@ def _m(label, *times):
 def _fresh(monkeypatch):
     monkeypatch.delenv("GPUGUIDE_RECORD", raising=False)
     monkeypatch.setattr(results, "_default_page", lambda: PAGE)
-    results.clear()
+    results.recorded(clear=True)
     yield
-    results.clear()
+    results.recorded(clear=True)
     report_module._current.clear()
 
 

@@ -248,14 +248,16 @@ def test_a_stale_pass_executes_only_the_stale_pages(tmp_path):
     figure = Result("plot_fresh", "answer", 1.0, "s")
     results_files.save(
         ResultsFile(device, (figure,), {"plot_fresh": PageRecord(run)}),
-        folder / device.file_name,
+        folder / results_files.file_name(device),
     )
     only = RECORDS.format(marker=str(marks["plot_only"]))
     scripts = [fresh, chapter / "plot_only.py"]
     chapter.joinpath("plot_only.py").write_text(only)
     stale = [
         s.page
-        for s in stale_pages(scripts, results_files.load(folder / device.file_name))
+        for s in stale_pages(
+            scripts, results_files.load(folder / results_files.file_name(device))
+        )
     ]
     assert stale == ["plot_only"]
     pattern = _noxfile()._pages_pattern(stale)  # as nox -s docs -- --stale builds it
@@ -267,7 +269,7 @@ def test_a_stale_pass_executes_only_the_stale_pages(tmp_path):
     assert built.returncode == 0, built.stderr
     assert marks["plot_only"].exists()
     assert not marks["plot_fresh"].exists()
-    recording = results_files.load(folder / device.file_name)
+    recording = results_files.load(folder / results_files.file_name(device))
     assert {r.page: r.value for r in recording.results} == {
         "plot_fresh": 1.0,  # kept: not executed
         "plot_only": 42.0,

@@ -40,7 +40,7 @@ def test_a_recording_build_writes_the_devices_file(tmp_path):
     assert built.returncode == 0, built.stderr
     path = _only_file(folder)
     recording = results_files.load(path)
-    assert path.name == recording.device.file_name
+    assert path.name == results_files.file_name(recording.device)
     assert recording.pages == ("plot_only",)
     (figure,) = recording.results
     assert (figure.name, figure.value, figure.spread) == ("answer", 42.0, (41.0, 43.0))

@@ -14,6 +14,7 @@ from gpuguide_tools.results_files import (
     PageRecord,
     PageRun,
     ResultsFile,
+    file_name,
     load_dir,
     save,
 )
@@ -46,7 +47,7 @@ def _r(name="copy", value=1.0, unit="s", *, page=PAGE, spread=None, size=None,
 
 
 def _save(folder, device, *found):
-    return save(ResultsFile(device=device, results=found), folder / device.file_name)
+    return save(ResultsFile(device=device, results=found), folder / file_name(device))
 
 
 def test_device_label_says_recorded_with_date_and_versions():
@@ -136,7 +137,7 @@ def test_a_figure_of_a_gpu_machines_host_cpu_is_labelled_with_that_cpu():
     # ... and never set against the GPU's peak.
     (row,) = page_table(PAGE, [h100]).rows
     assert row == ("matmul", f"1.20 TFLOP/s (2^12), on the host CPU: {host}")
-    assert devices_table({Path(gpu.file_name): h100}).rows[0][5] == host
+    assert devices_table({Path(file_name(gpu)): h100}).rows[0][5] == host
 
 
 def _run(source, helpers, date="2026-11-25T00:00:00+00:00", commit="2417e61"):

@@ -11,7 +11,7 @@ import pytest
 from conftest import H100_RECORD
 
 from gpuguide.results import Result
-from gpuguide_tools.results_files import ResultsFile, save
+from gpuguide_tools.results_files import ResultsFile, file_name, save
 
 bs4 = pytest.importorskip("bs4")
 pytest.importorskip("sphinx_gallery")
@@ -48,7 +48,7 @@ def built(tmp_path_factory) -> Path:
     (chapter / "plot_amp.py").write_text('"""What torch.compile costs."""\n')
     save(
         ResultsFile(H100_RECORD, (Result("plot_amp", "speed-up", 2.0, "x"),)),
-        results / H100_RECORD.file_name,
+        results / file_name(H100_RECORD),
     )
     page = docs / "auto_examples" / "06_mixed"
     page.mkdir(parents=True)

@@ -29,9 +29,9 @@ CPU = CPU_RECORD
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
     monkeypatch.delenv("GPUGUIDE_RECORD", raising=False)
-    results.clear()
+    results.recorded(clear=True)
     yield
-    results.clear()
+    results.recorded(clear=True)
 
 
 def _record(page, *args, **kwargs):
@@ -96,7 +96,7 @@ def test_record_keeps_values_in_memory_when_not_recording(tmp_path, monkeypatch)
     )
     assert (r.size, dict(r.config)) == (1024, {})  # a size does not identify
     assert list(tmp_path.iterdir()) == []  # nothing written
-    results.clear()
+    assert results.recorded(clear=True) == (r,)  # returned, then forgotten
     assert results.recorded() == ()
 
 
@@ -291,7 +291,7 @@ def test_the_committed_results_files_load_with_their_provenance():
     assert (cpu.gpuguide, cpu.commit, cpu.isa) == (None, None, None)
     assert cpu.gpuguide_label == "gpuguide version unknown"
     with_isa = replace(cpu, short_name=f"{cpu.short_name}, AVX2", isa="AVX2")
-    assert with_isa.key != cpu.key
+    assert results_files.device_key(with_isa) != results_files.device_key(cpu)
 
 
 def test_a_file_without_the_newer_device_fields_reads_as_unknown():
@@ -385,19 +385,19 @@ def test_results_file_error_is_a_value_error():
 
 
 def _save(folder, device, *found, name=None):
-    path = folder / (name or device.file_name)
+    path = folder / (name or results_files.file_name(device))
     return results_files.save(ResultsFile(device=device, results=found), path)
 
 
 def test_file_name_is_kind_and_short_name():
-    assert H100.file_name == "cuda-h100-sxm5.json"
-    assert CPU.file_name == "cpu-intel-xeon-2-threads.json"
+    assert results_files.file_name(H100) == "cuda-h100-sxm5.json"
+    assert results_files.file_name(CPU) == "cpu-intel-xeon-2-threads.json"
     # A CPU's file names what decides its speed: threads and vector ISA.
     avx2 = replace(CPU, short_name="CPU: Intel Xeon, 2 threads, AVX2", isa="AVX2")
-    assert avx2.file_name == "cpu-intel-xeon-2-threads-avx2.json"
+    assert results_files.file_name(avx2) == "cpu-intel-xeon-2-threads-avx2.json"
     # Re-recording a device (another date, torch) lands in the same file.
     again = replace(H100, date="2026-01-01T00:00:00+00:00", torch="2.15")
-    assert again.file_name == H100.file_name
+    assert results_files.file_name(again) == results_files.file_name(H100)
 
 
 def test_load_dir_of_a_missing_or_empty_folder(tmp_path):

@@ -344,7 +344,7 @@ def reset_torch_state(
     the intra-op thread count, cuDNN's autotuner and determinism switches, the
     random seeds (Python, NumPy, torch on every device), dynamo's caches, and
     CUDA's cached blocks and peak-memory statistics, and the figures the
-    previous example recorded (:func:`gpuguide.results.clear`), after keeping
+    previous example recorded (:func:`gpuguide.results.recorded`), after keeping
     them for :func:`page_figures`.
 
     Parameters
@@ -369,8 +369,13 @@ def reset_torch_state(
     ended = None
     if page is not None and when == "after" and page in _page_started:
         _page_seconds[page] = time.perf_counter() - _page_started.pop(page)
-        _page_figures[page] = gpuguide_results.recorded()
-        _page_claims[page] = gpuguide_results.recorded_claims().get(page, ())
+        kept = gpuguide_results.recorded()
+        _page_figures[page] = tuple(
+            r for r in kept if isinstance(r, gpuguide_results.Result)
+        )
+        _page_claims[page] = tuple(
+            c for c in kept if isinstance(c, gpuguide_results.Claim)
+        )
         # Only what the listeners need: the variables hold the example's globals.
         script_vars = _page_vars.pop(page, {})
         src, failed = script_vars.get("src_file"), "formatted_exception" in script_vars
@@ -404,7 +409,7 @@ def reset_torch_state(
     random.seed(SEED)
     np.random.seed(SEED)  # noqa: NPY002 - the legacy global RNG is what examples share
     torch.manual_seed(SEED)
-    gpuguide_results.clear()  # each page's figures are its own
+    gpuguide_results.recorded(clear=True)  # each page's figures are its own
 
     saved = _state.pop("warnings", None)
     if saved is not None:  # close the previous example's filters first

@@ -40,6 +40,7 @@ from gpuguide_tools.recorder import (
     page_run,
     record_page,
 )
+from gpuguide_tools.results_files import file_name
 
 __all__ = ["MODES", "finish", "page_ended", "setup", "start", "times_summary"]
 
@@ -131,7 +132,7 @@ def finish(app: Any, *, full_pattern: str) -> Path | None:
         )
     except RuntimeError as error:
         logger.warning(f"gpuguide: recording: {error}")
-        target = _state["results"] / current_device().file_name
+        target = _state["results"] / file_name(current_device())
         return target if target.exists() else None
     except ValueError as error:  # ResultsFileError is a ValueError
         logger.warning(f"gpuguide: recording not completed: {error}")

@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from gpuguide.results import ConfigValue, DeviceRecord, Result
+from gpuguide.results import DeviceRecord, Result
 from gpuguide.tables import Table
 from gpuguide.units import format_value
 from gpuguide_tools.checkup import against_recording
 from gpuguide_tools.pages import PageCode
-from gpuguide_tools.results_files import ResultsFile
+from gpuguide_tools.results_files import ResultsFile, device_key
 
 __all__ = [
     "EARLIER",
@@ -61,7 +61,7 @@ def _figure(result: Result) -> str:
     return f"{result.name}, {config}" if config else result.name
 
 
-def _size(size: ConfigValue | None) -> str:
+def _size(size: str | int | float | bool | None) -> str:
     """A size as a page shows it: powers of two from 1024 up as ``2^k``."""
     whole = isinstance(size, int) and not isinstance(size, bool)
     if whole and size >= 1024 and size & (size - 1) == 0:  # type: ignore[operator]
@@ -185,7 +185,10 @@ def recorded_table(
             rows_by_key.setdefault(key, result)
     own = None
     if live is not None:
-        own = next((b for f, b in shown if f.device.key == live.device.key), None)
+        own = next(
+            (b for f, b in shown if device_key(f.device) == device_key(live.device)),
+            None,
+        )
     header = ["figure", *(["this build"] if live else [])]
     header += [f"{f.device.short_name} [rec]" for f, _ in shown]
     header += ["this build against its recording"] if own is not None else []

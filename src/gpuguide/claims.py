@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from gpuguide.device import pick_device
 from gpuguide.env import small_mode
 from gpuguide.page import current
-from gpuguide.results import Claim, figure, record_claim, recorded_claims
+from gpuguide.results import Claim, figure, record_claim, recorded
 from gpuguide.timing import Measurement, Rate
 from gpuguide.units import format_value, significant
 from gpuguide.verdicts import NO_DIFFERENCE, Comparison
@@ -189,7 +189,7 @@ def _line(claim: Claim) -> str:
 def takeaway() -> None:
     """Print the claims the running page checked with their outcomes in this run,
     for its take-away section; returns nothing, so a cell shows only the lines."""
-    claims = [c for page in recorded_claims().values() for c in page]
+    claims = [c for c in recorded() if isinstance(c, Claim)]
     counts = {o: sum(c.outcome == o for c in claims) for o in ("held", "failed", "n/a")}
     print(
         f"This page's claims in this run: {counts['held']} held, "

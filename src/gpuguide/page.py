@@ -10,7 +10,7 @@ from gpuguide.device import describe_device, pick_device
 from gpuguide.env import small_mode
 from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.plotting import apply_style
-from gpuguide.results import ConfigValue, record
+from gpuguide.results import record
 from gpuguide.timing import NOISY_RELATIVE_IQR, Measurement, Rate
 from gpuguide.units import format_value
 from gpuguide.verdicts import TOO_WIDE, Comparison
@@ -103,9 +103,9 @@ def report(
     spread: tuple[float, float] | None = None,
     peak: str | None = None,
     quoted: tuple[float, float] | None = None,
-    size: ConfigValue | None = None,
+    size: str | int | float | None = None,
     host: bool | None = None,
-    **config: ConfigValue,
+    **config: str | int | float | bool,
 ) -> None:
     """Print one headline figure with its spread, share of peak and verdict; record it
     with :func:`gpuguide.record`, which takes the same arguments (a measured

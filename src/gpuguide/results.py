@@ -14,9 +14,7 @@ import json
 import math
 import numbers
 import os
-import re
 import sys
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
@@ -39,15 +37,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Claim",
-    "ConfigValue",
     "DeviceRecord",
     "Result",
-    "clear",
     "current_device",
     "record",
     "record_claim",
     "recorded",
-    "recorded_claims",
 ]
 
 #: The version of the file format this module writes.
@@ -55,7 +50,7 @@ SCHEMA_VERSION = 3
 #: A file to record into; unset or empty: :func:`record` keeps values in memory.
 _RECORD_ENV = "GPUGUIDE_RECORD"
 #: The types a configuration value may have (floats finite).
-ConfigValue: TypeAlias = str | int | float | bool
+_ConfigValue: TypeAlias = str | int | float | bool
 
 
 def _finite(checker: object, value: object) -> bool:
@@ -143,19 +138,6 @@ class DeviceRecord:
         _check(self, "device")
 
     @property
-    def key(self) -> tuple[str, str, str | None]:
-        """``(kind, short_name, isa)``: two records with one key are one device."""
-        return (self.kind, self.short_name, self.isa)
-
-    @property
-    def file_name(self) -> str:
-        """The device's file in a results folder: ``"cuda-h100-sxm5.json"``."""
-        name = re.sub(r"[^a-z0-9]+", "-", self.short_name.lower()).strip("-")
-        if not name.startswith(f"{self.kind}-"):  # "CPU: AMD EPYC" names its kind
-            name = f"{self.kind}-{name}"
-        return name + ".json"
-
-    @property
     def gpuguide_label(self) -> str:
         """``"gpuguide 0.1.0 (f4b16f4+dirty)"`` or ``"gpuguide version unknown"``."""
         return version_label(self.gpuguide, self.commit, self.dirty)
@@ -214,9 +196,9 @@ class Result:
     value: float
     unit: str
     spread: tuple[float, float] | None = None
-    config: Mapping[str, ConfigValue] = field(default_factory=dict)
+    config: Mapping[str, _ConfigValue] = field(default_factory=dict)
     runs: int = 1
-    size: ConfigValue | None = None
+    size: _ConfigValue | None = None
     x: float | None = None
     peak: str | None = None
     on: str | None = None
@@ -233,7 +215,9 @@ class Result:
             raise ValueError(msg)
 
     @property
-    def key(self) -> tuple[str, str, tuple[tuple[str, ConfigValue], ...], float | None]:
+    def key(
+        self,
+    ) -> tuple[str, str, tuple[tuple[str, _ConfigValue], ...], float | None]:
         """``(page, name, config, x)``: what identifies a figure across runs."""
         return (self.page, self.name, tuple(sorted(self.config.items())), self.x)
 
@@ -271,28 +255,8 @@ class Claim:
         return asdict(self)
 
 
-def write_json(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
-    """Write a results file's JSON atomically, creating its folder; return its path."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(
-        dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
-    )
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(data, indent=1, allow_nan=False) + "\n")
-        umask = os.umask(0)  # mkstemp makes the file private; a results file is not
-        os.umask(umask)
-        Path(tmp).chmod(0o666 & ~umask)
-        Path(tmp).replace(target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
-
-
-_recorded: dict[object, Result] = {}
-_claims: dict[tuple[str, str], Claim] = {}
+#: What this process recorded: figures by their key, claims by ``(page, text)``.
+_recorded: dict[tuple[object, ...], Result | Claim] = {}
 _device: list[DeviceRecord] = []
 
 
@@ -364,11 +328,11 @@ def record(
     *,
     unit: str | None = None,
     spread: tuple[float, float] | None = None,
-    size: ConfigValue | None = None,
+    size: _ConfigValue | None = None,
     peak: str | None = None,
     x: float | None = None,
     host: bool | None = None,
-    **config: ConfigValue,
+    **config: _ConfigValue,
 ) -> Result:
     """Record one headline figure of the running page; return its :class:`Result`.
 
@@ -401,32 +365,22 @@ def record(
     return result
 
 
-def recorded() -> tuple[Result, ...]:
-    """What this process recorded so far, in the order it was (last) recorded."""
-    return tuple(_recorded.values())
-
-
 def record_claim(claim: Claim) -> None:
     """Keep the outcome of one claim of the running page; stating it again
     replaces it. Written at once when ``GPUGUIDE_RECORD`` is set."""
-    page = _default_page()
-    _claims.pop((page, claim.text), None)
-    _claims[page, claim.text] = claim
+    key = (_default_page(), claim.text)
+    _recorded.pop(key, None)
+    _recorded[key] = claim
     _flush()
 
 
-def recorded_claims() -> dict[str, tuple[Claim, ...]]:
-    """The claims this process checked so far, by page, in the order stated."""
-    pages: dict[str, tuple[Claim, ...]] = {}
-    for (page, _), claim in _claims.items():
-        pages[page] = (*pages.get(page, ()), claim)
-    return pages
-
-
-def clear() -> None:
-    """Forget what this process recorded and the claims it checked."""
-    _recorded.clear()
-    _claims.clear()
+def recorded(*, clear: bool = False) -> tuple[Result | Claim, ...]:
+    """The figures and claims this process recorded so far, in the order each was
+    (last) recorded; ``clear=True`` also forgets them."""
+    kept = tuple(_recorded.values())
+    if clear:
+        _recorded.clear()
+    return kept
 
 
 def _flush() -> None:
@@ -435,13 +389,19 @@ def _flush() -> None:
     target = os.environ.get(_RECORD_ENV, "").strip()
     if not target:
         return
-    claims = recorded_claims()
-    write_json(
-        {
-            "schema": SCHEMA_VERSION,
-            "device": current_device().to_json(),
-            "claims": {p: [c.to_json() for c in cs] for p, cs in claims.items()},
-            "results": [r.to_json() for r in sorted(recorded(), key=lambda r: r.page)],
-        },
-        target,
-    )
+    claims: dict[object, list[object]] = {}
+    for (page, *_), kept in _recorded.items():
+        if isinstance(kept, Claim):
+            claims.setdefault(page, []).append(kept.to_json())
+    figures = [r for r in _recorded.values() if isinstance(r, Result)]
+    data = {
+        "schema": SCHEMA_VERSION,
+        "device": current_device().to_json(),
+        "claims": claims,
+        "results": [r.to_json() for r in sorted(figures, key=lambda r: r.page)],
+    }
+    path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(f".{path.name}.tmp")  # a killed run keeps the last file
+    scratch.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
+    scratch.replace(path)

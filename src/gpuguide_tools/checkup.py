@@ -47,7 +47,13 @@ from gpuguide.verdicts import interleave
 from gpuguide.version import describe_version
 from gpuguide_tools.mamf import best_matmul
 from gpuguide_tools.recorder import peak_figures, with_measured_ceilings
-from gpuguide_tools.results_files import RESULTS_DIR_ENV, ResultsFile, dumps, load_dir
+from gpuguide_tools.results_files import (
+    RESULTS_DIR_ENV,
+    ResultsFile,
+    device_key,
+    dumps,
+    load_dir,
+)
 
 __all__ = [
     "MATMUL_DTYPES", "against_recording", "checkup", "main", "provenance_line",
@@ -290,7 +296,7 @@ def report(measured: ResultsFile, recorded: Sequence[ResultsFile] = ()) -> str:
     """The one-screen report: each figure, its % of peak, the recorded devices'."""
     device = measured.device
     shown = [f for f in recorded if f.results]
-    own = next((f for f in shown if f.device.key == device.key), None)
+    own = next((f for f in shown if device_key(f.device) == device_key(device)), None)
     header = ["figure", "this machine", "size", "% of peak"]
     header += [f"{f.device.short_name} [rec]" for f in shown]
     if own is not None:

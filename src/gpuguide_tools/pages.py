@@ -281,9 +281,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {problem}", file=sys.stderr)
         return 1 if problems else 0
     from gpuguide.results import current_device
-    from gpuguide_tools.results_files import load
+    from gpuguide_tools.results_files import file_name, load
 
-    target = args.results / current_device().file_name
+    target = args.results / file_name(current_device())
     recording = load(target) if target.exists() else None
     scripts = sorted(args.examples.glob("*/plot_*.py"))
     for stale in stale_pages(scripts, recording):

@@ -42,6 +42,8 @@ from gpuguide_tools.results_files import (
     PageRun,
     ResultsFile,
     ResultsFileError,
+    device_key,
+    file_name,
     load,
     load_dir,
     save,
@@ -173,9 +175,9 @@ def record_page(
     of another device or of other sizes (small mode).
     """
     results.mkdir(parents=True, exist_ok=True)
-    target = results / device.file_name
+    target = results / file_name(device)
     old = load(target) if target.exists() else None
-    if old is not None and old.device.key != device.key:
+    if old is not None and device_key(old.device) != device_key(device):
         theirs = f"{old.device.short_name} ({old.device.kind})"
         msg = (
             f"results file {target}: holds {theirs}, but this run is on "
@@ -271,7 +273,7 @@ def record_pages(
         if warning:
             say(f"warning: {warning.removeprefix('warning: ')}")
     with tempfile.TemporaryDirectory(prefix="gpuguide-record-") as scratch:
-        fresh = Path(scratch) / device.file_name
+        fresh = Path(scratch) / file_name(device)
         env = {
             **os.environ,
             "GPUGUIDE_RECORD": os.fspath(fresh),
@@ -334,7 +336,7 @@ def finish_recording(
     (they are marked failed in the file, their earlier figures kept) or when
     no page recorded a figure.
     """
-    target = results / device.file_name
+    target = results / file_name(device)
     current = load(target) if target.exists() else None
     failures = (
         f"{len(failed)} page(s) failed: {', '.join(failed)}; {target} keeps "
@@ -429,7 +431,7 @@ def merge(files: Sequence[ResultsFile]) -> ResultsFile:
         raise ValueError(msg)
     first = files[0].device
     for other in files[1:]:
-        if other.device.key != first.key:
+        if device_key(other.device) != device_key(first):
             msg = (
                 f"files must be of one device, got {first.short_name} "
                 f"({first.kind}) and {other.device.short_name} ({other.device.kind})"

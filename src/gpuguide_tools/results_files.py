@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +29,6 @@ from gpuguide.results import (
     DeviceRecord,
     Result,
     schema_problem,
-    write_json,
 )
 
 __all__ = [
@@ -37,7 +38,9 @@ __all__ = [
     "PageRun",
     "ResultsFile",
     "ResultsFileError",
+    "device_key",
     "dumps",
+    "file_name",
     "load",
     "load_dir",
     "loads",
@@ -48,6 +51,19 @@ __all__ = [
 RESULTS_DIR_ENV = "GPUGUIDE_RESULTS_DIR"
 #: What a result's ``peak`` may name (:meth:`gpuguide.peaks.Peaks.share`).
 PEAK_NAMES = ("fp64", "fp32", "tf32", "fp16", "bf16", "memory", "host_link")
+
+
+def device_key(device: DeviceRecord) -> tuple[str, str, str | None]:
+    """``(kind, short_name, isa)``: two records with one key are one device."""
+    return (device.kind, device.short_name, device.isa)
+
+
+def file_name(device: DeviceRecord) -> str:
+    """The device's file in a results folder: ``"cuda-h100-sxm5.json"``."""
+    name = re.sub(r"[^a-z0-9]+", "-", device.short_name.lower()).strip("-")
+    if not name.startswith(f"{device.kind}-"):  # "CPU: AMD EPYC" names its kind
+        name = f"{device.kind}-{name}"
+    return name + ".json"
 
 
 class ResultsFileError(ValueError):
@@ -268,7 +284,22 @@ def dumps(results_file: ResultsFile) -> str:
 
 def save(results_file: ResultsFile, path: str | os.PathLike[str]) -> Path:
     """Write a results file atomically, creating its folder; return its path."""
-    return write_json(results_file.to_json(), path)
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(
+        dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
+    )
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(dumps(results_file))
+        umask = os.umask(0)  # mkstemp makes the file private; a results file is not
+        os.umask(umask)
+        Path(tmp).chmod(0o666 & ~umask)
+        Path(tmp).replace(target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
 
 
 def load_dir(path: str | os.PathLike[str]) -> dict[Path, ResultsFile]:
@@ -282,7 +313,7 @@ def load_dir(path: str | os.PathLike[str]) -> dict[Path, ResultsFile]:
     for file in sorted(folder.glob("*.json")):
         loaded = load(file)
         for other, earlier in files.items():
-            if earlier.device.key == loaded.device.key:
+            if device_key(earlier.device) == device_key(loaded.device):
                 device = f"{loaded.device.short_name} ({loaded.device.kind})"
                 problem = f"holds {device}, as {other} does; keep one file per device"
                 raise _fail(os.fspath(file), problem)
