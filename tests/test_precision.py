@@ -19,10 +19,10 @@ from gpuguide.chapters.precision import (
     Block,
     _flop,
     _mamf,
+    _matmul_bytes,
     _matmul_shapes,
     _time_matmul,
     kept_for_backward,
-    matmul_bytes,
     mib,
     peak_rise,
     probe_rate,
@@ -77,10 +77,8 @@ def test_tf32_switch_is_put_back_also_on_an_error(before) -> None:
 
 def test_matmul_bytes_counts_both_inputs_and_the_output() -> None:
     # (2 x 4) @ (4 x 3) -> (2 x 3): 8 + 12 + 6 elements.
-    assert matmul_bytes(2, 3, 4, torch.float32) == 26 * 4
-    assert matmul_bytes(2, 3, 4, torch.bfloat16) == 26 * 2
-    with pytest.raises(ValueError, match="m must be"):
-        matmul_bytes(0, 3, 4, torch.float32)
+    assert _matmul_bytes(2, 3, 4, torch.float32) == 26 * 4
+    assert _matmul_bytes(2, 3, 4, torch.bfloat16) == 26 * 2
 
 
 def test_shapes_are_the_largest_levels_cheapest_first() -> None:
@@ -101,9 +99,9 @@ def test_shapes_keep_only_what_fits_memory_and_time() -> None:
     shapes = _matmul_shapes(torch.float32, rate, budget, lo=32, levels=3, hi=256)
     assert shapes
     assert all(2 * _flop(*s) / rate <= call_s for s in shapes)
-    tight = _budget(memory_bytes=matmul_bytes(64, 64, 64, torch.float32))
+    tight = _budget(memory_bytes=_matmul_bytes(64, 64, 64, torch.float32))
     kept = _matmul_shapes(torch.float32, 1e15, tight, lo=32, levels=2, hi=128)
-    assert all(matmul_bytes(*s, torch.float32) <= tight.memory_bytes for s in kept)
+    assert all(_matmul_bytes(*s, torch.float32) <= tight.memory_bytes for s in kept)
 
 
 def test_shapes_fall_back_to_the_smallest_square() -> None:
@@ -283,6 +281,13 @@ def test_levels_default_to_fewer_off_cuda_and_in_small_mode(
     search_matmul_shapes(torch.float32, 1e12, device=device, label="fp32")
     search_matmul_shapes(torch.float32, 1e12, device=device, label="fp32", levels=1)
     assert seen == [(lo, levels), (lo, 1)]
+
+
+def test_search_rejects_no_levels_and_no_rate() -> None:
+    with pytest.raises(ValueError, match="levels must"):
+        search_matmul_shapes(torch.float32, 1e9, device="cpu", label="x", levels=0)
+    with pytest.raises(ValueError, match="flop_per_s must"):
+        search_matmul_shapes(torch.float32, 0.0, device="cpu", label="x", levels=1)
 
 
 def test_search_really_runs_on_cpu(monkeypatch) -> None:

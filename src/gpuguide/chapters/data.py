@@ -1,7 +1,5 @@
-"""Moving data: a synthetic image dataset whose samples cost a chosen amount of CPU
-work (:class:`SyntheticImages`, in a module so that DataLoader workers started with
-``"spawn"`` can import it by name), and the size of a matmul that keeps a GPU busy
-before a copy (:func:`matmul_side`)."""
+"""Moving data: a dataset of costly samples (in a module, so that ``"spawn"``
+DataLoader workers can import it) and a matmul that keeps a GPU busy before a copy."""
 
 from __future__ import annotations
 
@@ -20,15 +18,9 @@ __all__ = ["SyntheticImages", "matmul_side"]
 
 
 class SyntheticImages:
-    """Map-style dataset of random images made on the fly, with a CPU-cost knob.
-
-    Sample ``i`` comes from a generator seeded with ``i``, the same in every
-    process: a random ``uint8`` image 4 pixels larger on every side than ``shape``
-    ("decode"), smoothed ``work`` times by a 3 x 3 box filter, cropped at random
-    back to ``shape`` and flipped at random ("augment"), as a ``float32`` tensor in
-    ``[0, 1]``, with a label in ``[0, 10)``. Nothing is stored; a sample's CPU time
-    grows about linearly with ``work``.
-    """
+    """Random ``float32`` images in ``[0, 1]`` with labels in ``[0, 10)``, made on
+    the fly: sample ``i`` is seeded with ``i`` ("decode"), smoothed ``work`` times
+    by a 3 x 3 box filter (its CPU cost), then cropped and flipped ("augment")."""
 
     def __init__(
         self, length: int, *, shape: tuple[int, int, int] = (3, 32, 32), work: int = 2
@@ -76,11 +68,9 @@ def _box_blur(image: np.ndarray) -> np.ndarray:
 
 
 def matmul_side(*, device: torch.device | str, call_s: float) -> int:
-    """The side ``n`` of a square float32 matmul on ``device`` that takes about
-    ``call_s`` seconds (a copy queued behind it waits that long): the largest
-    multiple of 64 up to 8192 whose ``2 n^3`` FLOP and ``12 n^2`` bytes fit that
-    time and whose four ``n x n`` matrices (inputs, result, a host copy) fit the
-    device's memory budget."""
+    """The side (a multiple of 64 up to 8192) of a square float32 matmul that takes
+    about ``call_s`` seconds on ``device``, its inputs, result and a host copy in
+    its memory budget."""
     return largest_size(
         64,
         8192,

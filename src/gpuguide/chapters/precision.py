@@ -1,7 +1,5 @@
-"""Plumbing for the chapters on memory (``04_memory``), dtypes (``05_dtypes``) and
-mixed precision (``06_mixed_precision``): memory counters and a child process's
-stages, the MLP and what its training keeps, the matmul shape search, and the
-transformer block the precision pages train."""
+"""Helpers of the memory (``04_memory``), dtypes (``05_dtypes``) and mixed precision
+(``06_mixed_precision``) chapters."""
 
 from __future__ import annotations
 
@@ -35,7 +33,6 @@ __all__ = [
     "cpu_has",
     "gpu_memory",
     "kept_for_backward",
-    "matmul_bytes",
     "mib",
     "mlp",
     "mlp_batch",
@@ -49,19 +46,14 @@ __all__ = [
 Shape = tuple[int, int, int]
 
 
-# -- matmul throughput -----------------------------------------------------------
-
-
 def cpu_has(instructions: str) -> bool:
-    """Whether this CPU has ``instructions`` ("amx_fp16", "avx512_bf16"), as torch
-    reports it; False where this torch cannot tell."""
+    """Whether torch reports this CPU has ``instructions`` ("amx_fp16", ...)."""
     return bool(getattr(torch.cpu, f"_is_{instructions}_supported", lambda: False)())
 
 
 @contextlib.contextmanager
 def tf32_matmuls(enabled: bool) -> Iterator[None]:
-    """Set ``torch.backends.cuda.matmul.allow_tf32`` to ``enabled`` inside the block,
-    and put the previous value back after it (also on an error)."""
+    """``torch.backends.cuda.matmul.allow_tf32 = enabled`` inside the block only."""
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = bool(enabled)
     try:
@@ -70,18 +62,15 @@ def tf32_matmuls(enabled: bool) -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32 = previous
 
 
-def matmul_bytes(m: int, n: int, k: int, dtype: torch.dtype) -> int:
+def _matmul_bytes(m: int, n: int, k: int, dtype: torch.dtype) -> int:
     """Bytes of an ``(m, k) @ (k, n)`` product's two inputs and its output."""
-    sizes = {"m": m, "n": n, "k": k}
-    m, n, k = (checks.integer(name, v, minimum=1) for name, v in sizes.items())
     return (m * k + k * n + m * n) * dtype.itemsize
 
 
 def _time_matmul(
     dtype: torch.dtype, shape: Shape, *, device: torch.device | str, **options: Any
 ) -> Measurement:
-    """:func:`gpuguide.benchmark` (with ``options``) of ``torch.mm(a, b, out=out)``
-    on random ``dtype`` inputs of ``shape`` ``(m, n, k)``."""
+    """:func:`gpuguide.benchmark` of ``torch.mm`` on random ``(m, n, k)`` inputs."""
     m, n, k = shape
     a, b, out = (
         torch.randn(*rows_cols, device=device).to(dtype)
@@ -96,8 +85,8 @@ def _flop(m: int, n: int, k: int) -> int:
 
 
 def probe_rate(dtype: torch.dtype, device: torch.device | str) -> float:
-    """FLOP/s of a 64 x 64 matmul's fastest call over two short timings (a first
-    may stall): a stand-in rate to plan sizes with where no peak is known."""
+    """FLOP/s of a 64 x 64 matmul's fastest call over two short timings: a rate to
+    plan sizes with where no peak is known."""
     shape = (64, 64, 64)
     times = (_time_matmul(dtype, shape, device=device, rep_ms=5.0) for _ in range(2))
     return _flop(*shape) / min(t.min_s for t in times)
@@ -112,16 +101,12 @@ def _matmul_shapes(
     levels: int,
     hi: int = 16384,
 ) -> list[Shape]:
-    """The ``(m, n, k)`` shapes the search times, cheapest first: each combination
-    of the ``levels`` largest doubling sizes from ``lo`` that fit ``budget`` whose
-    inputs and output fit its memory and whose call at half of ``flop_per_s`` fits
-    its time per call; the smallest size's square where none does."""
-    checks.positive("flop_per_s", flop_per_s)
-    levels = checks.integer("levels", levels, minimum=1)
+    """Every ``(m, n, k)`` of the ``levels`` largest doubling sizes from ``lo`` that
+    fits ``budget`` at half of ``flop_per_s``, cheapest first (else one square)."""
     sizes = sweep(
         lo,
         hi,
-        memory_at=lambda s: matmul_bytes(s, s, s, dtype),
+        memory_at=lambda s: _matmul_bytes(s, s, s, dtype),
         flop_at=lambda s: _flop(s, s, s),
         peaks=None,
         budget=budget,
@@ -131,7 +116,7 @@ def _matmul_shapes(
     fits = [
         (m, n, k)
         for m, n, k in itertools.product(sizes, repeat=3)
-        if matmul_bytes(m, n, k, dtype) <= budget.memory_bytes
+        if _matmul_bytes(m, n, k, dtype) <= budget.memory_bytes
         and 2 * _flop(m, n, k) / flop_per_s <= budget.call_s
     ]
     first = (sizes[0], sizes[0], sizes[0])
@@ -139,8 +124,7 @@ def _matmul_shapes(
 
 
 def _mamf(measurement: Measurement, flop: float) -> Measurement:
-    """The five fastest calls of ``measurement``, each divided by its ``flop``: its
-    ``.rate(1)`` is the rate of Stas Bekman's MAMF finder."""
+    """The five fastest calls per FLOP: ``.rate(1)`` is MAMF's rate."""
     per_flop = sorted(t / flop for t in measurement.times_s)[:5]
     return Measurement(
         measurement.label, tuple(per_flop), measurement.device, measurement.method
@@ -157,21 +141,18 @@ def search_matmul_shapes(
     tf32: bool = False,
     timed: Mapping[Shape, Measurement] | None = None,
 ) -> tuple[Shape, Measurement, int]:
-    """The fastest matmul shape in ``dtype``, after Stas Bekman's MAMF finder.
+    """The fastest matmul shape in ``dtype``, after Stas Bekman's MAMF finder: the
+    best shape, its five fastest calls per FLOP and how many shapes were scouted.
 
-    Times each of ``_matmul_shapes`` (``levels`` sizes per dimension, by default
-    4 from 256 on CUDA, 3 from 32 elsewhere, one fewer in small mode; planned at
-    ``flop_per_s``), cheapest first, in short bursts on a cold L2 cache, until one
-    call takes twice the device's time per call; then the three fastest again on
-    :func:`gpuguide.benchmark`'s budget. The shapes timed already (``timed``)
-    compete too. ``tf32``: fp32 matmuls run on TF32 tensor cores. Returns the best
-    shape, its five fastest calls per FLOP (``_mamf``) and how many shapes were
-    scouted.
+    ``levels``: sizes per dimension (default 4 on CUDA, 3 elsewhere, one fewer in
+    small mode). ``timed``: shapes timed already, which compete too.
     """
     budget = size_budget(device)
     lo, most = (256, 4) if torch.device(device).type == "cuda" else (32, 3)
     if levels is None:
         levels = most - budget.small
+    levels = checks.integer("levels", levels, minimum=1)
+    checks.positive("flop_per_s", flop_per_s)
     shapes = _matmul_shapes(dtype, flop_per_s, budget, lo=lo, levels=levels)
 
     def per_flop(shape: Shape, **budgets: float) -> Measurement:
@@ -194,11 +175,8 @@ def search_matmul_shapes(
     return best, full[best], len(scouted)
 
 
-# -- activation memory -----------------------------------------------------------
-
-
 def mib(sizes: Mapping[str, float]) -> dict[str, float]:
-    """The same mapping with each size in bytes given in MiB."""
+    """The same mapping, bytes in MiB."""
     return {name: size / 2**20 for name, size in sizes.items()}
 
 
@@ -214,7 +192,7 @@ def gpu_memory(device: torch.device | str) -> dict[str, int]:
 
 
 class Stage(NamedTuple):
-    """One stage of a child process (:func:`child_stages`), in bytes."""
+    """One stage of :func:`child_stages`, in bytes."""
 
     child: str
     driver_used: int
@@ -229,11 +207,9 @@ def _child_rss(pid: int) -> int:
 
 
 def child_stages(code: str, target: str) -> tuple[list[Stage], int | None]:
-    """Run ``code`` in a fresh Python process with ``target`` (a device) as its
-    argument. At each line it prints (``reserved allocated name``; it then waits for
-    a line on stdin), read the memory: on CUDA what the driver lost since the child
-    started, elsewhere the child's resident memory. Returns the stages and the
-    child's exit code."""
+    """Run ``code`` with ``target`` (a device) as argument; at each ``reserved
+    allocated name`` line it prints (then waits on stdin) read the driver's used
+    memory (on a CPU: the child's RSS). Returns the stages and the exit code."""
     cuda = torch.device(target).type == "cuda"
     before = gpu_memory(target)["driver used"] if cuda else 0
     stages: list[Stage] = []
@@ -251,8 +227,7 @@ def child_stages(code: str, target: str) -> tuple[list[Stage], int | None]:
 
 
 def mlp(width: int, depth: int) -> nn.Sequential:
-    """``depth`` blocks of ``Linear(width, 4 width) -> GELU -> Linear(4 width, width)``,
-    the feed-forward half of a transformer layer, one after the other."""
+    """``depth`` transformer feed-forward blocks, ``width -> 4 width -> width``."""
     blocks = [
         nn.Sequential(
             nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
@@ -263,10 +238,8 @@ def mlp(width: int, depth: int) -> nn.Sequential:
 
 
 def mlp_batch(width: int, depth: int, *, device: torch.device | str) -> int:
-    """The largest batch, from 64 to 65536, for one fp32 Adam training step of
-    :func:`mlp` that fits ``device``'s budget: 16 bytes per parameter held and 9
-    floats a sample per block saved for backward in memory, ``6 * params * batch``
-    FLOP in 50 ms at a CUDA device's peaks (elsewhere at low fallback rates)."""
+    """The largest batch (64 to 65536) for an fp32 Adam step of :func:`mlp` that fits
+    ``device``'s memory budget and runs in about 50 ms."""
     width = checks.integer("width", width, minimum=1)
     depth = checks.integer("depth", depth, minimum=1)
     params = depth * (8 * width * width + 5 * width)
@@ -285,8 +258,8 @@ def mlp_batch(width: int, depth: int, *, device: torch.device | str) -> int:
 def rerun_in_backward(
     model: nn.Module, loss: Callable[[], torch.Tensor]
 ) -> tuple[int, int]:
-    """How many ``nn.Linear`` calls the backward of ``loss()`` runs again (as
-    activation checkpointing does), and how many ``model`` has."""
+    """How many ``nn.Linear`` calls ``loss()``'s backward runs again, and how many
+    ``model`` has."""
     layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
     calls: list[nn.Module] = []
     hooks = [m.register_forward_hook(lambda m, *_: calls.append(m)) for m in layers]
@@ -303,10 +276,8 @@ def rerun_in_backward(
 def allocated_over_events(
     path: str | os.PathLike[str], device: torch.device | str, *, start: int
 ) -> list[int]:
-    """Bytes held by tensors on ``device`` after each allocator event of the CUDA
-    memory snapshot ``torch.cuda.memory._dump_snapshot`` wrote to ``path``:
-    ``start`` (the bytes allocated when recording began, the first entry) plus
-    each ``alloc`` event's size, less each ``free_completed``'s."""
+    """Bytes allocated on ``device`` after each event of the memory snapshot at
+    ``path``, from ``start`` (the bytes allocated when recording began)."""
     device = torch.device(device)
     index = device.index if device.index is not None else torch.cuda.current_device()
     snapshot = pickle.loads(pathlib.Path(path).read_bytes())
@@ -317,10 +288,8 @@ def allocated_over_events(
 
 
 def peak_rise(fn: Callable[[], Any], device: torch.device | str) -> int:
-    """The lowest peak memory rise of ``fn()`` over three runs, in bytes, as
-    :func:`gpuguide.track_memory` measures it, each after
-    :func:`gpuguide.release_host_memory` (on a CPU what glibc kept from earlier
-    frees only adds to the resident memory, so the lowest is the truest)."""
+    """The lowest of three peak memory rises of ``fn()``, in bytes, by
+    :func:`gpuguide.track_memory` (on a CPU, what glibc kept only adds to one)."""
     rises: list[int] = []
     for _ in range(3):
         release_host_memory()
@@ -338,9 +307,8 @@ def peak_rise(fn: Callable[[], Any], device: torch.device | str) -> int:
 def kept_for_backward(
     fn: Callable[[], Any], *, resident: Iterable[torch.Tensor] = ()
 ) -> int:
-    """Bytes autograd saves for backward while ``fn()`` runs, counted once per
-    storage by ``torch.autograd.graph.saved_tensors_hooks``, leaving out the
-    storages of ``resident`` (weights and batch, held anyway)."""
+    """Bytes autograd saves for backward while ``fn()`` runs, once per storage,
+    leaving out ``resident``'s (weights and batch, held anyway)."""
     held = {t.untyped_storage().data_ptr() for t in resident}
     saved: dict[int, int] = {}
 
@@ -355,17 +323,11 @@ def kept_for_backward(
     return sum(saved.values())
 
 
-# -- mixed-precision training ----------------------------------------------------
-
-
 def block_width(
     device: torch.device | str, *, batch: int, seq: int, step_s: float
 ) -> int:
-    """The widest :class:`Block` (up to 4096 on CUDA, 1024 elsewhere) whose training
-    step on ``batch`` sequences of ``seq`` tokens runs its matmuls in about
-    ``step_s`` seconds at a CUDA device's bf16 peak (elsewhere at low fallback
-    rates) and whose weights, gradients, AdamW's moments and activations fit half
-    the device's memory budget."""
+    """The widest :class:`Block` whose AdamW step on ``batch`` sequences of ``seq``
+    tokens takes about ``step_s`` at the bf16 peak and fits half the memory budget."""
     cuda = torch.device(device).type == "cuda"
     tokens = batch * seq
     peaks = device_peaks(device) if cuda else None
@@ -383,9 +345,8 @@ def block_width(
 
 
 class Block(nn.Module):
-    """One pre-norm transformer block, its attention written out (the softmax a
-    module whose output can be watched), on ``(batch, seq, width)`` inputs, with
-    a head that classifies a sequence's mean into ``classes``."""
+    """A pre-norm transformer block (its softmax a module, to be watched) with a
+    head that classifies a sequence's mean into ``classes``."""
 
     def __init__(self, width: int, classes: int) -> None:
         super().__init__()
