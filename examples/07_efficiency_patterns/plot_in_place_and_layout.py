@@ -145,7 +145,7 @@ for ax, (name, op) in zip(axes, ops.items(), strict=True):
     uses = break_even(copy, strided, packed)
     pays = f"pays after {uses} uses" if uses else f"no break-even: {gains[-1].short}"
     rows.append({"operation": name, "view": strided, "contig.": packed, "copy": pays})
-    bars = {"view": strided, "copy+op": copy.median_ms + packed.median_ms}
+    bars = {"view": strided, "copy+op": 1e3 * (copy.median_s + packed.median_s)}
     plot_bars(ax, bars | {"contig.": packed}, ylabel="time (ms)", title=name)
 print(gpuguide.table(rows))
 gpuguide.claim(

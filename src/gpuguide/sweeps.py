@@ -38,12 +38,10 @@ def _size_text(n: int) -> str:
 @dataclass(frozen=True)
 class Variant:
     """One way to run the workload: ``fn(*inputs)`` on ``device`` (default the
-    page's), inputs made on ``inputs_on`` by ``inputs(n, device)`` (defaults:
-    ``device``, the sweep's), at the sizes that fit calls of ``call_s`` seconds
-    planned at ``flop_per_s`` and ``memory(n)`` bytes (defaults: the peak it is
-    held against, the sweep's), where variant ``within`` ran. ``size(n)`` is the
-    size it runs at for the sweep's ``n`` (``n + 1``, say); ``peak`` names the
-    peak its rate is a share of (False: none, True: the sweep's)."""
+    page's), inputs made on ``inputs_on`` by ``inputs(n, device)`` (default the
+    sweep's), at the sizes that fit ``call_s`` and ``memory(n)``, planned at
+    ``flop_per_s``, where variant ``within`` ran; at size ``size(n)`` for the
+    sweep's ``n``; ``peak`` names its rate's peak (False: none, True: the sweep's)."""
 
     fn: Callable[..., Any]
     device: torch.device | str | None = None

@@ -27,9 +27,7 @@ _NOISY = f"NOISY: IQR > {NOISY_RELATIVE_IQR:.0%} of the median"
 
 
 def _cell(value: object) -> str:
-    """One cell's text: a :class:`~gpuguide.timing.Measurement` as its median and
-    quartiles (``"1.23 ms (1.20-1.31)"``, flagged NOISY), a float with three
-    significant digits (``3.4e+38`` when extreme), None as ``-``, others by ``str``."""
+    """A float with three significant digits, None as ``-``, others by ``str``."""
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -82,8 +80,8 @@ def _fields(row: object) -> dict[str, Any]:
 
 
 def table(rows: Iterable[object], *, title: str | None = None) -> Table:
-    """Lay out result rows (mappings or named tuples) as a table, one
-    column per field of the first row (``_`` read as a space); ``print`` it."""
+    """Rows (mappings or named tuples) as a table, one column per field of the
+    first row (``_`` read as a space); ``print`` it."""
     records = [_fields(row) for row in rows]
     names = list(records[0]) if records else []
     cells = []

@@ -100,11 +100,6 @@ class Measurement:
         return self.quartiles_s[1]
 
     @property
-    def median_ms(self) -> float:
-        """Median time per call, in milliseconds."""
-        return self.median_s * 1e3
-
-    @property
     def min_s(self) -> float:
         """Fastest call, in seconds."""
         return min(self.times_s)
@@ -187,9 +182,6 @@ class Rate:
 
     def __str__(self) -> str:
         return format_value(self.value, self.unit, (self.low, self.high))
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self), spec)
 
 
 def benchmark(
