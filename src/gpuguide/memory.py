@@ -1,8 +1,4 @@
-"""Measure how much memory a block of code uses, on CUDA, MPS or the CPU.
-
-:func:`track_memory` reads PyTorch's allocator counters on CUDA and MPS and the
-process's resident set size (RSS) on the CPU; its ``method`` says which.
-"""
+"""Measure how much memory a block of code uses, on CUDA, MPS or the CPU."""
 
 from __future__ import annotations
 
@@ -43,19 +39,17 @@ class MemoryReport:
 
     @property
     def net_bytes(self) -> int:
-        """``end_bytes - start_bytes``."""
         return self.end_bytes - self.start_bytes
 
     @property
     def peak_increase_bytes(self) -> int | None:
-        """``peak_bytes - start_bytes`` (None if unknown)."""
         if self.peak_bytes is None:
             return None
         return self.peak_bytes - self.start_bytes
 
 
 def _maxrss_bytes() -> int:
-    """Peak RSS of the process from ``getrusage`` (KiB on Linux, bytes on macOS)."""
+    # getrusage's peak RSS: KiB on Linux, bytes on macOS
     import resource  # not on Windows
 
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -71,8 +65,8 @@ def rss_bytes() -> int:
 
 
 def release_host_memory() -> bool:
-    """Ask the C allocator to return freed memory to the OS (``malloc_trim(0)``), so
-    RSS falls after tensors are freed; True if it was called (glibc on Linux)."""
+    """Return freed memory to the OS (``malloc_trim(0)``), so RSS falls after tensors
+    are freed; True if it was called (glibc on Linux)."""
     trim = _malloc_trim()
     if trim is None:
         return False
@@ -91,14 +85,13 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 def _hwm_bytes() -> int | None:
-    """The kernel's RSS high-water mark (``VmHWM``), None where it is not known."""
     text = read_text(_STATUS)
     match = re.search(r"^VmHWM:\s+(\d+)\s+kB", text or "", flags=re.MULTILINE)
     return int(match.group(1)) * 1024 if match else None
 
 
 def _reset_hwm() -> bool:
-    """Reset the kernel's RSS high-water mark (Linux >= 4.0); False if refused."""
+    """Reset the kernel's RSS high-water mark (``VmHWM``); False if refused."""
     if _hwm_bytes() is None:
         return False
     try:
@@ -109,8 +102,7 @@ def _reset_hwm() -> bool:
 
 
 class _Tracker:
-    """Tracks memory over a ``with`` block: ``report`` is a :class:`MemoryReport`
-    once it exits. ``backend`` replaces ``torch.cuda`` or ``torch.mps`` in tests."""
+    """Tracks memory over a ``with`` block (``backend``: a fake ``torch.cuda``)."""
 
     def __init__(
         self, device: torch.device | str | None = None, *, backend: Any = None
@@ -130,7 +122,6 @@ class _Tracker:
         self.report: MemoryReport | None = None
 
     def _now(self, *, reset: bool = False) -> int:
-        """Bytes in use once the device is idle (``reset``: CUDA's peak reset too)."""
         if self._type == "cuda":
             self._api.synchronize(self._index)
             if reset:

@@ -1,10 +1,7 @@
-"""One look for every figure of the guide: sweeps, bar charts and the device label.
+"""One look for every figure: sweeps, bar charts and the device label.
 
-Every axis label names its unit in parentheses, every figure its device.
-:func:`gpuguide.setup` applies the style (:func:`apply_style`) before a page
-draws, so a figure made with plain matplotlib has it too. Log axes label their
-ticks as plain numbers (1, 60, 100, 10 k; 1 Ki, 4 Mi on a base-2 axis), never
-``6x10^1``: :func:`plot_sweep` sets such axes.
+Axis labels name their unit in parentheses; :func:`gpuguide.setup` applies the
+style before a page draws. Log axes label ticks as plain numbers (60, 10 k, 4 Mi).
 """
 
 from __future__ import annotations
@@ -82,7 +79,7 @@ def apply_style() -> None:
 
 
 def style_axes(ax: Axes) -> None:
-    """Give ``ax`` the guide's look (grid, no top and right spines, palette, layout)."""
+    """Give ``ax`` the guide's look (one made before :func:`apply_style` too)."""
     apply_style()
     ax.grid(True, which="major", alpha=_STYLE["grid.alpha"])
     ax.spines["top"].set_visible(False)
@@ -108,8 +105,7 @@ _SMALL = {
 
 
 class _PlainLogFormatter(LogFormatter):
-    """matplotlib's choice of which log ticks to label, written as plain numbers:
-    ``60``, ``0.005``, ``10 k``, ``2.5 M``; on a base-2 axis ``1 Ki``, ``4 Mi``."""
+    """matplotlib's choice of log ticks, as ``60``, ``10 k``; base 2: ``4 Mi``."""
 
     def __init__(self, base: float) -> None:
         super().__init__(base=base, labelOnlyBase=False)
@@ -125,8 +121,7 @@ class _PlainLogFormatter(LogFormatter):
 
 
 def _log_axis(ax: Axes, which: str, *, base: float = 10) -> None:
-    """Make ``ax``'s ``which`` axis (``"x"`` or ``"y"``) logarithmic, its ticks
-    labelled as plain numbers."""
+    """Make ``ax``'s ``which`` axis (``"x"``, ``"y"``) logarithmic, plainly labelled."""
     axis = ax.xaxis if which == "x" else ax.yaxis
     (ax.set_xscale if which == "x" else ax.set_yscale)("log", base=base)
     axis.set_major_formatter(_PlainLogFormatter(base))
@@ -136,10 +131,7 @@ def _log_axis(ax: Axes, which: str, *, base: float = 10) -> None:
 def _require_unit(label: str) -> str:
     """Return an axis label (``"time (ms)"``); ``ValueError`` if it names no unit."""
     if not isinstance(label, str) or not _UNIT.search(label):
-        msg = (
-            'axis label must name a unit in parentheses, e.g. "time (ms)" or '
-            f'"bandwidth (GB/s)", got {label!r}'
-        )
+        msg = f'axis label must name a unit in parentheses ("time (ms)"), got {label!r}'
         raise ValueError(msg)
     return label
 
@@ -172,6 +164,18 @@ def label_device(
 
 def _ms(seconds: float) -> float:
     return seconds * 1e3
+
+
+def _finish(
+    ax: Axes, xlabel: str, ylabel: str, title: str, device: Any, legend: bool = False
+) -> None:
+    """Label ``ax``'s axes, title and device (and its legend, if it has entries)."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if legend and ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    label_device(ax.figure, device)
 
 
 def _point(
@@ -207,12 +211,10 @@ def plot_sweep(
     Parameters
     ----------
     series : mapping of str to sequence
-        Label -> one value per size: a Measurement (drawn at ``value(median_s)``
-        with its interquartile band), a float in the y unit, or None (skipped).
+        Label -> one value per size: a Measurement (at ``value(median_s)``, with
+        its interquartile band), a float in the y unit, or None (skipped).
     value : callable, optional
         Converts seconds to the y unit; default milliseconds.
-    logx, logy : bool
-        Logarithmic axes; points a log axis cannot show are left out.
     record : str, optional
         Record each point under this name, in the base unit of ``ylabel``.
     """
@@ -260,12 +262,7 @@ def plot_sweep(
         _log_axis(ax, "x", base=2 if xs and all(v.is_integer() for v in xs) else 10)
     if logy:
         _log_axis(ax, "y")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend()
-    label_device(ax.figure, device)
+    _finish(ax, xlabel, ylabel, title, device, legend=True)
 
 
 _AXIS_UNIT = re.compile(r"\(([^()]*)\)\s*$")
@@ -295,9 +292,8 @@ def plot_bars(
     baseline: str | None = None,
     value: Callable[[float], float] | None = None,
 ) -> None:
-    """One bar per entry, each labelled with its ratio to ``baseline`` (default
-    the first), in the plotted unit; ``values`` as ``series`` of
-    :func:`plot_sweep`, one value each."""
+    """One bar per entry of ``values`` (as :func:`plot_sweep`'s ``series``, one
+    value each), labelled with its ratio to ``baseline`` (default the first)."""
     _require_unit(ylabel)
     if not values:
         msg = "values must hold at least one bar, got none"
@@ -325,6 +321,4 @@ def plot_bars(
     if max(len(n) for n in names) > 12:
         for tick in ax.get_xticklabels():
             tick.set(rotation=20, horizontalalignment="right")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    label_device(ax.figure, device)
+    _finish(ax, ax.get_xlabel(), ylabel, title, device)

@@ -58,8 +58,7 @@ _NO_COMPILER_TEXTS = ("InvalidCxxCompiler", "Failed to find C compiler")
 
 @contextlib.contextmanager
 def _needs_a_compiler() -> Iterator[None]:
-    """Turn torch's or Triton's long error for a missing compiler, or an error it
-    caused, into one line that says what to install."""
+    """Turn an error from a missing compiler into one line saying what to install."""
     try:
         yield
     except Exception as error:
@@ -76,7 +75,7 @@ def _needs_a_compiler() -> Iterator[None]:
 @dataclass(frozen=True)
 class CompilerStart:
     """Seconds to import inductor, start its ``workers`` and compile ``torch.sin``,
-    and what the compiler ``logged`` meanwhile (:class:`CompilerLog`), in a line."""
+    and what the compiler ``logged`` meanwhile."""
 
     import_s: float
     workers: int
@@ -96,9 +95,8 @@ class CompilerStart:
 
 
 def start_compiler(device: str | torch.device | None = None) -> CompilerStart:
-    """Import inductor, start its compile workers and compile one line on ``device``,
-    timed: call it before timing anything that compiles, so that these one-off costs
-    land in no compile or steady-state time."""
+    """Import inductor, start its workers and compile one line on ``device``, timed:
+    call it before timing anything that compiles, to keep these one-off costs out."""
     import torch
 
     dev = as_device(device)
@@ -123,8 +121,8 @@ def start_compiler(device: str | torch.device | None = None) -> CompilerStart:
 
 @dataclass(frozen=True)
 class CallTimes:
-    """Each call's seconds (``times_s``), the graphs dynamo compiled in it
-    (``compiles``), and the FX graph cache's hits and misses over all the calls."""
+    """Each call's seconds and graphs compiled, and the FX graph cache's hits and
+    misses over all the calls."""
 
     times_s: tuple[float, ...]
     compiles: tuple[int, ...]
@@ -133,7 +131,6 @@ class CallTimes:
 
     @property
     def compiling_s(self) -> float:
-        """The seconds of the calls that compiled."""
         pairs = zip(self.times_s, self.compiles, strict=True)
         return sum(t for t, compiled in pairs if compiled)
 
@@ -151,8 +148,8 @@ def time_each_call(
     *,
     device: str | torch.device,
 ) -> CallTimes:
-    """Call ``fn(*args)`` for each ``args`` of ``calls`` in turn, timing each call on
-    its own (as each may compile) and counting the graphs dynamo compiled in it."""
+    """Call ``fn(*args)`` for each ``args`` of ``calls``, timing each on its own (as
+    each may compile) and counting the graphs dynamo compiled in it."""
     from torch._dynamo.utils import counters
 
     cache = dict(counters["inductor"])
@@ -169,8 +166,8 @@ def time_each_call(
 
 
 class PrintMessages(logging.Handler):
-    """A logging handler that prints each record's message alone, line by line and
-    indented, without torch's prefix and with each Python file's folders cut off."""
+    """A logging handler that prints each message alone, indented, with each Python
+    file's folders cut off."""
 
     def emit(self, record: logging.LogRecord) -> None:
         for line in record.getMessage().splitlines():
@@ -178,9 +175,8 @@ class PrintMessages(logging.Handler):
 
 
 def per_round(c: Comparison) -> dict[str, Any]:
-    """The keywords of a :func:`gpuguide.claim` on the speed-up of ``c``, timed in
-    the same interleaved rounds: the median of the rounds' speed-ups, the lowest
-    and highest as its spread, ``measured`` saying both, and ``timed``."""
+    """A :func:`gpuguide.claim`'s keywords on the speed-up of ``c`` round by round:
+    the median of the rounds' speed-ups, the lowest and highest as its spread."""
     subject, baseline = c.subject, c.baseline
     if len(subject.rounds) != len(baseline.rounds) or not subject.rounds:
         msg = (
@@ -201,10 +197,9 @@ def mode_rows(
     warmup_s: Mapping[str, Sequence[float]],
     split: Mapping[str, StepTimes] | None = None,
 ) -> list[dict[str, Any]]:
-    """A table row per variant of ``timed`` (``"eager"`` and compiled modes): its
-    time per call, the host's and the GPU's (``split``), and for a variant with
-    warm-up calls in ``warmup_s`` (seconds each), what they took beyond as many
-    steady calls and after how many calls that pays off against eager."""
+    """A table row per variant of ``timed`` (``"eager"`` and modes): time per call,
+    host and GPU time (``split``), and for a variant in ``warmup_s`` (seconds per
+    warm-up call) their cost beyond steady calls and when it pays off."""
     rows = []
     for name, m in timed.items():
         row: dict[str, Any] = {"mode": name, "time per call": m}
@@ -221,8 +216,8 @@ def mode_rows(
 
 @dataclass
 class CompilerLog:
-    """What the compiler wrote, logged and warned inside :func:`capture_compiler`
-    (filled when the block ends); ``str()`` of it is one line, ``""`` for nothing."""
+    """What the compiler wrote, logged and warned in :func:`capture_compiler`;
+    ``str()`` of it is one line, ``""`` for nothing."""
 
     stderr: str = ""
     records: list[logging.LogRecord] = field(default_factory=list)
@@ -251,10 +246,9 @@ class CompilerLog:
 
 @contextlib.contextmanager
 def capture_compiler() -> Iterator[CompilerLog]:
-    """Keep what the compiler writes to ``sys.stderr`` (``max-autotune``'s tables),
-    logs and warns inside the block off the page, in the yielded :class:`CompilerLog`
-    (torch's own warnings stay ignored; compile workers' and C++ output, which
-    bypass ``sys.stderr``, still reach the console)."""
+    """Keep what the compiler writes to ``sys.stderr``, logs and warns in the block
+    off the page, in the yielded :class:`CompilerLog` (compile workers' and C++
+    output bypass ``sys.stderr``)."""
     log, buffer = CompilerLog(), io.StringIO()
 
     def holdback(record: logging.LogRecord) -> bool:  # keeps each record once

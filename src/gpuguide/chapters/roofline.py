@@ -1,6 +1,5 @@
 """The roofline page's helpers: :class:`Roofline` places measured operations on a
-device's roofline (their share of the roof, their regime, a table and the plot),
-and :func:`streaming_elements` sizes the tensors a page streams through memory."""
+device's roofline; :func:`streaming_elements` sizes tensors that stream."""
 
 from __future__ import annotations
 
@@ -40,12 +39,9 @@ _REGIME_STYLE: dict[str, tuple[str, str]] = {
 
 
 def streaming_elements(*, device: torch.device | str | None = None) -> int:
-    """Elements of each large float32 tensor that an elementwise operation streams.
-
-    The largest power of two up to ``2**28`` for which four such tensors fit the
-    device's budget and one ``z + x * y`` its time per call; outside small mode
-    at least ``2**24`` (on a CPU, enough to outgrow its caches).
-    """
+    """Elements of each large float32 tensor an elementwise operation streams: the
+    largest power of two up to ``2**28`` where four fit the budget and ``z + x * y``
+    its time; outside small mode at least ``2**24`` (on a CPU, past its caches)."""
     elements = largest_size(
         2**12,
         2**28,
@@ -91,15 +87,10 @@ def _label_points(ax: Axes, items: Sequence[tuple[str, float, float]]) -> None:
 
 @dataclass
 class Roofline:
-    """Operations placed on a roofline of ``peak_flops_per_s`` and
-    ``peak_bytes_per_s``. ``measured`` roofs (a CPU's, or a peak that is None) are
-    lower bounds, raised to the best FLOP/s and bytes/s of the operations added.
-
-    An operation's roof at intensity ``I`` (FLOP/byte) is
-    ``min(peak FLOP/s, I x peak bytes/s)``; it is *overhead-bound* when it reaches
-    less than a quarter of its roof in less than 50 us, else memory-bound left of
-    the ridge and compute-bound right of it.
-    """
+    """Operations on a roofline of ``peak_flops_per_s`` and ``peak_bytes_per_s``;
+    ``measured`` roofs (a CPU's, or a None peak) are lower bounds, raised to the
+    best rates of the operations. An operation is *overhead-bound* when it reaches
+    under a quarter of its roof in under 50 us, else memory- or compute-bound."""
 
     peak_flops_per_s: float | None
     peak_bytes_per_s: float | None
@@ -113,8 +104,7 @@ class Roofline:
 
     @classmethod
     def of(cls, device: torch.device | str | None = None) -> Roofline:
-        """``device``'s roofline: its float32 matmul peak (TF32's where float32
-        matmuls may use it) and memory peak, measured (lower bounds) on a CPU."""
+        """``device``'s float32 matmul (or TF32) and memory peaks; a CPU's measured."""
         peaks = device_peaks(device)
         tf32 = torch.get_float32_matmul_precision() != "highest"
         flops = peaks.flops_for(torch.float32, tf32=tf32)
@@ -124,8 +114,7 @@ class Roofline:
     def add(
         self, label: str, flop: float, nbytes: float, time: Measurement
     ) -> Measurement:
-        """Place an operation of ``flop`` FLOP and ``nbytes`` bytes that took
-        ``time``; returns ``time``."""
+        """Place an operation of ``flop`` FLOP, ``nbytes`` bytes; returns ``time``."""
         checks.positive("nbytes", nbytes)
         self.ops[label] = (checks.positive("flop", flop), nbytes, time)
         return time
@@ -138,8 +127,7 @@ class Roofline:
         return self.add(label, flop, nbytes, time)
 
     def add_sweep(self, result: SweepResult, variant: str, name: str) -> list[str]:
-        """:meth:`add` ``variant`` of a sweep at each size ``n`` it ran, as
-        ``f"{name}={n}"``; returns those labels."""
+        """:meth:`add` ``variant`` at each size ``n`` it ran, as ``f"{name}={n}"``."""
         flop, traffic = result.sweep.flop, result.sweep.traffic
         if flop is None or traffic is None:
             msg = f"sweep {result.sweep.name!r} must declare flop(n) and traffic(n)"
@@ -172,8 +160,7 @@ class Roofline:
         return flop / nbytes, flop / time.median_s
 
     def share(self, label: str) -> dict[str, Any]:
-        """``label``'s share of its roof, as a claim's ``value``, ``spread`` (over
-        the quartile calls) and ``measured``."""
+        """``label``'s share of its roof, as a claim's keywords (spread: quartiles)."""
         flop, nbytes, time = self.ops[label]
         flops, bandwidth = self.roofs
         roof = min(flops, flop / nbytes * bandwidth)
@@ -190,8 +177,7 @@ class Roofline:
 
     def __str__(self) -> str:
         """A table, a row per operation: time, rates, intensity, share of its roof
-        ("at the roof" for the one that set a measured roof, "> roof" above it) and
-        regime; then the operations above their roof."""
+        and regime; then the operations above their roof."""
         rows, above = [], []
         for label, (flop, nbytes, time) in self.ops.items():
             share = self.share(label)["value"]
@@ -229,9 +215,8 @@ class Roofline:
         return text
 
     def plot(self, *, title: str, runs: Mapping[str, list[str]]) -> None:
-        """Draw the roofs, the ridge and every operation, coloured by its regime, on
-        new log-log axes; the operations of each of ``runs`` (name: labels) joined
-        by a line and labelled at its ends."""
+        """Draw the roofs, the ridge and the operations by regime on new log-log
+        axes, those of each of ``runs`` (name: labels) joined by a line."""
         import matplotlib.pyplot as plt
 
         _, ax = plt.subplots()
