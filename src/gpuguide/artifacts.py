@@ -1,11 +1,8 @@
 """Files an example writes for its readers to download: traces, snapshots.
 
-A profiler trace opens in Perfetto, a CUDA memory snapshot in PyTorch's memory
-viewer: an example writes such a file to :func:`artifact_path` and ends a cell
-with :func:`download_link`, which the built page shows as a download link. Run as
-a script, files land in the current directory; the docs build sets
-``GPUGUIDE_ARTIFACT_DIR`` (where to write) and ``GPUGUIDE_ARTIFACT_URL`` (the
-link prefix) and copies the files into the site.
+An example writes the file to :func:`artifact_path` (the current directory, or
+``GPUGUIDE_ARTIFACT_DIR`` in the docs build) and ends a cell with
+:func:`download_link`, which the built page shows as a link.
 """
 
 from __future__ import annotations
@@ -25,12 +22,8 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def artifact_path(name: str) -> Path:
-    """Where an example should write a file readers can download (the folder exists).
-
-    ``name`` is a plain file name unique across the guide
-    (``"memory_snapshot.pickle"``): ``$GPUGUIDE_ARTIFACT_DIR/name`` in the docs
-    build, ``./name`` otherwise.
-    """
+    """Where to write a file readers can download: ``name`` (a plain file name,
+    unique across the guide) in the artifact folder, which exists."""
     if not _NAME.match(name):
         msg = f"name must be a plain file name, got {name!r}"
         raise ValueError(msg)
@@ -41,8 +34,7 @@ def artifact_path(name: str) -> Path:
 
 @dataclass(frozen=True)
 class _DownloadLink:
-    """A file an example wrote at ``path``, shown as a download link that says
-    ``text`` (``"profiler trace (JSON, open in Perfetto)"``)."""
+    """A file an example wrote, shown as a download link that says ``text``."""
 
     path: Path
     text: str
@@ -66,11 +58,8 @@ class _DownloadLink:
 
 
 def download_link(path: str | os.PathLike[str], text: str) -> _DownloadLink:
-    """Offer a file an example wrote (at :func:`artifact_path`) for download.
-
-    End a cell with the result: the page shows a link that says what the file
-    is (``text``, e.g. ``"memory snapshot (pickle)"``); ``print`` shows the path.
-    """
+    """Offer a file an example wrote for download: end a cell with the result, and
+    the page shows a link that says ``text`` (``"memory snapshot (pickle)"``)."""
     path = Path(path)
     if not path.is_file():
         msg = f"path must be a file an example wrote, got {path} (no such file)"

@@ -1,14 +1,8 @@
-"""Claims a page states, checked by the run that measures them.
+"""Claims a page states, checked against the measured value and its spread.
 
-A sentence that states a direction or a size ("compiled is faster") is either
-printed from the measurement or declared with :func:`claim` beside the code
-that measures it. The run checks it against the measured value *and its
-spread* and prints one line in place: ``Claim held: ...``, ``Claim did not hold
-here: ...; measured ...``, or ``Claim not checked here: ... (why)`` (another
-device, or small sizes too small to show a timed lesson). With
-``GPUGUIDE_STRICT_CLAIMS=1`` a claim that did not hold raises an
-``AssertionError``, which fails the page. Every outcome is recorded
-(:func:`gpuguide.results.record_claim`) for the site's claims page.
+Each :func:`claim` prints one line in place (held, did not hold, or not checked
+here and why) and is recorded for the site's claims page. With
+``GPUGUIDE_STRICT_CLAIMS=1`` a claim that did not hold fails the page.
 """
 
 from __future__ import annotations
@@ -41,7 +35,6 @@ SMALL = "small mode: the sizes are too small to show it"
 def _interval(
     value: object, spread: Sequence[float] | None
 ) -> tuple[float, float, str]:
-    """``(low, high, text)`` of a measured object or a number with its spread."""
     if isinstance(value, (Comparison, Rate, Measurement)):  # a Comparison's speed-up
         number, unit, ends = figure(value)
         low, high = ends or (number, number)
@@ -92,40 +85,14 @@ def claim(
 ) -> None:
     """Check one claim the page states, print its outcome in place, record it.
 
-    Returns nothing, so that a cell ending with the call shows only the line.
-
-    Parameters
-    ----------
-    text : str
-        The claim as the page states it, with the condition that makes it true.
-    value : Comparison, Rate, Measurement or number
-        What was measured. A measured object brings its spread (a number may
-        have one, ``spread=(low, high)``); the claim holds only when the whole
-        interval satisfies it.
-    at_least, at_most : float, optional
-        Bounds on ``value`` (a Comparison's speed-up, a Rate's value, a
-        Measurement's seconds, or the number).
-    verdict : str, optional
-        For a Comparison: ``"faster"``, ``"slower"``, ``"no measurable
-        difference"``, ``"not slower"`` or ``"not faster"``.
-    holds : bool, optional
-        For a fact (a dtype, a count): whether it holds; ``measured`` then says
-        what was found.
-    measured : str, optional
-        What was measured, in words (default: the value with its spread).
-    on : str, optional
-        The device type the claim is about (``"cuda"``): on another it does
-        not apply, and ``value`` and the condition may be omitted.
-    unless : str, optional
-        A reason the claim cannot be checked in this run.
-    timed : bool
-        Whether a plain number comes from timings: a timed claim (a measured
-        object always is) is not checked at small sizes.
-
-    Raises
-    ------
-    AssertionError
-        In strict mode (``GPUGUIDE_STRICT_CLAIMS=1``), when the claim did not hold.
+    The claim holds only when the whole interval of ``value`` (a measured
+    object's spread, or ``spread=(low, high)`` of a number) meets its one
+    condition: ``at_least``/``at_most``, a Comparison's ``verdict``
+    (:data:`VERDICTS`), or ``holds`` for a fact, with ``measured`` saying what was
+    found. ``on="cuda"``: on another device it does not apply (``value`` may be
+    omitted); ``unless``: why this run cannot check it; ``timed``: a plain number
+    from timings, not checked at small sizes (a measured object always is).
+    Raises AssertionError in strict mode when the claim did not hold.
     """
     if not isinstance(text, str) or not text.strip():
         msg = f"text must be a non-empty string, got {text!r}"
@@ -177,7 +144,6 @@ def claim(
 
 
 def _line(claim: Claim) -> str:
-    """The line a page prints for a claim's outcome."""
     text, measured = claim.text, claim.measured
     return {
         "held": f"Claim held: {text} (measured {measured})",
@@ -187,8 +153,7 @@ def _line(claim: Claim) -> str:
 
 
 def takeaway() -> None:
-    """Print the claims the running page checked with their outcomes in this run,
-    for its take-away section; returns nothing, so a cell shows only the lines."""
+    """Print the claims this run checked, with their outcomes."""
     claims = [c for c in recorded() if isinstance(c, Claim)]
     counts = {o: sum(c.outcome == o for c in claims) for o in ("held", "failed", "n/a")}
     print(

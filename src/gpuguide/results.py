@@ -1,11 +1,6 @@
-"""Record a page's headline figures and the claims it checked.
-
-:func:`record` keeps a figure in memory (:func:`recorded`) and, when
-``GPUGUIDE_RECORD`` names a file, writes it there with the run's provenance
-(:class:`DeviceRecord`). Every record checks itself against the JSON Schema
-``results.schema.json`` beside this module; :mod:`gpuguide_tools.results_files`
-reads, merges and writes whole files.
-"""
+"""Record a page's headline figures and the claims it checked, in memory and,
+when ``GPUGUIDE_RECORD`` names a file, there, checked against the JSON Schema
+``results.schema.json`` beside this module."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
-"""Which gpuguide measured a figure: its version and the commit it was built from.
+"""Which gpuguide measured a figure: its version (setuptools-scm's) and commit.
 
-The version is setuptools-scm's, read from the installed distribution. Labels
-name the helpers as ``gpuguide 0.1.dev417+gb85636e1a (b85636e)``, with
-``+dirty`` for a checkout with uncommitted changes, or ``(commit unknown)``.
-:func:`describe_version` finds the commit in the git checkout the package is
-imported from, else in the stamp file a site wheel carries (:data:`STAMP_FILE`),
-else in ``GPUGUIDE_COMMIT`` (a copy without ``.git``). A foundation module: it
-imports nothing else from gpuguide.
+The commit comes from the git checkout the package is imported from, else from
+the stamp a site wheel carries (:data:`STAMP_FILE`), else from
+``GPUGUIDE_COMMIT``. A foundation module: it imports nothing else from gpuguide.
 """
 
 from __future__ import annotations
@@ -41,7 +37,7 @@ _HASH = re.compile(r"[0-9a-f]{7,40}")
 
 def version_label(version: str | None, commit: str | None, dirty: bool = False) -> str:
     """``"gpuguide 0.1.0 (f4b16f4+dirty)"``, ``"... (commit unknown)"``, or
-    ``"gpuguide version unknown"`` (an old results file)."""
+    ``"gpuguide version unknown"``."""
     if version is None:
         return "gpuguide version unknown"
     if commit is None:
@@ -51,8 +47,7 @@ def version_label(version: str | None, commit: str | None, dirty: bool = False) 
 
 @dataclass(frozen=True)
 class VersionInfo:
-    """The helpers a measurement ran with: ``version``, the abbreviated ``commit``
-    (None when unknown) and whether the checkout was ``dirty``."""
+    """The helpers a measurement ran with: version, commit (None: unknown), dirty."""
 
     version: str
     commit: str | None = None
@@ -60,7 +55,6 @@ class VersionInfo:
 
     @property
     def label(self) -> str:
-        """``"gpuguide 0.1.0 (f4b16f4+dirty)"`` (:func:`version_label`)."""
         return version_label(self.version, self.commit, self.dirty)
 
 
@@ -105,7 +99,6 @@ def git_commit(folder: str | os.PathLike[str]) -> tuple[str, bool] | None:
 
 
 def _read_stamp(package_dir: Path) -> tuple[str, bool] | None:
-    """The commit and dirty mark a stamp file names; None when there is no valid one."""
     try:
         data = json.loads((package_dir / STAMP_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
