@@ -89,6 +89,27 @@ def test_report_places_the_spread_against_a_quoted_range(quoted, place, capsys):
     assert f", {place} the quoted " in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    ("interval", "expected"),
+    [
+        ((3.1, 4.0), "above"),
+        ((1.6, 2.9), "within"),
+        ((2.5, 3.2), "too wide to place against"),  # straddles the top
+        ((1.4, 3.1), "too wide to place against"),  # wider on both sides
+        ((0.5, 1.4), "below"),
+    ],
+)
+def test_place_against_a_quoted_range(interval, expected):
+    assert report_module._place(interval, (1.5, 3.0)) == expected
+
+
+def test_place_checks_the_quoted_range():
+    with pytest.raises(ValueError, match="with low <= high"):
+        report_module._place((1.0, 2.0), (3.0, 1.5))
+    with pytest.raises(ValueError, match="quoted must be a finite number > 0"):
+        report_module._place((1.0, 2.0), (0.0, 1.5))
+
+
 def test_report_of_a_comparison_prints_the_verdict_and_records_the_speedup(capsys):
     fast, slow = _m("fused", 1.0, 1.1, 1.2), _m("eager", 2.0, 2.1, 2.2)
     report("fusion", compare(fast, slow), quoted=(1.5, 3.0))

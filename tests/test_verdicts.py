@@ -88,47 +88,6 @@ def test_compare_rejects_non_measurements_and_zero_times():
         compare(m("a", 0.0, 0.0, 0.0), m("b", 1.0))
 
 
-@pytest.mark.parametrize(
-    ("median", "expected"),
-    [
-        (5.0, "above"),
-        (2.0, "within"),
-        (1.5, verdicts.TOO_WIDE),
-        (1.2, "below"),
-        (0.5, "below"),
-    ],
-)
-def test_against_a_quoted_range(median, expected):
-    base = around("eager", 10.0, 0.1)
-    c = compare(around("compiled", 10.0 / median, 0.05 / median), base)
-    assert verdicts.place((c.low, c.high), (1.5, 3.0)) == expected
-
-
-def test_against_a_range_straddled_by_the_spread_is_too_wide_to_place():
-    # Median 3.3x, but the interval reaches below 3x: neither "above" nor "within".
-    c = compare(around("c", 1.0, 0.2), around("e", 3.3, 0.1))
-    assert c.speedup > 3.0
-    assert verdicts.place((c.low, c.high), (1.5, 3.0)) == "too wide to place"
-    # An interval wider than the quoted range on both sides is not "within" either.
-    wide = compare(around("w", 1.0, 0.8), around("e", 2.0, 0.1))
-    assert wide.low < 1.5
-    assert wide.high > 3.0
-    assert verdicts.place((wide.low, wide.high), (1.5, 3.0)) == "too wide to place"
-    # The whole interval inside: within.
-    tight = compare(around("t", 1.0, 0.01), around("e", 2.0, 0.01))
-    assert verdicts.place((tight.low, tight.high), (1.5, 3.0)) == "within"
-
-
-def test_against_checks_the_range():
-    c = compare(around("a", 1.0, 0.1), around("b", 2.0, 0.1))
-    with pytest.raises(
-        ValueError, match="quoted must be \\(low, high\\) with low <= high"
-    ):
-        verdicts.place((c.low, c.high), (3.0, 1.5))
-    with pytest.raises(ValueError, match="quoted must be a finite number > 0"):
-        verdicts.place((c.low, c.high), (0.0, 1.5))
-
-
 # ---------------------------------------------------- paired rounds, noise
 
 

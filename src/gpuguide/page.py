@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from gpuguide import checks
 from gpuguide.device import describe_device, pick_device
 from gpuguide.env import small_mode
 from gpuguide.peaks import Peaks, device_peaks
@@ -13,8 +14,7 @@ from gpuguide.plotting import apply_style
 from gpuguide.results import record
 from gpuguide.timing import NOISY_RELATIVE_IQR, Measurement, Rate
 from gpuguide.units import format_value
-from gpuguide.verdicts import TOO_WIDE, Comparison
-from gpuguide.verdicts import place as place_of
+from gpuguide.verdicts import Comparison
 
 if TYPE_CHECKING:
     import torch
@@ -95,6 +95,21 @@ def _quoted_text(quoted: tuple[float, float], unit: str) -> str:
     return f"{low:g}-{high:g} {unit}"
 
 
+def _place(interval: tuple[float, float], quoted: tuple[float, float]) -> str:
+    """Where ``interval`` lies against ``quoted`` (both ``(low, high)``, > 0): above,
+    below or within when it lies there whole, else too wide to place against it."""
+    q_low, q_high = (checks.positive("quoted", q) for q in quoted)
+    if q_high < q_low:
+        msg = f"quoted must be (low, high) with low <= high, got {quoted!r}"
+        raise ValueError(msg)
+    low, high = interval
+    if low > q_high:
+        return "above"
+    if high < q_low:
+        return "below"
+    return "within" if q_low <= low and high <= q_high else "too wide to place against"
+
+
 def report(
     name: str,
     value: Rate | Measurement | Comparison | float,
@@ -138,7 +153,6 @@ def report(
         peaks = _peaks_for(value.device if isinstance(value, Rate) else "cpu")
         parts.append(peaks.share(number, peak, peak=f"the {peak} peak"))
     if quoted is not None:
-        place = place_of(spread or (number, number), quoted)
-        against = " against" if place == TOO_WIDE else ""
-        parts.append(f"{place}{against} the quoted {_quoted_text(quoted, unit)}")
+        place = _place(spread or (number, number), quoted)
+        parts.append(f"{place} the quoted {_quoted_text(quoted, unit)}")
     print(", ".join(parts))

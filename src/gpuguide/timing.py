@@ -183,6 +183,9 @@ class Rate:
     def __str__(self) -> str:
         return format_value(self.value, self.unit, (self.low, self.high))
 
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
 
 def benchmark(
     fn: Callable[..., Any],

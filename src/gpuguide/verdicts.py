@@ -33,8 +33,6 @@ NO_DIFFERENCE = "no measurable difference"
 MIN_EFFECT = 1.05
 #: The two-sided level of the sign test over paired rounds.
 SIGN_LEVEL = 0.1
-#: Where a result lies against a quoted range when its interval is wider.
-TOO_WIDE = "too wide to place"
 #: What a comparison with one time on a side says instead of a verdict.
 _SINGLE_RUN = "a single run: no spread, so no verdict"
 
@@ -124,22 +122,6 @@ class Comparison:
             return f"{a} is {ratio} faster than {b} ({_span(self.low, self.high)})"
         slow = _span(1 / self.high, 1 / self.low)
         return f"{a} is {format_ratio(1 / self.speedup)} slower than {b} ({slow})"
-
-
-def place(interval: tuple[float, float], quoted: tuple[float, float]) -> str:
-    """Where ``interval`` lies against ``quoted`` (both ``(low, high)``, > 0):
-    ``"above"``, ``"below"`` or ``"within"`` when it lies there whole, else
-    :data:`TOO_WIDE`."""
-    q_low, q_high = (checks.positive("quoted", q) for q in quoted)
-    if q_high < q_low:
-        msg = f"quoted must be (low, high) with low <= high, got {quoted!r}"
-        raise ValueError(msg)
-    low, high = interval
-    if low > q_high:
-        return "above"
-    if high < q_low:
-        return "below"
-    return "within" if q_low <= low and high <= q_high else TOO_WIDE
 
 
 def compare(subject: Measurement, baseline: Measurement) -> Comparison:
