@@ -19,6 +19,7 @@ from gpuguide.device import DeviceInfo
 from gpuguide.results import SCHEMA_VERSION, DeviceRecord, Result
 from gpuguide.timing import Measurement, Rate
 from gpuguide.verdicts import compare
+from gpuguide.version import version_label
 from gpuguide_tools import results_files
 from gpuguide_tools.results_files import ResultsFile, ResultsFileError
 
@@ -266,7 +267,10 @@ def test_device_record_from_a_device_info():
         "f4b16f4",
         True,
     )
-    assert record.gpuguide_label == f"gpuguide {gpuguide.__version__} (f4b16f4+dirty)"
+    assert (
+        version_label(record.gpuguide, record.commit, record.dirty)
+        == f"gpuguide {gpuguide.__version__} (f4b16f4+dirty)"
+    )
     saved = results_files.loads(json.dumps({**_file(), "device": record.to_json()}))
     assert saved.device == record
     assert record.to_json()["isa"] == "AVX-512 BF16"
@@ -277,7 +281,10 @@ def test_the_committed_results_files_load_with_their_provenance():
     # A GPU recording names the helpers' version and a commit, from a clean tree.
     assert re.fullmatch(r"\d+\.\d+[.\w+]*", h100.gpuguide or "")
     assert re.fullmatch(r"[0-9a-f]{7,40}", h100.commit or "")
-    assert h100.gpuguide_label == f"gpuguide {h100.gpuguide} ({h100.commit})"
+    assert (
+        version_label(h100.gpuguide, h100.commit, h100.dirty)
+        == f"gpuguide {h100.gpuguide} ({h100.commit})"
+    )
     # A CPU's recording of another machine is a test fixture, not the site's.
     assert not list((ROOT / "docs" / "results").glob("cpu-*.json"))
     for path in (ROOT / "docs" / "results").glob("*.json"):
@@ -289,7 +296,9 @@ def test_the_committed_results_files_load_with_their_provenance():
     # Recorded before versions and ISAs were: unknown, and another identity than
     # the same model and threads recorded with its ISA.
     assert (cpu.gpuguide, cpu.commit, cpu.isa) == (None, None, None)
-    assert cpu.gpuguide_label == "gpuguide version unknown"
+    assert (
+        version_label(cpu.gpuguide, cpu.commit, cpu.dirty) == "gpuguide version unknown"
+    )
     with_isa = replace(cpu, short_name=f"{cpu.short_name}, AVX2", isa="AVX2")
     assert results_files.device_key(with_isa) != results_files.device_key(cpu)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from gpuguide.results import DeviceRecord, Result
 from gpuguide.tables import Table
 from gpuguide.units import format_value
+from gpuguide.version import version_label
 from gpuguide_tools.checkup import against_recording
 from gpuguide_tools.pages import PageCode
 from gpuguide_tools.results_files import ResultsFile, device_key
@@ -33,6 +34,10 @@ __all__ = [
 ]
 
 
+def _version(device: DeviceRecord) -> str:
+    return version_label(device.gpuguide, device.commit, device.dirty)
+
+
 def device_label(device: DeviceRecord) -> str:
     """``"H100 SXM5 (recorded 2026-11-20, torch 2.11.0, CUDA 12.8, gpuguide
     0.1.0 (f4b16f4))"``; the gpuguide part only where the file names it, and
@@ -41,7 +46,7 @@ def device_label(device: DeviceRecord) -> str:
     if device.cuda:
         parts.append(f"CUDA {device.cuda}")
     if device.gpuguide is not None:
-        parts.append(device.gpuguide_label)
+        parts.append(_version(device))
     if device.kind == "cpu" and device.isa is None:
         parts.append("vector ISA not recorded")
     if device.small:
@@ -250,7 +255,7 @@ def _gpuguide_cell(device: DeviceRecord) -> str:
     """``"0.1.0 (f4b16f4)"``, ``"0.1.0 (commit unknown)"``, or ``"-"`` (not recorded)."""
     if device.gpuguide is None:
         return "-"
-    return device.gpuguide_label.removeprefix("gpuguide ")
+    return _version(device).removeprefix("gpuguide ")
 
 
 def devices_table(files: dict[Path, ResultsFile]) -> Table:

@@ -25,7 +25,6 @@ from gpuguide.device import GpuState
 from gpuguide.env import small_mode
 from gpuguide.timing import Measurement, Rate
 from gpuguide.verdicts import Comparison
-from gpuguide.version import version_label
 
 if TYPE_CHECKING:
     from gpuguide.device import DeviceInfo
@@ -131,11 +130,6 @@ class DeviceRecord:
     def __post_init__(self) -> None:
         object.__setattr__(self, "peaks", MappingProxyType(dict(self.peaks)))
         _check(self, "device")
-
-    @property
-    def gpuguide_label(self) -> str:
-        """``"gpuguide 0.1.0 (f4b16f4+dirty)"`` or ``"gpuguide version unknown"``."""
-        return version_label(self.gpuguide, self.commit, self.dirty)
 
     @classmethod
     def from_info(
