@@ -589,14 +589,14 @@ MiB, GiB = 2**20, 2**30
 @pytest.mark.parametrize(
     ("cache", "available", "nbytes"),
     [
-        (32 * MiB, 64 * GiB, 128 * MiB),
-        (48 * MiB, 64 * GiB, 256 * MiB),  # a power of 2
-        (8 * MiB, 64 * GiB, 64 * MiB),  # the floor
+        (32 * MiB, 64 * GiB, 256 * MiB),
+        (48 * MiB, 64 * GiB, 512 * MiB),  # a power of 2
+        (4 * MiB, 64 * GiB, 64 * MiB),  # the floor
         (384 * MiB, 64 * GiB, 2 * GiB),
         (768 * MiB, 256 * GiB, 2 * GiB),  # at most 2 GiB
         (768 * MiB, 16 * GiB, 1 * GiB),  # a sixteenth of the memory
         (32 * MiB, 512 * MiB, 64 * MiB),  # the floor
-        (None, 64 * GiB, 256 * MiB),  # an assumed 64 MiB cache
+        (None, 64 * GiB, 512 * MiB),  # an assumed 64 MiB cache
     ],
 )
 def test_streaming_bytes_outgrow_the_last_level_caches(

@@ -42,7 +42,7 @@ measure = roofline.measure
 # per element (intensity 1/12), ``z + x * y`` 2 FLOP and 16 bytes (1/8), ``x.sum()``
 # 1 FLOP and 4 bytes (1/4): far left of any ridge, so at large sizes expect them on
 # the slanted memory roof (on a GPU at 70-95% of the datasheet bandwidth). Outside
-# small mode each large tensor holds at least 64 MiB (on a CPU, four times its
+# small mode each large tensor holds at least 64 MiB (on a CPU, eight times its
 # last-level cache), so that main memory, not a cache, feeds them. The tiny add's
 # time is the fixed cost of one call, launch included, so it should land far below
 # the roof; on a GPU its kernel's own time is printed too.

@@ -279,13 +279,14 @@ _CPU_PLANS = {
 
 
 def streaming_bytes(*, small: bool) -> int:
-    """Bytes of each tensor with which the CPU's memory ceiling is measured: four
+    """Bytes of each tensor with which the CPU's memory ceiling is measured: eight
     times the last-level caches (64 MiB where unknown) as a power of two, 64 MiB
-    to 2 GiB and at most a sixteenth of the available memory; 32 MiB if small."""
+    to 2 GiB and at most a sixteenth of the available memory; 32 MiB if small.
+    Eight, not four: a virtual machine may see a smaller cache than its host has."""
     if small:
         return 32 * 2**20
     cache = host.last_level_cache_bytes() or 64 * 2**20
-    wanted = 2 ** math.ceil(math.log2(4 * cache))
+    wanted = 2 ** math.ceil(math.log2(8 * cache))
     cap = 2 ** math.floor(math.log2(max(host.available_memory_bytes() / 16, 1)))
     return int(max(64 * 2**20, min(wanted, cap, 2**31)))
 
