@@ -56,7 +56,8 @@ CPUINFO_PPC = "processor\t: 0\ncpu\t\t: POWER9, altivec supported\nclock\t\t: 2.
 
 #: A measured number with its unit, as the examples print them.
 MEASURED = re.compile(
-    r"\d+(\.\d+)?\s*(ns|us|ms|s|[kMGT]?B/s|[MGT]?FLOP/s|[KMG]iB|x|%)(?!\w)"
+    r"\d+(\.\d+)?\s*(ns|us|ms|s|[kMGT]?B/s|[MGT]?FLOP/s|[kM]?samples/s|[KMG]iB|x|%)"
+    r"(?!\w)"
 )
 
 #: Torch's own log and warning lines, which must never reach a page: autotune
