@@ -130,6 +130,16 @@ def _check_page_top(soup, name):
     (line,) = [p for p in top.select("p") if "Measured on" in p.get_text()]
     assert "\n" not in line.get_text(), (name, line.get_text())
     assert "| gpuguide " in line.get_text(), (name, line.get_text())
+    # The page's first figure, if it draws one, right after, still before the code.
+    drawn = soup.select("img.sphx-glr-single-img, img.sphx-glr-multi-img")
+    first = soup.select_one("img.gpuguide-first-figure")
+    if not drawn:
+        assert first is None, name
+        return box
+    assert first is not None, f"{name}: no first figure under the take-away"
+    assert _before(top, first), name
+    assert _before(first, first_code), name
+    assert first["src"].rsplit("/", 1)[-1] == drawn[0]["src"].rsplit("/", 1)[-1]
     return box
 
 

@@ -68,6 +68,23 @@ def test_the_take_away_provenance_and_actions_go_under_the_title():
     assert "Measured on CPU X (2 cores) \\| torch 2.13.0 \\| CUDA: none" in block
     assert block.index("Measured on") < block.index("Download the script")
     assert page_top(out, "plot_x.py") == out  # done once only
+    assert ".. figure::" not in out  # a page without a figure gets none
+
+
+def test_the_first_figure_follows_the_take_away_box():
+    image = "/auto_examples/05_dtypes/images/sphx_glr_plot_x_001.png"
+    second = image.replace("_001", "_002")
+    drawn = (
+        f"\n    *\n      .. image-sg:: {image}\n         :class: sphx-glr-multi-img\n"
+    )
+    source = EXAMPLE_RST + drawn + drawn.replace(image, second)
+    out = page_top(source, "plot_x.py")
+    top = out.index(".. container:: gpuguide-page-top")
+    figure = out.index(f".. figure:: {image}")
+    assert top < figure < out.index("Intro text.")
+    assert second not in out[: figure + 200]  # the first figure only
+    assert out.count(f".. image-sg:: {image}") == 1  # drawn again where its code runs
+    assert "\n.. figure::" in out  # at the top level, not in the list it came from
 
 
 def test_the_go_to_the_end_note_is_gone():

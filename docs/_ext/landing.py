@@ -199,6 +199,11 @@ class ChapterCards(SphinxDirective):
 
 _TITLE = re.compile(r"^(?P<title>[^\n]+)\n(?P<rule>=+)\n", re.MULTILINE)
 _PROVENANCE = re.compile(r"^\s+(Measured on [^\n]+)$", re.MULTILINE)
+#: A page's first figure, as sphinx-gallery writes it, and what its caption says.
+_FIRST_FIGURE = re.compile(r"^[ *]*\.\. image-sg:: (\S+)$", re.MULTILINE)
+_FIGURE_NOTE = (
+    "The page's first figure, measured in this build; the code that draws it follows."
+)
 #: sphinx-gallery's note above the title: "Go to the end to download the full
 #: example code" (its directive, its options and its indented text).
 _END_NOTE = re.compile(
@@ -209,8 +214,8 @@ _END_NOTE = re.compile(
 
 
 def page_top(source: str, script: str, *, takeaway: bool = True) -> str:
-    """An example page's reST with its take-away, provenance and actions under its
-    title, and without sphinx-gallery's "Go to the end" note.
+    """An example page's reST with its take-away, provenance, actions and first
+    figure under its title, and without sphinx-gallery's "Go to the end" note.
 
     ``script`` is the page's file name (``plot_alignment.py``). A page whose
     output has no provenance line gets the take-away and the actions only; a
@@ -238,6 +243,10 @@ def page_top(source: str, script: str, *, takeaway: bool = True) -> str:
         text = found.group(1).strip().replace("\\", "\\\\").replace("|", "\\|")
         lines += [f"   {text}", ""]
     lines += [f"   {actions}", ""]
+    figure = _FIRST_FIGURE.search(source, title.end())
+    if figure:  # the first plot within the first screens; drawn again below
+        lines += [f".. figure:: {figure.group(1)}", "   :class: gpuguide-first-figure"]
+        lines += ["   :width: 80%", "", f"   {_FIGURE_NOTE}", ""]
     return source[: title.end()] + "\n".join(lines) + "\n" + source[title.end() :]
 
 
