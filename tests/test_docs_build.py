@@ -550,7 +550,7 @@ def test_a_page_opens_with_its_take_away_and_its_figures_have_the_plot_style(
 ):
     import matplotlib as mpl
 
-    from gpuguide.plotting import apply_style
+    from gpuguide.plotting import style_axes
 
     result = build_mini_site(tmp_path, TOP_CODE)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -567,7 +567,7 @@ def test_a_page_opens_with_its_take_away_and_its_figures_have_the_plot_style(
     assert "This page's claims in this run: 1 held, 0 did not hold" in outputs
     # The figure drawn after setup has the house style's size, the one before not.
     with mpl.rc_context():
-        apply_style()
+        style_axes()
         width, height = mpl.rcParams["figure.figsize"]
         house = (
             round(width * mpl.rcParams["savefig.dpi"]),

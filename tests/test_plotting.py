@@ -19,10 +19,10 @@ from matplotlib.container import BarContainer, ErrorbarContainer
 from gpuguide import plotting
 from gpuguide.device import describe_device
 from gpuguide.plotting import (
-    apply_style,
     label_device,
     plot_bars,
     plot_sweep,
+    style_axes,
 )
 from gpuguide.timing import Measurement
 
@@ -64,11 +64,11 @@ def test_require_unit_rejects_non_strings() -> None:
         plotting._require_unit(None)  # type: ignore[arg-type]
 
 
-# -- apply_style ---------------------------------------------------------------
+# -- style_axes ----------------------------------------------------------------
 
 
-def test_apply_style_sets_rcparams() -> None:
-    apply_style()
+def test_style_axes_sets_rcparams() -> None:
+    style_axes()
     assert mpl.rcParams["axes.grid"] is True
     assert mpl.rcParams["figure.constrained_layout.use"] is True
     assert tuple(mpl.rcParams["figure.figsize"]) == (7.0, 4.5)
@@ -508,7 +508,7 @@ def test_plot_sweep_and_a_styled_plain_log_axis_have_plain_labels() -> None:
     plt.close(fig)
     # A page's own ax.set_yscale("log") under the style: 60, not 6x10^1.
     with mpl.rc_context():
-        apply_style()
+        style_axes()
         fig, ax = plt.subplots()
         ax.plot([1, 2], [50, 90])
         ax.set_yscale("log")

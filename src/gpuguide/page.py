@@ -10,7 +10,7 @@ from gpuguide import checks
 from gpuguide.device import describe_device, pick_device
 from gpuguide.env import small_mode
 from gpuguide.peaks import Peaks, device_peaks
-from gpuguide.plotting import apply_style
+from gpuguide.plotting import style_axes
 from gpuguide.results import record
 from gpuguide.timing import NOISY_RELATIVE_IQR, Measurement, Rate
 from gpuguide.units import format_value
@@ -60,14 +60,14 @@ _current: list[Page] = []
 def setup(prefer: str | torch.device | None = None) -> Page:
     """A page's first call: pick the device (``prefer`` as for
     :func:`gpuguide.pick_device`), seed torch with 0, apply the plot style
-    (:func:`gpuguide.plotting.apply_style`) before any figure is drawn, and
+    (:func:`gpuguide.plotting.style_axes`) before any figure is drawn, and
     print the provenance on one compact line."""
     import torch
 
     device = pick_device(prefer)
     torch.manual_seed(0)
     page = Page(device, small_mode())
-    apply_style()
+    style_axes()
     print(describe_device(device).provenance())
     _current[:] = [page]
     return page

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COLORS",
-    "apply_style",
     "label_device",
     "plot_bars",
     "plot_sweep",
@@ -73,14 +72,12 @@ _LABEL_STRIP = 0.04  # share of the figure's height kept clear for the device la
 _UNIT = re.compile(r"\(\s*[^()\s][^()]*\)")
 
 
-def apply_style() -> None:
-    """Set matplotlib's rcParams to the guide's style (7 x 4.5 in, grid, palette)."""
+def style_axes(ax: Axes | None = None) -> None:
+    """Set matplotlib's defaults to the guide's style (7 x 4.5 in, grid, palette),
+    and give ``ax`` its look where given (one made before the style too)."""
     mpl.rcParams.update(_STYLE)
-
-
-def style_axes(ax: Axes) -> None:
-    """Give ``ax`` the guide's look (one made before :func:`apply_style` too)."""
-    apply_style()
+    if ax is None:
+        return
     ax.grid(True, which="major", alpha=_STYLE["grid.alpha"])
     ax.spines["top"].set_visible(False)
     ax.spines["right"].set_visible(False)
