@@ -22,7 +22,7 @@ from gpuguide.device import GpuState
 from gpuguide.peaks import _LANE_BYTES_PER_S, device_peaks
 from gpuguide.results import Result
 from gpuguide_tools import results_files
-from gpuguide_tools.checkup import provenance_line
+from gpuguide_tools.checkup import describe_gpu_state, provenance_line
 from gpuguide_tools.results_files import ResultsFile, ResultsFileError
 
 NOW = datetime(2026, 11, 21, 10, 42, tzinfo=timezone.utc)
@@ -194,8 +194,8 @@ def test_each_query_fails_on_its_own_and_old_bindings_still_give_limiters(use_nv
     assert state.pcie_generation is None
     assert state.pcie_max_generation == 5
     assert state.clock_limits == ("hardware thermal slowdown", "0x200")
-    assert "PCIe gen 5 x16" in state.describe()
-    assert "now" not in state.describe()  # the current link is unknown
+    assert "PCIe gen 5 x16" in describe_gpu_state(state)
+    assert "now" not in describe_gpu_state(state)  # the current link is unknown
 
 
 def test_nothing_limiting_is_an_empty_list_not_an_unknown(use_nvml):

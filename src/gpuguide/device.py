@@ -247,32 +247,6 @@ class GpuState:
             return f"PCIe gen {self.pcie_generation} x{self.pcie_width}"
         return None
 
-    def describe(self) -> str:
-        """The state in a few words: ``"SM clock 1755 of 1980 MHz, ..., PCIe gen 1
-        x16 now (up to gen 5 x16), clocks limited by: software power cap"``."""
-        parts = []
-        for what, now, most in (
-            ("SM clock", self.sm_clock_mhz, self.sm_clock_max_mhz),
-            ("memory clock", self.memory_clock_mhz, self.memory_clock_max_mhz),
-        ):
-            if now is not None and most is not None:
-                parts.append(f"{what} {now} of {most} MHz")
-            elif now is not None or most is not None:
-                parts.append(f"{what} {now} MHz" if now else f"{what} max {most} MHz")
-        if self.power_limit_w is not None:
-            parts.append(f"power limit {self.power_limit_w:.0f} W")
-        if self.pcie_generation and self.pcie_width:
-            link = f"PCIe gen {self.pcie_generation} x{self.pcie_width} now"
-            top = (self.pcie_max_generation, self.pcie_max_width)
-            if all(top) and top != (self.pcie_generation, self.pcie_width):
-                link += f" (up to gen {top[0]} x{top[1]})"
-            parts.append(link)
-        elif self.link_label:
-            parts.append(self.link_label)
-        if self.clock_limits:
-            parts.append(f"clocks limited by: {', '.join(self.clock_limits)}")
-        return ", ".join(parts)
-
     def to_json(self) -> dict[str, object]:
         """The known fields, by name (clock limits as a list)."""
         return {

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from gpuguide.chapters.roofline import streaming_elements
-from gpuguide.device import DeviceInfo, describe_device, pick_device
+from gpuguide.device import DeviceInfo, GpuState, describe_device, pick_device
 from gpuguide.peaks import Peaks, device_peaks
 from gpuguide.quiet import ignore_torch_internal_warnings
 from gpuguide.results import DeviceRecord, Result
@@ -389,6 +389,34 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+def describe_gpu_state(state: GpuState) -> str:
+    """What NVML said about a GPU in a few words: ``"SM clock 1755 of 1980 MHz,
+    ..., PCIe gen 1 x16 now (up to gen 5 x16), clocks limited by: software power
+    cap"``."""
+    parts = []
+    for what, now, most in (
+        ("SM clock", state.sm_clock_mhz, state.sm_clock_max_mhz),
+        ("memory clock", state.memory_clock_mhz, state.memory_clock_max_mhz),
+    ):
+        if now is not None and most is not None:
+            parts.append(f"{what} {now} of {most} MHz")
+        elif now is not None or most is not None:
+            parts.append(f"{what} {now} MHz" if now else f"{what} max {most} MHz")
+    if state.power_limit_w is not None:
+        parts.append(f"power limit {state.power_limit_w:.0f} W")
+    if state.pcie_generation and state.pcie_width:
+        link = f"PCIe gen {state.pcie_generation} x{state.pcie_width} now"
+        top = (state.pcie_max_generation, state.pcie_max_width)
+        if all(top) and top != (state.pcie_generation, state.pcie_width):
+            link += f" (up to gen {top[0]} x{top[1]})"
+        parts.append(link)
+    elif state.link_label:
+        parts.append(state.link_label)
+    if state.clock_limits:
+        parts.append(f"clocks limited by: {', '.join(state.clock_limits)}")
+    return ", ".join(parts)
+
+
 def provenance_line(
     device: str | torch.device | DeviceInfo | None = None,
     *,
@@ -423,7 +451,7 @@ def provenance_line(
         parts.append(f"driver {info.driver_version or 'unknown'}")
         if info.memory_cap_bytes is not None:
             parts.append(f"GPU memory capped at {format_bytes(info.memory_cap_bytes)}")
-        if info.gpu_state is not None and (state := info.gpu_state.describe()):
+        if info.gpu_state is not None and (state := describe_gpu_state(info.gpu_state)):
             parts.append(state)
     else:
         counts = []
