@@ -17,8 +17,7 @@ import pytest
 from gpuguide.chapters.timeline import (
     Marks,
     _Span,
-    overlap_share,
-    plot_timeline,
+    _Timeline,
     synchronizes,
 )
 from gpuguide.plotting import COLORS
@@ -51,19 +50,19 @@ def test_span_is_frozen() -> None:
         _Span("lane", "work", 0.0, 1.0).end_s = 2.0  # type: ignore[misc]
 
 
-# -- Marks and overlap_share -----------------------------------------------------
+# -- Marks and _Timeline.overlap ----------------------------------------------
 
 
 def test_overlap_share_is_the_copies_time_beside_compute() -> None:
     # copies busy 6 ms; the second H2D runs 2 ms and the first D2H 1 ms beside compute
-    assert overlap_share(pipeline(), COPY, COMPUTE) == pytest.approx(0.5)
-    assert overlap_share(pipeline(), COMPUTE, COPY) == pytest.approx(3 / 6)
+    assert _Timeline(pipeline()).overlap(COPY, COMPUTE) == pytest.approx(0.5)
+    assert _Timeline(pipeline()).overlap(COMPUTE, COPY) == pytest.approx(3 / 6)
 
 
 def test_overlap_share_zero_when_stages_touch_or_the_lane_is_idle() -> None:
     serial = [_Span(COPY, "H2D", 0.0, 1.0), _Span(COMPUTE, "compute", 1.0, 2.0)]
-    assert overlap_share(serial, COPY, COMPUTE) == 0.0
-    assert overlap_share(serial, "absent", COMPUTE) == 0.0
+    assert _Timeline(serial).overlap(COPY, COMPUTE) == 0.0
+    assert _Timeline(serial).overlap("absent", COMPUTE) == 0.0
 
 
 def test_marks_on_a_cpu_time_each_span_from_the_origin() -> None:
@@ -98,7 +97,7 @@ def test_marks_on_cuda_bracket_work_on_each_stream() -> None:
     assert all(s.start_s >= 0.0 and s.duration_s > 0.0 for s in spans)
 
 
-# -- plot_timeline -------------------------------------------------------------
+# -- _Timeline.plot -----------------------------------------------------------
 
 
 def bars_by_label(ax: plt.Axes) -> dict[str, list]:
@@ -109,7 +108,7 @@ def bars_by_label(ax: plt.Axes) -> dict[str, list]:
 
 
 def test_plot_one_row_per_lane_top_to_bottom(ax) -> None:
-    plot_timeline(ax, pipeline(), title="Copies overlap compute")
+    _Timeline(pipeline()).plot(ax, title="Copies overlap compute")
     ticks = [t.get_text() for t in ax.get_yticklabels()]
     assert ticks == [COPY, COMPUTE]
     bottom, top = ax.get_ylim()
@@ -117,7 +116,7 @@ def test_plot_one_row_per_lane_top_to_bottom(ax) -> None:
 
 
 def test_plot_bars_in_ms_at_their_lane(ax) -> None:
-    plot_timeline(ax, pipeline(), title="t")
+    _Timeline(pipeline()).plot(ax, title="t")
     rects = []
     for collection in ax.collections:
         for path in collection.get_paths():
@@ -130,7 +129,7 @@ def test_plot_bars_in_ms_at_their_lane(ax) -> None:
 
 
 def test_plot_one_colour_per_label_and_a_legend(ax) -> None:
-    plot_timeline(ax, pipeline(), title="t")
+    _Timeline(pipeline()).plot(ax, title="t")
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert legend == ["H2D", "compute", "D2H"]
     colours = {
@@ -148,8 +147,8 @@ def test_plot_two_timelines_share_colours() -> None:
         _Span("default stream", "compute", 1.0, 2.0),
         _Span("default stream", "D2H", 2.0, 3.0),
     ]
-    plot_timeline(top, serial, title="serial")
-    plot_timeline(bottom, pipeline(), title="pipelined")
+    _Timeline(serial).plot(top, title="serial")
+    _Timeline(pipeline()).plot(bottom, title="pipelined")
 
     def colours(ax):
         return {
@@ -164,7 +163,7 @@ def test_plot_two_timelines_share_colours() -> None:
 
 
 def test_plot_labels_axes_and_device(ax) -> None:
-    plot_timeline(ax, pipeline(), title="Copies overlap compute")
+    _Timeline(pipeline()).plot(ax, title="Copies overlap compute")
     assert ax.get_xlabel() == "time (ms)"
     assert ax.get_title() == "Copies overlap compute"
     assert ax.get_xlim()[0] == 0.0
@@ -173,8 +172,8 @@ def test_plot_labels_axes_and_device(ax) -> None:
 
 
 def test_plot_rejects_no_spans(ax) -> None:
-    with pytest.raises(ValueError, match="spans must hold at least one span"):
-        plot_timeline(ax, [], title="t")
+    with pytest.raises(ValueError, match="must hold at least one span"):
+        _Timeline([]).plot(ax, title="t")
 
 
 # -- synchronizes ----------------------------------------------------------------

@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import gpuguide
-from gpuguide.chapters.timeline import Marks, overlap_share, plot_timeline
+from gpuguide.chapters.timeline import Marks
 
 page = gpuguide.setup()
 device, rounds = page.device, 1
@@ -132,10 +132,10 @@ for ax, (name, run) in zip(axes[:, 0], versions.items(), strict=True):
     run(marks)
     spans = marks.spans()
     ends[name] = max(s.end_s for s in spans)
-    shares[name] = overlap_share(spans, "copy stream", "compute stream")
+    shares[name] = spans.overlap("copy stream", "compute stream")
     title = f"{name}: {gpuguide.format_time(ends[name])}, copies overlap compute "
     title += f"{shares[name]:.0%} of their time"
-    plot_timeline(ax, spans, title=title)
+    spans.plot(ax, title=title)
     if name == "serialized":  # a span starting before the last one ended (1 us slack)
         clash = sum(b.start_s < a.end_s - 1e-6 for a, b in itertools.pairwise(spans))
         text = "serialized on one stream, no two stages overlap"
