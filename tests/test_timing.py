@@ -82,8 +82,8 @@ def test_measurement_statistics_match_numpy_linear_quantiles():
     assert m.max_s == 0.010
     assert m.q25_s == pytest.approx(np.quantile(data, 0.25))
     assert m.q75_s == pytest.approx(np.quantile(data, 0.75))
-    iqr = np.quantile(data, 0.75) - np.quantile(data, 0.25)
-    assert m.relative_iqr == pytest.approx(iqr / np.median(data))
+    assert m.iqr_s == pytest.approx(np.quantile(data, 0.75) - np.quantile(data, 0.25))
+    assert m.relative_iqr == pytest.approx(m.iqr_s / np.median(data))
     # statistics.quantiles(method="inclusive") is the same definition.
     quartiles = statistics.quantiles(times, n=4, method="inclusive")
     assert [m.q25_s, m.median_s, m.q75_s] == pytest.approx(quartiles)
@@ -94,12 +94,14 @@ def test_measurement_even_count_interpolates():
     assert m.median_s == 2.5
     assert m.q25_s == 1.75
     assert m.q75_s == 3.25
+    assert m.iqr_s == 1.5
 
 
 def test_measurement_single_time():
     m = make([0.002])
     assert m.n == 1
     assert m.median_s == m.min_s == m.max_s == m.q25_s == m.q75_s == 0.002
+    assert m.iqr_s == 0
     assert not m.is_noisy
     assert "1 run," in repr(m)
 

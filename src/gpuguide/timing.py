@@ -120,12 +120,16 @@ class Measurement:
         return self.quartiles_s[2]
 
     @property
+    def iqr_s(self) -> float:
+        """Interquartile range ``q75_s - q25_s``, in seconds."""
+        return self.q75_s - self.q25_s
+
+    @property
     def relative_iqr(self) -> float:
         """IQR over the median (``inf`` for a zero median, 0 if both are 0)."""
-        iqr = self.q75_s - self.q25_s
         if self.median_s == 0:
-            return math.inf if iqr > 0 else 0.0
-        return iqr / self.median_s
+            return math.inf if self.iqr_s > 0 else 0.0
+        return self.iqr_s / self.median_s
 
     @property
     def is_noisy(self) -> bool:
