@@ -200,23 +200,6 @@ def test_torch_compile_without_a_cpp_compiler_fails_with_one_clear_line(tmp_path
     assert "no-such-g++" in last
 
 
-def test_per_round_gives_a_claims_value_spread_and_words_from_the_rounds():
-    from gpuguide.verdicts import compare
-
-    fast = Measurement("fast", (1.0,) * 4, "cpu", "wall-clock", rounds=(1, 2, 1, 3))
-    slow = Measurement("slow", (2.0,) * 4, "cpu", "wall-clock", rounds=(2, 4, 3, 3))
-    got = compiling.per_round(compare(fast, slow))
-    assert got == {
-        "value": 2.0,
-        "spread": (1.0, 3.0),
-        "measured": "2.00x, 1.00-3.00x over the rounds",
-        "timed": True,
-    }
-    alone = Measurement("alone", (1.0,) * 4, "cpu", "wall-clock")
-    with pytest.raises(ValueError, match="same rounds"):
-        compiling.per_round(compare(fast, alone))
-
-
 def steps(label: str, median_s: float) -> Measurement:
     return Measurement(label, (median_s * 0.99, median_s, median_s * 1.01), "cpu", "x")
 

@@ -259,3 +259,18 @@ def test_a_single_run_on_either_side_gives_a_ratio_but_no_verdict():
     assert "slower" not in str(compare(once, warm))
     assert break_even(1.0, once, warm) is None  # no saving measured, none paid off
     assert compare(warm, warm).short.startswith("no measurable difference")
+
+
+def test_per_round_gives_a_claims_value_spread_and_words_from_the_rounds():
+    fast = Measurement("fast", (1.0,) * 4, "cpu", "wall-clock", rounds=(1, 2, 1, 3))
+    slow = Measurement("slow", (2.0,) * 4, "cpu", "wall-clock", rounds=(2, 4, 3, 3))
+    got = compare(fast, slow).per_round()
+    assert got == {
+        "value": 2.0,
+        "spread": (1.0, 3.0),
+        "measured": "2.00x, 1.00-3.00x over the rounds",
+        "timed": True,
+    }
+    alone = Measurement("alone", (1.0,) * 4, "cpu", "wall-clock")
+    with pytest.raises(ValueError, match="same rounds"):
+        compare(fast, alone).per_round()

@@ -147,14 +147,14 @@ gpuguide.claim(
 )
 gpuguide.claim(
     "on a CPU, the default mode gains at least 1.1x on the small model, in each round",
-    **compiling.per_round(gains["small model, inference"]["default"]),
+    **gains["small model, inference"]["default"].per_round(),
     at_least=1.1,
     on="cpu",
 )
 on_large = [c for k, by in gains.items() if k.startswith("large") for c in by.values()]
 gpuguide.claim(
     "compiling the large model gains at most 1.3x, in each round, phase and mode",
-    **max(map(compiling.per_round, on_large), key=lambda r: r["spread"][1]),
+    **max((c.per_round() for c in on_large), key=lambda r: r["spread"][1]),
     at_most=1.3,
 )
 fig, axes = plt.subplots(1, len(results), figsize=(11, 4.5))

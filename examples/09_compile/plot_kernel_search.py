@@ -30,7 +30,6 @@ import torch
 from torch import nn
 
 import gpuguide
-from gpuguide.chapters import compiling
 from gpuguide.chapters.compiling import capture_compiler, start_compiler
 from gpuguide.timing import first_calls_s
 
@@ -129,7 +128,7 @@ gpuguide.claim(
 )
 gpuguide.claim(  # on a CPU its wrapper costs a few percent more, up to 16% a round
     "on a GPU, the default mode runs the lone matmul within 10% of eager's time",
-    **(compiling.per_round(default) if page.cuda else {}),
+    **(default.per_round() if page.cuda else {}),
     at_least=1 / 1.1 if page.cuda else None,
     at_most=1.1 if page.cuda else None,
     on="cuda",

@@ -17,6 +17,7 @@ Otherwise the verdict is "no measurable difference" (``docs/measuring.md``).
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -98,6 +99,26 @@ class Comparison:
             effect = f"{100 * (MIN_EFFECT - 1):.0f}%"
             return f"they differ by less than {effect}, as two builds can"
         return None
+
+    def per_round(self) -> dict[str, Any]:
+        """A :func:`gpuguide.claim`'s keywords on the speed-up round by round: the
+        median of the rounds' speed-ups, the lowest and highest as its spread."""
+        subject, baseline = self.subject.rounds, self.baseline.rounds
+        if len(subject) != len(baseline) or not subject:
+            msg = (
+                f"{self.subject.label!r} and {self.baseline.label!r} must be timed in "
+                f"the same rounds, got {len(subject)} and {len(baseline)} rounds"
+            )
+            raise ValueError(msg)
+        ratios = sorted(b / s for s, b in zip(subject, baseline, strict=True) if s > 0)
+        speedup, low, high = statistics.median(ratios), ratios[0], ratios[-1]
+        words = f"{speedup:.2f}x, {low:.2f}-{high:.2f}x over the rounds"
+        return {
+            "value": speedup,
+            "spread": (low, high),
+            "measured": words,
+            "timed": True,
+        }
 
     @property
     def short(self) -> str:

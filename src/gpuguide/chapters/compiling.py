@@ -7,7 +7,6 @@ import contextlib
 import io
 import logging
 import re
-import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -24,13 +23,11 @@ if TYPE_CHECKING:
     import torch
 
     from gpuguide.timing import StepTimes
-    from gpuguide.verdicts import Comparison
 
 __all__ = [
     "PrintMessages",
     "capture_compiler",
     "mode_rows",
-    "per_round",
     "start_compiler",
     "time_each_call",
 ]
@@ -172,24 +169,6 @@ class PrintMessages(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         for line in record.getMessage().splitlines():
             print("    " + _FOLDERS.sub("", line.strip()))
-
-
-def per_round(c: Comparison) -> dict[str, Any]:
-    """A :func:`gpuguide.claim`'s keywords on the speed-up of ``c`` round by round:
-    the median of the rounds' speed-ups, the lowest and highest as its spread."""
-    subject, baseline = c.subject, c.baseline
-    if len(subject.rounds) != len(baseline.rounds) or not subject.rounds:
-        msg = (
-            f"{subject.label!r} and {baseline.label!r} must be timed in the same "
-            f"rounds, got {len(subject.rounds)} and {len(baseline.rounds)} rounds"
-        )
-        raise ValueError(msg)
-    ratios = sorted(
-        b / s for s, b in zip(subject.rounds, baseline.rounds, strict=True) if s > 0
-    )
-    speedup, low, high = statistics.median(ratios), ratios[0], ratios[-1]
-    words = f"{speedup:.2f}x, {low:.2f}-{high:.2f}x over the rounds"
-    return {"value": speedup, "spread": (low, high), "measured": words, "timed": True}
 
 
 def mode_rows(
