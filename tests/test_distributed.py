@@ -17,7 +17,6 @@ from gpuguide.chapters.distributed import (
     _run_worlds,
     _spawned,
     ddp_train_worker,
-    make_mlp,
 )
 from gpuguide.chapters.spawning import spawn_safe
 from gpuguide.timing import Measurement
@@ -56,7 +55,7 @@ def _expected_gradient_norm(config: _DDPConfig, world_size: int) -> float:
     data = TensorDataset(
         torch.randn(n, config.features), torch.randint(config.classes, (n,))
     )
-    model = make_mlp(config.features, config.width, config.classes)
+    model = config.model()
     grads = []
     for rank in range(world_size):
         sampler = DistributedSampler(data, num_replicas=world_size, rank=rank)
@@ -73,7 +72,7 @@ def test_ddp_worker_averages_gradients_identically_on_two_ranks():
     expected = _expected_gradient_norm(TINY, 2)
     single_rank = _expected_gradient_norm(TINY, 1)
     assert abs(expected - single_rank) > 1e-3  # the check can tell them apart
-    n_params = sum(p.numel() for p in make_mlp(8, 16, 3).parameters())
+    n_params = sum(p.numel() for p in TINY.model().parameters())
     for r in reports:
         assert isinstance(r, _DDPReport)
         assert r.device == "cpu"

@@ -158,7 +158,7 @@ if not few:
 # and gradients on the first. DDP copies the weights once and overlaps the all-reduce.
 dp_vs = None
 if gpus >= 2:
-    mlp = distributed.make_mlp(config.features, config.width, config.classes)
+    mlp = config.model()
     model = torch.nn.DataParallel(mlp.to("cuda:0"), device_ids=list(range(most)))
     x = torch.randn(r0.samples_per_step, config.features, device="cuda:0")
     y = torch.randint(config.classes, (r0.samples_per_step,), device="cuda:0")

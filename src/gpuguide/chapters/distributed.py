@@ -23,7 +23,7 @@ from gpuguide.timing import Measurement, benchmark
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ddp_plan", "ddp_train_worker", "launch_worlds", "make_mlp"]
+__all__ = ["ddp_plan", "ddp_train_worker", "launch_worlds"]
 
 # A warm-up budget no call stays under: ``benchmark`` warms up with exactly one call,
 # so every rank makes as many calls (a DDP step is collective: one more would hang).
@@ -130,6 +130,14 @@ class _DDPConfig:
     steps: int = 10
     warmup_steps: int = 3
 
+    def model(self) -> torch.nn.Module:
+        """A three-layer MLP: ``features -> width -> width -> classes`` with ReLUs."""
+        from torch import nn
+
+        hidden = [nn.Linear(self.features, self.width), nn.ReLU()]
+        hidden += [nn.Linear(self.width, self.width), nn.ReLU()]
+        return nn.Sequential(*hidden, nn.Linear(self.width, self.classes))
+
 
 @dataclass(frozen=True)
 class _DDPReport:
@@ -171,14 +179,6 @@ def ddp_plan(
     return sizes, config, None if cores >= 2 * sizes[-1] else few
 
 
-def make_mlp(features: int, width: int, classes: int) -> torch.nn.Module:
-    """A three-layer MLP: ``features -> width -> width -> classes`` with ReLUs."""
-    from torch import nn
-
-    hidden = [nn.Linear(features, width), nn.ReLU(), nn.Linear(width, width)]
-    return nn.Sequential(*hidden, nn.ReLU(), nn.Linear(width, classes))
-
-
 def _flat_grads(model: torch.nn.Module) -> torch.Tensor:
     import torch
 
@@ -214,7 +214,7 @@ def ddp_train_worker(config: _DDPConfig) -> _DDPReport:
         dataset = TensorDataset(
             torch.randn(n, config.features), torch.randint(config.classes, (n,))
         )
-        model = make_mlp(config.features, config.width, config.classes).to(device)
+        model = config.model().to(device)
         ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
         optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3)
         loss_fn = torch.nn.CrossEntropyLoss()
