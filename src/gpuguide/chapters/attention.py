@@ -134,8 +134,7 @@ def peak_memory(
 
 
 def backend_of(op_names: Iterable[str]) -> str | None:
-    """The SDPA backend that ran, from the profiler's operator names (None if
-    none is a backend's)."""
+    """The SDPA backend that ran, from the profiler's operator names (or None)."""
     for name in op_names:
         backend = _BACKEND_OPS.get(name.removeprefix("aten::"))
         if backend is not None:
@@ -192,8 +191,7 @@ def case_rows(
 def timed_once(
     fn: Callable[[], Any], *, device: torch.device | str
 ) -> tuple[Any, float]:
-    """``fn()``'s result and the seconds its one call took (a host clock between
-    synchronizations)."""
+    """``fn()``'s result and the seconds of that one call (host clock, synced)."""
     import torch
 
     sync = getattr(torch, as_device(device).type).synchronize

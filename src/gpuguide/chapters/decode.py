@@ -87,7 +87,7 @@ class DecoderShape:
         return 2 * self.layers * self.kv_heads * self.head_dim * itemsize
 
     def kv_cache_bytes(self, batch: int, context: int, itemsize: int) -> int:
-        """Bytes of a cache for ``batch`` sequences of ``context`` positions."""
+        """Bytes of the cache of ``batch`` sequences of ``context`` positions."""
         return batch * context * self.kv_bytes_per_token(itemsize)
 
     def step_flop(self, batch: int, context: int) -> int:
@@ -261,8 +261,7 @@ def quantize_int8(weight: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def cuda_graph(step: Callable[[], Any]) -> Callable[[], None]:
-    """``step`` warmed up on a side stream, then captured in a CUDA graph: its
-    replay."""
+    """The replay of ``step`` captured in a CUDA graph (after a side-stream warm-up)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

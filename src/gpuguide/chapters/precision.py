@@ -85,8 +85,7 @@ def _flop(m: int, n: int, k: int) -> int:
 
 
 def probe_rate(dtype: torch.dtype, device: torch.device | str) -> float:
-    """FLOP/s of a 64 x 64 matmul's fastest call over two short timings: a rate to
-    plan sizes with where no peak is known."""
+    """FLOP/s of a 64 x 64 matmul's fastest call: to plan sizes without a peak."""
     shape = (64, 64, 64)
     times = (_time_matmul(dtype, shape, device=device, rep_ms=5.0) for _ in range(2))
     return _flop(*shape) / min(t.min_s for t in times)
@@ -124,7 +123,7 @@ def _matmul_shapes(
 
 
 def _mamf(measurement: Measurement, flop: float) -> Measurement:
-    """The five fastest calls per FLOP: ``.rate(1)`` is MAMF's rate."""
+    """The five fastest calls per FLOP (``.rate(1)``: MAMF's rate)."""
     per_flop = sorted(t / flop for t in measurement.times_s)[:5]
     return Measurement(
         measurement.label, tuple(per_flop), measurement.device, measurement.method
@@ -238,8 +237,7 @@ def mlp(width: int, depth: int) -> nn.Sequential:
 
 
 def mlp_batch(width: int, depth: int, *, device: torch.device | str) -> int:
-    """The largest batch (64 to 65536) for an fp32 Adam step of :func:`mlp` that fits
-    ``device``'s memory budget and runs in about 50 ms."""
+    """The largest batch (64 to 65536) for a 50 ms fp32 Adam step of :func:`mlp`."""
     width = checks.integer("width", width, minimum=1)
     depth = checks.integer("depth", depth, minimum=1)
     params = depth * (8 * width * width + 5 * width)
@@ -258,8 +256,7 @@ def mlp_batch(width: int, depth: int, *, device: torch.device | str) -> int:
 def rerun_in_backward(
     model: nn.Module, loss: Callable[[], torch.Tensor]
 ) -> tuple[int, int]:
-    """How many ``nn.Linear`` calls ``loss()``'s backward runs again, and how many
-    ``model`` has."""
+    """``nn.Linear`` calls that ``loss()``'s backward runs again, of ``model``'s."""
     layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
     calls: list[nn.Module] = []
     hooks = [m.register_forward_hook(lambda m, *_: calls.append(m)) for m in layers]
