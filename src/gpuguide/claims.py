@@ -109,7 +109,7 @@ def claim(
         )
         raise ValueError(msg)
     if holds is not None and (not isinstance(holds, bool) or not measured):
-        msg = f"claim {text!r}: holds= must be a bool, with measured= saying what was found"
+        msg = f"claim {text!r}: holds= must be a bool, with measured= what was found"
         raise ValueError(msg)
     if at_least is not None and at_most is not None and at_most < at_least:
         msg = f"at_most must be >= at_least, got {at_least!r} and {at_most!r}"

@@ -92,7 +92,7 @@ def physical_cores(cpuinfo_text: str | None = None) -> int | None:
 
 
 def usable_cpus() -> int:
-    """Number of logical CPUs this process may run on (its affinity mask), at least 1."""
+    """Logical CPUs this process may run on (its affinity mask), at least 1."""
     try:
         return max(len(os.sched_getaffinity(0)), 1)
     except (AttributeError, OSError):  # not Linux, or the mask is not readable
