@@ -8,8 +8,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from gpuguide.chapters import data
-from gpuguide.chapters.data import SyntheticImages, _box_blur
-from gpuguide.chapters.spawning import spawn_safe
+from gpuguide.chapters.data import SyntheticImages, _box_blur, spawn_safe
 
 
 def test_sample_shape_dtype_range_and_label():

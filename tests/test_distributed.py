@@ -11,6 +11,7 @@ import torch.multiprocessing as mp
 from torch.utils.data import DistributedSampler, TensorDataset
 
 from gpuguide.chapters import distributed
+from gpuguide.chapters.data import spawn_safe
 from gpuguide.chapters.distributed import (
     _DDPConfig,
     _DDPReport,
@@ -18,7 +19,6 @@ from gpuguide.chapters.distributed import (
     _spawned,
     ddp_train_worker,
 )
-from gpuguide.chapters.spawning import spawn_safe
 from gpuguide.timing import Measurement
 
 TINY = _DDPConfig(

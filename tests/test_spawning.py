@@ -1,4 +1,4 @@
-"""Tests for gpuguide.chapters.spawning: hiding __main__ from spawned children."""
+"""Tests for gpuguide.chapters.data.spawn_safe: hiding __main__ from spawned children."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import types
 import pytest
 from conftest import ROOT
 
-from gpuguide.chapters.spawning import spawn_safe
+from gpuguide.chapters.data import spawn_safe
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_spawn_safe_without_any_main_module(monkeypatch):
 SCRIPT = """
 import multiprocessing, os, sys
 sys.path.insert(0, {src!r})
-from gpuguide.chapters.spawning import spawn_safe
+from gpuguide.chapters.data import spawn_safe
 with open({log!r}, "a") as f:
     f.write(f"{{__name__}}\\n")
 if __name__ == "__main__":

@@ -29,8 +29,7 @@ from torch.utils.data import DataLoader, Subset
 
 import gpuguide
 from gpuguide import benchmark, compare, interleave, plot_bars, report
-from gpuguide.chapters.data import SyntheticImages
-from gpuguide.chapters.spawning import spawn_safe
+from gpuguide.chapters.data import SyntheticImages, spawn_safe
 
 page = gpuguide.setup()
 device, cores = page.device, gpuguide.usable_cpus()

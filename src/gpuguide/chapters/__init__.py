@@ -1,12 +1,12 @@
 """Helpers that serve one chapter each, on top of gpuguide's core.
 
-:mod:`~gpuguide.chapters.data` (a synthetic dataset with a CPU-cost knob),
-:mod:`~gpuguide.chapters.roofline` (the roofline plot),
-:mod:`~gpuguide.chapters.compiling` (starting ``torch.compile`` and reading its
-logs), :mod:`~gpuguide.chapters.coldstart` (a compiled model's start in a fresh
+:mod:`~gpuguide.chapters.data` (a synthetic dataset with a CPU-cost knob, and
+starting its workers safely), :mod:`~gpuguide.chapters.roofline` (the roofline
+plot), :mod:`~gpuguide.chapters.compiling` (starting ``torch.compile`` and reading
+its logs), :mod:`~gpuguide.chapters.coldstart` (a compiled model's start in a fresh
 process), :mod:`~gpuguide.chapters.timeline` (the work on each stream, drawn),
-:mod:`~gpuguide.chapters.spawning` and :mod:`~gpuguide.chapters.distributed`
-(starting processes safely; what a DDP rank runs), :mod:`~gpuguide.chapters.attention`
+:mod:`~gpuguide.chapters.distributed` (what a DDP rank runs),
+:mod:`~gpuguide.chapters.attention`
 (the attention chapter's FLOP count, published figures and backend checks),
 :mod:`~gpuguide.chapters.precision` (the memory, dtype and mixed-precision pages'
 matmul timing, memory counts and transformer block). They live in modules because

@@ -1,8 +1,12 @@
 """Moving data: a dataset of costly samples (in a module, so that ``"spawn"``
-DataLoader workers can import it) and a matmul that keeps a GPU busy before a copy."""
+DataLoader workers can import it), a guard for starting such workers from a page,
+and a matmul that keeps a GPU busy before a copy."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -14,7 +18,7 @@ if TYPE_CHECKING:
     import torch
 
 
-__all__ = ["SyntheticImages", "matmul_side"]
+__all__ = ["SyntheticImages", "matmul_side", "spawn_safe"]
 
 
 class SyntheticImages:
@@ -81,3 +85,28 @@ def matmul_side(*, device: torch.device | str, call_s: float) -> int:
         traffic_at=lambda n: 3 * 4 * n * n,
         call_s=call_s,
     )
+
+
+@contextmanager
+def spawn_safe() -> Iterator[None]:
+    """Keep processes spawned inside the block (``iter(loader)`` with workers,
+    ``Process.start()``) from re-running ``__main__``.
+
+    A *spawned* child (DataLoader workers, DDP ranks; the default on Windows and
+    macOS) imports what it runs by name and re-runs the parent's main script as
+    ``__mp_main__``: a page without an ``if __name__ == "__main__":`` guard would
+    start its workers again in every child. This hides ``__main__``'s ``__file__``
+    and ``__spec__`` until the block ends; a child that needs a name defined in
+    ``__main__`` then fails with an ``AttributeError``: move it to a module."""
+    main = sys.modules.get("__main__")
+    names = vars(main) if main is not None else {}
+    saved: dict[str, object] = {
+        k: names[k] for k in ("__file__", "__spec__") if k in names
+    }
+    names.pop("__file__", None)
+    if "__spec__" in saved:
+        names["__spec__"] = None
+    try:
+        yield
+    finally:
+        names.update(saved)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpuguide.chapters import spawning
+from gpuguide.chapters.data import spawn_safe
 from gpuguide.timing import Measurement, benchmark
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def _launch(
         s.close()
     spawn = mp.get_context("spawn")
     results, barrier = spawn.SimpleQueue(), spawn.Barrier(max(sizes))
-    with spawning.spawn_safe():  # the children import what they run, not the page
+    with spawn_safe():  # the children import what they run, not the page
         ranks = mp.start_processes(
             _spawned,
             args=(worker, args, worlds, barrier, results),
