@@ -9,16 +9,16 @@ tensors of changing sizes split its blocks into slivers. Expandable segments
 asking the driver for new blocks. The loss layer hides the other large cost: with
 a 128k vocabulary, the logits and their gradient can outweigh the rest of a step.
 
-This page runs a training loop of varying batch lengths in fresh processes, with
-each allocator setting read back from torch, and compares peak allocated and
-reserved memory, fragmentation, retries and step time. It then computes a
-cross-entropy loss in chunks and compares its memory and time with the full logits.
+This page runs a training loop of varying batch lengths in fresh processes, each
+allocator setting read back from torch: peak allocated and reserved memory,
+fragmentation, retries, step time. Then a cross-entropy loss computed in chunks
+against the full logits: the loss, its memory, its time.
 """
 
 # %%
 # Setup
 # -----
-import statistics
+from functools import partial
 
 import matplotlib.pyplot as plt
 import torch
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 import gpuguide
-from gpuguide import compare, format_bytes, interleave, report, table
+from gpuguide import compare, interleave, report, table
 from gpuguide.chapters import allocator
 from gpuguide.sizes import free_memory_bytes
 
@@ -38,17 +38,15 @@ device = page.device
 # ------------------------------------
 # Allocator settings come from an environment variable read once, when the
 # allocator starts: set it before the process touches the GPU, or in a fresh
-# process. torch reads ``PYTORCH_CUDA_ALLOC_CONF`` and, since 2.9, the
-# device-neutral ``PYTORCH_ALLOC_CONF``; torch 2.9.1 silently ignored the new name
-# for expandable segments. So each run reads back what it got: on a GPU the
-# memory snapshot's ``allocator_settings``, elsewhere the string torch parsed
-# (:func:`~gpuguide.chapters.allocator.allocator_settings`).
+# process. torch reads ``PYTORCH_CUDA_ALLOC_CONF`` and the newer ``PYTORCH_ALLOC_CONF``
+# (which torch 2.9.1 silently ignored for expandable segments), so each run reads
+# back what it got: on a GPU the memory snapshot's ``allocator_settings``,
+# elsewhere the string torch parsed (``allocator_settings`` in
+# :mod:`gpuguide.chapters.allocator`).
 conf = "expandable_segments:True"
-got = {name: allocator.run_fresh({name: conf})["settings"] for name in allocator.NAMES}
-for name, settings in got.items():
-    print(f"{name}={conf}: read back {allocator.expandable(settings)}")
-honoured = [name for name, settings in got.items() if allocator.expandable(settings)]
-print(f"this torch honours {' and '.join(honoured) or 'neither name'}")
+read = {n: allocator.run_fresh({n: conf})["settings"] for n in allocator.NAMES}
+honoured = [n for n, settings in read.items() if allocator.expandable(settings)]
+print(f"{conf} read back under {' and '.join(honoured) or 'neither name'}")
 
 # %%
 # Fragmentation: three allocator settings, one loop
@@ -66,66 +64,47 @@ print(f"this torch honours {' and '.join(honoured) or 'neither name'}")
 # new size then needs a new block, and once the cap is reached, each retry frees
 # the cache and waits on the driver (``num_alloc_retries``).
 name = honoured[0] if honoured else allocator.NAMES[0]
-confs = {"default": {}, conf: {name: conf}}
-confs["max_split_size_mb:32"] = {name: "max_split_size_mb:32"}
-runs, peak = {}, {"default": (1, 1), conf: (1, 1)}
+confs = {"default": {}} | {c: {name: c} for c in (conf, "max_split_size_mb:32")}
+runs, peak = {}, {conf: (1, 1), "default": (1, 1)}
 if page.needs_cuda("Fragmentation of the CUDA caching allocator"):
     steps, tokens = (8, 2048) if page.small else (40, 8192)
     train = ("train", str(steps), str(tokens))
     runs = {label: allocator.run_fresh(env, *train) for label, env in confs.items()}
-    rows = []
+    rows = [{"allocator": k} | allocator.summary(run) for k, run in runs.items()]
+    print(table(rows, title=f"{steps} steps of up to {tokens} tokens, then {tokens}"))
     for label, run in runs.items():
         peak[label] = max(run["allocated"]), max(run["reserved"])
-        share = allocator.fragmentation(peak[label][1], peak[label][0])
         report("peak reserved", peak[label][1], unit="B", allocator=label)
-        report("fragmentation at the peak", 100 * share, unit="%", allocator=label)
-        rows.append(
-            {
-                "allocator": label,
-                "expandable (read back)": allocator.expandable(run["settings"]),
-                "peak allocated": format_bytes(peak[label][0]),
-                "peak reserved": format_bytes(peak[label][1]),
-                "fragmentation": f"{share:.0%}",
-                "retries": run["retries"],
-                "median step (ms)": f"{1e3 * statistics.median(run['step_s']):.1f}",
-            }
-        )
-    print(table(rows, title=f"{steps} steps of up to {tokens} tokens, then {tokens}"))
+ratio = peak[conf][1] / peak["default"][1]
+same = abs(peak[conf][0] / peak["default"][0] - 1) <= 0.01
+gpuguide.claim(
+    "on a GPU, peak reserved memory is lower with expandable segments, at equal "
+    "peak allocated memory (within 1%)",
+    holds=same and ratio < 1,
+    measured=f"reserved {ratio:.2f}x the default's, allocated equal: {same}",
+    on="cuda",
+)
+
+# %%
+# Reserved against allocated, and the segment map
+# -----------------------------------------------
+# Each step's peaks, then ``torch.cuda.memory._snapshot()``'s segments (what the
+# allocator reserved) and the blocks they are cut into, after the last step's
+# forward pass: blue blocks hold tensors, grey ones are reserved but free.
+if runs:
     fig, ax = plt.subplots()
     for i, label in enumerate([conf, "default"]):
         for kind, style in {"reserved": "-", "allocated": ":"}.items():
             mib = [b / 2**20 for b in runs[label][kind]]
             ax.plot(mib, f"C{i}{style}", label=f"{label}: {kind}")
-    ratio = peak[conf][1] / peak["default"][1]
     title = f"Expandable segments: peak reserved {ratio:.2f}x the default's"
     ax.set(xlabel="training step", ylabel="peak memory in the step (MiB)", title=title)
     ax.legend()
     gpuguide.label_device(fig, device)
     plt.show()
-same = abs(peak[conf][0] / peak["default"][0] - 1) <= 0.01
-gpuguide.claim(
-    "on a GPU, peak reserved memory is lower with expandable segments, at equal "
-    "peak allocated memory (within 1%)",
-    holds=same and peak[conf][1] < peak["default"][1],
-    measured=f"reserved {format_bytes(peak[conf][1])} vs "
-    f"{format_bytes(peak['default'][1])}, allocated equal: {same}",
-    on="cuda",
-)
-
-# %%
-# The segment map
-# ---------------
-# ``torch.cuda.memory._snapshot()`` lists every segment the allocator reserved and
-# the blocks it is cut into, taken here after the last step's forward pass. Blue
-# blocks hold tensors; grey ones are reserved but free, unusable by any tensor
-# larger than them.
-if runs:
     fig, axes = plt.subplots(1, 2, sharex=True)
     for ax, label in zip(axes, confs, strict=False):
-        for row, segment in enumerate(runs[label]["segments"]):
-            bars = [(offset / 2**20, size / 2**20) for offset, size, _ in segment]
-            colors = ["C0" if used else "0.8" for *_, used in segment]
-            ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=colors)
+        allocator.draw_segments(ax, runs[label]["segments"])
         count = len(runs[label]["segments"])
         ax.set(title=f"{label}: {count} segments", xlabel="offset (MiB)")
     axes[0].set_ylabel("segment (by address)")
@@ -172,7 +151,8 @@ def step(loss_fn):
 
 
 losses = {"full logits": full_loss, "chunked": chunked_loss}
-out = {label: step(fn) for label, fn in losses.items()}
+calls = {label: partial(step, loss_fn) for label, loss_fn in losses.items()}
+out = {label: call() for label, call in calls.items()}
 print(f"{tokens} tokens, vocabulary {vocab}, width {width}")
 
 # %%
@@ -182,19 +162,14 @@ print(f"{tokens} tokens, vocabulary {vocab}, width {width}")
 # the allocator's counters on a GPU, elsewhere the sum of the allocations and
 # frees torch's profiler records (``profile_memory=True``), not the process's RSS.
 # Both are timed in alternating rounds.
-diff = max(
-    float((a - b).abs().max() / b.abs().max())
-    for a, b in zip(out["chunked"], out["full logits"], strict=True)
-)
+pairs = zip(out["chunked"], out["full logits"], strict=True)
+diff = max(float((a - b).abs().max() / b.abs().max()) for a, b in pairs)
 gpuguide.claim(
     "the chunked loss equals the full one, and so do its gradients (within 1e-3)",
     diff,
     at_most=1e-3,
 )
-mem = {
-    k: allocator.tensor_peak_bytes(lambda f=f: step(f), device)
-    for k, f in losses.items()
-}
+mem = {k: allocator.tensor_peak_bytes(call, device) for k, call in calls.items()}
 for label, value in mem.items():
     report("loss layer peak memory", value, unit="B", loss=label, size=tokens)
 gpuguide.claim(
@@ -202,15 +177,14 @@ gpuguide.claim(
     mem["chunked"] / mem["full logits"],
     at_most=0.5,
 )
-times = interleave({k: lambda f=f: step(f) for k, f in losses.items()}, rounds=3)
+times = interleave(calls, rounds=3)
 speed = compare(times["chunked"], times["full logits"])
 report("chunked loss against the full logits", speed, size=tokens)
 
 # %%
 # What to take away
 # -----------------
-# Read back the allocator settings a process got before comparing them. Reserved
-# memory above allocated is the cache's; expandable segments keep it close to
-# what tensors use when their sizes vary. For a large vocabulary, compute the loss
-# in chunks: the full logits and their gradient never exist at once.
+# Read back the allocator settings a process got before comparing settings; see
+# the claims above for what expandable segments did to reserved memory here. For
+# a large vocabulary, compute the loss in chunks: its logits never exist whole.
 gpuguide.takeaway()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -13,13 +14,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuguide.memory import track_memory
+from gpuguide.units import format_bytes
 
 __all__ = [
     "NAMES",
     "allocator_settings",
+    "draw_segments",
     "expandable",
     "fragmentation",
     "run_fresh",
+    "summary",
     "tensor_peak_bytes",
     "varying_length_steps",
 ]
@@ -54,6 +58,29 @@ def fragmentation(reserved_bytes: int, allocated_bytes: int) -> float:
         msg = f"need 0 <= allocated <= reserved, reserved > 0: got {allocated_bytes}, "
         raise ValueError(msg + f"{reserved_bytes}")
     return (reserved_bytes - allocated_bytes) / reserved_bytes
+
+
+def summary(run: Mapping[str, Any]) -> dict[str, object]:
+    """One row for a :func:`run_fresh` training run: settings read back, peaks,
+    fragmentation at the peak, retries and median step time."""
+    allocated, reserved = max(run["allocated"]), max(run["reserved"])
+    return {
+        "expandable (read back)": expandable(run["settings"]),
+        "peak allocated": format_bytes(allocated),
+        "peak reserved": format_bytes(reserved),
+        "fragmentation": f"{fragmentation(reserved, allocated):.0%}",
+        "retries": run["retries"],
+        "median step (ms)": f"{1e3 * statistics.median(run['step_s']):.1f}",
+    }
+
+
+def draw_segments(ax: Any, segments: list[list[tuple[int, int, bool]]]) -> None:
+    """One row per segment (a training run's ``segments``), its blocks in MiB:
+    blue where they hold a tensor, grey where free."""
+    for row, blocks in enumerate(segments):
+        bars = [(offset / 2**20, size / 2**20) for offset, size, _ in blocks]
+        colors = ["C0" if used else "0.8" for *_, used in blocks]
+        ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=colors)
 
 
 def varying_length_steps(
