@@ -57,11 +57,15 @@ class _Block(nn.Module):
             mask = torch.ones(context, context, dtype=torch.bool, device=x.device)
             scores = scores.masked_fill(~mask.tril(), float("-inf"))
             out = scores.softmax(-1) @ v
-        return self.proj(out.transpose(1, 2).reshape(batch, context, width))
+        merged: torch.Tensor = self.proj(
+            out.transpose(1, 2).reshape(batch, context, width)
+        )
+        return merged
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attend(self.norm1(x))
-        return x + self.down(F.gelu(self.up(self.norm2(x))))
+        mlp: torch.Tensor = self.down(F.gelu(self.up(self.norm2(x))))
+        return x + mlp
 
 
 class GPT(nn.Module):
@@ -87,4 +91,5 @@ class GPT(nn.Module):
         x = self.embed(tokens) + self.position(positions)
         for block in self.blocks:
             x = block(x)
-        return self.norm(x) @ self.embed.weight.T  # the head shares the embedding
+        logits: torch.Tensor = self.norm(x) @ self.embed.weight.T  # a tied head
+        return logits
