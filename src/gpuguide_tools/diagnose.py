@@ -108,11 +108,16 @@ CAUSES: dict[str, tuple[str, str]] = {
     ),
 }
 _GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+#: The name of the tool's own wait for the GPU after each step.
+_SYNC_LABEL = "gpuguide.diagnose: end of step"
 _SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 #: A call repeated this many times per step with one shape is a loop to batch.
 _LOOP_CALLS = 16
 #: Shares of the step below which a time cause is not worth a finding.
 _MIN_SHARE = 0.05
+#: The share of the step waiting for workers that shows they cannot keep up.
+_WORKERS_SHARE = 0.25
+_WORKER_FETCH = ("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",)
 #: Bytes per step of growth that make a memory finding.
 _MIN_GROWTH_BYTES = 64 * 1024
 
@@ -306,6 +311,11 @@ def _no_sync() -> None:
     pass
 
 
+def _cuda_sync() -> None:
+    with torch.profiler.record_function(_SYNC_LABEL):
+        torch.cuda.synchronize()
+
+
 def load_step(
     script: str | os.PathLike[str], name: str = "step"
 ) -> Callable[[], object]:
@@ -409,6 +419,7 @@ class _Profile:
 
     events: list[Any]
     steps: int
+    scale: float = 1.0  # unprofiled time per profiled second (<= 1)
 
     def top_level(self) -> list[Any]:
         return [e for e in _cpu_events(self.events) if e.cpu_parent is None]
@@ -417,7 +428,8 @@ class _Profile:
         return [e for e in self.events if e.name in names]
 
     def seconds(self, events: list[Any]) -> float:
-        return float(sum(e.time_range.end - e.time_range.start for e in events)) * 1e-6
+        spans = sum(e.time_range.end - e.time_range.start for e in events)
+        return float(spans) * 1e-6 * self.scale
 
     def per_step(self, value: float) -> float:
         return value / self.steps
@@ -473,7 +485,12 @@ class _Context:
 
 def _syncs(c: _Context) -> list[Finding]:
     reads = len(c.profile.named("aten::_local_scalar_dense"))
-    waits = c.profile.named(*_SYNCS)
+    ours = [e.time_range for e in c.profile.named(_SYNC_LABEL)]
+    waits = [  # leave out the tool's own wait after each step
+        e
+        for e in c.profile.named(*_SYNCS)
+        if not any(r.start <= e.time_range.start <= r.end for r in ours)
+    ]
     wait_s = c.profile.per_step(c.profile.seconds(waits))
     c.counters["syncs_per_step"] = c.profile.per_step(reads + len(waits))
     c.counters["sync_wait_s"] = wait_s
@@ -521,14 +538,21 @@ def _loops(c: _Context) -> list[Finding]:
     if not looped:
         return []
     calls = sum(len(g) for g in looped)
-    op_s = c.profile.per_step(sum(c.profile.seconds(g) for g in looped))
+    # each call at its group's median, so that a preempted call does not count
+    typical = [
+        c.profile.scale
+        * statistics.median(e.time_range.end - e.time_range.start for e in g)
+        * 1e-6
+        for g in looped
+    ]
+    op_s = c.profile.per_step(
+        sum(t * len(g) for t, g in zip(typical, looped, strict=True))
+    )
     share = calls / max(1, len(top))
     idle_s = c.breakdown.get("idle", 0.0) * share
-    # a batched call still does the arithmetic: keep the largest single call of
-    # each group per item, and count the host's gaps between the calls as saved
-    kept = sum(
-        max(e.time_range.end - e.time_range.start for e in g) * 1e-6 for g in looped
-    )
+    # the batched call costs at least one call of the loop; the host's gaps between
+    # the calls go too
+    kept = sum(typical)
     gain = idle_s + op_s - kept
     if gain < _MIN_SHARE * c.step_s:
         return []
@@ -544,7 +568,12 @@ def _loops(c: _Context) -> list[Finding]:
 
 def _data(c: _Context) -> list[Finding]:
     seconds = c.breakdown.get("data", 0.0)
-    if seconds < _MIN_SHARE * c.step_s:
+    # taking a batch from workers costs a few tenths of a millisecond even when
+    # they keep up: with workers, only a large wait means they cannot
+    workers = bool(c.profile.named(*_WORKER_FETCH)) or any(
+        "MultiProcessing" in e.name for e in c.profile.top_level()
+    )
+    if seconds < (_WORKERS_SHARE if workers else _MIN_SHARE) * c.step_s:
         return []
     evidence = {"data_ms_per_step": seconds * 1e3, "share": seconds / c.step_s}
     # workers hide the loading at best: the wait is the most the step gains
@@ -701,7 +730,7 @@ def diagnose(
     step: Callable[[], object],
     *,
     warmup: int = 2,
-    steps: int = 3,
+    steps: int = 5,
     budget_s: float | None = None,
     ceiling: bool = False,
     results: str | os.PathLike[str] | None = None,
@@ -728,7 +757,7 @@ def diagnose(
     first = [run() for _ in range(warmup)]
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
     device = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
-    run = _runner(step, limit, torch.cuda.synchronize if cuda else _no_sync)
+    run = _runner(step, limit, _cuda_sync if cuda else _no_sync)
     say(f"timing {steps} step(s) on {device}")
     memory = _cuda_memory if cuda else dict
     compile_before, memory_before = _compile_state(), memory()
@@ -743,12 +772,17 @@ def diagnose(
     events = list(prof.events())
     step_s = statistics.median(times)
     budget = budget_from_events(events, step_s=step_s, steps=steps, device=device)
+    window_s = sum(budget.seconds.values())  # one profiled step
+    # the profiler slows what it records: scale its times down to the unprofiled
+    # step (never up, so that a noisy timed step cannot inflate a gain)
+    scale = min(1.0, step_s / window_s) if window_s > 0 else 1.0
+    breakdown = {name: s * scale for name, s in budget.seconds.items()}
     say("reading the profile")
     context = _Context(
         device=device,
         step_s=step_s,
-        breakdown=dict(budget.seconds),
-        profile=_Profile(events, steps),
+        breakdown=breakdown,
+        profile=_Profile(events, steps, scale),
         compile_before=compile_before,
         compile_after=compile_after,
         timed_steps=steps,
@@ -786,7 +820,7 @@ def diagnose(
         step_s=step_s,
         steps=steps,
         warmup=warmup,
-        breakdown=dict(budget.seconds),
+        breakdown=breakdown,
         counters=context.counters,
         findings=tuple(findings),
         overhead=overhead,
@@ -847,7 +881,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--warmup", type=int, default=2, help="warm-up steps (2)")
     parser.add_argument(
-        "--steps", type=int, default=3, help="steps timed, and as many profiled (3)"
+        "--steps", type=int, default=5, help="steps timed, and as many profiled (5)"
     )
     parser.add_argument(
         "--budget-s", type=float, default=None, help="the most one step may take"

@@ -1,0 +1,17 @@
+"""The fix: blocks of one steady size, which the allocator reuses (plot_allocator)."""
+
+import itertools
+
+import torch
+
+torch.cuda.set_per_process_memory_fraction(0.05)
+cap = int(0.05 * torch.cuda.get_device_properties(0).total_memory)
+sizes = itertools.cycle([0.40])
+
+
+def step():
+    first = torch.empty(int(next(sizes) * cap), dtype=torch.uint8, device="cuda")
+    second = torch.empty(int(next(sizes) * cap), dtype=torch.uint8, device="cuda")
+    total = first.float().sum() + second.float().sum()
+    del first, second
+    return total

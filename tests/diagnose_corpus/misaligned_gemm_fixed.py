@@ -1,0 +1,11 @@
+"""The fix: sizes padded to a multiple of 8 (plot_alignment)."""
+
+import torch
+
+N = 8192
+a = torch.randn(N, N, device="cuda", dtype=torch.float16)
+b = torch.randn(N, N, device="cuda", dtype=torch.float16)
+
+
+def step():
+    return a @ b

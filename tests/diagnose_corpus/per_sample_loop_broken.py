@@ -1,0 +1,12 @@
+"""One small matmul per sample, in a Python loop (plot_batching)."""
+
+import torch
+
+torch.manual_seed(0)
+weight = torch.randn(32, 32)
+samples = torch.randn(256, 16, 32)
+
+
+def step():
+    outputs = [sample @ weight for sample in samples]
+    return torch.stack(outputs).relu().sum()
