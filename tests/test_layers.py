@@ -11,6 +11,9 @@ against a small package that breaks it, so these tests can fail.
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -193,20 +196,41 @@ def _imports_of(path: Path) -> set[str]:
 
 
 def test_only_python_m_gpuguide_reaches_the_programs_beside_the_helpers():
-    # What a page imports never loads the recorder or the check-up.
+    # What a page imports never loads the recorder or the check-up; gpuguide.diagnose
+    # loads the diagnosis when it is called (test_importing_gpuguide_loads_no_program).
     reaching = sorted(
         name
         for name, path in _modules(SRC, "gpuguide").items()
         if any(m.split(".")[0] == "gpuguide_tools" for m in _imports_of(path))
     )
-    assert reaching == ["gpuguide.__main__"]
+    assert reaching == ["gpuguide", "gpuguide.__main__"]
+    package = (SRC / "gpuguide" / "__init__.py").read_text()
+    top = ast.parse(package).body
+    assert not any(
+        isinstance(n, ast.Import | ast.ImportFrom)
+        and "gpuguide_tools" in ast.unparse(n)
+        for n in top
+    )
     tools = _modules(SRC, "gpuguide_tools")
     assert {"gpuguide_tools.checkup", "gpuguide_tools.recorder"} <= set(tools)
 
 
+def test_importing_gpuguide_loads_no_program():
+    code = "import sys, gpuguide; print([m for m in sys.modules if 'gpuguide_' in m])"
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "[]"
+
+
 def test_top_level_exports_only_the_core():
     for name in gpuguide.__all__:
-        if name == "__version__":
+        if name in {"__version__", "diagnose"}:  # diagnose: a door to the program
             continue
         module = getattr(gpuguide, name).__module__
         assert _layer(module) in {"foundation", "core"}, (name, module)

@@ -17,6 +17,9 @@ a page run with ``-W error``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from gpuguide.artifacts import artifact_path, download_link
 from gpuguide.claims import claim, takeaway
 from gpuguide.device import describe_device, pick_device
@@ -37,6 +40,15 @@ from gpuguide.version import __version__
 
 ignore_torch_internal_warnings()
 
+
+def diagnose(step: Callable[[], object], **options: Any) -> Any:
+    """Diagnose one training step in this process, as ``python -m gpuguide diagnose``
+    does a script's: :func:`gpuguide_tools.diagnose.diagnose`, loaded on first call."""
+    from gpuguide_tools.diagnose import diagnose as run
+
+    return run(step, **options)
+
+
 __all__ = [
     "Comparison",
     "Measurement",
@@ -55,6 +67,7 @@ __all__ = [
     "compare",
     "describe_device",
     "device_peaks",
+    "diagnose",
     "download_link",
     "format_bytes",
     "format_ratio",
