@@ -4,11 +4,13 @@ A training step's time, and its MFU
 
 How far is a training step from what the device can do? Model-FLOP utilization
 (MFU) answers it: the FLOP the model needs per step, divided by the step time and
-by a peak. This page trains a GPT-style model sized to the device, counts its FLOP
-by formula and with :class:`torch.utils.flop_counter.FlopCounterMode`, sets the
-step's rate against the datasheet peak and the measured matmul ceiling, splits the
-step's time by the profiler, and measures what each usual change adds.
+by a peak. This page trains a GPT-style model sized to the device, measures what
+each usual change to the step adds, counts the step's FLOP by formula and with
+:class:`torch.utils.flop_counter.FlopCounterMode`, and splits its time by the
+profiler.
 """
+
+from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import torch
@@ -30,8 +32,9 @@ print(config)
 # The step, and the changes to it
 # -------------------------------
 # Each change keeps the ones before it: bf16 autocast (tensor cores), PyTorch's
-# fused attention (SDPA) in place of the written-out one, ``torch.compile`` on each
-# block, AdamW's fused kernel, and a batch twice as large.
+# fused attention (SDPA) in place of the written-out one, ``torch.compile``, AdamW's
+# fused kernel, and a batch twice as large. ``compile_blocks`` compiles each block
+# in place: the blocks share one graph, so compiling takes no longer with depth.
 def make_step(dtype, sdpa, compiled, fused, batch):
     model = GPT(config, sdpa=sdpa).to(device)
     if compiled:
@@ -55,39 +58,28 @@ def make_step(dtype, sdpa, compiled, fused, batch):
 # -----------------------
 # The formula: 6 FLOP per parameter and token (2 forward, 4 backward), plus the
 # attention's two matmuls, 12 * layers * heads * head width * context per token, of
-# which a causal mask needs half. ``FlopCounterMode`` counts every matmul it sees.
+# which a causal mask needs half. ``FlopCounterMode`` counts the matmuls it sees:
+# only the weight matrices' (the position table, biases and norms multiply none),
+# the whole attention square where attention is written out, and nothing for a
+# kernel it has no formula for.
 L, H, T = config.layers, config.heads, config.context
-Q = config.width // H
 model, step = make_step(torch.float32, True, False, False, config.batch)
 N = sum(p.numel() for p in model.parameters())
 tokens = config.batch * T
-formula = tokens * (6 * N + 12 * L * H * Q * T / 2)
+formula = tokens * (6 * N + 12 * L * H * (config.width // H) * T / 2)
 with FlopCounterMode(display=False) as counter:
     step()
 counted = counter.get_total_flops()
-counts = {str(op): f for op, f in counter.get_flop_counts()["Global"].items()}
-matmuls = counts.get("aten.mm", 0) + counts.get("aten.addmm", 0)
-weights = sum(p.numel() for p in model.parameters() if p.dim() == 2)
-weights -= model.position.weight.numel()  # a lookup table: no matmul
-causal = tokens * 12 * L * H * Q * T / 2
 print(f"{N / 1e6:.2f}M parameters, {tokens} tokens per step")
 print(f"formula: {formula / 1e9:.3f} GFLOP; FlopCounterMode: {counted / 1e9:.3f} GFLOP")
-print(
-    f"matmuls: {matmuls / 1e9:.3f} GFLOP counted = 6 x {weights / 1e6:.2f}M weight "
-    f"matrix parameters x tokens ({6 * weights * tokens / 1e9:.3f}): the formula's N "
-    "also holds the position table, biases and norms, which multiply no matrix"
-)
-print(
-    f"attention: {(counted - matmuls) / 1e9:.3f} GFLOP counted, the formula's causal "
-    f"half {causal / 1e9:.3f}: the counter counts the whole square, and nothing for "
-    "a kernel it has no formula for (the CPU's SDPA)"
-)
-del model, step
 
 # %%
-# Step time as the step improves
-# ------------------------------
-# One row per change; the CPU skips what it cannot show in the page's time.
+# Step time and MFU as the step improves
+# --------------------------------------
+# One row per change, each against the row above it per sample (the last row's
+# step holds twice the samples). MFU is the formula's FLOP per second over the
+# datasheet's bf16 peak; a CPU has no datasheet, so there it is over a bf16 matmul
+# measured here.
 bf16 = torch.bfloat16
 changes = {
     "fp32, eager": (torch.float32, False, False, False, config.batch),
@@ -98,27 +90,44 @@ changes = {
     "+ 2x batch": (bf16, True, True, True, 2 * config.batch),
 }
 if not page.cuda:
-    print(
-        "On a CPU, compiling a model takes longer than this page's budget: no compile"
-    )
+    print("The CPU run leaves torch.compile out: its rows keep their other changes")
     changes = {
-        k: (*v[:2], False, *v[3:]) for k, v in changes.items() if "comp" not in k
+        k: (*v[:2], False, *v[3:]) for k, v in changes.items() if k[2:] != "compile"
     }
 n = 8192 if page.cuda else 512
 a, b = (torch.randn(n, n, device=device, dtype=bf16) for _ in range(2))
-measured = gpuguide.benchmark(torch.mm, args=(a, b)).rate(2 * n**3).value
-# a CPU has no datasheet: its MFU is of the measured matmul
-ceiling = (page.peaks.flops_for(bf16) if page.cuda else None) or measured
-rows, times = [], {}
+matmul = gpuguide.benchmark(torch.mm, args=(a, b)).rate(2 * n**3)
+peak = (page.peaks.flops_for(bf16) if page.cuda else None) or matmul.value
+rows, previous = [], None
 for name, (dtype, sdpa, compiled, fused, batch) in changes.items():
     model, step = make_step(dtype, sdpa, compiled, fused, batch)
-    times[name] = gpuguide.benchmark(step, device=device)
-    rate = formula * batch / config.batch / times[name].median_s
-    rows.append({"change": name, "step": times[name], "TFLOP/s": rate / 1e12})
-    rows[-1] |= {"MFU": rate / ceiling, "of bf16 matmul": rate / measured}
-peak = "datasheet bf16 peak" if page.cuda else "measured bf16 matmul"
-print(gpuguide.table(rows, title=f"GPT step on {page.peaks.name}; MFU of the {peak}"))
-print(f"peak {ceiling / 1e12:.1f} TFLOP/s; measured bf16 matmul {measured / 1e12:.1f}")
+    time = gpuguide.benchmark(step, device=device, label=name)
+    per_sample = replace(time, times_s=tuple(t / batch for t in time.times_s))
+    change = previous and gpuguide.compare(per_sample, previous)
+    verdict = change and (change.short if change.measurable else change.verdict)
+    rate = time.rate(formula * batch / config.batch)
+    rows.append({"change": name, "step": time, "vs row above": verdict})
+    rows[-1] |= {"TFLOP/s": rate, "MFU": rate.value / peak}
+    previous = per_sample
+source = "datasheet" if page.cuda else "measured"
+print(gpuguide.table(rows, title=f"GPT step; MFU of the {source} bf16 peak"))
+fig, ax = plt.subplots()
+ax.barh([r["change"] for r in rows][::-1], [100 * r["MFU"] for r in rows][::-1])
+ax.set_xlabel(f"MFU (% of the {source} bf16 peak)")
+ax.set_title(f"MFU goes from {rows[0]['MFU']:.0%} to {rows[-1]['MFU']:.0%}")
+gpuguide.label_device(fig, device)
+
+# %%
+# The MFU line
+# ------------
+# The last row's MFU, its peak named, and its FLOP counted both ways.
+rate = rows[-1]["TFLOP/s"].value
+print(
+    f"MFU {rate / peak:.1%} of the {source} bf16 peak ({peak / 1e12:.2f} TFLOP/s) "
+    f"by the formula's FLOP, {rate * counted / formula / peak:.1%} by "
+    f"FlopCounterMode's; {rate / matmul.value:.1%} of the bf16 matmul measured "
+    f"here ({matmul})"
+)
 
 # %%
 # Where the last step's time goes
@@ -134,7 +143,32 @@ gpuguide.claim(
     at_most=0.05,
     timed=True,
 )
-fig, ax = plt.subplots()
-ax.barh([r["change"] for r in rows], [t.median_s * 1e3 for t in times.values()])
-ax.set_xlabel("step time (ms)")
+
+# %%
+# Attention alone, SDPA against written out
+# -----------------------------------------
+# One block's attention, forward and backward in bf16, both ways: where the SDPA
+# row above is slower or faster, this says whether attention's kernels are why.
+# It runs after the budget: it leaves the block's attention written out.
+block = model.blocks[0]  # called as written: not through the compiled forward
+x = torch.randn(config.batch, T, config.width, device=device, requires_grad=True)
+
+
+def attend(sdpa):
+    block.sdpa = sdpa
+    with torch.autocast(device.type, bf16):
+        block.attend(x).sum().backward()
+
+
+ways = {"SDPA": lambda: attend(True), "written out": lambda: attend(False)}
+attention = gpuguide.interleave(ways, device=device)
+print(gpuguide.compare(attention["SDPA"], attention["written out"]))
+
+# %%
+# What to take away
+# -----------------
+# MFU sets a step against the device, not against another step: read the table for
+# which change paid on this device, and the budget for where the rest of the time
+# goes.
 gpuguide.takeaway()
+plt.show()

@@ -1,13 +1,8 @@
-"""A GPT-style language model sized to the device, for the MFU page.
-
-:class:`GPT` is a decoder-only transformer (pre-norm blocks, causal attention written
-out or through ``scaled_dot_product_attention``, a GELU MLP, a tied output head);
-:func:`gpt_config` sizes it to a device.
-"""
+"""A GPT-style model sized to the device, for the MFU page."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -28,8 +23,7 @@ class GPTConfig(NamedTuple):
 
 
 def gpt_config(device: torch.device | str, *, small: bool = False) -> GPTConfig:
-    """About 350M parameters on a GPU (GPT-2 medium's shape at context 512); a model
-    of a few million on a CPU, or in small mode."""
+    """About 350M parameters on a GPU (GPT-2 medium), a few million on a CPU."""
     if small:
         return GPTConfig(layers=2, width=128, heads=4, context=64, vocab=512, batch=4)
     if torch.device(device).type == "cuda":
@@ -47,6 +41,7 @@ class _Block(nn.Module):
         self.up, self.down = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
 
     def attend(self, x: torch.Tensor) -> torch.Tensor:
+        """Causal self-attention, by SDPA or written out (``self.sdpa``)."""
         batch, context, width = x.shape
         shape = (batch, context, self.heads, width // self.heads)
         q, k, v = (t.view(shape).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
@@ -69,7 +64,7 @@ class _Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """A decoder-only transformer; ``sdpa`` picks the attention (see the page)."""
+    """A decoder-only transformer with pre-norm blocks and a tied output head."""
 
     def __init__(self, config: GPTConfig, *, sdpa: bool = True) -> None:
         super().__init__()
@@ -79,11 +74,10 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(_Block(config, sdpa) for _ in range(config.layers))
         self.norm = nn.LayerNorm(config.width)
 
-    def compile_blocks(self, **options: Any) -> None:
-        """Compile each block in place (regional compilation: the blocks share one
-        compiled graph, so it compiles once, not once per layer)."""
+    def compile_blocks(self) -> None:
+        """Compile each block in place: they share one graph, compiled once."""
         for block in self.blocks:
-            block.compile(**options)
+            block.compile()
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Next-token logits, ``(batch, context, vocab)``."""
