@@ -1,0 +1,183 @@
+"""
+Diagnose a training step
+========================
+
+Where does a slow training step lose its time: waiting for data, looping in Python,
+holding memory it no longer needs? ``gpuguide.diagnose(step)`` (``python -m gpuguide
+diagnose SCRIPT`` on the command line) profiles a few steps, splits the step's time
+into a budget per category, and names each cause it recognises with its evidence,
+the gain it predicts and the page of the guide that teaches the fix.
+
+This page seeds defects into a small training step, diagnoses it, fixes the finding
+with the largest predicted gain and diagnoses again, until nothing is left. It then
+times every version of the step, sets each predicted gain against the measured one,
+and reads the same breakdown by hand with :mod:`torch.profiler`.
+"""
+
+# %%
+# A step with seeded defects
+# --------------------------
+# An MLP classifier trained on samples stored as bytes and decoded as the loader
+# fetches them. ``make_step(fixes)`` builds the step with the defects named in
+# ``fixes`` fixed: the loader fetches one sample at a time and stacks them; the step
+# standardises one sample at a time in Python; it keeps the loss on a held-out batch
+# for a plot, and with it that loss's autograd graph. Two more defects show only on
+# a GPU: ``loss.item()`` every step waits for the GPU, and the batch is copied from
+# pageable memory. Torch runs one CPU thread, so other processes take no core from
+# the timings.
+import itertools
+
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
+
+import gpuguide
+from gpuguide import claim, compare, interleave, report, table
+from gpuguide_tools.diagnose import diagnose
+
+page = gpuguide.setup()
+torch.set_num_threads(1)  # on a GPU's host, the thread only launches kernels
+torch.set_float32_matmul_precision("high")  # TF32 on a GPU, as chapter 5 teaches
+batch, features, hidden = (64, 128, 256) if page.small else (128, 256, 512)
+layers = [nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU()]
+model = nn.Sequential(*layers, nn.Linear(hidden, 16)).to(page.device)  # 16 classes
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+class Stored(TensorDataset):
+    """Samples stored as bytes, decoded to floats as they are fetched."""
+
+    def __getitem__(self, index):  # an index, or a list of them: a whole batch
+        x, y = super().__getitem__(index)
+        return x.float() / 255, y
+
+
+stored = torch.randint(256, (32 * batch, features), dtype=torch.uint8)
+data = Stored(stored, torch.randint(16, (32 * batch,)))
+held_out = [t.to(page.device) for t in data[range(batch)]]
+SEEDED = {"data_wait", "per_sample_loop", "kept_losses"}  # the defects to fix
+
+
+def make_step(fixes):
+    sampler = BatchSampler(RandomSampler(data), batch, drop_last=True)
+    if "data_wait" in fixes:  # the dataset gets a batch of indices: one fetch
+        loader = DataLoader(data, sampler=sampler, batch_size=None)
+    else:  # one fetch per sample, then the loader stacks them
+        loader = DataLoader(data, batch_sampler=sampler)
+    batches = itertools.chain.from_iterable(iter(lambda: loader, None))  # endless
+    kept = []
+
+    def step():
+        x, y = (t.to(page.device) for t in next(batches))
+        if "per_sample_loop" in fixes:
+            x = (x - x.mean(1, keepdim=True)) / (x.std(1, keepdim=True) + 1e-5)
+        else:
+            x = torch.stack([(row - row.mean()) / (row.std() + 1e-5) for row in x])
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        held = nn.functional.cross_entropy(model(held_out[0]), held_out[1])
+        kept.append(held.detach() if "kept_losses" in fixes else held)
+
+    return step
+
+
+# %%
+# Diagnose, fix the top finding, diagnose again
+# ---------------------------------------------
+# ``diagnose`` runs two warm-up steps, times three and profiles three more. Its
+# report holds the step's time budget (the profiled step's time per category;
+# ``idle``: no operator running), torch's counters and the findings, the largest
+# predicted gain first. A fix changes the rest of the step's budget, so after each
+# fix the step is diagnosed again; the loop ends when nothing is found, or when the
+# top finding is one the step has no fix for.
+steps, fixed, diagnoses = {"as written": make_step(set())}, [], []
+while len(diagnoses) <= len(SEEDED):
+    diagnoses.append(diagnose(list(steps.values())[-1]))
+    top = (*diagnoses[-1].findings, None)[0]
+    if top is None or top.cause not in SEEDED or top.cause in {f.cause for f in fixed}:
+        break
+    fixed.append(top)
+    steps[f"{len(fixed)} fixes"] = make_step({f.cause for f in fixed})
+print(diagnoses[0])
+
+# %%
+# The fixed step, diagnosed
+# -------------------------
+# The last diagnosis is of the step with every fix applied.
+print(diagnoses[-1])
+found = [f.cause for f in diagnoses[-1].findings]
+claim("the fixed step gets no findings", holds=not found, measured=f"found {found}")
+
+# %%
+# Predicted against measured
+# --------------------------
+# Every version of the step takes turns in five rounds. A fix's measured gain is the
+# step time before it less the step time after it (medians); the memory a step
+# keeps is the diagnosis's own count of growth per step. The predicted gain for the
+# wait on data is the whole wait, which workers would hide beside the step (the
+# tool's advice); the fix used here, one fetch per batch, works on any number of
+# cores but removes only the per-sample part of the wait: the decoding stays.
+times = interleave(steps, rounds=5, rep_ms=500, device=page.device)
+growth = [d.counters["memory_growth_bytes_per_step"] for d in diagnoses]
+rows = []
+for k, finding in enumerate(fixed):
+    before, after = list(times.values())[k : k + 2]
+    rows.append(
+        {
+            "fix (page)": f"{finding.cause} ({finding.page})",
+            "predicted_ms": finding.gain_s * 1e3,
+            "measured_ms": (before.median_s - after.median_s) * 1e3,
+            "predicted_KiB/step": (finding.gain_bytes or 0) / 2**10,
+            "measured_KiB/step": (growth[k] - growth[k + 1]) / 2**10,
+        }
+    )
+print(table(rows, title="gains per step, predicted by the diagnosis and measured"))
+gain = compare(times[list(times)[-1]], times["as written"])
+report("the fixed step's speed-up", gain, fixes=len(fixed))
+claim("the fixed step is at least 1.3x as fast", **gain.per_round(), at_least=1.3)
+predicted, measured = rows[0]["predicted_ms"], rows[0]["measured_ms"]
+claim(
+    "the first fix gains within a factor of 2 of its predicted gain",
+    holds=predicted / 2 <= measured <= 2 * predicted,
+    measured=f"{measured:.2f} ms per step, predicted {predicted:.2f} ms",
+    timed=True,
+)
+
+# %%
+# The budget before and after
+# ---------------------------
+fig, ax = plt.subplots()
+ends = {"as written": diagnoses[0], f"{len(fixed)} fixes": diagnoses[-1]}
+x = range(len(diagnoses[0].breakdown))
+for i, (label, d) in enumerate(ends.items()):
+    ms = [seconds * 1e3 for seconds in d.breakdown.values()]
+    ax.bar([j + 0.4 * i for j in x], ms, 0.4, label=f"{label} ({sum(ms):.1f} ms)")
+ax.set_xticks([j + 0.2 for j in x], list(diagnoses[0].breakdown))
+ax.set(ylabel="profiled time per step (ms)", title=f"The fixes: step {gain.short}")
+ax.legend()
+gpuguide.label_device(fig, page.device)
+plt.show()
+
+# %%
+# Reading the breakdown by hand
+# -----------------------------
+# The tool is a shortcut through :mod:`torch.profiler`. Profile a few steps and read
+# ``key_averages()``: the loader's ``enumerate(DataLoader)#...__next__`` row is the
+# wait for data; an operator called hundreds of times per step (``aten::mean``,
+# ``aten::std``) with one shape is a loop to batch; with ``profile_memory=True``, a
+# positive ``CPU Mem`` that the step never frees is memory kept across steps.
+with torch.profiler.profile(profile_memory=True) as prof:
+    for _ in range(3):
+        steps["as written"]()
+averages = prof.key_averages()
+print(averages.table(sort_by="cpu_time_total", row_limit=10))
+
+# %%
+# What to take away
+# -----------------
+# Diagnose, fix the top finding, measure, and diagnose again: a fix is done when the
+# step is measured faster and the finding is gone.
+gpuguide.takeaway()
