@@ -1,11 +1,4 @@
-"""Where a step's time goes: a profile split into GEMM, attention, elementwise, ...
-
-:func:`categorize` names the category of a kernel or an operator,
-:func:`budget_from_events` adds a finished profile up per category, and
-:func:`time_budget` times and profiles a step. A :class:`TimeBudget` closes when its
-categories, ``idle`` included, add up to the step time measured without the
-profiler.
-"""
+"""Where a step's time goes: a profile split into GEMM, attention, elementwise, ..."""
 
 from __future__ import annotations
 
@@ -23,6 +16,7 @@ __all__ = [
     "time_budget",
 ]
 
+#: The categories of a budget, in the order it prints them.
 CATEGORIES = (
     "gemm",
     "attention",
@@ -61,8 +55,7 @@ _PATTERNS = (
 
 
 def categorize(name: str) -> str:
-    """The category (one of :data:`CATEGORIES`, never ``"idle"``) of a CUDA kernel
-    name or of a CPU operator / ``record_function`` name."""
+    """The category (never ``"idle"``) of a kernel's or an operator's name."""
     lowered = name.lower()
     for category, needles in _PATTERNS:
         if any(needle in lowered for needle in needles.split()):
@@ -72,11 +65,8 @@ def categorize(name: str) -> str:
 
 @dataclass(frozen=True)
 class TimeBudget:
-    """Seconds per step in each category, beside the step time measured unprofiled.
-
-    ``seconds["idle"]`` is the part of the profiled step with no device work (GPU: no
-    kernel running; CPU: no operator running).
-    """
+    """Seconds per step in each category (``idle``: no work running), beside the
+    step time measured unprofiled."""
 
     device: str
     step_s: float
@@ -89,12 +79,12 @@ class TimeBudget:
 
     def __str__(self) -> str:
         lines = [f"{'category':<12} {'ms/step':>9} {'share':>7}"]
-        for category in CATEGORIES:
-            seconds = self.seconds.get(category, 0.0)
-            share = seconds / self.step_s
-            lines.append(f"{category:<12} {seconds * 1e3:9.2f} {share:7.1%}")
-        total = sum(self.seconds.values())
-        lines.append(f"{'sum':<12} {total * 1e3:9.2f} {total / self.step_s:7.1%}")
+        sums = {**self.seconds, "sum": sum(self.seconds.values())}
+        for name in (*CATEGORIES, "sum"):
+            seconds = sums.get(name, 0.0)
+            lines.append(
+                f"{name:<12} {seconds * 1e3:9.2f} {seconds / self.step_s:7.1%}"
+            )
         lines.append(f"measured step: {self.step_s * 1e3:.2f} ms on {self.device}")
         return "\n".join(lines)
 
@@ -127,23 +117,17 @@ def _spans(events: list[Any], cuda: bool) -> list[tuple[float, float, str]]:
         event = todo.pop()
         category = categorize(event.name)
         children = [c for c in event.cpu_children if c.device_type.name == "CPU"]
-        if category != "other" or not children:
-            spans.append((event.time_range.start, event.time_range.end, category))
-            continue
-        spans.append((event.time_range.start, event.time_range.end, "other"))
-        todo.extend(children)  # their spans override the parent's "other" below
+        spans.append((event.time_range.start, event.time_range.end, category))
+        if category == "other":  # the children's spans override the parent's
+            todo.extend(children)
     return spans
 
 
 def budget_from_events(
     events: Iterable[Any], *, step_s: float, steps: int, device: str
 ) -> TimeBudget:
-    """The :class:`TimeBudget` of a finished ``torch.profiler.profile``'s
-    ``events()`` that cover ``steps`` steps, each measured at ``step_s`` unprofiled.
-
-    Overlapping work counts once: the time goes to the innermost span that covers
-    it (on a GPU, the kernel that started last).
-    """
+    """The budget of a profile's ``events()`` over ``steps`` steps of ``step_s``
+    each; overlapping work counts once, for the span that started last."""
     events = [e for e in events if e.time_range.end > e.time_range.start]
     if not events:
         msg = "the profile holds no timed events"
@@ -169,40 +153,30 @@ def budget_from_events(
     return TimeBudget(device=device, step_s=step_s, seconds=seconds)
 
 
-def _no_sync() -> None:
-    """A CPU operator has finished when it returns."""
-
-
 def time_budget(
     step: Callable[[], object],
     *,
     steps: int = 3,
-    warmup: int = 2,
     device: str | None = None,
 ) -> TimeBudget:
-    """Warm ``step`` up, then in ``steps`` rounds time one step (synchronized) and
-    profile one more; return the budget of the fastest profiled step beside the
-    fastest timed one: interleaved, so both meet the same load, and the fastest of
-    each, the one least disturbed by other work on the machine.
-
-    ``device`` defaults to CUDA once CUDA is in use in this process, else the CPU.
-    """
+    """In ``steps`` rounds after a warm-up, time one step and profile one more: the
+    fastest profiled step's budget beside the fastest timed step (default device:
+    CUDA once this process uses it)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     if device is None:
         device = "cuda" if torch.cuda.is_initialized() else "cpu"
     kind = torch.device(device).type
-    sync: Callable[[], None] = torch.cuda.synchronize if kind == "cuda" else _no_sync
+    sync = torch.cuda.synchronize if kind == "cuda" else torch.cpu.synchronize
     name = f"cuda:{torch.cuda.current_device()}" if kind == "cuda" else kind
     activities = [ProfilerActivity.CPU]
     if kind == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    for _ in range(warmup):
+    for _ in range(2):
         step()
     sync()
-    times: list[float] = []
-    budgets: list[TimeBudget] = []
+    times, budgets = [], []
     for _ in range(steps):
         start = time.perf_counter()
         step()
