@@ -9,7 +9,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import ROOT
-from torch.utils.checkpoint import checkpoint
 
 from gpuguide.chapters import allocator
 
@@ -52,14 +51,6 @@ def test_a_fresh_process_reads_back_the_variable_it_was_given(name, monkeypatch)
     assert allocator.expandable(got), got
 
 
-def test_fragmentation_is_the_unused_share_of_reserved_memory():
-    assert allocator.fragmentation(100, 75) == pytest.approx(0.25)
-    assert allocator.fragmentation(2**30, 2**30) == 0.0
-    for reserved, allocated in ((0, 0), (100, 101), (100, -1)):
-        with pytest.raises(ValueError, match="allocated <= reserved"):
-            allocator.fragmentation(reserved, allocated)
-
-
 def test_a_runs_summary_gives_its_peaks_fragmentation_and_median_step():
     run = {
         "settings": {"expandable_segments": True},
@@ -69,7 +60,8 @@ def test_a_runs_summary_gives_its_peaks_fragmentation_and_median_step():
         "retries": 2,
     }
     row = allocator.summary(run)
-    assert row["fragmentation"] == "25%"
+    assert row["fragmentation"] == "25%"  # (4 - 3) / 4 MiB, at the peaks
+    assert row["peak reserved"] == "4.00 MiB"
     assert row["median step (ms)"] == "2.0"
     assert row["retries"] == 2
     assert row["expandable (read back)"] is True
@@ -89,31 +81,71 @@ def test_the_cpu_peak_counts_tensors_alive_at_once():
     assert allocator.tensor_peak_bytes(one_at_a_time, "cpu") == 4 * 2**20
 
 
-def _page_losses(namespace):
-    """The page's loss functions, defined in ``namespace`` (its globals)."""
+def _page_losses():
+    """The page's ``ChunkedCrossEntropy.apply`` and ``full_loss``, defined here."""
     tree = ast.parse(PAGE.read_text())
-    wanted = {"full_loss", "chunk_loss", "chunked_loss"}
-    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in wanted]
+    wanted = {"ChunkedCrossEntropy", "full_loss"}
+    defs = [n for n in tree.body if getattr(n, "name", None) in wanted]
     assert {d.name for d in defs} == wanted
+    namespace = {"torch": torch, "F": F}
     exec(compile(ast.Module(defs, type_ignores=[]), str(PAGE), "exec"), namespace)
-    return namespace["full_loss"], namespace["chunked_loss"]
+    return namespace["ChunkedCrossEntropy"].apply, namespace["full_loss"]
 
 
-def test_the_pages_chunked_loss_equals_the_full_one_with_its_gradients():
+def _loss_and_grads(loss_fn, hidden, weight, targets, scale=1.0):
+    leaves = [x.detach().requires_grad_() for x in (hidden, weight)]
+    loss = loss_fn(*leaves, targets)
+    (loss * scale).backward()
+    return loss.detach(), leaves[0].grad, leaves[1].grad
+
+
+def _problem(tokens, width, vocab, dtype=torch.float32):
     torch.manual_seed(0)
-    tokens, width, vocab = 96, 16, 1000  # 8 chunks of 12 tokens
-    hidden = torch.randn(tokens, width, requires_grad=True)
-    weight = torch.randn(vocab, width, requires_grad=True)
-    targets = torch.randint(vocab, (tokens,))
-    namespace = {"F": F, "checkpoint": checkpoint, "tokens": tokens}
-    namespace |= {"hidden": hidden, "weight": weight, "targets": targets}
-    full_loss, chunked_loss = _page_losses(namespace)
-    results = []
-    for loss_fn in (full_loss, chunked_loss):
-        hidden.grad = weight.grad = None
-        loss = loss_fn()
-        loss.backward()
-        results.append((loss.detach(), hidden.grad, weight.grad))
-    for full, chunked in zip(*results, strict=True):
-        torch.testing.assert_close(chunked, full, rtol=1e-5, atol=1e-6)
-    assert results[0][0] > 1.0  # a real loss, not zeros compared with zeros
+    hidden = torch.randn(tokens, width, dtype=dtype)
+    weight = (torch.randn(vocab, width) / width**0.5).to(dtype)
+    return hidden, weight, torch.randint(vocab, (tokens,))
+
+
+@pytest.mark.parametrize("tokens", [96, 100])  # 8 equal chunks, and 7 of 13 and 9
+def test_the_pages_chunked_loss_equals_the_full_one_with_its_gradients(tokens):
+    chunked_loss, full_loss = _page_losses()
+    problem = _problem(tokens, 16, 1000)
+    full = _loss_and_grads(full_loss, *problem)
+    chunked = _loss_and_grads(chunked_loss, *problem)
+    for got, want in zip(chunked, full, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert full[0] > 1.0  # a real loss, not zeros compared with zeros
+    assert full[2].abs().max() > 1e-4
+
+
+def test_its_backward_scales_the_gradients_by_the_incoming_one():
+    chunked_loss, _ = _page_losses()
+    problem = _problem(64, 8, 500)
+    once = _loss_and_grads(chunked_loss, *problem)
+    thrice = _loss_and_grads(chunked_loss, *problem, scale=3.0)
+    for got, want in zip(thrice[1:], once[1:], strict=True):
+        torch.testing.assert_close(got, 3 * want)
+
+
+def test_in_bf16_it_agrees_with_the_full_loss_to_bf16_precision():
+    # The GPU run's dtype: the gradients come back in bf16, close to float32's.
+    chunked_loss, full_loss = _page_losses()
+    problem = _problem(128, 32, 2000, torch.bfloat16)
+    chunked = _loss_and_grads(chunked_loss, *problem)
+    exact = _loss_and_grads(full_loss, *(x.float() for x in problem[:2]), problem[2])
+    assert [g.dtype for g in chunked[1:]] == [torch.bfloat16, torch.bfloat16]
+    for got, want in zip(chunked, exact, strict=True):
+        torch.testing.assert_close(
+            got.float(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item()
+        )
+
+
+def test_its_peak_memory_is_a_fraction_of_the_full_ones():
+    chunked_loss, full_loss = _page_losses()
+    problem = _problem(256, 16, 8192)  # logits: 8 MiB; the weight: 0.5 MiB
+    peaks = [
+        allocator.tensor_peak_bytes(lambda f=f: _loss_and_grads(f, *problem), "cpu")
+        for f in (chunked_loss, full_loss)
+    ]
+    assert peaks[1] >= 3 * 8 * 2**20  # logits, their log-softmax and gradient
+    assert peaks[0] <= peaks[1] / 4

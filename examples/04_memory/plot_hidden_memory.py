@@ -9,10 +9,9 @@ tensors of changing sizes split its blocks into slivers. Expandable segments
 asking the driver for new blocks. The loss layer hides the other large cost: with
 a 128k vocabulary, the logits and their gradient can outweigh the rest of a step.
 
-This page runs a training loop of varying batch lengths in fresh processes, each
-allocator setting read back from torch: peak allocated and reserved memory,
-fragmentation, retries, step time. Then a cross-entropy loss computed in chunks
-against the full logits: the loss, its memory, its time.
+This page trains on batches of varying length in fresh processes, each reading
+back its allocator setting: peak memory, fragmentation, retries, step time. Then
+it sets a cross-entropy loss computed in chunks against the full logits.
 """
 
 # %%
@@ -23,7 +22,6 @@ from functools import partial
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 import gpuguide
 from gpuguide import compare, interleave, report, table
@@ -38,11 +36,9 @@ device = page.device
 # ------------------------------------
 # Allocator settings come from an environment variable read once, when the
 # allocator starts: set it before the process touches the GPU, or in a fresh
-# process. torch reads ``PYTORCH_CUDA_ALLOC_CONF`` and the newer ``PYTORCH_ALLOC_CONF``
-# (which torch 2.9.1 silently ignored for expandable segments), so each run reads
-# back what it got: on a GPU the memory snapshot's ``allocator_settings``,
-# elsewhere the string torch parsed (``allocator_settings`` in
-# :mod:`gpuguide.chapters.allocator`).
+# process. torch reads ``PYTORCH_CUDA_ALLOC_CONF`` and the newer
+# ``PYTORCH_ALLOC_CONF`` (which torch 2.9.1 ignored for expandable segments), so
+# each run reads back what it got (on a GPU, a snapshot's ``allocator_settings``).
 conf = "expandable_segments:True"
 read = {n: allocator.run_fresh({n: conf})["settings"] for n in allocator.NAMES}
 honoured = [n for n, settings in read.items() if allocator.expandable(settings)]
@@ -52,24 +48,22 @@ print(f"{conf} read back under {' and '.join(honoured) or 'neither name'}")
 # Fragmentation: three allocator settings, one loop
 # -------------------------------------------------
 # Each fresh process trains a bf16 MLP on batches of random lengths, then one of
-# the longest, with the cap ``GPUGUIDE_GPU_MEMORY`` applied:
+# the longest, within ``GPUGUIDE_GPU_MEMORY``:
 #
 # .. literalinclude:: /../src/gpuguide/chapters/allocator.py
 #    :pyobject: varying_length_steps
 #
 # Fragmentation is reserved minus allocated, as a share of reserved, at the peak.
 # The third setting is the trap: ``max_split_size_mb`` stops the allocator from
-# splitting cached blocks larger than it, so a large free block serves only
-# requests within 20 MiB of its size. It bounds slivers, but a large tensor of a
-# new size then needs a new block, and once the cap is reached, each retry frees
-# the cache and waits on the driver (``num_alloc_retries``).
+# splitting cached blocks larger than it, so such a free block serves only
+# requests within 20 MiB of its size: a large tensor of a new size needs a new
+# block, and at the cap each retry frees the cache (``num_alloc_retries``).
 name = honoured[0] if honoured else allocator.NAMES[0]
 confs = {"default": {}} | {c: {name: c} for c in (conf, "max_split_size_mb:32")}
 runs, peak = {}, {conf: (1, 1), "default": (1, 1)}
 if page.needs_cuda("Fragmentation of the CUDA caching allocator"):
     steps, tokens = (8, 2048) if page.small else (40, 8192)
-    train = ("train", str(steps), str(tokens))
-    runs = {label: allocator.run_fresh(env, *train) for label, env in confs.items()}
+    runs = {k: allocator.run_fresh(env, steps, tokens) for k, env in confs.items()}
     rows = [{"allocator": k} | allocator.summary(run) for k, run in runs.items()]
     print(table(rows, title=f"{steps} steps of up to {tokens} tokens, then {tokens}"))
     for label, run in runs.items():
@@ -78,8 +72,7 @@ if page.needs_cuda("Fragmentation of the CUDA caching allocator"):
 ratio = peak[conf][1] / peak["default"][1]
 same = abs(peak[conf][0] / peak["default"][0] - 1) <= 0.01
 gpuguide.claim(
-    "on a GPU, peak reserved memory is lower with expandable segments, at equal "
-    "peak allocated memory (within 1%)",
+    "peak reserved memory is lower with expandable segments, at equal allocated (1%)",
     holds=same and ratio < 1,
     measured=f"reserved {ratio:.2f}x the default's, allocated equal: {same}",
     on="cuda",
@@ -88,87 +81,89 @@ gpuguide.claim(
 # %%
 # Reserved against allocated, and the segment map
 # -----------------------------------------------
-# Each step's peaks, then ``torch.cuda.memory._snapshot()``'s segments (what the
-# allocator reserved) and the blocks they are cut into, after the last step's
-# forward pass: blue blocks hold tensors, grey ones are reserved but free.
+# Each step's peaks; then, after the last forward pass, the reserved segments'
+# blocks (``torch.cuda.memory._snapshot()``): blue holds tensors, grey is free.
 if runs:
-    fig, ax = plt.subplots()
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.5))
     for i, label in enumerate([conf, "default"]):
         for kind, style in {"reserved": "-", "allocated": ":"}.items():
             mib = [b / 2**20 for b in runs[label][kind]]
-            ax.plot(mib, f"C{i}{style}", label=f"{label}: {kind}")
-    title = f"Expandable segments: peak reserved {ratio:.2f}x the default's"
-    ax.set(xlabel="training step", ylabel="peak memory in the step (MiB)", title=title)
-    ax.legend()
-    gpuguide.label_device(fig, device)
-    plt.show()
-    fig, axes = plt.subplots(1, 2, sharex=True)
-    for ax, label in zip(axes, confs, strict=False):
-        allocator.draw_segments(ax, runs[label]["segments"])
-        count = len(runs[label]["segments"])
-        ax.set(title=f"{label}: {count} segments", xlabel="offset (MiB)")
-    axes[0].set_ylabel("segment (by address)")
+            axes[0].plot(mib, f"C{i}{style}", label=f"{label}: {kind}")
+    title = f"peak reserved {ratio:.2f}x the default's"
+    axes[0].set(xlabel="training step", ylabel="peak memory (MiB)", title=title)
+    axes[0].legend()
+    for ax, label in zip(axes[1:], confs, strict=False):
+        allocator.draw_segments(ax, label, runs[label]["segments"])
     gpuguide.label_device(fig, device)
     plt.show()
 
 # %%
 # The loss layer, in chunks
 # -------------------------
-# The full loss makes the ``tokens x vocabulary`` logits, and backward a gradient
-# of the same size. Computing the loss over chunks of tokens, each in
-# ``torch.utils.checkpoint``, keeps one chunk's logits at a time: backward
-# recomputes them, chunk by chunk. On a GPU the vocabulary is 128k and the tokens
-# as many of 16k as fit the memory budget.
-vocab, width, tokens = (131072, 1024, 16384) if page.cuda else (32768, 256, 512)
-if page.small:
-    vocab, width, tokens = 8192, 64, 256
-while 16 * tokens * vocab > free_memory_bytes(device):
-    tokens //= 2
-hidden = torch.randn(tokens, width, device=device, requires_grad=True)
-weight = torch.randn(vocab, width, device=device).div(width**0.5).requires_grad_()
-targets = torch.randint(vocab, (tokens,), device=device)
+# The full loss keeps the ``tokens x vocabulary`` logits' log-softmax, and backward
+# makes two gradients of that size. The chunked loss (Liger-Kernel's design) goes
+# over chunks of tokens, computing from each chunk's logits the loss and at once
+# its gradients: one chunk's logits exist at a time, backward only scales the
+# gradients, and the matrix products are the full loss's three. On a GPU the
+# vocabulary is 128k in bf16, as in LLM training, and the tokens 16k if the full
+# loss's logits, log-softmax and gradient fit the memory budget.
 
 
-def full_loss():
+class ChunkedCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of ``hidden @ weight.T``, chunk by chunk; no ignore_index."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, chunks=8):
+        n, loss = len(targets), torch.zeros((), device=hidden.device)
+        grad_hidden, grad_weight = [], torch.zeros_like(weight)
+        for h, t in zip(hidden.chunk(chunks), targets.chunk(chunks), strict=True):
+            probs = (h @ weight.T).softmax(-1)  # this chunk's logits, then softmax
+            rows = torch.arange(len(t), device=t.device)
+            loss -= probs[rows, t].float().log().sum()  # finite below a loss of ~87
+            probs[rows, t] -= 1  # softmax minus one-hot: d loss / d logits
+            grad_hidden.append(probs @ weight / n)
+            grad_weight.addmm_(probs.T, h, alpha=1 / n)  # += probs.T @ h / n
+        ctx.grads = torch.cat(grad_hidden), grad_weight
+        return loss / n
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_hidden, grad_weight = ctx.grads
+        return grad_hidden * grad_output, grad_weight * grad_output, None, None
+
+
+def full_loss(hidden, weight, targets):
     return F.cross_entropy(hidden @ weight.T, targets)
 
 
-def chunk_loss(h, t):
-    return F.cross_entropy(h @ weight.T, t, reduction="sum")
+vocab, width, tokens = (131072, 1024, 16384) if page.cuda else (32768, 256, 512)
+if page.small:
+    vocab, width, tokens = 8192, 64, 256
+dtype = torch.bfloat16 if page.cuda else torch.float32
+while 3 * tokens * vocab * dtype.itemsize + 2**30 > free_memory_bytes(device):
+    tokens //= 2  # 1 GiB left for the weight, the hidden states and their gradients
+size = gpuguide.format_bytes(tokens * vocab * dtype.itemsize)
+print(f"{tokens} tokens x vocabulary {vocab} (width {width}): {dtype} logits of {size}")
+hidden = torch.randn(tokens, width, device=device, dtype=dtype, requires_grad=True)
+weight = torch.nn.Linear(width, vocab, bias=False, device=device, dtype=dtype).weight
+targets = torch.randint(vocab, (tokens,), device=device)
 
 
-def chunked_loss(chunks=8):
-    parts = zip(hidden.chunk(chunks), targets.chunk(chunks), strict=True)
-    total = sum(checkpoint(chunk_loss, h, t, use_reentrant=False) for h, t in parts)
-    return total / tokens
+def step(loss_fn, hidden=hidden, weight=weight, targets=targets):
+    loss = loss_fn(hidden, weight, targets)
+    return loss.detach(), *torch.autograd.grad(loss, (hidden, weight))
 
 
-def step(loss_fn):
-    hidden.grad = weight.grad = None
-    loss = loss_fn()
-    loss.backward()
-    return loss.detach(), hidden.grad, weight.grad
-
-
-losses = {"full logits": full_loss, "chunked": chunked_loss}
+losses = {"chunked": ChunkedCrossEntropy.apply, "full logits": full_loss}
 calls = {label: partial(step, loss_fn) for label, loss_fn in losses.items()}
-out = {label: call() for label, call in calls.items()}
-print(f"{tokens} tokens, vocabulary {vocab}, width {width}")
 
 # %%
 # Same loss, less memory
 # ----------------------
-# The loss layer's peak is the rise of tensor memory during forward and backward:
-# the allocator's counters on a GPU, elsewhere the sum of the allocations and
-# frees torch's profiler records (``profile_memory=True``), not the process's RSS.
-# Both are timed in alternating rounds.
-pairs = zip(out["chunked"], out["full logits"], strict=True)
-diff = max(float((a - b).abs().max() / b.abs().max()) for a, b in pairs)
-gpuguide.claim(
-    "the chunked loss equals the full one, and so do its gradients (within 1e-3)",
-    diff,
-    at_most=1e-3,
-)
+# The loss layer's peak is the rise of tensor memory in forward and backward (on a
+# CPU, from the allocations torch's profiler records); both are timed in rounds,
+# then compared in float32 (bf16 keeps 3 digits) on up to 1024 tokens: the loss's
+# and each gradient's largest difference, relative to its largest value.
 mem = {k: allocator.tensor_peak_bytes(call, device) for k, call in calls.items()}
 for label, value in mem.items():
     report("loss layer peak memory", value, unit="B", loss=label, size=tokens)
@@ -177,14 +172,19 @@ gpuguide.claim(
     mem["chunked"] / mem["full logits"],
     at_most=0.5,
 )
-times = interleave(calls, rounds=3)
-speed = compare(times["chunked"], times["full logits"])
-report("chunked loss against the full logits", speed, size=tokens)
+report("chunked loss against the full logits", compare(*interleave(calls).values()))
+exact = [x.detach().float().requires_grad_() for x in (hidden[:1024], weight)]
+out = [step(loss_fn, *exact, targets[:1024]) for loss_fn in losses.values()]
+diff = max(float(abs(a - b).max() / abs(b).max()) for a, b in zip(*out, strict=True))
+gpuguide.claim(
+    "the chunked loss equals the full one, and so do its gradients (within 1e-3)",
+    diff,
+    at_most=1e-3,
+)
 
 # %%
 # What to take away
 # -----------------
-# Read back the allocator settings a process got before comparing settings; see
-# the claims above for what expandable segments did to reserved memory here. For
-# a large vocabulary, compute the loss in chunks: its logits never exist whole.
+# Read back the settings a process got before comparing allocator settings. For a
+# large vocabulary, compute the loss in chunks: its logits never exist whole.
 gpuguide.takeaway()

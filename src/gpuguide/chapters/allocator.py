@@ -1,9 +1,10 @@
-"""The hidden-memory page's helpers. ``python -m gpuguide.chapters.allocator
-[train STEPS TOKENS]`` (started by :func:`run_fresh`) prints the allocator settings
-it read back, and on CUDA :func:`varying_length_steps`'s trace, as JSON."""
+"""The hidden-memory page's helpers. ``python -m gpuguide.chapters.allocator [STEPS
+TOKENS]`` (started by :func:`run_fresh`) prints the allocator settings it read back
+and, on CUDA, :func:`varying_length_steps`'s trace, as JSON."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -21,23 +22,21 @@ __all__ = [
     "allocator_settings",
     "draw_segments",
     "expandable",
-    "fragmentation",
     "run_fresh",
     "summary",
     "tensor_peak_bytes",
     "varying_length_steps",
 ]
 
-#: Starts the line of the child's stdout that holds its result, as JSON.
+#: Starts the child's line of JSON.
 MARK = "gpuguide-result: "
 #: The variables torch reads allocator settings from: CUDA's, and the newer one.
 NAMES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 
 
 def allocator_settings(snapshot: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The settings this process's allocator got, as torch reads them back: a CUDA
-    memory snapshot's ``allocator_settings``, else the string torch parsed
-    (``torch._C._accelerator_getAllocatorSettings``), else {}."""
+    """This process's allocator settings as torch reads them back: a CUDA memory
+    snapshot's, else the string torch parsed, else {}."""
     import torch
 
     if snapshot is not None and isinstance(snapshot.get("allocator_settings"), dict):
@@ -48,47 +47,41 @@ def allocator_settings(snapshot: Mapping[str, Any] | None = None) -> dict[str, A
 
 
 def expandable(settings: Mapping[str, Any]) -> bool:
-    """Whether ``settings`` (:func:`allocator_settings`) turn expandable segments on."""
+    """Whether ``settings`` turn expandable segments on."""
     return str(settings.get("expandable_segments", "")).strip().lower() == "true"
 
 
-def fragmentation(reserved_bytes: int, allocated_bytes: int) -> float:
-    """The share of reserved memory no tensor uses: (reserved - allocated) / reserved."""
-    if reserved_bytes <= 0 or not 0 <= allocated_bytes <= reserved_bytes:
-        msg = f"need 0 <= allocated <= reserved, reserved > 0: got {allocated_bytes}, "
-        raise ValueError(msg + f"{reserved_bytes}")
-    return (reserved_bytes - allocated_bytes) / reserved_bytes
-
-
 def summary(run: Mapping[str, Any]) -> dict[str, object]:
-    """One row for a :func:`run_fresh` training run: settings read back, peaks,
-    fragmentation at the peak, retries and median step time."""
+    """A :func:`run_fresh` training run's row: settings read back, peaks, retries,
+    median step time, and fragmentation: (reserved - allocated) / reserved."""
     allocated, reserved = max(run["allocated"]), max(run["reserved"])
     return {
         "expandable (read back)": expandable(run["settings"]),
         "peak allocated": format_bytes(allocated),
         "peak reserved": format_bytes(reserved),
-        "fragmentation": f"{fragmentation(reserved, allocated):.0%}",
+        "fragmentation": f"{(reserved - allocated) / reserved:.0%}",
         "retries": run["retries"],
         "median step (ms)": f"{1e3 * statistics.median(run['step_s']):.1f}",
     }
 
 
-def draw_segments(ax: Any, segments: list[list[tuple[int, int, bool]]]) -> None:
-    """One row per segment (a training run's ``segments``), its blocks in MiB:
-    blue where they hold a tensor, grey where free."""
+def draw_segments(ax: Any, label: str, segments: list[Any]) -> None:
+    """A training run's ``segments``, one row each, their blocks in MiB: blue where
+    they hold a tensor, grey where free."""
     for row, blocks in enumerate(segments):
         bars = [(offset / 2**20, size / 2**20) for offset, size, _ in blocks]
         colors = ["C0" if used else "0.8" for *_, used in blocks]
         ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=colors)
+    title = f"{label}: {len(segments)} segments"
+    ax.set(title=title, xlabel="offset (MiB)", ylabel="segment (by address)")
 
 
 def varying_length_steps(
     steps: int, max_tokens: int, *, width: int = 1024, depth: int = 8
 ) -> tuple[dict[str, list[float]], dict[str, Any]]:
-    """Train an MLP (bf16, CUDA) on ``steps`` batches of random lengths, then one of
-    ``max_tokens``: each step's peak allocated and reserved bytes and seconds, and
-    a memory snapshot after the last forward pass."""
+    """Train a bf16 MLP on CUDA on ``steps`` batches of random lengths, then one of
+    ``max_tokens``: each step's peak allocated and reserved bytes and seconds, and a
+    memory snapshot after the last forward pass."""
     import torch
 
     from gpuguide.chapters.precision import mlp
@@ -127,24 +120,18 @@ def tensor_peak_bytes(fn: Callable[[], object], device: Any) -> int:
         with track_memory(device) as tracked:
             fn()
         return int(tracked.report.peak_increase_bytes or 0)  # type: ignore[union-attr]
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
+    with torch.profiler.profile(profile_memory=True) as prof:
         fn()
-    events = [
-        e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
-    ]
-    live = peak = 0
-    for event in sorted(events, key=lambda e: e.start_ns()):
-        live += event.nbytes()
-        peak = max(peak, live)
-    return peak
+    events = sorted(prof.profiler.kineto_results.events(), key=lambda e: e.start_ns())
+    sizes = [e.nbytes() for e in events if e.name() == "[memory]"]
+    return int(max(itertools.accumulate(sizes, initial=0)))
 
 
-def run_fresh(conf: Mapping[str, str], *args: str) -> dict[str, Any]:
+def run_fresh(conf: Mapping[str, str], *train: int) -> dict[str, Any]:
     """This module's result in a fresh Python whose only allocator variables are
-    ``conf`` (``{"PYTORCH_ALLOC_CONF": "expandable_segments:True"}``)."""
+    ``conf``; ``train`` (steps, tokens): :func:`varying_length_steps`'s, on CUDA."""
     env = {k: v for k, v in os.environ.items() if k not in NAMES} | dict(conf)
-    command = [sys.executable, "-m", "gpuguide.chapters.allocator", *args]
+    command = [sys.executable, "-m", "gpuguide.chapters.allocator", *map(str, train)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith(MARK)]
     if done.returncode or not lines:
@@ -163,8 +150,8 @@ def _main(args: list[str]) -> None:
         apply_memory_cap("cuda")
         torch.empty(1, device="cuda")  # the allocator starts with its settings
         result["settings"] = allocator_settings(torch.cuda.memory._snapshot())
-        if args[:1] == ["train"]:
-            trace, snapshot = varying_length_steps(int(args[1]), int(args[2]))
+        if args:
+            trace, snapshot = varying_length_steps(int(args[0]), int(args[1]))
             used = "active_allocated"
             result |= trace
             result["retries"] = torch.cuda.memory_stats()["num_alloc_retries"]
