@@ -18,13 +18,12 @@ and reads the same breakdown by hand with :mod:`torch.profiler`.
 # A step with seeded defects
 # --------------------------
 # An MLP classifier trained on samples stored as bytes and decoded as the loader
-# fetches them. ``make_step(fixes)`` builds the step with the defects named in
-# ``fixes`` fixed: the loader fetches one sample at a time and stacks them; the step
-# standardises one sample at a time in Python; it keeps the loss on a held-out batch
-# for a plot, and with it that loss's autograd graph. Two more defects show only on
-# a GPU: ``loss.item()`` every step waits for the GPU, and the batch is copied from
-# pageable memory. Torch runs one CPU thread, so other processes take no core from
-# the timings.
+# fetches them. ``make_step(fixes)`` builds the step with three defects, each fixed
+# when ``fixes`` names its cause: the loader fetches one sample at a time and stacks
+# them (``data_wait``); the step standardises one sample at a time in Python
+# (``per_sample_loop``); it keeps the loss on a held-out batch for a plot, and with
+# it that loss's autograd graph (``kept_losses``). All three show on a CPU and on a
+# GPU. Torch runs one CPU thread, so other processes take no core from the timings.
 import itertools
 
 import matplotlib.pyplot as plt
@@ -77,7 +76,7 @@ def make_step(fixes):
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
         optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=True)  # the step frees its own gradients
         held = nn.functional.cross_entropy(model(held_out[0]), held_out[1])
         kept.append(held.detach() if "kept_losses" in fixes else held)
 
@@ -89,10 +88,10 @@ def make_step(fixes):
 # ---------------------------------------------
 # ``diagnose`` runs two warm-up steps, times three and profiles three more. Its
 # report holds the step's time budget (the profiled step's time per category;
-# ``idle``: no operator running), torch's counters and the findings, the largest
-# predicted gain first. A fix changes the rest of the step's budget, so after each
-# fix the step is diagnosed again; the loop ends when nothing is found, or when the
-# top finding is one the step has no fix for.
+# ``idle``: no operator running, or on a GPU no kernel), torch's counters, the
+# findings (the largest predicted gain first) and the tool's own overhead. A fix
+# changes the rest of the budget, so after each fix the step is diagnosed again,
+# until no finding is left that ``make_step`` has a fix for.
 steps, fixed, diagnoses = {"as written": make_step(set())}, [], []
 while len(diagnoses) <= len(SEEDED):
     diagnoses.append(diagnose(list(steps.values())[-1]))
@@ -131,8 +130,7 @@ for k, finding in enumerate(fixed):
             "fix (page)": f"{finding.cause} ({finding.page})",
             "predicted_ms": finding.gain_s * 1e3,
             "measured_ms": (before.median_s - after.median_s) * 1e3,
-            "predicted_KiB/step": (finding.gain_bytes or 0) / 2**10,
-            "measured_KiB/step": (growth[k] - growth[k + 1]) / 2**10,
+            "kept_KiB/step": f"{growth[k] / 2**10:.0f} -> {growth[k + 1] / 2**10:.0f}",
         }
     )
 print(table(rows, title="gains per step, predicted by the diagnosis and measured"))
@@ -151,14 +149,16 @@ claim(
 # %%
 # The budget before and after
 # ---------------------------
+# The first and the last diagnosis's budgets, category by category.
 fig, ax = plt.subplots()
 ends = {"as written": diagnoses[0], f"{len(fixed)} fixes": diagnoses[-1]}
-x = range(len(diagnoses[0].breakdown))
+y = range(len(diagnoses[0].breakdown))
 for i, (label, d) in enumerate(ends.items()):
     ms = [seconds * 1e3 for seconds in d.breakdown.values()]
-    ax.bar([j + 0.4 * i for j in x], ms, 0.4, label=f"{label} ({sum(ms):.1f} ms)")
-ax.set_xticks([j + 0.2 for j in x], list(diagnoses[0].breakdown))
-ax.set(ylabel="profiled time per step (ms)", title=f"The fixes: step {gain.short}")
+    ax.barh([j + 0.4 * i for j in y], ms, 0.4, label=f"{label} ({sum(ms):.1f} ms)")
+ax.set_yticks([j + 0.2 for j in y], list(diagnoses[0].breakdown))
+title = f"The step before and after {len(fixed)} fixes: {gain.speedup:.2f}x as fast"
+ax.set(xlabel="profiled time per step (ms)", title=title)
 ax.legend()
 gpuguide.label_device(fig, page.device)
 plt.show()
@@ -169,8 +169,9 @@ plt.show()
 # The tool is a shortcut through :mod:`torch.profiler`. Profile a few steps and read
 # ``key_averages()``: the loader's ``enumerate(DataLoader)#...__next__`` row is the
 # wait for data; an operator called hundreds of times per step (``aten::mean``,
-# ``aten::std``) with one shape is a loop to batch; with ``profile_memory=True``, a
-# positive ``CPU Mem`` that the step never frees is memory kept across steps.
+# ``aten::std``) with one shape is a loop to batch; ``profile_memory=True`` adds
+# what each operator allocated (``CPU Mem``), which the tool sums over the step,
+# frees included, to find memory that grows step after step.
 with torch.profiler.profile(profile_memory=True) as prof:
     for _ in range(3):
         steps["as written"]()
