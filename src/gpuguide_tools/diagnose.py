@@ -80,7 +80,9 @@ CAUSES: dict[str, tuple[str, str]] = {
     ),
     "data_wait": (
         "plot_dataloader",
-        "prepare batches in DataLoader worker processes (num_workers > 0)",
+        "prepare batches in DataLoader worker processes (num_workers > 0) where "
+        "cores are free beside the model; else decode the samples once, before "
+        "training, and fetch a batch at a time",
     ),
     "fp32_matmul": (
         "plot_dtype_throughput",
@@ -113,6 +115,8 @@ _SYNC_LABEL = "gpuguide.diagnose: end of step"
 _SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 #: A call repeated this many times per step with one shape is a loop to batch.
 _LOOP_CALLS = 16
+#: Calls that split a batch into samples or stack a loop's outputs back.
+_GLUE = ("aten::unbind", "aten::split", "aten::chunk", "aten::stack", "aten::cat")
 #: Shares of the step below which a time cause is not worth a finding.
 _MIN_SHARE = 0.05
 #: The share of the step waiting for workers that shows they cannot keep up.
@@ -528,11 +532,13 @@ def _copies(c: _Context) -> list[Finding]:
 
 def _loops(c: _Context) -> list[Finding]:
     groups: dict[tuple[str, str], list[Any]] = {}
-    top = c.profile.top_level()
+    top = sorted(
+        (e for e in c.profile.top_level() if e.name != "[memory]"),
+        key=lambda e: e.time_range.start,
+    )
     for event in top:
-        if event.name != "[memory]":
-            key = (event.name, str(event.input_shapes))
-            groups.setdefault(key, []).append(event)
+        key = (event.name, str(event.input_shapes))
+        groups.setdefault(key, []).append(event)
     c.counters["ops_per_step"] = c.profile.per_step(len(top))
     looped = [g for g in groups.values() if len(g) >= _LOOP_CALLS * c.profile.steps]
     if not looped:
@@ -548,12 +554,15 @@ def _loops(c: _Context) -> list[Finding]:
     op_s = c.profile.per_step(
         sum(t * len(g) for t, g in zip(typical, looped, strict=True))
     )
+    glue = _glue(top, {id(e) for g in looped for e in g})
+    glue_s = c.profile.per_step(sum(_without_views(e) for e in glue) * c.profile.scale)
     share = calls / max(1, len(top))
     idle_s = c.breakdown.get("idle", 0.0) * share
     # the batched call costs at least one call of the loop; the host's gaps between
-    # the calls go too
+    # the calls go too, and so do the calls that split the input into samples and
+    # stack the outputs back
     kept = sum(typical)
-    gain = idle_s + op_s - kept
+    gain = idle_s + op_s + glue_s - kept
     if gain < _MIN_SHARE * c.step_s:
         return []
     evidence = {
@@ -561,13 +570,49 @@ def _loops(c: _Context) -> list[Finding]:
         "distinct_repeated_ops": float(len(looped)),
         "ops_ms_per_step": op_s * 1e3,
         "host_gaps_ms_per_step": idle_s * 1e3,
+        "split_stack_ms_per_step": glue_s * 1e3,
     }
     title = "a loop of small identical calls (per-sample work)"
     return [c.finding("per_sample_loop", title, evidence, gain)]
 
 
+def _without_views(event: Any) -> float:
+    """An event's seconds less its children repeated once per sample (the views that
+    unbinding makes): each costs the profiler an event and almost nothing without."""
+    names = [child.name for child in event.cpu_children]
+    views = [
+        child for child in event.cpu_children if names.count(child.name) >= _LOOP_CALLS
+    ]
+    span = event.time_range.end - event.time_range.start
+    return (
+        float(span - sum(v.time_range.end - v.time_range.start for v in views)) * 1e-6
+    )
+
+
+def _glue(top: list[Any], looped: set[int]) -> list[Any]:
+    """The calls right before and right after a loop that split its input into
+    samples (iterating a tensor unbinds it) or stack its outputs back."""
+    glue = []
+    for i, event in enumerate(top):
+        if event.name not in _GLUE or id(event) in looped:
+            continue
+        around = top[max(0, i - 1) : i] + top[i + 1 : i + 2]
+        if any(id(e) in looped for e in around):
+            glue.append(event)
+    return glue
+
+
 def _data(c: _Context) -> list[Finding]:
+    fetches = [e for e in c.profile.top_level() if "dataloader" in e.name.lower()]
+    # each fetch at their median (a preempted one does not count), not scaled down:
+    # the profiler's cost is per event it records, and samples decoded in Python
+    # record few
     seconds = c.breakdown.get("data", 0.0)
+    if fetches:
+        typical = statistics.median(
+            e.time_range.end - e.time_range.start for e in fetches
+        )
+        seconds = c.profile.per_step(typical * 1e-6 * len(fetches))
     # taking a batch from workers costs a few tenths of a millisecond even when
     # they keep up: with workers, only a large wait means they cannot
     workers = bool(c.profile.named(*_WORKER_FETCH)) or any(
@@ -777,12 +822,15 @@ def diagnose(
     # step (never up, so that a noisy timed step cannot inflate a gain)
     scale = min(1.0, step_s / window_s) if window_s > 0 else 1.0
     breakdown = {name: s * scale for name, s in budget.seconds.items()}
+    # single events scale with the median profiled step: one preempted step (a
+    # shared machine) inflates the window's mean, not its median
+    event_scale = min(1.0, step_s / statistics.median(profiled))
     say("reading the profile")
     context = _Context(
         device=device,
         step_s=step_s,
         breakdown=breakdown,
-        profile=_Profile(events, steps, scale),
+        profile=_Profile(events, steps, event_scale),
         compile_before=compile_before,
         compile_after=compile_after,
         timed_steps=steps,

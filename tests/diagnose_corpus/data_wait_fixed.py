@@ -1,10 +1,12 @@
-"""Samples that cost CPU time, prepared by a worker process (the fix, plot_dataloader)."""
+"""The fix that holds on a busy 2-core CPU (plot_dataloader, plot_loader_settings):
+decode every sample once, before training, and fetch a batch at a time. Workers
+need cores to spare beside the model, which a shared 2-core machine lacks."""
 
 import itertools
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset
 
 torch.set_num_threads(1)  # the model gets one thread, as on the page
 torch.manual_seed(0)
@@ -21,15 +23,14 @@ class CostlySamples(Dataset):
         return torch.full((64,), float(value))
 
 
+samples = CostlySamples()
+prepared = torch.stack([samples[i] for i in range(len(samples))])  # once
+
+
 def make_loader():
-    return DataLoader(
-        CostlySamples(),
-        batch_size=32,
-        num_workers=1,
-        prefetch_factor=4,
-        persistent_workers=True,
-        multiprocessing_context="fork",
-    )
+    # the tensor is the dataset: each fetch indexes it with a whole batch's indices
+    batches = BatchSampler(range(len(prepared)), batch_size=32, drop_last=False)
+    return DataLoader(prepared, sampler=batches, batch_size=None)
 
 
 model = nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 1024))
