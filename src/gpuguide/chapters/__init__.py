@@ -9,7 +9,11 @@ process), :mod:`~gpuguide.chapters.timeline` (the work on each stream, drawn),
 :mod:`~gpuguide.chapters.attention`
 (the attention chapter's FLOP count, published figures and backend checks),
 :mod:`~gpuguide.chapters.precision` (the memory, dtype and mixed-precision pages'
-matmul timing, memory counts and transformer block). They live in modules because
+matmul timing, memory counts and transformer block),
+:mod:`~gpuguide.chapters.allocator` (allocator settings read back in fresh
+processes, fragmentation), :mod:`~gpuguide.chapters.training` (a GPT-style model
+and its FLOP per step), :mod:`~gpuguide.chapters.utilization` (sampling NVML or a
+core's busy time while a loop runs). They live in modules because
 spawned processes (DataLoader workers, DDP ranks) can only run what they import by
 name, and because drawing is not the lesson. Nothing in gpuguide's core imports
 them.
