@@ -106,7 +106,7 @@ def _problem(tokens, width, vocab, dtype=torch.float32):
     return hidden, weight, torch.randint(vocab, (tokens,))
 
 
-@pytest.mark.parametrize("tokens", [96, 100])  # 8 equal chunks, and 7 of 13 and 9
+@pytest.mark.parametrize("tokens", [96, 101])  # 4 equal chunks; 3 of 26 and 23
 def test_the_pages_chunked_loss_equals_the_full_one_with_its_gradients(tokens):
     chunked_loss, full_loss = _page_losses()
     problem = _problem(tokens, 16, 1000)
@@ -148,4 +148,4 @@ def test_its_peak_memory_is_a_fraction_of_the_full_ones():
         for f in (chunked_loss, full_loss)
     ]
     assert peaks[1] >= 3 * 8 * 2**20  # logits, their log-softmax and gradient
-    assert peaks[0] <= peaks[1] / 4
+    assert peaks[0] <= peaks[1] / 3  # two chunks' worth of the logits, and grads

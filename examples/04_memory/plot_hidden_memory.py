@@ -113,16 +113,16 @@ class ChunkedCrossEntropy(torch.autograd.Function):
     """Mean cross-entropy of ``hidden @ weight.T``, chunk by chunk; no ignore_index."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, chunks=8):
+    def forward(ctx, hidden, weight, targets, chunks=4):
         n, loss = len(targets), torch.zeros((), device=hidden.device)
         grad_hidden, grad_weight = [], torch.zeros_like(weight)
         for h, t in zip(hidden.chunk(chunks), targets.chunk(chunks), strict=True):
             probs = (h @ weight.T).softmax(-1)  # this chunk's logits, then softmax
-            rows = torch.arange(len(t), device=t.device)
-            loss -= probs[rows, t].float().log().sum()  # finite below a loss of ~87
-            probs[rows, t] -= 1  # softmax minus one-hot: d loss / d logits
+            loss -= probs[range(len(t)), t].float().log().sum()  # finite below ~87
+            probs[range(len(t)), t] -= 1  # softmax minus one-hot: d loss / d logits
             grad_hidden.append(probs @ weight / n)
             grad_weight.addmm_(probs.T, h, alpha=1 / n)  # += probs.T @ h / n
+            del probs  # before the next chunk's logits
         ctx.grads = torch.cat(grad_hidden), grad_weight
         return loss / n
 
