@@ -149,3 +149,22 @@ def test_its_peak_memory_is_a_fraction_of_the_full_ones():
     ]
     assert peaks[1] >= 3 * 8 * 2**20  # logits, their log-softmax and gradient
     assert peaks[0] <= peaks[1] / 3  # two chunks' worth of the logits, and grads
+
+
+def test_each_runs_segment_map_has_a_row_per_segment_and_a_bar_per_block():
+    import matplotlib.pyplot as plt
+
+    runs = {
+        "default": {"segments": [[(0, 2**21, True), (2**21, 2**20, False)]]},
+        "expandable": {"segments": [[(0, 2**20, True)], [(0, 2**22, False)]]},
+    }
+    fig, axes = plt.subplots(1, 2)
+    allocator.draw_segments(axes, runs)
+    assert [ax.get_title() for ax in axes] == [
+        "default: 1 segments",
+        "expandable: 2 segments",
+    ]
+    bars = axes[0].collections[0].get_paths()
+    assert len(bars) == 2  # two blocks in the one segment
+    assert [len(ax.collections) for ax in axes] == [1, 2]
+    plt.close(fig)

@@ -92,8 +92,7 @@ if runs:
     title = f"peak reserved {ratio:.2f}x the default's"
     axes[0].set(xlabel="training step", ylabel="peak memory (MiB)", title=title)
     axes[0].legend()
-    for ax, label in zip(axes[1:], confs, strict=False):
-        allocator.draw_segments(ax, label, runs[label]["segments"])
+    allocator.draw_segments(axes[1:], runs)  # the first two runs' segment maps
     gpuguide.label_device(fig, device)
     plt.show()
 
@@ -118,8 +117,9 @@ class ChunkedCrossEntropy(torch.autograd.Function):
         grad_hidden, grad_weight = [], torch.zeros_like(weight)
         for h, t in zip(hidden.chunk(chunks), targets.chunk(chunks), strict=True):
             probs = (h @ weight.T).softmax(-1)  # this chunk's logits, then softmax
-            loss -= probs[range(len(t)), t].float().log().sum()  # finite below ~87
-            probs[range(len(t)), t] -= 1  # softmax minus one-hot: d loss / d logits
+            rows = torch.arange(len(t), device=t.device)
+            loss -= probs[rows, t].float().log().sum()  # finite below a loss of ~87
+            probs[rows, t] -= 1  # softmax minus one-hot: d loss / d logits
             grad_hidden.append(probs @ weight / n)
             grad_weight.addmm_(probs.T, h, alpha=1 / n)  # += probs.T @ h / n
             del probs  # before the next chunk's logits

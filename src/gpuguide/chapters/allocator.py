@@ -65,15 +65,16 @@ def summary(run: Mapping[str, Any]) -> dict[str, object]:
     }
 
 
-def draw_segments(ax: Any, label: str, segments: list[Any]) -> None:
-    """A training run's ``segments``, one row each, their blocks in MiB: blue where
-    they hold a tensor, grey where free."""
-    for row, blocks in enumerate(segments):
-        bars = [(offset / 2**20, size / 2**20) for offset, size, _ in blocks]
-        colors = ["C0" if used else "0.8" for *_, used in blocks]
-        ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=colors)
-    title = f"{label}: {len(segments)} segments"
-    ax.set(title=title, xlabel="offset (MiB)", ylabel="segment (by address)")
+def draw_segments(axes: Any, runs: Mapping[str, Any]) -> None:
+    """Each training run's ``segments`` on one of ``axes``, a row each, their blocks
+    in MiB: blue where they hold a tensor, grey where free."""
+    for ax, (label, run) in zip(axes, runs.items(), strict=False):
+        for row, blocks in enumerate(run["segments"]):
+            bars = [(offset / 2**20, size / 2**20) for offset, size, _ in blocks]
+            colors = ["C0" if used else "0.8" for *_, used in blocks]
+            ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=colors)
+        title = f"{label}: {len(run['segments'])} segments"
+        ax.set(title=title, xlabel="offset (MiB)", ylabel="segment (by address)")
 
 
 def varying_length_steps(
