@@ -33,7 +33,6 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorData
 
 import gpuguide
 from gpuguide import claim, compare, interleave, report, table
-from gpuguide_tools.diagnose import diagnose
 
 page = gpuguide.setup()
 torch.set_num_threads(1)  # on a GPU's host, the thread only launches kernels
@@ -94,7 +93,7 @@ def make_step(fixes):
 # until no finding is left that ``make_step`` has a fix for.
 steps, fixed, diagnoses = {"as written": make_step(set())}, [], []
 while len(diagnoses) <= len(SEEDED):
-    diagnoses.append(diagnose(list(steps.values())[-1]))
+    diagnoses.append(gpuguide.diagnose(list(steps.values())[-1]))
     done = {f.cause for f in fixed}
     top = next((f for f in diagnoses[-1].findings if f.cause in SEEDED - done), None)
     if top is None:
@@ -118,8 +117,8 @@ claim("the fixed step gets no findings", holds=not found, measured=f"found {foun
 # step time before it less the step time after it (medians); the memory a step
 # keeps is the diagnosis's own count of growth per step. The predictions come from
 # the profiled steps, which the profiler slows down (``profiled_step_s`` in the
-# report's overhead line), small operators most: a loop's or a per-sample loader's
-# predicted gain runs high. For the wait on data the tool predicts the whole wait,
+# report's overhead line), small operators most, so a gain predicted for many small
+# operators can run high. For the wait on data the tool predicts the whole wait,
 # which workers would hide beside the step (its advice); the fix used here, one
 # fetch per batch, needs no spare core but leaves the decoding in the wait.
 times = interleave(steps, rounds=5, rep_ms=500, device=page.device)
