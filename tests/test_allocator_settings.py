@@ -118,6 +118,18 @@ def test_the_pages_chunked_loss_equals_the_full_one_with_its_gradients(tokens):
     assert full[2].abs().max() > 1e-4
 
 
+def test_a_confident_wrong_guess_gives_a_finite_loss():
+    # Per-token losses of hundreds: a softmax probability underflows to 0 there,
+    # so a loss taken as log(softmax) would be infinite; log_softmax's is not.
+    chunked_loss, full_loss = _page_losses()
+    hidden, weight, targets = _problem(32, 16, 500)
+    full = _loss_and_grads(full_loss, 100 * hidden, weight, targets)
+    chunked = _loss_and_grads(chunked_loss, 100 * hidden, weight, targets)
+    assert full[0] > 100
+    for got, want in zip(chunked, full, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_its_backward_scales_the_gradients_by_the_incoming_one():
     chunked_loss, _ = _page_losses()
     problem = _problem(64, 8, 500)

@@ -116,13 +116,13 @@ class ChunkedCrossEntropy(torch.autograd.Function):
         n, loss = len(targets), torch.zeros((), device=hidden.device)
         grad_hidden, grad_weight = [], torch.zeros_like(weight)
         for h, t in zip(hidden.chunk(chunks), targets.chunk(chunks), strict=True):
-            probs = (h @ weight.T).softmax(-1)  # this chunk's logits, then softmax
-            rows = torch.arange(len(t), device=t.device)
-            loss -= probs[rows, t].float().log().sum()  # finite below a loss of ~87
-            probs[rows, t] -= 1  # softmax minus one-hot: d loss / d logits
+            logp = (h @ weight.T).log_softmax(-1)  # this chunk's log-probabilities
+            loss -= logp.gather(-1, t[:, None]).float().sum()
+            probs = logp.exp_()  # the softmax, in place
+            probs[torch.arange(len(t), device=t.device), t] -= 1  # d loss / d logits
             grad_hidden.append(probs @ weight / n)
             grad_weight.addmm_(probs.T, h, alpha=1 / n)  # += probs.T @ h / n
-            del probs  # before the next chunk's logits
+            del logp, probs  # the same tensor: freed before the next chunk's logits
         ctx.grads = torch.cat(grad_hidden), grad_weight
         return loss / n
 
