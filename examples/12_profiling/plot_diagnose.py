@@ -137,7 +137,7 @@ for k, finding in enumerate(fixed):
 print(table(rows, title="gains per step, predicted by the diagnosis and measured"))
 gain = compare(times[list(times)[-1]], times["as written"])
 report("the fixed step's speed-up", gain, fixes=len(fixed))
-claim("the fixed step is at least 1.25x as fast", **gain.per_round(), at_least=1.25)
+claim("the fixed step is faster than the step as written", gain, verdict="faster")
 loop = rows[[f.cause for f in fixed].index("per_sample_loop")]
 predicted, measured = loop["predicted_ms"], loop["measured_ms"]
 claim(
