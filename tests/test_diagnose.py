@@ -17,7 +17,7 @@ from diagnose_corpus.measure import CORPUS, CPU_CAUSES, Row, diagnosed, measure,
 
 from gpuguide_tools import diagnose as tool
 
-#: The most a prediction may lie outside the measured gain's quartiles (the goal).
+#: How far the median prediction may lie from the gain measured beside it (the goal).
 TOLERANCE = 0.3
 #: Causes that need a GPU to show.
 GPU_CAUSES = {
@@ -55,9 +55,10 @@ def test_a_broken_step_gets_its_page_the_twin_nothing_and_the_gain_holds(
     assert row.fixed_findings == ()
     assert row.seconds < 60
     assert row.fixed_seconds < 60
-    # the fix measured in paired rounds (or fresh loads, or heap bytes: see
-    # diagnose_corpus/measure.py); the prediction within 30% of their quartiles
-    assert row.within(TOLERANCE), (row.predicted, row.low, row.high)
+    # each round predicts, then measures the fix beside it (times, compile times on
+    # fresh loads, heap bytes: see diagnose_corpus/measure.py); the median of the
+    # rounds' predicted/measured within 30%
+    assert row.within(TOLERANCE), (row.predictions, row.gains)
 
 
 @pytest.mark.gpu

@@ -354,11 +354,11 @@ def _compile_state() -> dict[str, Any]:
     try:
         from torch._dynamo import utils
     except ImportError:  # pragma: no cover - a torch without dynamo
-        return {"seconds": 0.0, "breaks": 0, "failures": {}}
+        return {"compiles": [], "breaks": 0, "failures": {}}
     metrics = getattr(utils, "compilation_time_metrics", {})
     failures = getattr(utils, "guard_failures", {})
     return {
-        "seconds": float(sum(metrics.get("_compile.compile_inner", []))),
+        "compiles": [float(s) for s in metrics.get("_compile.compile_inner", [])],
         "breaks": sum(utils.counters["graph_break"].values()),
         "failures": {code: list(reasons) for code, reasons in failures.items()},
     }
@@ -628,7 +628,9 @@ def _data(c: _Context) -> list[Finding]:
 
 def _compiles(c: _Context) -> list[Finding]:
     before, after = c.compile_before, c.compile_after
-    seconds = (after["seconds"] - before["seconds"]) / c.timed_steps
+    new = after["compiles"][len(before["compiles"]) :]
+    # each compilation at their median, so that a preempted one does not count
+    seconds = statistics.median(new) * len(new) / c.timed_steps if new else 0.0
     breaks = after["breaks"] - before["breaks"]
     reasons = _new_failures(before, after)
     c.counters["compile_s_per_step"] = seconds

@@ -1,8 +1,12 @@
 """The corpus's own measurements: diagnose a broken step and its fixed twin, then
 measure the fix's gain the way the prediction is made, apart from the diagnosis.
 
-- time (a loop to batch, a wait for data): the two twins in paired, alternating
-  rounds (:func:`gpuguide.interleave`); the gain of a round is broken minus fixed.
+Each round diagnoses the broken step (a prediction), then measures the fix's gain
+right after it, so that a prediction meets a gain measured under the same load of
+a shared machine; the rounds alternate which twin runs first.
+
+- time (a loop to batch, a wait for data): both twins timed in the round
+  (:func:`gpuguide.benchmark`); the gain is broken minus fixed.
 - compile time: recompiling steps cannot be rerun (the compiler stops at its cache
   limit), so each round loads both twins afresh (new code, new compile cache), runs
   the diagnosis's warm-up steps, then times as many steps as it times.
@@ -17,12 +21,13 @@ from __future__ import annotations
 import ctypes
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from gpuguide import interleave
+from gpuguide import benchmark
 from gpuguide_tools import diagnose as tool
 
 CORPUS = Path(__file__).resolve().parent
@@ -34,39 +39,35 @@ CPU_CAUSES = {
     "per_sample_loop": "plot_batching",
     "recompilation": "plot_recompilation",
 }
-ROUNDS = 7
+ROUNDS = 5
+_COMPILES = ("recompilation", "growing_cache")
 
 
 @dataclass(frozen=True)
 class Row:
-    """One cause of the corpus: what the diagnoses found and what the fix gained
-    (per step, in seconds or bytes), round by round."""
+    """One cause of the corpus: what the diagnoses found, and round by round the
+    gain predicted and the gain measured (per step, in seconds or bytes)."""
 
     cause: str
     found: bool
     page: str
     fixed_findings: tuple[str, ...]
-    predicted: float
+    predictions: tuple[float, ...]
     gains: tuple[float, ...]
     unit: str
     seconds: float
     fixed_seconds: float
 
     @property
-    def low(self) -> float:
-        """The rounds' first quartile: a preempted round does not count."""
-        return statistics.quantiles(self.gains, n=4)[0]
-
-    @property
-    def high(self) -> float:
-        """The rounds' third quartile."""
-        return statistics.quantiles(self.gains, n=4)[2]
+    def ratios(self) -> list[float]:
+        """Predicted over measured, round by round (sorted)."""
+        pairs = zip(self.predictions, self.gains, strict=True)
+        return sorted(p / g if g > 0 else float("inf") for p, g in pairs)
 
     def within(self, tolerance: float) -> bool:
-        """Whether the prediction lies within ``tolerance`` of the measured range
-        (the rounds' quartiles), which must show a gain."""
-        low, high = (1 - tolerance) * self.low, (1 + tolerance) * self.high
-        return self.low > 0 and low <= self.predicted <= high
+        """Whether the rounds' median prediction lies within ``tolerance`` of the
+        gain measured beside it."""
+        return abs(statistics.median(self.ratios) - 1) <= tolerance
 
 
 def diagnosed(name: str) -> tuple[tool.Diagnosis, float]:
@@ -75,30 +76,33 @@ def diagnosed(name: str) -> tuple[tool.Diagnosis, float]:
     return found, time.perf_counter() - start
 
 
-def _twins(cause: str) -> dict[str, object]:
-    return {k: tool.load_step(CORPUS / f"{cause}_{k}.py") for k in ("broken", "fixed")}
+def _load(cause: str, kind: str) -> Callable[[], object]:
+    return tool.load_step(CORPUS / f"{cause}_{kind}.py")
 
 
-def _paired_gains(cause: str) -> list[float]:
-    times = interleave(_twins(cause), rounds=ROUNDS, rep_ms=30 * ROUNDS)
-    rounds = zip(times["broken"].rounds, times["fixed"].rounds, strict=True)
-    return [broken - fixed for broken, fixed in rounds]
+def _order(r: int) -> tuple[str, str]:
+    return ("broken", "fixed") if r % 2 else ("fixed", "broken")
 
 
-def _compile_gains(cause: str, warmup: int = 2, steps: int = 5) -> list[float]:
-    gains = []
-    for r in range(ROUNDS):
-        mean = {}
-        for kind in ("broken", "fixed")[:: 1 if r % 2 else -1]:
-            step = tool.load_step(CORPUS / f"{cause}_{kind}.py")
-            for _ in range(warmup):
-                step()
-            start = time.perf_counter()
-            for _ in range(steps):
-                step()
-            mean[kind] = (time.perf_counter() - start) / steps
-        gains.append(mean["broken"] - mean["fixed"])
-    return gains
+def _timed_gain(twins: dict[str, Callable[[], object]], r: int) -> float:
+    median = {}
+    for kind in _order(r):
+        timed = benchmark(twins[kind], label=kind, warmup_ms=5, rep_ms=40)
+        median[kind] = timed.median_s
+    return median["broken"] - median["fixed"]
+
+
+def _compile_gain(cause: str, r: int, warmup: int = 2, steps: int = 5) -> float:
+    mean = {}
+    for kind in _order(r):
+        step = _load(cause, kind)
+        for _ in range(warmup):
+            step()
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        mean[kind] = (time.perf_counter() - start) / steps
+    return mean["broken"] - mean["fixed"]
 
 
 class _Mallinfo2(ctypes.Structure):
@@ -127,50 +131,48 @@ def _heap_bytes() -> int:
     return int(info.uordblks + info.hblkhd)
 
 
-def _memory_gains(cause: str, steps: int = 20) -> list[float]:
-    gains = []
-    for _ in range(ROUNDS):
-        grown = {}
-        for kind, step in _twins(cause).items():
+def _memory_gain(cause: str, r: int, steps: int = 20) -> float:
+    grown = {}
+    for kind in _order(r):
+        step = _load(cause, kind)
+        step()
+        before = _heap_bytes()
+        for _ in range(steps):
             step()
-            before = _heap_bytes()
-            for _ in range(steps):
-                step()
-            grown[kind] = (_heap_bytes() - before) / steps
-        gains.append(grown["broken"] - grown["fixed"])
-    return gains
-
-
-def _predicted(cause: str) -> tuple[tool.Finding | None, float]:
-    broken, seconds = diagnosed(f"{cause}_broken")
-    findings = [f for f in broken.findings if f.cause == cause]
-    return (findings[0] if findings else None), seconds
+        grown[kind] = (_heap_bytes() - before) / steps
+    return grown["broken"] - grown["fixed"]
 
 
 def measure(cause: str) -> Row:
-    """Diagnose ``cause``'s twins and measure the fix's gain. The broken step is
-    diagnosed before and after the measurement, and the prediction is the mean of
-    the two: a shared machine's load changes from one second to the next."""
-    before, seconds = _predicted(cause)
+    """Diagnose ``cause``'s fixed twin once, then in each round the broken step and
+    the fix's gain measured beside it."""
     fixed, fixed_seconds = diagnosed(f"{cause}_fixed")
-    if cause == "kept_losses":
-        gains, unit = _memory_gains(cause), "bytes"
-    else:
-        compiles = cause in ("recompilation", "growing_cache")
-        gains = _compile_gains(cause) if compiles else _paired_gains(cause)
-        unit = "s"
-    after, after_seconds = _predicted(cause)
-    found = [f for f in (before, after) if f is not None]
-    amounts = [(f.gain_bytes or 0.0) if unit == "bytes" else f.gain_s for f in found]
+    unit = "bytes" if cause == "kept_losses" else "s"
+    twins = {kind: _load(cause, kind) for kind in _order(0)}
+    pages, predictions, gains, seconds = set(), [], [], []
+    for r in range(ROUNDS):
+        broken, spent = diagnosed(f"{cause}_broken")
+        seconds.append(spent)
+        for f in broken.findings:
+            if f.cause == cause:
+                pages.add(f.page)
+                amount = f.gain_bytes if unit == "bytes" else f.gain_s
+                predictions.append(amount or 0.0)
+        if unit == "bytes":
+            gains.append(_memory_gain(cause, r))
+        elif cause in _COMPILES:
+            gains.append(_compile_gain(cause, r))
+        else:
+            gains.append(_timed_gain(twins, r))
     return Row(
         cause,
-        len(found) == 2,
-        found[0].page if found else "",
+        len(predictions) == ROUNDS,
+        ", ".join(sorted(pages)),
         tuple(f.cause for f in fixed.findings),
-        statistics.mean(amounts) if amounts else 0.0,
+        tuple(predictions),
         tuple(gains),
         unit,
-        max(seconds, after_seconds),
+        max(seconds),
         fixed_seconds,
     )
 
@@ -179,21 +181,26 @@ def _amount(value: float, unit: str) -> str:
     return f"{value / 1e6:.3g} MB" if unit == "bytes" else f"{value * 1e3:.3g} ms"
 
 
+def _spread(values: list[float] | tuple[float, ...], unit: str) -> str:
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return f"{_amount(mid, unit)} ({_amount(low, unit)} to {_amount(high, unit)})"
+
+
 def table(rows: list[Row]) -> str:
-    """The corpus as a Markdown table."""
+    """The corpus as a Markdown table: medians over the rounds (lowest to highest)."""
     lines = [
-        "| cause | found | fixed clean | predicted | measured (rounds' quartiles) "
-        "| predicted / measured median | diagnosis s (broken, fixed) |",
+        "| cause | found | fixed clean | predicted | measured "
+        "| predicted / measured | diagnosis s (broken, fixed) |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        low, high = _amount(row.low, row.unit), _amount(row.high, row.unit)
-        ratio = row.predicted / statistics.median(row.gains)
+        ratios = row.ratios
+        ratio = f"{statistics.median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})"
         lines.append(
             f"| {row.cause} | {'yes' if row.found else 'NO'} "
             f"| {'yes' if not row.fixed_findings else 'NO'} "
-            f"| {_amount(row.predicted, row.unit)} | {low} to {high} | {ratio:.2f} "
-            f"| {row.seconds:.1f}, {row.fixed_seconds:.1f} |"
+            f"| {_spread(row.predictions, row.unit)} | {_spread(row.gains, row.unit)} "
+            f"| {ratio} | {row.seconds:.1f}, {row.fixed_seconds:.1f} |"
         )
     return "\n".join(lines)
 
