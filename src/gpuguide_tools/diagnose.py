@@ -20,6 +20,7 @@ From Python (a notebook): ``gpuguide.diagnose(step)`` returns a :class:`Diagnosi
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -554,10 +555,11 @@ def _loops(c: _Context) -> list[Finding]:
     op_s = c.profile.per_step(
         sum(t * len(g) for t, g in zip(typical, looped, strict=True))
     )
-    glue = _glue(top, {id(e) for g in looped for e in g})
+    loop = {id(e) for g in looped for e in g}
+    glue = _glue(top, loop)
     glue_s = c.profile.per_step(sum(_without_views(e) for e in glue) * c.profile.scale)
-    share = calls / max(1, len(top))
-    idle_s = c.breakdown.get("idle", 0.0) * share
+    gaps = _gaps(top, loop, loop | {id(e) for e in glue})
+    idle_s = c.profile.per_step(gaps * c.profile.scale)
     # the batched call costs at least one call of the loop; the host's gaps between
     # the calls go too, and so do the calls that split the input into samples and
     # stack the outputs back
@@ -574,6 +576,17 @@ def _loops(c: _Context) -> list[Finding]:
     }
     title = "a loop of small identical calls (per-sample work)"
     return [c.finding("per_sample_loop", title, evidence, gain)]
+
+
+def _gaps(top: list[Any], loop: set[int], around: set[int]) -> float:
+    """Seconds between consecutive calls of the loop (the host's Python between
+    them), and between the loop and its split or stack."""
+    gaps = 0.0
+    for a, b in itertools.pairwise(top):
+        ours = id(a) in around and id(b) in around and {id(a), id(b)} & loop
+        if ours and b.time_range.start > a.time_range.end:
+            gaps += (b.time_range.start - a.time_range.end) * 1e-6
+    return gaps
 
 
 def _without_views(event: Any) -> float:
