@@ -72,6 +72,8 @@ def test_a_gpu_broken_step_gets_its_page_and_the_fixed_twin_nothing(cause):
     measured = broken.step_s - fixed.step_s
     print(f"{cause}: predicted {finding.gain_s:.4g} s, measured {measured:.4g} s")
     assert seconds < 30
+    # not yet run on a GPU: the bound stays a factor of 2 until a lent GPU measures
+    # these pairs (diagnose_corpus/measure.py times on the host clock, CPU only)
     assert measured / 2 <= finding.gain_s <= measured * 2
 
 

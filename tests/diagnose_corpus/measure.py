@@ -149,15 +149,15 @@ def measure(cause: str) -> Row:
     fixed, fixed_seconds = diagnosed(f"{cause}_fixed")
     unit = "bytes" if cause == "kept_losses" else "s"
     twins = {kind: _load(cause, kind) for kind in _order(0)}
-    pages, predictions, gains, seconds = set(), [], [], []
+    pages, predictions, gains, seconds, missed = set(), [], [], [], 0
     for r in range(ROUNDS):
         broken, spent = diagnosed(f"{cause}_broken")
         seconds.append(spent)
-        for f in broken.findings:
-            if f.cause == cause:
-                pages.add(f.page)
-                amount = f.gain_bytes if unit == "bytes" else f.gain_s
-                predictions.append(amount or 0.0)
+        found = [f for f in broken.findings if f.cause == cause]
+        pages |= {f.page for f in found}
+        missed += not found
+        amounts = [f.gain_bytes if unit == "bytes" else f.gain_s for f in found]
+        predictions.append((amounts[0] or 0.0) if amounts else 0.0)  # 0: not found
         if unit == "bytes":
             gains.append(_memory_gain(cause, r))
         elif cause in _COMPILES:
@@ -166,7 +166,7 @@ def measure(cause: str) -> Row:
             gains.append(_timed_gain(twins, r))
     return Row(
         cause,
-        len(predictions) == ROUNDS,
+        missed == 0,
         ", ".join(sorted(pages)),
         tuple(f.cause for f in fixed.findings),
         tuple(predictions),
