@@ -180,3 +180,9 @@ def test_each_runs_segment_map_has_a_row_per_segment_and_a_bar_per_block():
     assert len(bars) == 2  # two blocks in the one segment
     assert [len(ax.collections) for ax in axes] == [1, 2]
     plt.close(fig)
+
+
+def test_read_back_gives_each_names_settings_from_its_own_process():
+    got = allocator.read_back("expandable_segments:True")
+    assert list(got) == list(allocator.NAMES)
+    assert all(allocator.expandable(settings) for settings in got.values()), got

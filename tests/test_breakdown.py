@@ -10,6 +10,7 @@ import torch
 from gpuguide.breakdown import (
     CATEGORIES,
     TimeBudget,
+    _linked_events,
     budget_from_events,
     categorize,
     time_budget,
@@ -24,6 +25,7 @@ from gpuguide.breakdown import (
         ("autograd::engine::evaluate_function: MmBackward0", "gemm"),
         ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64", "gemm"),
         ("ampere_sgemm_128x64_tn", "gemm"),
+        ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", "gemm"),  # cuBLAS on Hopper
         ("aten::_scaled_dot_product_flash_attention", "attention"),
         ("flash_fwd_kernel", "attention"),
         ("fmha_cutlassF_f16_aligned_64x64_rf_sm80", "attention"),
@@ -81,6 +83,40 @@ def test_cuda_kernels_take_their_launching_operator_category() -> None:
     assert budget.seconds["idle"] == pytest.approx(100e-6)  # 0..100 host-only
     assert budget.gap == pytest.approx(0.2)
     assert "gemm" in str(budget)
+
+
+def test_kernels_without_a_link_get_it_from_the_raw_kineto_events() -> None:
+    """torch's events() without linked_correlation_id: each kernel's comes from the
+    raw event with its span (the same us arithmetic), so it counts as its launcher's
+    category; a kernel with no raw twin stays unlinked."""
+    mm = _event("aten::mm", 0, 5, id=7)
+    kernels = [_event("kernel_a", 10, 30, "CUDA"), _event("kernel_b", 40, 50, "CUDA")]
+    for event in (mm, *kernels):
+        del event.linked_correlation_id
+
+    def raw(start_us, end_us, device, linked):
+        start, end = 1000 * start_us + 5000, 1000 * end_us + 5000
+        kind = SimpleNamespace(name=device)
+        return SimpleNamespace(
+            start_ns=lambda: start,
+            end_ns=lambda: end,
+            device_type=lambda: kind,
+            linked_correlation_id=lambda: linked,
+        )
+
+    results = SimpleNamespace(
+        trace_start_ns=lambda: 5000,
+        events=lambda: [raw(0, 5, "CPU", 0), raw(10, 30, "CUDA", 7)],
+    )
+    prof = SimpleNamespace(
+        events=lambda: [mm, *kernels],
+        profiler=SimpleNamespace(kineto_results=results),
+    )
+    events = _linked_events(prof)
+    assert [getattr(e, "linked_correlation_id", None) for e in events] == [None, 7, 0]
+    budget = budget_from_events(events, step_s=50e-6, steps=1, device="cuda:0")
+    assert budget.seconds["gemm"] == pytest.approx(20e-6)
+    assert budget.seconds["other"] == pytest.approx(10e-6)
 
 
 def test_cpu_self_time_of_an_uncategorized_parent_is_other() -> None:

@@ -24,3 +24,21 @@ def test_the_formula_matches_the_counter_on_written_out_attention() -> None:
     head = config.width // config.heads
     square = 12 * config.layers * config.heads * head * config.context * n_tokens
     assert counter.get_total_flops() == 6 * weights * n_tokens + square
+
+
+def test_compiled_blocks_share_one_graph_across_blocks_models_and_batches() -> None:
+    """compile_blocks: one graph for every block, a new model's blocks and a
+    doubled batch (the MFU page's "+ 2x batch" row), so compiling happens once."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    config = gpt_config("cpu", small=True)
+    for batch in (config.batch, config.batch, 2 * config.batch):  # two models at 4
+        model = GPT(config)
+        model.compile_blocks()
+        tokens = torch.randint(config.vocab, (batch, config.context))
+        assert model(tokens).shape == (batch, config.context, config.vocab)
+    assert counters["stats"]["unique_graphs"] == 1
+    assert counters["stats"]["calls_captured"] > 0
+    torch._dynamo.reset()

@@ -40,7 +40,7 @@ device = page.device
 # ``PYTORCH_ALLOC_CONF`` (which torch 2.9.1 ignored for expandable segments), so
 # each run reads back what it got (on a GPU, a snapshot's ``allocator_settings``).
 conf = "expandable_segments:True"
-read = {n: allocator.run_fresh({n: conf})["settings"] for n in allocator.NAMES}
+read = allocator.read_back(conf)  # a fresh process per name
 honoured = [n for n, settings in read.items() if allocator.expandable(settings)]
 print(f"{conf} read back under {' and '.join(honoured) or 'neither name'}")
 
@@ -103,9 +103,9 @@ if runs:
 # makes two gradients of that size. The chunked loss (Liger-Kernel's design) goes
 # over chunks of tokens, computing from each chunk's logits the loss and at once
 # its gradients: one chunk's logits exist at a time, backward only scales the
-# gradients, and the matrix products are the full loss's three. On a GPU the
-# vocabulary is 128k in bf16, as in LLM training, and the tokens 16k if the full
-# loss's logits, log-softmax and gradient fit the memory budget.
+# gradients, and the matrix products are the full loss's three. A GPU takes Llama
+# 3's vocabulary of 128,256 (under 2**31 logits, where CUDA's loss has failed:
+# pytorch#85786) in bf16, and 16k tokens if the full loss fits the memory budget.
 
 
 class ChunkedCrossEntropy(torch.autograd.Function):
@@ -136,7 +136,7 @@ def full_loss(hidden, weight, targets):
     return F.cross_entropy(hidden @ weight.T, targets)
 
 
-vocab, width, tokens = (131072, 1024, 16384) if page.cuda else (32768, 256, 512)
+vocab, width, tokens = (128256, 1024, 16384) if page.cuda else (32768, 256, 512)
 if page.small:
     vocab, width, tokens = 8192, 64, 256
 dtype = torch.bfloat16 if page.cuda else torch.float32

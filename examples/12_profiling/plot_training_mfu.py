@@ -34,7 +34,8 @@ print(config)
 # Each change keeps the ones before it: bf16 autocast (tensor cores), PyTorch's
 # fused attention (SDPA) in place of the written-out one, ``torch.compile``, AdamW's
 # fused kernel, and a batch twice as large. ``compile_blocks`` compiles each block
-# in place: the blocks share one graph, so compiling takes no longer with depth.
+# in place, with dynamic shapes: the blocks share one graph, so compiling takes no
+# longer with depth, and the doubled batch needs no second compile.
 def make_step(dtype, sdpa, compiled, fused, batch):
     model = GPT(config, sdpa=sdpa).to(device)
     if compiled:
@@ -60,8 +61,8 @@ def make_step(dtype, sdpa, compiled, fused, batch):
 # attention's two matmuls, 12 * layers * heads * head width * context per token, of
 # which a causal mask needs half. ``FlopCounterMode`` counts the matmuls it sees:
 # only the weight matrices' (the position table, biases and norms multiply none),
-# the whole attention square where attention is written out, and nothing for a
-# kernel it has no formula for.
+# and attention's whole square (it ignores the mask) where it is written out or
+# SDPA's kernel has a formula (CUDA's do; the CPU's has none).
 L, H, T = config.layers, config.heads, config.context
 model, step = make_step(torch.float32, True, False, False, config.batch)
 N = sum(p.numel() for p in model.parameters())
@@ -70,15 +71,20 @@ formula = tokens * (6 * N + 12 * L * H * (config.width // H) * T / 2)
 with FlopCounterMode(display=False) as counter:
     step()
 counted = counter.get_total_flops()
+weights = sum(p.numel() for p in model.parameters() if p.dim() == 2)
+attention = counted - 6 * tokens * (weights - model.position.weight.numel())
 print(f"{N / 1e6:.2f}M parameters, {tokens} tokens per step")
-print(f"formula: {formula / 1e9:.3f} GFLOP; FlopCounterMode: {counted / 1e9:.3f} GFLOP")
+print(
+    f"formula: {formula / 1e9:.3f} GFLOP; FlopCounterMode: {counted / 1e9:.3f} "
+    f"GFLOP, {attention / 1e9:.3f} of them attention's"
+)
 
 # %%
 # Step time and MFU as the step improves
 # --------------------------------------
 # One row per change, each against the row above it per sample (the last row's
 # step holds twice the samples). MFU is the formula's FLOP per second over the
-# datasheet's bf16 peak; a CPU has no datasheet, so there it is over a bf16 matmul
+# datasheet's bf16 peak; without one (a CPU has none), over a bf16 matmul
 # measured here.
 bf16 = torch.bfloat16
 changes = {
@@ -97,7 +103,8 @@ if not page.cuda:
 n = 8192 if page.cuda else 512
 a, b = (torch.randn(n, n, device=device, dtype=bf16) for _ in range(2))
 matmul = gpuguide.benchmark(torch.mm, args=(a, b)).rate(2 * n**3)
-peak = (page.peaks.flops_for(bf16) if page.cuda else None) or matmul.value
+datasheet = page.peaks.flops_for(bf16) if page.cuda else None
+peak = datasheet or matmul.value
 rows, previous = [], None
 for name, (dtype, sdpa, compiled, fused, batch) in changes.items():
     model, step = make_step(dtype, sdpa, compiled, fused, batch)
@@ -109,7 +116,7 @@ for name, (dtype, sdpa, compiled, fused, batch) in changes.items():
     rows.append({"change": name, "step": time, "speed-up per sample": verdict})
     rows[-1] |= {"TFLOP/s": rate, "MFU": rate.value / peak}
     previous = per_sample
-source = "datasheet" if page.cuda else "measured"
+source = "datasheet" if datasheet else "measured"
 print(gpuguide.table(rows, title=f"GPT step; MFU of the {source} bf16 peak"))
 fig, ax = plt.subplots()
 ax.barh([r["change"] for r in rows][::-1], [100 * r["MFU"] for r in rows][::-1])
@@ -134,8 +141,9 @@ print(
 # -------------------------------
 # The profiler's kernels (on a CPU, its operators) by category, and ``idle``: the
 # time with nothing running. The categories add up to the step timed without the
-# profiler.
-budget = time_budget(step, steps=10, device=str(device))
+# profiler (10 rounds on a CPU, whose shared cores vary more; 3 on a GPU, where
+# reading a profile of thousands of kernels takes most of a second).
+budget = time_budget(step, steps=3 if page.cuda else 10, device=str(device))
 print(budget)
 gpuguide.claim(
     "the time budget sums to within 5% of the measured step",

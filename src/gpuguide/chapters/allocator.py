@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpuguide.memory import track_memory
@@ -22,6 +23,7 @@ __all__ = [
     "allocator_settings",
     "draw_segments",
     "expandable",
+    "read_back",
     "run_fresh",
     "summary",
     "tensor_peak_bytes",
@@ -139,6 +141,14 @@ def run_fresh(conf: Mapping[str, str], *train: int) -> dict[str, Any]:
         msg = f"{' '.join(command)} failed ({done.returncode}): {done.stderr[-2000:]}"
         raise RuntimeError(msg)
     return dict(json.loads(lines[-1].removeprefix(MARK)))
+
+
+def read_back(conf: str) -> dict[str, dict[str, Any]]:
+    """The settings a fresh process reads back when given ``conf`` under each of
+    :data:`NAMES`; the processes (no training) run at once."""
+    with ThreadPoolExecutor(len(NAMES)) as pool:
+        runs = list(pool.map(lambda name: run_fresh({name: conf}), NAMES))
+    return {name: run["settings"] for name, run in zip(NAMES, runs, strict=True)}
 
 
 def _main(args: list[str]) -> None:

@@ -75,9 +75,10 @@ class GPT(nn.Module):
         self.norm = nn.LayerNorm(config.width)
 
     def compile_blocks(self) -> None:
-        """Compile each block in place: they share one graph, compiled once."""
+        """Compile each block in place: they share one graph, compiled once, with
+        the batch and context dimensions dynamic (one graph for every batch size)."""
         for block in self.blocks:
-            block.compile()
+            block.compile(dynamic=True)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Next-token logits, ``(batch, context, vocab)``."""
