@@ -10,9 +10,9 @@ import torch
 from gpuguide.breakdown import (
     CATEGORIES,
     TimeBudget,
-    _linked_events,
     budget_from_events,
     categorize,
+    linked_events,
     time_budget,
 )
 
@@ -112,7 +112,7 @@ def test_kernels_without_a_link_get_it_from_the_raw_kineto_events() -> None:
         events=lambda: [mm, *kernels],
         profiler=SimpleNamespace(kineto_results=results),
     )
-    events = _linked_events(prof)
+    events = linked_events(prof)
     assert [getattr(e, "linked_correlation_id", None) for e in events] == [None, 7, 0]
     budget = budget_from_events(events, step_s=50e-6, steps=1, device="cuda:0")
     assert budget.seconds["gemm"] == pytest.approx(20e-6)

@@ -13,6 +13,7 @@ __all__ = [
     "TimeBudget",
     "budget_from_events",
     "categorize",
+    "linked_events",
     "time_budget",
 ]
 
@@ -123,7 +124,7 @@ def _spans(events: list[Any], cuda: bool) -> list[tuple[float, float, str]]:
     return spans
 
 
-def _linked_events(prof: Any) -> list[Any]:
+def linked_events(prof: Any) -> list[Any]:
     """A finished profile's ``events()``, each device event with the correlation id
     of the operator that launched it (``linked_correlation_id``: torch's own where
     its events have one, else read from the raw Kineto events, matched by span)."""
@@ -209,7 +210,7 @@ def time_budget(
             step()
             sync()
         budgets.append(
-            budget_from_events(_linked_events(prof), step_s=1, steps=1, device=name)
+            budget_from_events(linked_events(prof), step_s=1, steps=1, device=name)
         )
     fastest = min(budgets, key=lambda budget: sum(budget.seconds.values()))
     return TimeBudget(name, min(times), fastest.seconds)
