@@ -153,7 +153,7 @@ def test_times_summary_sets_a_gpu_build_against_its_budgets():
     assert by_page["plot_b"].endswith("of  20.0 s  OVER BUDGET")
     assert by_page["plot_a"].endswith("of   5.0 s")
     assert by_page["plot_c"].endswith("(no budget declared)")
-    assert "the guide's GPU budget is 300 s" in lines[-2]
+    assert "the guide's GPU budget is 320 s" in lines[-2]
     assert lines[-1].strip() == "over budget: plot_b"
     # Without budgets (a CPU build), no page is flagged.
     assert not any("BUDGET" in line for line in record_build.times_summary(times, 40.0))

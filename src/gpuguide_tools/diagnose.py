@@ -807,7 +807,7 @@ def diagnose(
     """
     from torch.profiler import ProfilerActivity, profile
 
-    from gpuguide.breakdown import budget_from_events
+    from gpuguide.breakdown import budget_from_events, linked_events
 
     say = progress or (lambda line: None)
     start = time.perf_counter()
@@ -829,7 +829,7 @@ def diagnose(
         activities=activities, record_shapes=True, profile_memory=True, with_stack=False
     ) as prof:
         profiled = [run() for _ in range(steps)]
-    events = list(prof.events())
+    events = linked_events(prof)  # kernels know their operator, also on torch 2.11
     step_s = statistics.median(times)
     budget = budget_from_events(events, step_s=step_s, steps=steps, device=device)
     window_s = sum(budget.seconds.values())  # one profiled step
