@@ -198,6 +198,14 @@ def test_script_metadata_lists_the_wheel_and_what_the_page_imports():
         site_wheel.insert_header(SOURCE + "import surely_not_installed\n", INSTALL)
 
 
+def test_triton_is_left_to_torch_which_requires_it_on_cuda():
+    header = site_wheel.insert_header(SOURCE + "import triton\n", INSTALL)
+    deps = script_metadata(header)["dependencies"]
+    names = [re.split(r"[ <>=@;]", dep, maxsplit=1)[0] for dep in deps]
+    assert "torch" in names
+    assert "triton" not in names
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e.stem for e in EXAMPLES])
 def test_every_page_s_download_declares_its_imports(example):
     source = example.read_text()

@@ -105,6 +105,9 @@ _OLD_CELLS = ("# This notebook needs the small gpuguide helper package",)
 
 #: The modules that the helpers' wheel itself provides.
 _OWN_MODULES = frozenset({"gpuguide", "gpuguide_tools"})
+#: Modules torch's own wheels require where a page can use them: triton comes with
+#: every Linux CUDA wheel of torch, and a page imports it only on CUDA.
+_WITH_TORCH = frozenset({"triton"})
 
 # The checkout's commit and dirty mark when the build started (_config_inited).
 _source_at_start: list[tuple[str, bool] | None] = []
@@ -247,7 +250,7 @@ def imported_distributions(source: str) -> list[str]:
     owners = importlib.metadata.packages_distributions()
     found = set()
     for module in sorted(_imported_modules(source)):
-        if module in sys.stdlib_module_names or module in _OWN_MODULES:
+        if module in sys.stdlib_module_names or module in _OWN_MODULES | _WITH_TORCH:
             continue
         if module not in owners:
             msg = f"no installed distribution provides the imported module {module!r}"

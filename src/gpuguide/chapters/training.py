@@ -21,6 +21,12 @@ class GPTConfig(NamedTuple):
     vocab: int
     batch: int
 
+    def __str__(self) -> str:
+        return (
+            f"GPT of {self.layers} layers, {self.width} wide, {self.heads} heads; "
+            f"context {self.context}, vocabulary {self.vocab}, batch {self.batch}"
+        )
+
 
 def gpt_config(device: torch.device | str, *, small: bool = False) -> GPTConfig:
     """About 350M parameters on a GPU (GPT-2 medium), a few million on a CPU."""
