@@ -43,6 +43,13 @@ def test_rate_prints_its_spread_in_the_prefix_of_its_value():
     assert str(Rate(5.0, "tok/s", 4.0, 6.0)) == "5.00 tok/s (4.00-6.00)"
 
 
+def test_a_rate_over_another_spans_the_extreme_ratios_of_their_intervals():
+    fast, slow = Rate(8.0, "B/s", 6.0, 10.0), Rate(2.0, "B/s", 1.0, 4.0)
+    assert fast.over(slow) == {"value": 4.0, "spread": (1.5, 10.0)}
+    with pytest.raises(ValueError, match="another rate in B/s"):
+        fast.over(Rate(2.0, "FLOP/s", 1.0, 4.0))
+
+
 def test_rate_refuses_a_zero_quartile_and_an_inverted_interval():
     with pytest.raises(ValueError, match="quartile of 0"):
         _m("z", 0.0, 0.0, 1.0).rate(1.0)

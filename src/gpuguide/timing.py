@@ -186,6 +186,19 @@ class Rate:
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)
 
+    def over(self, other: Rate) -> dict[str, Any]:
+        """This rate divided by ``other``, as :func:`gpuguide.claim`'s ``value`` and
+        ``spread``: the spread runs from the lowest ratio of the two intervals to
+        the highest (``low / other.high`` to ``high / other.low``)."""
+        if self.unit != other.unit or other.low <= 0:
+            msg = f"need another rate in {self.unit} above 0, got {other}"
+            raise ValueError(msg)
+        value, spread = (
+            self.value / other.value,
+            (self.low / other.high, self.high / other.low),
+        )
+        return {"value": value, "spread": spread}
+
 
 def benchmark(
     fn: Callable[..., Any],
