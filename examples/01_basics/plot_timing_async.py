@@ -42,8 +42,8 @@ print(f"float32 matmul, n = {n}")
 # :func:`gpuguide.benchmark` warms up, then times each call on its own (CUDA events
 # on a GPU, a monotonic clock on the CPU) and reports the median and the IQR. One
 # untimed call comes first: the first matmul of a size can pay one-time costs (next
-# page), which would make the warm-up's estimate of a call, and with it the number of
-# timed calls, far too small.
+# page), which would inflate the warm-up's estimate of a call and so cut the number
+# of calls it times.
 torch.matmul(a, b, out=out)
 ref = benchmark(torch.matmul, args=(a, b), kwargs={"out": out}, label="the reference")
 report("reference matmul", ref, size=n)

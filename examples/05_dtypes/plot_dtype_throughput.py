@@ -152,8 +152,8 @@ gpuguide.claim(
 # %%
 # Throughput against size
 # -----------------------
-# Every curve rises with ``n`` before it flattens; on a GPU the 16-bit curves later
-# and higher. The legend gives each dtype's best rate. On an H100 expect the best
+# A fast path's curve rises with ``n`` before it flattens (on a GPU the 16-bit ones
+# later and higher); a slow path, such as fp16 on most CPUs, can stay low or fall. The legend gives each dtype's best rate. On an H100 expect the best
 # bf16 and fp16 at 65-85% of the dense peak (MAMF's best: 794.5 of 989.5 TFLOP/s).
 best_rate = {k: format_value(best[k].rate(1).value, "FLOP/s") for k in best}
 title = f"fastest here: {first} over {second}, {verdict.short}"
