@@ -206,3 +206,24 @@ def test_the_step_runs_in_its_own_namespace(tmp_path):
     assert float(step()) == 16.0
     assert step.__globals__["__name__"] == "__gpuguide_diagnose__"
     assert str(tmp_path) not in sys.path
+
+
+def test_bad_counts_and_budgets_are_refused_before_any_step_runs(monkeypatch):
+    calls = []
+
+    def step():
+        calls.append(1)
+
+    for options in ({"steps": 0}, {"warmup": 0}, {"budget_s": 0.0}, {"budget_s": -1}):
+        with pytest.raises(tool.DiagnoseError, match="must be"):
+            tool.diagnose(step, **options)
+    monkeypatch.setenv(tool.BUDGET_ENV, "soon")
+    with pytest.raises(tool.DiagnoseError, match=f"{tool.BUDGET_ENV}='soon'"):
+        tool.diagnose(step)
+    assert calls == []
+
+
+def test_the_report_says_how_many_steps_it_timed_and_profiled():
+    found = tool.diagnose(lambda: torch.ones(8).sum(), warmup=1, steps=2)
+    first = str(found).splitlines()[0]
+    assert "median of 2 timed steps after 1 warm-up; 2 more profiled" in first

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import re
 import runpy
@@ -201,7 +202,11 @@ class Diagnosis:
         }
 
     def __str__(self) -> str:
-        lines = [f"step: {self.step_s * 1e3:.2f} ms on {self.device} (median)"]
+        lines = [
+            f"step: {self.step_s * 1e3:.2f} ms on {self.device} (median of "
+            f"{self.steps} timed steps after {self.warmup} warm-up; {self.steps} "
+            "more profiled)"
+        ]
         lines += ["breakdown (ms per step, share):"]
         lines += [
             f"  {name:<12} {s * 1e3:9.2f} {s / self.step_s:7.1%}"
@@ -762,14 +767,17 @@ def _quote(page: str, device: str, folder: Path | None) -> str:
 
 
 def _budget_s(budget_s: float | None) -> float:
-    if budget_s is not None:
-        return budget_s
     text = os.environ.get(BUDGET_ENV, "").strip()
-    try:
-        return float(text) if text else DEFAULT_BUDGET_S
-    except ValueError:
-        msg = f"{BUDGET_ENV} must be a number of seconds, got {text!r}"
-        raise DiagnoseError(msg) from None
+    given = f"got {budget_s!r}" if budget_s is not None else f"{BUDGET_ENV}={text!r}"
+    if budget_s is None:
+        try:
+            budget_s = float(text) if text else DEFAULT_BUDGET_S
+        except ValueError:
+            budget_s = math.nan
+    if not 0 < budget_s < math.inf:
+        msg = f"the time budget must be a positive number of seconds, {given}"
+        raise DiagnoseError(msg)
+    return budget_s
 
 
 def _provenance(device: str) -> dict[str, str]:
@@ -809,6 +817,9 @@ def diagnose(
 
     from gpuguide.breakdown import budget_from_events, linked_events
 
+    if warmup < 1 or steps < 1:
+        msg = f"warmup and steps must be >= 1, got warmup={warmup}, steps={steps}"
+        raise DiagnoseError(msg)
     say = progress or (lambda line: None)
     start = time.perf_counter()
     limit = _budget_s(budget_s)
