@@ -36,9 +36,9 @@ device = page.device
 # ------------------------------------
 # Allocator settings come from an environment variable read once, when the
 # allocator starts: set it before the process touches the GPU, or in a fresh
-# process. torch reads ``PYTORCH_CUDA_ALLOC_CONF`` and the newer
-# ``PYTORCH_ALLOC_CONF`` (which torch 2.9.1 ignored for expandable segments), so
-# each run reads back what it got (on a GPU, a snapshot's ``allocator_settings``).
+# process. torch reads ``PYTORCH_CUDA_ALLOC_CONF`` and the newer ``PYTORCH_ALLOC_CONF``
+# (torch 2.9.1 ignored it for expandable segments: pytorch#183387), so each run
+# reads back what it got (on a GPU, a snapshot's ``allocator_settings``).
 conf = "expandable_segments:True"
 read = allocator.read_back(conf)  # a fresh process per name
 honoured = [n for n, settings in read.items() if allocator.expandable(settings)]

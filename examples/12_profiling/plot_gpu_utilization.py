@@ -62,7 +62,7 @@ def run(step, flop, seconds):
 # %%
 # Three loops
 # -----------
-# A kernel launched with one block runs on one SM (an H100 has 132): this Triton
+# A kernel launched with one block runs on one SM (an H100 SXM has 132): this Triton
 # kernel sums a vector in a single program. A large matrix product fills every SM.
 # The tiny loop scales 256 numbers a hundred times: each kernel is done before
 # Python has launched the next.

@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from gpuguide.host import read_text
+
 __all__ = ["OCCUPANCY", "core_seconds", "kernel_occupancy", "sampling"]
 
 #: The field of a kernel's record, in the profiler's trace, that estimates the
@@ -46,11 +48,10 @@ def sampling(
 def core_seconds(schedstat: Path = _SCHEDSTAT) -> tuple[float, float]:
     """This thread's seconds on a core and seconds waiting for one, so far: Linux's
     ``schedstat``; elsewhere the thread's CPU time, and no wait."""
-    try:
-        running_ns, waiting_ns = schedstat.read_text().split()[:2]
-    except (OSError, ValueError):  # not Linux, or not readable
+    fields = (read_text(schedstat) or "").split()
+    if len(fields) < 2:  # not Linux, or not readable
         return time.thread_time(), 0.0
-    return int(running_ns) / 1e9, int(waiting_ns) / 1e9
+    return int(fields[0]) / 1e9, int(fields[1]) / 1e9
 
 
 def kernel_occupancy(prof: Any) -> float | None:
