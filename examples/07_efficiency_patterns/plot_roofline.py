@@ -86,10 +86,10 @@ report("float32 matmul rate", mm.rate(flop), peak=roofline.matmul, size=side)
 # ``(m x k) @ (k x m)`` writes an ``m x m`` result whatever ``k`` is, while its work
 # grows with ``k``: ``2 m^2 k`` FLOP for ``4 (2 m k + m^2)`` bytes, about ``k / 2``
 # FLOP/byte while ``k`` is much smaller than ``m``. As ``k`` grows the points move
-# right, towards and past the ridge, and their FLOP/s rises; how close each stays to
-# its roof depends on the matmul library's handling of thin shapes (the table below
-# gives each one's share of its roof). ``k`` doubles while a call fits the budget;
-# ``m`` >= 4096 outside small mode.
+# right, towards and past the ridge, and their FLOP/s rises (overall, not at every
+# step of ``k``); how close each stays to its roof depends on the matmul library's
+# handling of thin shapes (the table below gives each one's share of its roof).
+# ``k`` doubles while a call fits the budget; ``m`` >= 4096 outside small mode.
 m = largest_size(
     64, 8192, memory_at=lambda s: 8 * s * s, traffic_at=lambda s: 8 * s * s
 )
@@ -109,8 +109,8 @@ print(inner)
 ks = roofline.add_sweep(inner, "torch.mm", "k")
 first, last = inner.rate("torch.mm", 1), inner.rate("torch.mm")
 gpuguide.claim(
-    f"the k sweep's FLOP/s rises with k: k={inner.sizes[-1]} reaches at least "
-    "1.5x k=1's",
+    f"the k sweep's FLOP/s rises from its first k to its last: k={inner.sizes[-1]} "
+    "reaches at least 1.5x k=1's",
     last.value / first.value,
     spread=(last.low / first.high, last.high / first.low),
     at_least=1.5,

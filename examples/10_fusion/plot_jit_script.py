@@ -81,10 +81,9 @@ for w in scripting[0]:
 # %%
 # When does TorchScript fuse?
 # ---------------------------
-# TorchScript records the shapes of its first call(s) before it optimises, so
-# fusion can start from the second or third call. ``torch.profiler`` lists what
-# one call ran: on a GPU every kernel; on a CPU (where TorchScript's fuser is off)
-# every ``sin`` operator and every call into a compiled graph.
+# TorchScript records the shapes of its first call(s) before it optimises, so fusion
+# can start from the second or third call. ``torch.profiler`` lists what one call ran:
+# every kernel on a GPU; every ``sin`` and compiled graph on a CPU (no fuser there).
 kinds = [ProfilerActivity.CPU, ProfilerActivity.CUDA][: 1 + page.cuda]
 
 
@@ -103,7 +102,8 @@ with warnings.catch_warnings(record=True) as caught:
     per_call = [len(what_ran(scripted)) for _ in range(3)]
 called = [w for w in caught if "`torch.jit" in str(w.message)]
 fused_from = next((i + 1 for i, c in enumerate(per_call) if c < depth), None)
-print(f"TorchScript, calls 1, 2, 3: {per_call} per call; fused from call {fused_from}")
+said = f"fused from call {fused_from}" if fused_from else "not fused in 3 calls"
+print(f"TorchScript, calls 1, 2, 3: {per_call} passes per call; {said}")
 fuses = "on a GPU, TorchScript fuses the chain from its second or third call"
 gpuguide.claim(fuses, holds=fused_from in (2, 3), measured=f"{per_call}", on="cuda")
 
