@@ -101,7 +101,7 @@ gpuguide.claim(
 # -----------------------------
 # Two FLOP per 16 bytes moved: memory traffic, not arithmetic, sets the time, and
 # counting the copies the data crosses the host link, slower than the CPU's memory.
-# Sizes that fit in a cache run faster than main memory: their shares read 100%.
+# Shares stop at 100%: sizes that fit in a cache beat the ceiling (main memory's).
 elementwise = Sweep(
     "x * a + b",
     lambda n, dev: [torch.randn(n, device=dev) for _ in range(4)],
