@@ -4,7 +4,7 @@ A training step's time, and its MFU
 
 How far is a training step from what the device can do? Model-FLOP utilization
 (MFU) answers it: the FLOP the model needs per step, divided by the step time and
-by a peak. This page trains a GPT-style model sized to the device, measures what
+by a peak. This page trains a GPT-style model sized by device type, measures what
 each usual change to the step adds, counts the step's FLOP by formula and with
 :class:`torch.utils.flop_counter.FlopCounterMode`, and splits its time by the
 profiler.
