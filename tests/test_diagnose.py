@@ -8,6 +8,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import jsonschema
 import pytest
@@ -227,3 +228,75 @@ def test_the_report_says_how_many_steps_it_timed_and_profiled():
     found = tool.diagnose(lambda: torch.ones(8).sum(), warmup=1, steps=2)
     first = str(found).splitlines()[0]
     assert "median of 2 timed steps after 1 warm-up; 2 more profiled" in first
+
+
+# -- the CUDA detectors on made-up profiles (this machine may have no GPU) ----------
+
+
+def _event(name, start_us, end_us, device="CPU", shapes=(), dtypes=()):
+    return SimpleNamespace(
+        name=name,
+        device_type=SimpleNamespace(name=device),
+        time_range=SimpleNamespace(start=start_us, end=end_us),
+        cpu_parent=None,
+        cpu_children=[],
+        input_shapes=list(shapes),
+        input_dtypes=list(dtypes),
+        cpu_memory_usage=0,
+    )
+
+
+def _cuda_context(events, memory_after=None, gemm_s=0.0):
+    memory = {"allocated": 0.0, "retries": 0.0, "reserved": 1.0, "inactive_split": 0.0}
+    compiled = {"compiles": [], "breaks": 0, "failures": {}}
+    return tool._Context(
+        device="cuda:0",
+        step_s=0.01,
+        breakdown={"gemm": gemm_s},
+        profile=tool._Profile(events, steps=1),
+        compile_before=compiled,
+        compile_after=compiled,
+        timed_steps=1,
+        memory_before=memory,
+        memory_after=memory | (memory_after or {}),
+    )
+
+
+def test_syncs_count_the_steps_waits_but_not_the_tools_own():
+    own = [_event(tool._SYNC_LABEL, 0, 6000), _event("cudaDeviceSynchronize", 1, 6000)]
+    wait = [_event("aten::_local_scalar_dense", 7000, 9000)]
+    wait += [_event("cudaStreamSynchronize", 7000, 9000)]
+    (found,) = tool._syncs(_cuda_context(own + wait))
+    assert (found.cause, found.gain_s) == ("sync_in_loop", pytest.approx(2e-3))
+    assert tool._syncs(_cuda_context(own)) == []
+
+
+def test_pageable_copies_are_found_and_pinned_ones_are_not():
+    pageable = _event("Memcpy HtoD (Pageable -> Device)", 0, 4000, device="CUDA")
+    (found,) = tool._copies(_cuda_context([pageable]))
+    assert (found.cause, found.gain_s) == ("pageable_copies", pytest.approx(2e-3))
+    pinned = _event("Memcpy HtoD (Pinned -> Device)", 0, 4000, device="CUDA")
+    assert tool._copies(_cuda_context([pinned])) == []
+
+
+def test_allocator_retries_make_a_finding_and_none_make_none():
+    malloc = [_event("cudaMalloc", 0, 1000), _event("cudaFree", 1000, 3000)]
+    (found,) = tool._allocator(_cuda_context(malloc, {"retries": 2.0}))
+    assert (found.cause, found.gain_s) == ("allocator", pytest.approx(3e-3))
+    assert found.evidence["retries_per_step"] == 2.0
+    assert tool._allocator(_cuda_context(malloc)) == []
+
+
+def test_fp32_and_misaligned_matmuls(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (8, 0))
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "highest")
+    square = [[1024, 1024], [1024, 1024]]
+    mm = _event("aten::mm", 0, 8000, shapes=square, dtypes=["float", "float"])
+    found = tool._matmuls(_cuda_context([mm], gemm_s=8e-3))
+    assert [(f.cause, f.gain_s) for f in found] == [("fp32_matmul", 4e-3)]
+    odd = _event("aten::mm", 0, 8000, shapes=[[1000, 1001], [1001, 1000]])
+    odd.input_dtypes = ["c10::BFloat16", "c10::BFloat16"]
+    found = tool._matmuls(_cuda_context([odd], gemm_s=8e-3))
+    assert [(f.cause, f.gain_s) for f in found] == [("misaligned_gemm", 2e-3)]
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
+    assert tool._matmuls(_cuda_context([mm], gemm_s=8e-3)) == []

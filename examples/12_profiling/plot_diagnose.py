@@ -85,12 +85,12 @@ def make_step(fixes):
 # %%
 # Diagnose, fix the top finding, diagnose again
 # ---------------------------------------------
-# ``diagnose`` runs two warm-up steps, times three and profiles three more. Its
-# report holds the step's time budget (the profiled step's time per category;
-# ``idle``: no operator running, or on a GPU no kernel), torch's counters, the
-# findings (the largest predicted gain first) and the tool's own overhead. A fix
-# changes the rest of the budget, so after each fix the step is diagnosed again,
-# until no finding is left that ``make_step`` has a fix for.
+# ``diagnose`` runs warm-up steps, times steps and profiles as many more (its
+# report's first line says how many). The report holds the step's time budget (the
+# profiled step's time per category; ``idle``: no operator running, or on a GPU no
+# kernel), torch's counters, the findings (the largest predicted gain first) and the
+# tool's own overhead. A fix changes the rest of the budget, so after each fix the
+# step is diagnosed again, until no finding is left that ``make_step`` has a fix for.
 steps, fixed, diagnoses = {"as written": make_step(set())}, [], []
 while len(diagnoses) <= len(SEEDED):
     diagnoses.append(gpuguide.diagnose(list(steps.values())[-1]))
