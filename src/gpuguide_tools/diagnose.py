@@ -10,8 +10,9 @@ torch's counters (dynamo's compilations, the CUDA allocator's statistics).
 
 The report holds the step's time budget (:mod:`gpuguide.breakdown`), the counters,
 and one finding per cause it recognizes, each with its evidence from this run, the
-gain it predicts for this step (from the budget, conservatively) and the page that
-teaches the fix, quoting that page's recorded figures on this device where the
+gain it predicts for this step (from the budget, scaled down to the unprofiled step;
+it can still run high where the profiler slows many small operators) and the page
+that teaches the fix, quoting that page's recorded figures on this device where the
 results folder holds a recording. ``--json FILE`` writes the same as JSON that
 follows ``diagnose.schema.json`` (published beside the results files' schema).
 From Python (a notebook): ``gpuguide.diagnose(step)`` returns a :class:`Diagnosis`.
