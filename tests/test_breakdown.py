@@ -39,6 +39,10 @@ from gpuguide.breakdown import (
         ("aten::native_layer_norm", "elementwise"),
         ("aten::gelu", "elementwise"),
         ("triton_poi_fused_add_0", "elementwise"),
+        ("aten::to", "copy"),
+        ("aten::topk", "other"),  # an operator by its whole name, not a prefix
+        ("aten::add_", "elementwise"),
+        ("aten::multinomial", "other"),
         ("aten::view", "other"),
         ("cudaLaunchKernel", "other"),
     ],

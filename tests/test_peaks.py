@@ -641,6 +641,15 @@ def test_measure_cpu_peaks_is_cached(monkeypatch):
         monkeypatch.setenv("GPUGUIDE_SMALL", "0")
         assert device_peaks("cpu") is not first
         assert calls[3:] == [peaks_mod._CPU_PLANS[False]] * 3
+        # a page that sets another thread count gets peaks measured with it
+        threads = torch.get_num_threads()
+        torch.set_num_threads(threads + 1)
+        try:
+            other = device_peaks("cpu")
+            assert len(calls) == 9
+            assert device_peaks("cpu") is other
+        finally:
+            torch.set_num_threads(threads)
     finally:
         peaks_mod._measure_cpu_peaks.cache_clear()
 

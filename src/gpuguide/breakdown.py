@@ -59,9 +59,17 @@ def categorize(name: str) -> str:
     """The category (never ``"idle"``) of a kernel's or an operator's name."""
     lowered = name.lower()
     for category, needles in _PATTERNS:
-        if any(needle in lowered for needle in needles.split()):
+        if any(_matches(lowered, needle) for needle in needles.split()):
             return category
     return "other"
+
+
+def _matches(name: str, needle: str) -> bool:
+    """An operator (``aten::to``) by its whole name, in place or not (not
+    ``aten::topk``); a kernel by a part of its name."""
+    if needle.startswith("aten::"):
+        return name in (needle, needle.rstrip("_") + "_", needle.rstrip("_"))
+    return needle in name
 
 
 @dataclass(frozen=True)

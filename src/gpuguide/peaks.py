@@ -361,11 +361,12 @@ def _bandwidth_ceiling(
     return rates[best], f"memory {format_value(rates[best], 'B/s')} by {text}"
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=4)
 def _measure_cpu_peaks(
-    small: bool, bench: Callable[..., Measurement] = benchmark
+    small: bool, bench: Callable[..., Measurement] = benchmark, threads: int = 0
 ) -> Peaks:
-    """The CPU's best fp32 and fp64 matmul rates and memory bandwidth, measured."""
+    """The CPU's best fp32 and fp64 matmul rates and memory bandwidth, measured
+    (``threads``: torch's thread count, which the cache keys on)."""
     import torch
 
     plan = _CPU_PLANS[small]
@@ -423,7 +424,9 @@ def device_peaks(device: str | torch.device | DeviceInfo | None = None) -> Peaks
     measured for a CPU (once per process and mode), unknown otherwise."""
     info = device if isinstance(device, DeviceInfo) else describe_device(device)
     if info.type == "cpu":
-        return _measure_cpu_peaks(small_mode())
+        import torch
+
+        return _measure_cpu_peaks(small_mode(), threads=torch.get_num_threads())
     if info.type != "cuda":
         return _unknown(
             "Apple GPU (MPS)",
