@@ -23,7 +23,7 @@ and reads the same breakdown by hand with :mod:`torch.profiler`.
 # them (``data_wait``); the step standardises one sample at a time in Python
 # (``per_sample_loop``); it keeps the loss on a held-out batch for a plot, and with
 # it that loss's autograd graph (``kept_losses``). All three show on a CPU and on a
-# GPU. Torch runs one CPU thread, so other processes take no core from the timings.
+# GPU. Torch runs one CPU thread, so the timings need one free core, not all of them.
 import itertools
 
 import matplotlib.pyplot as plt
