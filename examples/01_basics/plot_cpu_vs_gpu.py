@@ -84,8 +84,7 @@ first, last = matmuls.rate("CPU", matmuls.sizes[0]), matmuls.rate("CPU")
 gpuguide.claim(
     f"the CPU's matmul FLOP rate at the largest size is at least 4x its rate at "
     f"n={matmuls.sizes[0]}",
-    last.value / first.value,
-    spread=(last.low / first.high, last.high / first.low),
+    **last.over(first),
     at_least=4,
     timed=True,
 )

@@ -64,10 +64,6 @@ copies = Sweep(
 print(copies)
 
 
-def ratio(a, b):  # one rate over another, with the range their spreads allow
-    return {"value": a.value / b.value, "spread": (a.low / b.high, a.high / b.low)}
-
-
 # %%
 # Pinned against pageable
 # -----------------------
@@ -109,7 +105,7 @@ for direction in ("H2D", "D2H"):  # the GPU's claims; on a CPU, not checked here
     )
     gpuguide.claim(
         f"{copy_text} runs at least 10x the bytes/s of one of {format_bytes(sizes[0])}",
-        **(ratio(rate, copies.rate(pinned, sizes[0])) if on_gpu else {}),
+        **(rate.over(copies.rate(pinned, sizes[0])) if on_gpu else {}),
         at_least=10,
         timed=True,
         on="cuda",
@@ -128,7 +124,7 @@ if not on_gpu:
     gpuguide.claim(
         "the fastest copy, in a cache, runs at least 1.5x the rate of the "
         "largest copy, through main memory",
-        **ratio(best, large),
+        **best.over(large),
         at_least=1.5,
         timed=True,
         measured=f"{best} at {format_bytes(fast)} against {large}",

@@ -82,8 +82,7 @@ small, large = times.rate("fp32", times.sizes[0]), times.rate("fp32")
 gpuguide.claim(
     f"small matmuls cannot fill the device: fp32 at n={times.largest('fp32')} runs "
     f"at least 2x the FLOP/s of n={times.sizes[0]}",
-    large.value / small.value,
-    spread=(large.low / small.high, large.high / small.low),
+    **large.over(small),
     at_least=2,
     timed=True,
 )

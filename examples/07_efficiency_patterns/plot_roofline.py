@@ -111,8 +111,7 @@ first, last = inner.rate("torch.mm", 1), inner.rate("torch.mm")
 gpuguide.claim(
     f"the k sweep's FLOP/s rises from its first k to its last: k={inner.sizes[-1]} "
     "reaches at least 1.5x k=1's",
-    last.value / first.value,
-    spread=(last.low / first.high, last.high / first.low),
+    **last.over(first),
     at_least=1.5,
     timed=True,
 )

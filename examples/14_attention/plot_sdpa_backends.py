@@ -167,8 +167,7 @@ causal.report(shape=shape, causal=True)
 rate, full = causal.rate("SDPA default"), lengths.rate("SDPA default", at)
 gpuguide.claim(
     f"at S={at}, SDPA default's causal rate is below its non-causal one",
-    rate.value / full.value,
-    spread=(rate.low / full.high, rate.high / full.low),
+    **rate.over(full),
     at_most=1.0,
     timed=True,
 )
