@@ -16,6 +16,7 @@ import torch
 from conftest import ROOT
 from diagnose_corpus.measure import CORPUS, CPU_CAUSES, Row, diagnosed, measure, table
 
+from gpuguide.breakdown import CATEGORIES
 from gpuguide_tools import diagnose as tool
 
 #: How far the median prediction may lie from the gain measured beside it (the goal).
@@ -134,12 +135,21 @@ def test_the_schema_is_published_and_rejects_a_finding_without_a_page():
     assert json.loads(published.read_text()) == tool.schema()
     jsonschema.Draft202012Validator.check_schema(tool.schema())
     finding = tool.Finding("kept_losses", "t", {"x": 1.0}, 0.0, 0.0).to_json()
-    diagnosis = tool.Diagnosis("cpu", 1.0, 1, 1, {}, {}, (), {"total_s": 1.0})
+    budget = dict.fromkeys(CATEGORIES, 0.0)
+    diagnosis = tool.Diagnosis("cpu", 1.0, 1, 1, budget, {}, (), {"total_s": 1.0})
     data = diagnosis.to_json() | {"findings": [finding]}
     data["overhead"]["tool_s"] = 0.5
     data["provenance"] = dict.fromkeys(("device", "device_name", "torch"), "x")
     data["provenance"] |= dict.fromkeys(("gpuguide", "python", "date"), "x")
     jsonschema.validate(data, tool.schema())
+    for cause, (page, *_) in tool.CAUSES.items():  # each cause names its one page
+        other = "plot_alignment" if page != "plot_alignment" else "plot_batching"
+        wrong = data | {"findings": [finding | {"cause": cause, "page": other}]}
+        with pytest.raises(jsonschema.ValidationError, match=page):
+            jsonschema.validate(wrong, tool.schema())
+    unknown = data | {"breakdown": budget | {"waiting": 0.0}}
+    with pytest.raises(jsonschema.ValidationError, match="waiting"):
+        jsonschema.validate(unknown, tool.schema())
     del finding["page"]
     with pytest.raises(jsonschema.ValidationError, match="'page' is a required"):
         jsonschema.validate(data, tool.schema())
