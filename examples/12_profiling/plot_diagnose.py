@@ -123,15 +123,11 @@ times = interleave(steps, rounds=5, rep_ms=500, device=page.device)
 growth = [d.counters["memory_growth_bytes_per_step"] for d in diagnoses]
 quartiles, rows = [m.quartiles_s for m in times.values()], []
 for k, finding in enumerate(fixed):
-    (b25, b50, b75), (a25, a50, a75) = quartiles[k : k + 2]  # before, after
-    if finding.cause == "per_sample_loop":  # measured gain / predicted, with range
-        p = finding.gain_s
-        loop = {"value": (b50 - a50) / p, "spread": ((b25 - a75) / p, (b75 - a25) / p)}
     rows.append(
         {
             "fix (page)": f"{finding.cause} ({finding.page})",
             "predicted_ms": finding.gain_s * 1e3 or None,  # None: memory only
-            "measured_ms": (b50 - a50) * 1e3,
+            "measured_ms": (quartiles[k][1] - quartiles[k + 1][1]) * 1e3,  # medians
             "kept_KiB/step": f"{growth[k] / 2**10:.0f} -> {growth[k + 1] / 2**10:.0f}",
         }
     )
@@ -139,12 +135,18 @@ print(table(rows, title="gains per step, predicted by the diagnosis and measured
 gain = compare(times[list(times)[-1]], times["as written"])
 report("the fixed step's speed-up", gain, fixes=len(fixed))
 claim("the fixed step is faster than the step as written", gain, verdict="faster")
-claim(
-    "batching the loop gains within a factor of 2.5 of the predicted gain",
+# The loop's measured gain over its predicted one, with the range the quartiles of
+# the steps before and after allow.
+k = [f.cause for f in fixed].index("per_sample_loop")
+(b25, b50, b75), (a25, a50, a75), p = *quartiles[k : k + 2], fixed[k].gain_s
+loop = {"value": (b50 - a50) / p, "spread": ((b25 - a75) / p, (b75 - a25) / p)}
+claim(  # on a GPU, what the profiler adds to small operators is not measured yet
+    "on a CPU, batching the loop gains a quarter to all of the predicted gain",
     **loop,
-    at_least=1 / 2.5,
-    at_most=2.5,
+    at_least=0.25,
+    at_most=1.0,
     timed=True,
+    on="cpu",
 )
 
 # %%
