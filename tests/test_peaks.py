@@ -681,7 +681,9 @@ def test_measure_cpu_peaks_really_measures(monkeypatch):
 
 def test_device_peaks_cpu_is_measured(monkeypatch):
     sentinel = Peaks(name="CPU: fake", flops={"fp32": 1e9}, source="measured")
-    monkeypatch.setattr(peaks_mod, "_measure_cpu_peaks", lambda small: sentinel)
+    monkeypatch.setattr(
+        peaks_mod, "_measure_cpu_peaks", lambda small, threads: sentinel
+    )
     assert device_peaks("cpu") is sentinel
     info = device_mod._describe_host("cpu", "")
     assert device_peaks(info) is sentinel
@@ -692,7 +694,9 @@ def test_device_peaks_default_device(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(device_mod, "_mps_available", lambda: False)
     sentinel = Peaks(name="CPU: fake", flops={}, source="measured")
-    monkeypatch.setattr(peaks_mod, "_measure_cpu_peaks", lambda small: sentinel)
+    monkeypatch.setattr(
+        peaks_mod, "_measure_cpu_peaks", lambda small, threads: sentinel
+    )
     assert device_peaks() is sentinel
 
 

@@ -76,11 +76,11 @@ gpuguide.claim(
 # %%
 # Time creation and transfer separately
 # -------------------------------------
-# The matrix is the largest square on a grid of sizes that the CPU's generator fills
-# in at most 30 ms (its rate measured first), within the device's memory budget. Four variants take turns for
-# five rounds (:func:`gpuguide.interleave`), each warmed up: the device's generator;
-# the host's; the copy alone of a CPU tensor made beforehand; and "create on the CPU,
-# then move" as one call. Each is timed per call, launch included.
+# The matrix is the largest square on a grid of sizes that the CPU's generator fills in
+# at most 30 ms (its rate measured first), within the device's memory budget. Four
+# variants take turns for five rounds (:func:`gpuguide.interleave`), each warmed up: the
+# device's generator; the host's; the copy alone of a CPU tensor made beforehand; and
+# "create on the CPU, then move" as one call. Each is timed per call, launch included.
 probe = benchmark(torch.randn, args=(1024, 1024), device="cpu")
 generator = probe.rate(1024 * 1024, "numbers/s")
 n = largest_size(

@@ -152,8 +152,9 @@ gpuguide.claim(
 # Throughput against size
 # -----------------------
 # A fast path's curve rises with ``n`` before it flattens (on a GPU the 16-bit ones
-# later and higher); a slow path, such as fp16 on most CPUs, can stay low or fall. The legend gives each dtype's best rate. On an H100 expect the best
-# bf16 and fp16 at 65-85% of the dense peak (MAMF's best: 794.5 of 989.5 TFLOP/s).
+# later and higher); a slow path, such as fp16 on most CPUs, can stay low or fall. The
+# legend gives each dtype's best rate. On an H100 expect the best bf16 and fp16 at
+# 65-85% of the dense peak (MAMF's best: 794.5 of 989.5 TFLOP/s).
 best_rate = {k: format_value(best[k].rate(1).value, "FLOP/s") for k in best}
 title = f"fastest here: {first} over {second}, {verdict.short}"
 times.plot(title=title, labels={k: f"{k} (best {best_rate[k]})" for k in best})
